@@ -1,0 +1,98 @@
+/**
+ * The one place environment variables are read. Every variable has a default that serves the
+ * embedded mode; secrets left unset are generated into DATA_DIR on first start (see secrets.ts).
+ */
+import path from "node:path";
+
+export type StoreKind = "sqlite" | "mongodb";
+
+export interface Config {
+	port: number;
+	namespace: string;
+	transporter: string | null;
+	/** Service names this process runs; null = all of them. */
+	services: string[] | null;
+	dataDir: string;
+	mongoUrl: string | null;
+	store: StoreKind;
+	/** Explicit worker API keys; empty = use (or generate) DATA_DIR/worker-api-keys. */
+	workerApiKeys: string[];
+	registrySeedFile: string | null;
+	leaseTtlMs: number;
+	crankerTtlMs: number;
+	/** Operator pubkeys allowed to crank; empty = any. */
+	crankerOperators: string[];
+	nodeAuthorityKeypairPath: string | null;
+	verifyTimeoutMs: number;
+	rateLimitPerMin: number;
+	trustProxy: boolean;
+	logLevel: string;
+	solanaRpcUrl: string | null;
+	solanaCluster: string;
+	/** How often the sweeps (verification, lease expiry, intent expiry) run. */
+	sweepIntervalMs: number;
+	/** How often the latest slot is polled from SOLANA_RPC_URL. */
+	slotPollIntervalMs: number;
+}
+
+export class ConfigError extends Error {
+	override name = "ConfigError";
+}
+
+type Env = Record<string, string | undefined>;
+
+function text(env: Env, key: string): string | null {
+	const value = env[key]?.trim();
+	return value ? value : null;
+}
+
+function list(env: Env, key: string): string[] {
+	return (text(env, key) ?? "")
+		.split(",")
+		.map(s => s.trim())
+		.filter(Boolean);
+}
+
+function integer(env: Env, key: string, fallback: number, min: number): number {
+	const raw = text(env, key);
+	if (raw == null) return fallback;
+	if (!/^\d+$/.test(raw) || Number(raw) < min || !Number.isSafeInteger(Number(raw)))
+		throw new ConfigError(`${key} must be an integer ≥ ${min}, got "${raw}"`);
+	return Number(raw);
+}
+
+function flag(env: Env, key: string): boolean {
+	const raw = text(env, key);
+	if (raw == null) return false;
+	if (!["true", "false", "1", "0"].includes(raw)) throw new ConfigError(`${key} must be true or false, got "${raw}"`);
+	return raw === "true" || raw === "1";
+}
+
+export function loadConfig(env: Env = process.env): Config {
+	const mongoUrl = text(env, "MONGO_URL");
+	const services = list(env, "SERVICES");
+	const verifyTimeoutMs = integer(env, "VERIFY_TIMEOUT_MS", 5000, 1);
+	return {
+		port: integer(env, "PORT", 3000, 0),
+		namespace: text(env, "NAMESPACE") ?? "",
+		transporter: text(env, "TRANSPORTER"),
+		services: services.length ? services : null,
+		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),
+		mongoUrl,
+		store: mongoUrl ? "mongodb" : "sqlite",
+		workerApiKeys: list(env, "WORKER_API_KEYS"),
+		registrySeedFile: text(env, "REGISTRY_SEED_FILE"),
+		leaseTtlMs: integer(env, "LEASE_TTL_MS", 60_000, 1),
+		crankerTtlMs: integer(env, "CRANKER_TTL_MS", 30_000, 1),
+		crankerOperators: list(env, "CRANKER_OPERATORS"),
+		nodeAuthorityKeypairPath: text(env, "NODE_AUTHORITY_KEYPAIR_PATH"),
+		verifyTimeoutMs,
+		rateLimitPerMin: integer(env, "RATE_LIMIT_PER_MIN", 600, 0),
+		trustProxy: flag(env, "TRUST_PROXY"),
+		logLevel: text(env, "LOG_LEVEL") ?? "info",
+		solanaRpcUrl: text(env, "SOLANA_RPC_URL"),
+		solanaCluster: text(env, "SOLANA_CLUSTER") ?? "solana-devnet",
+		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),
+		slotPollIntervalMs: integer(env, "SLOT_POLL_INTERVAL_MS", 2000, 10)
+	};
+}

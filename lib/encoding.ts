@@ -1,0 +1,57 @@
+/** Wire encodings of SPEC §0: base58 keys and signatures, lowercase hex digests, u64 amounts. */
+import { createHash } from "node:crypto";
+import { base58 } from "@scure/base";
+
+export const BASE58_PATTERN = "^[1-9A-HJ-NP-Za-km-z]+$";
+export const HEX64_PATTERN = "^[0-9a-f]{64}$";
+export const AMOUNT_PATTERN = "^(0|[1-9][0-9]{0,19})$";
+export const IDENTIFIER_PATTERN = "^[A-Za-z0-9_-]{8,128}$";
+export const NONCE_PATTERN = "^[A-Za-z0-9_-]{16,128}$";
+/** ISO-8601 UTC with milliseconds, as `Date.prototype.toISOString` writes it. */
+export const ISO_TIME_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$";
+
+const U64_MAX = 18446744073709551615n;
+
+export function decodeBase58(value: string): Uint8Array | null {
+	try {
+		return base58.decode(value);
+	} catch {
+		return null;
+	}
+}
+
+export function encodeBase58(bytes: Uint8Array): string {
+	return base58.encode(bytes);
+}
+
+/** A base58 string that decodes to exactly `length` bytes (32 for addresses, 64 for signatures). */
+export function isBase58OfLength(value: string, length: number): boolean {
+	return decodeBase58(value)?.length === length;
+}
+
+export function isAmount(value: string): boolean {
+	return new RegExp(AMOUNT_PATTERN).test(value) && BigInt(value) <= U64_MAX;
+}
+
+/** An ISO time string that is a real instant and round-trips (rejects 2026-02-31 and the like). */
+export function isIsoTime(value: string): boolean {
+	if (!new RegExp(ISO_TIME_PATTERN).test(value)) return false;
+	const ms = Date.parse(value);
+	return Number.isFinite(ms) && new Date(ms).toISOString() === value;
+}
+
+export function sha256Hex(text: string | Uint8Array): string {
+	return createHash("sha256").update(text).digest("hex");
+}
+
+/** Canonical JSON (sorted keys, recursively): equal values give equal strings whatever the key order. */
+export function canonicalJson(value: unknown): string {
+	if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+	if (value && typeof value === "object") {
+		const entries = Object.entries(value as Record<string, unknown>)
+			.filter(([, v]) => v !== undefined)
+			.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+		return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+	}
+	return JSON.stringify(value);
+}

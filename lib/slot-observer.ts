@@ -1,0 +1,54 @@
+/**
+ * The latest chain slot the Node has observed (SPEC §1): polled with `getSlot` from
+ * SOLANA_RPC_URL when it is set. Without an RPC URL, or before the first answer, it reports null
+ * and only the time checks apply.
+ */
+export interface SlotSource {
+	latest(): number | null;
+}
+
+export class SlotObserver implements SlotSource {
+	private slot: number | null = null;
+	private timer: NodeJS.Timeout | null = null;
+
+	constructor(
+		private readonly rpcUrl: string | null,
+		private readonly intervalMs: number,
+		private readonly onError: (message: string) => void = () => {}
+	) {}
+
+	latest(): number | null {
+		return this.slot;
+	}
+
+	async start(): Promise<void> {
+		if (!this.rpcUrl) return;
+		await this.poll();
+		const schedule = () => {
+			this.timer = setTimeout(() => void this.poll().finally(() => this.timer && schedule()), this.intervalMs);
+			this.timer.unref();
+		};
+		schedule();
+	}
+
+	stop(): void {
+		if (this.timer) clearTimeout(this.timer);
+		this.timer = null;
+	}
+
+	private async poll(): Promise<void> {
+		try {
+			const response = await fetch(this.rpcUrl!, {
+				method: "POST",
+				headers: { "content-type": "application/json" },
+				body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "getSlot", params: [{ commitment: "confirmed" }] }),
+				signal: AbortSignal.timeout(Math.max(1000, this.intervalMs))
+			});
+			const body = (await response.json()) as { result?: unknown };
+			// Slots only move forward: a lagging RPC node must not reopen expired intents.
+			if (Number.isSafeInteger(body.result) && (this.slot === null || (body.result as number) > this.slot)) this.slot = body.result as number;
+		} catch (err) {
+			this.onError(`getSlot from SOLANA_RPC_URL failed: ${(err as Error).message}`);
+		}
+	}
+}

@@ -1,0 +1,58 @@
+/**
+ * Verification of a payment authorization (SPEC §1), as one pure function. The checks run in
+ * the SPEC's order and the first failure is the answer: message binding, funding mode,
+ * signature, expiry, route. The nonce, the last check, belongs to the mempool that owns nonces.
+ */
+import { buildPaymentMessage } from "./canonical";
+import { verifySignature } from "./ed25519";
+import type { RejectionReason } from "./errors";
+import type { CreateIntentRequest } from "./intents";
+import type { ActiveRoute } from "./registry";
+
+export const SUPPORTED_FUNDING_MODE = "wallet_only_v2";
+const MAX_CLOCK_SKEW_MS = 60_000;
+const MAX_VALIDITY_MS = 24 * 60 * 60 * 1000;
+
+export type VerificationResult = { ok: true } | { ok: false; reason: RejectionReason; detail: string };
+
+export interface VerificationContext {
+	nowMs: number;
+	/** Latest slot observed on chain; null when none has been observed yet. */
+	latestSlot: number | null;
+	/** The TIN's active route, or null when the TIN is not in the registry. */
+	route: ActiveRoute | null;
+}
+
+function refuse(reason: RejectionReason, detail: string): VerificationResult {
+	return { ok: false, reason, detail };
+}
+
+export function verifyPaymentAuthorization(request: CreateIntentRequest, context: VerificationContext): VerificationResult {
+	const { message, transactionCommitment } = buildPaymentMessage(request);
+	if (request.senderAuthorizationMessage !== message) return refuse("INVALID_MESSAGE", "senderAuthorizationMessage is not the canonical message of the request fields");
+	if (request.transactionCommitment !== undefined && request.transactionCommitment !== transactionCommitment)
+		return refuse("INVALID_MESSAGE", "transactionCommitment is not the commitment of the request fields");
+	if (request.recipientHash !== undefined && request.recipientHash !== request.recipientTin)
+		return refuse("INVALID_MESSAGE", "recipientHash must equal recipientTin");
+
+	if (request.senderFundingMode !== SUPPORTED_FUNDING_MODE)
+		return refuse("UNSUPPORTED_FUNDING_MODE", `senderFundingMode must be ${SUPPORTED_FUNDING_MODE}`);
+
+	if (!verifySignature(request.senderWallet, message, request.senderAuthorizationSignature))
+		return refuse("INVALID_SIGNATURE", "senderAuthorizationSignature is not senderWallet's signature of the message");
+
+	const issuedAt = Date.parse(request.senderAuthorizationIssuedAt);
+	const expiresAt = Date.parse(request.senderAuthorizationExpiresAt);
+	if (issuedAt > context.nowMs + MAX_CLOCK_SKEW_MS) return refuse("INVALID_MESSAGE", "issuedAt is more than 60 s in the future");
+	if (expiresAt - issuedAt > MAX_VALIDITY_MS) return refuse("INVALID_MESSAGE", "the authorization is valid for more than 24 h");
+	if (expiresAt <= context.nowMs) return refuse("EXPIRED", "expiresAt has passed");
+	if (context.latestSlot !== null && request.expiresAtSlot <= context.latestSlot)
+		return refuse("EXPIRED", `expiresAtSlot ${request.expiresAtSlot} is not after the latest observed slot ${context.latestSlot}`);
+
+	const { route } = context;
+	if (!route) return refuse("UNKNOWN_TIN", `TIN ${request.recipientTin} is not in the registry`);
+	if (route.routeCommitment !== request.recipientRouteCommitment || route.routeVersion !== request.recipientRouteVersion)
+		return refuse("ROUTE_MISMATCH", `the active route of TIN ${request.recipientTin} is version ${route.routeVersion}`);
+
+	return { ok: true };
+}

@@ -1,0 +1,33 @@
+/**
+ * Broker settings, explicit rather than Moleculer's defaults (DESIGN §7: requestTimeout defaults
+ * to none, and retries would otherwise repeat non-idempotent calls).
+ */
+import os from "node:os";
+import { Validators, type BrokerOptions, type Errors } from "moleculer";
+import type { Config } from "./lib/config";
+import { VALIDATION_MESSAGES } from "./lib/schemas";
+
+export function brokerOptions(config: Config): BrokerOptions {
+	return {
+		namespace: config.namespace,
+		nodeID: `${os.hostname()}-${process.pid}`,
+		// Embedded: every service in one process, no transporter. Distributed: NATS.
+		transporter: config.transporter ? { type: "NATS", options: { url: config.transporter } } : null,
+		// JSON: readable on the wire with `nats sub`, and our payloads are small documents.
+		serializer: "JSON",
+		logger: { type: "Console", options: { formatter: "short", colors: false, moduleColors: false } },
+		logLevel: config.logLevel as BrokerOptions["logLevel"],
+		requestTimeout: 10_000,
+		// Only errors that say so are retried (node unreachable, timeouts): never a client error.
+		retryPolicy: { enabled: true, retries: 2, delay: 100, maxDelay: 1000, factor: 2, check: (err: Error) => !!(err as Errors.MoleculerError).retryable },
+		circuitBreaker: { enabled: true, threshold: 0.5, minRequestCount: 20, windowTime: 60, halfOpenTime: 10_000, check: (err: Error) => (err as Errors.MoleculerError).code >= 500 },
+		// Graceful stop: in-flight requests finish before services stop.
+		tracking: { enabled: true, shutdownTimeout: 10_000 },
+		heartbeatInterval: 5,
+		heartbeatTimeout: 15,
+		registry: { strategy: "RoundRobin", preferLocal: true },
+		validator: new Validators.Fastest({ messages: VALIDATION_MESSAGES }),
+		metrics: { enabled: false },
+		tracing: { enabled: false }
+	};
+}

@@ -1,0 +1,158 @@
+/**
+ * api: the REST gateway (moleculer-web). It owns no data: it maps the routes of SPEC §4 to the
+ * owners' actions, checks worker keys, limits body size and request rate, and shapes every error
+ * as SPEC §7's body.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Context, ServiceSchema } from "moleculer";
+import ApiGateway, { type ApiSettingsSchema } from "moleculer-web";
+import type { Config } from "../lib/config";
+import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
+import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
+
+/** SPEC §10: request bodies up to 65,536 bytes as sent. */
+export const MAX_BODY_BYTES = 65_536;
+
+type WireError = { name?: string; message?: string; code?: unknown; status?: unknown; type?: unknown; data?: unknown };
+
+/** Maps anything thrown below the gateway to a SPEC §7 error; unknown failures become a bare 500. */
+export function toWireError(err: WireError): ServiceError {
+	if (typeof err.type === "string" && err.type in ERROR_STATUS) return new ServiceError(err.type as ErrorType, err.message ?? "", err.data);
+	switch (err.type) {
+		case "entity.too.large":
+			return new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`);
+		case "entity.parse.failed":
+			return new ServiceError("VALIDATION_ERROR", "The request body is not valid JSON");
+		case "RATE_LIMIT_EXCEEDED":
+		case undefined:
+			if (err.code === 429 || err.name === "RateLimitExceeded") return new ServiceError("RATE_LIMITED", "Too many requests; retry later");
+			break;
+		case "SERVICE_NOT_FOUND":
+		case "SERVICE_NOT_AVAILABLE":
+		case "REQUEST_TIMEOUT":
+		case "BROKER_DISCONNECTED":
+			return new ServiceError("NOT_READY", "The service is not ready to answer this request");
+	}
+	const status = Number(err.status ?? err.code);
+	// Other body-parser refusals (charset, encoding) are malformed input, not server faults.
+	if (status >= 400 && status < 500 && typeof err.type === "string" && err.type.includes(".")) return new ServiceError("VALIDATION_ERROR", err.message ?? "Malformed request");
+	if (err.name === "NotFoundError" || status === 404) return new ServiceError("NOT_FOUND", "Not found");
+	return new ServiceError("INTERNAL_ERROR", "Internal error");
+}
+
+export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
+	let isWorkerKey: (candidate: string) => boolean = () => false;
+
+	const clientIp = (req: IncomingMessage): string => {
+		if (config.trustProxy) {
+			// The last entry is the one our proxy appended; earlier ones are whatever the client sent.
+			const forwarded = String(req.headers["x-forwarded-for"] ?? "").split(",").map(s => s.trim()).filter(Boolean);
+			if (forwarded.length) return forwarded[forwarded.length - 1];
+		}
+		return req.socket.remoteAddress ?? "unknown";
+	};
+
+	const jsonBody = { json: { limit: MAX_BODY_BYTES, strict: false }, urlencoded: false };
+	const common = { mappingPolicy: "restrict" as const, bodyParsers: jsonBody, mergeParams: true, logging: true, autoAliases: false };
+
+	return {
+		name: "api",
+		mixins: [ApiGateway],
+
+		settings: {
+			port: config.port,
+			ip: "0.0.0.0",
+			logRequest: "debug",
+			logResponse: "debug",
+			log4XXResponses: false,
+			// Requests are ours to route; anything unmatched is a 404 in SPEC §7's shape.
+			routes: [
+				{
+					name: "health",
+					path: "/health",
+					...common,
+					bodyParsers: false,
+					aliases: {
+						"GET /live"(this: unknown, _req: IncomingMessage, res: ServerResponse) {
+							sendJson(res, 200, { status: "live" });
+						},
+						"GET /ready"(this: { broker: Context["broker"] }, _req: IncomingMessage, res: ServerResponse) {
+							const ready = this.broker.started;
+							sendJson(res, ready ? 200 : 503, ready ? { status: "ready" } : new ServiceError("NOT_READY", "The service is starting or stopping"));
+						}
+					}
+				},
+				{
+					// Worker routes: x-api-key required. Routes sharing a path need distinct names.
+					name: "worker",
+					path: "/",
+					...common,
+					authorization: true,
+					aliases: {
+						"GET /intents": "mempool.list",
+						"PATCH /intents/:id/status": "leases.updateStatus",
+						"GET /intent-work": "mempool.work",
+						"POST /internal/settlement-authorizations/settlement": "leases.authorizePayout",
+						"POST /internal/wake": "receiver.wake",
+						"POST /crankers/heartbeat": "crankers.heartbeat"
+					}
+				},
+				{
+					// Public routes: rate limited per client IP.
+					name: "public",
+					path: "/",
+					...common,
+					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: clientIp } : undefined,
+					onBeforeCall(ctx: Context<unknown, { worker?: boolean }>, _route: unknown, req: IncomingMessage) {
+						const key = req.headers["x-api-key"];
+						ctx.meta.worker = typeof key === "string" && isWorkerKey(key);
+					},
+					aliases: {
+						"POST /": "network.status",
+						"POST /intents": "receiver.submit",
+						"GET /intents/:id": "mempool.view",
+						"GET /registry/tins/:tin": "tin.getRoute"
+					}
+				}
+			],
+
+			onError(this: { logger: Context["broker"]["logger"] }, req: IncomingMessage, res: ServerResponse, err: Error) {
+				const error = toWireError(err as WireError);
+				if (error.code >= 500 && error.type === "INTERNAL_ERROR") this.logger.error(`Unhandled error on ${req.method} ${req.url}:`, err);
+				if (error.type === "RATE_LIMITED") {
+					// moleculer-web's memory store keeps the end of the current window on the route.
+					const route = (req as { $route?: { rateLimit?: { store?: { resetTime?: number } } } }).$route;
+					const resetTime = route?.rateLimit?.store?.resetTime ?? Date.now() + 60_000;
+					res.setHeader("Retry-After", String(Math.max(1, Math.ceil((resetTime - Date.now()) / 1000))));
+				}
+				sendJson(res, error.code, error);
+			}
+		},
+
+		methods: {
+			/** Worker routes: missing key → 401, wrong key → 403 (compared in constant time). */
+			authorize(_ctx: Context, _route: unknown, req: IncomingMessage) {
+				const key = req.headers["x-api-key"];
+				if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
+				if (!isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
+			}
+		},
+
+		created() {
+			const keys = loadOrCreateWorkerKeys(config.workerApiKeys, config.dataDir);
+			isWorkerKey = createKeyChecker(keys.value);
+			if (keys.generated) this.logger.info(`Generated a worker API key into ${keys.source}.`);
+			else if (keys.source !== "environment") this.logger.info(`Worker API keys read from ${keys.source}.`);
+		}
+	};
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+	if (res.headersSent) {
+		res.end();
+		return;
+	}
+	const payload = body instanceof ServiceError ? { name: body.name, message: body.message, code: body.code, type: body.type, ...(body.data !== undefined ? { data: body.data } : {}) } : body;
+	res.writeHead(status, { "content-type": "application/json; charset=utf-8" });
+	res.end(JSON.stringify(payload));
+}

@@ -1,0 +1,105 @@
+/**
+ * crankers: owns Cranker heartbeats (SPEC §6). A Cranker is online while its last accepted,
+ * signed heartbeat is younger than CRANKER_TTL_MS.
+ */
+import type { Context, ServiceSchema } from "moleculer";
+import { buildHeartbeatMessage } from "../lib/canonical";
+import type { Config } from "../lib/config";
+import { verifySignature } from "../lib/ed25519";
+import { ServiceError } from "../lib/errors";
+import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
+import type { Collection } from "../lib/store";
+import { storeMixin } from "../mixins/store.mixin";
+
+const MAX_HEARTBEAT_SKEW_MS = 60_000;
+
+interface HeartbeatRequest {
+	crankerPubkey: string;
+	roles: CrankerRole[];
+	liquidity: { tokenMintAddress: string; available: string }[];
+	version?: string;
+	sentAt: string;
+	signature: string;
+}
+
+interface CrankerDoc {
+	id: string;
+	crankerPubkey: string;
+	roles: CrankerRole[];
+	liquidity: HeartbeatRequest["liquidity"];
+	version: string | null;
+	lastSentAt: string;
+	lastSeenAt: string;
+}
+
+export function crankersService(config: Config): ServiceSchema {
+	let crankers: Collection<CrankerDoc>;
+	const operators = new Set(config.crankerOperators);
+
+	const isOnline = (doc: CrankerDoc, nowMs: number) => Date.parse(doc.lastSeenAt) + config.crankerTtlMs > nowMs;
+	const toView = (doc: CrankerDoc, nowMs: number) => ({
+		crankerPubkey: doc.crankerPubkey,
+		roles: doc.roles,
+		liquidity: doc.liquidity,
+		version: doc.version,
+		lastSeenAt: doc.lastSeenAt,
+		online: isOnline(doc, nowMs)
+	});
+	const isOperator = (pubkey: string) => operators.size === 0 || operators.has(pubkey);
+
+	return {
+		name: "crankers",
+		mixins: [
+			storeMixin(config, "crankers", async store => {
+				crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]] });
+			})
+		],
+
+		actions: {
+			/** POST /crankers/heartbeat */
+			heartbeat: {
+				params: heartbeatParams,
+				async handler(ctx: Context<HeartbeatRequest>) {
+					const hb = ctx.params;
+					if (!verifySignature(hb.crankerPubkey, buildHeartbeatMessage(hb), hb.signature))
+						throw new ServiceError("INVALID_SIGNATURE", "The heartbeat signature does not verify");
+					if (!isOperator(hb.crankerPubkey)) throw new ServiceError("CRANKER_NOT_ALLOWED", "This Cranker is not an allowed operator");
+					const now = new Date();
+					if (Math.abs(now.getTime() - Date.parse(hb.sentAt)) > MAX_HEARTBEAT_SKEW_MS)
+						throw new ServiceError("STALE_HEARTBEAT", "sentAt is more than 60 s away from the Node's clock");
+
+					const doc: CrankerDoc = {
+						id: hb.crankerPubkey,
+						crankerPubkey: hb.crankerPubkey,
+						roles: hb.roles,
+						liquidity: hb.liquidity,
+						version: hb.version ?? null,
+						lastSentAt: hb.sentAt,
+						lastSeenAt: now.toISOString()
+					};
+					// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
+					const accepted = (await crankers.insert(doc)) || (await crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc));
+					if (!accepted) throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+					return toView(doc, now.getTime());
+				}
+			},
+
+			/** Internal: is this Cranker an online, allowed operator with the role? */
+			isAllowed: {
+				params: { crankerPubkey: address, role: { type: "enum", values: [...CRANKER_ROLES] } },
+				async handler(ctx: Context<{ crankerPubkey: string; role: CrankerRole }>): Promise<boolean> {
+					const doc = await crankers.get(ctx.params.crankerPubkey);
+					return !!doc && isOnline(doc, Date.now()) && doc.roles.includes(ctx.params.role) && isOperator(doc.crankerPubkey);
+				}
+			},
+
+			/** Internal: how many Crankers are online now. */
+			onlineCount: {
+				params: {},
+				async handler(): Promise<number> {
+					return crankers.count({ lastSeenAt: { gt: new Date(Date.now() - config.crankerTtlMs).toISOString() } });
+				}
+			}
+		}
+	};
+}

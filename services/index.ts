@@ -1,0 +1,35 @@
+/** The service catalogue: which services exist, and a broker running the ones a process selects. */
+import { ServiceBroker, type BrokerOptions, type ServiceSchema } from "moleculer";
+import { brokerOptions } from "../moleculer.config";
+import type { Config } from "../lib/config";
+import { apiService } from "./api.service";
+import { crankersService } from "./crankers.service";
+import { epochsService } from "./epochs.service";
+import { leasesService } from "./leases.service";
+import { mempoolService } from "./mempool.service";
+import { networkService } from "./network.service";
+import { receiverService } from "./receiver.service";
+import { tinService } from "./tin.service";
+import { verifierService } from "./verifier.service";
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each factory types its own settings
+export const SERVICE_FACTORIES: Record<string, (config: Config) => ServiceSchema<any>> = {
+	api: apiService,
+	receiver: receiverService,
+	verifier: verifierService,
+	mempool: mempoolService,
+	leases: leasesService,
+	crankers: crankersService,
+	tin: tinService,
+	epochs: epochsService,
+	network: networkService
+};
+
+export function createNode(config: Config, overrides: Partial<BrokerOptions> = {}): ServiceBroker {
+	const names = config.services ?? Object.keys(SERVICE_FACTORIES);
+	const unknown = names.filter(name => !(name in SERVICE_FACTORIES));
+	if (unknown.length) throw new Error(`SERVICES names unknown service(s): ${unknown.join(", ")}; known: ${Object.keys(SERVICE_FACTORIES).join(", ")}`);
+	const broker = new ServiceBroker({ ...brokerOptions(config), ...overrides });
+	for (const name of names) broker.createService(SERVICE_FACTORIES[name](config));
+	return broker;
+}

@@ -1,0 +1,325 @@
+/**
+ * mempool: owns payment intents and consumed nonces. The only place an intent's state changes;
+ * every change is one compare-and-set on (id, state, stateVersion) through the state machine of
+ * lib/intents.ts.
+ */
+import { randomBytes } from "node:crypto";
+import type { Context, ServiceSchema } from "moleculer";
+import { buildPaymentMessage } from "../lib/canonical";
+import type { Config } from "../lib/config";
+import { canonicalJson, sha256Hex } from "../lib/encoding";
+import { ServiceError } from "../lib/errors";
+import {
+	EXPIRABLE_STATES,
+	INTENT_STATES,
+	PUBLIC_STATUS,
+	applyMove,
+	decideStatusUpdate,
+	isExpired,
+	statesOfStatus,
+	toPublicView,
+	toWorkerView,
+	type CreateIntentRequest,
+	type IntentRecord,
+	type IntentState,
+	type UpdateStatusRequest
+} from "../lib/intents";
+import { createIntentParams, limit, updateStatusParams } from "../lib/schemas";
+import { SlotObserver } from "../lib/slot-observer";
+import type { Collection, Where } from "../lib/store";
+import type { VerificationResult } from "../lib/verification";
+import { storeMixin } from "../mixins/store.mixin";
+import { sweeperMixin } from "../mixins/sweeper.mixin";
+
+export const INTENTS_COLLECTION = {
+	name: "intents",
+	fields: { paymentId: "text", state: "text", createdAt: "text", updatedAt: "text", expiresAt: "text", expiresAtSlot: "integer", leaseExpiresAt: "text", epoch: "integer" },
+	unique: [["paymentId"]],
+	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["state", "leaseExpiresAt"], ["state", "updatedAt"], ["createdAt"]]
+} as const;
+
+/** A consumed nonce, keyed `<senderWallet>:<nonce>`, held by the intent that consumed it. */
+interface NonceDoc {
+	id: string;
+	intentId: string;
+}
+
+const SWEEP_BATCH = 500;
+const recordRef = { type: "string", max: 64 };
+const version = { type: "number", integer: true, min: 1 };
+
+export function mempoolService(config: Config): ServiceSchema {
+	let intents: Collection<IntentRecord>;
+	let nonces: Collection<NonceDoc>;
+	const slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs);
+
+	async function mustGet(id: string): Promise<IntentRecord> {
+		const record = await intents.get(id);
+		if (!record) throw new ServiceError("NOT_FOUND", `Intent ${id} not found`);
+		return record;
+	}
+
+	/** Compare-and-set on the record's current state and version; false when someone moved it first. */
+	function commit(current: IntentRecord, next: IntentRecord): Promise<boolean> {
+		return intents.update(current.id, { state: current.state, stateVersion: current.stateVersion } as Where, next);
+	}
+
+	/** Consumes the sender's nonce for this intent; false when a non-rejected intent holds it. */
+	async function consumeNonce(record: IntentRecord): Promise<boolean> {
+		const id = `${record.senderWallet}:${record.request.senderAuthorizationNonce}`;
+		if (await nonces.insert({ id, intentId: record.id })) return true;
+		const held = await nonces.get(id);
+		if (!held || held.intentId === record.id) return true; // a retried verification of the same intent
+		const holder = await intents.get(held.intentId);
+		if (holder && holder.state !== "REJECTED") return false;
+		// The holder was rejected, so the nonce is free again; the condition settles racing claimants.
+		return nonces.update(id, { intentId: held.intentId }, { id, intentId: record.id });
+	}
+
+	async function reject(record: IntentRecord, reason: string, detail: string, at: string): Promise<boolean> {
+		return commit(record, applyMove(record, "REJECTED", at, { reason, rejectionReason: reason, rejectionDetail: detail }));
+	}
+
+	async function expireDue(): Promise<number> {
+		const now = new Date();
+		const at = now.toISOString();
+		const latestSlot = slots.latest();
+		const due = await intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAt: { lte: at } }, limit: SWEEP_BATCH });
+		if (latestSlot !== null)
+			due.push(...(await intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAtSlot: { lte: latestSlot } }, limit: SWEEP_BATCH })));
+		let expired = 0;
+		for (const record of due) if (isExpired(record, now.getTime(), latestSlot) && (await reject(record, "EXPIRED", "the authorization expired before submission", at))) expired++;
+		return expired;
+	}
+
+	return {
+		name: "mempool",
+		mixins: [
+			storeMixin(config, "mempool", async store => {
+				intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
+				nonces = await store.collection<NonceDoc>({ name: "consumed_nonces", fields: { intentId: "text" } });
+			}),
+			sweeperMixin("intent expiry", config.sweepIntervalMs, expireDue)
+		],
+
+		actions: {
+			/**
+			 * Records a submitted request as RECEIVED, or finds the record of an identical earlier
+			 * submission (idempotency on paymentId). A different body under the same paymentId is 409.
+			 */
+			receive: {
+				params: { request: { type: "object", props: createIntentParams }, epoch: { type: "number", integer: true, min: 1 } },
+				async handler(ctx: Context<{ request: CreateIntentRequest; epoch: number }>): Promise<{ record: IntentRecord; created: boolean }> {
+					const { request, epoch } = ctx.params;
+					const requestDigest = sha256Hex(canonicalJson(request));
+					const at = new Date().toISOString();
+					const record: IntentRecord = {
+						id: `int_${randomBytes(16).toString("hex")}`,
+						paymentId: request.paymentId,
+						state: "RECEIVED",
+						stateVersion: 1,
+						senderWallet: request.senderWallet,
+						requestDigest,
+						transactionCommitment: buildPaymentMessage(request).transactionCommitment,
+						epoch,
+						createdAt: at,
+						updatedAt: at,
+						expiresAt: request.senderAuthorizationExpiresAt,
+						expiresAtSlot: request.expiresAtSlot,
+						leaseExpiresAt: null,
+						request,
+						lease: null,
+						submission: null,
+						history: [{ state: "RECEIVED", at }]
+					};
+					if (await intents.insert(record)) return { record, created: true };
+					const existing = await intents.findOne({ paymentId: request.paymentId });
+					if (!existing) throw new ServiceError("INTERNAL_ERROR", "paymentId collision without a record");
+					if (existing.requestDigest !== requestDigest)
+						throw new ServiceError("IDEMPOTENCY_CONFLICT", "paymentId was already used with a different request body", { id: existing.id, paymentId: existing.paymentId });
+					return { record: existing, created: false };
+				}
+			},
+
+			/** Internal: the stored record, or null. */
+			get: {
+				params: { id: recordRef },
+				handler: (ctx: Context<{ id: string }>) => intents.get(ctx.params.id)
+			},
+
+			/** GET /intents/{id}: the public view, or the worker view for a caller with a worker key. */
+			view: {
+				params: { $$strict: true, id: recordRef },
+				async handler(ctx: Context<{ id: string }, { worker?: boolean }>) {
+					const record = await mustGet(ctx.params.id);
+					return ctx.meta.worker ? toWorkerView(record) : toPublicView(record);
+				}
+			},
+
+			/** GET /intents?status=&limit=: newest first. */
+			list: {
+				params: {
+					$$strict: true,
+					status: { type: "enum", values: [...INTENT_STATES, ...new Set(Object.values(PUBLIC_STATUS))], optional: true },
+					limit
+				},
+				async handler(ctx: Context<{ status?: string; limit: number }>) {
+					const where: Where = ctx.params.status ? { state: { in: statesOfStatus(ctx.params.status) } } : {};
+					const records = await intents.list({ where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit });
+					return records.map(toPublicView);
+				}
+			},
+
+			/** GET /intent-work: VERIFIED intents that have not expired, oldest first. */
+			work: {
+				params: { $$strict: true, limit },
+				async handler(ctx: Context<{ limit: number }>) {
+					const now = new Date();
+					const where: Record<string, unknown> = { state: "VERIFIED", expiresAt: { gt: now.toISOString() } };
+					const latestSlot = slots.latest();
+					if (latestSlot !== null) where.expiresAtSlot = { gt: latestSlot };
+					const records = await intents.list({ where: where as Where, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
+					return records.map(record => ({ intent: toWorkerView(record), leaseTtlMs: config.leaseTtlMs }));
+				}
+			},
+
+			/** Internal: intents waiting for verification (RECEIVED, or NODE_VERIFYING since before `staleBefore`). */
+			pendingVerification: {
+				params: { staleBefore: { type: "string" }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
+				async handler(ctx: Context<{ staleBefore: string; limit: number }>): Promise<IntentRecord[]> {
+					const received = await intents.list({ where: { state: "RECEIVED" }, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
+					const stale = await intents.list({ where: { state: "NODE_VERIFYING", updatedAt: { lt: ctx.params.staleBefore } }, orderBy: ["updatedAt", "asc"], limit: ctx.params.limit });
+					return [...received, ...stale];
+				}
+			},
+
+			/** Internal: RECEIVED → NODE_VERIFYING. Null when another verifier claimed it first. */
+			claimForVerification: {
+				params: { id: recordRef, expectedVersion: version },
+				async handler(ctx: Context<{ id: string; expectedVersion: number }>): Promise<IntentRecord | null> {
+					const record = await intents.get(ctx.params.id);
+					if (!record || record.state !== "RECEIVED" || record.stateVersion !== ctx.params.expectedVersion) return null;
+					const next = applyMove(record, "NODE_VERIFYING", new Date().toISOString());
+					return (await commit(record, next)) ? next : null;
+				}
+			},
+
+			/**
+			 * Internal: NODE_VERIFYING → VERIFIED or REJECTED from a verifier's result. The nonce, the
+			 * last check of SPEC §1, is consumed here, where nonces are owned. Returns the current record.
+			 */
+			completeVerification: {
+				params: {
+					id: recordRef,
+					expectedVersion: version,
+					result: { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true } } }
+				},
+				async handler(ctx: Context<{ id: string; expectedVersion: number; result: VerificationResult }>): Promise<IntentRecord> {
+					const record = await mustGet(ctx.params.id);
+					if (record.state !== "NODE_VERIFYING" || record.stateVersion !== ctx.params.expectedVersion) return record;
+					const at = new Date().toISOString();
+					const { result } = ctx.params;
+					if (!result.ok) await reject(record, result.reason, result.detail, at);
+					else if (!(await consumeNonce(record))) await reject(record, "NONCE_REUSED", "this sender already used the nonce", at);
+					else await commit(record, applyMove(record, "VERIFIED", at));
+					return mustGet(record.id);
+				}
+			},
+
+			/** Internal: NODE_VERIFYING → RECEIVED when no verifier answered; a sweep retries it. */
+			returnToReceived: {
+				params: { id: recordRef, expectedVersion: version },
+				async handler(ctx: Context<{ id: string; expectedVersion: number }>): Promise<IntentRecord> {
+					const record = await mustGet(ctx.params.id);
+					if (record.state !== "NODE_VERIFYING" || record.stateVersion !== ctx.params.expectedVersion) return record;
+					const next = applyMove(record, "RECEIVED", new Date().toISOString(), { reason: "VERIFIER_UNAVAILABLE" });
+					return (await commit(record, next)) ? next : mustGet(record.id);
+				}
+			},
+
+			/** PATCH /intents/{id}/status, after `leases` has checked the Cranker's standing. */
+			updateStatus: {
+				params: { ...updateStatusParams, $$strict: false, crankerAllowed: "boolean" },
+				async handler(ctx: Context<UpdateStatusRequest & { id: string; crankerAllowed: boolean }>) {
+					const { id, crankerAllowed, ...request } = ctx.params;
+					const record = await mustGet(id);
+					const decision = decideStatusUpdate(record, request, { now: new Date(), leaseTtlMs: config.leaseTtlMs, crankerAllowed });
+					if (decision.kind === "replay") return toWorkerView(record);
+					if (await commit(record, decision.next)) return toWorkerView(decision.next);
+					const current = await mustGet(id);
+					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
+				}
+			},
+
+			/** Internal: moves an intent to REJECTED/EXPIRED now if it has expired; true when it is (now) expired. */
+			expireIfDue: {
+				params: { id: recordRef },
+				async handler(ctx: Context<{ id: string }>): Promise<boolean> {
+					const record = await mustGet(ctx.params.id);
+					if (!EXPIRABLE_STATES.includes(record.state) || !isExpired(record, Date.now(), slots.latest())) return false;
+					await reject(record, "EXPIRED", "the authorization expired before submission", new Date().toISOString());
+					return true;
+				}
+			},
+
+			/** Internal: returns CRANKER_LEASED intents whose lease has lapsed to VERIFIED. */
+			releaseExpiredLeases: {
+				params: {},
+				async handler(): Promise<number> {
+					const at = new Date().toISOString();
+					const lapsed = await intents.list({ where: { state: "CRANKER_LEASED", leaseExpiresAt: { lte: at } }, limit: SWEEP_BATCH });
+					let released = 0;
+					for (const record of lapsed) if (await commit(record, applyMove(record, "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" }))) released++;
+					return released;
+				}
+			},
+
+			/** Internal: the latest slot observed, for the other owners' expiry checks. */
+			latestSlot: {
+				params: {},
+				handler: () => slots.latest()
+			},
+
+			/** Internal: EpochStatus (SPEC §8) over the live intents of the open epoch and earlier. */
+			epochStatus: {
+				params: {},
+				async handler(ctx: Context) {
+					const { epoch, startedAt } = await ctx.call<{ epoch: number; startedAt: string }>("epochs.current");
+					const where = { epoch: { lte: epoch } };
+					const byState = await intents.countBy("state", where);
+					const volume: Record<string, bigint> = {};
+					// Sums the executed amounts per mint (u64 strings: BigInt, never JS numbers).
+					for (const record of await intents.list({ where: { ...where, state: "CONFIRMED" } }))
+						volume[record.request.tokenMintAddress] = (volume[record.request.tokenMintAddress] ?? 0n) + BigInt(record.request.amount);
+					return {
+						epoch,
+						startedAt,
+						intents: {
+							received: Object.values(byState).reduce((sum, n) => sum + n, 0),
+							executed: byState.CONFIRMED ?? 0,
+							canceled: byState.REJECTED ?? 0
+						},
+						volume: Object.fromEntries(Object.entries(volume).map(([mint, total]) => [mint, total.toString()]))
+					};
+				}
+			},
+
+			/** Internal: number of intents per state (every state present, zero included). */
+			counts: {
+				params: {},
+				async handler(): Promise<Record<IntentState, number>> {
+					const counts = await intents.countBy("state");
+					return Object.fromEntries(INTENT_STATES.map(s => [s, counts[s] ?? 0])) as Record<IntentState, number>;
+				}
+			}
+		},
+
+		async started() {
+			await slots.start();
+		},
+
+		stopped() {
+			slots.stop();
+		}
+	};
+}

@@ -1,0 +1,65 @@
+/**
+ * verifier: pure verification of signed payment authorizations (SPEC §1). Stateless and
+ * horizontally scaled; callers reach it with the Shard strategy keyed by the sender's wallet, so a
+ * sender's intents stay on one verifier (and its key cache) while the pool grows.
+ */
+import type { Context, ServiceSchema } from "moleculer";
+import type { Config } from "../lib/config";
+import type { CreateIntentRequest } from "../lib/intents";
+import type { ActiveRoute } from "../lib/registry";
+import { createIntentParams } from "../lib/schemas";
+import { SlotObserver } from "../lib/slot-observer";
+import { verifyPaymentAuthorization, type VerificationResult } from "../lib/verification";
+
+/** Routes change rarely; the TTL bounds how long a lost change event can leave a stale entry. */
+const ROUTE_CACHE_TTL_MS = 5000;
+
+export function verifierService(config: Config): ServiceSchema {
+	const routeCache = new Map<string, { route: ActiveRoute | null; until: number }>();
+	const slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs);
+
+	async function routeOf(ctx: Context, tin: string): Promise<ActiveRoute | null> {
+		const cached = routeCache.get(tin);
+		if (cached && cached.until > Date.now()) return cached.route;
+		const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
+		routeCache.set(tin, { route, until: Date.now() + ROUTE_CACHE_TTL_MS });
+		return route;
+	}
+
+	return {
+		name: "verifier",
+
+		actions: {
+			verify: {
+				strategy: "Shard",
+				strategyOptions: { shardKey: "request.senderWallet" },
+				params: { request: { type: "object", props: createIntentParams } },
+				async handler(ctx: Context<{ request: CreateIntentRequest }>): Promise<VerificationResult> {
+					const { request } = ctx.params;
+					return verifyPaymentAuthorization(request, {
+						nowMs: Date.now(),
+						latestSlot: slots.latest(),
+						route: await routeOf(ctx, request.recipientTin)
+					});
+				}
+			}
+		},
+
+		events: {
+			"registry.routeChanged": {
+				params: { tin: "string" },
+				handler(ctx: Context<{ tin: string }>) {
+					routeCache.delete(ctx.params.tin);
+				}
+			}
+		},
+
+		async started() {
+			await slots.start();
+		},
+
+		stopped() {
+			slots.stop();
+		}
+	};
+}

@@ -1,0 +1,370 @@
+/**
+ * The store contract: the same tests against every adapter, so that the embedded (SQLite) and the
+ * distributed (MongoDB) mode cannot drift apart. SQLite always runs, on a real file; MongoDB runs
+ * against MONGO_URL, else against mongodb-memory-server when it can start one, else it is reported
+ * as skipped.
+ */
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { MongoClient } from "mongodb";
+import { MongoMemoryServer } from "mongodb-memory-server-core";
+import { mongoDatabaseName, openStore, type Collection, type CollectionSpec, type Doc, type Store } from "../../lib/store";
+import { MongoStore } from "../../lib/store/mongodb";
+
+interface Item extends Doc {
+	status?: string | null;
+	rank?: number | null;
+	active?: boolean;
+	paymentId?: string | null;
+	payer?: string | null;
+	nonce?: number | null;
+	version?: number;
+	[extra: string]: unknown;
+}
+
+function itemSpec(name: string): CollectionSpec {
+	return {
+		name,
+		fields: { status: "text", rank: "integer", active: "integer", paymentId: "text", payer: "text", nonce: "integer", version: "integer" },
+		unique: [["paymentId"], ["payer", "nonce"]],
+		indexes: [["status", "rank"]]
+	};
+}
+
+const ids = (docs: Doc[]) => docs.map(d => d.id);
+const sortedIds = (docs: Doc[]) => ids(docs).sort();
+
+function describeStoreContract(name: string, open: () => Promise<Store>, cleanup: () => Promise<void>, run = true): void {
+	(run ? describe : describe.skip)(`${name} store contract`, () => {
+		let store: Store;
+		let collections = 0;
+		const fresh = () => store.collection<Item>(itemSpec(`items_${++collections}`));
+
+		beforeAll(async () => {
+			store = await open();
+		});
+
+		afterAll(async () => {
+			await store?.close();
+			await cleanup();
+		});
+
+		test("reports its kind", () => {
+			expect(store.kind).toBe(name);
+		});
+
+		test("insert writes a document and refuses a taken id", async () => {
+			const items = await fresh();
+			expect(await items.insert({ id: "a", status: "open", rank: 1 })).toBe(true);
+			expect(await items.insert({ id: "a", status: "other", rank: 2 })).toBe(false);
+			expect(await items.get("a")).toStrictEqual({ id: "a", status: "open", rank: 1 });
+			expect(await items.get("missing")).toBeNull();
+			expect(await items.count()).toBe(1);
+		});
+
+		test("insert refuses a taken unique group and writes nothing", async () => {
+			const items = await fresh();
+			expect(await items.insert({ id: "a", paymentId: "p1", payer: "alice", nonce: 1 })).toBe(true);
+			expect(await items.insert({ id: "b", paymentId: "p1", payer: "bob", nonce: 1 })).toBe(false);
+			expect(await items.insert({ id: "c", paymentId: "p2", payer: "alice", nonce: 1 })).toBe(false);
+			expect(await items.insert({ id: "d", paymentId: "p3", payer: "alice", nonce: 2 })).toBe(true);
+			expect(await items.get("b")).toBeNull();
+			expect(await items.get("c")).toBeNull();
+			expect(sortedIds(await items.list())).toEqual(["a", "d"]);
+		});
+
+		test("a unique group binds only documents whose fields in it are all non-null", async () => {
+			const items = await fresh();
+			expect(await items.insert({ id: "a", paymentId: null, payer: "alice", nonce: null })).toBe(true);
+			expect(await items.insert({ id: "b", paymentId: null, payer: "alice", nonce: null })).toBe(true);
+			expect(await items.insert({ id: "c" })).toBe(true);
+			expect(await items.insert({ id: "d" })).toBe(true);
+			expect(await items.count()).toBe(4);
+		});
+
+		test("findOne returns a matching document or null", async () => {
+			const items = await fresh();
+			await items.insert({ id: "a", paymentId: "p1", status: "open" });
+			await items.insert({ id: "b", paymentId: "p2", status: "done" });
+			expect(await items.findOne({ paymentId: "p2" })).toStrictEqual({ id: "b", paymentId: "p2", status: "done" });
+			expect(await items.findOne({ paymentId: "p1", status: "done" })).toBeNull();
+		});
+
+		test("documents round-trip exactly, nested objects and arrays included", async () => {
+			const items = await fresh();
+			const doc: Item = {
+				id: "r1",
+				status: "open",
+				rank: 7,
+				active: true,
+				paymentId: null,
+				payload: { nested: { list: [1, "two", null, { three: 3.5 }, [false]], empty: {}, none: [] } },
+				big: Number.MAX_SAFE_INTEGER,
+				fraction: -0.25,
+				text: 'héllo ✓ "quoted"\n',
+				tags: ["x", "y"]
+			};
+			await items.insert(doc);
+			expect(await items.get("r1")).toStrictEqual(doc);
+			expect(await items.findOne({ status: "open" })).toStrictEqual(doc);
+			expect(await items.list()).toStrictEqual([doc]);
+		});
+
+		test("undefined properties are left out", async () => {
+			const items = await fresh();
+			await items.insert({ id: "a", status: undefined, note: undefined });
+			expect(await items.get("a")).toStrictEqual({ id: "a" });
+		});
+
+		test("a declared field must hold a scalar", async () => {
+			const items = await fresh();
+			await expect(items.insert({ id: "a", status: { nested: true } as unknown as string })).rejects.toThrow(/must be a scalar/);
+			expect(await items.count()).toBe(0);
+		});
+
+		describe("update", () => {
+			test("replaces the document while it matches the expectation", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: "open", version: 1, paymentId: "p1" });
+				expect(await items.update("a", { version: 1, status: "open" }, { id: "a", status: "done", version: 2, extra: [1] })).toBe(true);
+				// A replacement: fields left out of `next` are gone, from the document and from queries.
+				expect(await items.get("a")).toStrictEqual({ id: "a", status: "done", version: 2, extra: [1] });
+				expect(await items.findOne({ paymentId: "p1" })).toBeNull();
+				expect(await items.insert({ id: "b", paymentId: "p1" })).toBe(true);
+			});
+
+			test("refuses when the document no longer matches", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: "open", version: 2 });
+				expect(await items.update("a", { version: 1 }, { id: "a", status: "done", version: 2 })).toBe(false);
+				expect(await items.update("a", { version: 2, status: "done" }, { id: "a", status: "done", version: 3 })).toBe(false);
+				expect(await items.get("a")).toStrictEqual({ id: "a", status: "open", version: 2 });
+			});
+
+			test("refuses a missing id", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", version: 1 });
+				expect(await items.update("b", { version: 1 }, { id: "b", version: 2 })).toBe(false);
+				expect(await items.update("b", {}, { id: "b", version: 2 })).toBe(false);
+				expect(await items.get("b")).toBeNull();
+				expect(await items.count()).toBe(1);
+			});
+
+			test("an expectation on id cannot redirect the update to another document", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", version: 1 });
+				await items.insert({ id: "b", version: 1 });
+				expect(await items.update("c", { id: { in: ["a", "b"] } }, { id: "c", version: 2 })).toBe(false);
+				expect(await items.list({ orderBy: ["id", "asc"] })).toStrictEqual([
+					{ id: "a", version: 1 },
+					{ id: "b", version: 1 }
+				]);
+			});
+
+			test("lets exactly one of racing updates with the same expectation win", async () => {
+				const spec = itemSpec(`items_${++collections}`);
+				const items = await store.collection<Item>(spec);
+				const other = await open();
+				try {
+					const otherItems = await other.collection<Item>(spec);
+					await items.insert({ id: "a", version: 1 });
+					const contenders = Array.from({ length: 8 }, (_, i) => ({ id: "a", version: 2, winner: i }));
+					const results = await Promise.all(contenders.map((next, i) => (i % 2 ? otherItems : items).update("a", { version: 1 }, next)));
+					expect(results.filter(Boolean)).toHaveLength(1);
+					expect(await items.get("a")).toStrictEqual(contenders[results.indexOf(true)]);
+				} finally {
+					await other.close();
+				}
+			});
+
+			test("fails and changes nothing when next takes a unique group", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", paymentId: "p1", version: 1 });
+				await items.insert({ id: "b", paymentId: "p2", version: 1 });
+				await expect(items.update("b", { version: 1 }, { id: "b", paymentId: "p1", version: 2 })).rejects.toThrow();
+				expect(await items.get("b")).toStrictEqual({ id: "b", paymentId: "p2", version: 1 });
+			});
+
+			test("cannot change a document's id", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", version: 1 });
+				await expect(items.update("a", {}, { id: "b", version: 2 })).rejects.toThrow(/cannot change/);
+			});
+		});
+
+		describe("queries", () => {
+			const docs: Item[] = [
+				{ id: "a", status: "open", rank: 3, active: true },
+				{ id: "b", status: "open", rank: 1, active: false },
+				{ id: "c", status: "done", rank: 2, active: true },
+				{ id: "d", status: null, rank: 2, active: false },
+				{ id: "e", rank: null, active: true }
+			];
+			let items: Collection<Item>;
+
+			beforeAll(async () => {
+				items = await fresh();
+				for (const doc of docs) expect(await items.insert(doc)).toBe(true);
+			});
+
+			test.each([
+				["equality", { status: "open" }, ["a", "b"]],
+				["equality on a boolean", { active: true }, ["a", "c", "e"]],
+				["equality on false", { active: false }, ["b", "d"]],
+				["null equality (null or missing)", { status: null }, ["d", "e"]],
+				["in", { status: { in: ["open", "done"] } }, ["a", "b", "c"]],
+				["in with null", { status: { in: [null, "done"] } }, ["c", "d", "e"]],
+				["in nothing", { status: { in: [] } }, []],
+				["in on id", { id: { in: ["a", "c", "z"] } }, ["a", "c"]],
+				["lt", { rank: { lt: 2 } }, ["b"]],
+				["lte", { rank: { lte: 2 } }, ["b", "c", "d"]],
+				["gt", { rank: { gt: 2 } }, ["a"]],
+				["gte", { rank: { gte: 2 } }, ["a", "c", "d"]],
+				["a comparison with null matches nothing", { rank: { lte: null } }, []],
+				["ne null", { status: { ne: null } }, ["a", "b", "c"]],
+				["ne a value (nulls included)", { status: { ne: "open" } }, ["c", "d", "e"]],
+				["every condition must hold", { status: "open", rank: { gt: 1 } }, ["a"]]
+			] as const)("where: %s", async (_label, where, expected) => {
+				expect(sortedIds(await items.list({ where }))).toEqual(expected);
+				expect(await items.count(where)).toBe(expected.length);
+			});
+
+			test.each([
+				["rank asc: nulls first, ties by id", ["rank", "asc"], ["e", "b", "c", "d", "a"]],
+				["rank desc: nulls last, ties by id desc", ["rank", "desc"], ["a", "d", "c", "b", "e"]],
+				["status asc: null and missing alike", ["status", "asc"], ["d", "e", "c", "a", "b"]],
+				["id desc", ["id", "desc"], ["e", "d", "c", "b", "a"]]
+			] as const)("orderBy %s", async (_label, orderBy, expected) => {
+				expect(ids(await items.list({ orderBy }))).toEqual(expected);
+			});
+
+			test("limit", async () => {
+				expect(ids(await items.list({ orderBy: ["rank", "asc"], limit: 2 }))).toEqual(["e", "b"]);
+				expect(ids(await items.list({ where: { active: true }, orderBy: ["rank", "desc"], limit: 2 }))).toEqual(["a", "c"]);
+				expect(await items.list({ limit: 0 })).toEqual([]);
+				expect(await items.list({ limit: 10 })).toHaveLength(docs.length);
+			});
+
+			test("count and countBy", async () => {
+				expect(await items.count()).toBe(5);
+				expect(await items.countBy("status")).toEqual({ open: 2, done: 1, null: 2 });
+				expect(await items.countBy("rank", { active: true })).toEqual({ "3": 1, "2": 1, null: 1 });
+				expect(await items.countBy("status", { status: { in: [] } })).toEqual({});
+				// SQLite keeps booleans as 0 and 1 in its columns.
+				expect(await items.countBy("active")).toEqual({ "1": 3, "0": 2 });
+			});
+
+			test("undeclared fields are refused", async () => {
+				await expect(items.list({ where: { colour: "red" } })).rejects.toThrow(/not declared/);
+				await expect(items.list({ orderBy: ["colour", "asc"] })).rejects.toThrow(/not declared/);
+				await expect(items.count({ colour: "red" })).rejects.toThrow(/not declared/);
+				await expect(items.countBy("colour")).rejects.toThrow(/not declared/);
+				await expect(items.findOne({ colour: "red" })).rejects.toThrow(/not declared/);
+			});
+		});
+
+		test("data and unique groups survive closing and reopening the store", async () => {
+			const spec = itemSpec(`items_${++collections}`);
+			const before = await store.collection<Item>(spec);
+			await before.insert({ id: "a", paymentId: "p1", version: 1, payload: { list: [1, 2] } });
+			expect(await before.update("a", { version: 1 }, { id: "a", paymentId: "p1", version: 2, payload: { list: [3] } })).toBe(true);
+			await store.close();
+
+			store = await open();
+			const after = await store.collection<Item>(spec);
+			expect(await after.get("a")).toStrictEqual({ id: "a", paymentId: "p1", version: 2, payload: { list: [3] } });
+			expect(await after.insert({ id: "b", paymentId: "p1" })).toBe(false);
+			expect(await after.update("a", { version: 2 }, { id: "a", version: 3 })).toBe(true);
+		});
+	});
+}
+
+// SQLite: a real file in a fresh directory, opened the way the services open it.
+const sqliteDir = fs.mkdtempSync(path.join(os.tmpdir(), "scs-store-"));
+describeStoreContract(
+	"sqlite",
+	() => openStore({ kind: "sqlite", dataDir: sqliteDir, mongoUrl: null, owner: "contract" }),
+	async () => fs.rmSync(sqliteDir, { recursive: true, force: true })
+);
+
+test("openStore keeps one SQLite file per owner", async () => {
+	const dir = fs.mkdtempSync(path.join(os.tmpdir(), "scs-store-"));
+	try {
+		const store = await openStore({ kind: "sqlite", dataDir: path.join(dir, "nested"), mongoUrl: null, owner: "mempool" });
+		await store.close();
+		expect(fs.existsSync(path.join(dir, "nested", "mempool.sqlite"))).toBe(true);
+	} finally {
+		fs.rmSync(dir, { recursive: true, force: true });
+	}
+});
+
+test("openStore needs a URL for MongoDB", async () => {
+	await expect(openStore({ kind: "mongodb", dataDir: os.tmpdir(), mongoUrl: null, owner: "mempool" })).rejects.toThrow(/MONGO_URL/);
+});
+
+test.each([
+	["mongodb://localhost:27017", "scs"],
+	["mongodb://localhost:27017/", "scs"],
+	["mongodb://localhost/?w=majority", "scs"],
+	["mongodb://localhost:27017/settlement", "settlement"],
+	["mongodb://user:p%40ss@a:27017,b:27017/settlement?replicaSet=rs0", "settlement"],
+	["mongodb+srv://cluster0.example.net/prod%2Dscs?retryWrites=true", "prod-scs"]
+])("mongoDatabaseName(%s) is %s", (url, name) => {
+	expect(mongoDatabaseName(url)).toBe(name);
+});
+
+/**
+ * Whether mongodb-memory-server can start a server here: null if it can, else why not. Jest
+ * registers tests synchronously, so this runs in a child process, which also keeps a stalled
+ * binary download from outliving the 15 s budget or holding the test process open.
+ */
+function memoryServerUnavailable(): string | null {
+	const probe = `
+		const { MongoBinary, MongoMemoryServer } = require("mongodb-memory-server-core");
+		(async () => {
+			await MongoBinary.getPath(); // first, so that a failed download leaves no instance directory behind
+			await (await MongoMemoryServer.create()).stop();
+		})().then(
+			() => process.exit(0),
+			error => { process.stderr.write("\\nPROBE-ERROR " + String(error && error.message).replace(/\\s+/g, " ") + "\\n"); process.exit(1); }
+		);`;
+	const result = spawnSync(process.execPath, ["-e", probe], { cwd: path.resolve(__dirname, "../.."), encoding: "utf8", timeout: 15_000 });
+	if (result.error) return (result.error as NodeJS.ErrnoException).code === "ETIMEDOUT" ? "timed out after 15 s" : result.error.message;
+	if (result.status === 0) return null;
+	return /PROBE-ERROR (.*)/.exec(result.stderr)?.[1].trim() ?? `probe exited with ${result.status ?? result.signal}`;
+}
+
+const mongoUrl = process.env.MONGO_URL?.trim();
+if (mongoUrl) {
+	// A database of its own, so that the suite never touches the one MONGO_URL names.
+	const dbName = `scs_contract_${process.pid}_${Date.now()}`;
+	describeStoreContract(
+		"mongodb",
+		() => MongoStore.connect(mongoUrl, dbName),
+		async () => {
+			const client = await MongoClient.connect(mongoUrl);
+			try {
+				await client.db(dbName).dropDatabase();
+			} finally {
+				await client.close();
+			}
+		}
+	);
+} else {
+	const unavailable = memoryServerUnavailable();
+	if (unavailable) console.warn(`MongoDB store contract NOT RUN: no MONGO_URL and mongodb-memory-server could not start a server (${unavailable})`);
+	let server: Promise<MongoMemoryServer> | undefined;
+	describeStoreContract(
+		"mongodb",
+		async () => {
+			server ??= MongoMemoryServer.create();
+			return openStore({ kind: "mongodb", dataDir: os.tmpdir(), mongoUrl: (await server).getUri("scs_contract"), owner: "contract" });
+		},
+		async () => {
+			await (await server)?.stop();
+		},
+		!unavailable
+	);
+}

@@ -5,7 +5,7 @@ module.exports = {
 	testMatch: ["**/*.test.ts"],
 	transform: {
 		// @noble and @scure ship ESM only; ts-jest compiles them to CommonJS for jest on Node 20.
-		"^.+\\.(ts|js|mjs)$": ["ts-jest", { tsconfig: "tsconfig.json", isolatedModules: true }]
+		"^.+\\.(ts|js|mjs)$": ["ts-jest", { tsconfig: "tsconfig.json" }]
 	},
 	transformIgnorePatterns: ["/node_modules/(?!(@noble|@scure)/)"],
 	testTimeout: 30000,

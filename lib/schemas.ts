@@ -2,6 +2,9 @@
  * Parameter schemas (fastest-validator) for the actions behind the routes, the single source of
  * the wire shapes of SPEC §0–§6. Custom checks push errors of the types listed in
  * VALIDATION_MESSAGES, which the broker's validator is configured with.
+ *
+ * Field rules are functions returning a fresh object: fastest-validator takes a rule object seen
+ * twice in one schema for a cycle and skips its custom check the second time.
  */
 import { AMOUNT_PATTERN, HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN, isAmount, isBase58OfLength, isIsoTime } from "./encoding";
 import { INTENT_STATES } from "./intents";
@@ -11,7 +14,7 @@ type Errors = { type: string; actual?: unknown; expected?: unknown }[];
 
 export const VALIDATION_MESSAGES = {
 	base58Bytes: "The '{field}' field must be base58 of exactly {expected} bytes.",
-	u64: "The '{field}' field must be a decimal amount of base units no greater than 18446744073709551615.",
+	u64: "The '{field}' field must be a decimal amount() of base units no greater than 18446744073709551615.",
 	positiveAmount: "The '{field}' field must be greater than 0.",
 	isoTime: "The '{field}' field must be an ISO-8601 UTC time with milliseconds (2026-11-21T18:00:00.000Z).",
 	luhn: "The '{field}' field must be a 10-digit TIN with a valid Luhn check digit."
@@ -21,55 +24,55 @@ function base58Of(bytes: number) {
 	return { type: "string", max: 128, custom: (value: string, errors: Errors) => (isBase58OfLength(value, bytes) || errors.push({ type: "base58Bytes", expected: bytes, actual: value }), value) };
 }
 
-export const address = base58Of(32);
-export const signature = base58Of(64);
-export const hex64 = { type: "string", pattern: HEX64_PATTERN };
-export const identifier = { type: "string", pattern: IDENTIFIER_PATTERN };
-export const nonce = { type: "string", pattern: NONCE_PATTERN };
-export const isoTime = { type: "string", max: 24, custom: (value: string, errors: Errors) => (isIsoTime(value) || errors.push({ type: "isoTime", actual: value }), value) };
-export const amount = { type: "string", pattern: AMOUNT_PATTERN, custom: (value: string, errors: Errors) => (isAmount(value) || errors.push({ type: "u64", actual: value }), value) };
-export const positiveAmount = {
-	...amount,
+export const address = () => base58Of(32);
+export const signature = () => base58Of(64);
+export const hex64 = () => ({ type: "string", pattern: HEX64_PATTERN });
+export const identifier = () => ({ type: "string", pattern: IDENTIFIER_PATTERN });
+export const nonce = () => ({ type: "string", pattern: NONCE_PATTERN });
+export const isoTime = () => ({ type: "string", max: 24, custom: (value: string, errors: Errors) => (isIsoTime(value) || errors.push({ type: "isoTime", actual: value }), value) });
+export const amount = () => ({ type: "string", pattern: AMOUNT_PATTERN, custom: (value: string, errors: Errors) => (isAmount(value) || errors.push({ type: "u64", actual: value }), value) });
+export const positiveAmount = () => ({
+	...amount(),
 	custom: (value: string, errors: Errors) => {
 		if (!isAmount(value)) errors.push({ type: "u64", actual: value });
 		else if (value === "0") errors.push({ type: "positiveAmount", actual: value });
 		return value;
 	}
-};
-export const tin = { type: "string", pattern: TIN_PATTERN, custom: (value: string, errors: Errors) => (isValidTin(value) || errors.push({ type: "luhn", actual: value }), value) };
-export const slot = { type: "number", integer: true, min: 0, max: Number.MAX_SAFE_INTEGER };
+});
+export const tin = () => ({ type: "string", pattern: TIN_PATTERN, custom: (value: string, errors: Errors) => (isValidTin(value) || errors.push({ type: "luhn", actual: value }), value) });
+export const slot = () => ({ type: "number", integer: true, min: 0, max: Number.MAX_SAFE_INTEGER });
 /** `limit` query parameter of the list routes: 1–500, default 50. */
-export const limit = { type: "number", integer: true, min: 1, max: 500, convert: true, default: 50 };
+export const limit = () => ({ type: "number", integer: true, min: 1, max: 500, convert: true, default: 50 });
 
 export const createIntentParams = {
 	$$strict: true,
-	paymentId: identifier,
-	recipientTin: tin,
-	recipientRouteCommitment: hex64,
+	paymentId: identifier(),
+	recipientTin: tin(),
+	recipientRouteCommitment: hex64(),
 	recipientRouteVersion: { type: "number", integer: true, min: 1, max: Number.MAX_SAFE_INTEGER },
-	tokenMintAddress: address,
-	senderWallet: address,
+	tokenMintAddress: address(),
+	senderWallet: address(),
 	senderAuthorizationMessage: { type: "string", max: 4096 },
-	senderAuthorizationSignature: signature,
-	senderAuthorizationNonce: nonce,
-	senderAuthorizationIssuedAt: isoTime,
-	senderAuthorizationExpiresAt: isoTime,
-	amount: positiveAmount,
-	feeLimit: amount,
-	expiresAtSlot: slot,
+	senderAuthorizationSignature: signature(),
+	senderAuthorizationNonce: nonce(),
+	senderAuthorizationIssuedAt: isoTime(),
+	senderAuthorizationExpiresAt: isoTime(),
+	amount: positiveAmount(),
+	feeLimit: amount(),
+	expiresAtSlot: slot(),
 	senderFundingMode: { type: "string", max: 64 },
 	recipientHash: { type: "string", max: 64, optional: true },
-	transactionCommitment: { ...hex64, optional: true }
+	transactionCommitment: { ...hex64(), optional: true }
 };
 
 export const updateStatusParams = {
 	$$strict: true,
 	id: { type: "string", max: 64 },
 	status: { type: "enum", values: [...INTENT_STATES] },
-	crankerPubkey: address,
+	crankerPubkey: address(),
 	expectedVersion: { type: "number", integer: true, min: 1, max: Number.MAX_SAFE_INTEGER },
-	transactionSignature: { ...signature, optional: true },
-	slot: { ...slot, optional: true },
+	transactionSignature: { ...signature(), optional: true },
+	slot: { ...slot(), optional: true },
 	reason: { type: "string", min: 1, max: 512, optional: true }
 };
 
@@ -78,20 +81,20 @@ export type CrankerRole = (typeof CRANKER_ROLES)[number];
 
 export const heartbeatParams = {
 	$$strict: true,
-	crankerPubkey: address,
+	crankerPubkey: address(),
 	roles: { type: "array", min: 1, max: 3, unique: true, items: { type: "enum", values: [...CRANKER_ROLES] } },
 	liquidity: {
 		type: "array",
 		max: 64,
-		items: { type: "object", strict: true, props: { tokenMintAddress: address, available: amount } }
+		items: { type: "object", strict: true, props: { tokenMintAddress: address(), available: amount() } }
 	},
 	version: { type: "string", max: 64, optional: true },
-	sentAt: isoTime,
-	signature
+	sentAt: isoTime(),
+	signature: signature()
 };
 
 export const payoutAuthorizationParams = {
 	$$strict: true,
 	workId: { type: "string", max: 64 },
-	crankerPubkey: address
+	crankerPubkey: address()
 };

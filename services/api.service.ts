@@ -22,7 +22,9 @@ export function toWireError(err: WireError): ServiceError {
 		case "entity.too.large":
 			return new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`);
 		case "entity.parse.failed":
-			return new ServiceError("VALIDATION_ERROR", "The request body is not valid JSON");
+			return new ServiceError("VALIDATION_ERROR", "The request body is not valid JSON", [
+				{ type: "json", field: "$body", message: "The body must be a JSON document without the key __proto__." }
+			]);
 		case "RATE_LIMIT_EXCEEDED":
 		case undefined:
 			if (err.code === 429 || err.name === "RateLimitExceeded") return new ServiceError("RATE_LIMITED", "Too many requests; retry later");
@@ -52,7 +54,12 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		return req.socket.remoteAddress ?? "unknown";
 	};
 
-	const jsonBody = { json: { limit: MAX_BODY_BYTES, strict: false }, urlencoded: false };
+	// "__proto__" would become the params' prototype when the gateway merges them, dodging the strict schema.
+	const reviver = (key: string, value: unknown) => {
+		if (key === "__proto__") throw new SyntaxError("forbidden key __proto__");
+		return value;
+	};
+	const jsonBody = { json: { limit: MAX_BODY_BYTES, strict: false, reviver }, urlencoded: false };
 	const common = { mappingPolicy: "restrict" as const, bodyParsers: jsonBody, mergeParams: true, logging: true, autoAliases: false };
 
 	return {

@@ -86,7 +86,7 @@ export function crankersService(config: Config): ServiceSchema {
 
 			/** Internal: is this Cranker an online, allowed operator with the role? */
 			isAllowed: {
-				params: { crankerPubkey: address, role: { type: "enum", values: [...CRANKER_ROLES] } },
+				params: { crankerPubkey: address(), role: { type: "enum", values: [...CRANKER_ROLES] } },
 				async handler(ctx: Context<{ crankerPubkey: string; role: CrankerRole }>): Promise<boolean> {
 					const doc = await crankers.get(ctx.params.crankerPubkey);
 					return !!doc && isOnline(doc, Date.now()) && doc.roles.includes(ctx.params.role) && isOperator(doc.crankerPubkey);

@@ -33,7 +33,7 @@ import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 export const INTENTS_COLLECTION = {
 	name: "intents",
-	fields: { paymentId: "text", state: "text", createdAt: "text", updatedAt: "text", expiresAt: "text", expiresAtSlot: "integer", leaseExpiresAt: "text", epoch: "integer" },
+	fields: { paymentId: "text", state: "text", stateVersion: "integer", createdAt: "text", updatedAt: "text", expiresAt: "text", expiresAtSlot: "integer", leaseExpiresAt: "text", epoch: "integer" },
 	unique: [["paymentId"]],
 	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["state", "leaseExpiresAt"], ["state", "updatedAt"], ["createdAt"]]
 } as const;
@@ -161,7 +161,7 @@ export function mempoolService(config: Config): ServiceSchema {
 				params: {
 					$$strict: true,
 					status: { type: "enum", values: [...INTENT_STATES, ...new Set(Object.values(PUBLIC_STATUS))], optional: true },
-					limit
+					limit: limit()
 				},
 				async handler(ctx: Context<{ status?: string; limit: number }>) {
 					const where: Where = ctx.params.status ? { state: { in: statesOfStatus(ctx.params.status) } } : {};
@@ -172,7 +172,7 @@ export function mempoolService(config: Config): ServiceSchema {
 
 			/** GET /intent-work: VERIFIED intents that have not expired, oldest first. */
 			work: {
-				params: { $$strict: true, limit },
+				params: { $$strict: true, limit: limit() },
 				async handler(ctx: Context<{ limit: number }>) {
 					const now = new Date();
 					const where: Record<string, unknown> = { state: "VERIFIED", expiresAt: { gt: now.toISOString() } };

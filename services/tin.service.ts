@@ -53,7 +53,7 @@ export function tinService(config: Config): ServiceSchema {
 		actions: {
 			/** Internal: the active route of a TIN, or null. */
 			resolve: {
-				params: { tin },
+				params: { tin: tin() },
 				async handler(ctx: Context<{ tin: string }>): Promise<ActiveRoute | null> {
 					const route = await activeRoute(ctx.params.tin);
 					return route && { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion: route.routeVersion, policyCommitment: route.policyCommitment };
@@ -62,7 +62,7 @@ export function tinService(config: Config): ServiceSchema {
 
 			/** GET /registry/tins/{tin} */
 			getRoute: {
-				params: { $$strict: true, tin },
+				params: { $$strict: true, tin: tin() },
 				async handler(ctx: Context<{ tin: string }>) {
 					const route = await activeRoute(ctx.params.tin);
 					if (!route) throw new ServiceError("NOT_FOUND", `TIN ${ctx.params.tin} has no active route`);

@@ -17,7 +17,11 @@ interface Stored extends Document {
 const DUPLICATE_KEY = 11000;
 const OPERATORS = { ne: "$ne", lt: "$lt", lte: "$lte", gt: "$gt", gte: "$gte" } as const;
 
-/** Matches the values a unique group binds. Ranges rather than $type, so that the planner can also use the index for equality lookups. */
+/**
+ * The values a unique group binds, per declared type: any string, any number, never null or a
+ * missing field. Ranges rather than $type, because the planner can prove that an equality lookup
+ * falls inside a range and then use the unique index for it.
+ */
 const PRESENT = { text: { $gte: "" }, integer: { $gte: -Infinity } } as const;
 
 function key(field: string): string {

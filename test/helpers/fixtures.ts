@@ -1,0 +1,102 @@
+/**
+ * Test fixtures built the way a sender's device and a Cranker build them: @noble/curves signs,
+ * the service verifies with node:crypto.
+ */
+import { ed25519 } from "@noble/curves/ed25519.js";
+import { randomBytes } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { buildHeartbeatMessage, buildPaymentMessage } from "../../lib/canonical";
+import { encodeBase58, sha256Hex } from "../../lib/encoding";
+import type { CreateIntentRequest } from "../../lib/intents";
+import type { GenesisRoute } from "../../lib/registry";
+import { tinFromSequence } from "../../lib/tin";
+
+export interface Wallet {
+	address: string;
+	secretKey: Uint8Array;
+	sign(message: string): string;
+}
+
+export function newWallet(): Wallet {
+	const secretKey = ed25519.utils.randomSecretKey();
+	return {
+		address: encodeBase58(ed25519.getPublicKey(secretKey)),
+		secretKey,
+		sign: message => encodeBase58(ed25519.sign(new TextEncoder().encode(message), secretKey))
+	};
+}
+
+export const MINT = encodeBase58(new Uint8Array(32).fill(7));
+
+let tinSequence = 100_000_000 + Math.floor(Math.random() * 1_000_000);
+export function newRoute(overrides: Partial<GenesisRoute> = {}): GenesisRoute {
+	return {
+		tin: tinFromSequence(tinSequence++),
+		routeCommitment: sha256Hex(randomBytes(16)),
+		routeVersion: 1,
+		policyCommitment: sha256Hex(randomBytes(16)),
+		...overrides
+	};
+}
+
+export function writeSeedFile(dir: string, routes: unknown): string {
+	const file = path.join(dir, "registry-seed.json");
+	fs.writeFileSync(file, typeof routes === "string" ? routes : JSON.stringify(routes));
+	return file;
+}
+
+export const iso = (msFromNow: number) => new Date(Date.now() + msFromNow).toISOString();
+
+export function uniqueId(prefix = "pay"): string {
+	return `${prefix}_${randomBytes(9).toString("base64url")}`;
+}
+
+/** A correctly signed CreateIntentRequest; `fields` override what is signed, `after` what is sent. */
+export function signedIntent(
+	wallet: Wallet,
+	route: GenesisRoute,
+	fields: Partial<CreateIntentRequest> = {},
+	after: Partial<Record<keyof CreateIntentRequest, unknown>> = {}
+): CreateIntentRequest {
+	const base = {
+		paymentId: uniqueId(),
+		senderWallet: wallet.address,
+		recipientTin: route.tin,
+		recipientRouteCommitment: route.routeCommitment,
+		recipientRouteVersion: route.routeVersion,
+		tokenMintAddress: MINT,
+		amount: "1500000",
+		feeLimit: "5000",
+		senderFundingMode: "wallet_only_v2",
+		senderAuthorizationNonce: `nonce_${randomBytes(12).toString("base64url")}`,
+		senderAuthorizationIssuedAt: iso(-1000),
+		senderAuthorizationExpiresAt: iso(10 * 60_000),
+		expiresAtSlot: 1_000_000,
+		...fields
+	};
+	const { message, transactionCommitment } = buildPaymentMessage(base);
+	const request: CreateIntentRequest = {
+		...base,
+		senderAuthorizationMessage: message,
+		senderAuthorizationSignature: wallet.sign(message),
+		transactionCommitment
+	};
+	return { ...request, ...after } as CreateIntentRequest;
+}
+
+export function signedHeartbeat(
+	cranker: Wallet,
+	roles: string[] = ["settlement"],
+	overrides: Partial<{ sentAt: string; liquidity: { tokenMintAddress: string; available: string }[]; version: string }> = {}
+) {
+	const sentAt = overrides.sentAt ?? new Date().toISOString();
+	return {
+		crankerPubkey: cranker.address,
+		roles,
+		liquidity: overrides.liquidity ?? [{ tokenMintAddress: MINT, available: "1000000000" }],
+		version: overrides.version ?? "test-1",
+		sentAt,
+		signature: cranker.sign(buildHeartbeatMessage({ crankerPubkey: cranker.address, roles, sentAt }))
+	};
+}

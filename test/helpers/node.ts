@@ -1,0 +1,71 @@
+/**
+ * Starts the real service (every service in one broker, the real moleculer-web gateway on a free
+ * port, SQLite files in a temp DATA_DIR) and talks to it over HTTP.
+ */
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import type { ServiceBroker } from "moleculer";
+import { loadConfig, type Config } from "../../lib/config";
+import { createNode } from "../../services";
+
+export const API_KEY = "test-worker-key-0123456789";
+
+export interface TestNode {
+	url: string;
+	config: Config;
+	broker: ServiceBroker;
+	dataDir: string;
+	http: Http;
+	stop(): Promise<void>;
+}
+
+export interface HttpResponse<T = any> {
+	status: number;
+	body: T;
+	headers: Headers;
+}
+
+export type Http = (method: string, path: string, body?: unknown, headers?: Record<string, string>) => Promise<HttpResponse>;
+
+export function tempDir(prefix = "scs-test-"): string {
+	return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+export async function startNode(env: Record<string, string> = {}, dataDir = tempDir()): Promise<TestNode> {
+	const config = loadConfig({
+		PORT: "0",
+		DATA_DIR: dataDir,
+		WORKER_API_KEYS: API_KEY,
+		RATE_LIMIT_PER_MIN: "0",
+		SWEEP_INTERVAL_MS: "200",
+		LOG_LEVEL: "warn",
+		...env
+	});
+	// TEST_LOG=1 shows the broker log when a test needs debugging.
+	const broker = createNode(config, { ...(process.env.TEST_LOG ? {} : { logger: false }), skipProcessEventRegistration: true });
+	await broker.start();
+	const api = broker.getLocalService("api") as unknown as { server: { address(): { port: number } } };
+	const url = `http://127.0.0.1:${api.server.address().port}`;
+	return { url, config, broker, dataDir, http: httpClient(url), stop: () => broker.stop() };
+}
+
+export function httpClient(url: string, defaultHeaders: Record<string, string> = {}): Http {
+	return async (method, route, body, headers = {}) => {
+		const response = await fetch(url + route, {
+			method,
+			headers: { ...(body !== undefined ? { "content-type": "application/json" } : {}), ...defaultHeaders, ...headers },
+			body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body)
+		});
+		const text = await response.text();
+		let parsed: unknown = text;
+		try {
+			parsed = JSON.parse(text);
+		} catch {
+			// Not JSON: tests assert on the raw text.
+		}
+		return { status: response.status, body: parsed, headers: response.headers };
+	};
+}
+
+export const worker = { "x-api-key": API_KEY };

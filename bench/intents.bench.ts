@@ -50,6 +50,12 @@ interface Options {
 	workerApiKey: string | null;
 }
 
+class UsageError extends Error {
+	override name = "UsageError";
+}
+
+const OPTION_NAMES = ["CONCURRENCY", "COUNT", "WARMUP", "WALLETS", "VERIFY_SECONDS", "BENCH_URL", "BENCH_SEED_FILE", "BENCH_TIN", "WORKER_API_KEY"];
+
 function readArgv(argv: readonly string[]): Record<string, string> {
 	const out: Record<string, string> = {};
 	for (let i = 0; i < argv.length; i++) {
@@ -71,10 +77,12 @@ function readArgv(argv: readonly string[]): Record<string, string> {
 			key = arg.slice(0, eq);
 			value = arg.slice(eq + 1);
 		} else {
-			throw new Error(`unexpected argument "${arg}" (use --name value, --name=value or NAME=value)`);
+			throw new UsageError(`unexpected argument "${arg}" (use --name value, --name=value or NAME=value)`);
 		}
-		if (value === undefined) throw new Error(`option --${key} needs a value`);
-		out[key.replace(/-/g, "_").toUpperCase()] = value;
+		const name = key.replace(/-/g, "_").toUpperCase();
+		if (!OPTION_NAMES.includes(name)) throw new UsageError(`unknown option "${key}"; known: ${OPTION_NAMES.join(", ")}`);
+		if (value === undefined) throw new UsageError(`option --${key} needs a value`);
+		out[name] = value;
 	}
 	return out;
 }
@@ -88,7 +96,7 @@ function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv): Options 
 	const int = (name: string, fallback: number, min: number): number => {
 		const raw = get(name);
 		if (raw == null) return fallback;
-		if (!/^\d+$/.test(raw) || Number(raw) < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${raw}"`);
+		if (!/^\d+$/.test(raw) || Number(raw) < min) throw new UsageError(`${name} must be an integer ≥ ${min}, got "${raw}"`);
 		return Number(raw);
 	};
 	const options: Options = {
@@ -103,7 +111,7 @@ function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv): Options 
 		workerApiKey: get("WORKER_API_KEY")
 	};
 	if (options.url && !options.seedFile)
-		throw new Error("BENCH_URL needs BENCH_SEED_FILE: the registry seed the service was started with (the route to pay comes from it)");
+		throw new UsageError("BENCH_URL needs BENCH_SEED_FILE: the registry seed the service was started with (the route to pay comes from it)");
 	return options;
 }
 
@@ -196,8 +204,10 @@ interface ServiceHandle {
 	stop(): Promise<void>;
 	child: ChildProcess | null;
 	dataDir: string | null;
-	/** The child's last output lines (empty for an external service). */
+	/** The child's first and last output lines (empty for an external service). */
 	output: string[];
+	/** The child's log records counted by message. */
+	logSummary: Record<string, number>;
 }
 
 class StartupError extends Error {
@@ -224,9 +234,16 @@ async function startService(root: string): Promise<ServiceHandle> {
 	const output: string[] = [];
 	const tail: string[] = [];
 	let dropped = 0;
+	// Log records counted by message (timestamp removed), so a warning per request shows as one line.
+	const summary: Record<string, number> = {};
 	const keep = (prefix: string) => (chunk: Buffer) => {
 		for (const line of chunk.toString("utf8").split("\n")) {
 			if (!line.trim()) continue;
+			const record = /^\[\d\d:\d\d:\d\d\.\d{3}Z\]\s+(.*)$/.exec(line);
+			if (record) {
+				const message = record[1].trim().slice(0, 300);
+				if (message in summary || Object.keys(summary).length < 50) summary[message] = (summary[message] ?? 0) + 1;
+			}
 			if (output.length < 60) output.push(`${prefix}${line}`);
 			else {
 				tail.push(`${prefix}${line}`);
@@ -315,7 +332,7 @@ async function startService(root: string): Promise<ServiceHandle> {
 		cleanup();
 		throw new StartupError(`${failure}\n--- service output ---\n${output.join("\n") || "(none)"}`);
 	}
-	return { url, route, workerApiKey, stop, child, dataDir, output };
+	return { url, route, workerApiKey, stop, child, dataDir, output, logSummary: summary };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -510,7 +527,7 @@ async function main(): Promise<number> {
 		const url = options.url.replace(/\/+$/, "");
 		const ready = await httpGet(`${url}/health/ready`, 5000);
 		if (ready !== 200) throw new StartupError(`GET ${url}/health/ready answered ${ready || "nothing"}, not 200`);
-		service = { url, route, workerApiKey: options.workerApiKey, stop: async () => {}, child: null, dataDir: null, output: [] };
+		service = { url, route, workerApiKey: options.workerApiKey, stop: async () => {}, child: null, dataDir: null, output: [], logSummary: {} };
 		log(`using the running service at ${url} (TIN ${route.tin})`);
 	} else {
 		log("starting node dist/index.js …");
@@ -577,6 +594,7 @@ async function main(): Promise<number> {
 		const notAccepted = measured.sent - accepted;
 		const intentsPerSec = accepted / wallSeconds;
 		const ratio = intentsPerSec / verifyResult.rawPerSec;
+		const warmFailed = !!warm && warm.sent !== (warm.statuses["201"] ?? 0);
 		const cpus = os.cpus();
 		const cpuModel = cpus[0]?.model?.trim() ?? "unknown";
 		const cores = typeof os.availableParallelism === "function" ? os.availableParallelism() : cpus.length;
@@ -608,7 +626,8 @@ async function main(): Promise<number> {
 			warmupErrorSamples: warm?.errorSamples ?? null,
 			mempoolCountsAfter: mempoolCounts,
 			receivedAfter: unverified,
-			serviceOutput: service.output,
+			serviceLogSummary: service.logSummary,
+			serviceOutput: notAccepted > 0 || warmFailed ? service.output : service.output.slice(0, 10),
 			rawVerifiesPerSec: verifyResult.rawPerSec,
 			libVerifySignaturePerSec: verifyResult.libPerSec,
 			ratioIntentsToRawVerifies: ratio,
@@ -642,7 +661,8 @@ async function main(): Promise<number> {
 			`results: ${path.relative(process.cwd(), file) || file}`
 		];
 		for (const [status, list] of Object.entries(measured.errorSamples)) out.push(`non-201 ${status} (${measured.statuses[status]}×), e.g. ${list[0]}`);
-		if (service.output.length && (notAccepted > 0 || (warm && warm.sent !== (warm.statuses["201"] ?? 0))))
+		for (const [message, n] of Object.entries(service.logSummary)) out.push(`service log: ${n} × ${message}`);
+		if (service.output.length && (notAccepted > 0 || warmFailed))
 			out.push("--- service output (first and last lines) ---", ...service.output.slice(0, 40), ...(service.output.length > 40 ? ["…", ...service.output.slice(-20)] : []));
 		process.stdout.write(`${out.join("\n")}\n`);
 
@@ -664,6 +684,7 @@ main().then(
 	code => process.exit(code),
 	err => {
 		if (err instanceof StartupError) process.stderr.write(`FAIL: the service could not start: ${err.message}\n`);
+		else if (err instanceof UsageError) process.stderr.write(`FAIL: ${err.message}\n`);
 		else process.stderr.write(`FAIL: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
 		process.exit(1);
 	}

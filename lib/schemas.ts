@@ -20,8 +20,19 @@ export const VALIDATION_MESSAGES = {
 	luhn: "The '{field}' field must be a 10-digit TIN with a valid Luhn check digit."
 };
 
+/**
+ * A custom check that reports `type` when `valid` fails. Values that are not strings are left to
+ * the rule's own type check (fastest-validator also runs custom checks on absent optional fields).
+ */
+function check(type: string, valid: (value: string) => boolean, expected?: unknown) {
+	return (value: unknown, errors: Errors) => {
+		if (typeof value === "string" && !valid(value)) errors.push({ type, expected, actual: value });
+		return value;
+	};
+}
+
 function base58Of(bytes: number) {
-	return { type: "string", max: 128, custom: (value: string, errors: Errors) => (isBase58OfLength(value, bytes) || errors.push({ type: "base58Bytes", expected: bytes, actual: value }), value) };
+	return { type: "string", max: 128, custom: check("base58Bytes", value => isBase58OfLength(value, bytes), bytes) };
 }
 
 export const address = () => base58Of(32);
@@ -29,17 +40,14 @@ export const signature = () => base58Of(64);
 export const hex64 = () => ({ type: "string", pattern: HEX64_PATTERN });
 export const identifier = () => ({ type: "string", pattern: IDENTIFIER_PATTERN });
 export const nonce = () => ({ type: "string", pattern: NONCE_PATTERN });
-export const isoTime = () => ({ type: "string", max: 24, custom: (value: string, errors: Errors) => (isIsoTime(value) || errors.push({ type: "isoTime", actual: value }), value) });
-export const amount = () => ({ type: "string", pattern: AMOUNT_PATTERN, custom: (value: string, errors: Errors) => (isAmount(value) || errors.push({ type: "u64", actual: value }), value) });
-export const positiveAmount = () => ({
-	...amount(),
-	custom: (value: string, errors: Errors) => {
-		if (!isAmount(value)) errors.push({ type: "u64", actual: value });
-		else if (value === "0") errors.push({ type: "positiveAmount", actual: value });
-		return value;
-	}
-});
-export const tin = () => ({ type: "string", pattern: TIN_PATTERN, custom: (value: string, errors: Errors) => (isValidTin(value) || errors.push({ type: "luhn", actual: value }), value) });
+export const isoTime = () => ({ type: "string", max: 24, custom: check("isoTime", isIsoTime) });
+export const amount = () => ({ type: "string", pattern: AMOUNT_PATTERN, custom: check("u64", isAmount) });
+export const positiveAmount = () => {
+	const u64 = check("u64", isAmount);
+	const positive = check("positiveAmount", value => value !== "0");
+	return { ...amount(), custom: (value: unknown, errors: Errors) => positive(u64(value, errors), errors) };
+};
+export const tin = () => ({ type: "string", pattern: TIN_PATTERN, custom: check("luhn", isValidTin) });
 export const slot = () => ({ type: "number", integer: true, min: 0, max: Number.MAX_SAFE_INTEGER });
 /** `limit` query parameter of the list routes: 1–500, default 50. */
 export const limit = () => ({ type: "number", integer: true, min: 1, max: 500, convert: true, default: 50 });

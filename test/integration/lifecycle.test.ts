@@ -1,0 +1,327 @@
+/**
+ * The worker side over HTTP: heartbeats, the work list, every row and refusal of SPEC §2.4,
+ * lease races and expiry, payout authorizations, and the intent expiry sweep.
+ */
+import { ed25519 } from "@noble/curves/ed25519.js";
+import { decodeBase58 } from "../../lib/encoding";
+import { buildPayoutMessage, payoutNullifier } from "../../lib/canonical";
+import type { GenesisRoute } from "../../lib/registry";
+import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
+
+const SIG_A = "5".repeat(87);
+const SIG_B = "4".repeat(87);
+
+let node: TestNode;
+let route: GenesisRoute;
+const sender = newWallet();
+const crankerA = newWallet();
+const crankerB = newWallet();
+const verifierOnly = newWallet();
+
+const patch = (id: string, body: Record<string, unknown>) => node.http("PATCH", `/intents/${id}/status`, body, worker);
+const heartbeat = (cranker: Wallet, roles = ["settlement"], overrides = {}) => node.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker, roles, overrides), worker);
+const wait = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+async function verifiedIntent(fields = {}): Promise<{ id: string; stateVersion: number }> {
+	const { status, body } = await node.http("POST", "/intents", signedIntent(sender, route, fields));
+	expect(status).toBe(201);
+	return { id: body.id, stateVersion: 3 };
+}
+
+async function workerView(id: string) {
+	return (await node.http("GET", `/intents/${id}`, undefined, worker)).body;
+}
+
+async function until<T>(probe: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 5000): Promise<T> {
+	const deadline = Date.now() + timeoutMs;
+	for (;;) {
+		const value = await probe();
+		if (done(value) || Date.now() > deadline) return value;
+		await wait(50);
+	}
+}
+
+beforeAll(async () => {
+	route = newRoute();
+	const dataDir = tempDir();
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), LEASE_TTL_MS: "1500" }, dataDir);
+	for (const cranker of [crankerA, crankerB]) expect((await heartbeat(cranker)).status).toBe(200);
+	expect((await heartbeat(verifierOnly, ["verifier"])).status).toBe(200);
+});
+afterAll(() => node?.stop());
+
+describe("POST /crankers/heartbeat", () => {
+	it("records a signed heartbeat and answers the CrankerHeartbeatRecord", async () => {
+		const cranker = newWallet();
+		const hb = signedHeartbeat(cranker, ["settlement", "verifier"]);
+		const { status, body } = await node.http("POST", "/crankers/heartbeat", hb, worker);
+		expect(status).toBe(200);
+		expect(body).toEqual({ crankerPubkey: cranker.address, roles: ["settlement", "verifier"], liquidity: hb.liquidity, version: "test-1", lastSeenAt: expect.any(String), online: true });
+	});
+
+	it("refuses a bad signature (400), a stale or repeated sentAt (409) and bad shapes (422)", async () => {
+		const cranker = newWallet();
+		const forged = { ...signedHeartbeat(cranker), signature: crankerB.sign("something else") };
+		expect((await node.http("POST", "/crankers/heartbeat", forged, worker)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE" });
+
+		const old = await heartbeat(cranker, ["settlement"], { sentAt: iso(-61_000) });
+		expect(old.body).toMatchObject({ code: 409, type: "STALE_HEARTBEAT" });
+		const ahead = await heartbeat(cranker, ["settlement"], { sentAt: iso(61_000) });
+		expect(ahead.body).toMatchObject({ code: 409, type: "STALE_HEARTBEAT" });
+
+		const sentAt = iso(0);
+		expect((await heartbeat(cranker, ["settlement"], { sentAt })).status).toBe(200);
+		expect((await heartbeat(cranker, ["settlement"], { sentAt })).body).toMatchObject({ code: 409, type: "STALE_HEARTBEAT" });
+		expect((await heartbeat(cranker, ["settlement"], { sentAt: iso(-5000) })).body).toMatchObject({ code: 409, type: "STALE_HEARTBEAT" });
+
+		for (const bad of [{ roles: ["admin"] }, { roles: [] }, { liquidity: [{ tokenMintAddress: cranker.address, available: "-1" }] }, { extra: true }])
+			expect((await node.http("POST", "/crankers/heartbeat", { ...signedHeartbeat(cranker), ...bad }, worker)).status).toBe(422);
+	});
+
+	it("refuses operators outside CRANKER_OPERATORS with 403", async () => {
+		const allowed = newWallet();
+		const restricted = await startNode({ CRANKER_OPERATORS: allowed.address });
+		try {
+			const refused = await restricted.http("POST", "/crankers/heartbeat", signedHeartbeat(newWallet()), worker);
+			expect(refused.body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
+			expect((await restricted.http("POST", "/crankers/heartbeat", signedHeartbeat(allowed), worker)).status).toBe(200);
+		} finally {
+			await restricted.stop();
+		}
+	});
+});
+
+describe("GET /intent-work", () => {
+	it("lists VERIFIED, unexpired intents oldest first as IntentWorkItems", async () => {
+		const first = await verifiedIntent();
+		const second = await verifiedIntent();
+		const { status, body } = await node.http("GET", "/intent-work?limit=500", undefined, worker);
+		expect(status).toBe(200);
+		const ids = body.map((item: { intent: { id: string } }) => item.intent.id);
+		expect(ids.indexOf(first.id)).toBeLessThan(ids.indexOf(second.id));
+		const item = body.find((i: { intent: { id: string } }) => i.intent.id === first.id);
+		expect(item.leaseTtlMs).toBe(1500);
+		expect(item.intent).toMatchObject({ receiverStatus: "VERIFIED", stateVersion: 3, lease: null, senderAuthorizationSignature: expect.any(String) });
+		expect(body.every((i: { intent: { receiverStatus: string } }) => i.intent.receiverStatus === "VERIFIED")).toBe(true);
+		for (const bad of ["0", "501", "x"]) expect((await node.http("GET", `/intent-work?limit=${bad}`, undefined, worker)).status).toBe(422);
+		expect((await node.http("GET", "/intent-work?limit=1", undefined, worker)).body).toHaveLength(1);
+	});
+});
+
+describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
+	it("leases, renews, submits and confirms, with the transaction signature readable once CONFIRMED", async () => {
+		const { id } = await verifiedIntent();
+		const leased = await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		expect(leased.status).toBe(200);
+		expect(leased.body).toMatchObject({ receiverStatus: "CRANKER_LEASED", stateVersion: 4, lease: { crankerPubkey: crankerA.address } });
+		const firstExpiry = Date.parse(leased.body.lease.expiresAt);
+		expect(firstExpiry - Date.parse(leased.body.lease.leasedAt)).toBe(1500);
+
+		await wait(20);
+		const renewed = await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 4 });
+		expect(renewed.body.stateVersion).toBe(4);
+		expect(Date.parse(renewed.body.lease.expiresAt)).toBeGreaterThan(firstExpiry);
+		expect(renewed.body.lease.leasedAt).toBe(leased.body.lease.leasedAt);
+
+		const submitted = await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, slot: 1234 });
+		expect(submitted.body).toMatchObject({ receiverStatus: "SUBMITTED", stateVersion: 5, submission: { transactionSignature: SIG_A, slot: 1234 } });
+		expect((await node.http("GET", `/intents/${id}`)).body).not.toHaveProperty("transactionSignature");
+
+		const confirmed = await patch(id, { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_A });
+		expect(confirmed.body).toMatchObject({ receiverStatus: "CONFIRMED", status: "executed", stateVersion: 6, transactionSignature: SIG_A });
+		expect((await node.http("GET", `/intents/${id}`)).body).toMatchObject({ status: "executed", transactionSignature: SIG_A });
+		expect(confirmed.body.history.map((h: { state: string }) => h.state)).toEqual(["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED"]);
+	});
+
+	it("lets the holder release the lease back to VERIFIED", async () => {
+		const { id } = await verifiedIntent();
+		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		const released = await patch(id, { status: "VERIFIED", crankerPubkey: crankerA.address, expectedVersion: 4 });
+		expect(released.body).toMatchObject({ receiverStatus: "VERIFIED", stateVersion: 5, lease: null });
+		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 5 })).status).toBe(200);
+	});
+
+	it("returns a dropped transaction to VERIFIED (reason required)", async () => {
+		const { id } = await verifiedIntent();
+		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		expect((await patch(id, { status: "VERIFIED", crankerPubkey: crankerA.address, expectedVersion: 5 })).body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
+		const dropped = await patch(id, { status: "VERIFIED", crankerPubkey: crankerA.address, expectedVersion: 5, reason: "blockhash expired" });
+		expect(dropped.body).toMatchObject({ receiverStatus: "VERIFIED", stateVersion: 6, lease: null, submission: null });
+		expect(dropped.body.history.at(-1)).toMatchObject({ state: "VERIFIED", by: crankerA.address, reason: "blockhash expired" });
+	});
+
+	it("rejects from CRANKER_LEASED and from SUBMITTED with a reason", async () => {
+		const leased = await verifiedIntent();
+		await patch(leased.id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		expect((await patch(leased.id, { status: "REJECTED", crankerPubkey: crankerA.address, expectedVersion: 4 })).status).toBe(422);
+		const rejected = await patch(leased.id, { status: "REJECTED", crankerPubkey: crankerA.address, expectedVersion: 4, reason: "insufficient liquidity" });
+		expect(rejected.body).toMatchObject({ receiverStatus: "REJECTED", status: "canceled", rejectionReason: "insufficient liquidity" });
+
+		const submitted = await verifiedIntent();
+		await patch(submitted.id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		await patch(submitted.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		const refused = await patch(submitted.id, { status: "REJECTED", crankerPubkey: crankerA.address, expectedVersion: 5, reason: "program refused: nullifier used" });
+		expect(refused.body).toMatchObject({ receiverStatus: "REJECTED", stateVersion: 6 });
+		// A canceled intent is not a verification failure: replaying its body answers the record.
+		expect((await node.http("GET", `/intents/${submitted.id}`)).body.status).toBe("canceled");
+	});
+
+	it("answers a re-sent successful update with 200 and no second transition", async () => {
+		const { id } = await verifiedIntent();
+		const lease = { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 };
+		const first = await patch(id, lease);
+		const again = await patch(id, lease);
+		expect(again.status).toBe(200);
+		expect(again.body.stateVersion).toBe(first.body.stateVersion);
+		expect(again.body.history).toHaveLength(first.body.history.length);
+		const submit = { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A };
+		await patch(id, submit);
+		const resent = await patch(id, submit);
+		expect(resent.status).toBe(200);
+		expect(resent.body).toMatchObject({ stateVersion: 5, receiverStatus: "SUBMITTED" });
+		// Another Cranker sending the same body is no replay.
+		expect((await patch(id, { ...submit, crankerPubkey: crankerB.address })).status).toBe(409);
+	});
+});
+
+describe("PATCH refusals, in SPEC §2.4 order", () => {
+	it("404 for an unknown id", async () => {
+		expect((await patch("int_missing", { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 1 })).body).toMatchObject({ code: 404, type: "NOT_FOUND" });
+	});
+
+	it("409 VERSION_CONFLICT before INVALID_TRANSITION before CRANKER_NOT_ALLOWED", async () => {
+		const { id } = await verifiedIntent();
+		const stranger = newWallet();
+		expect((await patch(id, { status: "CONFIRMED", crankerPubkey: stranger.address, expectedVersion: 2 })).body).toMatchObject({ code: 409, type: "VERSION_CONFLICT" });
+		expect((await patch(id, { status: "CONFIRMED", crankerPubkey: stranger.address, expectedVersion: 3 })).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
+		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: stranger.address, expectedVersion: 3 })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
+		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: verifierOnly.address, expectedVersion: 3 })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
+		expect((await workerView(id)).stateVersion).toBe(3);
+	});
+
+	it("403 NOT_LEASE_HOLDER for another Cranker, 422 for missing fields", async () => {
+		const { id } = await verifiedIntent();
+		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		expect((await patch(id, { status: "SUBMITTED", crankerPubkey: crankerB.address, expectedVersion: 4, transactionSignature: SIG_B })).body).toMatchObject({ code: 403, type: "NOT_LEASE_HOLDER" });
+		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 4 })).body).toMatchObject({ code: 403, type: "NOT_LEASE_HOLDER" });
+		expect((await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4 })).body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
+		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		expect((await patch(id, { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_B })).status).toBe(422);
+		for (const bad of [{ status: "DONE" }, { expectedVersion: 0 }, { crankerPubkey: "abc" }, { extra: 1 }])
+			expect((await patch(id, { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_A, ...bad })).status).toBe(422);
+	});
+
+	it("lets exactly one of two racing Crankers lease the same intent", async () => {
+		for (let round = 0; round < 5; round++) {
+			const { id } = await verifiedIntent();
+			const answers = await Promise.all([crankerA, crankerB, crankerA, crankerB].map(c => patch(id, { status: "CRANKER_LEASED", crankerPubkey: c.address, expectedVersion: 3 })));
+			const winners = answers.filter(a => a.status === 200);
+			const holders = new Set(winners.map(w => w.body.lease.crankerPubkey));
+			expect(holders.size).toBe(1);
+			expect(answers.filter(a => a.status !== 200).every(a => a.status === 409)).toBe(true);
+			expect((await workerView(id)).lease.crankerPubkey).toBe([...holders][0]);
+		}
+	});
+});
+
+describe("lease expiry", () => {
+	it("returns an unrenewed lease to VERIFIED; the former holder then gets 409", async () => {
+		const other = await verifiedIntent();
+		await patch(other.id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		await wait(1600);
+		const late = await patch(other.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		expect(late.status).toBe(409);
+		expect(["LEASE_EXPIRED", "VERSION_CONFLICT"]).toContain(late.body.type);
+		const swept = await until(() => workerView(other.id), v => v.receiverStatus === "VERIFIED");
+		expect(swept).toMatchObject({ receiverStatus: "VERIFIED", stateVersion: 5, lease: null });
+		expect(swept.history.at(-1)).toMatchObject({ state: "VERIFIED", reason: "LEASE_EXPIRED" });
+		expect((await patch(other.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A })).body.type).toBe("VERSION_CONFLICT");
+		expect((await patch(other.id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 5 })).status).toBe(200);
+	});
+
+	it("never sweeps a SUBMITTED intent; once its lease lapsed another Cranker may finish it", async () => {
+		const { id } = await verifiedIntent();
+		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		expect((await patch(id, { status: "CONFIRMED", crankerPubkey: crankerB.address, expectedVersion: 5, transactionSignature: SIG_A })).body.type).toBe("NOT_LEASE_HOLDER");
+		await wait(1800);
+		expect((await workerView(id)).receiverStatus).toBe("SUBMITTED");
+		const finished = await patch(id, { status: "CONFIRMED", crankerPubkey: crankerB.address, expectedVersion: 5, transactionSignature: SIG_A });
+		expect(finished.body).toMatchObject({ receiverStatus: "CONFIRMED", transactionSignature: SIG_A });
+	});
+});
+
+describe("POST /internal/settlement-authorizations/settlement", () => {
+	const authorize = (workId: string, cranker: Wallet) => node.http("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey: cranker.address }, worker);
+
+	it("issues the signed one-time payout authorization to the lease holder, the same one while valid", async () => {
+		const request = signedIntent(sender, route);
+		const { body: created } = await node.http("POST", "/intents", request);
+		await patch(created.id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		const { status, body } = await authorize(created.id, crankerA);
+		expect(status).toBe(200);
+		expect(body).toMatchObject({
+			kind: "SVC_PAYOUT_AUTHORIZATION",
+			version: 1,
+			workId: created.id,
+			paymentId: request.paymentId,
+			crankerPubkey: crankerA.address,
+			tokenMintAddress: request.tokenMintAddress,
+			amount: request.amount,
+			feeLimit: request.feeLimit,
+			recipientRouteCommitment: route.routeCommitment,
+			recipientRouteVersion: route.routeVersion,
+			transactionCommitment: request.transactionCommitment,
+			payoutNullifier: payoutNullifier(sender.address, request.senderAuthorizationNonce),
+			expiresAtSlot: request.expiresAtSlot
+		});
+		const lease = (await workerView(created.id)).lease;
+		expect(Date.parse(body.expiresAt)).toBeLessThanOrEqual(Date.parse(lease.expiresAt));
+		expect(body.authorizationMessage).toBe(buildPayoutMessage(body));
+		expect(body.authorizationMessage.split("\n")[0]).toBe("Settlement Coordination Payout Authorization");
+		expect(ed25519.verify(decodeBase58(body.authorizationSignature)!, new TextEncoder().encode(body.authorizationMessage), decodeBase58(body.authorizationSigner)!)).toBe(true);
+
+		expect((await authorize(created.id, crankerA)).body).toEqual(body);
+		expect((await authorize(created.id, crankerB)).body).toMatchObject({ code: 403, type: "NOT_LEASE_HOLDER" });
+	});
+
+	it("refuses intents that are not leased (409), unknown ids (404) and expired leases (409)", async () => {
+		const { id } = await verifiedIntent();
+		expect((await authorize(id, crankerA)).body).toMatchObject({ code: 409 });
+		expect((await authorize("int_nope", crankerA)).body).toMatchObject({ code: 404 });
+		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		await wait(1600);
+		expect((await authorize(id, crankerA)).status).toBe(409);
+	});
+
+	it("refuses with 422 when the intent expired while leased, before any sweep ran", async () => {
+		// Sweeps off: the authorization check itself must notice the expiry.
+		const dataDir = tempDir();
+		const quiet = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SWEEP_INTERVAL_MS: "600000" }, dataDir);
+		try {
+			expect((await quiet.http("POST", "/crankers/heartbeat", signedHeartbeat(crankerA), worker)).status).toBe(200);
+			const { body } = await quiet.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationExpiresAt: iso(700) }));
+			expect((await quiet.http("PATCH", `/intents/${body.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 }, worker)).status).toBe(200);
+			await wait(800);
+			const answer = await quiet.http("POST", "/internal/settlement-authorizations/settlement", { workId: body.id, crankerPubkey: crankerA.address }, worker);
+			expect(answer.status).toBe(422);
+			expect(answer.body).toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "EXPIRED" } });
+		} finally {
+			await quiet.stop();
+		}
+	});
+});
+
+describe("intent expiry", () => {
+	it("moves an intent whose expiresAt passes before SUBMITTED to REJECTED/EXPIRED, and never lists it as work", async () => {
+		const { id } = await verifiedIntent({ senderAuthorizationExpiresAt: iso(600) });
+		await wait(700);
+		const work = await node.http("GET", "/intent-work?limit=500", undefined, worker);
+		expect(work.body.map((i: { intent: { id: string } }) => i.intent.id)).not.toContain(id);
+		const swept = await until(() => workerView(id), v => v.receiverStatus === "REJECTED");
+		expect(swept).toMatchObject({ receiverStatus: "REJECTED", status: "canceled", rejectionReason: "EXPIRED" });
+		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: swept.stateVersion })).body.type).toBe("INVALID_TRANSITION");
+	});
+});

@@ -1,0 +1,142 @@
+/** Environment configuration: the SPEC's defaults and refusal of bad values. */
+import path from "node:path";
+import { ConfigError, loadConfig } from "../../lib/config";
+
+describe("loadConfig defaults (empty environment)", () => {
+	const config = loadConfig({});
+
+	it("uses the SPEC defaults", () => {
+		expect(config.port).toBe(3000);
+		expect(config.leaseTtlMs).toBe(60_000);
+		expect(config.crankerTtlMs).toBe(30_000);
+		expect(config.verifyTimeoutMs).toBe(5000);
+		expect(config.rateLimitPerMin).toBe(600);
+		expect(config.solanaCluster).toBe("solana-devnet");
+	});
+
+	it("serves the embedded mode: SQLite in ./data, no transporter, every service, no explicit secrets", () => {
+		expect(config).toMatchObject({
+			store: "sqlite",
+			mongoUrl: null,
+			transporter: null,
+			services: null,
+			dataDir: path.resolve("./data"),
+			workerApiKeys: [],
+			crankerOperators: [],
+			registrySeedFile: null,
+			nodeAuthorityKeypairPath: null,
+			solanaRpcUrl: null,
+			trustProxy: false,
+			logLevel: "info",
+			namespace: ""
+		});
+	});
+
+	it("treats blank values as unset", () => {
+		expect(loadConfig({ PORT: "  ", SOLANA_CLUSTER: "", MONGO_URL: " " })).toMatchObject({ port: 3000, solanaCluster: "solana-devnet", store: "sqlite" });
+	});
+
+	it("reads process.env when called without an argument", () => {
+		const saved = process.env.LEASE_TTL_MS;
+		process.env.LEASE_TTL_MS = "1234";
+		try {
+			expect(loadConfig().leaseTtlMs).toBe(1234);
+		} finally {
+			if (saved === undefined) delete process.env.LEASE_TTL_MS;
+			else process.env.LEASE_TTL_MS = saved;
+		}
+	});
+});
+
+describe("loadConfig values", () => {
+	it("reads integers", () => {
+		expect(
+			loadConfig({ PORT: "8080", LEASE_TTL_MS: "15000", CRANKER_TTL_MS: "10000", VERIFY_TIMEOUT_MS: "250", RATE_LIMIT_PER_MIN: "0" })
+		).toMatchObject({ port: 8080, leaseTtlMs: 15_000, crankerTtlMs: 10_000, verifyTimeoutMs: 250, rateLimitPerMin: 0 });
+	});
+
+	it("accepts PORT 0 (any free port)", () => {
+		expect(loadConfig({ PORT: "0" }).port).toBe(0);
+	});
+
+	it("parses comma-separated lists, trimming and dropping empty items", () => {
+		const config = loadConfig({ WORKER_API_KEYS: " k1, k2 ,,k3 ", CRANKER_OPERATORS: "A,B", SERVICES: "api,mempool" });
+		expect(config.workerApiKeys).toEqual(["k1", "k2", "k3"]);
+		expect(config.crankerOperators).toEqual(["A", "B"]);
+		expect(config.services).toEqual(["api", "mempool"]);
+	});
+
+	it("an empty SERVICES list means every service", () => {
+		expect(loadConfig({ SERVICES: " , " }).services).toBeNull();
+	});
+
+	it("MONGO_URL selects the mongodb store", () => {
+		expect(loadConfig({ MONGO_URL: "mongodb://localhost:27017/scs" })).toMatchObject({ store: "mongodb", mongoUrl: "mongodb://localhost:27017/scs" });
+	});
+
+	it("reads strings and paths", () => {
+		const config = loadConfig({
+			DATA_DIR: "/var/lib/scs",
+			SOLANA_RPC_URL: "http://127.0.0.1:8899",
+			SOLANA_CLUSTER: "solana-mainnet",
+			REGISTRY_SEED_FILE: "/etc/scs/seed.json",
+			NODE_AUTHORITY_KEYPAIR_PATH: "/etc/scs/authority.json",
+			TRANSPORTER: "nats://localhost:4222"
+		});
+		expect(config).toMatchObject({
+			dataDir: "/var/lib/scs",
+			solanaRpcUrl: "http://127.0.0.1:8899",
+			solanaCluster: "solana-mainnet",
+			registrySeedFile: "/etc/scs/seed.json",
+			nodeAuthorityKeypairPath: "/etc/scs/authority.json",
+			transporter: "nats://localhost:4222"
+		});
+	});
+
+	it.each([
+		["true", true],
+		["1", true],
+		["false", false],
+		["0", false]
+	])("TRUST_PROXY=%s → %p", (raw, expected) => {
+		expect(loadConfig({ TRUST_PROXY: raw }).trustProxy).toBe(expected);
+	});
+});
+
+describe("loadConfig refusals", () => {
+	it.each([
+		["PORT", "-1"],
+		["PORT", "3000.5"],
+		["PORT", "3e3"],
+		["PORT", "abc"],
+		["PORT", "0x10"],
+		["LEASE_TTL_MS", "0"],
+		["LEASE_TTL_MS", "sixty"],
+		["CRANKER_TTL_MS", "0"],
+		["VERIFY_TIMEOUT_MS", "0"],
+		["RATE_LIMIT_PER_MIN", "-5"],
+		["RATE_LIMIT_PER_MIN", "10/min"],
+		["SWEEP_INTERVAL_MS", "9"],
+		["SLOT_POLL_INTERVAL_MS", "5"],
+		["LEASE_TTL_MS", "99999999999999999999"]
+	])("%s=%p is a ConfigError naming the variable", (key, value) => {
+		expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
+		expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(`^${key} must be an integer`));
+	});
+
+	it.each(["yes", "no", "TRUE", "on", "2"])("TRUST_PROXY=%p is a ConfigError", value => {
+		expect(() => loadConfig({ TRUST_PROXY: value })).toThrow(ConfigError);
+		expect(() => loadConfig({ TRUST_PROXY: value })).toThrow(/TRUST_PROXY must be true or false/);
+	});
+
+	it("ConfigError is an Error named ConfigError", () => {
+		let caught: unknown;
+		try {
+			loadConfig({ PORT: "x" });
+		} catch (err) {
+			caught = err;
+		}
+		expect(caught).toBeInstanceOf(Error);
+		expect((caught as Error).name).toBe("ConfigError");
+	});
+});

@@ -1,0 +1,178 @@
+/** SlotObserver against a tiny real JSON-RPC server on 127.0.0.1 (node:http). */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { SlotObserver } from "../../lib/slot-observer";
+
+interface FakeRpc {
+	url: string;
+	/** What the next getSlot answers: a slot, or a raw body to send instead. */
+	answer: number | { raw: string };
+	/** How long the server waits before answering. */
+	delayMs: number;
+	/** getSlot requests received so far. */
+	requests: { method: string; params: unknown }[];
+	close(): Promise<void>;
+}
+
+async function startFakeRpc(): Promise<FakeRpc> {
+	const rpc = { answer: 0 as FakeRpc["answer"], delayMs: 0, requests: [] as FakeRpc["requests"] };
+	const server = http.createServer((req, res) => {
+		let body = "";
+		req.on("data", chunk => (body += chunk));
+		req.on("end", () => {
+			const call = JSON.parse(body) as { id: number; method: string; params: unknown };
+			rpc.requests.push({ method: call.method, params: call.params });
+			res.setHeader("content-type", "application/json");
+			const { answer } = rpc;
+			const reply = () => res.end(typeof answer === "number" ? JSON.stringify({ jsonrpc: "2.0", id: call.id, result: answer }) : answer.raw);
+			if (rpc.delayMs > 0) setTimeout(reply, rpc.delayMs);
+			else reply();
+		});
+	});
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	const { port } = server.address() as AddressInfo;
+	return Object.assign(rpc, {
+		url: `http://127.0.0.1:${port}`,
+		close: () =>
+			new Promise<void>(resolve => {
+				server.closeAllConnections();
+				server.close(() => resolve());
+			})
+	});
+}
+
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+/** Waits until `condition` holds (or fails after `ms`). */
+async function until(condition: () => boolean, ms = 3000): Promise<void> {
+	const deadline = Date.now() + ms;
+	while (!condition()) {
+		if (Date.now() > deadline) throw new Error("condition not met in time");
+		await sleep(5);
+	}
+}
+
+const INTERVAL = 20;
+let rpc: FakeRpc;
+const observers: SlotObserver[] = [];
+function observer(url: string | null, onError?: (message: string) => void): SlotObserver {
+	const o = new SlotObserver(url, INTERVAL, onError);
+	observers.push(o);
+	return o;
+}
+
+beforeEach(async () => {
+	rpc = await startFakeRpc();
+});
+afterEach(async () => {
+	for (const o of observers.splice(0)) o.stop();
+	await rpc.close();
+});
+
+describe("SlotObserver", () => {
+	it("is null without an RPC URL, and start() sends nothing", async () => {
+		const o = observer(null);
+		await o.start();
+		await sleep(3 * INTERVAL);
+		expect(o.latest()).toBeNull();
+		expect(rpc.requests).toHaveLength(0);
+	});
+
+	it("is null before start()", () => {
+		expect(observer(rpc.url).latest()).toBeNull();
+	});
+
+	it("knows the slot as soon as start() resolves, asking getSlot with confirmed commitment", async () => {
+		rpc.answer = 1000;
+		const o = observer(rpc.url);
+		await o.start();
+		expect(o.latest()).toBe(1000);
+		expect(rpc.requests[0]).toEqual({ method: "getSlot", params: [{ commitment: "confirmed" }] });
+	});
+
+	it("follows the chain as it moves on", async () => {
+		rpc.answer = 1000;
+		const o = observer(rpc.url);
+		await o.start();
+		rpc.answer = 1005;
+		await until(() => o.latest() === 1005);
+		rpc.answer = 2000;
+		await until(() => o.latest() === 2000);
+	});
+
+	it("never goes backwards when the RPC node lags", async () => {
+		rpc.answer = 5000;
+		const o = observer(rpc.url);
+		await o.start();
+		rpc.answer = 4000;
+		const seen = rpc.requests.length;
+		await until(() => rpc.requests.length >= seen + 3);
+		expect(o.latest()).toBe(5000);
+	});
+
+	it("ignores answers that are not slots, and reports failures through onError", async () => {
+		const errors: string[] = [];
+		rpc.answer = 700;
+		const o = observer(rpc.url, message => errors.push(message));
+		await o.start();
+		rpc.answer = { raw: JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32005, message: "node is behind" } }) };
+		let seen = rpc.requests.length;
+		await until(() => rpc.requests.length >= seen + 2);
+		expect(o.latest()).toBe(700);
+		rpc.answer = { raw: JSON.stringify({ jsonrpc: "2.0", id: 1, result: "800" }) };
+		seen = rpc.requests.length;
+		await until(() => rpc.requests.length >= seen + 2);
+		expect(o.latest()).toBe(700);
+		rpc.answer = { raw: "<html>bad gateway</html>" };
+		await until(() => errors.length > 0);
+		expect(errors[0]).toMatch(/getSlot from SOLANA_RPC_URL failed/);
+		expect(o.latest()).toBe(700);
+		// It keeps polling after a failure.
+		rpc.answer = 900;
+		await until(() => o.latest() === 900);
+	});
+
+	it("reports an unreachable RPC through onError and stays null", async () => {
+		const errors: string[] = [];
+		const url = rpc.url;
+		await rpc.close();
+		const o = observer(url, message => errors.push(message));
+		await o.start();
+		expect(o.latest()).toBeNull();
+		expect(errors).toHaveLength(1);
+		expect(errors[0]).toMatch(/getSlot from SOLANA_RPC_URL failed/);
+		o.stop();
+		rpc = await startFakeRpc();
+	});
+
+	it("stop() stops polling", async () => {
+		rpc.answer = 10;
+		const o = observer(rpc.url);
+		await o.start();
+		await until(() => rpc.requests.length >= 3);
+		o.stop();
+		// A poll already in flight may still land; after that, nothing more.
+		await sleep(3 * INTERVAL);
+		const after = rpc.requests.length;
+		rpc.answer = 20;
+		await sleep(10 * INTERVAL);
+		expect(rpc.requests.length).toBe(after);
+		expect(o.latest()).toBe(10);
+	});
+
+	// BUG (lib/slot-observer.ts, start): start() awaits its first poll and then schedules the next
+	// one unconditionally, so a stop() that comes while that first getSlot is in flight is undone:
+	// polling goes on for good after stop(). `it.failing` keeps the suite green while the bug is
+	// there; switch it to `it` once lib/slot-observer.ts is fixed.
+	it.failing("BUG: stop() while the first getSlot of start() is in flight stops polling too", async () => {
+		rpc.answer = 10;
+		rpc.delayMs = 50;
+		const o = observer(rpc.url);
+		const starting = o.start();
+		o.stop();
+		await starting;
+		const after = rpc.requests.length;
+		await sleep(10 * INTERVAL + 2 * rpc.delayMs);
+		expect(rpc.requests.length).toBe(after);
+	});
+});

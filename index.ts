@@ -1,13 +1,25 @@
 /**
  * Entry point of `npm start`: runs the services SERVICES names (all of them by default) in one
- * broker. The broker stops gracefully on SIGTERM/SIGINT and the process exits 0.
+ * broker. SIGTERM/SIGINT stop it gracefully (stopNode) and the process exits 0.
  */
-import { ConfigError, loadConfig } from "./lib/config";
-import { createNode } from "./services";
+import { loadConfig } from "./lib/config";
+import { createNode, stopNode } from "./services";
 
 async function main(): Promise<void> {
 	const config = loadConfig();
-	const broker = createNode(config);
+	const broker = createNode(config, { skipProcessEventRegistration: true });
+	const shutdown = (signal: string) => {
+		broker.logger.info(`${signal} received: stopping gracefully.`);
+		stopNode(broker).then(
+			() => process.exit(0),
+			err => {
+				broker.logger.error(`Graceful stop failed: ${(err as Error).message}`);
+				process.exit(1);
+			}
+		);
+	};
+	process.once("SIGTERM", shutdown);
+	process.once("SIGINT", shutdown);
 	await broker.start();
 	const api = broker.getLocalService("api") as { server?: { address(): { port: number } | string | null } } | undefined;
 	const address = api?.server?.address();
@@ -16,7 +28,7 @@ async function main(): Promise<void> {
 
 main().catch(err => {
 	// A refusal to start is a message for the operator, not a stack trace.
-	const message = err instanceof ConfigError || err instanceof Error ? err.message : String(err);
+	const message = err instanceof Error ? err.message : String(err);
 	process.stderr.write(`Settlement Coordination Service could not start: ${message}\n`);
 	process.exit(1);
 });

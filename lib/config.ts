@@ -35,8 +35,14 @@ export interface Config {
 	slotPollIntervalMs: number;
 }
 
+/** A configuration the process cannot start with: a message for the operator, so no stack trace. */
 export class ConfigError extends Error {
 	override name = "ConfigError";
+
+	constructor(message: string) {
+		super(message);
+		this.stack = `${this.name}: ${message}`;
+	}
 }
 
 type Env = Record<string, string | undefined>;

@@ -294,15 +294,17 @@ function required(request: UpdateStatusRequest, field: "transactionSignature" | 
 
 /**
  * A successful update sent again: same status, Cranker and signature, with the expectedVersion it
- * was first sent with, while the intent is still in the state it produced.
+ * was first sent with, while the intent is still in the state it produced. The signature is part
+ * of the update only for the moves that record one (SUBMITTED, CONFIRMED).
  */
 function isReplay(record: IntentRecord, request: UpdateStatusRequest): boolean {
 	const last = record.history[record.history.length - 1];
+	const recordsSignature = request.status === "SUBMITTED" || request.status === "CONFIRMED";
 	return (
 		record.state === request.status &&
 		request.expectedVersion === record.stateVersion - 1 &&
 		last?.by === request.crankerPubkey &&
-		(request.transactionSignature ?? null) === (record.submission?.transactionSignature ?? null)
+		(!recordsSignature || request.transactionSignature === record.submission?.transactionSignature)
 	);
 }
 

@@ -40,11 +40,18 @@ export function loadOrCreateWorkerKeys(configured: string[], dataDir: string): L
 }
 
 export function readKeypairFile(file: string): Keypair {
+	let text: string;
+	try {
+		text = fs.readFileSync(file, "utf8");
+	} catch (err) {
+		throw new Error(`cannot read keypair file ${file}: ${(err as NodeJS.ErrnoException).code ?? "unreadable"}`);
+	}
 	let bytes: unknown;
 	try {
-		bytes = JSON.parse(fs.readFileSync(file, "utf8"));
-	} catch (err) {
-		throw new Error(`cannot read keypair file ${file}: ${(err as Error).message.split("\n")[0]}`);
+		bytes = JSON.parse(text);
+	} catch {
+		// JSON.parse quotes the start of its input in its message: never echo a secret file.
+		throw new Error(`cannot read keypair file ${file}: not valid JSON`);
 	}
 	if (!Array.isArray(bytes) || bytes.length !== 64 || !bytes.every(b => Number.isInteger(b) && b >= 0 && b <= 255))
 		throw new Error(`keypair file ${file} is not a Solana CLI keypair (a JSON array of 64 bytes)`);

@@ -10,6 +10,7 @@ export interface SlotSource {
 export class SlotObserver implements SlotSource {
 	private slot: number | null = null;
 	private timer: NodeJS.Timeout | null = null;
+	private running = false;
 
 	constructor(
 		private readonly rpcUrl: string | null,
@@ -23,15 +24,19 @@ export class SlotObserver implements SlotSource {
 
 	async start(): Promise<void> {
 		if (!this.rpcUrl) return;
+		this.running = true;
 		await this.poll();
 		const schedule = () => {
-			this.timer = setTimeout(() => void this.poll().finally(() => this.timer && schedule()), this.intervalMs);
+			// stop() may have come while a poll was in flight (the first one included).
+			if (!this.running) return;
+			this.timer = setTimeout(() => void this.poll().finally(schedule), this.intervalMs);
 			this.timer.unref();
 		};
 		schedule();
 	}
 
 	stop(): void {
+		this.running = false;
 		if (this.timer) clearTimeout(this.timer);
 		this.timer = null;
 	}

@@ -33,3 +33,21 @@ export function createNode(config: Config, overrides: Partial<BrokerOptions> = {
 	for (const name of names) broker.createService(SERVICE_FACTORIES[name](config));
 	return broker;
 }
+
+/**
+ * Graceful stop in tiers: the gateway first (it stops accepting and drains in-flight requests),
+ * then the services that call others, then the owners they call. Moleculer's own stop would stop
+ * them all at once, closing an owner's store under a request that still needs it.
+ */
+const STOP_TIERS = [["api"], ["receiver", "leases", "network"], ["verifier"]];
+
+export async function stopNode(broker: ServiceBroker): Promise<void> {
+	for (const tier of STOP_TIERS)
+		await Promise.all(
+			tier
+				.map(name => broker.getLocalService(name))
+				.filter(service => service !== undefined)
+				.map(service => broker.destroyService(service))
+		);
+	await broker.stop();
+}

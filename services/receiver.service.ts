@@ -61,7 +61,7 @@ export function receiverService(config: Config): ServiceSchema {
 			/** POST /intents */
 			submit: {
 				params: createIntentParams,
-				async handler(ctx: Context<CreateIntentRequest, { $statusCode?: number }>) {
+				async handler(ctx: Context<CreateIntentRequest, { $statusCode?: number; $location?: string }>) {
 					const { record, created } = await ctx.call<{ record: IntentRecord; created: boolean }, object>("mempool.receive", {
 						request: ctx.params,
 						epoch: await currentEpoch(ctx)
@@ -70,6 +70,7 @@ export function receiverService(config: Config): ServiceSchema {
 					if (created) current = (await verifyRecord(ctx, record)).record;
 					if (rejectedAtVerification(current)) throw rejection(current);
 					ctx.meta.$statusCode = !created ? 200 : current.state === "VERIFIED" ? 201 : 202;
+					if (ctx.meta.$statusCode === 201) ctx.meta.$location = `/intents/${current.id}`;
 					return toPublicView(current);
 				}
 			},

@@ -4,7 +4,7 @@
  */
 import fs from "node:fs";
 import type { Context, ServiceSchema } from "moleculer";
-import type { Config } from "../lib/config";
+import { ConfigError, type Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
 import { tin } from "../lib/schemas";
@@ -25,7 +25,7 @@ export function tinService(config: Config): ServiceSchema {
 		try {
 			entries = parseRegistrySeed(fs.readFileSync(file, "utf8"));
 		} catch (err) {
-			throw new Error(`REGISTRY_SEED_FILE ${file} is invalid: ${(err as Error).message}`);
+			throw new ConfigError(`REGISTRY_SEED_FILE ${file} is invalid: ${(err as Error).message}`);
 		}
 		const updatedAt = new Date().toISOString();
 		let imported = 0;

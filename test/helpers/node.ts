@@ -7,7 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import type { ServiceBroker } from "moleculer";
 import { loadConfig, type Config } from "../../lib/config";
-import { createNode } from "../../services";
+import { createNode, stopNode } from "../../services";
 
 export const API_KEY = "test-worker-key-0123456789";
 
@@ -47,7 +47,7 @@ export async function startNode(env: Record<string, string> = {}, dataDir = temp
 	await broker.start();
 	const api = broker.getLocalService("api") as unknown as { server: { address(): { port: number } } };
 	const url = `http://127.0.0.1:${api.server.address().port}`;
-	return { url, config, broker, dataDir, http: httpClient(url), stop: () => broker.stop() };
+	return { url, config, broker, dataDir, http: httpClient(url), stop: () => stopNode(broker) };
 }
 
 export function httpClient(url: string, defaultHeaders: Record<string, string> = {}): Http {

@@ -56,10 +56,11 @@ describe("ServiceError", () => {
 		});
 	});
 
-	it("names VALIDATION_ERROR ValidationError (no doubled suffix) and leaves data out when not given", () => {
+	it("names VALIDATION_ERROR ValidationError (no doubled suffix) and has no data when none is given", () => {
 		const err = new ServiceError("VALIDATION_ERROR", "bad");
 		expect(err.name).toBe("ValidationError");
-		expect(err).not.toHaveProperty("data");
+		expect(err.data).toBeUndefined();
+		expect(JSON.parse(JSON.stringify(err))).not.toHaveProperty("data");
 		expect(new ServiceError("INTERNAL_ERROR", "x").name).toBe("InternalError");
 	});
 

@@ -360,13 +360,7 @@ describe("decideStatusUpdate: idempotent replay", () => {
 		);
 	});
 
-	// BUG (lib/intents.ts, isReplay): the replay rule compares the re-sent transactionSignature with
-	// the record's *current* submission instead of with what the successful update carried. A
-	// SUBMITTED → REJECTED update needs only `reason`; re-sending it word for word must answer 200
-	// (SPEC §2.4), but the stored submission still carries TX_SIG, so it is refused as a
-	// VERSION_CONFLICT. `it.failing` keeps the suite green while the bug is there; switch it to `it`
-	// once lib/intents.ts is fixed.
-	it.failing("BUG: re-sending a successful SUBMITTED → REJECTED (reason only, no transactionSignature) should be a replay", () => {
+	it("re-sending a successful SUBMITTED → REJECTED (reason only, no transactionSignature) is a replay", () => {
 		const submitted = record("SUBMITTED");
 		const request: UpdateStatusRequest = { status: "REJECTED", crankerPubkey: CRANKER_A, expectedVersion: submitted.stateVersion, reason: "on-chain refusal" };
 		const rejected = move(submitted, request);
@@ -375,7 +369,7 @@ describe("decideStatusUpdate: idempotent replay", () => {
 
 	// Same bug, the other way round: the dropped report may name the dropped transaction, but the
 	// move clears the submission, so the re-sent report no longer matches.
-	it.failing("BUG: re-sending a successful SUBMITTED → VERIFIED (dropped) that named its transactionSignature should be a replay", () => {
+	it("re-sending a successful SUBMITTED → VERIFIED (dropped) that named its transactionSignature is a replay", () => {
 		const submitted = record("SUBMITTED");
 		const request: UpdateStatusRequest = {
 			status: "VERIFIED",

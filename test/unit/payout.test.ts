@@ -3,7 +3,11 @@ import { ed25519 } from "@noble/curves/ed25519.js";
 import { createSigner, generateKeypair, keypairFromSecretKey, verifySignature } from "../../lib/ed25519";
 import { decodeBase58 } from "../../lib/encoding";
 import { PAYOUT_AUTHORIZATION_TTL_MS, buildPayoutAuthorization } from "../../lib/payout";
+import type { IntentRecord, Lease } from "../../lib/intents";
 import { CRANKER_A, MINT, ROUTE_COMMITMENT, at, lease, record } from "./records";
+
+type LeasedRecord = IntentRecord & { lease: Lease };
+const leasedWith = (l: Lease): LeasedRecord => record("CRANKER_LEASED", { lease: l }) as LeasedRecord;
 
 /** RFC 8032 §7.1 TEST 1 key (seed ‖ public key), as the Node's authority keypair. */
 const AUTHORITY = keypairFromSecretKey(
@@ -13,7 +17,7 @@ const authoritySigner = { publicKey: AUTHORITY.publicKey, sign: createSigner(AUT
 
 /** Issued at 18:01:00; the lease ends at 18:05:00, after the 90 s cap. */
 const ISSUED = new Date("2026-11-21T18:01:00.000Z");
-const leased = () => record("CRANKER_LEASED", { lease: { crankerPubkey: CRANKER_A, leasedAt: "2026-11-21T18:00:30.000Z", expiresAt: "2026-11-21T18:05:00.000Z" } });
+const leased = () => leasedWith({ crankerPubkey: CRANKER_A, leasedAt: "2026-11-21T18:00:30.000Z", expiresAt: "2026-11-21T18:05:00.000Z" });
 
 /** The expected text, written out; its sha256 is 45e89797…3f779765 (sha256sum). */
 const EXPECTED_MESSAGE = [
@@ -106,7 +110,7 @@ describe("buildPayoutAuthorization", () => {
 	});
 
 	it("expiresAt is the lease end when the lease ends sooner than now + 90 s", () => {
-		const rec = record("CRANKER_LEASED", { lease: { crankerPubkey: CRANKER_A, leasedAt: "2026-11-21T18:00:30.000Z", expiresAt: "2026-11-21T18:01:45.000Z" } });
+		const rec = leasedWith({ crankerPubkey: CRANKER_A, leasedAt: "2026-11-21T18:00:30.000Z", expiresAt: "2026-11-21T18:01:45.000Z" });
 		const auth = buildPayoutAuthorization(rec, ISSUED, authoritySigner);
 		expect(auth.expiresAt).toBe("2026-11-21T18:01:45.000Z");
 		expect(auth.authorizationMessage.split("\n").at(-1)).toBe("expiresAt: 2026-11-21T18:01:45.000Z");
@@ -114,7 +118,7 @@ describe("buildPayoutAuthorization", () => {
 
 	it("expiresAt is never the intent's own expiry", () => {
 		const now = new Date(Date.parse(at(0)));
-		const rec = record("CRANKER_LEASED", { lease: lease(CRANKER_A, 60_000) });
+		const rec = leasedWith(lease(CRANKER_A, 60_000));
 		const auth = buildPayoutAuthorization(rec, now, authoritySigner);
 		expect(auth.expiresAt).toBe(at(60_000));
 		expect(auth.expiresAt).not.toBe(rec.request.senderAuthorizationExpiresAt);
@@ -132,7 +136,7 @@ describe("buildPayoutAuthorization", () => {
 
 	it("the nullifier changes with the sender's nonce", () => {
 		const rec = leased();
-		const other = { ...rec, request: { ...rec.request, senderAuthorizationNonce: "nonce_kat_9999999999" } };
+		const other: LeasedRecord = { ...rec, request: { ...rec.request, senderAuthorizationNonce: "nonce_kat_9999999999" } };
 		expect(buildPayoutAuthorization(other, ISSUED, authoritySigner).payoutNullifier).not.toBe(buildPayoutAuthorization(rec, ISSUED, authoritySigner).payoutNullifier);
 	});
 });

@@ -131,13 +131,7 @@ describe("readKeypairFile", () => {
 		expect(message).not.toContain(content.slice(1, 20));
 	});
 
-	// BUG (lib/secrets.ts, readKeypairFile): a file that is not JSON is reported with V8's
-	// JSON.parse message, whose first line quotes the start of the input, e.g.
-	//   cannot read keypair file …/keypair.json: Unexpected token 's', "s3cr3t-bas"... is not valid JSON
-	// so the first characters of a secret (here a base58 secret key pasted instead of the JSON
-	// array) end up in the error, and so in the logs. `it.failing` keeps the suite green while the
-	// bug is there; switch it to `it` once lib/secrets.ts is fixed.
-	it.failing("BUG: a file that is not JSON is refused without quoting its content", () => {
+	it("a file that is not JSON is refused without quoting its content", () => {
 		const secret = "s3cr3tBase58SecretKeyMaterial";
 		const message = thrown(() => readKeypairFile(write(secret)));
 		expect(message).toMatch(/cannot read keypair file/);

@@ -1,0 +1,249 @@
+/**
+ * Operating the service: registry reads, POST /, rate limits, verification without a verifier and
+ * the wake route, a restart on the same DATA_DIR, health, and the real `npm start` process
+ * (secrets generated but never printed, clean SIGTERM, refusal of a bad registry seed).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { createNode } from "../../services";
+import { loadConfig } from "../../lib/config";
+import type { GenesisRoute } from "../../lib/registry";
+import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
+import { API_KEY, httpClient, startNode, tempDir, worker, type TestNode } from "../helpers/node";
+
+const ROOT = path.resolve(__dirname, "../..");
+const sender = newWallet();
+const wait = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+describe("registry and mempool status", () => {
+	let node: TestNode;
+	let route: GenesisRoute;
+	const owned = { ...newRoute(), ownerWallet: newWallet().address };
+
+	beforeAll(async () => {
+		route = newRoute({ routeVersion: 3 });
+		const dataDir = tempDir();
+		node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route, owned]) }, dataDir);
+	});
+	afterAll(() => node.stop());
+
+	it("GET /registry/tins/{tin} serves the active route; 404 unknown, 422 malformed", async () => {
+		const { status, body } = await node.http("GET", `/registry/tins/${route.tin}`);
+		expect(status).toBe(200);
+		expect(body).toEqual({ ...route, active: true, updatedAt: expect.any(String) });
+		expect((await node.http("GET", `/registry/tins/${owned.tin}`)).body).not.toHaveProperty("ownerWallet");
+		expect((await node.http("GET", `/registry/tins/${newRoute().tin}`)).body).toMatchObject({ code: 404, type: "NOT_FOUND" });
+		for (const bad of ["1234567890", "0123456789", "12345", "abcdefghij"]) expect((await node.http("GET", `/registry/tins/${bad}`)).body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
+	});
+
+	it("POST / answers MempoolStatusResponse, limited to what `include` asks for", async () => {
+		await node.http("POST", "/intents", signedIntent(sender, route));
+		expect((await node.http("POST", "/crankers/heartbeat", signedHeartbeat(newWallet()), worker)).status).toBe(200);
+		const { status, body } = await node.http("POST", "/", {});
+		expect(status).toBe(200);
+		expect(body).toMatchObject({
+			ok: true,
+			healthy: true,
+			counts: { VERIFIED: 1, RECEIVED: 0, REJECTED: 0 },
+			epoch: { epoch: 1, startedAt: expect.any(String), intents: { received: 1, executed: 0, canceled: 0 }, volume: {} },
+			crankersOnline: 1
+		});
+		const only = await node.http("POST", "/", { include: ["counts"] });
+		expect(Object.keys(only.body).sort()).toEqual(["counts", "healthy", "ok"]);
+		expect((await node.http("POST", "/", { include: ["everything"] })).status).toBe(422);
+	});
+});
+
+describe("rate limiting of public routes", () => {
+	it("answers 429 RATE_LIMITED with retry-after past RATE_LIMIT_PER_MIN, per client IP, never on health or worker routes", async () => {
+		const node = await startNode({ RATE_LIMIT_PER_MIN: "5", TRUST_PROXY: "true" });
+		try {
+			const from = (ip: string) => ({ "x-forwarded-for": `1.2.3.4, ${ip}` });
+			const answers = [];
+			for (let i = 0; i < 6; i++) answers.push(await node.http("GET", "/registry/tins/1234567897", undefined, from("10.0.0.1")));
+			expect(answers.slice(0, 5).map(a => a.status)).toEqual([404, 404, 404, 404, 404]);
+			expect(answers[5].status).toBe(429);
+			expect(answers[5].body).toMatchObject({ code: 429, type: "RATE_LIMITED" });
+			expect(Number(answers[5].headers.get("retry-after"))).toBeGreaterThan(0);
+			// The limit follows the last x-forwarded-for entry (the proxy's), not the client-supplied ones.
+			expect((await node.http("GET", "/registry/tins/1234567897", undefined, from("10.0.0.2"))).status).toBe(404);
+			expect((await node.http("GET", "/health/live", undefined, from("10.0.0.1"))).status).toBe(200);
+			expect((await node.http("GET", "/intents", undefined, { ...worker, ...from("10.0.0.1") })).status).toBe(200);
+		} finally {
+			await node.stop();
+		}
+	});
+});
+
+describe("verification without a verifier", () => {
+	it("answers 202 RECEIVED, verifies later on POST /internal/wake, and wake is 503 while no verifier runs", async () => {
+		const dataDir = tempDir();
+		const route = newRoute();
+		const seed = writeSeedFile(dataDir, [route]);
+		const env = { REGISTRY_SEED_FILE: seed, SWEEP_INTERVAL_MS: "600000", VERIFY_TIMEOUT_MS: "300" };
+		const withoutVerifier = await startNode({ ...env, SERVICES: "api,receiver,mempool,leases,crankers,tin,epochs,network" }, dataDir);
+		const request = signedIntent(sender, route);
+		let id: string;
+		try {
+			const accepted = await withoutVerifier.http("POST", "/intents", request);
+			expect(accepted.status).toBe(202);
+			expect(accepted.body).toMatchObject({ receiverStatus: "RECEIVED", status: "pending" });
+			id = accepted.body.id;
+			expect((await withoutVerifier.http("POST", "/intents", request)).status).toBe(200);
+			const wake = await withoutVerifier.http("POST", "/internal/wake", undefined, worker);
+			expect(wake.body).toMatchObject({ code: 503, type: "VERIFIER_UNAVAILABLE" });
+		} finally {
+			await withoutVerifier.stop();
+		}
+
+		// Same DATA_DIR, now with every service: the accepted intent is still there and gets verified.
+		const full = await startNode(env, dataDir);
+		try {
+			expect((await full.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("RECEIVED");
+			const wake = await full.http("POST", "/internal/wake", undefined, worker);
+			expect(wake.status).toBe(200);
+			expect(wake.body).toEqual({ ok: true, status: { picked: 1, verified: 1, rejected: 0, pending: 0, verifierUnavailable: false } });
+			const verified = await full.http("GET", `/intents/${id}`, undefined, worker);
+			expect(verified.body.receiverStatus).toBe("VERIFIED");
+			expect(verified.body.history.map((h: { state: string }) => h.state)).toEqual(["RECEIVED", "NODE_VERIFYING", "RECEIVED", "NODE_VERIFYING", "VERIFIED"]);
+			expect((await full.http("POST", "/intents", request)).body.receiverStatus).toBe("VERIFIED");
+		} finally {
+			await full.stop();
+		}
+	});
+});
+
+describe("restart on the same DATA_DIR", () => {
+	it("loses nothing: intents, leases, nonces, heartbeats, the authority key and the epoch survive", async () => {
+		const dataDir = tempDir();
+		const route = newRoute();
+		const cranker = newWallet();
+		const env = { REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), LEASE_TTL_MS: "60000" };
+		const first = await startNode(env, dataDir);
+		const ids: string[] = [];
+		const nonce = "restart_nonce_0123456789";
+		let authorization: unknown;
+		let before: unknown;
+		try {
+			await first.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker), worker);
+			ids.push((await first.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationNonce: nonce }))).body.id);
+			for (let i = 0; i < 20; i++) ids.push((await first.http("POST", "/intents", signedIntent(sender, route))).body.id);
+			await first.http("PATCH", `/intents/${ids[0]}/status`, { status: "CRANKER_LEASED", crankerPubkey: cranker.address, expectedVersion: 3 }, worker);
+			authorization = (await first.http("POST", "/internal/settlement-authorizations/settlement", { workId: ids[0], crankerPubkey: cranker.address }, worker)).body;
+			before = await Promise.all(ids.map(id => first.http("GET", `/intents/${id}`, undefined, worker).then(r => r.body)));
+		} finally {
+			await first.stop();
+		}
+
+		const second = await startNode(env, dataDir);
+		try {
+			const after = await Promise.all(ids.map(id => second.http("GET", `/intents/${id}`, undefined, worker).then(r => r.body)));
+			expect(after).toEqual(before);
+			// The Cranker is still known and online, so its lease can move on; the authorization is the same one.
+			expect((await second.http("POST", "/internal/settlement-authorizations/settlement", { workId: ids[0], crankerPubkey: cranker.address }, worker)).body).toEqual(authorization);
+			expect((await second.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationNonce: nonce }))).body.type).toBe("NONCE_REUSED");
+			expect((await second.http("POST", "/", { include: ["epoch"] })).body.epoch.epoch).toBe(1);
+		} finally {
+			await second.stop();
+		}
+	});
+});
+
+describe("health", () => {
+	it("is live at once and ready only when every local service has started", async () => {
+		// receiver waits for mempool and epochs, which this node does not run: it never becomes ready.
+		const config = loadConfig({ PORT: "0", DATA_DIR: tempDir(), WORKER_API_KEYS: API_KEY, SERVICES: "api,receiver" });
+		// A bounded wait for the missing dependencies, so the start settles once the test is done.
+		const broker = createNode(config, { logger: false, skipProcessEventRegistration: true, dependencyTimeout: 3000 });
+		const starting = broker.start().catch(() => undefined);
+		try {
+			const api = broker.getLocalService("api") as unknown as { server: net.Server };
+			await until(() => api.server.listening);
+			const http = httpClient(`http://127.0.0.1:${(api.server.address() as net.AddressInfo).port}`);
+			expect((await http("GET", "/health/live")).status).toBe(200);
+			const ready = await http("GET", "/health/ready");
+			expect(ready.status).toBe(503);
+			expect(ready.body).toMatchObject({ code: 503, type: "NOT_READY" });
+		} finally {
+			await broker.stop();
+			await starting;
+		}
+	});
+});
+
+async function until(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
+	const deadline = Date.now() + timeoutMs;
+	while (!condition()) {
+		if (Date.now() > deadline) throw new Error("condition not met in time");
+		await wait(20);
+	}
+}
+
+async function freePort(): Promise<number> {
+	return new Promise(resolve => {
+		const server = net.createServer().listen(0, "127.0.0.1", () => {
+			const { port } = server.address() as net.AddressInfo;
+			server.close(() => resolve(port));
+		});
+	});
+}
+
+/** The compiled service as `npm start` runs it (the test script builds it first). */
+function startProcess(env: Record<string, string>): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
+	const child = spawn(process.execPath, [path.join(ROOT, "dist/index.js")], { env: { PATH: process.env.PATH ?? "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+	let output = "";
+	child.stdout!.on("data", chunk => (output += chunk));
+	child.stderr!.on("data", chunk => (output += chunk));
+	const exited = new Promise<number | null>(resolve => child.on("exit", code => resolve(code)));
+	return { child, output: () => output, exited };
+}
+
+describe("the `npm start` process", () => {
+	it("generates its secrets into DATA_DIR without printing them, serves, and exits 0 on SIGTERM after finishing in-flight work", async () => {
+		const dataDir = tempDir();
+		const route = newRoute();
+		const port = await freePort();
+		const proc = startProcess({ PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), LOG_LEVEL: "info" });
+		try {
+			const http = httpClient(`http://127.0.0.1:${port}`);
+			await until(() => proc.output().includes("listening on port"), 20_000);
+			expect((await http("GET", "/health/ready")).status).toBe(200);
+
+			const key = fs.readFileSync(path.join(dataDir, "worker-api-keys"), "utf8").trim();
+			const keypair = fs.readFileSync(path.join(dataDir, "node-authority-keypair.json"), "utf8");
+			expect(fs.statSync(path.join(dataDir, "worker-api-keys")).mode & 0o777).toBe(0o600);
+			expect(proc.output()).toContain(path.join(dataDir, "worker-api-keys"));
+			expect(proc.output()).not.toContain(key);
+			expect(proc.output()).not.toContain(keypair);
+			expect((await http("GET", "/intents", undefined, { "x-api-key": key })).status).toBe(200);
+
+			// Requests in flight when SIGTERM arrives still get their answers.
+			const inFlight = Array.from({ length: 20 }, () => http("POST", "/intents", signedIntent(sender, route)));
+			await wait(5);
+			proc.child.kill("SIGTERM");
+			const answers = await Promise.allSettled(inFlight);
+			expect(await proc.exited).toBe(0);
+			const answered = answers.filter(a => a.status === "fulfilled").map(a => (a as PromiseFulfilledResult<{ status: number }>).value.status);
+			expect(answered.every(status => status === 201)).toBe(true);
+		} finally {
+			proc.child.kill("SIGKILL");
+		}
+	});
+
+	it("refuses to start on an invalid REGISTRY_SEED_FILE with a clear message and no stack trace", async () => {
+		const dataDir = tempDir();
+		const proc = startProcess({ PORT: String(await freePort()), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [{ tin: "1234567890" }]), LOG_LEVEL: "error" });
+		expect(await proc.exited).toBe(1);
+		expect(proc.output()).toContain("REGISTRY_SEED_FILE");
+		expect(proc.output()).toContain("tin must be a 10-digit Luhn-valid TIN");
+		expect(proc.output()).not.toMatch(/\n\s+at .+\(.+:\d+:\d+\)/);
+	});
+
+	it("refuses a malformed environment variable", async () => {
+		const proc = startProcess({ PORT: "not-a-port", DATA_DIR: tempDir() });
+		expect(await proc.exited).toBe(1);
+		expect(proc.output()).toContain("PORT must be an integer");
+	});
+});

@@ -7,7 +7,6 @@ import type { Context, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { CreateIntentRequest } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
-import { createIntentParams } from "../lib/schemas";
 import { SlotObserver } from "../lib/slot-observer";
 import { verifyPaymentAuthorization, type VerificationResult } from "../lib/verification";
 
@@ -33,7 +32,8 @@ export function verifierService(config: Config): ServiceSchema {
 			verify: {
 				strategy: "Shard",
 				strategyOptions: { shardKey: "request.senderWallet" },
-				params: { request: { type: "object", props: createIntentParams } },
+				// Shape-checked at intake by the receiver (createIntentParams), the only caller.
+				params: { request: "object" },
 				async handler(ctx: Context<{ request: CreateIntentRequest }>): Promise<VerificationResult> {
 					const { request } = ctx.params;
 					return verifyPaymentAuthorization(request, {

@@ -26,8 +26,9 @@ async function totalIntents(): Promise<number> {
 describe("POST /intents accepts a signed intent", () => {
 	it("verifies it and answers 201 with the public view", async () => {
 		const request = signedIntent(wallet, route);
-		const { status, body } = await node.http("POST", "/intents", request);
+		const { status, body, headers } = await node.http("POST", "/intents", request);
 		expect(status).toBe(201);
+		expect(headers.get("location")).toBe(`/intents/${body.id}`);
 		expect(body).toMatchObject({
 			paymentId: request.paymentId,
 			status: "pending",

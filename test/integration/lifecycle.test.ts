@@ -153,18 +153,22 @@ describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
 	});
 
 	it("rejects from CRANKER_LEASED and from SUBMITTED with a reason", async () => {
-		const leased = await verifiedIntent();
+		const request = signedIntent(sender, route);
+		const leased = (await node.http("POST", "/intents", request)).body;
 		await patch(leased.id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
 		expect((await patch(leased.id, { status: "REJECTED", crankerPubkey: crankerA.address, expectedVersion: 4 })).status).toBe(422);
 		const rejected = await patch(leased.id, { status: "REJECTED", crankerPubkey: crankerA.address, expectedVersion: 4, reason: "insufficient liquidity" });
 		expect(rejected.body).toMatchObject({ receiverStatus: "REJECTED", status: "canceled", rejectionReason: "insufficient liquidity" });
+		// Canceled after acceptance, not refused at verification: replaying the body answers the record.
+		const replay = await node.http("POST", "/intents", request);
+		expect(replay.status).toBe(200);
+		expect(replay.body).toMatchObject({ id: leased.id, status: "canceled", rejectionReason: "insufficient liquidity" });
 
 		const submitted = await verifiedIntent();
 		await patch(submitted.id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
 		await patch(submitted.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
 		const refused = await patch(submitted.id, { status: "REJECTED", crankerPubkey: crankerA.address, expectedVersion: 5, reason: "program refused: nullifier used" });
 		expect(refused.body).toMatchObject({ receiverStatus: "REJECTED", stateVersion: 6 });
-		// A canceled intent is not a verification failure: replaying its body answers the record.
 		expect((await node.http("GET", `/intents/${submitted.id}`)).body.status).toBe("canceled");
 	});
 

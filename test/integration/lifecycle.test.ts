@@ -303,7 +303,7 @@ describe("POST /internal/settlement-authorizations/settlement", () => {
 	it("refuses with 422 when the intent expired while leased, before any sweep ran", async () => {
 		// Sweeps off: the authorization check itself must notice the expiry.
 		const dataDir = tempDir();
-		const quiet = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SWEEP_INTERVAL_MS: "600000" }, dataDir);
+		const quiet = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SWEEP_INTERVAL_MS: "600000", LEASE_TTL_MS: "1500" }, dataDir);
 		try {
 			expect((await quiet.http("POST", "/crankers/heartbeat", signedHeartbeat(crankerA), worker)).status).toBe(200);
 			const { body } = await quiet.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationExpiresAt: iso(700) }));
@@ -312,6 +312,15 @@ describe("POST /internal/settlement-authorizations/settlement", () => {
 			const answer = await quiet.http("POST", "/internal/settlement-authorizations/settlement", { workId: body.id, crankerPubkey: crankerA.address }, worker);
 			expect(answer.status).toBe(422);
 			expect(answer.body).toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "EXPIRED" } });
+
+			// With no sweep to return it, a lapsed lease is refused as such.
+			const lapsing = (await quiet.http("POST", "/intents", signedIntent(sender, route))).body;
+			await quiet.http("PATCH", `/intents/${lapsing.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 }, worker);
+			await wait(1600);
+			const late = await quiet.http("PATCH", `/intents/${lapsing.id}/status`, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A }, worker);
+			expect(late.body).toMatchObject({ code: 409, type: "LEASE_EXPIRED" });
+			const noAuthorization = await quiet.http("POST", "/internal/settlement-authorizations/settlement", { workId: lapsing.id, crankerPubkey: crankerA.address }, worker);
+			expect(noAuthorization.body).toMatchObject({ code: 409, type: "LEASE_EXPIRED" });
 		} finally {
 			await quiet.stop();
 		}

@@ -14,6 +14,7 @@ import {
 	type PaymentAuthorizationFields,
 	type PayoutAuthorizationFields
 } from "../../lib/canonical";
+import { PAYOUT_MESSAGE_VECTOR } from "./records";
 
 const SENDER = "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM";
 const MINT = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
@@ -173,23 +174,7 @@ describe("payout authorization message (SPEC §2.5)", () => {
 			issuedAt: "2026-11-21T18:01:00.000Z",
 			expiresAt: "2026-11-21T18:02:30.000Z"
 		};
-		const expected = [
-			"Settlement Coordination Payout Authorization",
-			"version: 1",
-			"workId: int_kat_0001",
-			"paymentId: pay_kat_0001",
-			"crankerPubkey: Es9vMFrzaCERmJfrF4H2FYD4KCoNkY11McCe8BenwNYB",
-			"tokenMintAddress: EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
-			"amount: 1500000",
-			"feeLimit: 5000",
-			"recipientRouteCommitment: 0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0",
-			"recipientRouteVersion: 3",
-			"transactionCommitment: ffc08ef150b4ccf53d753f5e2419c858b3bd63b2f516d60e3a08fcdeb90a1992",
-			"payoutNullifier: 02f40388b9b0ee6627828994874400a7e70de8bab281469edf7fc4336507bea0",
-			"expiresAtSlot: 345678901",
-			"issuedAt: 2026-11-21T18:01:00.000Z",
-			"expiresAt: 2026-11-21T18:02:30.000Z"
-		].join("\n");
+		const expected = PAYOUT_MESSAGE_VECTOR;
 		// Shuffled input: the order comes from the builder, not from the object.
 		const shuffled = Object.fromEntries(Object.entries(fields).reverse()) as unknown as PayoutAuthorizationFields;
 		expect(buildPayoutMessage(shuffled)).toBe(expected);

@@ -4,7 +4,7 @@ import { createSigner, generateKeypair, keypairFromSecretKey, verifySignature } 
 import { decodeBase58 } from "../../lib/encoding";
 import { PAYOUT_AUTHORIZATION_TTL_MS, buildPayoutAuthorization } from "../../lib/payout";
 import type { IntentRecord, Lease } from "../../lib/intents";
-import { CRANKER_A, MINT, ROUTE_COMMITMENT, at, lease, record } from "./records";
+import { CRANKER_A, MINT, PAYOUT_MESSAGE_VECTOR, ROUTE_COMMITMENT, at, lease, record } from "./records";
 
 type LeasedRecord = IntentRecord & { lease: Lease };
 const leasedWith = (l: Lease): LeasedRecord => record("CRANKER_LEASED", { lease: l }) as LeasedRecord;
@@ -20,23 +20,7 @@ const ISSUED = new Date("2026-11-21T18:01:00.000Z");
 const leased = () => leasedWith({ crankerPubkey: CRANKER_A, leasedAt: "2026-11-21T18:00:30.000Z", expiresAt: "2026-11-21T18:05:00.000Z" });
 
 /** The expected text, written out; its sha256 is 45e89797…3f779765 (sha256sum). */
-const EXPECTED_MESSAGE = [
-	"Settlement Coordination Payout Authorization",
-	"version: 1",
-	"workId: int_kat_0001",
-	"paymentId: pay_kat_0001",
-	"crankerPubkey: Es9vMFrzaCERmJfrF4H2FYD4KCoNkY11McCe8BenwNYB",
-	"tokenMintAddress: EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
-	"amount: 1500000",
-	"feeLimit: 5000",
-	"recipientRouteCommitment: 0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0",
-	"recipientRouteVersion: 3",
-	"transactionCommitment: ffc08ef150b4ccf53d753f5e2419c858b3bd63b2f516d60e3a08fcdeb90a1992",
-	"payoutNullifier: 02f40388b9b0ee6627828994874400a7e70de8bab281469edf7fc4336507bea0",
-	"expiresAtSlot: 345678901",
-	"issuedAt: 2026-11-21T18:01:00.000Z",
-	"expiresAt: 2026-11-21T18:02:30.000Z"
-].join("\n");
+const EXPECTED_MESSAGE = PAYOUT_MESSAGE_VECTOR;
 
 /** Python `cryptography` Ed25519 signature of EXPECTED_MESSAGE with the RFC 8032 TEST 1 key, base58. */
 const EXPECTED_SIGNATURE = "4srD4fuuqJr9z7P5rnL5YKjNQhh23Xu24Y5CPS8JsANcV9sTAQfnHbnTWutxg3kScXn3QPdWX6EHk9WM1TDmLdFU";

@@ -11,6 +11,7 @@ export class SlotObserver implements SlotSource {
 	private slot: number | null = null;
 	private timer: NodeJS.Timeout | null = null;
 	private running = false;
+	private failing = false;
 
 	constructor(
 		private readonly rpcUrl: string | null,
@@ -52,8 +53,11 @@ export class SlotObserver implements SlotSource {
 			const body = (await response.json()) as { result?: unknown };
 			// Slots only move forward: a lagging RPC node must not reopen expired intents.
 			if (Number.isSafeInteger(body.result) && (this.slot === null || (body.result as number) > this.slot)) this.slot = body.result as number;
+			this.failing = false;
 		} catch (err) {
-			this.onError(`getSlot from SOLANA_RPC_URL failed: ${(err as Error).message}`);
+			// Reported once per outage, not on every poll.
+			if (!this.failing) this.onError(`getSlot from SOLANA_RPC_URL failed: ${(err as Error).message}`);
+			this.failing = true;
 		}
 	}
 }

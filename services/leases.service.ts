@@ -3,7 +3,7 @@
  * payout authorizations, which it owns. Intent state itself changes only in the mempool.
  */
 import type { Context, ServiceSchema } from "moleculer";
-import type { Config } from "../lib/config";
+import { ConfigError, type Config } from "../lib/config";
 import { createSigner } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { isExpired, type IntentRecord, type UpdateStatusRequest } from "../lib/intents";
@@ -88,7 +88,12 @@ export function leasesService(config: Config): ServiceSchema {
 		},
 
 		async started() {
-			const keypair = loadOrCreateAuthorityKeypair(config.nodeAuthorityKeypairPath, config.dataDir);
+			let keypair;
+			try {
+				keypair = loadOrCreateAuthorityKeypair(config.nodeAuthorityKeypairPath, config.dataDir);
+			} catch (err) {
+				throw new ConfigError(`Node authority keypair: ${(err as Error).message}`);
+			}
 			const sign = createSigner(keypair.value);
 			signer = { publicKey: keypair.value.publicKey, sign };
 			if (keypair.generated) this.logger.info(`Generated the Node authority keypair into ${keypair.source} (public key ${keypair.value.publicKey}).`);

@@ -53,7 +53,7 @@ const version = { type: "number", integer: true, min: 1 };
 export function mempoolService(config: Config): ServiceSchema {
 	let intents: Collection<IntentRecord>;
 	let nonces: Collection<NonceDoc>;
-	const slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs);
+	let slots: SlotObserver;
 
 	async function mustGet(id: string): Promise<IntentRecord> {
 		const record = await intents.get(id);
@@ -316,6 +316,10 @@ export function mempoolService(config: Config): ServiceSchema {
 					return Object.fromEntries(INTENT_STATES.map(s => [s, counts[s] ?? 0])) as Record<IntentState, number>;
 				}
 			}
+		},
+
+		created() {
+			slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
 		},
 
 		async started() {

@@ -15,7 +15,7 @@ const ROUTE_CACHE_TTL_MS = 5000;
 
 export function verifierService(config: Config): ServiceSchema {
 	const routeCache = new Map<string, { route: ActiveRoute | null; until: number }>();
-	const slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs);
+	let slots: SlotObserver;
 
 	async function routeOf(ctx: Context, tin: string): Promise<ActiveRoute | null> {
 		const cached = routeCache.get(tin);
@@ -52,6 +52,10 @@ export function verifierService(config: Config): ServiceSchema {
 					routeCache.delete(ctx.params.tin);
 				}
 			}
+		},
+
+		created() {
+			slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
 		},
 
 		async started() {

@@ -241,6 +241,17 @@ describe("the `npm start` process", () => {
 		expect(proc.output()).not.toMatch(/\n\s+at .+\(.+:\d+:\d+\)/);
 	});
 
+	it("refuses an unreadable authority keypair without echoing the file", async () => {
+		const dataDir = tempDir();
+		const file = path.join(dataDir, "authority.json");
+		fs.writeFileSync(file, "s3cr3tBase58NotAKeypair");
+		const proc = startProcess({ PORT: String(await freePort()), DATA_DIR: dataDir, NODE_AUTHORITY_KEYPAIR_PATH: file, LOG_LEVEL: "error" });
+		expect(await proc.exited).toBe(1);
+		expect(proc.output()).toContain(`cannot read keypair file ${file}: not valid JSON`);
+		expect(proc.output()).not.toContain("s3cr3t");
+		expect(proc.output()).not.toMatch(/\n\s+at .+\(.+:\d+:\d+\)/);
+	});
+
 	it("refuses a malformed environment variable", async () => {
 		const proc = startProcess({ PORT: "not-a-port", DATA_DIR: tempDir() });
 		expect(await proc.exited).toBe(1);

@@ -74,6 +74,15 @@ function flag(env: Env, key: string): boolean {
 	return raw === "true" || raw === "1";
 }
 
+const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace"] as const;
+
+function oneOf<T extends string>(env: Env, key: string, values: readonly T[], fallback: T): T {
+	const raw = text(env, key);
+	if (raw == null) return fallback;
+	if (!(values as readonly string[]).includes(raw)) throw new ConfigError(`${key} must be one of ${values.join(", ")}, got "${raw}"`);
+	return raw as T;
+}
+
 export function loadConfig(env: Env = process.env): Config {
 	const mongoUrl = text(env, "MONGO_URL");
 	const services = list(env, "SERVICES");
@@ -95,7 +104,7 @@ export function loadConfig(env: Env = process.env): Config {
 		verifyTimeoutMs,
 		rateLimitPerMin: integer(env, "RATE_LIMIT_PER_MIN", 600, 0),
 		trustProxy: flag(env, "TRUST_PROXY"),
-		logLevel: text(env, "LOG_LEVEL") ?? "info",
+		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
 		solanaRpcUrl: text(env, "SOLANA_RPC_URL"),
 		solanaCluster: text(env, "SOLANA_CLUSTER") ?? "solana-devnet",
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),

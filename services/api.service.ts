@@ -36,10 +36,26 @@ export function toWireError(err: WireError): ServiceError {
 			return new ServiceError("NOT_READY", "The service is not ready to answer this request");
 	}
 	const status = Number(err.status ?? err.code);
-	// Other body-parser refusals (charset, encoding) are malformed input, not server faults.
-	if (status >= 400 && status < 500 && typeof err.type === "string" && err.type.includes(".")) return new ServiceError("VALIDATION_ERROR", err.message ?? "Malformed request");
 	if (err.name === "NotFoundError" || status === 404) return new ServiceError("NOT_FOUND", "Not found");
+	// Other refusals of malformed requests (body charset or encoding, undecodable path segments)
+	// are the client's input, not a server fault.
+	if (status >= 400 && status < 500) return new ServiceError("VALIDATION_ERROR", err.message ?? "Malformed request");
 	return new ServiceError("INTERNAL_ERROR", "Internal error");
+}
+
+/**
+ * The gateway merges query, body and path into one params object; each route takes its input from
+ * one place only, so a query field can never override (or smuggle past the schema of) a body field.
+ */
+function assertInputPlacement(req: IncomingMessage & { query?: Record<string, unknown>; body?: unknown }): void {
+	const hasQuery = Object.keys(req.query ?? {}).length > 0;
+	const hasBody = Number(req.headers["content-length"] ?? 0) > 0 || req.headers["transfer-encoding"] !== undefined;
+	if (req.method === "GET" ? hasBody : hasQuery)
+		throw new ServiceError("VALIDATION_ERROR", req.method === "GET" ? "GET requests take no body" : "This route takes a JSON body, not query parameters", [
+			{ type: req.method === "GET" ? "body" : "query", field: req.method === "GET" ? "$body" : "$query", message: "Input is accepted in one place only." }
+		]);
+	if (hasBody && !String(req.headers["content-type"] ?? "").startsWith("application/json"))
+		throw new ServiceError("VALIDATION_ERROR", "The body must be application/json", [{ type: "contentType", field: "$body", message: "The content-type must be application/json." }]);
 }
 
 export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
@@ -59,7 +75,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		if (key === "__proto__") throw new SyntaxError("forbidden key __proto__");
 		return value;
 	};
-	const jsonBody = { json: { limit: MAX_BODY_BYTES, strict: false, reviver }, urlencoded: false };
+	// strict: a body is an object (or an array, which the schemas refuse), never a bare primitive.
+	const jsonBody = { json: { limit: MAX_BODY_BYTES, strict: true, reviver }, urlencoded: false };
 	const common = { mappingPolicy: "restrict" as const, bodyParsers: jsonBody, mergeParams: true, logging: true, autoAliases: false };
 
 	return {
@@ -111,6 +128,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					...common,
 					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: clientIp } : undefined,
 					onBeforeCall(ctx: Context<unknown, { worker?: boolean }>, _route: unknown, req: IncomingMessage) {
+						assertInputPlacement(req);
 						const key = req.headers["x-api-key"];
 						ctx.meta.worker = typeof key === "string" && isWorkerKey(key);
 					},
@@ -142,6 +160,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 				const key = req.headers["x-api-key"];
 				if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
 				if (!isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
+				assertInputPlacement(req);
 			}
 		},
 

@@ -40,8 +40,13 @@ export function leasesService(config: Config): ServiceSchema {
 			throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH" });
 
 		const existing = await authorizations.get(record.id);
-		if (existing && existing.authorization.crankerPubkey === crankerPubkey && Date.parse(existing.authorization.expiresAt) > now.getTime())
-			return existing.authorization;
+		if (existing && Date.parse(existing.authorization.expiresAt) > now.getTime()) {
+			if (existing.authorization.crankerPubkey === crankerPubkey) return existing.authorization;
+			// A signed authorization cannot be revoked: the next holder waits until the last one lapses.
+			throw new ServiceError("INVALID_TRANSITION", "A payout authorization issued under an earlier lease is still valid", {
+				authorizationExpiresAt: existing.authorization.expiresAt
+			});
+		}
 		const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization: buildPayoutAuthorization({ ...record, lease }, now, signer) };
 		const stored = existing ? await authorizations.update(record.id, { issuedAt: existing.issuedAt }, doc) : await authorizations.insert(doc);
 		if (stored) return doc.authorization;
@@ -67,7 +72,8 @@ export function leasesService(config: Config): ServiceSchema {
 				params: updateStatusParams,
 				async handler(ctx: Context<UpdateStatusRequest & { id: string }>) {
 					const crankerAllowed = await ctx.call<boolean, object>("crankers.isAllowed", { crankerPubkey: ctx.params.crankerPubkey, role: "settlement" });
-					if (ctx.params.status === "CRANKER_LEASED") await ctx.call("mempool.expireIfDue", { id: ctx.params.id }).catch(() => false);
+					// SPEC §2.4: an intent that expires before SUBMITTED is REJECTED/EXPIRED, whatever the sweep's timing.
+					await ctx.call("mempool.expireIfDue", { id: ctx.params.id }).catch(() => false);
 					return ctx.call("mempool.updateStatus", { ...ctx.params, crankerAllowed });
 				}
 			},

@@ -61,9 +61,13 @@ export function mempoolService(config: Config): ServiceSchema {
 		return record;
 	}
 
-	/** Compare-and-set on the record's current state and version; false when someone moved it first. */
+	/**
+	 * Compare-and-set on the record's current state, version and lease; false when someone moved it
+	 * first. The lease is part of the condition because a renewal keeps stateVersion (SPEC §2.4):
+	 * without it, a writer holding the record from before a renewal could overwrite the new lease.
+	 */
 	function commit(current: IntentRecord, next: IntentRecord): Promise<boolean> {
-		return intents.update(current.id, { state: current.state, stateVersion: current.stateVersion } as Where, next);
+		return intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, next);
 	}
 
 	/** Consumes the sender's nonce for this intent; false when a non-rejected intent holds it. */
@@ -73,7 +77,8 @@ export function mempoolService(config: Config): ServiceSchema {
 		const held = await nonces.get(id);
 		if (!held || held.intentId === record.id) return true; // a retried verification of the same intent
 		const holder = await intents.get(held.intentId);
-		if (holder && holder.state !== "REJECTED") return false;
+		// Free again only when its holder is known to be rejected; a holder that is gone (archived) keeps it.
+		if (!holder || holder.state !== "REJECTED") return false;
 		// The holder was rejected, so the nonce is free again; the condition settles racing claimants.
 		return nonces.update(id, { intentId: held.intentId }, { id, intentId: record.id });
 	}
@@ -140,7 +145,8 @@ export function mempoolService(config: Config): ServiceSchema {
 					const existing = await intents.findOne({ paymentId: request.paymentId });
 					if (!existing) throw new ServiceError("INTERNAL_ERROR", "paymentId collision without a record");
 					if (existing.requestDigest !== requestDigest)
-						throw new ServiceError("IDEMPOTENCY_CONFLICT", "paymentId was already used with a different request body", { id: existing.id, paymentId: existing.paymentId });
+						// No record id here: whoever guessed a paymentId must not learn another sender's intent.
+						throw new ServiceError("IDEMPOTENCY_CONFLICT", "paymentId was already used with a different request body", { paymentId: existing.paymentId });
 					return { record: existing, created: false };
 				}
 			},

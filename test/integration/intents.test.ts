@@ -2,6 +2,7 @@
  * POST /intents and the intent reads over HTTP against the real gateway: acceptance, idempotency,
  * every rejection of SPEC §1 in order, schema refusals that store nothing, and load.
  */
+import http from "node:http";
 import { MINT, iso, newRoute, newWallet, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, worker, type TestNode } from "../helpers/node";
 import type { GenesisRoute } from "../../lib/registry";
@@ -17,6 +18,18 @@ beforeAll(async () => {
 	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]) }, dataDir);
 });
 afterAll(() => node?.stop());
+
+/** fetch refuses a GET with a body; a client may still send one. */
+function getWithBody(url: string, body: string): Promise<number> {
+	return new Promise((resolve, reject) => {
+		const req = http.request(url, { method: "GET", headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) } }, res => {
+			res.resume();
+			resolve(res.statusCode ?? 0);
+		});
+		req.on("error", reject);
+		req.end(body);
+	});
+}
 
 async function totalIntents(): Promise<number> {
 	const { body } = await node.http("POST", "/", { include: ["counts"] });
@@ -87,7 +100,9 @@ describe("idempotency on paymentId", () => {
 		const other = signedIntent(wallet, route, { paymentId: request.paymentId, amount: "2" });
 		const { status, body } = await node.http("POST", "/intents", other);
 		expect(status).toBe(409);
-		expect(body).toMatchObject({ type: "IDEMPOTENCY_CONFLICT", code: 409, data: { id: first.body.id, paymentId: request.paymentId } });
+		expect(body).toMatchObject({ type: "IDEMPOTENCY_CONFLICT", code: 409 });
+		// Whoever guesses a paymentId learns nothing of the intent behind it.
+		expect(body.data).toEqual({ paymentId: request.paymentId });
 		expect(await totalIntents()).toBe(before);
 		expect((await node.http("GET", `/intents/${first.body.id}`)).body.amount).toBe(request.amount);
 	});
@@ -203,6 +218,26 @@ describe("bad input is refused with SPEC §7 bodies and stores nothing", () => {
 		const padded = JSON.stringify(request).replace("{", `{${" ".repeat(65_536 - JSON.stringify(request).length)}`);
 		expect(Buffer.byteLength(padded)).toBe(65_536);
 		expect((await node.http("POST", "/intents", padded)).status).toBe(201);
+	});
+
+	it("takes input from one place only: no query on POST, no body on GET, JSON bodies only", async () => {
+		const request = signedIntent(wallet, route);
+		const viaQuery = await node.http("POST", `/intents?recipientHash=${route.tin}`, request);
+		expect(viaQuery.body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
+		const overridden = await node.http("POST", "/intents?paymentId=abcdefgh123", request);
+		expect(overridden.status).toBe(422);
+		expect(await getWithBody(`${node.url}/registry/tins/${route.tin}`, JSON.stringify({ tin: "1234567897" }))).toBe(422);
+		for (const [payload, type] of [["garbage", "text/plain"], ["null", "application/json"], ["123", "application/json"], ['"x"', "application/json"]])
+			expect((await node.http("POST", "/", payload, { "content-type": type })).status).toBe(422);
+		expect((await node.http("POST", "/intents", request)).status).toBe(201);
+	});
+
+	it("refuses undecodable path segments with 422", async () => {
+		for (const path of ["/intents/%ZZ", "/intents/%E0%A4%A", "/registry/tins/%ZZ"]) {
+			const { status, body } = await node.http("GET", path);
+			expect(status).toBe(422);
+			expect(body.type).toBe("VALIDATION_ERROR");
+		}
 	});
 
 	it("answers unknown routes with 404 NOT_FOUND", async () => {

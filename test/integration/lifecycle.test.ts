@@ -291,6 +291,25 @@ describe("POST /internal/settlement-authorizations/settlement", () => {
 		expect((await authorize(created.id, crankerB)).body).toMatchObject({ code: 403, type: "NOT_LEASE_HOLDER" });
 	});
 
+	it("gives the next holder no authorization while one issued under an earlier lease is still valid", async () => {
+		const { id } = await verifiedIntent();
+		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		const first = await authorize(id, crankerA);
+		expect(first.status).toBe(200);
+		await patch(id, { status: "VERIFIED", crankerPubkey: crankerA.address, expectedVersion: 4 });
+		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 5 });
+		const second = await authorize(id, crankerB);
+		expect(second.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { authorizationExpiresAt: first.body.expiresAt } });
+		// Once A's authorization has lapsed (it never outlives A's 1.5 s lease), B gets its own, same nullifier.
+		const renewB = { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 6 };
+		for (const lapsed = Date.parse(first.body.expiresAt) + 50; Date.now() < lapsed; await wait(Math.max(0, Math.min(400, lapsed - Date.now()))))
+			expect((await patch(id, renewB)).status).toBe(200);
+		expect((await patch(id, renewB)).status).toBe(200);
+		const third = await authorize(id, crankerB);
+		expect(third.status).toBe(200);
+		expect(third.body).toMatchObject({ crankerPubkey: crankerB.address, payoutNullifier: first.body.payoutNullifier });
+	});
+
 	it("refuses intents that are not leased (409), unknown ids (404) and expired leases (409)", async () => {
 		const { id } = await verifiedIntent();
 		expect((await authorize(id, crankerA)).body).toMatchObject({ code: 409 });
@@ -321,6 +340,14 @@ describe("POST /internal/settlement-authorizations/settlement", () => {
 			expect(late.body).toMatchObject({ code: 409, type: "LEASE_EXPIRED" });
 			const noAuthorization = await quiet.http("POST", "/internal/settlement-authorizations/settlement", { workId: lapsing.id, crankerPubkey: crankerA.address }, worker);
 			expect(noAuthorization.body).toMatchObject({ code: 409, type: "LEASE_EXPIRED" });
+
+			// An intent that expires while leased cannot be reported SUBMITTED: it moves to REJECTED/EXPIRED first.
+			const expiring = (await quiet.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationExpiresAt: iso(700) }))).body;
+			await quiet.http("PATCH", `/intents/${expiring.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 }, worker);
+			await wait(800);
+			const submitted = await quiet.http("PATCH", `/intents/${expiring.id}/status`, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A }, worker);
+			expect(submitted.status).toBe(409);
+			expect((await quiet.http("GET", `/intents/${expiring.id}`)).body).toMatchObject({ receiverStatus: "REJECTED", rejectionReason: "EXPIRED" });
 		} finally {
 			await quiet.stop();
 		}

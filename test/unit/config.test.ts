@@ -140,3 +140,11 @@ describe("loadConfig refusals", () => {
 		expect((caught as Error).name).toBe("ConfigError");
 	});
 });
+
+describe("LOG_LEVEL", () => {
+	it("accepts Moleculer's levels and refuses anything else with a ConfigError naming the variable", () => {
+		for (const level of ["fatal", "error", "warn", "info", "debug", "trace"]) expect(loadConfig({ LOG_LEVEL: level }).logLevel).toBe(level);
+		expect(() => loadConfig({ LOG_LEVEL: "bogus" })).toThrow(ConfigError);
+		expect(() => loadConfig({ LOG_LEVEL: "bogus" })).toThrow(/LOG_LEVEL/);
+	});
+});

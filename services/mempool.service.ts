@@ -193,11 +193,14 @@ export function mempoolService(config: Config): ServiceSchema {
 				}
 			},
 
-			/** Internal: intents waiting for verification (RECEIVED, or NODE_VERIFYING since before `staleBefore`). */
+			/**
+			 * Internal: intents waiting for verification: RECEIVED since before `receivedBefore`, or
+			 * NODE_VERIFYING since before `staleBefore` (whoever was verifying them is gone).
+			 */
 			pendingVerification: {
-				params: { staleBefore: { type: "string" }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
-				async handler(ctx: Context<{ staleBefore: string; limit: number }>): Promise<IntentRecord[]> {
-					const received = await intents.list({ where: { state: "RECEIVED" }, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
+				params: { receivedBefore: { type: "string" }, staleBefore: { type: "string" }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
+				async handler(ctx: Context<{ receivedBefore: string; staleBefore: string; limit: number }>): Promise<IntentRecord[]> {
+					const received = await intents.list({ where: { state: "RECEIVED", updatedAt: { lt: ctx.params.receivedBefore } }, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
 					const stale = await intents.list({ where: { state: "NODE_VERIFYING", updatedAt: { lt: ctx.params.staleBefore } }, orderBy: ["updatedAt", "asc"], limit: ctx.params.limit });
 					return [...received, ...stale];
 				}

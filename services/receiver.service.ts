@@ -12,6 +12,8 @@ import type { VerificationResult } from "../lib/verification";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 const SWEEP_BATCH = 200;
+/** How long a RECEIVED intent belongs to the submission that recorded it before the sweep takes it. */
+const SUBMISSION_GRACE_MS = 1000;
 /** Moleculer errors meaning "no verifier could answer", as opposed to a verifier's own failure. */
 const UNAVAILABLE = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQUEST_TIMEOUT", "REQUEST_REJECTED", "BROKER_DISCONNECTED"]);
 
@@ -54,7 +56,8 @@ export function receiverService(config: Config): ServiceSchema {
 		name: "receiver",
 		dependencies: ["mempool", "epochs"],
 		mixins: [
-			sweeperMixin("verification", config.sweepIntervalMs, () => sweep())
+			// The periodic sweep leaves fresh RECEIVED intents to the submission verifying them right now.
+			sweeperMixin("verification", config.sweepIntervalMs, () => sweep(SUBMISSION_GRACE_MS))
 		],
 
 		actions: {
@@ -79,7 +82,7 @@ export function receiverService(config: Config): ServiceSchema {
 			wake: {
 				params: {},
 				async handler() {
-					const status = await sweep();
+					const status = await sweep(0);
 					if (status.verifierUnavailable) throw new ServiceError("VERIFIER_UNAVAILABLE", "No verifier is available", status);
 					return { ok: true, status };
 				}
@@ -91,12 +94,14 @@ export function receiverService(config: Config): ServiceSchema {
 		}
 	};
 
-	/** Verifies what is waiting: shared by the periodic sweep and POST /internal/wake. */
-	async function sweep(): Promise<{ picked: number; verified: number; rejected: number; pending: number; verifierUnavailable: boolean }> {
+	/** Verifies what is waiting: shared by the periodic sweep and POST /internal/wake (which takes everything now). */
+	async function sweep(graceMs: number): Promise<{ picked: number; verified: number; rejected: number; pending: number; verifierUnavailable: boolean }> {
 		const status = { picked: 0, verified: 0, rejected: 0, pending: 0, verifierUnavailable: false };
 		if (!broker.registry.getActionEndpoints("verifier.verify")?.hasAvailable()) return { ...status, verifierUnavailable: true };
-		const staleBefore = new Date(Date.now() - 2 * config.verifyTimeoutMs).toISOString();
-		const waiting = await broker.call<IntentRecord[], object>("mempool.pendingVerification", { staleBefore, limit: SWEEP_BATCH });
+		const now = Date.now();
+		const receivedBefore = new Date(now - graceMs).toISOString();
+		const staleBefore = new Date(now - 2 * config.verifyTimeoutMs).toISOString();
+		const waiting = await broker.call<IntentRecord[], object>("mempool.pendingVerification", { receivedBefore, staleBefore, limit: SWEEP_BATCH });
 		for (const record of waiting) {
 			status.picked++;
 			const outcome = await verifyRecord(broker, record);

@@ -2,7 +2,6 @@
 import { createHash } from "node:crypto";
 import { base58 } from "@scure/base";
 
-export const BASE58_PATTERN = "^[1-9A-HJ-NP-Za-km-z]+$";
 export const HEX64_PATTERN = "^[0-9a-f]{64}$";
 export const AMOUNT_PATTERN = "^(0|[1-9][0-9]{0,19})$";
 export const IDENTIFIER_PATTERN = "^[A-Za-z0-9_-]{8,128}$";
@@ -11,6 +10,8 @@ export const NONCE_PATTERN = "^[A-Za-z0-9_-]{16,128}$";
 export const ISO_TIME_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$";
 
 const U64_MAX = 18446744073709551615n;
+const AMOUNT_RE = new RegExp(AMOUNT_PATTERN);
+const ISO_TIME_RE = new RegExp(ISO_TIME_PATTERN);
 
 export function decodeBase58(value: string): Uint8Array | null {
 	try {
@@ -30,12 +31,12 @@ export function isBase58OfLength(value: string, length: number): boolean {
 }
 
 export function isAmount(value: string): boolean {
-	return new RegExp(AMOUNT_PATTERN).test(value) && BigInt(value) <= U64_MAX;
+	return AMOUNT_RE.test(value) && BigInt(value) <= U64_MAX;
 }
 
 /** An ISO time string that is a real instant and round-trips (rejects 2026-02-31 and the like). */
 export function isIsoTime(value: string): boolean {
-	if (!new RegExp(ISO_TIME_PATTERN).test(value)) return false;
+	if (!ISO_TIME_RE.test(value)) return false;
 	const ms = Date.parse(value);
 	return Number.isFinite(ms) && new Date(ms).toISOString() === value;
 }

@@ -3,11 +3,7 @@
  * SOLANA_RPC_URL when it is set. Without an RPC URL, or before the first answer, it reports null
  * and only the time checks apply.
  */
-export interface SlotSource {
-	latest(): number | null;
-}
-
-export class SlotObserver implements SlotSource {
+export class SlotObserver {
 	private slot: number | null = null;
 	private timer: NodeJS.Timeout | null = null;
 	private running = false;

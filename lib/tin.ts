@@ -1,6 +1,7 @@
 /** TIN rules of SPEC §0: 10 ASCII digits, first 1–9, last a Luhn check digit over the first nine. */
 
 export const TIN_PATTERN = "^[1-9][0-9]{9}$";
+const TIN_RE = new RegExp(TIN_PATTERN);
 
 /** Luhn check digit for a digit string (the digit that makes `payload + digit` pass Luhn). */
 export function luhnCheckDigit(payload: string): number {
@@ -18,7 +19,7 @@ export function luhnCheckDigit(payload: string): number {
 }
 
 export function isValidTin(value: string): boolean {
-	if (!new RegExp(TIN_PATTERN).test(value)) return false;
+	if (!TIN_RE.test(value)) return false;
 	return luhnCheckDigit(value.slice(0, 9)) === value.charCodeAt(9) - 48;
 }
 

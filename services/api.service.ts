@@ -11,12 +11,12 @@ import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent. */
-export const MAX_BODY_BYTES = 65_536;
+const MAX_BODY_BYTES = 65_536;
 
 type WireError = { name?: string; message?: string; code?: unknown; status?: unknown; type?: unknown; data?: unknown };
 
 /** Maps anything thrown below the gateway to a SPEC §7 error; unknown failures become a bare 500. */
-export function toWireError(err: WireError): ServiceError {
+function toWireError(err: WireError): ServiceError {
 	if (typeof err.type === "string" && err.type in ERROR_STATUS) return new ServiceError(err.type as ErrorType, err.message ?? "", err.data);
 	switch (err.type) {
 		case "entity.too.large":

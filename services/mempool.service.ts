@@ -31,7 +31,7 @@ import type { VerificationResult } from "../lib/verification";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
-export const INTENTS_COLLECTION = {
+const INTENTS_COLLECTION = {
 	name: "intents",
 	fields: { paymentId: "text", state: "text", stateVersion: "integer", createdAt: "text", updatedAt: "text", expiresAt: "text", expiresAtSlot: "integer", leaseExpiresAt: "text", epoch: "integer" },
 	unique: [["paymentId"]],

@@ -11,7 +11,7 @@ import { tin } from "../lib/schemas";
 import type { Collection } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
 
-export const ROUTES_COLLECTION = {
+const ROUTES_COLLECTION = {
 	name: "registry_routes",
 	fields: { tin: "text", active: "integer" },
 	unique: [["tin"]]

@@ -77,15 +77,17 @@ export function mempoolService(config: Config): ServiceSchema {
 		const held = await nonces.get(id);
 		if (!held || held.intentId === record.id) return true; // a retried verification of the same intent
 		const holder = await intents.get(held.intentId);
-		// Free again only when its holder is known to be rejected; a holder that is gone (archived) keeps it.
+		// Free again only once its holder is rejected (a holder that is gone, archived, keeps it);
+		// the condition on the holder settles racing claimants.
 		if (!holder || holder.state !== "REJECTED") return false;
-		// The holder was rejected, so the nonce is free again; the condition settles racing claimants.
 		return nonces.update(id, { intentId: held.intentId }, { id, intentId: record.id });
 	}
 
 	async function reject(record: IntentRecord, reason: string, detail: string, at: string): Promise<boolean> {
 		return commit(record, applyMove(record, "REJECTED", at, { reason, rejectionReason: reason, rejectionDetail: detail }));
 	}
+
+	const expire = (record: IntentRecord, at: string) => reject(record, "EXPIRED", "the authorization expired before submission", at);
 
 	async function expireDue(): Promise<number> {
 		const now = new Date();
@@ -95,7 +97,7 @@ export function mempoolService(config: Config): ServiceSchema {
 		if (latestSlot !== null)
 			due.push(...(await intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAtSlot: { lte: latestSlot } }, limit: SWEEP_BATCH })));
 		let expired = 0;
-		for (const record of due) if (isExpired(record, now.getTime(), latestSlot) && (await reject(record, "EXPIRED", "the authorization expired before submission", at))) expired++;
+		for (const record of due) if (isExpired(record, now.getTime(), latestSlot) && (await expire(record, at))) expired++;
 		return expired;
 	}
 
@@ -185,10 +187,13 @@ export function mempoolService(config: Config): ServiceSchema {
 				params: { $$strict: true, limit: limit() },
 				async handler(ctx: Context<{ limit: number }>) {
 					const now = new Date();
-					const where: Record<string, unknown> = { state: "VERIFIED", expiresAt: { gt: now.toISOString() } };
 					const latestSlot = slots.latest();
-					if (latestSlot !== null) where.expiresAtSlot = { gt: latestSlot };
-					const records = await intents.list({ where: where as Where, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
+					const where: Where = {
+						state: "VERIFIED",
+						expiresAt: { gt: now.toISOString() },
+						...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {})
+					};
+					const records = await intents.list({ where, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
 					return records.map(record => ({ intent: toWorkerView(record), leaseTtlMs: config.leaseTtlMs }));
 				}
 			},
@@ -270,7 +275,7 @@ export function mempoolService(config: Config): ServiceSchema {
 				async handler(ctx: Context<{ id: string }>): Promise<boolean> {
 					const record = await mustGet(ctx.params.id);
 					if (!EXPIRABLE_STATES.includes(record.state) || !isExpired(record, Date.now(), slots.latest())) return false;
-					await reject(record, "EXPIRED", "the authorization expired before submission", new Date().toISOString());
+					await expire(record, new Date().toISOString());
 					return true;
 				}
 			},

@@ -258,3 +258,44 @@ describe("the `npm start` process", () => {
 		expect(proc.output()).toContain("PORT must be an integer");
 	});
 });
+
+describe("slot expiry with SOLANA_RPC_URL", () => {
+	it("refuses intents whose expiresAtSlot is not after the latest observed slot, and expires them as the chain moves", async () => {
+		let slot = 5000;
+		const rpc = (await import("node:http")).createServer((req, res) => {
+			let body = "";
+			req.on("data", chunk => (body += chunk));
+			req.on("end", () => {
+				const { id, method } = JSON.parse(body);
+				res.setHeader("content-type", "application/json");
+				res.end(JSON.stringify(method === "getSlot" ? { jsonrpc: "2.0", id, result: slot } : { jsonrpc: "2.0", id, error: { code: -32601, message: "no" } }));
+			});
+		});
+		await new Promise<void>(resolve => rpc.listen(0, "127.0.0.1", resolve));
+		const dataDir = tempDir();
+		const route = newRoute();
+		const node = await startNode(
+			{ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: `http://127.0.0.1:${(rpc.address() as net.AddressInfo).port}`, SLOT_POLL_INTERVAL_MS: "50" },
+			dataDir
+		);
+		try {
+			const stale = await node.http("POST", "/intents", signedIntent(sender, route, { expiresAtSlot: 5000 }));
+			expect(stale.body).toMatchObject({ code: 400, type: "EXPIRED" });
+			const live = await node.http("POST", "/intents", signedIntent(sender, route, { expiresAtSlot: 5100 }));
+			expect(live.status).toBe(201);
+
+			slot = 5100;
+			const deadline = Date.now() + 5000;
+			let record = live.body;
+			while (record.receiverStatus !== "REJECTED" && Date.now() < deadline) {
+				await wait(50);
+				record = (await node.http("GET", `/intents/${live.body.id}`)).body;
+			}
+			expect(record).toMatchObject({ receiverStatus: "REJECTED", rejectionReason: "EXPIRED" });
+			expect((await node.http("GET", "/intent-work", undefined, worker)).body).toEqual([]);
+		} finally {
+			await node.stop();
+			rpc.close();
+		}
+	});
+});

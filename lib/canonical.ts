@@ -7,6 +7,7 @@ import { sha256Hex } from "./encoding";
 export const PAYMENT_HEADER = "Settlement Coordination Payment Authorization";
 export const PAYOUT_HEADER = "Settlement Coordination Payout Authorization";
 export const HEARTBEAT_HEADER = "Settlement Coordination Cranker Heartbeat";
+export const THRESHOLD_ACCESS_HEADER = "Settlement Coordination Threshold Access";
 export const MESSAGE_VERSION = 1;
 
 export type Line = readonly [key: string, value: string | number];
@@ -141,5 +142,13 @@ export function buildHeartbeatMessage(fields: { crankerPubkey: string; roles: re
 		["crankerPubkey", fields.crankerPubkey],
 		["roles", fields.roles.join(",")],
 		["sentAt", fields.sentAt]
+	]);
+}
+
+export function buildThresholdAccessMessage(fields: { wallet: string; nonce: string; issuedAt: string }): string {
+	return canonicalMessage(THRESHOLD_ACCESS_HEADER, [
+		["wallet", fields.wallet],
+		["nonce", fields.nonce],
+		["issuedAt", fields.issuedAt]
 	]);
 }

@@ -106,3 +106,11 @@ export const payoutAuthorizationParams = {
 	workId: { type: "string", max: 64 },
 	crankerPubkey: address()
 };
+
+export const consumeNonceParams = {
+	$$strict: true,
+	wallet: address(),
+	nonce: nonce(),
+	issuedAt: isoTime(),
+	signature: signature()
+};

@@ -135,6 +135,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					aliases: {
 						"POST /": "network.status",
 						"POST /intents": "receiver.submit",
+						"POST /threshold-access/nonces/consume": "access.consume",
 						"GET /intents/:id": "mempool.view",
 						"GET /registry/tins/:tin": "tin.getRoute"
 					}

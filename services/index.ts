@@ -2,6 +2,7 @@
 import { ServiceBroker, type BrokerOptions, type ServiceSchema } from "moleculer";
 import { brokerOptions } from "../moleculer.config";
 import type { Config } from "../lib/config";
+import { accessService } from "./access.service";
 import { apiService } from "./api.service";
 import { crankersService } from "./crankers.service";
 import { epochsService } from "./epochs.service";
@@ -22,7 +23,8 @@ export const SERVICE_FACTORIES: Record<string, (config: Config) => ServiceSchema
 	crankers: crankersService,
 	tin: tinService,
 	epochs: epochsService,
-	network: networkService
+	network: networkService,
+	access: accessService
 };
 
 export function createNode(config: Config, overrides: Partial<BrokerOptions> = {}): ServiceBroker {

@@ -1,0 +1,53 @@
+/**
+ * access: owns threshold-access nonces (SPEC §9). A wallet proves control with a signed, fresh
+ * message; each of its nonces can be consumed once, even by concurrent duplicate requests.
+ */
+import type { Context, ServiceSchema } from "moleculer";
+import { buildThresholdAccessMessage } from "../lib/canonical";
+import type { Config } from "../lib/config";
+import { verifySignature } from "../lib/ed25519";
+import { ServiceError } from "../lib/errors";
+import { consumeNonceParams } from "../lib/schemas";
+import type { Collection } from "../lib/store";
+import { storeMixin } from "../mixins/store.mixin";
+
+/** SPEC §9: issuedAt within ±5 minutes of the Node's clock, bounds included. */
+const ACCESS_WINDOW_MS = 5 * 60_000;
+
+interface ConsumedNonce {
+	/** `<wallet>:<nonce>`: the unique key makes consumption one-time. */
+	id: string;
+	wallet: string;
+	nonce: string;
+	consumedAt: string;
+}
+
+export function accessService(config: Config): ServiceSchema {
+	let consumed: Collection<ConsumedNonce>;
+
+	return {
+		name: "access",
+		mixins: [
+			storeMixin(config, "access", async store => {
+				consumed = await store.collection<ConsumedNonce>({ name: "threshold_access_nonces", fields: {} });
+			})
+		],
+
+		actions: {
+			/** POST /threshold-access/nonces/consume */
+			consume: {
+				params: consumeNonceParams,
+				async handler(ctx: Context<{ wallet: string; nonce: string; issuedAt: string; signature: string }>) {
+					const { wallet, nonce, issuedAt, signature } = ctx.params;
+					const now = new Date();
+					if (Math.abs(now.getTime() - Date.parse(issuedAt)) > ACCESS_WINDOW_MS) throw new ServiceError("EXPIRED", "issuedAt is more than 5 minutes away from the Node's clock");
+					if (!verifySignature(wallet, buildThresholdAccessMessage({ wallet, nonce, issuedAt }), signature))
+						throw new ServiceError("INVALID_SIGNATURE", "The signature is not the wallet's signature of the access message");
+					const record: ConsumedNonce = { id: `${wallet}:${nonce}`, wallet, nonce, consumedAt: now.toISOString() };
+					if (!(await consumed.insert(record))) throw new ServiceError("NONCE_REUSED", "This wallet already consumed the nonce", { wallet, nonce });
+					return { wallet, nonce, consumedAt: record.consumedAt };
+				}
+			}
+		}
+	};
+}

@@ -33,6 +33,8 @@ export interface Config {
 	sweepIntervalMs: number;
 	/** How often the latest slot is polled from SOLANA_RPC_URL. */
 	slotPollIntervalMs: number;
+	/** An epoch closes by itself once it is this old. */
+	epochDurationMs: number;
 }
 
 /** A configuration the process cannot start with: a message for the operator, so no stack trace. */
@@ -108,6 +110,7 @@ export function loadConfig(env: Env = process.env): Config {
 		solanaRpcUrl: text(env, "SOLANA_RPC_URL"),
 		solanaCluster: text(env, "SOLANA_CLUSTER") ?? "solana-devnet",
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),
-		slotPollIntervalMs: integer(env, "SLOT_POLL_INTERVAL_MS", 2000, 10)
+		slotPollIntervalMs: integer(env, "SLOT_POLL_INTERVAL_MS", 2000, 10),
+		epochDurationMs: integer(env, "EPOCH_DURATION_MS", 7 * 60 * 60 * 1000, 1)
 	};
 }

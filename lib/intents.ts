@@ -79,6 +79,8 @@ export interface IntentRecord {
 	rejectionReason?: RejectionReason | "EXPIRED" | string;
 	/** Why verification refused it, replayed in the error message. */
 	rejectionDetail?: string;
+	/** The epoch whose close archived it; absent while it is live. */
+	archivedIn?: number;
 }
 
 export interface PublicMempoolIntent {

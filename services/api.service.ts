@@ -118,7 +118,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						"GET /intent-work": "mempool.work",
 						"POST /internal/settlement-authorizations/settlement": "leases.authorizePayout",
 						"POST /internal/wake": "receiver.wake",
-						"POST /crankers/heartbeat": "crankers.heartbeat"
+						"POST /crankers/heartbeat": "crankers.heartbeat",
+						"POST /epoch/close": "epochs.close"
 					}
 				},
 				{
@@ -137,7 +138,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						"POST /intents": "receiver.submit",
 						"POST /threshold-access/nonces/consume": "access.consume",
 						"GET /intents/:id": "mempool.view",
-						"GET /registry/tins/:tin": "tin.getRoute"
+						"GET /registry/tins/:tin": "tin.getRoute",
+						"GET /epoch/status": "epochs.status"
 					}
 				}
 			],

@@ -41,7 +41,7 @@ export function createNode(config: Config, overrides: Partial<BrokerOptions> = {
  * then the services that call others, then the owners they call. Moleculer's own stop would stop
  * them all at once, closing an owner's store under a request that still needs it.
  */
-const STOP_TIERS = [["api"], ["receiver", "leases", "network"], ["verifier"]];
+const STOP_TIERS = [["api"], ["receiver", "leases", "network", "epochs"], ["verifier"]];
 
 export async function stopNode(broker: ServiceBroker): Promise<void> {
 	for (const tier of STOP_TIERS)

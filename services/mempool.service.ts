@@ -28,16 +28,17 @@ import { limit, updateStatusParams } from "../lib/schemas";
 import { SlotObserver } from "../lib/slot-observer";
 import type { Collection, Where } from "../lib/store";
 import type { VerificationResult } from "../lib/verification";
+import { byId, merkleRoot } from "../lib/merkle";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 const INTENTS_COLLECTION = {
 	name: "intents",
-	fields: { paymentId: "text", state: "text", stateVersion: "integer", createdAt: "text", updatedAt: "text", expiresAt: "text", expiresAtSlot: "integer", leaseExpiresAt: "text", epoch: "integer" },
+	fields: { paymentId: "text", state: "text", stateVersion: "integer", createdAt: "text", updatedAt: "text", expiresAt: "text", expiresAtSlot: "integer", leaseExpiresAt: "text", epoch: "integer", archivedIn: "integer" },
 	unique: [["paymentId"]],
 	// Every index costs each of an intent's three writes. The lease and stale-verification sweeps
 	// read states that hold few intents (leased, mid-verification), so (state, createdAt) serves them.
-	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["createdAt"]]
+	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["createdAt"], ["archivedIn", "state"]]
 } as const;
 
 /** A consumed nonce, keyed `<senderWallet>:<nonce>`, held by the intent that consumed it. */
@@ -47,6 +48,14 @@ interface NonceDoc {
 }
 
 const SWEEP_BATCH = 500;
+const TERMINAL_STATES: IntentState[] = ["CONFIRMED", "REJECTED"];
+
+/** Executed amounts per mint (u64 strings: summed as BigInt, never JS numbers). */
+function sumVolume(records: IntentRecord[]): Record<string, string> {
+	const volume = new Map<string, bigint>();
+	for (const { request } of records) volume.set(request.tokenMintAddress, (volume.get(request.tokenMintAddress) ?? 0n) + BigInt(request.amount));
+	return Object.fromEntries([...volume].map(([mint, total]) => [mint, total.toString()]));
+}
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
 
@@ -176,7 +185,7 @@ export function mempoolService(config: Config): ServiceSchema {
 					limit: limit()
 				},
 				async handler(ctx: Context<{ status?: string; limit: number }>) {
-					const where: Where = ctx.params.status ? { state: { in: statesOfStatus(ctx.params.status) } } : {};
+					const where: Where = { archivedIn: null, ...(ctx.params.status ? { state: { in: statesOfStatus(ctx.params.status) } } : {}) };
 					const records = await intents.list({ where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit });
 					return records.map(toPublicView);
 				}
@@ -298,26 +307,50 @@ export function mempoolService(config: Config): ServiceSchema {
 				handler: () => slots.latest()
 			},
 
-			/** Internal: EpochStatus (SPEC §8) over the live intents of the open epoch and earlier. */
-			epochStatus: {
-				params: {},
-				async handler(ctx: Context) {
-					const { epoch, startedAt } = await ctx.call<{ epoch: number; startedAt: string }>("epochs.current");
-					const where = { epoch: { lte: epoch } };
+			/** Internal: the figures of EpochStatus (SPEC §8): live intents of epoch `upTo` and earlier. */
+			epochTotals: {
+				params: { upTo: { type: "number", integer: true, min: 1 } },
+				async handler(ctx: Context<{ upTo: number }>) {
+					const where: Where = { archivedIn: null, epoch: { lte: ctx.params.upTo } };
 					const byState = await intents.countBy("state", where);
-					const volume: Record<string, bigint> = {};
-					// Sums the executed amounts per mint (u64 strings: BigInt, never JS numbers).
-					for (const record of await intents.list({ where: { ...where, state: "CONFIRMED" } }))
-						volume[record.request.tokenMintAddress] = (volume[record.request.tokenMintAddress] ?? 0n) + BigInt(record.request.amount);
 					return {
-						epoch,
-						startedAt,
 						intents: {
 							received: Object.values(byState).reduce((sum, n) => sum + n, 0),
 							executed: byState.CONFIRMED ?? 0,
 							canceled: byState.REJECTED ?? 0
 						},
-						volume: Object.fromEntries(Object.entries(volume).map(([mint, total]) => [mint, total.toString()]))
+						volume: sumVolume(await intents.list({ where: { ...where, state: "CONFIRMED" } }))
+					};
+				}
+			},
+
+			/**
+			 * Internal: flags up to `limit` live terminal intents of epoch `epoch` or earlier as archived
+			 * in it (one compare-and-set each); returns how many it flagged. Archived intents stay in
+			 * this store, so paymentId idempotency and nonce ownership outlive the epoch.
+			 */
+			archiveTerminal: {
+				params: { epoch: { type: "number", integer: true, min: 1 }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
+				async handler(ctx: Context<{ epoch: number; limit: number }>): Promise<number> {
+					const { epoch, limit } = ctx.params;
+					const due = await intents.list({ where: { archivedIn: null, state: { in: TERMINAL_STATES }, epoch: { lte: epoch } }, limit });
+					let archived = 0;
+					for (const record of due) if (await intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch })) archived++;
+					return archived;
+				}
+			},
+
+			/** Internal: what epoch `epoch` archived: counts, volume and the Merkle root of its executed intents. */
+			archiveSummary: {
+				params: { epoch: { type: "number", integer: true, min: 1 } },
+				async handler(ctx: Context<{ epoch: number }>) {
+					const byState = await intents.countBy("state", { archivedIn: ctx.params.epoch });
+					const executed = (await intents.list({ where: { archivedIn: ctx.params.epoch, state: "CONFIRMED" } })).sort(byId);
+					return {
+						executed: byState.CONFIRMED ?? 0,
+						canceled: byState.REJECTED ?? 0,
+						volume: sumVolume(executed),
+						root: merkleRoot(executed.map(record => record.transactionCommitment))
 					};
 				}
 			},
@@ -326,7 +359,7 @@ export function mempoolService(config: Config): ServiceSchema {
 			counts: {
 				params: {},
 				async handler(): Promise<Record<IntentState, number>> {
-					const counts = await intents.countBy("state");
+					const counts = await intents.countBy("state", { archivedIn: null });
 					return Object.fromEntries(INTENT_STATES.map(s => [s, counts[s] ?? 0])) as Record<IntentState, number>;
 				}
 			}

@@ -20,7 +20,7 @@ export function networkService(): ServiceSchema {
 					const include = new Set(ctx.params.include ?? SECTIONS);
 					const [counts, epoch, crankersOnline] = await Promise.all([
 						include.has("counts") ? ctx.call<Record<IntentState, number>>("mempool.counts") : undefined,
-						include.has("epoch") ? ctx.call("mempool.epochStatus") : undefined,
+						include.has("epoch") ? ctx.call("epochs.status") : undefined,
 						include.has("crankers") ? ctx.call<number>("crankers.onlineCount") : undefined
 					]);
 					return { ok: true, healthy: ctx.broker.started, counts, epoch, crankersOnline };

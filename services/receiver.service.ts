@@ -89,6 +89,16 @@ export function receiverService(config: Config): ServiceSchema {
 			}
 		},
 
+		events: {
+			/** A close opened the next epoch: new intents belong to it from now on. */
+			"epochs.opened": {
+				params: { epoch: { type: "number", integer: true, min: 1 } },
+				handler() {
+					epochCache = null;
+				}
+			}
+		},
+
 		created() {
 			broker = this.broker;
 		}

@@ -95,11 +95,6 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		return result.matchedCount === 1;
 	}
 
-	async delete(id: string, expected: Where): Promise<boolean> {
-		const result = await this.collection.deleteOne({ $and: [{ _id: id }, this.filter(expected)] });
-		return result.deletedCount === 1;
-	}
-
 	async list(query: ListQuery = {}): Promise<T[]> {
 		const filter = this.filter(query.where);
 		const limit = query.limit === undefined ? undefined : Math.max(0, Math.floor(query.limit));

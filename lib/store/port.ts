@@ -48,8 +48,6 @@ export interface Collection<T extends Doc> {
 	 * True when it was replaced; false when it is missing or no longer matches.
 	 */
 	update(id: string, expected: Where, next: T): Promise<boolean>;
-	/** Conditional delete: removes document `id` only while it matches `expected`; true when removed. */
-	delete(id: string, expected: Where): Promise<boolean>;
 	list(query?: ListQuery): Promise<T[]>;
 	count(where?: Where): Promise<number>;
 	/** Number of documents per value of `field`. */

@@ -125,12 +125,6 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		return stmt.run(...this.row(next), JSON.stringify(next), ...args, id).changes === 1;
 	}
 
-	async delete(id: string, expected: Where): Promise<boolean> {
-		const { sql, args } = compileWhere(this.spec, expected);
-		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
-		return this.statement(`DELETE FROM ${quote(this.spec.name)}${condition}`).run(...args, id).changes === 1;
-	}
-
 	async list(query: ListQuery = {}): Promise<T[]> {
 		const { sql, args } = compileWhere(this.spec, query.where);
 		let text = `SELECT doc FROM ${quote(this.spec.name)}${sql}`;

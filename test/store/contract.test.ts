@@ -124,21 +124,6 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			expect(await items.count()).toBe(0);
 		});
 
-		describe("delete", () => {
-			test("removes a document only while it matches, and only once", async () => {
-				const items = await fresh();
-				await items.insert({ id: "a", paymentId: "p1", version: 1 });
-				expect(await items.delete("a", { version: 2 })).toBe(false);
-				expect(await items.get("a")).not.toBeNull();
-				const [first, second] = await Promise.all([items.delete("a", { version: 1 }), items.delete("a", { version: 1 })]);
-				expect([first, second].filter(Boolean)).toHaveLength(1);
-				expect(await items.get("a")).toBeNull();
-				expect(await items.delete("missing", {})).toBe(false);
-				// The unique value is free again.
-				expect(await items.insert({ id: "b", paymentId: "p1", version: 1 })).toBe(true);
-			});
-		});
-
 		describe("update", () => {
 			test("replaces the document while it matches the expectation", async () => {
 				const items = await fresh();

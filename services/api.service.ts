@@ -128,10 +128,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					path: "/",
 					...common,
 					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: clientIp } : undefined,
-					onBeforeCall(ctx: Context<unknown, { worker?: boolean }>, _route: unknown, req: IncomingMessage) {
+					onBeforeCall(ctx: Context<unknown, { worker?: boolean; accept?: string }>, _route: unknown, req: IncomingMessage) {
 						assertInputPlacement(req);
 						const key = req.headers["x-api-key"];
 						ctx.meta.worker = typeof key === "string" && isWorkerKey(key);
+						ctx.meta.accept = req.headers.accept;
 					},
 					aliases: {
 						"POST /": "network.status",
@@ -139,7 +140,10 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						"POST /threshold-access/nonces/consume": "access.consume",
 						"GET /intents/:id": "mempool.view",
 						"GET /registry/tins/:tin": "tin.getRoute",
-						"GET /epoch/status": "epochs.status"
+						"GET /epoch/status": "epochs.status",
+						"GET /metrics": "network.metrics",
+						"GET /network/overview": "network.overview",
+						"GET /settlement-networks": "network.settlementNetworks"
 					}
 				}
 			],

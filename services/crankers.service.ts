@@ -93,6 +93,34 @@ export function crankersService(config: Config): ServiceSchema {
 				}
 			},
 
+			/**
+			 * Internal: the Cranker side of the observation routes: counts, online Crankers per role,
+			 * and per mint the liquidity and number of online settlement Crankers offering it.
+			 */
+			summary: {
+				params: {},
+				async handler() {
+					const nowMs = Date.now();
+					const all = await crankers.list();
+					const online = all.filter(doc => isOnline(doc, nowMs) && isOperator(doc.crankerPubkey));
+					const byRole = Object.fromEntries(CRANKER_ROLES.map(role => [role, online.filter(doc => doc.roles.includes(role)).length]));
+					const mints = new Map<string, { liquidity: bigint; crankersOnline: number }>();
+					for (const doc of online.filter(d => d.roles.includes("settlement")))
+						for (const { tokenMintAddress, available } of doc.liquidity) {
+							const mint = mints.get(tokenMintAddress) ?? { liquidity: 0n, crankersOnline: 0 };
+							mint.liquidity += BigInt(available);
+							mint.crankersOnline++;
+							mints.set(tokenMintAddress, mint);
+						}
+					return {
+						online: online.length,
+						total: all.length,
+						byRole,
+						mints: Object.fromEntries([...mints].map(([mint, m]) => [mint, { liquidity: m.liquidity.toString(), crankersOnline: m.crankersOnline }]))
+					};
+				}
+			},
+
 			/** Internal: how many Crankers are online now. */
 			onlineCount: {
 				params: {},

@@ -63,6 +63,7 @@ export function mempoolService(config: Config): ServiceSchema {
 	let intents: Collection<IntentRecord>;
 	let nonces: Collection<NonceDoc>;
 	let slots: SlotObserver;
+	let lapsedLeases = 0;
 
 	async function mustGet(id: string): Promise<IntentRecord> {
 		const record = await intents.get(id);
@@ -297,6 +298,7 @@ export function mempoolService(config: Config): ServiceSchema {
 					const lapsed = await intents.list({ where: { state: "CRANKER_LEASED", leaseExpiresAt: { lte: at } }, limit: SWEEP_BATCH });
 					let released = 0;
 					for (const record of lapsed) if (await commit(record, applyMove(record, "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" }))) released++;
+					lapsedLeases += released;
 					return released;
 				}
 			},
@@ -352,6 +354,23 @@ export function mempoolService(config: Config): ServiceSchema {
 						volume: sumVolume(executed),
 						root: merkleRoot(executed.map(record => record.transactionCommitment))
 					};
+				}
+			},
+
+			/** Internal: settled intents (archived ones included) and their volume per mint. */
+			settled: {
+				params: {},
+				async handler() {
+					const executed = await intents.list({ where: { state: "CONFIRMED" } });
+					return { count: executed.length, volume: sumVolume(executed) };
+				}
+			},
+
+			/** Internal: leases held now, and leases returned by the expiry sweep since this process started. */
+			leaseCounts: {
+				params: {},
+				async handler() {
+					return { active: await intents.count({ state: "CRANKER_LEASED", leaseExpiresAt: { gt: new Date().toISOString() } }), expired: lapsedLeases };
 				}
 			},
 

@@ -1,14 +1,58 @@
 /**
- * network: observation routes. Owns nothing: it asks the owners for their own figures.
- * This part answers POST / (MempoolStatusRequest → MempoolStatusResponse).
+ * network: observation routes (SPEC §8 and POST /). Owns nothing: it asks the owners for their
+ * own figures and shapes them.
  */
 import type { Context, ServiceSchema } from "moleculer";
-import type { IntentState } from "../lib/intents";
+import type { Config } from "../lib/config";
+import { ServiceError } from "../lib/errors";
+import { PUBLIC_STATUS, type IntentState, type PublicStatus } from "../lib/intents";
 
 const SECTIONS = ["epoch", "crankers", "counts"] as const;
 type Section = (typeof SECTIONS)[number];
 
-export function networkService(): ServiceSchema {
+interface CrankerSummary {
+	online: number;
+	total: number;
+	byRole: Record<string, number>;
+	mints: Record<string, { liquidity: string; crankersOnline: number }>;
+}
+
+interface Metrics {
+	uptimeSeconds: number;
+	startedAt: string;
+	intents: Record<IntentState, number>;
+	settled: { count: number; volume: Record<string, string> };
+	verification: { verified: number; rejected: number; p50Ms: number; p99Ms: number };
+	leases: { active: number; expired: number };
+}
+
+/** Prometheus text exposition (version 0.0.4) of the same figures. */
+function toPrometheus(metrics: Metrics): string {
+	const lines: string[] = [];
+	const metric = (name: string, type: "gauge" | "counter", help: string, samples: [labels: string, value: number | string][]) => {
+		lines.push(`# HELP scs_${name} ${help}`, `# TYPE scs_${name} ${type}`);
+		for (const [labels, value] of samples) lines.push(`scs_${name}${labels} ${value}`);
+	};
+	metric("uptime_seconds", "gauge", "Seconds since this node started.", [["", metrics.uptimeSeconds]]);
+	metric("intents", "gauge", "Live payment intents per internal state.", Object.entries(metrics.intents).map(([state, n]) => [`{state="${state}"}`, n]));
+	metric("settled_intents_total", "counter", "Payment intents settled (CONFIRMED).", [["", metrics.settled.count]]);
+	metric("settled_volume_base_units_total", "counter", "Settled amount per token mint, in base units.", Object.entries(metrics.settled.volume).map(([mint, v]) => [`{mint="${mint}"}`, v]));
+	metric("verifications_total", "counter", "Verification verdicts of this node's receiver.", [
+		['{outcome="verified"}', metrics.verification.verified],
+		['{outcome="rejected"}', metrics.verification.rejected]
+	]);
+	metric("verification_latency_ms", "gauge", "Verification latency percentiles over the latest verdicts.", [
+		['{quantile="0.5"}', metrics.verification.p50Ms],
+		['{quantile="0.99"}', metrics.verification.p99Ms]
+	]);
+	metric("leases_active", "gauge", "Leases held now.", [["", metrics.leases.active]]);
+	metric("leases_expired_total", "counter", "Leases returned by the expiry sweep since the mempool started.", [["", metrics.leases.expired]]);
+	return `${lines.join("\n")}\n`;
+}
+
+export function networkService(config: Config): ServiceSchema {
+	const startedAt = new Date();
+
 	return {
 		name: "network",
 
@@ -24,6 +68,66 @@ export function networkService(): ServiceSchema {
 						include.has("crankers") ? ctx.call<number>("crankers.onlineCount") : undefined
 					]);
 					return { ok: true, healthy: ctx.broker.started, counts, epoch, crankersOnline };
+				}
+			},
+
+			/** GET /metrics (JSON), or Prometheus text with ?format=prometheus or `accept: text/plain`. */
+			metrics: {
+				params: { $$strict: true, format: { type: "enum", values: ["json", "prometheus"], optional: true } },
+				async handler(ctx: Context<{ format?: "json" | "prometheus" }, { accept?: string; $responseType?: string }>) {
+					const [intents, settled, verification, leases] = await Promise.all([
+						ctx.call<Metrics["intents"]>("mempool.counts"),
+						ctx.call<Metrics["settled"]>("mempool.settled"),
+						ctx.call<Metrics["verification"]>("receiver.stats"),
+						ctx.call<Metrics["leases"]>("mempool.leaseCounts")
+					]);
+					const metrics: Metrics = {
+						uptimeSeconds: Math.floor((Date.now() - startedAt.getTime()) / 1000),
+						startedAt: startedAt.toISOString(),
+						intents,
+						settled,
+						verification,
+						leases
+					};
+					const prometheus = ctx.params.format === "prometheus" || (ctx.params.format === undefined && /\btext\/plain\b/.test(ctx.meta.accept ?? ""));
+					if (!prometheus) return metrics;
+					ctx.meta.$responseType = "text/plain; version=0.0.4; charset=utf-8";
+					return toPrometheus(metrics);
+				}
+			},
+
+			/** GET /network/overview */
+			overview: {
+				params: { $$strict: true },
+				async handler(ctx: Context) {
+					const [crankers, counts, epoch] = await Promise.all([
+						ctx.call<CrankerSummary>("crankers.summary"),
+						ctx.call<Record<IntentState, number>>("mempool.counts"),
+						ctx.call("epochs.status")
+					]);
+					const intents: Record<PublicStatus, number> = { pending: 0, executed: 0, canceled: 0 };
+					for (const [state, n] of Object.entries(counts)) intents[PUBLIC_STATUS[state as IntentState]] += n;
+					return {
+						crankers: { online: crankers.online, total: crankers.total, byRole: crankers.byRole },
+						liquidity: Object.fromEntries(Object.entries(crankers.mints).map(([mint, m]) => [mint, m.liquidity])),
+						intents,
+						epoch
+					};
+				}
+			},
+
+			/** GET /settlement-networks: one entry per mint an online settlement Cranker offers liquidity in. */
+			settlementNetworks: {
+				params: { $$strict: true },
+				async handler(ctx: Context) {
+					// An owner that cannot answer is a registry that cannot be read.
+					await ctx.call("tin.check").catch(err => {
+						throw (err as ServiceError).type === "REGISTRY_INVALID" ? err : new ServiceError("REGISTRY_INVALID", "The registry cannot be read");
+					});
+					const { mints } = await ctx.call<CrankerSummary>("crankers.summary");
+					return Object.entries(mints)
+						.filter(([, m]) => BigInt(m.liquidity) > 0n)
+						.map(([tokenMintAddress, m]) => ({ network: config.solanaCluster, tokenMintAddress, ready: true, liquidity: m.liquidity, crankersOnline: m.crankersOnline }));
 				}
 			}
 		}

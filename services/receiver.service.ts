@@ -19,6 +19,30 @@ const UNAVAILABLE = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQU
 
 type Outcome = { record: IntentRecord; verifierUnavailable: boolean };
 
+/** Verification outcomes and latencies (claim to verdict) of this receiver since it started. */
+class VerificationStats {
+	verified = 0;
+	rejected = 0;
+	/** The latest latencies, a ring: percentiles describe recent behaviour, in bounded memory. */
+	private readonly window = new Float64Array(10_000);
+	private size = 0;
+	private next = 0;
+
+	record(verified: boolean, ms: number): void {
+		if (verified) this.verified++;
+		else this.rejected++;
+		this.window[this.next] = ms;
+		this.next = (this.next + 1) % this.window.length;
+		this.size = Math.min(this.size + 1, this.window.length);
+	}
+
+	snapshot(): { verified: number; rejected: number; p50Ms: number; p99Ms: number } {
+		const sorted = this.window.slice(0, this.size).sort();
+		const at = (q: number) => (sorted.length ? Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] * 100) / 100 : 0);
+		return { verified: this.verified, rejected: this.rejected, p50Ms: at(0.5), p99Ms: at(0.99) };
+	}
+}
+
 export function receiverService(config: Config): ServiceSchema {
 	/** Runs one record through verification: claim, verify, complete. Never throws for an unavailable verifier. */
 	async function verifyRecord(ctx: Context | { call: Context["call"] }, record: IntentRecord): Promise<Outcome> {
@@ -27,6 +51,7 @@ export function receiverService(config: Config): ServiceSchema {
 			claimed = await ctx.call<IntentRecord | null, object>("mempool.claimForVerification", { id: record.id, expectedVersion: record.stateVersion });
 			if (!claimed) return { record: (await ctx.call<IntentRecord, object>("mempool.get", { id: record.id })) ?? record, verifierUnavailable: false };
 		}
+		const startedAt = performance.now();
 		let result: VerificationResult;
 		try {
 			result = await ctx.call<VerificationResult, object>("verifier.verify", { request: claimed.request }, { timeout: config.verifyTimeoutMs, retries: 0 });
@@ -36,6 +61,7 @@ export function receiverService(config: Config): ServiceSchema {
 			return { record: back, verifierUnavailable: true };
 		}
 		const done = await ctx.call<IntentRecord, object>("mempool.completeVerification", { id: claimed.id, expectedVersion: claimed.stateVersion, result });
+		if (done.state === "VERIFIED" || done.state === "REJECTED") stats.record(done.state === "VERIFIED", performance.now() - startedAt);
 		return { record: done, verifierUnavailable: false };
 	}
 
@@ -44,6 +70,7 @@ export function receiverService(config: Config): ServiceSchema {
 	}
 
 	let broker: ServiceBroker;
+	const stats = new VerificationStats();
 
 	/** Current epoch number, cached briefly: it changes only when an epoch closes. */
 	let epochCache: { epoch: number; until: number } | null = null;
@@ -76,6 +103,12 @@ export function receiverService(config: Config): ServiceSchema {
 					if (ctx.meta.$statusCode === 201) ctx.meta.$location = `/intents/${current.id}`;
 					return toPublicView(current);
 				}
+			},
+
+			/** Internal: verification figures of this receiver for GET /metrics. */
+			stats: {
+				params: {},
+				handler: () => stats.snapshot()
 			},
 
 			/** POST /internal/wake: runs the verification sweep now. */

@@ -60,6 +60,18 @@ export function tinService(config: Config): ServiceSchema {
 				}
 			},
 
+			/** Internal: proves the registry can be read; 503 REGISTRY_INVALID otherwise. */
+			check: {
+				params: {},
+				async handler(): Promise<{ routes: number }> {
+					try {
+						return { routes: await routes.count({ active: true }) };
+					} catch (err) {
+						throw new ServiceError("REGISTRY_INVALID", "The registry cannot be read", { reason: (err as Error).message });
+					}
+				}
+			},
+
 			/** GET /registry/tins/{tin} */
 			getRoute: {
 				params: { $$strict: true, tin: tin() },

@@ -8,6 +8,7 @@ export const PAYMENT_HEADER = "Settlement Coordination Payment Authorization";
 export const PAYOUT_HEADER = "Settlement Coordination Payout Authorization";
 export const HEARTBEAT_HEADER = "Settlement Coordination Cranker Heartbeat";
 export const THRESHOLD_ACCESS_HEADER = "Settlement Coordination Threshold Access";
+export const TIN_OPERATION_HEADER = "Settlement Coordination TIN Operation";
 export const MESSAGE_VERSION = 1;
 
 export type Line = readonly [key: string, value: string | number];
@@ -150,5 +151,30 @@ export function buildThresholdAccessMessage(fields: { wallet: string; nonce: str
 		["wallet", fields.wallet],
 		["nonce", fields.nonce],
 		["issuedAt", fields.issuedAt]
+	]);
+}
+
+export interface TinOperationFields {
+	operationId: string;
+	intentType: "create" | "update";
+	/** Absent for a create: its line is then `tin: ` with nothing after the space. */
+	tin?: string;
+	ownerWallet: string;
+	routeCommitment: string;
+	policyCommitment: string;
+	issuedAt: string;
+	expiresAt: string;
+}
+
+export function buildTinOperationMessage(fields: TinOperationFields): string {
+	return canonicalMessage(TIN_OPERATION_HEADER, [
+		["operationId", fields.operationId],
+		["intentType", fields.intentType],
+		["tin", fields.tin ?? ""],
+		["ownerWallet", fields.ownerWallet],
+		["routeCommitment", fields.routeCommitment],
+		["policyCommitment", fields.policyCommitment],
+		["issuedAt", fields.issuedAt],
+		["expiresAt", fields.expiresAt]
 	]);
 }

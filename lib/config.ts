@@ -35,6 +35,10 @@ export interface Config {
 	slotPollIntervalMs: number;
 	/** An epoch closes by itself once it is this old. */
 	epochDurationMs: number;
+	/** Lets one Cranker both verify a TIN operation and commit its fee (separation of duties off). */
+	allowSingleCrankerTins: boolean;
+	tinCreateFee: string;
+	tinUpdateFee: string;
 }
 
 /** A configuration the process cannot start with: a message for the operator, so no stack trace. */
@@ -111,6 +115,9 @@ export function loadConfig(env: Env = process.env): Config {
 		solanaCluster: text(env, "SOLANA_CLUSTER") ?? "solana-devnet",
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),
 		slotPollIntervalMs: integer(env, "SLOT_POLL_INTERVAL_MS", 2000, 10),
-		epochDurationMs: integer(env, "EPOCH_DURATION_MS", 7 * 60 * 60 * 1000, 1)
+		epochDurationMs: integer(env, "EPOCH_DURATION_MS", 7 * 60 * 60 * 1000, 1),
+		allowSingleCrankerTins: flag(env, "ALLOW_SINGLE_CRANKER_TINS"),
+		tinCreateFee: String(integer(env, "TIN_CREATE_FEE", 50_000, 0)),
+		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0))
 	};
 }

@@ -15,6 +15,8 @@ export interface RouteRecord extends ActiveRoute {
 	ownerWallet: string | null;
 	active: boolean;
 	updatedAt: string;
+	/** The TIN operation whose finalization wrote this version (none for a genesis route). */
+	lastOperationId?: string;
 }
 
 export interface GenesisRoute extends ActiveRoute {

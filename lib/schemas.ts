@@ -114,3 +114,28 @@ export const consumeNonceParams = {
 	issuedAt: isoTime(),
 	signature: signature()
 };
+
+export const createTinOperationParams = {
+	$$strict: true,
+	operationId: identifier(),
+	intentType: { type: "enum", values: ["create", "update"] },
+	tin: { ...tin(), optional: true },
+	ownerWallet: address(),
+	routeCommitment: hex64(),
+	policyCommitment: hex64(),
+	ownerSignature: signature(),
+	issuedAt: isoTime(),
+	expiresAt: isoTime()
+};
+
+export const TIN_STAGES = ["verified", "fee-committed", "submitted", "finalized", "failed", "rejected"] as const;
+export type TinStage = (typeof TIN_STAGES)[number];
+
+export const tinStageParams = {
+	$$strict: true,
+	id: { type: "string", max: 64 },
+	crankerPubkey: address(),
+	transactionSignature: { ...signature(), optional: true },
+	feeAmount: { ...amount(), optional: true },
+	reason: { type: "string", min: 1, max: 512, optional: true }
+};

@@ -119,7 +119,16 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						"POST /internal/settlement-authorizations/settlement": "leases.authorizePayout",
 						"POST /internal/wake": "receiver.wake",
 						"POST /crankers/heartbeat": "crankers.heartbeat",
-						"POST /epoch/close": "epochs.close"
+						"POST /epoch/close": "epochs.close",
+						"GET /tin-operations/verification-work": "tin.verificationWork",
+						"GET /tin-operations/fee-work": "tin.feeWork",
+						"GET /tin-operations/registry-work": "tin.registryWork",
+						"POST /tin-operations/:id/verified": "tin.verified",
+						"POST /tin-operations/:id/fee-committed": "tin.feeCommitted",
+						"POST /tin-operations/:id/submitted": "tin.submitted",
+						"POST /tin-operations/:id/finalized": "tin.finalized",
+						"POST /tin-operations/:id/failed": "tin.failed",
+						"POST /tin-operations/:id/rejected": "tin.rejected"
 					}
 				},
 				{
@@ -141,6 +150,9 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						"GET /intents/:id": "mempool.view",
 						"GET /registry/tins/:tin": "tin.getRoute",
 						"GET /epoch/status": "epochs.status",
+						"POST /tin-operations": "tin.submitOperation",
+						"GET /tin-operations": "tin.listOperations",
+						"GET /tin-operations/:id": "tin.getOperation",
 						"GET /metrics": "network.metrics",
 						"GET /network/overview": "network.overview",
 						"GET /settlement-networks": "network.settlementNetworks"

@@ -121,6 +121,16 @@ export function crankersService(config: Config): ServiceSchema {
 				}
 			},
 
+			/** Internal: whether a Cranker is online (and an allowed operator) and which roles it has. */
+			standing: {
+				params: { crankerPubkey: address() },
+				async handler(ctx: Context<{ crankerPubkey: string }>): Promise<{ online: boolean; roles: CrankerRole[] }> {
+					const doc = await crankers.get(ctx.params.crankerPubkey);
+					const online = !!doc && isOnline(doc, Date.now()) && isOperator(doc.crankerPubkey);
+					return { online, roles: doc?.roles ?? [] };
+				}
+			},
+
 			/** Internal: how many Crankers are online now. */
 			onlineCount: {
 				params: {},

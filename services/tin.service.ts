@@ -1,24 +1,64 @@
 /**
- * tin: owns the registry of TIN routes (SPEC §5). This part resolves a TIN to its active route and
- * imports the genesis routes of REGISTRY_SEED_FILE at start.
+ * tin: owns the registry of TIN routes and the TIN operations pipeline (SPEC §5). Resolves a TIN
+ * to its active route, imports the genesis routes at start, takes signed create/update
+ * operations, and moves them through the Cranker stages; finalizing activates the route.
  */
+import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import type { Context, ServiceSchema } from "moleculer";
+import { buildTinOperationMessage } from "../lib/canonical";
 import { ConfigError, type Config } from "../lib/config";
+import { verifySignature } from "../lib/ed25519";
+import { canonicalJson, sha256Hex } from "../lib/encoding";
 import { ServiceError } from "../lib/errors";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
-import { tin } from "../lib/schemas";
-import type { Collection } from "../lib/store";
+import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
+import { tinFromSequence } from "../lib/tin";
+import {
+	TIN_OPERATION_STATES,
+	decideStage,
+	toPublicTinOperation,
+	toTinOperationView,
+	type CrankerStanding,
+	type TinOperationRecord,
+	type TinOperationRequest,
+	type TinOperationState
+} from "../lib/tin-operations";
+import type { Collection, Where } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
 
 const ROUTES_COLLECTION = {
 	name: "registry_routes",
-	fields: { tin: "text", active: "integer" },
+	fields: { tin: "text", active: "integer", routeVersion: "integer" },
 	unique: [["tin"]]
 } as const;
 
+const OPERATIONS_COLLECTION = {
+	name: "tin_operations",
+	fields: { operationId: "text", status: "text", intentType: "text", createdAt: "text", verifiedBy: "text", feeCommittedBy: "text" },
+	unique: [["operationId"]],
+	indexes: [["status", "createdAt"], ["createdAt"]]
+} as const;
+
+/** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
+const FIRST_SEQUENCE = 100_000_000;
+const MAX_CLOCK_SKEW_MS = 60_000;
+const MAX_VALIDITY_MS = 24 * 60 * 60 * 1000;
+
+interface SequenceDoc {
+	id: string;
+	next: number;
+}
+
+/** Action names of the stage routes: "fee-committed" → "feeCommitted". */
+const stageAction = (stage: TinStage) => stage.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
+
 export function tinService(config: Config): ServiceSchema {
 	let routes: Collection<RouteRecord>;
+	let operations: Collection<TinOperationRecord>;
+	let sequence: Collection<SequenceDoc>;
+	let broker: Context["broker"];
+	const policy = { allowSingleCrankerTins: config.allowSingleCrankerTins, createFee: config.tinCreateFee, updateFee: config.tinUpdateFee };
 
 	async function importGenesis(file: string): Promise<number> {
 		let entries;
@@ -42,11 +82,154 @@ export function tinService(config: Config): ServiceSchema {
 		return route?.active ? route : null;
 	}
 
+	/** The next TIN of the sequence that no route holds; each is handed out once (compare-and-set on the counter). */
+	async function allocateTin(): Promise<string> {
+		for (;;) {
+			const current = await sequence.get("tin");
+			const n = current?.next ?? FIRST_SEQUENCE;
+			const claimed = current ? await sequence.update("tin", { next: n }, { id: "tin", next: n + 1 }) : await sequence.insert({ id: "tin", next: n + 1 });
+			if (!claimed) continue; // another allocation took n first
+			const candidate = tinFromSequence(n);
+			if (!(await routes.get(candidate))) return candidate; // genesis routes keep theirs
+		}
+	}
+
+	async function mustGetOperation(id: string): Promise<TinOperationRecord> {
+		const record = await operations.get(id);
+		if (!record) throw new ServiceError("NOT_FOUND", `TIN operation ${id} not found`);
+		return record;
+	}
+
+	/**
+	 * Writes the route an operation finalizes, then the operation's move. The route names the
+	 * operation (lastOperationId), so a crash between the two is finished by reconcile() at start,
+	 * and a route is never left without its FINALIZED operation.
+	 */
+	async function activate(record: TinOperationRecord, finalizing: TinOperationRecord): Promise<TinOperationRecord> {
+		const { request } = record;
+		for (;;) {
+			const current = await routes.get(record.tin);
+			if (current?.lastOperationId === record.id) break;
+			const next: RouteRecord = {
+				id: record.tin,
+				tin: record.tin,
+				routeCommitment: request.routeCommitment,
+				routeVersion: (current?.routeVersion ?? 0) + 1,
+				policyCommitment: request.policyCommitment,
+				ownerWallet: current?.ownerWallet ?? request.ownerWallet,
+				active: true,
+				updatedAt: finalizing.updatedAt,
+				lastOperationId: record.id
+			};
+			if (current ? await routes.update(record.tin, { routeVersion: current.routeVersion }, next) : await routes.insert(next)) break;
+		}
+		const route = (await routes.get(record.tin))!;
+		const finalized = { ...finalizing, routeVersion: route.routeVersion };
+		if (!(await operations.update(record.id, { status: "SUBMITTED" }, finalized))) return mustGetOperation(record.id);
+		broker.broadcast("registry.routeChanged", { tin: record.tin });
+		return finalized;
+	}
+
+	/** Finishes finalizations a crash interrupted: SUBMITTED operations whose route is already written. */
+	async function reconcile(): Promise<number> {
+		let finished = 0;
+		for (const record of await operations.list({ where: { status: "SUBMITTED" } })) {
+			const route = await routes.get(record.tin);
+			if (route?.lastOperationId !== record.id) continue;
+			const at = route.updatedAt;
+			const entry = { status: "FINALIZED" as const, at, ...(record.submittedBy ? { by: record.submittedBy } : {}) };
+			await activate(record, { ...record, status: "FINALIZED", updatedAt: at, history: [...record.history, entry] });
+			finished++;
+		}
+		return finished;
+	}
+
+	async function submit(ctx: Context<TinOperationRequest, { $statusCode?: number }>) {
+		const request = ctx.params;
+		// Part of the schema check, which comes before idempotency.
+		if ((request.intentType === "create") !== (request.tin === undefined))
+			throw new ServiceError("VALIDATION_ERROR", "tin is absent for a create and required for an update", [
+				{ type: "tin", field: "tin", message: "The 'tin' field is absent for a create and required for an update." }
+			]);
+		const requestDigest = sha256Hex(canonicalJson(request));
+		const existing = await operations.findOne({ operationId: request.operationId });
+		if (existing) return replay(ctx, existing, requestDigest);
+
+		if (!verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature))
+			throw new ServiceError("INVALID_SIGNATURE", "ownerSignature is not ownerWallet's signature of the operation message");
+		const now = Date.now();
+		const issuedAt = Date.parse(request.issuedAt);
+		const expiresAt = Date.parse(request.expiresAt);
+		if (issuedAt > now + MAX_CLOCK_SKEW_MS) throw new ServiceError("INVALID_MESSAGE", "issuedAt is more than 60 s in the future");
+		if (expiresAt - issuedAt > MAX_VALIDITY_MS) throw new ServiceError("INVALID_MESSAGE", "the operation is valid for more than 24 h");
+		if (expiresAt <= now) throw new ServiceError("EXPIRED", "expiresAt has passed");
+		if (request.intentType === "update") {
+			const route = await activeRoute(request.tin!);
+			if (!route) throw new ServiceError("UNKNOWN_TIN", `TIN ${request.tin} is not in the registry`);
+			if (route.ownerWallet !== request.ownerWallet) throw new ServiceError("NOT_OWNER", "ownerWallet does not own this TIN's route");
+		}
+
+		const at = new Date(now).toISOString();
+		const record: TinOperationRecord = {
+			id: `top_${randomBytes(16).toString("hex")}`,
+			operationId: request.operationId,
+			intentType: request.intentType,
+			tin: request.tin ?? (await allocateTin()),
+			status: "PENDING_VERIFICATION",
+			requestDigest,
+			request,
+			history: [{ status: "PENDING_VERIFICATION", at }],
+			verifiedBy: null,
+			feeCommittedBy: null,
+			feeAmount: null,
+			submittedBy: null,
+			transactionSignature: null,
+			createdAt: at,
+			updatedAt: at
+		};
+		if (await operations.insert(record)) {
+			ctx.meta.$statusCode = 201;
+			return toPublicTinOperation(record);
+		}
+		// A concurrent submission of the same operationId won; its TIN (if any) stays burned, never reused.
+		return replay(ctx, (await operations.findOne({ operationId: request.operationId }))!, requestDigest);
+	}
+
+	function replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string) {
+		if (existing.requestDigest !== requestDigest)
+			throw new ServiceError("IDEMPOTENCY_CONFLICT", "operationId was already used with a different request body", { operationId: existing.operationId });
+		ctx.meta.$statusCode = 200;
+		return toPublicTinOperation(existing);
+	}
+
+	async function moveStage(ctx: Context<{ id: string; crankerPubkey: string; transactionSignature?: string; feeAmount?: string; reason?: string }>, stage: TinStage) {
+		const { id, ...request } = ctx.params;
+		const record = await mustGetOperation(id);
+		const standing = await ctx.call<CrankerStanding, object>("crankers.standing", { crankerPubkey: request.crankerPubkey });
+		const decision = decideStage(record, stage, request, standing, policy, new Date());
+		if (decision.kind === "replay") return toTinOperationView(record);
+		if (stage === "finalized") return toTinOperationView(await activate(record, decision.next));
+		if (await operations.update(record.id, { status: record.status }, decision.next)) return toTinOperationView(decision.next);
+		throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: (await mustGetOperation(id)).status });
+	}
+
+	/** The worker lists: oldest first. */
+	async function workList(where: Where, limitTo: number) {
+		return (await operations.list({ where, orderBy: ["createdAt", "asc"], limit: limitTo })).map(toTinOperationView);
+	}
+
+	const stageActions = Object.fromEntries(
+		TIN_STAGES.map(stage => [stageAction(stage), { params: tinStageParams, handler: (ctx: Parameters<typeof moveStage>[0]) => moveStage(ctx, stage) }])
+	);
+
 	return {
 		name: "tin",
+		dependencies: ["crankers"],
 		mixins: [
 			storeMixin(config, "tin", async store => {
 				routes = await store.collection<RouteRecord>(ROUTES_COLLECTION);
+				operations = await store.collection<TinOperationRecord>(OPERATIONS_COLLECTION);
+				sequence = await store.collection<SequenceDoc>({ name: "tin_sequence", fields: { next: "integer" } });
 			})
 		],
 
@@ -80,13 +263,70 @@ export function tinService(config: Config): ServiceSchema {
 					if (!route) throw new ServiceError("NOT_FOUND", `TIN ${ctx.params.tin} has no active route`);
 					return toRouteView(route);
 				}
-			}
+			},
+
+			/** POST /tin-operations */
+			submitOperation: { params: createTinOperationParams, handler: submit },
+
+			/** GET /tin-operations?status=&intent_type=&limit= (newest first) */
+			listOperations: {
+				params: {
+					$$strict: true,
+					status: { type: "enum", values: [...TIN_OPERATION_STATES], optional: true },
+					intent_type: { type: "enum", values: ["create", "update"], optional: true },
+					limit: limit()
+				},
+				async handler(ctx: Context<{ status?: TinOperationState; intent_type?: string; limit: number }>) {
+					const where: Where = { ...(ctx.params.status ? { status: ctx.params.status } : {}), ...(ctx.params.intent_type ? { intentType: ctx.params.intent_type } : {}) };
+					return (await operations.list({ where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(toPublicTinOperation);
+				}
+			},
+
+			/** GET /tin-operations/{id} */
+			getOperation: {
+				params: { $$strict: true, id: { type: "string", max: 64 } },
+				handler: async (ctx: Context<{ id: string }>) => toPublicTinOperation(await mustGetOperation(ctx.params.id))
+			},
+
+			/** GET /tin-operations/verification-work */
+			verificationWork: {
+				params: { $$strict: true, limit: limit() },
+				handler: (ctx: Context<{ limit: number }>) => workList({ status: "PENDING_VERIFICATION" }, ctx.params.limit)
+			},
+
+			/** GET /tin-operations/fee-work?operator_pubkey= : VERIFIED, without those the operator verified. */
+			feeWork: {
+				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
+				handler(ctx: Context<{ limit: number; operator_pubkey?: string }>) {
+					const operator = ctx.params.operator_pubkey;
+					return workList({ status: "VERIFIED", ...(operator ? { verifiedBy: { ne: operator } } : {}) }, ctx.params.limit);
+				}
+			},
+
+			/** GET /tin-operations/registry-work?operator_pubkey= : FEE_COMMITTED and SUBMITTED, only the operator's fees. */
+			registryWork: {
+				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
+				handler(ctx: Context<{ limit: number; operator_pubkey?: string }>) {
+					const operator = ctx.params.operator_pubkey;
+					return workList({ status: { in: ["FEE_COMMITTED", "SUBMITTED"] }, ...(operator ? { feeCommittedBy: operator } : {}) }, ctx.params.limit);
+				}
+			},
+
+			/** POST /tin-operations/{id}/<stage> */
+			...stageActions
+		},
+
+		created() {
+			broker = this.broker;
 		},
 
 		async started() {
-			if (!config.registrySeedFile) return;
-			const imported = await importGenesis(config.registrySeedFile);
-			this.logger.info(`Registry seed ${config.registrySeedFile}: ${imported} new route(s) imported.`);
+			if (config.registrySeedFile) {
+				const imported = await importGenesis(config.registrySeedFile);
+				this.logger.info(`Registry seed ${config.registrySeedFile}: ${imported} new route(s) imported.`);
+			}
+			const finished = await reconcile();
+			if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) a previous run left half-done.`);
 		}
 	};
 }

@@ -1,0 +1,152 @@
+/**
+ * TIN operations (SPEC §5): the record, its two views and the staged pipeline as one table, with
+ * the role and lifecycle rules of each stage. Pure: callers pass the time and the Cranker's standing.
+ */
+import type { TinOperationFields } from "./canonical";
+import { ServiceError } from "./errors";
+import type { TinStage } from "./schemas";
+
+export const TIN_OPERATION_STATES = ["PENDING_VERIFICATION", "VERIFIED", "FEE_COMMITTED", "SUBMITTED", "FINALIZED", "FAILED", "REJECTED"] as const;
+export type TinOperationState = (typeof TIN_OPERATION_STATES)[number];
+export const TERMINAL_TIN_STATES: readonly TinOperationState[] = ["FINALIZED", "FAILED", "REJECTED"];
+
+export interface TinOperationRequest extends TinOperationFields {
+	ownerSignature: string;
+}
+
+export interface TinOperationRecord {
+	id: string;
+	operationId: string;
+	intentType: "create" | "update";
+	/** Allocated at submission for a create; the target TIN for an update. */
+	tin: string;
+	status: TinOperationState;
+	/** Canonical JSON digest of the request, for idempotency on operationId. */
+	requestDigest: string;
+	request: TinOperationRequest;
+	history: { status: TinOperationState; at: string; by?: string; reason?: string }[];
+	verifiedBy: string | null;
+	feeCommittedBy: string | null;
+	feeAmount: string | null;
+	submittedBy: string | null;
+	transactionSignature: string | null;
+	routeVersion?: number;
+	failureReason?: string;
+	createdAt: string;
+	updatedAt: string;
+}
+
+export function toPublicTinOperation(record: TinOperationRecord) {
+	return {
+		id: record.id,
+		operationId: record.operationId,
+		intentType: record.intentType,
+		tin: record.tin,
+		status: record.status,
+		...(record.routeVersion !== undefined ? { routeVersion: record.routeVersion } : {}),
+		createdAt: record.createdAt,
+		updatedAt: record.updatedAt,
+		...(record.failureReason !== undefined ? { failureReason: record.failureReason } : {})
+	};
+}
+
+export function toTinOperationView(record: TinOperationRecord) {
+	return {
+		...toPublicTinOperation(record),
+		request: record.request,
+		history: record.history,
+		verifiedBy: record.verifiedBy,
+		feeCommittedBy: record.feeCommittedBy,
+		feeAmount: record.feeAmount,
+		submittedBy: record.submittedBy,
+		transactionSignature: record.transactionSignature
+	};
+}
+
+/** Where each stage leads, and from which states it may be taken. */
+export const STAGES: Record<TinStage, { to: TinOperationState; from: readonly TinOperationState[] }> = {
+	verified: { to: "VERIFIED", from: ["PENDING_VERIFICATION"] },
+	"fee-committed": { to: "FEE_COMMITTED", from: ["VERIFIED"] },
+	submitted: { to: "SUBMITTED", from: ["FEE_COMMITTED"] },
+	finalized: { to: "FINALIZED", from: ["SUBMITTED"] },
+	failed: { to: "FAILED", from: ["PENDING_VERIFICATION", "VERIFIED", "FEE_COMMITTED", "SUBMITTED"] },
+	rejected: { to: "REJECTED", from: ["PENDING_VERIFICATION", "VERIFIED"] }
+};
+
+export interface StageRequest {
+	crankerPubkey: string;
+	transactionSignature?: string;
+	feeAmount?: string;
+	reason?: string;
+}
+
+export interface CrankerStanding {
+	online: boolean;
+	roles: string[];
+}
+
+export interface StagePolicy {
+	allowSingleCrankerTins: boolean;
+	createFee: string;
+	updateFee: string;
+}
+
+export type StageDecision = { kind: "replay" } | { kind: "move"; next: TinOperationRecord };
+
+function notAllowed(message: string): ServiceError {
+	return new ServiceError("CRANKER_NOT_ALLOWED", message);
+}
+
+function invalid(field: string, message: string): ServiceError {
+	return new ServiceError("VALIDATION_ERROR", message, [{ type: "stage", field, message }]);
+}
+
+/**
+ * Decides a stage move with SPEC §5's refusals in order: transition (409), Cranker (403: offline,
+ * role, separation of duties, not the Cranker the row names), fields (422). The caller answered 404.
+ */
+export function decideStage(record: TinOperationRecord, stage: TinStage, request: StageRequest, standing: CrankerStanding, policy: StagePolicy, now: Date): StageDecision {
+	const { to, from } = STAGES[stage];
+	const by = request.crankerPubkey;
+	const last = record.history[record.history.length - 1];
+	// The same move sent again by the Cranker that made it changes nothing.
+	if (record.status === to && last?.by === by) return { kind: "replay" };
+	if (!from.includes(record.status)) throw new ServiceError("INVALID_TRANSITION", `Cannot move a TIN operation from ${record.status} by '${stage}'`, { status: record.status, stage });
+
+	const has = (role: string) => standing.online && standing.roles.includes(role);
+	const at = now.toISOString();
+	const move = (changes: Partial<TinOperationRecord>, reason?: string): StageDecision => ({
+		kind: "move",
+		next: { ...record, ...changes, status: to, updatedAt: at, history: [...record.history, { status: to, at, by, ...(reason ? { reason } : {}) }] }
+	});
+
+	switch (stage) {
+		case "verified":
+			if (!has("verifier")) throw notAllowed("Only an online Cranker with the verifier role can verify");
+			return move({ verifiedBy: by });
+		case "fee-committed": {
+			if (!has("submitter")) throw notAllowed("Only an online Cranker with the submitter role can commit the fee");
+			if (!policy.allowSingleCrankerTins && record.verifiedBy === by) throw notAllowed("The Cranker that verified an operation cannot also commit its fee");
+			const fee = record.intentType === "create" ? policy.createFee : policy.updateFee;
+			if (request.feeAmount !== fee) throw invalid("feeAmount", `feeAmount must be ${fee}, the ${record.intentType} fee`);
+			return move({ feeCommittedBy: by, feeAmount: fee });
+		}
+		case "submitted":
+			if (!has("submitter") || record.feeCommittedBy !== by) throw notAllowed("Only the Cranker that committed the fee can submit");
+			if (!request.transactionSignature) throw invalid("transactionSignature", "transactionSignature is required");
+			return move({ submittedBy: by, transactionSignature: request.transactionSignature });
+		case "finalized":
+			if (!has("submitter") || record.submittedBy !== by) throw notAllowed("Only the Cranker that submitted can finalize");
+			if (request.transactionSignature !== undefined && request.transactionSignature !== record.transactionSignature)
+				throw invalid("transactionSignature", "transactionSignature must equal the submitted one");
+			return move({});
+		case "failed":
+			if (!has("verifier") && !has("submitter")) throw notAllowed("Only an online verifier or submitter can fail an operation");
+			if (!request.reason) throw invalid("reason", "reason is required");
+			return move({ failureReason: request.reason }, request.reason);
+		case "rejected":
+			if (!has("verifier")) throw notAllowed("Only an online verifier can reject an operation");
+			if (!request.reason) throw invalid("reason", "reason is required");
+			return move({ failureReason: request.reason }, request.reason);
+	}
+}

@@ -1,0 +1,218 @@
+/**
+ * The TIN operations pipeline over HTTP (SPEC §5): signed create/update operations, idempotency,
+ * every stage with its role and lifecycle rules, activation of routes, and restarts.
+ */
+import Database from "better-sqlite3";
+import { randomBytes } from "node:crypto";
+import path from "node:path";
+import { buildTinOperationMessage } from "../../lib/canonical";
+import { sha256Hex } from "../../lib/encoding";
+import type { GenesisRoute } from "../../lib/registry";
+import { tinFromSequence } from "../../lib/tin";
+import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
+
+const SIG = "3".repeat(87);
+const owner = newWallet();
+const verifier = newWallet();
+const submitter = newWallet();
+const both = newWallet();
+const sender = newWallet();
+/** Genesis routes: one holding the first TIN of the sequence (so a create must skip it), one owned. */
+const firstTin = tinFromSequence(100_000_000);
+const genesisUnowned: GenesisRoute = newRoute({ tin: firstTin });
+const genesisOwned = { ...newRoute(), ownerWallet: owner.address };
+
+function operation(signer: Wallet, fields: { intentType: "create" | "update"; tin?: string; ownerWallet?: string } & Partial<Record<"issuedAt" | "expiresAt" | "operationId", string>>) {
+	const body = {
+		operationId: fields.operationId ?? uniqueId("op"),
+		intentType: fields.intentType,
+		...(fields.tin ? { tin: fields.tin } : {}),
+		ownerWallet: fields.ownerWallet ?? signer.address,
+		routeCommitment: sha256Hex(randomBytes(8)),
+		policyCommitment: sha256Hex(randomBytes(8)),
+		issuedAt: fields.issuedAt ?? iso(-1000),
+		expiresAt: fields.expiresAt ?? iso(3600_000)
+	};
+	return { ...body, ownerSignature: signer.sign(buildTinOperationMessage(body)) };
+}
+
+let node: TestNode;
+let dataDir: string;
+const stage = (id: string, name: string, body: Record<string, unknown>) => node.http("POST", `/tin-operations/${id}/${name}`, body, worker);
+const heartbeatAll = async () => {
+	for (const [cranker, roles] of [[verifier, ["verifier"]], [submitter, ["submitter", "settlement"]], [both, ["verifier", "submitter"]]] as const)
+		expect((await node.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker, [...roles]), worker)).status).toBe(200);
+};
+
+/** Runs an operation through every stage to FINALIZED. */
+async function finalize(id: string, fee: string) {
+	expect((await stage(id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
+	expect((await stage(id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: fee })).status).toBe(200);
+	expect((await stage(id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
+	const finalized = await stage(id, "finalized", { crankerPubkey: submitter.address, transactionSignature: SIG });
+	expect(finalized.status).toBe(200);
+	return finalized.body;
+}
+
+beforeAll(async () => {
+	dataDir = tempDir();
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [genesisUnowned, genesisOwned]) }, dataDir);
+	await heartbeatAll();
+});
+afterAll(() => node?.stop());
+
+describe("POST /tin-operations", () => {
+	it("accepts a signed create with 201, allocating the next free TIN of the sequence, and is idempotent on operationId", async () => {
+		const body = operation(owner, { intentType: "create" });
+		const { status, body: record } = await node.http("POST", "/tin-operations", body);
+		expect(status).toBe(201);
+		expect(record).toEqual({ id: expect.stringMatching(/^top_[0-9a-f]{32}$/), operationId: body.operationId, intentType: "create", tin: expect.any(String), status: "PENDING_VERIFICATION", createdAt: expect.any(String), updatedAt: expect.any(String) });
+		expect(record.tin).not.toBe(firstTin);
+		expect(Number(record.tin.slice(0, 9))).toBeGreaterThan(100_000_000);
+
+		const again = await node.http("POST", "/tin-operations", body);
+		expect(again.status).toBe(200);
+		expect(again.body).toEqual(record);
+		const changed = await node.http("POST", "/tin-operations", { ...operation(owner, { intentType: "create", operationId: body.operationId }) });
+		expect(changed.body).toMatchObject({ code: 409, type: "IDEMPOTENCY_CONFLICT" });
+		expect((await node.http("GET", `/tin-operations/${record.id}`)).body).toEqual(record);
+	});
+
+	it("never allocates a TIN twice, even to concurrent creates", async () => {
+		const answers = await Promise.all(Array.from({ length: 12 }, () => node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))));
+		expect(answers.every(a => a.status === 201)).toBe(true);
+		expect(new Set(answers.map(a => a.body.tin)).size).toBe(12);
+	});
+
+	it("refuses, in order and storing nothing: bad signature, time window, unknown TIN, not the owner, misplaced tin", async () => {
+		const before = (await node.http("GET", "/tin-operations?limit=500")).body.length;
+		const forged = { ...operation(owner, { intentType: "create" }), ownerSignature: newWallet().sign("x") };
+		expect((await node.http("POST", "/tin-operations", forged)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE" });
+		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "create", issuedAt: iso(-7200_000), expiresAt: iso(-3600_000) }))).body).toMatchObject({ code: 400, type: "EXPIRED" });
+		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "create", issuedAt: iso(600_000) }))).body).toMatchObject({ code: 400, type: "INVALID_MESSAGE" });
+		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "update", tin: newRoute().tin }))).body).toMatchObject({ code: 422, type: "UNKNOWN_TIN" });
+		expect((await node.http("POST", "/tin-operations", operation(newWallet(), { intentType: "update", tin: genesisOwned.tin }))).body).toMatchObject({ code: 403, type: "NOT_OWNER" });
+		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "update", tin: genesisUnowned.tin }))).body).toMatchObject({ code: 403, type: "NOT_OWNER" });
+		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "create", tin: genesisOwned.tin }))).status).toBe(422);
+		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "update" }))).status).toBe(422);
+		expect((await node.http("POST", "/tin-operations", { ...operation(owner, { intentType: "create" }), extra: 1 })).status).toBe(422);
+		expect((await node.http("GET", "/tin-operations?limit=500")).body).toHaveLength(before);
+	});
+
+	it("lists newest first with status and intent_type filters; 404 for an unknown id", async () => {
+		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		const listed = await node.http("GET", "/tin-operations?status=PENDING_VERIFICATION&intent_type=create&limit=1");
+		expect(listed.body).toEqual([created]);
+		expect((await node.http("GET", "/tin-operations?intent_type=update&limit=500")).body.every((r: { intentType: string }) => r.intentType === "update")).toBe(true);
+		expect((await node.http("GET", "/tin-operations/top_nope")).body).toMatchObject({ code: 404, type: "NOT_FOUND" });
+		for (const bad of ["limit=0", "limit=501", "status=DONE", "intent_type=delete"]) expect((await node.http("GET", `/tin-operations?${bad}`)).status).toBe(422);
+	});
+});
+
+describe("the stage pipeline", () => {
+	it("create → verified → fee-committed → submitted → finalized activates the route; a payment to it is accepted", async () => {
+		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		const work = (await node.http("GET", "/tin-operations/verification-work?limit=500", undefined, worker)).body;
+		expect(work.map((r: { id: string }) => r.id)).toContain(created.id);
+
+		const verified = await stage(created.id, "verified", { crankerPubkey: verifier.address });
+		expect(verified.body).toMatchObject({ status: "VERIFIED", verifiedBy: verifier.address, request: expect.any(Object), history: expect.any(Array) });
+		const feeWorkForVerifier = (await node.http("GET", `/tin-operations/fee-work?operator_pubkey=${verifier.address}&limit=500`, undefined, worker)).body;
+		expect(feeWorkForVerifier.map((r: { id: string }) => r.id)).not.toContain(created.id);
+		const feeWork = (await node.http("GET", `/tin-operations/fee-work?operator_pubkey=${submitter.address}&limit=500`, undefined, worker)).body;
+		expect(feeWork.map((r: { id: string }) => r.id)).toContain(created.id);
+
+		expect((await stage(created.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" })).body).toMatchObject({ code: 422 });
+		const committed = await stage(created.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" });
+		expect(committed.body).toMatchObject({ status: "FEE_COMMITTED", feeCommittedBy: submitter.address, feeAmount: "50000" });
+		expect((await node.http("GET", `/tin-operations/registry-work?operator_pubkey=${submitter.address}&limit=500`, undefined, worker)).body.map((r: { id: string }) => r.id)).toContain(created.id);
+		expect((await node.http("GET", `/tin-operations/registry-work?operator_pubkey=${both.address}&limit=500`, undefined, worker)).body.map((r: { id: string }) => r.id)).not.toContain(created.id);
+
+		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address })).status).toBe(422);
+		expect((await stage(created.id, "submitted", { crankerPubkey: both.address, transactionSignature: SIG })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
+		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).body).toMatchObject({ status: "SUBMITTED", submittedBy: submitter.address, transactionSignature: SIG });
+		expect((await stage(created.id, "finalized", { crankerPubkey: submitter.address, transactionSignature: "4".repeat(87) })).status).toBe(422);
+		const finalized = await stage(created.id, "finalized", { crankerPubkey: submitter.address });
+		expect(finalized.body).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+		expect((await node.http("GET", `/tin-operations/${created.id}`)).body).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+
+		const route = (await node.http("GET", `/registry/tins/${created.tin}`)).body;
+		expect(route).toMatchObject({ tin: created.tin, routeVersion: 1, active: true, routeCommitment: finalized.body.request.routeCommitment });
+		const payment = await node.http("POST", "/intents", signedIntent(sender, route));
+		expect(payment.status).toBe(201);
+	});
+
+	it("an update finalizes version 2, and intents signed for version 1 are refused with ROUTE_MISMATCH", async () => {
+		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		await finalize(created.id, "50000");
+		const v1 = (await node.http("GET", `/registry/tins/${created.tin}`)).body;
+		expect((await node.http("POST", "/intents", signedIntent(sender, v1))).status).toBe(201);
+
+		const update = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "update", tin: created.tin }))).body;
+		expect(update).toMatchObject({ intentType: "update", tin: created.tin, status: "PENDING_VERIFICATION" });
+		const done = await finalize(update.id, "10000");
+		expect(done).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
+		const v2 = (await node.http("GET", `/registry/tins/${created.tin}`)).body;
+		expect(v2).toMatchObject({ routeVersion: 2, routeCommitment: done.request.routeCommitment });
+		expect((await node.http("POST", "/intents", signedIntent(sender, v1))).body).toMatchObject({ code: 422, type: "ROUTE_MISMATCH" });
+		expect((await node.http("POST", "/intents", signedIntent(sender, v2))).status).toBe(201);
+	});
+
+	it("refuses moves in SPEC §5's order and answers a repeated move with 200", async () => {
+		const { id } = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		expect((await stage("top_missing", "verified", { crankerPubkey: verifier.address })).body).toMatchObject({ code: 404 });
+		expect((await stage(id, "finalized", { crankerPubkey: submitter.address })).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
+		expect((await stage(id, "verified", { crankerPubkey: submitter.address })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
+		expect((await stage(id, "verified", { crankerPubkey: newWallet().address })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
+		const first = await stage(id, "verified", { crankerPubkey: both.address });
+		const repeat = await stage(id, "verified", { crankerPubkey: both.address });
+		expect(repeat.status).toBe(200);
+		expect(repeat.body).toEqual(first.body);
+		// Separation of duties: the verifier cannot commit the fee.
+		expect((await stage(id, "fee-committed", { crankerPubkey: both.address, feeAmount: "50000" })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
+		expect((await stage(id, "rejected", { crankerPubkey: verifier.address })).body).toMatchObject({ code: 422 });
+		const rejected = await stage(id, "rejected", { crankerPubkey: verifier.address, reason: "route commitment unreadable" });
+		expect(rejected.body).toMatchObject({ status: "REJECTED", failureReason: "route commitment unreadable" });
+		expect((await node.http("GET", `/tin-operations/${id}`)).body).toMatchObject({ status: "REJECTED", failureReason: "route commitment unreadable" });
+		expect((await stage(id, "failed", { crankerPubkey: verifier.address, reason: "late" })).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
+	});
+
+	it("fails an operation from any non-terminal state, not rejects once the fee is committed", async () => {
+		const { id } = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		await stage(id, "verified", { crankerPubkey: verifier.address });
+		await stage(id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" });
+		expect((await stage(id, "rejected", { crankerPubkey: verifier.address, reason: "x" })).body).toMatchObject({ code: 409 });
+		const failed = await stage(id, "failed", { crankerPubkey: submitter.address, reason: "fee transfer failed" });
+		expect(failed.body).toMatchObject({ status: "FAILED", failureReason: "fee transfer failed" });
+	});
+});
+
+describe("restarts", () => {
+	it("loses nothing between stages, and finishes a finalization a crash interrupted", async () => {
+		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		await stage(created.id, "verified", { crankerPubkey: verifier.address });
+		await stage(created.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" });
+		await node.stop();
+
+		node = await startNode({ REGISTRY_SEED_FILE: path.join(dataDir, "registry-seed.json") }, dataDir);
+		await heartbeatAll();
+		expect((await node.http("GET", `/tin-operations/${created.id}`)).body.status).toBe("FEE_COMMITTED");
+		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
+		await node.stop();
+
+		// A crash after the route was written but before the operation moved: write just the route.
+		const db = new Database(path.join(dataDir, "tin.sqlite"));
+		const op = JSON.parse((db.prepare("SELECT doc FROM tin_operations WHERE id = ?").get(created.id) as { doc: string }).doc);
+		const route = { id: created.tin, tin: created.tin, routeCommitment: op.request.routeCommitment, routeVersion: 1, policyCommitment: op.request.policyCommitment, ownerWallet: owner.address, active: true, updatedAt: new Date().toISOString(), lastOperationId: created.id };
+		db.prepare("INSERT INTO registry_routes (id, tin, active, routeVersion, doc) VALUES (?, ?, 1, 1, ?)").run(created.tin, created.tin, JSON.stringify(route));
+		db.close();
+
+		node = await startNode({ REGISTRY_SEED_FILE: path.join(dataDir, "registry-seed.json") }, dataDir);
+		await heartbeatAll();
+		expect((await node.http("GET", `/tin-operations/${created.id}`)).body).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+		expect((await node.http("GET", `/registry/tins/${created.tin}`)).body).toMatchObject({ routeVersion: 1, routeCommitment: op.request.routeCommitment });
+		// The submitter's own finalize, sent after the restart, is a repeat: 200, nothing changes.
+		expect((await stage(created.id, "finalized", { crankerPubkey: submitter.address })).body).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+	});
+});

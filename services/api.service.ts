@@ -4,10 +4,11 @@
  * as SPEC §7's body.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema } from "moleculer-web";
 import type { Config } from "../lib/config";
 import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
+import { buildOpenApiDocument, type Operation } from "../lib/openapi";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent. */
@@ -42,6 +43,46 @@ function toWireError(err: WireError): ServiceError {
 	if (status >= 400 && status < 500) return new ServiceError("VALIDATION_ERROR", err.message ?? "Malformed request");
 	return new ServiceError("INTERNAL_ERROR", "Internal error");
 }
+
+/** SPEC §4 worker routes (x-api-key), each to the action that serves it. */
+const WORKER_ROUTES: Record<string, string> = {
+	"GET /intents": "mempool.list",
+	"PATCH /intents/:id/status": "leases.updateStatus",
+	"GET /intent-work": "mempool.work",
+	"POST /internal/settlement-authorizations/settlement": "leases.authorizePayout",
+	"POST /internal/wake": "receiver.wake",
+	"POST /crankers/heartbeat": "crankers.heartbeat",
+	"POST /epoch/close": "epochs.close",
+	"GET /tin-operations/verification-work": "tin.verificationWork",
+	"GET /tin-operations/fee-work": "tin.feeWork",
+	"GET /tin-operations/registry-work": "tin.registryWork",
+	"POST /tin-operations/:id/verified": "tin.verified",
+	"POST /tin-operations/:id/fee-committed": "tin.feeCommitted",
+	"POST /tin-operations/:id/submitted": "tin.submitted",
+	"POST /tin-operations/:id/finalized": "tin.finalized",
+	"POST /tin-operations/:id/failed": "tin.failed",
+	"POST /tin-operations/:id/rejected": "tin.rejected"
+};
+
+/** SPEC §4 public routes (rate limited), each to the action that serves it. */
+const PUBLIC_ROUTES: Record<string, string> = {
+	"POST /": "network.status",
+	"POST /intents": "receiver.submit",
+	"POST /threshold-access/nonces/consume": "access.consume",
+	"GET /intents/:id": "mempool.view",
+	"GET /registry/tins/:tin": "tin.getRoute",
+	"GET /epoch/status": "epochs.status",
+	"POST /tin-operations": "tin.submitOperation",
+	"GET /tin-operations": "tin.listOperations",
+	"GET /tin-operations/:id": "tin.getOperation",
+	"GET /metrics": "network.metrics",
+	"GET /network/overview": "network.overview",
+	"GET /settlement-networks": "network.settlementNetworks",
+	"GET /openapi.json": "api.openapi"
+};
+
+/** The health routes answer from the gateway itself, without an action. */
+const HEALTH_ROUTES = ["GET /health/live", "GET /health/ready"];
 
 /**
  * The gateway merges query, body and path into one params object; each route takes its input from
@@ -112,24 +153,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					path: "/",
 					...common,
 					authorization: true,
-					aliases: {
-						"GET /intents": "mempool.list",
-						"PATCH /intents/:id/status": "leases.updateStatus",
-						"GET /intent-work": "mempool.work",
-						"POST /internal/settlement-authorizations/settlement": "leases.authorizePayout",
-						"POST /internal/wake": "receiver.wake",
-						"POST /crankers/heartbeat": "crankers.heartbeat",
-						"POST /epoch/close": "epochs.close",
-						"GET /tin-operations/verification-work": "tin.verificationWork",
-						"GET /tin-operations/fee-work": "tin.feeWork",
-						"GET /tin-operations/registry-work": "tin.registryWork",
-						"POST /tin-operations/:id/verified": "tin.verified",
-						"POST /tin-operations/:id/fee-committed": "tin.feeCommitted",
-						"POST /tin-operations/:id/submitted": "tin.submitted",
-						"POST /tin-operations/:id/finalized": "tin.finalized",
-						"POST /tin-operations/:id/failed": "tin.failed",
-						"POST /tin-operations/:id/rejected": "tin.rejected"
-					}
+					aliases: WORKER_ROUTES
 				},
 				{
 					// Public routes: rate limited per client IP.
@@ -143,20 +167,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						ctx.meta.worker = typeof key === "string" && isWorkerKey(key);
 						ctx.meta.accept = req.headers.accept;
 					},
-					aliases: {
-						"POST /": "network.status",
-						"POST /intents": "receiver.submit",
-						"POST /threshold-access/nonces/consume": "access.consume",
-						"GET /intents/:id": "mempool.view",
-						"GET /registry/tins/:tin": "tin.getRoute",
-						"GET /epoch/status": "epochs.status",
-						"POST /tin-operations": "tin.submitOperation",
-						"GET /tin-operations": "tin.listOperations",
-						"GET /tin-operations/:id": "tin.getOperation",
-						"GET /metrics": "network.metrics",
-						"GET /network/overview": "network.overview",
-						"GET /settlement-networks": "network.settlementNetworks"
-					}
+					aliases: PUBLIC_ROUTES
 				}
 			],
 
@@ -170,6 +181,32 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					res.setHeader("Retry-After", String(Math.max(1, Math.ceil((resetTime - Date.now()) / 1000))));
 				}
 				sendJson(res, error.code, error);
+			}
+		},
+
+		actions: {
+			/**
+			 * GET /openapi.json: OpenAPI 3.1 of every route, built from the route tables above and the
+			 * parameter schemas the actions validate with, as the registry knows them now.
+			 */
+			openapi: {
+				params: { $$strict: true },
+				handler(this: Service) {
+					const params = new Map(this.broker.registry.getActionList({ skipInternal: true }).map(item => [item.name, (item.action as { params?: Record<string, unknown> } | undefined)?.params]));
+					const operation = (access: "public" | "worker") => ([route, action]: [string, string]): Operation => {
+						const [method, path] = route.split(" ");
+						return { method, path, access, action, params: params.get(action) };
+					};
+					return buildOpenApiDocument({
+						title: "Settlement Coordination Service",
+						version: "1",
+						operations: [
+							...HEALTH_ROUTES.map(route => ({ method: route.split(" ")[0], path: route.split(" ")[1], access: "public" as const, action: `api.${route.split("/").pop()}` })),
+							...Object.entries(PUBLIC_ROUTES).map(operation("public")),
+							...Object.entries(WORKER_ROUTES).map(operation("worker"))
+						]
+					});
+				}
 			}
 		},
 

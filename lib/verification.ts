@@ -27,6 +27,20 @@ function refuse(reason: RejectionReason, detail: string): VerificationResult {
 	return { ok: false, reason, detail };
 }
 
+/**
+ * SPEC §1's time window, shared by every signed message that carries one (payment intents, TIN
+ * operations): issuedAt at most 60 s ahead and at most 24 h of validity (else INVALID_MESSAGE),
+ * expiresAt still ahead (else EXPIRED).
+ */
+export function checkValidityWindow(issuedAtIso: string, expiresAtIso: string, nowMs: number): { ok: true } | { ok: false; reason: "INVALID_MESSAGE" | "EXPIRED"; detail: string } {
+	const issuedAt = Date.parse(issuedAtIso);
+	const expiresAt = Date.parse(expiresAtIso);
+	if (issuedAt > nowMs + MAX_CLOCK_SKEW_MS) return { ok: false, reason: "INVALID_MESSAGE", detail: "issuedAt is more than 60 s in the future" };
+	if (expiresAt - issuedAt > MAX_VALIDITY_MS) return { ok: false, reason: "INVALID_MESSAGE", detail: "the validity is longer than 24 h" };
+	if (expiresAt <= nowMs) return { ok: false, reason: "EXPIRED", detail: "expiresAt has passed" };
+	return { ok: true };
+}
+
 export function verifyPaymentAuthorization(request: CreateIntentRequest, context: VerificationContext): VerificationResult {
 	const { message, transactionCommitment } = buildPaymentMessage(request);
 	if (request.senderAuthorizationMessage !== message) return refuse("INVALID_MESSAGE", "senderAuthorizationMessage is not the canonical message of the request fields");
@@ -41,11 +55,8 @@ export function verifyPaymentAuthorization(request: CreateIntentRequest, context
 	if (!verifySignature(request.senderWallet, message, request.senderAuthorizationSignature))
 		return refuse("INVALID_SIGNATURE", "senderAuthorizationSignature is not senderWallet's signature of the message");
 
-	const issuedAt = Date.parse(request.senderAuthorizationIssuedAt);
-	const expiresAt = Date.parse(request.senderAuthorizationExpiresAt);
-	if (issuedAt > context.nowMs + MAX_CLOCK_SKEW_MS) return refuse("INVALID_MESSAGE", "issuedAt is more than 60 s in the future");
-	if (expiresAt - issuedAt > MAX_VALIDITY_MS) return refuse("INVALID_MESSAGE", "the authorization is valid for more than 24 h");
-	if (expiresAt <= context.nowMs) return refuse("EXPIRED", "expiresAt has passed");
+	const window = checkValidityWindow(request.senderAuthorizationIssuedAt, request.senderAuthorizationExpiresAt, context.nowMs);
+	if (!window.ok) return window;
 	if (context.latestSlot !== null && request.expiresAtSlot <= context.latestSlot)
 		return refuse("EXPIRED", `expiresAtSlot ${request.expiresAtSlot} is not after the latest observed slot ${context.latestSlot}`);
 

@@ -25,6 +25,7 @@ import {
 	type TinOperationState
 } from "../lib/tin-operations";
 import type { Collection, Where } from "../lib/store";
+import { checkValidityWindow } from "../lib/verification";
 import { storeMixin } from "../mixins/store.mixin";
 
 const ROUTES_COLLECTION = {
@@ -42,8 +43,6 @@ const OPERATIONS_COLLECTION = {
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
 const FIRST_SEQUENCE = 100_000_000;
-const MAX_CLOCK_SKEW_MS = 60_000;
-const MAX_VALIDITY_MS = 24 * 60 * 60 * 1000;
 
 interface SequenceDoc {
 	id: string;
@@ -158,11 +157,8 @@ export function tinService(config: Config): ServiceSchema {
 		if (!verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature))
 			throw new ServiceError("INVALID_SIGNATURE", "ownerSignature is not ownerWallet's signature of the operation message");
 		const now = Date.now();
-		const issuedAt = Date.parse(request.issuedAt);
-		const expiresAt = Date.parse(request.expiresAt);
-		if (issuedAt > now + MAX_CLOCK_SKEW_MS) throw new ServiceError("INVALID_MESSAGE", "issuedAt is more than 60 s in the future");
-		if (expiresAt - issuedAt > MAX_VALIDITY_MS) throw new ServiceError("INVALID_MESSAGE", "the operation is valid for more than 24 h");
-		if (expiresAt <= now) throw new ServiceError("EXPIRED", "expiresAt has passed");
+		const window = checkValidityWindow(request.issuedAt, request.expiresAt, now);
+		if (!window.ok) throw new ServiceError(window.reason, window.detail);
 		if (request.intentType === "update") {
 			const route = await activeRoute(request.tin!);
 			if (!route) throw new ServiceError("UNKNOWN_TIN", `TIN ${request.tin} is not in the registry`);

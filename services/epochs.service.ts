@@ -104,7 +104,7 @@ export function epochsService(config: Config): ServiceSchema {
 				params: { $$strict: true },
 				async handler(ctx: Context) {
 					const { epoch, startedAt } = await openEpoch();
-					const totals = await ctx.call<{ intents: object; volume: object }, object>("mempool.epochTotals", { upTo: epoch });
+					const totals = await ctx.call<{ intents: object; volume: object }>("mempool.epochTotals");
 					return { epoch, startedAt, ...totals };
 				}
 			},

@@ -28,6 +28,7 @@ import { limit, updateStatusParams } from "../lib/schemas";
 import { SlotObserver } from "../lib/slot-observer";
 import type { Collection, Where } from "../lib/store";
 import type { VerificationResult } from "../lib/verification";
+import { IntentTotals } from "../lib/intent-totals";
 import { byId, merkleRoot } from "../lib/merkle";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
@@ -64,6 +65,9 @@ export function mempoolService(config: Config): ServiceSchema {
 	let nonces: Collection<NonceDoc>;
 	let slots: SlotObserver;
 	let lapsedLeases = 0;
+	// One mempool owns a SQLite store, so its totals are exact. Several replicas on MongoDB each
+	// count their own changes: aggregating those is the distributed deployment's to solve.
+	const totals = new IntentTotals();
 
 	async function mustGet(id: string): Promise<IntentRecord> {
 		const record = await intents.get(id);
@@ -76,8 +80,25 @@ export function mempoolService(config: Config): ServiceSchema {
 	 * first. The lease is part of the condition because a renewal keeps stateVersion (SPEC §2.4):
 	 * without it, a writer holding the record from before a renewal could overwrite the new lease.
 	 */
-	function commit(current: IntentRecord, next: IntentRecord): Promise<boolean> {
-		return intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, next);
+	async function commit(current: IntentRecord, next: IntentRecord): Promise<boolean> {
+		const done = await intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, next);
+		if (done) totals.apply(current, next);
+		return done;
+	}
+
+	/** Seeds the running totals from the store, a page at a time, in (createdAt, id) order. */
+	async function seedTotals(): Promise<void> {
+		const page = 1000;
+		let after: { createdAt: string; ids: Set<string> } = { createdAt: "", ids: new Set() };
+		for (;;) {
+			const batch = await intents.list({ where: { createdAt: { gte: after.createdAt } }, orderBy: ["createdAt", "asc"], limit: page + after.ids.size });
+			const fresh = batch.filter(record => !after.ids.has(record.id));
+			for (const record of fresh) totals.apply(null, record);
+			if (batch.length < page + after.ids.size) return;
+			const last = batch[batch.length - 1].createdAt;
+			// Records sharing the boundary timestamp come again on the next page: skip those already counted.
+			after = { createdAt: last, ids: new Set(batch.filter(record => record.createdAt === last).map(record => record.id)) };
+		}
 	}
 
 	/** Consumes the sender's nonce for this intent; false when a non-rejected intent holds it. */
@@ -117,6 +138,7 @@ export function mempoolService(config: Config): ServiceSchema {
 			storeMixin(config, "mempool", async store => {
 				intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
 				nonces = await store.collection<NonceDoc>({ name: "consumed_nonces", fields: { intentId: "text" } });
+				await seedTotals();
 			}),
 			sweeperMixin("intent expiry", config.sweepIntervalMs, expireDue)
 		],
@@ -153,7 +175,10 @@ export function mempoolService(config: Config): ServiceSchema {
 						submission: null,
 						history: [{ state: "RECEIVED", at }]
 					};
-					if (await intents.insert(record)) return { record, created: true };
+					if (await intents.insert(record)) {
+						totals.apply(null, record);
+						return { record, created: true };
+					}
 					const existing = await intents.findOne({ paymentId: request.paymentId });
 					if (!existing) throw new ServiceError("INTERNAL_ERROR", "paymentId collision without a record");
 					if (existing.requestDigest !== requestDigest)
@@ -309,19 +334,17 @@ export function mempoolService(config: Config): ServiceSchema {
 				handler: () => slots.latest()
 			},
 
-			/** Internal: the figures of EpochStatus (SPEC §8): live intents of epoch `upTo` and earlier. */
+			/**
+			 * Internal: the figures of EpochStatus (SPEC §8). Every live intent belongs to the open
+			 * epoch or an earlier one, so they are the live totals.
+			 */
 			epochTotals: {
-				params: { upTo: { type: "number", integer: true, min: 1 } },
-				async handler(ctx: Context<{ upTo: number }>) {
-					const where: Where = { archivedIn: null, epoch: { lte: ctx.params.upTo } };
-					const byState = await intents.countBy("state", where);
+				params: {},
+				handler() {
+					const { live, liveVolume } = totals.snapshot();
 					return {
-						intents: {
-							received: Object.values(byState).reduce((sum, n) => sum + n, 0),
-							executed: byState.CONFIRMED ?? 0,
-							canceled: byState.REJECTED ?? 0
-						},
-						volume: sumVolume(await intents.list({ where: { ...where, state: "CONFIRMED" } }))
+						intents: { received: Object.values(live).reduce((sum, n) => sum + n, 0), executed: live.CONFIRMED, canceled: live.REJECTED },
+						volume: liveVolume
 					};
 				}
 			},
@@ -337,7 +360,12 @@ export function mempoolService(config: Config): ServiceSchema {
 					const { epoch, limit } = ctx.params;
 					const due = await intents.list({ where: { archivedIn: null, state: { in: TERMINAL_STATES }, epoch: { lte: epoch } }, limit });
 					let archived = 0;
-					for (const record of due) if (await intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch })) archived++;
+					for (const record of due) {
+						const next = { ...record, archivedIn: epoch };
+						if (!(await intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, next))) continue;
+						totals.apply(record, next);
+						archived++;
+					}
 					return archived;
 				}
 			},
@@ -360,10 +388,7 @@ export function mempoolService(config: Config): ServiceSchema {
 			/** Internal: settled intents (archived ones included) and their volume per mint. */
 			settled: {
 				params: {},
-				async handler() {
-					const executed = await intents.list({ where: { state: "CONFIRMED" } });
-					return { count: executed.length, volume: sumVolume(executed) };
-				}
+				handler: () => totals.snapshot().settled
 			},
 
 			/** Internal: leases held now, and leases returned by the expiry sweep since this process started. */
@@ -377,10 +402,7 @@ export function mempoolService(config: Config): ServiceSchema {
 			/** Internal: number of intents per state (every state present, zero included). */
 			counts: {
 				params: {},
-				async handler(): Promise<Record<IntentState, number>> {
-					const counts = await intents.countBy("state", { archivedIn: null });
-					return Object.fromEntries(INTENT_STATES.map(s => [s, counts[s] ?? 0])) as Record<IntentState, number>;
-				}
+				handler: (): Record<IntentState, number> => totals.snapshot().live
 			}
 		},
 

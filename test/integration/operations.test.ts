@@ -126,13 +126,26 @@ describe("restart on the same DATA_DIR", () => {
 		const nonce = "restart_nonce_0123456789";
 		let authorization: unknown;
 		let before: unknown;
+		let figuresBefore: unknown;
 		try {
 			await first.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker), worker);
 			ids.push((await first.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationNonce: nonce }))).body.id);
 			for (let i = 0; i < 20; i++) ids.push((await first.http("POST", "/intents", signedIntent(sender, route))).body.id);
+			// Over 2,000 more, so that seeding the totals at the next start reads several pages.
+			for (let batch = 0; batch < 21; batch++)
+				expect((await Promise.all(Array.from({ length: 100 }, () => first.http("POST", "/intents", signedIntent(sender, route))))).every(r => r.status === 201)).toBe(true);
 			await first.http("PATCH", `/intents/${ids[0]}/status`, { status: "CRANKER_LEASED", crankerPubkey: cranker.address, expectedVersion: 3 }, worker);
 			authorization = (await first.http("POST", "/internal/settlement-authorizations/settlement", { workId: ids[0], crankerPubkey: cranker.address }, worker)).body;
+			// Settle one, so the restart must also bring back the settled count and volume.
+			const patch = (status: string, expectedVersion: number) =>
+				first.http("PATCH", `/intents/${ids[1]}/status`, { status, crankerPubkey: cranker.address, expectedVersion, transactionSignature: "5".repeat(87) }, worker);
+			await patch("CRANKER_LEASED", 3);
+			await patch("SUBMITTED", 4);
+			expect((await patch("CONFIRMED", 5)).status).toBe(200);
 			before = await Promise.all(ids.map(id => first.http("GET", `/intents/${id}`, undefined, worker).then(r => r.body)));
+			const metrics = (await first.http("GET", "/metrics")).body;
+			figuresBefore = { intents: metrics.intents, settled: metrics.settled, epoch: (await first.http("GET", "/epoch/status")).body };
+			expect(metrics.settled.count).toBe(1);
 		} finally {
 			await first.stop();
 		}
@@ -141,6 +154,8 @@ describe("restart on the same DATA_DIR", () => {
 		try {
 			const after = await Promise.all(ids.map(id => second.http("GET", `/intents/${id}`, undefined, worker).then(r => r.body)));
 			expect(after).toEqual(before);
+			const metrics = (await second.http("GET", "/metrics")).body;
+			expect({ intents: metrics.intents, settled: metrics.settled, epoch: (await second.http("GET", "/epoch/status")).body }).toEqual(figuresBefore);
 			// The Cranker is still known and online, so its lease can move on; the authorization is the same one.
 			expect((await second.http("POST", "/internal/settlement-authorizations/settlement", { workId: ids[0], crankerPubkey: cranker.address }, worker)).body).toEqual(authorization);
 			expect((await second.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationNonce: nonce }))).body.type).toBe("NONCE_REUSED");

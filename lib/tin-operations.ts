@@ -32,6 +32,8 @@ export interface TinOperationRecord {
 	transactionSignature: string | null;
 	routeVersion?: number;
 	failureReason?: string;
+	/** Set when a finalization has begun (the route is being written); no other stage may move it then. */
+	finalizing?: string;
 	createdAt: string;
 	updatedAt: string;
 }
@@ -111,7 +113,8 @@ export function decideStage(record: TinOperationRecord, stage: TinStage, request
 	const last = record.history[record.history.length - 1];
 	// The same move sent again by the Cranker that made it changes nothing.
 	if (record.status === to && last?.by === by) return { kind: "replay" };
-	if (!from.includes(record.status)) throw new ServiceError("INVALID_TRANSITION", `Cannot move a TIN operation from ${record.status} by '${stage}'`, { status: record.status, stage });
+	if (!from.includes(record.status) || (record.finalizing !== undefined && stage !== "finalized"))
+		throw new ServiceError("INVALID_TRANSITION", `Cannot move a TIN operation from ${record.status} by '${stage}'`, { status: record.status, stage });
 
 	const has = (role: string) => standing.online && standing.roles.includes(role);
 	const at = now.toISOString();

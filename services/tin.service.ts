@@ -36,7 +36,7 @@ const ROUTES_COLLECTION = {
 
 const OPERATIONS_COLLECTION = {
 	name: "tin_operations",
-	fields: { operationId: "text", status: "text", intentType: "text", createdAt: "text", verifiedBy: "text", feeCommittedBy: "text" },
+	fields: { operationId: "text", status: "text", intentType: "text", createdAt: "text", verifiedBy: "text", feeCommittedBy: "text", finalizing: "text" },
 	unique: [["operationId"]],
 	indexes: [["status", "createdAt"], ["createdAt"]]
 } as const;
@@ -100,42 +100,53 @@ export function tinService(config: Config): ServiceSchema {
 	}
 
 	/**
-	 * Writes the route an operation finalizes, then the operation's move. The route names the
-	 * operation (lastOperationId), so a crash between the two is finished by reconcile() at start,
-	 * and a route is never left without its FINALIZED operation.
+	 * Finalizes in three steps, each a compare-and-set: mark the SUBMITTED operation `finalizing`
+	 * (from then on no other stage can move it), write the route (version + 1, naming the operation
+	 * in lastOperationId), then move the operation to FINALIZED. A crash after the mark is finished
+	 * by reconcile() at start, so a route never goes live for an operation that ends otherwise.
 	 */
-	async function activate(record: TinOperationRecord, finalizing: TinOperationRecord): Promise<TinOperationRecord> {
-		const { request } = record;
+	async function finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord> {
+		const marked = { ...record, finalizing: finalized.updatedAt };
+		if (!(await operations.update(record.id, { status: "SUBMITTED", finalizing: null }, marked))) {
+			const current = await mustGetOperation(record.id);
+			if (current.status === "FINALIZED") return current;
+			throw new ServiceError("INVALID_TRANSITION", "The operation moved, or is being finalized, while this stage was applied", { status: current.status });
+		}
+		return activate(marked, finalized);
+	}
+
+	/** Steps two and three of finalize(): both idempotent, so a resumed finalization repeats them safely. */
+	async function activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord> {
+		const { request } = marked;
 		for (;;) {
-			const current = await routes.get(record.tin);
-			if (current?.lastOperationId === record.id) break;
+			const current = await routes.get(marked.tin);
+			if (current?.lastOperationId === marked.id) break;
 			const next: RouteRecord = {
-				id: record.tin,
-				tin: record.tin,
+				id: marked.tin,
+				tin: marked.tin,
 				routeCommitment: request.routeCommitment,
 				routeVersion: (current?.routeVersion ?? 0) + 1,
 				policyCommitment: request.policyCommitment,
 				ownerWallet: current?.ownerWallet ?? request.ownerWallet,
 				active: true,
-				updatedAt: finalizing.updatedAt,
-				lastOperationId: record.id
+				updatedAt: finalized.updatedAt,
+				lastOperationId: marked.id
 			};
-			if (current ? await routes.update(record.tin, { routeVersion: current.routeVersion }, next) : await routes.insert(next)) break;
+			if (current ? await routes.update(marked.tin, { routeVersion: current.routeVersion }, next) : await routes.insert(next)) break;
 		}
-		const route = (await routes.get(record.tin))!;
-		const finalized = { ...finalizing, routeVersion: route.routeVersion };
-		if (!(await operations.update(record.id, { status: "SUBMITTED" }, finalized))) return mustGetOperation(record.id);
-		broker.broadcast("registry.routeChanged", { tin: record.tin });
-		return finalized;
+		const route = (await routes.get(marked.tin))!;
+		const done: TinOperationRecord = { ...finalized, routeVersion: route.routeVersion };
+		delete done.finalizing;
+		if (!(await operations.update(marked.id, { status: "SUBMITTED", finalizing: marked.finalizing ?? null }, done))) return mustGetOperation(marked.id);
+		broker.broadcast("registry.routeChanged", { tin: marked.tin });
+		return done;
 	}
 
-	/** Finishes finalizations a crash interrupted: SUBMITTED operations whose route is already written. */
+	/** Finishes finalizations a crash interrupted: SUBMITTED operations marked `finalizing`. */
 	async function reconcile(): Promise<number> {
 		let finished = 0;
-		for (const record of await operations.list({ where: { status: "SUBMITTED" } })) {
-			const route = await routes.get(record.tin);
-			if (route?.lastOperationId !== record.id) continue;
-			const at = route.updatedAt;
+		for (const record of await operations.list({ where: { status: "SUBMITTED", finalizing: { ne: null } } })) {
+			const at = record.finalizing!;
 			const entry = { status: "FINALIZED" as const, at, ...(record.submittedBy ? { by: record.submittedBy } : {}) };
 			await activate(record, { ...record, status: "FINALIZED", updatedAt: at, history: [...record.history, entry] });
 			finished++;
@@ -204,8 +215,9 @@ export function tinService(config: Config): ServiceSchema {
 		const standing = await ctx.call<CrankerStanding, object>("crankers.standing", { crankerPubkey: request.crankerPubkey });
 		const decision = decideStage(record, stage, request, standing, policy, new Date());
 		if (decision.kind === "replay") return toTinOperationView(record);
-		if (stage === "finalized") return toTinOperationView(await activate(record, decision.next));
-		if (await operations.update(record.id, { status: record.status }, decision.next)) return toTinOperationView(decision.next);
+		if (stage === "finalized") return toTinOperationView(await finalize(record, decision.next));
+		// `finalizing: null` keeps every other stage off an operation whose finalization has begun.
+		if (await operations.update(record.id, { status: record.status, finalizing: null }, decision.next)) return toTinOperationView(decision.next);
 		throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: (await mustGetOperation(id)).status });
 	}
 

@@ -159,6 +159,31 @@ describe("the stage pipeline", () => {
 		expect((await node.http("POST", "/intents", signedIntent(sender, v2))).status).toBe(201);
 	});
 
+	it("never lets a route go live for an operation that a racing stage failed", async () => {
+		for (let round = 0; round < 5; round++) {
+			const { id, tin } = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+			await stage(id, "verified", { crankerPubkey: verifier.address });
+			await stage(id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" });
+			await stage(id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG });
+			const [finalized, failed] = await Promise.all([
+				stage(id, "finalized", { crankerPubkey: submitter.address }),
+				stage(id, "failed", { crankerPubkey: verifier.address, reason: "race" })
+			]);
+			const final = (await node.http("GET", `/tin-operations/${id}`)).body;
+			const route = await node.http("GET", `/registry/tins/${tin}`);
+			if (final.status === "FINALIZED") {
+				expect(finalized.status).toBe(200);
+				expect(failed.status).toBe(409);
+				expect(route.body).toMatchObject({ routeVersion: 1, active: true });
+			} else {
+				expect(final.status).toBe("FAILED");
+				expect(failed.status).toBe(200);
+				expect(finalized.status).toBe(409);
+				expect(route.status).toBe(404);
+			}
+		}
+	});
+
 	it("refuses moves in SPEC §5's order and answers a repeated move with 200", async () => {
 		const { id } = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
 		expect((await stage("top_missing", "verified", { crankerPubkey: verifier.address })).body).toMatchObject({ code: 404 });
@@ -188,6 +213,14 @@ describe("the stage pipeline", () => {
 	});
 });
 
+/** A look at the registry as it is on disk, before any start reconciles it. */
+async function routeOnDisk(tin: string): Promise<{ status: number }> {
+	const db = new Database(path.join(dataDir, "tin.sqlite"), { readonly: true });
+	const row = db.prepare("SELECT doc FROM registry_routes WHERE id = ?").get(tin);
+	db.close();
+	return { status: row ? 200 : 404 };
+}
+
 describe("restarts", () => {
 	it("loses nothing between stages, and finishes a finalization a crash interrupted", async () => {
 		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
@@ -201,12 +234,13 @@ describe("restarts", () => {
 		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
 		await node.stop();
 
-		// A crash after the route was written but before the operation moved: write just the route.
+		// A crash right after the finalization began (the operation marked, its route not yet written).
 		const db = new Database(path.join(dataDir, "tin.sqlite"));
 		const op = JSON.parse((db.prepare("SELECT doc FROM tin_operations WHERE id = ?").get(created.id) as { doc: string }).doc);
-		const route = { id: created.tin, tin: created.tin, routeCommitment: op.request.routeCommitment, routeVersion: 1, policyCommitment: op.request.policyCommitment, ownerWallet: owner.address, active: true, updatedAt: new Date().toISOString(), lastOperationId: created.id };
-		db.prepare("INSERT INTO registry_routes (id, tin, active, routeVersion, doc) VALUES (?, ?, 1, 1, ?)").run(created.tin, created.tin, JSON.stringify(route));
+		const marked = { ...op, finalizing: new Date().toISOString() };
+		db.prepare("UPDATE tin_operations SET finalizing = ?, doc = ? WHERE id = ?").run(marked.finalizing, JSON.stringify(marked), created.id);
 		db.close();
+		expect((await routeOnDisk(created.tin)).status).toBe(404);
 
 		node = await startNode({ REGISTRY_SEED_FILE: path.join(dataDir, "registry-seed.json") }, dataDir);
 		await heartbeatAll();

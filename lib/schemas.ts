@@ -131,11 +131,15 @@ export const createTinOperationParams = {
 export const TIN_STAGES = ["verified", "fee-committed", "submitted", "finalized", "failed", "rejected"] as const;
 export type TinStage = (typeof TIN_STAGES)[number];
 
+/**
+ * Only the types here: SPEC §5 answers 404, 409 and 403 before 422, so the formats of these fields
+ * are checked by the stage decision (lib/tin-operations.ts), after the record and the Cranker.
+ */
 export const tinStageParams = {
 	$$strict: true,
 	id: { type: "string", max: 64 },
-	crankerPubkey: address(),
-	transactionSignature: { ...signature(), optional: true },
-	feeAmount: { ...amount(), optional: true },
+	crankerPubkey: { type: "string", max: 128 },
+	transactionSignature: { type: "string", max: 128, optional: true },
+	feeAmount: { type: "string", max: 32, optional: true },
 	reason: { type: "string", min: 1, max: 512, optional: true }
 };

@@ -3,6 +3,7 @@
  * the role and lifecycle rules of each stage. Pure: callers pass the time and the Cranker's standing.
  */
 import type { TinOperationFields } from "./canonical";
+import { isBase58OfLength } from "./encoding";
 import { ServiceError } from "./errors";
 import type { TinStage } from "./schemas";
 
@@ -136,7 +137,8 @@ export function decideStage(record: TinOperationRecord, stage: TinStage, request
 		}
 		case "submitted":
 			if (!has("submitter") || record.feeCommittedBy !== by) throw notAllowed("Only the Cranker that committed the fee can submit");
-			if (!request.transactionSignature) throw invalid("transactionSignature", "transactionSignature is required");
+			if (!request.transactionSignature || !isBase58OfLength(request.transactionSignature, 64))
+				throw invalid("transactionSignature", "transactionSignature (base58 of 64 bytes) is required");
 			return move({ submittedBy: by, transactionSignature: request.transactionSignature });
 		case "finalized":
 			if (!has("submitter") || record.submittedBy !== by) throw notAllowed("Only the Cranker that submitted can finalize");

@@ -35,10 +35,17 @@ interface EpochDoc {
 const ARCHIVE_BATCH = 500;
 /** SPEC §8: the age check runs at start and every minute. */
 const CHECK_INTERVAL_MS = 60_000;
+/** A close still `closing` this long after it began is taken for abandoned (its process died). */
+const RESUME_AFTER_MS = 10 * 60_000;
 
 export function epochsService(config: Config): ServiceSchema {
 	let epochs: Collection<EpochDoc>;
 	let broker: ServiceBroker;
+	/** Closes this process is finishing now, so the minute check never finishes one twice. */
+	const inFlight = new Set<number>();
+	const ignoreRace = (err: unknown) => {
+		if ((err as ServiceError).type !== "INVALID_TRANSITION") throw err;
+	};
 
 	async function openEpoch(): Promise<EpochDoc> {
 		const [open] = await epochs.list({ where: { status: "open" }, orderBy: ["epoch", "desc"], limit: 1 });
@@ -47,34 +54,60 @@ export function epochsService(config: Config): ServiceSchema {
 	}
 
 	/** Steps after the `closing` mark; each is idempotent, so a resumed close repeats them safely. */
-	async function finishClose(closing: EpochDoc, closedAt: string): Promise<EpochCloseResult> {
-		const next: EpochDoc = { id: String(closing.epoch + 1), epoch: closing.epoch + 1, status: "open", startedAt: closedAt, closedAt: null, result: null };
-		if (await epochs.insert(next)) broker.broadcast("epochs.opened", { epoch: next.epoch });
-		while ((await broker.call<number, object>("mempool.archiveTerminal", { epoch: closing.epoch, limit: ARCHIVE_BATCH })) > 0);
-		const summary = await broker.call<Pick<EpochCloseResult, "executed" | "canceled" | "volume" | "root">, object>("mempool.archiveSummary", { epoch: closing.epoch });
-		const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
-		await epochs.update(closing.id, { status: "closing" }, { ...closing, status: "closed", closedAt, result });
-		const stored = await epochs.get(closing.id);
-		return stored?.result ?? result;
+	async function finishClose(closing: EpochDoc): Promise<EpochCloseResult> {
+		inFlight.add(closing.epoch);
+		try {
+			while ((await broker.call<number, object>("mempool.archiveTerminal", { epoch: closing.epoch, limit: ARCHIVE_BATCH })) > 0);
+			const summary = await broker.call<Pick<EpochCloseResult, "executed" | "canceled" | "volume" | "root">, object>("mempool.archiveSummary", { epoch: closing.epoch });
+			const closedAt = closing.closedAt ?? new Date().toISOString();
+			const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
+			await epochs.update(closing.id, { status: "closing" }, { ...closing, status: "closed", closedAt, result });
+			return (await epochs.get(closing.id))?.result ?? result;
+		} finally {
+			inFlight.delete(closing.epoch);
+		}
 	}
 
-	/** Closes the open epoch; exactly one of concurrent callers wins, the others get 409. */
+	/** Marks epoch `open` closing (one compare-and-set: one racing caller wins) and finishes the close. */
+	async function closeEpoch(open: EpochDoc): Promise<EpochCloseResult> {
+		const closedAt = new Date().toISOString();
+		// E + 1 opens first, so new intents and the status routes always find an open epoch.
+		const next: EpochDoc = { id: String(open.epoch + 1), epoch: open.epoch + 1, status: "open", startedAt: closedAt, closedAt: null, result: null };
+		if (await epochs.insert(next)) broker.broadcast("epochs.opened", { epoch: next.epoch });
+		const closing: EpochDoc = { ...open, status: "closing", closedAt };
+		if (!(await epochs.update(open.id, { status: "open" }, closing))) throw new ServiceError("INVALID_TRANSITION", `Epoch ${open.epoch} is already being closed`, { epoch: open.epoch });
+		return finishClose(closing);
+	}
+
+	/**
+	 * Closes the newest open epoch E. Every earlier epoch must be closed already: a caller that
+	 * comes while E − 1 is still closing gets 409 instead of closing the epoch that close opened.
+	 */
 	async function close(expectedEpoch?: number): Promise<EpochCloseResult> {
 		const open = await openEpoch();
 		if (expectedEpoch !== undefined && open.epoch !== expectedEpoch) throw new ServiceError("INVALID_TRANSITION", `Epoch ${expectedEpoch} is not open`);
-		const closedAt = new Date().toISOString();
-		const closing: EpochDoc = { ...open, status: "closing", closedAt };
-		if (!(await epochs.update(open.id, { status: "open" }, closing))) throw new ServiceError("INVALID_TRANSITION", `Epoch ${open.epoch} is already being closed`, { epoch: open.epoch });
-		return finishClose(closing, closedAt);
+		const unfinished = await epochs.findOne({ status: { in: ["open", "closing"] }, epoch: { lt: open.epoch } });
+		if (unfinished) throw new ServiceError("INVALID_TRANSITION", `Epoch ${unfinished.epoch} is still being closed`, { epoch: unfinished.epoch });
+		return closeEpoch(open);
 	}
 
-	/** At start and every minute: finish interrupted closes, and close an epoch older than EPOCH_DURATION_MS. */
-	async function maintain(): Promise<void> {
-		for (const closing of await epochs.list({ where: { status: "closing" } })) await finishClose(closing, closing.closedAt ?? new Date().toISOString());
+	/**
+	 * At start and every minute: finish closes a crash interrupted (at start all of them; later only
+	 * those nobody has been finishing for a while), then close an epoch older than EPOCH_DURATION_MS.
+	 */
+	async function maintain(atStart: boolean): Promise<void> {
+		// A close always opens its successor before it marks itself; a store that lacks one still gets one.
+		const [last] = await epochs.list({ orderBy: ["epoch", "desc"], limit: 1 });
+		if (last.status !== "open" && (await epochs.insert({ id: String(last.epoch + 1), epoch: last.epoch + 1, status: "open", startedAt: new Date().toISOString(), closedAt: null, result: null })))
+			broker.broadcast("epochs.opened", { epoch: last.epoch + 1 });
+		const newest = await openEpoch();
+		for (const stale of await epochs.list({ where: { status: "open", epoch: { lt: newest.epoch } } })) await closeEpoch(stale).catch(ignoreRace);
+		for (const closing of await epochs.list({ where: { status: "closing" } })) {
+			const abandoned = atStart || Date.parse(closing.closedAt ?? "") + RESUME_AFTER_MS < Date.now();
+			if (!inFlight.has(closing.epoch) && abandoned) await finishClose(closing);
+		}
 		const open = await openEpoch();
-		if (Date.parse(open.startedAt) + config.epochDurationMs <= Date.now()) await close(open.epoch).catch(err => {
-			if ((err as ServiceError).type !== "INVALID_TRANSITION") throw err;
-		});
+		if (Date.parse(open.startedAt) + config.epochDurationMs <= Date.now()) await close(open.epoch).catch(ignoreRace);
 	}
 
 	return {
@@ -86,7 +119,7 @@ export function epochsService(config: Config): ServiceSchema {
 				// The first start opens epoch 1; insert() is a no-op on every later start.
 				await epochs.insert({ id: "1", epoch: 1, status: "open", startedAt: new Date().toISOString(), closedAt: null, result: null });
 			}),
-			sweeperMixin("epoch", CHECK_INTERVAL_MS, () => maintain())
+			sweeperMixin("epoch", CHECK_INTERVAL_MS, () => maintain(false))
 		],
 
 		actions: {
@@ -121,7 +154,7 @@ export function epochsService(config: Config): ServiceSchema {
 		},
 
 		async started() {
-			await maintain();
+			await maintain(true);
 		}
 	};
 }

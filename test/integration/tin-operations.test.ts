@@ -130,6 +130,7 @@ describe("the stage pipeline", () => {
 		expect((await node.http("GET", `/tin-operations/registry-work?operator_pubkey=${both.address}&limit=500`, undefined, worker)).body.map((r: { id: string }) => r.id)).not.toContain(created.id);
 
 		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address })).status).toBe(422);
+		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: "not-base58-0OIl" })).status).toBe(422);
 		expect((await stage(created.id, "submitted", { crankerPubkey: both.address, transactionSignature: SIG })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
 		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).body).toMatchObject({ status: "SUBMITTED", submittedBy: submitter.address, transactionSignature: SIG });
 		expect((await stage(created.id, "finalized", { crankerPubkey: submitter.address, transactionSignature: "4".repeat(87) })).status).toBe(422);
@@ -187,6 +188,8 @@ describe("the stage pipeline", () => {
 	it("refuses moves in SPEC §5's order and answers a repeated move with 200", async () => {
 		const { id } = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
 		expect((await stage("top_missing", "verified", { crankerPubkey: verifier.address })).body).toMatchObject({ code: 404 });
+		// 404 comes before the field checks (422) too.
+		expect((await stage("top_missing", "fee-committed", { crankerPubkey: submitter.address, feeAmount: "x" })).body).toMatchObject({ code: 404 });
 		expect((await stage(id, "finalized", { crankerPubkey: submitter.address })).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
 		expect((await stage(id, "verified", { crankerPubkey: submitter.address })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
 		expect((await stage(id, "verified", { crankerPubkey: newWallet().address })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });

@@ -1,5 +1,9 @@
-/** Wire encodings of SPEC §0: base58 keys and signatures, lowercase hex digests, u64 amounts. */
-import { createHash } from "node:crypto";
+/**
+ * Wire encodings of SPEC §0: base58 keys and signatures, lowercase hex digests, u64 amounts.
+ * Isomorphic (no Node-only API): the SDK builds the same messages in a browser.
+ */
+import { sha256 } from "@noble/hashes/sha2.js";
+import { bytesToHex } from "@noble/hashes/utils.js";
 import { base58 } from "@scure/base";
 
 export const HEX64_PATTERN = "^[0-9a-f]{64}$";
@@ -41,8 +45,10 @@ export function isIsoTime(value: string): boolean {
 	return Number.isFinite(ms) && new Date(ms).toISOString() === value;
 }
 
+const utf8 = new TextEncoder();
+
 export function sha256Hex(text: string | Uint8Array): string {
-	return createHash("sha256").update(text).digest("hex");
+	return bytesToHex(sha256(typeof text === "string" ? utf8.encode(text) : text));
 }
 
 /** Canonical JSON (sorted keys, recursively): equal values give equal strings whatever the key order. */

@@ -1,0 +1,198 @@
+/**
+ * The application SDK (issue 4): the facade a sender's app uses to pay through the service. It runs
+ * in a browser as well as in Node (fetch, TextEncoder and @noble only; never an API key), builds
+ * the canonical message of SPEC §1 on the device and has it signed through a Signer.
+ */
+import { ed25519 } from "@noble/curves/ed25519.js";
+import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
+import { encodeBase58 } from "../lib/encoding";
+import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
+import type { ActiveRoute } from "../lib/registry";
+
+/** What signs a message: a local keypair here, a wallet adapter's `signMessage` in an app. */
+export interface Signer {
+	/** Base58 public key: the sender wallet. */
+	readonly address: string;
+	/** ed25519 signature over the raw message bytes (no envelope), 64 bytes. */
+	signMessage(message: Uint8Array): Promise<Uint8Array>;
+}
+
+/** A Signer over a local ed25519 key (@noble/curves): tests, scripts, server-side senders. */
+export class LocalKeypairSigner implements Signer {
+	readonly address: string;
+
+	private constructor(private readonly seed: Uint8Array) {
+		this.address = encodeBase58(ed25519.getPublicKey(seed));
+	}
+
+	static generate(): LocalKeypairSigner {
+		return new LocalKeypairSigner(ed25519.utils.randomSecretKey());
+	}
+
+	/** From a 32-byte seed or a 64-byte Solana CLI secret key (seed ‖ public key). */
+	static fromSecretKey(secretKey: Uint8Array): LocalKeypairSigner {
+		if (secretKey.length !== 32 && secretKey.length !== 64) throw new Error("a secret key is 32 bytes (seed) or 64 bytes (Solana CLI keypair)");
+		return new LocalKeypairSigner(secretKey.slice(0, 32));
+	}
+
+	async signMessage(message: Uint8Array): Promise<Uint8Array> {
+		return ed25519.sign(message, this.seed);
+	}
+}
+
+/** An error answered by the service, carrying SPEC §7's `type` (or NETWORK_ERROR / TIMEOUT from the SDK itself). */
+export class SettlementError extends Error {
+	constructor(
+		message: string,
+		readonly type: string,
+		readonly code: number | null,
+		readonly data?: unknown
+	) {
+		super(message);
+		this.name = "SettlementError";
+	}
+}
+
+export interface PaymentParams {
+	paymentId: string;
+	recipientTin: string;
+	/** The route resolveTin() returned; the intent is bound to its commitment and version. */
+	route: ActiveRoute;
+	tokenMintAddress: string;
+	amount: string;
+	feeLimit: string;
+	expiresAtSlot: number;
+	/** One-time per wallet; a random one when absent. */
+	nonce?: string;
+	/** Defaults: now, and now + 10 minutes. */
+	issuedAt?: Date;
+	expiresAt?: Date;
+}
+
+export interface PaymentAuthorization {
+	fields: PaymentAuthorizationFields;
+	/** The exact SPEC §1 text the wallet signs. */
+	message: string;
+	transactionCommitment: string;
+}
+
+export interface ClientOptions {
+	baseUrl: string;
+	fetch?: typeof fetch;
+	/** Attempts of submit() on network errors (the same body each time, so the service answers the same record). */
+	submitAttempts?: number;
+}
+
+const FUNDING_MODE = "wallet_only_v2";
+const TERMINAL = new Set(["executed", "canceled"]);
+const utf8 = new TextEncoder();
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+function randomToken(bytes: number): string {
+	const buffer = new Uint8Array(bytes);
+	globalThis.crypto.getRandomValues(buffer);
+	return encodeBase58(buffer);
+}
+
+export class SettlementClient {
+	private readonly baseUrl: string;
+	private readonly fetch: typeof fetch;
+	private readonly submitAttempts: number;
+
+	constructor(options: ClientOptions) {
+		this.baseUrl = options.baseUrl.replace(/\/+$/, "");
+		this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+		this.submitAttempts = options.submitAttempts ?? 3;
+	}
+
+	/** Whether the service is ready and, when a mint is given, a settlement network serves it. */
+	async checkReadiness(tokenMintAddress?: string): Promise<{ ready: boolean; network?: { network: string; liquidity: string; crankersOnline: number } }> {
+		const health = await this.fetch(`${this.baseUrl}/health/ready`).catch(() => null);
+		if (!health?.ok) return { ready: false };
+		if (!tokenMintAddress) return { ready: true };
+		const networks = await this.request<{ network: string; tokenMintAddress: string; liquidity: string; crankersOnline: number }[]>("GET", "/settlement-networks");
+		const network = networks.find(n => n.tokenMintAddress === tokenMintAddress);
+		return network ? { ready: true, network: { network: network.network, liquidity: network.liquidity, crankersOnline: network.crankersOnline } } : { ready: false };
+	}
+
+	/** The TIN's active route (its commitment and version bind the payment). */
+	resolveTin(tin: string): Promise<ActiveRoute & { active: boolean; updatedAt: string }> {
+		return this.request("GET", `/registry/tins/${encodeURIComponent(tin)}`);
+	}
+
+	/** The canonical message and commitment of SPEC §1 for these parameters, as the wallet will sign them. */
+	buildPaymentAuthorization(sender: string, params: PaymentParams): PaymentAuthorization {
+		const issuedAt = params.issuedAt ?? new Date();
+		const fields: PaymentAuthorizationFields = {
+			paymentId: params.paymentId,
+			senderWallet: sender,
+			recipientTin: params.recipientTin,
+			recipientRouteCommitment: params.route.routeCommitment,
+			recipientRouteVersion: params.route.routeVersion,
+			tokenMintAddress: params.tokenMintAddress,
+			amount: params.amount,
+			feeLimit: params.feeLimit,
+			senderFundingMode: FUNDING_MODE,
+			senderAuthorizationNonce: params.nonce ?? `n_${randomToken(16)}`,
+			senderAuthorizationIssuedAt: issuedAt.toISOString(),
+			senderAuthorizationExpiresAt: (params.expiresAt ?? new Date(issuedAt.getTime() + 10 * 60_000)).toISOString(),
+			expiresAtSlot: params.expiresAtSlot
+		};
+		return { fields, ...buildPaymentMessage(fields) };
+	}
+
+	/** Builds the authorization and has the signer sign it: the CreateIntentRequest to submit. */
+	async signPayment(signer: Signer, params: PaymentParams): Promise<CreateIntentRequest> {
+		const { fields, message, transactionCommitment } = this.buildPaymentAuthorization(signer.address, params);
+		const signature = await signer.signMessage(utf8.encode(message));
+		if (signature.length !== 64) throw new SettlementError("the signer returned a signature that is not 64 bytes", "INVALID_SIGNATURE", null);
+		return { ...fields, senderAuthorizationMessage: message, senderAuthorizationSignature: encodeBase58(signature), transactionCommitment };
+	}
+
+	/**
+	 * POST /intents. Network errors are retried with the same body: the service answers a replay
+	 * with the record it already holds, so a retry never creates a second intent.
+	 */
+	async submit(intent: CreateIntentRequest): Promise<PublicMempoolIntent> {
+		for (let attempt = 1; ; attempt++) {
+			try {
+				return await this.request<PublicMempoolIntent>("POST", "/intents", intent);
+			} catch (err) {
+				if ((err as SettlementError).type !== "NETWORK_ERROR" || attempt >= this.submitAttempts) throw err;
+				await sleep(100 * 2 ** (attempt - 1));
+			}
+		}
+	}
+
+	/** GET /intents/{id}: the public view. */
+	getIntent(id: string): Promise<PublicMempoolIntent> {
+		return this.request("GET", `/intents/${encodeURIComponent(id)}`);
+	}
+
+	/** Polls with backoff (100 ms doubling to 2 s) until the intent is executed or canceled, or `timeoutMs` passes. */
+	async waitForStatus(id: string, options: { timeoutMs: number }): Promise<PublicMempoolIntent> {
+		const deadline = Date.now() + options.timeoutMs;
+		for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
+			const intent = await this.getIntent(id);
+			if (TERMINAL.has(intent.status)) return intent;
+			if (Date.now() + delay > deadline) throw new SettlementError(`intent ${id} is still ${intent.receiverStatus} after ${options.timeoutMs} ms`, "TIMEOUT", null, { intent });
+			await sleep(delay);
+		}
+	}
+
+	private async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+		let response: Response;
+		try {
+			response = await this.fetch(`${this.baseUrl}${path}`, {
+				method,
+				headers: body === undefined ? {} : { "content-type": "application/json" },
+				body: body === undefined ? undefined : JSON.stringify(body)
+			});
+		} catch (err) {
+			throw new SettlementError(`request to ${path} failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
+		}
+		const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
+		if (!response.ok) throw new SettlementError(payload?.message ?? `HTTP ${response.status}`, payload?.type ?? "HTTP_ERROR", response.status, payload?.data);
+		return payload as T;
+	}
+}

@@ -24,6 +24,9 @@ export function statesOfStatus(status: string): IntentState[] {
 	return INTENT_STATES.filter(s => PUBLIC_STATUS[s] === status);
 }
 
+/** States no move leaves: what an epoch close archives. */
+export const TERMINAL_STATES: readonly IntentState[] = ["CONFIRMED", "REJECTED"];
+
 /** States an intent may still expire in: nothing has been sent on chain yet. */
 export const EXPIRABLE_STATES: readonly IntentState[] = ["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED"];
 

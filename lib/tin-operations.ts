@@ -96,6 +96,12 @@ export interface StagePolicy {
 
 export type StageDecision = { kind: "replay" } | { kind: "move"; next: TinOperationRecord };
 
+/** The record after a move to `to`: the changed fields, the new status and a history entry. */
+export function applyStage(record: TinOperationRecord, to: TinOperationState, at: string, by?: string, changes: Partial<TinOperationRecord> = {}, reason?: string): TinOperationRecord {
+	const entry = { status: to, at, ...(by ? { by } : {}), ...(reason ? { reason } : {}) };
+	return { ...record, ...changes, status: to, updatedAt: at, history: [...record.history, entry] };
+}
+
 function notAllowed(message: string): ServiceError {
 	return new ServiceError("CRANKER_NOT_ALLOWED", message);
 }
@@ -119,10 +125,7 @@ export function decideStage(record: TinOperationRecord, stage: TinStage, request
 
 	const has = (role: string) => standing.online && standing.roles.includes(role);
 	const at = now.toISOString();
-	const move = (changes: Partial<TinOperationRecord>, reason?: string): StageDecision => ({
-		kind: "move",
-		next: { ...record, ...changes, status: to, updatedAt: at, history: [...record.history, { status: to, at, by, ...(reason ? { reason } : {}) }] }
-	});
+	const move = (changes: Partial<TinOperationRecord>, reason?: string): StageDecision => ({ kind: "move", next: applyStage(record, to, at, by, changes, reason) });
 
 	switch (stage) {
 		case "verified":

@@ -201,7 +201,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						title: "Settlement Coordination Service",
 						version: "1",
 						operations: [
-							...HEALTH_ROUTES.map(route => ({ method: route.split(" ")[0], path: route.split(" ")[1], access: "public" as const, action: `api.${route.split("/").pop()}` })),
+							...HEALTH_ROUTES.map(route => operation("public")([route, `api.${route.split("/").pop()}`])),
 							...Object.entries(PUBLIC_ROUTES).map(operation("public")),
 							...Object.entries(WORKER_ROUTES).map(operation("worker"))
 						]

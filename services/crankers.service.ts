@@ -84,15 +84,6 @@ export function crankersService(config: Config): ServiceSchema {
 				}
 			},
 
-			/** Internal: is this Cranker an online, allowed operator with the role? */
-			isAllowed: {
-				params: { crankerPubkey: address(), role: { type: "enum", values: [...CRANKER_ROLES] } },
-				async handler(ctx: Context<{ crankerPubkey: string; role: CrankerRole }>): Promise<boolean> {
-					const doc = await crankers.get(ctx.params.crankerPubkey);
-					return !!doc && isOnline(doc, Date.now()) && doc.roles.includes(ctx.params.role) && isOperator(doc.crankerPubkey);
-				}
-			},
-
 			/**
 			 * Internal: the Cranker side of the observation routes: counts, online Crankers per role,
 			 * and per mint the liquidity and number of online settlement Crankers offering it.

@@ -53,6 +53,11 @@ export function epochsService(config: Config): ServiceSchema {
 		return open;
 	}
 
+	/** Opens epoch `epoch` unless it exists already (insert is a no-op then), and tells the receivers. */
+	async function openEpochNumber(epoch: number, startedAt: string): Promise<void> {
+		if (await epochs.insert({ id: String(epoch), epoch, status: "open", startedAt, closedAt: null, result: null })) broker.broadcast("epochs.opened", { epoch });
+	}
+
 	/** Steps after the `closing` mark; each is idempotent, so a resumed close repeats them safely. */
 	async function finishClose(closing: EpochDoc): Promise<EpochCloseResult> {
 		inFlight.add(closing.epoch);
@@ -72,8 +77,7 @@ export function epochsService(config: Config): ServiceSchema {
 	async function closeEpoch(open: EpochDoc): Promise<EpochCloseResult> {
 		const closedAt = new Date().toISOString();
 		// E + 1 opens first, so new intents and the status routes always find an open epoch.
-		const next: EpochDoc = { id: String(open.epoch + 1), epoch: open.epoch + 1, status: "open", startedAt: closedAt, closedAt: null, result: null };
-		if (await epochs.insert(next)) broker.broadcast("epochs.opened", { epoch: next.epoch });
+		await openEpochNumber(open.epoch + 1, closedAt);
 		const closing: EpochDoc = { ...open, status: "closing", closedAt };
 		if (!(await epochs.update(open.id, { status: "open" }, closing))) throw new ServiceError("INVALID_TRANSITION", `Epoch ${open.epoch} is already being closed`, { epoch: open.epoch });
 		return finishClose(closing);
@@ -98,8 +102,7 @@ export function epochsService(config: Config): ServiceSchema {
 	async function maintain(atStart: boolean): Promise<void> {
 		// A close always opens its successor before it marks itself; a store that lacks one still gets one.
 		const [last] = await epochs.list({ orderBy: ["epoch", "desc"], limit: 1 });
-		if (last.status !== "open" && (await epochs.insert({ id: String(last.epoch + 1), epoch: last.epoch + 1, status: "open", startedAt: new Date().toISOString(), closedAt: null, result: null })))
-			broker.broadcast("epochs.opened", { epoch: last.epoch + 1 });
+		if (last.status !== "open") await openEpochNumber(last.epoch + 1, new Date().toISOString());
 		const newest = await openEpoch();
 		for (const stale of await epochs.list({ where: { status: "open", epoch: { lt: newest.epoch } } })) await closeEpoch(stale).catch(ignoreRace);
 		for (const closing of await epochs.list({ where: { status: "closing" } })) {
@@ -117,7 +120,7 @@ export function epochsService(config: Config): ServiceSchema {
 			storeMixin(config, "epochs", async store => {
 				epochs = await store.collection<EpochDoc>({ name: "epochs", fields: { epoch: "integer", status: "text" }, unique: [["epoch"]], indexes: [["status", "epoch"]] });
 				// The first start opens epoch 1; insert() is a no-op on every later start.
-				await epochs.insert({ id: "1", epoch: 1, status: "open", startedAt: new Date().toISOString(), closedAt: null, result: null });
+				await openEpochNumber(1, new Date().toISOString());
 			}),
 			sweeperMixin("epoch", CHECK_INTERVAL_MS, () => maintain(false))
 		],

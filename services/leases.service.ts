@@ -71,7 +71,8 @@ export function leasesService(config: Config): ServiceSchema {
 			updateStatus: {
 				params: updateStatusParams,
 				async handler(ctx: Context<UpdateStatusRequest & { id: string }>) {
-					const crankerAllowed = await ctx.call<boolean, object>("crankers.isAllowed", { crankerPubkey: ctx.params.crankerPubkey, role: "settlement" });
+					const standing = await ctx.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey: ctx.params.crankerPubkey });
+					const crankerAllowed = standing.online && standing.roles.includes("settlement");
 					// SPEC §2.4: an intent that expires before SUBMITTED is REJECTED/EXPIRED, whatever the sweep's timing.
 					await ctx.call("mempool.expireIfDue", { id: ctx.params.id }).catch(() => false);
 					return ctx.call("mempool.updateStatus", { ...ctx.params, crankerAllowed });

@@ -12,6 +12,7 @@ import { ServiceError } from "../lib/errors";
 import {
 	EXPIRABLE_STATES,
 	INTENT_STATES,
+	TERMINAL_STATES,
 	PUBLIC_STATUS,
 	applyMove,
 	decideStatusUpdate,
@@ -49,14 +50,6 @@ interface NonceDoc {
 }
 
 const SWEEP_BATCH = 500;
-const TERMINAL_STATES: IntentState[] = ["CONFIRMED", "REJECTED"];
-
-/** Executed amounts per mint (u64 strings: summed as BigInt, never JS numbers). */
-function sumVolume(records: IntentRecord[]): Record<string, string> {
-	const volume = new Map<string, bigint>();
-	for (const { request } of records) volume.set(request.tokenMintAddress, (volume.get(request.tokenMintAddress) ?? 0n) + BigInt(request.amount));
-	return Object.fromEntries([...volume].map(([mint, total]) => [mint, total.toString()]));
-}
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
 
@@ -376,10 +369,12 @@ export function mempoolService(config: Config): ServiceSchema {
 				async handler(ctx: Context<{ epoch: number }>) {
 					const byState = await intents.countBy("state", { archivedIn: ctx.params.epoch });
 					const executed = (await intents.list({ where: { archivedIn: ctx.params.epoch, state: "CONFIRMED" } })).sort(byId);
+					const archived = new IntentTotals();
+					for (const record of executed) archived.apply(null, record);
 					return {
 						executed: byState.CONFIRMED ?? 0,
 						canceled: byState.REJECTED ?? 0,
-						volume: sumVolume(executed),
+						volume: archived.snapshot().settled.volume,
 						root: merkleRoot(executed.map(record => record.transactionCommitment))
 					};
 				}

@@ -16,6 +16,7 @@ import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStagePara
 import { tinFromSequence } from "../lib/tin";
 import {
 	TIN_OPERATION_STATES,
+	applyStage,
 	decideStage,
 	toPublicTinOperation,
 	toTinOperationView,
@@ -146,9 +147,7 @@ export function tinService(config: Config): ServiceSchema {
 	async function reconcile(): Promise<number> {
 		let finished = 0;
 		for (const record of await operations.list({ where: { status: "SUBMITTED", finalizing: { ne: null } } })) {
-			const at = record.finalizing!;
-			const entry = { status: "FINALIZED" as const, at, ...(record.submittedBy ? { by: record.submittedBy } : {}) };
-			await activate(record, { ...record, status: "FINALIZED", updatedAt: at, history: [...record.history, entry] });
+			await activate(record, applyStage(record, "FINALIZED", record.finalizing!, record.submittedBy ?? undefined));
 			finished++;
 		}
 		return finished;

@@ -1,0 +1,153 @@
+/**
+ * The settlement transaction of SPEC §11, built and read with @solana/kit and the
+ * @solana-program clients. Browser-safe: the Cranker builds with it, the SDK checks with it.
+ */
+import {
+	address,
+	appendTransactionMessageInstructions,
+	createTransactionMessage,
+	decompileTransactionMessage,
+	getCompiledTransactionMessageDecoder,
+	getProgramDerivedAddress,
+	getTransactionDecoder,
+	pipe,
+	setTransactionMessageFeePayerSigner,
+	setTransactionMessageLifetimeUsingBlockhash,
+	signTransactionMessageWithSigners,
+	type Address,
+	type Blockhash,
+	type Instruction,
+	type ReadonlyUint8Array,
+	type TransactionSigner
+} from "@solana/kit";
+import { getAddMemoInstruction, getMemosFromInstructions, LEGACY_MEMO_PROGRAM_ADDRESS_V3 } from "@solana-program/memo";
+import {
+	findAssociatedTokenPda,
+	getCreateAssociatedTokenIdempotentInstruction,
+	getTransferCheckedInstruction,
+	identifyTokenInstruction,
+	parseTransferCheckedInstruction,
+	TOKEN_PROGRAM_ADDRESS,
+	TokenInstruction
+} from "@solana-program/token";
+
+/**
+ * Used when SETTLEMENT_PROGRAM_ID is unset: the settlement program is not deployed yet (SPEC §11),
+ * so the default is a fixed address with no program behind it, base58(SHA-256("Settlement
+ * Coordination Settlement Program v1")). Only credit-owner PDAs are derived from it.
+ */
+export const DEFAULT_SETTLEMENT_PROGRAM_ID = address("fYLaYKAr6km8qvYZcegunAkAJjeRcmYQ7CcuoQRBKAD");
+
+/** The SPL Memo program every validator (and litesvm) ships; RPC nodes index its memos. */
+export const MEMO_PROGRAM = LEGACY_MEMO_PROGRAM_ADDRESS_V3;
+
+const MEMO_PREFIX = "scs:v1:";
+
+export function settlementMemo(transactionCommitment: string, payoutNullifier: string): string {
+	return `${MEMO_PREFIX}${transactionCommitment}:${payoutNullifier}`;
+}
+
+/** Whether an RPC `memo` field (e.g. `[136] scs:v1:…`) carries the settlement memo of this nullifier. */
+export function memoFieldNamesNullifier(memoField: string | null | undefined, payoutNullifier: string): boolean {
+	return !!memoField && new RegExp(`${MEMO_PREFIX}[0-9a-f]{64}:${payoutNullifier}(?![0-9a-f])`).test(memoField);
+}
+
+function hexBytes(hex: string): Uint8Array {
+	if (!/^[0-9a-f]{64}$/.test(hex)) throw new Error("a route commitment is 64 lowercase hex characters");
+	return Uint8Array.from(hex.match(/../g)!, byte => parseInt(byte, 16));
+}
+
+/** The credit owner: the PDA of the settlement program with seeds ["credit", commitment bytes]. */
+export async function creditOwnerAddress(recipientRouteCommitment: string, programId: Address = DEFAULT_SETTLEMENT_PROGRAM_ID): Promise<Address> {
+	const [pda] = await getProgramDerivedAddress({ programAddress: programId, seeds: ["credit", hexBytes(recipientRouteCommitment)] });
+	return pda;
+}
+
+/** The recipient's credit account: the credit owner's associated token account of the mint. */
+export async function creditAccountAddress(recipientRouteCommitment: string, mint: Address, programId: Address = DEFAULT_SETTLEMENT_PROGRAM_ID): Promise<Address> {
+	const owner = await creditOwnerAddress(recipientRouteCommitment, programId);
+	const [ata] = await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS });
+	return ata;
+}
+
+export interface SettlementParams {
+	/** The Cranker: fee payer, payer of the credit account, and transfer authority. */
+	cranker: TransactionSigner;
+	mint: Address;
+	decimals: number;
+	amount: bigint;
+	recipientRouteCommitment: string;
+	transactionCommitment: string;
+	payoutNullifier: string;
+	programId?: Address;
+}
+
+/** The three instructions of SPEC §11, in order. */
+export async function buildSettlementInstructions(params: SettlementParams): Promise<{ instructions: Instruction[]; creditAccount: Address }> {
+	const { cranker, mint } = params;
+	const creditOwner = await creditOwnerAddress(params.recipientRouteCommitment, params.programId);
+	const [creditAccount] = await findAssociatedTokenPda({ owner: creditOwner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS });
+	const [source] = await findAssociatedTokenPda({ owner: cranker.address, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS });
+	const instructions: Instruction[] = [
+		getCreateAssociatedTokenIdempotentInstruction({ payer: cranker, ata: creditAccount, owner: creditOwner, mint }),
+		getTransferCheckedInstruction({ source, mint, destination: creditAccount, authority: cranker, amount: params.amount, decimals: params.decimals }),
+		getAddMemoInstruction({ memo: settlementMemo(params.transactionCommitment, params.payoutNullifier) }, { programAddress: MEMO_PROGRAM })
+	];
+	return { instructions, creditAccount };
+}
+
+/** The signed settlement transaction for a blockhash; its signature is known before it is sent. */
+export async function signSettlementTransaction(params: SettlementParams, lifetime: { blockhash: Blockhash; lastValidBlockHeight: bigint }) {
+	const { instructions, creditAccount } = await buildSettlementInstructions(params);
+	const message = pipe(
+		createTransactionMessage({ version: 0 }),
+		m => setTransactionMessageFeePayerSigner(params.cranker, m),
+		m => setTransactionMessageLifetimeUsingBlockhash(lifetime, m),
+		m => appendTransactionMessageInstructions(instructions, m)
+	);
+	return { transaction: await signTransactionMessageWithSigners(message), creditAccount };
+}
+
+export interface SettlementContents {
+	memos: string[];
+	transfers: { source: Address; mint: Address; destination: Address; authority: Address; amount: bigint; decimals: number }[];
+}
+
+/** What a wire transaction does, as far as a settlement goes: its memos and its TransferChecked instructions. */
+export function readSettlementTransaction(wireTransaction: ReadonlyUint8Array): SettlementContents {
+	const { messageBytes } = getTransactionDecoder().decode(wireTransaction);
+	const { instructions } = decompileTransactionMessage(getCompiledTransactionMessageDecoder().decode(messageBytes));
+	const transfers = instructions
+		.filter(ix => ix.programAddress === TOKEN_PROGRAM_ADDRESS && ix.data && identifyTokenInstruction(ix.data) === TokenInstruction.TransferChecked)
+		.map(ix => {
+			const { accounts, data } = parseTransferCheckedInstruction(ix as Parameters<typeof parseTransferCheckedInstruction>[0]);
+			return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
+		});
+	return { memos: getMemosFromInstructions(instructions).map(m => m.memo), transfers };
+}
+
+export interface ExpectedSettlement {
+	transactionCommitment: string;
+	amount: string;
+	tokenMintAddress: string;
+	/** When known (the SDK got it from resolveTin), the transfer must credit this route's account. */
+	recipientRouteCommitment?: string;
+	programId?: Address;
+}
+
+/**
+ * Why the transaction is not the settlement expected (empty when it is): exactly one memo of
+ * this commitment, and a TransferChecked of exactly the amount of the mint to the credit account.
+ */
+export async function settlementMismatches(contents: SettlementContents, expected: ExpectedSettlement): Promise<string[]> {
+	const problems: string[] = [];
+	const memos = contents.memos.filter(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`));
+	if (memos.length !== 1) problems.push(`expected one memo for transactionCommitment ${expected.transactionCommitment}, found ${memos.length}`);
+	const creditAccount = expected.recipientRouteCommitment
+		? await creditAccountAddress(expected.recipientRouteCommitment, address(expected.tokenMintAddress), expected.programId)
+		: null;
+	const transfers = contents.transfers.filter(t => t.mint === expected.tokenMintAddress && (!creditAccount || t.destination === creditAccount));
+	if (transfers.length !== 1) problems.push(`expected one TransferChecked of mint ${expected.tokenMintAddress}${creditAccount ? ` to ${creditAccount}` : ""}, found ${transfers.length}`);
+	else if (transfers[0].amount !== BigInt(expected.amount)) problems.push(`transferred ${transfers[0].amount}, expected ${expected.amount}`);
+	return problems;
+}

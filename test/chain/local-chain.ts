@@ -1,0 +1,342 @@
+/**
+ * A local Solana chain for tests and the demo: litesvm (a real Solana VM, in process) behind a small
+ * JSON-RPC server that implements just the methods our code calls, the way a validator answers
+ * them. Slots advance on a timer and every slot gets a fresh blockhash that stays valid for
+ * `blockhashValiditySlots`, so expiry is real. Faults can be injected per method.
+ * Tests only (and `npm run demo`); never part of the service.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import {
+	address,
+	type ReadonlyUint8Array,
+	getBase58Decoder,
+	getCompiledTransactionMessageDecoder,
+	getTransactionDecoder,
+	lamports,
+	none,
+	type Address,
+	type EncodedAccount
+} from "@solana/kit";
+import { AccountState, findAssociatedTokenPda, getMintEncoder, getMintSize, getTokenDecoder, getTokenEncoder, getTokenSize, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
+import { FailedTransactionMetadata, LiteSVM } from "litesvm";
+import { ed25519 } from "@noble/curves/ed25519.js";
+import { readSettlementTransaction } from "../../lib/settlement";
+import { encodeBase58 } from "../../lib/encoding";
+
+export type Fault = "http-500" | "rpc-error" | "hang";
+
+interface Landed {
+	signature: string;
+	slot: number;
+	wire: Uint8Array;
+	memo: string | null;
+	accounts: string[];
+	logs: string[];
+}
+
+interface RpcError {
+	code: number;
+	message: string;
+	data?: unknown;
+}
+
+class RpcFailure extends Error {
+	constructor(readonly error: RpcError) {
+		super(error.message);
+	}
+}
+
+export interface LocalChainOptions {
+	/** Milliseconds per slot (default 100). */
+	slotMs?: number;
+	/** How many slots a blockhash stays usable (default 150, as on Solana). */
+	blockhashValiditySlots?: number;
+}
+
+const base58 = getBase58Decoder();
+const toBase64 = (bytes: ReadonlyUint8Array) => Buffer.from(bytes).toString("base64");
+
+export class LocalChain {
+	readonly svm = new LiteSVM().withBlockhashCheck(false);
+	/** Method calls received, by method name (for assertions on what the clients did). */
+	readonly calls = new Map<string, number>();
+	url = "";
+	private readonly slotMs: number;
+	private readonly validity: number;
+	private slotNumber: number;
+	private readonly blockhashes = new Map<string, number>();
+	private latest = "";
+	private readonly landed = new Map<string, Landed>();
+	private readonly byAccount = new Map<string, string[]>();
+	private readonly faults = new Map<string, Fault[]>();
+	private dropped = 0;
+	private server: http.Server | null = null;
+	private ticker: NodeJS.Timeout | null = null;
+
+	constructor(options: LocalChainOptions = {}) {
+		this.slotMs = options.slotMs ?? 100;
+		this.validity = options.blockhashValiditySlots ?? 150;
+		this.slotNumber = Number(this.svm.getClock().slot);
+		this.newBlockhash();
+	}
+
+	async start(port = 0): Promise<string> {
+		this.server = http.createServer((req, res) => void this.handle(req, res));
+		await new Promise<void>(resolve => this.server!.listen(port, "127.0.0.1", resolve));
+		this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+		this.ticker = setInterval(() => this.advance(1), this.slotMs);
+		return this.url;
+	}
+
+	async stop(): Promise<void> {
+		if (this.ticker) clearInterval(this.ticker);
+		if (!this.server) return;
+		this.server.closeAllConnections();
+		await new Promise<void>(resolve => this.server!.close(() => resolve()));
+		this.server = null;
+	}
+
+	get slot(): number {
+		return this.slotNumber;
+	}
+
+	/** Moves the chain `slots` ahead, each with a new blockhash. */
+	advance(slots: number): void {
+		this.slotNumber += slots;
+		this.svm.warpToSlot(BigInt(this.slotNumber));
+		this.newBlockhash();
+	}
+
+	/** The next `times` calls of `method` fail this way. */
+	injectFault(method: string, fault: Fault, times = 1): void {
+		this.faults.set(method, [...(this.faults.get(method) ?? []), ...Array<Fault>(times).fill(fault)]);
+	}
+
+	/** The next `count` sendTransaction calls answer a signature but the transaction never lands. */
+	dropNextSends(count: number): void {
+		this.dropped += count;
+	}
+
+	/** Landed settlement transactions whose memo names this nullifier. */
+	settlementsOf(payoutNullifier: string): Landed[] {
+		return [...this.landed.values()].filter(tx => tx.memo?.endsWith(`:${payoutNullifier}`));
+	}
+
+	transaction(signature: string): Landed | undefined {
+		return this.landed.get(signature);
+	}
+
+	// --- accounts -------------------------------------------------------------------------------
+
+	fundLamports(owner: string, amount = 10n ** 10n): void {
+		this.svm.airdrop(address(owner), lamports(amount));
+	}
+
+	createMint(decimals = 6): Address {
+		const mint = address(encodeBase58(ed25519.utils.randomSecretKey()));
+		const data = getMintEncoder().encode({ mintAuthority: none(), supply: 10n ** 15n, decimals, isInitialized: true, freezeAuthority: none() });
+		this.setAccount(mint, data, getMintSize());
+		return mint;
+	}
+
+	/** Gives `owner` an associated token account of `mint` holding `amount`. */
+	async fundTokens(owner: string, mint: Address, amount: bigint): Promise<Address> {
+		const [ata] = await findAssociatedTokenPda({ owner: address(owner), mint, tokenProgram: TOKEN_PROGRAM_ADDRESS });
+		const data = getTokenEncoder().encode({
+			mint,
+			owner: address(owner),
+			amount,
+			delegate: none(),
+			state: AccountState.Initialized,
+			isNative: none(),
+			delegatedAmount: 0n,
+			closeAuthority: none()
+		});
+		this.setAccount(ata, data, getTokenSize());
+		return ata;
+	}
+
+	tokenBalance(account: Address): bigint {
+		const found = this.svm.getAccount(account);
+		return found.exists ? getTokenDecoder().decode(found.data).amount : 0n;
+	}
+
+	private setAccount(at: Address, data: ReadonlyUint8Array, space: number): void {
+		const account: EncodedAccount = {
+			address: at,
+			data: Uint8Array.from(data),
+			executable: false,
+			lamports: lamports(this.svm.minimumBalanceForRentExemption(BigInt(space))),
+			programAddress: TOKEN_PROGRAM_ADDRESS,
+			space: BigInt(space)
+		};
+		this.svm.setAccount(account);
+	}
+
+	private newBlockhash(): void {
+		this.svm.expireBlockhash();
+		this.latest = this.svm.latestBlockhash();
+		this.blockhashes.set(this.latest, this.slotNumber + this.validity);
+	}
+
+	// --- JSON-RPC -------------------------------------------------------------------------------
+
+	private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+		const chunks: Buffer[] = [];
+		for await (const chunk of req) chunks.push(chunk as Buffer);
+		let body: { id: unknown; method: string; params?: unknown[] };
+		try {
+			body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+		} catch {
+			return this.reply(res, 400, { jsonrpc: "2.0", id: null, error: { code: -32700, message: "Parse error" } });
+		}
+		const { id, method } = body;
+		this.calls.set(method, (this.calls.get(method) ?? 0) + 1);
+		const fault = this.faults.get(method)?.shift();
+		if (fault === "hang") return; // the client's timeout is what answers
+		if (fault === "http-500") return this.reply(res, 500, { jsonrpc: "2.0", id, error: { code: -32603, message: "Internal error (injected)" } });
+		if (fault === "rpc-error") return this.reply(res, 200, { jsonrpc: "2.0", id, error: { code: -32005, message: "Node is unhealthy (injected)" } });
+		try {
+			const result = this.dispatch(method, body.params ?? []);
+			this.reply(res, 200, { jsonrpc: "2.0", id, result });
+		} catch (err) {
+			const error = err instanceof RpcFailure ? err.error : { code: -32603, message: (err as Error).message };
+			this.reply(res, 200, { jsonrpc: "2.0", id, error });
+		}
+	}
+
+	private reply(res: http.ServerResponse, status: number, payload: unknown): void {
+		res.writeHead(status, { "content-type": "application/json" });
+		res.end(JSON.stringify(payload));
+	}
+
+	private context() {
+		return { slot: this.slotNumber };
+	}
+
+	private dispatch(method: string, params: any[]): unknown {
+		switch (method) {
+			case "getSlot":
+			case "getBlockHeight":
+				return this.slotNumber;
+			case "getLatestBlockhash":
+				return { context: this.context(), value: { blockhash: this.latest, lastValidBlockHeight: this.blockhashes.get(this.latest) } };
+			case "sendTransaction":
+				return this.sendTransaction(String(params[0]));
+			case "getSignatureStatuses":
+				return {
+					context: this.context(),
+					value: (params[0] as string[]).map(signature => {
+						const tx = this.landed.get(signature);
+						return tx ? { slot: tx.slot, confirmations: null, err: null, status: { Ok: null }, confirmationStatus: "finalized" } : null;
+					})
+				};
+			case "getTransaction":
+				return this.getTransaction(String(params[0]), params[1]);
+			case "getSignaturesForAddress": {
+				const limit = Math.min(params[1]?.limit ?? 1000, 1000);
+				return (this.byAccount.get(String(params[0])) ?? []).slice(0, limit).map(signature => {
+					const tx = this.landed.get(signature)!;
+					return { signature, slot: tx.slot, err: null, memo: tx.memo ? `[${Buffer.byteLength(tx.memo)}] ${tx.memo}` : null, blockTime: null, confirmationStatus: "finalized" };
+				});
+			}
+			case "getAccountInfo": {
+				const found = this.svm.getAccount(address(String(params[0])));
+				return { context: this.context(), value: found.exists ? this.accountJson(found) : null };
+			}
+			case "getTokenAccountsByOwner": {
+				const owner = String(params[0]);
+				const mint = params[1]?.mint as string | undefined;
+				const value = this.svm
+					.getProgramAccounts(TOKEN_PROGRAM_ADDRESS)
+					.filter(account => account.data.length === getTokenSize())
+					.filter(account => {
+						const token = getTokenDecoder().decode(account.data);
+						return token.owner === owner && (!mint || token.mint === mint);
+					})
+					.map(account => ({ pubkey: account.address, account: this.accountJson(account) }));
+				return { context: this.context(), value };
+			}
+			default:
+				throw new RpcFailure({ code: -32601, message: `Method not found: ${method}` });
+		}
+	}
+
+	private accountJson(account: EncodedAccount) {
+		return {
+			data: [toBase64(account.data), "base64"],
+			executable: account.executable,
+			lamports: Number(account.lamports),
+			owner: account.programAddress,
+			rentEpoch: 0,
+			space: Number(account.space)
+		};
+	}
+
+	private sendTransaction(encoded: string): string {
+		const wire = new Uint8Array(Buffer.from(encoded, "base64"));
+		const transaction = getTransactionDecoder().decode(wire);
+		const firstSignature = Object.values(transaction.signatures)[0];
+		if (!firstSignature) throw new RpcFailure({ code: -32602, message: "transaction is not signed" });
+		const signature = base58.decode(firstSignature);
+		if (this.dropped > 0) {
+			this.dropped--;
+			return signature; // accepted by the "leader", then lost: it never lands
+		}
+		const { lifetimeToken, staticAccounts } = getCompiledTransactionMessageDecoder().decode(transaction.messageBytes);
+		const lastValid = this.blockhashes.get(lifetimeToken);
+		if (lastValid === undefined || lastValid < this.slotNumber) throw this.preflightFailure("BlockhashNotFound", []);
+		if (this.landed.has(signature)) throw this.preflightFailure("AlreadyProcessed", []);
+		const outcome = this.svm.sendTransaction(transaction);
+		if (outcome instanceof FailedTransactionMetadata) throw this.preflightFailure(transactionError(outcome.err()), outcome.meta().logs());
+		const { memos } = readSettlementTransaction(wire);
+		const landed: Landed = { signature, slot: this.slotNumber, wire, memo: memos[0] ?? null, accounts: staticAccounts.map(String), logs: outcome.logs() };
+		this.landed.set(signature, landed);
+		for (const account of landed.accounts) this.byAccount.set(account, [signature, ...(this.byAccount.get(account) ?? [])]);
+		return signature;
+	}
+
+	private preflightFailure(err: unknown, logs: string[]): RpcFailure {
+		return new RpcFailure({
+			code: -32002,
+			message: `Transaction simulation failed: ${JSON.stringify(err)}`,
+			data: { err, logs, accounts: null, unitsConsumed: 0, returnData: null }
+		});
+	}
+
+	private getTransaction(signature: string, config: { encoding?: string } | undefined): unknown {
+		if (config?.encoding !== "base64") throw new RpcFailure({ code: -32602, message: "this local chain serves getTransaction with encoding base64 only" });
+		const tx = this.landed.get(signature);
+		if (!tx) return null;
+		return {
+			slot: tx.slot,
+			blockTime: null,
+			version: 0,
+			transaction: [toBase64(tx.wire), "base64"],
+			meta: {
+				err: null,
+				status: { Ok: null },
+				fee: 5000,
+				preBalances: [],
+				postBalances: [],
+				innerInstructions: [],
+				logMessages: tx.logs,
+				preTokenBalances: [],
+				postTokenBalances: [],
+				rewards: [],
+				loadedAddresses: { writable: [], readonly: [] },
+				computeUnitsConsumed: 0
+			}
+		};
+	}
+}
+
+/** A litesvm failure in the shape a validator's RPC reports it (`{ InstructionError: [index, error] }` or a name). */
+function transactionError(err: ReturnType<FailedTransactionMetadata["err"]>): unknown {
+	if (typeof err === "object" && "err" in err) {
+		const inner = err.err();
+		return { InstructionError: [err.index, typeof inner === "object" && "code" in inner ? { Custom: inner.code } : inner] };
+	}
+	return typeof err === "object" ? err.toString() : err;
+}

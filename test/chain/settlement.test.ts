@@ -1,0 +1,119 @@
+/**
+ * The settlement transaction of SPEC §11 run for real: built and signed by lib/settlement, executed
+ * by litesvm, read back through the local JSON-RPC server with @solana/kit.
+ */
+import { address, createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
+import { findAssociatedTokenPda, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
+import { generateKeypair } from "../../lib/ed25519";
+import { sha256Hex } from "../../lib/encoding";
+import {
+	creditAccountAddress,
+	creditOwnerAddress,
+	DEFAULT_SETTLEMENT_PROGRAM_ID,
+	memoFieldNamesNullifier,
+	readSettlementTransaction,
+	settlementMemo,
+	settlementMismatches,
+	signSettlementTransaction,
+	type SettlementParams
+} from "../../lib/settlement";
+import { LocalChain } from "./local-chain";
+
+const routeCommitment = sha256Hex("route of 4000000002");
+const transactionCommitment = sha256Hex("a transaction commitment");
+const payoutNullifier = sha256Hex("sender:nonce");
+
+let chain: LocalChain;
+let rpc: ReturnType<typeof createSolanaRpc>;
+let cranker: KeyPairSigner;
+
+async function signerFor(keypair = generateKeypair()): Promise<KeyPairSigner> {
+	return createKeyPairSignerFromBytes(keypair.secretKey);
+}
+
+beforeAll(async () => {
+	chain = new LocalChain({ slotMs: 50, blockhashValiditySlots: 20 });
+	rpc = createSolanaRpc(await chain.start());
+	cranker = await signerFor();
+	chain.fundLamports(cranker.address);
+});
+
+afterAll(() => chain.stop());
+
+async function settle(params: Omit<SettlementParams, "cranker">) {
+	const { value: lifetime } = await rpc.getLatestBlockhash().send();
+	const { transaction, creditAccount } = await signSettlementTransaction({ cranker, ...params }, lifetime);
+	const signature = await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
+	expect(signature).toBe(getSignatureFromTransaction(transaction));
+	return { signature, creditAccount };
+}
+
+describe("settlement transaction", () => {
+	it("derives the credit owner from the settlement program and the route commitment, off the ed25519 curve", async () => {
+		const owner = await creditOwnerAddress(routeCommitment);
+		expect(owner).toBe(await creditOwnerAddress(routeCommitment, DEFAULT_SETTLEMENT_PROGRAM_ID));
+		expect(owner).not.toBe(await creditOwnerAddress(sha256Hex("another route")));
+		const [ata] = await findAssociatedTokenPda({ owner, mint: address("So11111111111111111111111111111111111111112"), tokenProgram: TOKEN_PROGRAM_ADDRESS });
+		expect(await creditAccountAddress(routeCommitment, address("So11111111111111111111111111111111111111112"))).toBe(ata);
+		await expect(creditOwnerAddress("XYZ")).rejects.toThrow("64 lowercase hex");
+	});
+
+	it("creates the credit account, moves exactly the amount and carries the memo", async () => {
+		const mint = chain.createMint(6);
+		const source = await chain.fundTokens(cranker.address, mint, 1_000_000n);
+		const { signature, creditAccount } = await settle({ mint, decimals: 6, amount: 250_000n, recipientRouteCommitment: routeCommitment, transactionCommitment, payoutNullifier });
+
+		expect(chain.tokenBalance(source)).toBe(750_000n);
+		expect(chain.tokenBalance(creditAccount)).toBe(250_000n);
+		expect(creditAccount).toBe(await creditAccountAddress(routeCommitment, mint));
+
+		const fetched = await rpc.getTransaction(signature, { encoding: "base64", maxSupportedTransactionVersion: 0, commitment: "confirmed" }).send();
+		const contents = readSettlementTransaction(Buffer.from(fetched!.transaction[0], "base64"));
+		expect(contents.memos).toEqual([settlementMemo(transactionCommitment, payoutNullifier)]);
+		expect(contents.transfers).toEqual([{ source, mint, destination: creditAccount, authority: cranker.address, amount: 250_000n, decimals: 6 }]);
+		const expected = { transactionCommitment, amount: "250000", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment };
+		expect(await settlementMismatches(contents, expected)).toEqual([]);
+		expect(await settlementMismatches(contents, { ...expected, amount: "250001" })).toEqual(["transferred 250000, expected 250001"]);
+		expect(await settlementMismatches(contents, { ...expected, transactionCommitment: sha256Hex("other") })).toHaveLength(1);
+		expect(await settlementMismatches(contents, { ...expected, recipientRouteCommitment: sha256Hex("other route") })).toHaveLength(1);
+
+		// The RPC's memo index finds it by the credit account, the way a Cranker checks the nullifier.
+		const history = await rpc.getSignaturesForAddress(creditAccount).send();
+		expect(history.map(h => h.signature)).toEqual([signature]);
+		expect(memoFieldNamesNullifier(history[0].memo, payoutNullifier)).toBe(true);
+		expect(memoFieldNamesNullifier(history[0].memo, sha256Hex("another nullifier"))).toBe(false);
+	});
+
+	it("pays into an existing credit account (the create is idempotent)", async () => {
+		const mint = chain.createMint(2);
+		await chain.fundTokens(cranker.address, mint, 1_000n);
+		const first = await settle({ mint, decimals: 2, amount: 100n, recipientRouteCommitment: routeCommitment, transactionCommitment, payoutNullifier: sha256Hex("n1") });
+		await settle({ mint, decimals: 2, amount: 50n, recipientRouteCommitment: routeCommitment, transactionCommitment, payoutNullifier: sha256Hex("n2") });
+		expect(chain.tokenBalance(first.creditAccount)).toBe(150n);
+	});
+
+	it("is refused by the chain when the Cranker lacks the tokens, and nothing lands", async () => {
+		const mint = chain.createMint(6);
+		await chain.fundTokens(cranker.address, mint, 10n);
+		const attempt = settle({ mint, decimals: 6, amount: 11n, recipientRouteCommitment: routeCommitment, transactionCommitment, payoutNullifier: sha256Hex("n3") });
+		await expect(attempt).rejects.toThrow(/simulation failed/i);
+		expect(chain.tokenBalance(await creditAccountAddress(routeCommitment, mint))).toBe(0n);
+	});
+
+	it("refuses a transaction whose blockhash has expired, and one sent twice", async () => {
+		const mint = chain.createMint(6);
+		await chain.fundTokens(cranker.address, mint, 100n);
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const params = { cranker, mint, decimals: 6, amount: 1n, recipientRouteCommitment: routeCommitment, transactionCommitment, payoutNullifier: sha256Hex("n4") };
+		const { transaction } = await signSettlementTransaction(params, lifetime);
+		const wire = getBase64EncodedWireTransaction(transaction);
+		await rpc.sendTransaction(wire, { encoding: "base64" }).send();
+		await expect(rpc.sendTransaction(wire, { encoding: "base64" }).send()).rejects.toMatchObject({ cause: { message: expect.stringMatching(/already been processed/) } });
+
+		const stale = await signSettlementTransaction({ ...params, amount: 2n }, lifetime);
+		chain.advance(21);
+		await expect(rpc.sendTransaction(getBase64EncodedWireTransaction(stale.transaction), { encoding: "base64" }).send()).rejects.toMatchObject({
+			cause: { message: expect.stringMatching(/blockhash/i) }
+		});
+	});
+});

@@ -4,10 +4,12 @@
  * the canonical message of SPEC §1 on the device and has it signed through a Signer.
  */
 import { ed25519 } from "@noble/curves/ed25519.js";
+import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi } from "@solana/kit";
 import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
 import { encodeBase58 } from "../lib/encoding";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
+import { readSettlementTransaction, settlementMismatches, type ExpectedSettlement } from "../lib/settlement";
 
 /** What signs a message: a local keypair here, a wallet adapter's `signMessage` in an app. */
 export interface Signer {
@@ -81,12 +83,24 @@ export interface ClientOptions {
 	fetch?: typeof fetch;
 	/** Attempts of submit() on network errors (the same body each time, so the service answers the same record). */
 	submitAttempts?: number;
+	/** Solana JSON-RPC endpoint for confirmOnChain(). */
+	solanaRpcUrl?: string;
+}
+
+export interface OnChainSettlement {
+	signature: string;
+	slot: bigint;
+	memo: string;
 }
 
 const FUNDING_MODE = "wallet_only_v2";
 const TERMINAL = new Set(["executed", "canceled"]);
 const utf8 = new TextEncoder();
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+function base64Bytes(text: string): Uint8Array {
+	return Uint8Array.from(atob(text), char => char.charCodeAt(0));
+}
 
 function randomToken(bytes: number): string {
 	const buffer = new Uint8Array(bytes);
@@ -98,11 +112,13 @@ export class SettlementClient {
 	private readonly baseUrl: string;
 	private readonly fetch: typeof fetch;
 	private readonly submitAttempts: number;
+	private readonly rpc: Rpc<SolanaRpcApi> | null;
 
 	constructor(options: ClientOptions) {
 		this.baseUrl = options.baseUrl.replace(/\/+$/, "");
 		this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
 		this.submitAttempts = options.submitAttempts ?? 3;
+		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
 	}
 
 	/** Whether the service is ready and, when a mint is given, a settlement network serves it. */
@@ -178,6 +194,29 @@ export class SettlementClient {
 			if (Date.now() + delay > deadline) throw new SettlementError(`intent ${id} is still ${intent.receiverStatus} after ${options.timeoutMs} ms`, "TIMEOUT", null, { intent });
 			await sleep(delay);
 		}
+	}
+
+	/**
+	 * Checks on chain, through the Solana RPC, that `signature` is a confirmed, successful settlement
+	 * of the expected payment: its memo names the intent's transactionCommitment and it transfers
+	 * exactly the amount of the mint (to the route's credit account when `recipientRouteCommitment`
+	 * is given). A finished intent's public view is a valid `expected`.
+	 */
+	async confirmOnChain(signature: string, expected: ExpectedSettlement): Promise<OnChainSettlement> {
+		if (!this.rpc) throw new SettlementError("confirmOnChain needs the solanaRpcUrl client option", "CONFIGURATION_ERROR", null);
+		let fetched;
+		try {
+			fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send();
+		} catch (err) {
+			throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
+		}
+		if (!fetched) throw new SettlementError(`transaction ${signature} is not confirmed on chain`, "NOT_ON_CHAIN", null);
+		if (fetched.meta?.err) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta.err });
+		const contents = readSettlementTransaction(base64Bytes(fetched.transaction[0]));
+		const problems = await settlementMismatches(contents, expected);
+		if (problems.length) throw new SettlementError(`transaction ${signature} is not this settlement: ${problems.join("; ")}`, "SETTLEMENT_MISMATCH", null, { problems });
+		const memo = contents.memos.find(m => m.includes(expected.transactionCommitment))!;
+		return { signature, slot: fetched.slot, memo };
 	}
 
 	private async request<T>(method: string, path: string, body?: unknown): Promise<T> {

@@ -97,15 +97,31 @@ export async function buildSettlementInstructions(params: SettlementParams): Pro
 }
 
 /** The signed settlement transaction for a blockhash; its signature is known before it is sent. */
-export async function signSettlementTransaction(params: SettlementParams, lifetime: { blockhash: Blockhash; lastValidBlockHeight: bigint }) {
+export async function signSettlementTransaction(params: SettlementParams, lifetime: Lifetime) {
 	const { instructions, creditAccount } = await buildSettlementInstructions(params);
+	return { transaction: await signInstructions(params.cranker, instructions, lifetime), creditAccount };
+}
+
+/** A transaction with one memo, signed by `payer`: how a submitter Cranker records a TIN operation on chain. */
+export function signMemoTransaction(payer: TransactionSigner, memo: string, lifetime: Lifetime) {
+	return signInstructions(payer, [getAddMemoInstruction({ memo }, { programAddress: MEMO_PROGRAM })], lifetime);
+}
+
+type Lifetime = { blockhash: Blockhash; lastValidBlockHeight: bigint };
+
+function signInstructions(feePayer: TransactionSigner, instructions: Instruction[], lifetime: Lifetime) {
 	const message = pipe(
 		createTransactionMessage({ version: 0 }),
-		m => setTransactionMessageFeePayerSigner(params.cranker, m),
+		m => setTransactionMessageFeePayerSigner(feePayer, m),
 		m => setTransactionMessageLifetimeUsingBlockhash(lifetime, m),
 		m => appendTransactionMessageInstructions(instructions, m)
 	);
-	return { transaction: await signTransactionMessageWithSigners(message), creditAccount };
+	return signTransactionMessageWithSigners(message);
+}
+
+/** The memo a TIN registry submission carries until the registry program exists (SPEC §5 names no transaction). */
+export function registryMemo(operationId: string, routeCommitment: string): string {
+	return `scs:tin:v1:${operationId}:${routeCommitment}`;
 }
 
 export interface SettlementContents {

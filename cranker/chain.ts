@@ -1,0 +1,128 @@
+/**
+ * The Cranker's view of Solana through JSON-RPC (@solana/kit): blockhashes, sending, statuses,
+ * the memo index, token balances. It answers in the terms the settler decides with; RPC failures
+ * surface as thrown errors the settler retries.
+ */
+import {
+	address,
+	createSolanaRpc,
+	getBase64EncodedWireTransaction,
+	isSolanaError,
+	signature as toSignature,
+	SOLANA_ERROR__JSON_RPC__SERVER_ERROR_SEND_TRANSACTION_PREFLIGHT_FAILURE,
+	SOLANA_ERROR__TRANSACTION_ERROR__ALREADY_PROCESSED,
+	SOLANA_ERROR__TRANSACTION_ERROR__BLOCKHASH_NOT_FOUND,
+	SOLANA_ERROR__INSTRUCTION_ERROR__UNKNOWN,
+	type Address,
+	type Base64EncodedWireTransaction,
+	type Blockhash,
+	type Rpc,
+	type SolanaRpcApi,
+	type Transaction
+} from "@solana/kit";
+import { getMintDecoder, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
+import { memoFieldNamesNullifier, readSettlementTransaction, type SettlementContents } from "../lib/settlement";
+
+export interface Lifetime {
+	blockhash: Blockhash;
+	lastValidBlockHeight: bigint;
+}
+
+/** How a send ended when the RPC answered. */
+export type SendOutcome =
+	| { kind: "sent" }
+	/** Its blockhash is unknown or expired: this transaction can never land. */
+	| { kind: "expired" }
+	/** Already processed: it landed before (a resend). */
+	| { kind: "already-landed" }
+	/** The chain refused it (an instruction failed in preflight); it did not land. */
+	| { kind: "refused"; detail: string };
+
+export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "unknown" };
+
+/** Kit reports an instruction's failure with a code of the instruction-error domain (4615000–4615999). */
+function isInstructionError(err: unknown): boolean {
+	if (!isSolanaError(err)) return false;
+	const code = err.context.__code as number;
+	return code >= SOLANA_ERROR__INSTRUCTION_ERROR__UNKNOWN && code < SOLANA_ERROR__INSTRUCTION_ERROR__UNKNOWN + 1000;
+}
+
+const base64Bytes = (text: string) => new Uint8Array(Buffer.from(text, "base64"));
+
+export class Chain {
+	private readonly rpc: Rpc<SolanaRpcApi>;
+	private readonly decimals = new Map<string, number>();
+
+	constructor(rpcUrl: string) {
+		this.rpc = createSolanaRpc(rpcUrl);
+	}
+
+	async latestBlockhash(): Promise<Lifetime> {
+		const { value } = await this.rpc.getLatestBlockhash({ commitment: "confirmed" }).send();
+		return value;
+	}
+
+	blockHeight(): Promise<bigint> {
+		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send();
+	}
+
+	slot(): Promise<bigint> {
+		return this.rpc.getSlot({ commitment: "confirmed" }).send();
+	}
+
+	/** Sends with preflight, so a transaction the chain would refuse is refused here and never lands. */
+	async send(transaction: Transaction): Promise<SendOutcome> {
+		try {
+			await this.rpc.sendTransaction(getBase64EncodedWireTransaction(transaction) as Base64EncodedWireTransaction, { encoding: "base64", preflightCommitment: "confirmed" }).send();
+			return { kind: "sent" };
+		} catch (err) {
+			if (!isSolanaError(err, SOLANA_ERROR__JSON_RPC__SERVER_ERROR_SEND_TRANSACTION_PREFLIGHT_FAILURE)) throw err;
+			const cause = err.cause;
+			if (isSolanaError(cause, SOLANA_ERROR__TRANSACTION_ERROR__BLOCKHASH_NOT_FOUND)) return { kind: "expired" };
+			if (isSolanaError(cause, SOLANA_ERROR__TRANSACTION_ERROR__ALREADY_PROCESSED)) return { kind: "already-landed" };
+			if (isInstructionError(cause)) return { kind: "refused", detail: (cause as Error).message };
+			throw err; // any other preflight answer: treat as unknown, the settler keeps watching the signature
+		}
+	}
+
+	async signatureState(signature: string): Promise<SignatureState> {
+		const { value } = await this.rpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send();
+		const status = value[0];
+		if (!status || status.confirmationStatus === "processed") return { kind: "unknown" };
+		if (status.err) return { kind: "failed", slot: status.slot, detail: JSON.stringify(status.err, (_, v) => (typeof v === "bigint" ? v.toString() : v)) };
+		return { kind: "landed", slot: status.slot };
+	}
+
+	/** What a confirmed transaction did, read from its wire bytes. */
+	async transactionContents(signature: string): Promise<SettlementContents | null> {
+		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send();
+		return fetched && !fetched.meta?.err ? readSettlementTransaction(base64Bytes(fetched.transaction[0])) : null;
+	}
+
+	/** A successful transaction touching `account` whose memo names this payout nullifier: the settlement already on chain. */
+	async findSettlement(account: Address, payoutNullifier: string): Promise<string | null> {
+		const history = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed" }).send();
+		return history.find(entry => !entry.err && memoFieldNamesNullifier(entry.memo, payoutNullifier))?.signature ?? null;
+	}
+
+	/** The owner's token balances by mint (classic SPL Token accounts). */
+	async tokenBalances(owner: string): Promise<Map<string, bigint>> {
+		const { value } = await this.rpc.getTokenAccountsByOwner(address(owner), { programId: TOKEN_PROGRAM_ADDRESS }, { encoding: "base64", commitment: "confirmed" }).send();
+		const balances = new Map<string, bigint>();
+		for (const { account } of value) {
+			const token = getTokenDecoder().decode(base64Bytes(account.data[0]));
+			balances.set(token.mint, (balances.get(token.mint) ?? 0n) + token.amount);
+		}
+		return balances;
+	}
+
+	async mintDecimals(mint: string): Promise<number> {
+		const known = this.decimals.get(mint);
+		if (known !== undefined) return known;
+		const { value } = await this.rpc.getAccountInfo(address(mint), { encoding: "base64", commitment: "confirmed" }).send();
+		if (!value) throw new Error(`mint ${mint} does not exist on chain`);
+		const { decimals } = getMintDecoder().decode(base64Bytes(value.data[0]));
+		this.decimals.set(mint, decimals);
+		return decimals;
+	}
+}

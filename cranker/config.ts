@@ -1,0 +1,121 @@
+/** The Cranker's configuration: environment variables and `--roles`, read once at start. */
+import fs from "node:fs";
+import { address, type Address } from "@solana/kit";
+import { keypairFromSecretKey, type Keypair } from "../lib/ed25519";
+import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "../lib/settlement";
+
+export const CRANKER_ROLES = ["settlement", "verifier", "submitter"] as const;
+export type CrankerRole = (typeof CRANKER_ROLES)[number];
+
+export interface CrankerConfig {
+	keypair: Keypair;
+	nodeUrl: string;
+	workerApiKey: string;
+	solanaRpcUrl: string;
+	roles: CrankerRole[];
+	settlementProgramId: Address;
+	/** When set, payout authorizations must be signed by this key (the Node's authority). */
+	nodeAuthorityPubkey: string | null;
+	pollIntervalMs: number;
+	/** Must stay well under the Node's CRANKER_TTL_MS (30 s by default). */
+	heartbeatIntervalMs: number;
+	/**
+	 * How many slots after its submission slot a transaction's blockhash has certainly expired
+	 * (Solana's is 150 blocks; twice that leaves room for slot/height drift). Another Cranker's
+	 * SUBMITTED intent whose lease lapsed is reported dropped only after this.
+	 */
+	blockhashLifetimeSlots: number;
+	tinCreateFee: string;
+	tinUpdateFee: string;
+}
+
+/** A configuration the Cranker cannot start with: printed as a message, exit code 2. */
+export class CrankerConfigError extends Error {
+	override name = "CrankerConfigError";
+}
+
+type Env = Record<string, string | undefined>;
+
+function required(env: Env, key: string): string {
+	const value = env[key]?.trim();
+	if (!value) throw new CrankerConfigError(`${key} is not set`);
+	return value;
+}
+
+function integer(env: Env, key: string, fallback: number, min: number): number {
+	const raw = env[key]?.trim();
+	if (!raw) return fallback;
+	const value = Number(raw);
+	if (!Number.isSafeInteger(value) || value < min) throw new CrankerConfigError(`${key} must be an integer ≥ ${min}, got "${raw}"`);
+	return value;
+}
+
+function url(env: Env, key: string): string {
+	const value = required(env, key);
+	try {
+		new URL(value);
+	} catch {
+		throw new CrankerConfigError(`${key} is not a URL: "${value}"`);
+	}
+	return value.replace(/\/+$/, "");
+}
+
+/** A Solana CLI keypair file: a JSON array of 64 bytes (seed, then public key). */
+export function loadKeypairFile(file: string): Keypair {
+	let raw: string;
+	try {
+		raw = fs.readFileSync(file, "utf8");
+	} catch (err) {
+		throw new CrankerConfigError(`KEYPAIR_PATH ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+	}
+	let bytes: unknown;
+	try {
+		bytes = JSON.parse(raw);
+	} catch {
+		throw new CrankerConfigError(`KEYPAIR_PATH ${file} is not JSON (expected the Solana CLI format: an array of 64 numbers)`);
+	}
+	if (!Array.isArray(bytes) || bytes.length !== 64 || !bytes.every(b => Number.isInteger(b) && b >= 0 && b <= 255))
+		throw new CrankerConfigError(`KEYPAIR_PATH ${file} is not a Solana CLI keypair (an array of 64 numbers 0–255)`);
+	try {
+		return keypairFromSecretKey(Uint8Array.from(bytes));
+	} catch {
+		throw new CrankerConfigError(`KEYPAIR_PATH ${file}: its public key does not match its secret key`);
+	}
+}
+
+function parseRoles(argv: readonly string[]): CrankerRole[] {
+	const index = argv.findIndex(arg => arg === "--roles" || arg.startsWith("--roles="));
+	if (index === -1) return ["settlement"];
+	const value = argv[index].includes("=") ? argv[index].slice("--roles=".length) : argv[index + 1];
+	const roles = (value ?? "").split(",").map(role => role.trim()).filter(Boolean);
+	const unknown = roles.filter(role => !(CRANKER_ROLES as readonly string[]).includes(role));
+	if (!roles.length || unknown.length) throw new CrankerConfigError(`--roles takes a comma-separated list of ${CRANKER_ROLES.join(", ")}; got "${value ?? ""}"`);
+	return [...new Set(roles)] as CrankerRole[];
+}
+
+export function loadCrankerConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): CrankerConfig {
+	const keypair = loadKeypairFile(required(env, "KEYPAIR_PATH"));
+	const programId = env.SETTLEMENT_PROGRAM_ID?.trim();
+	const authority = env.NODE_AUTHORITY_PUBKEY?.trim();
+	const checkedAddress = (key: string, value: string) => {
+		try {
+			return address(value);
+		} catch {
+			throw new CrankerConfigError(`${key} is not a base58 address: "${value}"`);
+		}
+	};
+	return {
+		keypair,
+		nodeUrl: url(env, "NODE_URL"),
+		workerApiKey: required(env, "WORKER_API_KEY"),
+		solanaRpcUrl: url(env, "SOLANA_RPC_URL"),
+		roles: parseRoles(argv),
+		settlementProgramId: programId ? checkedAddress("SETTLEMENT_PROGRAM_ID", programId) : DEFAULT_SETTLEMENT_PROGRAM_ID,
+		nodeAuthorityPubkey: authority ? checkedAddress("NODE_AUTHORITY_PUBKEY", authority) : null,
+		pollIntervalMs: integer(env, "POLL_INTERVAL_MS", 1000, 10),
+		heartbeatIntervalMs: integer(env, "HEARTBEAT_INTERVAL_MS", 10_000, 100),
+		blockhashLifetimeSlots: integer(env, "BLOCKHASH_LIFETIME_SLOTS", 300, 1),
+		tinCreateFee: String(integer(env, "TIN_CREATE_FEE", 50_000, 0)),
+		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0))
+	};
+}

@@ -1,0 +1,122 @@
+/**
+ * The Cranker's REST client for the Node's worker routes. A Node that restarts or is briefly
+ * unreachable answers network errors and 5xx: those are retried with backoff for as long as the
+ * caller allows; every other answer is final and comes back as a NodeApiError with SPEC §7's type.
+ * Retrying is safe because the routes are idempotent: a status update re-sent after a lost answer
+ * is a replay the Node answers 200 without a second transition.
+ */
+import type { MempoolIntent, UpdateStatusRequest } from "../lib/intents";
+import type { PayoutAuthorization } from "../lib/payout";
+
+export class NodeApiError extends Error {
+	constructor(
+		message: string,
+		readonly status: number,
+		readonly type: string,
+		readonly data?: unknown
+	) {
+		super(message);
+		this.name = "NodeApiError";
+	}
+}
+
+export interface IntentWorkItem {
+	intent: MempoolIntent;
+	leaseTtlMs: number;
+}
+
+export interface TinOperationWork {
+	id: string;
+	operationId: string;
+	intentType: "create" | "update";
+	tin: string | null;
+	status: string;
+	request: {
+		operationId: string;
+		intentType: "create" | "update";
+		tin?: string;
+		ownerWallet: string;
+		routeCommitment: string;
+		policyCommitment: string;
+		ownerSignature: string;
+		issuedAt: string;
+		expiresAt: string;
+	};
+	verifiedBy?: string;
+	feeCommittedBy?: string;
+	submittedBy?: string;
+	transactionSignature?: string;
+}
+
+export type TinStage = "verified" | "fee-committed" | "submitted" | "finalized" | "failed" | "rejected";
+
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+export class NodeClient {
+	constructor(
+		private readonly baseUrl: string,
+		private readonly apiKey: string,
+		/** How long a call keeps retrying a Node that is down, by default. */
+		private readonly retryForMs = 30_000,
+		private readonly onRetry: (path: string, reason: string) => void = () => {}
+	) {}
+
+	heartbeat(body: object): Promise<unknown> {
+		return this.request("POST", "/crankers/heartbeat", body, 0);
+	}
+
+	intentWork(limit: number): Promise<IntentWorkItem[]> {
+		return this.request("GET", `/intent-work?limit=${limit}`, undefined, 0);
+	}
+
+	intent(id: string): Promise<MempoolIntent> {
+		return this.request("GET", `/intents/${encodeURIComponent(id)}`);
+	}
+
+	intentIds(status: string, limit = 100): Promise<{ id: string }[]> {
+		return this.request("GET", `/intents?status=${encodeURIComponent(status)}&limit=${limit}`, undefined, 0);
+	}
+
+	/** PATCH /intents/{id}/status, retried through Node restarts (a replay is answered 200). */
+	updateStatus(id: string, update: UpdateStatusRequest, retryForMs = this.retryForMs): Promise<MempoolIntent> {
+		return this.request("PATCH", `/intents/${encodeURIComponent(id)}/status`, update, retryForMs);
+	}
+
+	payoutAuthorization(workId: string, crankerPubkey: string): Promise<PayoutAuthorization> {
+		return this.request("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey });
+	}
+
+	tinWork(list: "verification-work" | "fee-work" | "registry-work", operatorPubkey?: string): Promise<TinOperationWork[]> {
+		const query = operatorPubkey && list !== "verification-work" ? `?operator_pubkey=${operatorPubkey}` : "";
+		return this.request("GET", `/tin-operations/${list}${query}`, undefined, 0);
+	}
+
+	tinStage(id: string, stage: TinStage, body: { crankerPubkey: string; transactionSignature?: string; feeAmount?: string; reason?: string }): Promise<TinOperationWork> {
+		return this.request("POST", `/tin-operations/${encodeURIComponent(id)}/${stage}`, body);
+	}
+
+	private async request<T>(method: string, path: string, body?: unknown, retryForMs = this.retryForMs): Promise<T> {
+		const deadline = Date.now() + retryForMs;
+		for (let delay = 200; ; delay = Math.min(delay * 2, 3000)) {
+			let failure: string;
+			try {
+				const response = await fetch(this.baseUrl + path, {
+					method,
+					headers: { "x-api-key": this.apiKey, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+					body: body === undefined ? undefined : JSON.stringify(body),
+					signal: AbortSignal.timeout(15_000)
+				});
+				const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
+				if (response.ok) return payload as T;
+				if (response.status < 500) throw new NodeApiError(payload?.message ?? `HTTP ${response.status}`, response.status, payload?.type ?? "HTTP_ERROR", payload?.data);
+				failure = `HTTP ${response.status} ${payload?.type ?? ""}`.trim();
+			} catch (err) {
+				if (err instanceof NodeApiError) throw err;
+				failure = (err as Error).message;
+			}
+			if (Date.now() + delay > deadline) throw new NodeApiError(`${method} ${path} failed: ${failure}`, 0, "NODE_UNAVAILABLE");
+			this.onRetry(path, failure);
+			await sleep(delay);
+		}
+	}
+}

@@ -1,0 +1,219 @@
+/**
+ * Settles one intent, and finishes intents whose Cranker vanished after submitting.
+ *
+ * The rules that keep a payment from settling twice:
+ * - the intent is reported SUBMITTED with the transaction's signature *before* the transaction is
+ *   sent, so a Cranker that dies afterwards leaves a SUBMITTED intent that no sweep hands out again;
+ * - before building, the chain is searched for a transaction carrying this payout nullifier's memo
+ *   (SPEC §11's second guard), and one found is reported instead of sending another;
+ * - a transaction is only declared dropped (and the intent returned to VERIFIED) once its
+ *   blockhash has expired, i.e. once it can no longer land.
+ */
+import { address, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
+import { payoutNullifier } from "../lib/canonical";
+import { verifySignature } from "../lib/ed25519";
+import type { IntentState, MempoolIntent } from "../lib/intents";
+import type { PayoutAuthorization } from "../lib/payout";
+import { creditAccountAddress, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
+import type { Chain, Lifetime } from "./chain";
+import type { CrankerConfig } from "./config";
+import type { Logger } from "./log";
+import { NodeApiError, type NodeClient } from "./node-client";
+
+export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "lost";
+
+type SignedSettlement = Awaited<ReturnType<typeof signSettlementTransaction>>["transaction"];
+
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >= 400 && err.status < 500;
+
+export class Settler {
+	private readonly me: string;
+
+	constructor(
+		private readonly node: NodeClient,
+		private readonly chain: Chain,
+		private readonly signer: KeyPairSigner,
+		private readonly config: CrankerConfig,
+		private readonly log: Logger,
+		/** True once SIGTERM arrived: a lease not yet submitted is released instead of settled. */
+		private readonly stopping: () => boolean
+	) {
+		this.me = signer.address;
+	}
+
+	/** Leases `intent` (a VERIFIED work item) and settles it. "lost" when another Cranker got it first. */
+	async settle(intent: MempoolIntent): Promise<SettleResult> {
+		let leased: MempoolIntent;
+		try {
+			leased = await this.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: this.me, expectedVersion: intent.stateVersion });
+		} catch (err) {
+			if (isRefusal(err)) return "lost";
+			throw err;
+		}
+		this.log.info("leased", { intent: leased.id, amount: leased.amount, mint: leased.tokenMintAddress });
+		try {
+			return await this.settleLeased(leased);
+		} catch (err) {
+			// Anything unexpected before the SUBMITTED report: give the lease back so another Cranker can try.
+			const current = await this.node.intent(leased.id).catch(() => null);
+			if (current?.receiverStatus === "CRANKER_LEASED" && current.lease?.crankerPubkey === this.me) await this.release(current, `cranker error: ${(err as Error).message}`);
+			throw err;
+		}
+	}
+
+	private async settleLeased(leased: MempoolIntent): Promise<SettleResult> {
+		const authorization = await this.authorize(leased);
+		if (typeof authorization === "string") return this.release(leased, authorization);
+
+		const creditAccount = await creditAccountAddress(leased.recipientRouteCommitment, address(leased.tokenMintAddress), this.config.settlementProgramId);
+		const existing = await this.chain.findSettlement(creditAccount, authorization.payoutNullifier);
+		if (existing) {
+			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: existing });
+			const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: existing });
+			return submitted ? this.finishLanded(submitted, existing) : "lost";
+		}
+
+		const slot = await this.chain.slot();
+		if (Date.parse(leased.expiresAt) <= Date.now() || BigInt(leased.expiresAtSlot) <= slot) return this.release(leased, "EXPIRED: not settled after its expiry");
+		if (this.stopping()) return this.release(leased, "cranker stopping");
+
+		const decimals = await this.chain.mintDecimals(leased.tokenMintAddress);
+		const lifetime = await this.chain.latestBlockhash();
+		const { transaction } = await signSettlementTransaction(
+			{
+				cranker: this.signer,
+				mint: address(leased.tokenMintAddress),
+				decimals,
+				amount: BigInt(leased.amount),
+				recipientRouteCommitment: leased.recipientRouteCommitment,
+				transactionCommitment: leased.transactionCommitment,
+				payoutNullifier: authorization.payoutNullifier,
+				programId: this.config.settlementProgramId
+			},
+			lifetime
+		);
+		const signature = getSignatureFromTransaction(transaction);
+		// Reported before it is sent: from here on no sweep returns the intent to VERIFIED.
+		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: signature, slot: Number(slot) });
+		if (!submitted) return "lost";
+		this.log.info("submitted", { intent: leased.id, signature });
+		return this.land(submitted, transaction, lifetime);
+	}
+
+	/** The payout authorization, checked against the lease; a string is the reason to release instead. */
+	private async authorize(leased: MempoolIntent): Promise<PayoutAuthorization | string> {
+		let authorization: PayoutAuthorization;
+		try {
+			authorization = await this.node.payoutAuthorization(leased.id, this.me);
+		} catch (err) {
+			if (isRefusal(err)) return `no payout authorization: ${(err as NodeApiError).type}`;
+			throw err;
+		}
+		const expectedSigner = this.config.nodeAuthorityPubkey ?? authorization.authorizationSigner;
+		const consistent =
+			authorization.authorizationSigner === expectedSigner &&
+			verifySignature(authorization.authorizationSigner, authorization.authorizationMessage, authorization.authorizationSignature) &&
+			authorization.workId === leased.id &&
+			authorization.crankerPubkey === this.me &&
+			authorization.amount === leased.amount &&
+			authorization.tokenMintAddress === leased.tokenMintAddress &&
+			authorization.recipientRouteCommitment === leased.recipientRouteCommitment &&
+			authorization.transactionCommitment === leased.transactionCommitment &&
+			authorization.payoutNullifier === payoutNullifier(leased.senderWallet, leased.senderAuthorizationNonce);
+		if (!consistent) return "payout authorization does not match the lease or its signature";
+		if (Date.parse(authorization.expiresAt) <= Date.now()) return "payout authorization expired before use";
+		return authorization;
+	}
+
+	/** Sends and watches `transaction` until it lands, fails, or its blockhash expires. */
+	private async land(submitted: MempoolIntent, transaction: SignedSettlement, lifetime: Lifetime): Promise<SettleResult> {
+		const signature = getSignatureFromTransaction(transaction);
+		for (let poll = 0; ; poll++) {
+			if (poll % 4 === 0) {
+				// Send, then re-broadcast the same signed bytes now and then: it can land at most once.
+				const outcome = await this.chain.send(transaction).catch(err => {
+					this.log.warn("sendTransaction failed; watching the signature", { intent: submitted.id, error: (err as Error).message });
+					return null;
+				});
+				if (outcome?.kind === "refused") return this.finish(submitted, "REJECTED", { reason: `ONCHAIN_REFUSED: ${outcome.detail}` });
+			}
+			const state = await this.chain.signatureState(signature).catch(() => null);
+			if (state?.kind === "landed") return this.finishLanded(submitted, signature);
+			if (state?.kind === "failed") return this.finish(submitted, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
+			const height = await this.chain.blockHeight().catch(() => null);
+			if (height !== null && height > lifetime.lastValidBlockHeight) {
+				// The blockhash has expired: one last look, then the transaction can never land.
+				const last = await this.chain.signatureState(signature).catch(() => null);
+				if (last === null) continue;
+				if (last.kind === "landed") return this.finishLanded(submitted, signature);
+				if (last.kind === "failed") return this.finish(submitted, "REJECTED", { reason: `ONCHAIN_FAILED: ${last.detail}` });
+				this.log.warn("transaction dropped: its blockhash expired before it landed", { intent: submitted.id, signature });
+				return (await this.finish(submitted, "VERIFIED", { reason: "DROPPED: blockhash expired before the transaction landed" })) === "lost" ? "lost" : "dropped";
+			}
+			await sleep(this.config.pollIntervalMs / 2);
+		}
+	}
+
+	/** A landed transaction is checked against the intent (memo, mint, amount, credit account) before CONFIRMED. */
+	private async finishLanded(submitted: MempoolIntent, signature: string): Promise<SettleResult> {
+		const contents = await this.chain.transactionContents(signature);
+		const problems = contents
+			? await settlementMismatches(contents, { ...submitted, programId: this.config.settlementProgramId })
+			: ["the transaction cannot be read back"];
+		if (problems.length) {
+			this.log.error("landed transaction is not this settlement; leaving it for an operator", { intent: submitted.id, signature, problems });
+			return "lost";
+		}
+		const state = await this.chain.signatureState(signature);
+		const slot = state.kind === "landed" ? Number(state.slot) : undefined;
+		const result = await this.finish(submitted, "CONFIRMED", { transactionSignature: signature, ...(slot !== undefined ? { slot } : {}) });
+		if (result === "confirmed") this.log.info("confirmed", { intent: submitted.id, signature, slot });
+		return result;
+	}
+
+	/**
+	 * Finishes SUBMITTED intents whose holder's lease has lapsed (its Cranker died or stopped):
+	 * confirms what landed, and returns to VERIFIED what can no longer land.
+	 */
+	async finishOrphans(): Promise<void> {
+		const candidates = await this.node.intentIds("SUBMITTED");
+		for (const { id } of candidates) {
+			if (this.stopping()) return;
+			const record = await this.node.intent(id);
+			if (record.receiverStatus !== "SUBMITTED" || !record.submission) continue;
+			const mine = record.lease?.crankerPubkey === this.me;
+			if (!mine && record.lease && Date.parse(record.lease.expiresAt) > Date.now()) continue;
+			const { transactionSignature, slot: submittedSlot } = record.submission;
+			const state = await this.chain.signatureState(transactionSignature);
+			if (state.kind === "landed") await this.finishLanded(record, transactionSignature);
+			else if (state.kind === "failed") await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
+			else if (submittedSlot !== undefined && (await this.chain.slot()) > BigInt(submittedSlot + this.config.blockhashLifetimeSlots)) {
+				this.log.warn("orphaned submission can no longer land: returning the intent to VERIFIED", { intent: id, signature: transactionSignature });
+				await this.finish(record, "VERIFIED", { reason: "DROPPED: blockhash expired before the transaction landed" });
+			}
+		}
+	}
+
+	private async release(leased: MempoolIntent, reason: string): Promise<SettleResult> {
+		this.log.info("releasing lease", { intent: leased.id, reason });
+		return (await this.report(leased, "VERIFIED", { reason })) ? "released" : "lost";
+	}
+
+	private async finish(record: MempoolIntent, status: "CONFIRMED" | "REJECTED" | "VERIFIED", fields: { transactionSignature?: string; slot?: number; reason?: string }): Promise<SettleResult> {
+		const done = await this.report(record, status, fields);
+		if (!done) return "lost";
+		return status === "CONFIRMED" ? "confirmed" : status === "REJECTED" ? "rejected" : "released";
+	}
+
+	/** One status update; a refusal (someone else moved it, the lease lapsed) is logged and answered null. */
+	private async report(record: MempoolIntent, status: IntentState, fields: { transactionSignature?: string; slot?: number; reason?: string }): Promise<MempoolIntent | null> {
+		try {
+			return await this.node.updateStatus(record.id, { status, crankerPubkey: this.me, expectedVersion: record.stateVersion, ...fields });
+		} catch (err) {
+			if (!isRefusal(err)) throw err;
+			this.log.warn(`the Node refused ${status}`, { intent: record.id, type: (err as NodeApiError).type });
+			return null;
+		}
+	}
+}

@@ -1,0 +1,207 @@
+/**
+ * The Cranker's loops: signed heartbeats with its liquidity, settlement work (role `settlement`)
+ * and the TIN pipeline's stages (roles `verifier` and `submitter`). One piece of work at a time
+ * per loop; `stop()` lets the current piece finish (or release its lease) and returns.
+ */
+import { createKeyPairSignerFromBytes, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
+import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonical";
+import { createSigner, verifySignature } from "../lib/ed25519";
+import type { MempoolIntent } from "../lib/intents";
+import { registryMemo, signMemoTransaction } from "../lib/settlement";
+import { Chain } from "./chain";
+import type { CrankerConfig } from "./config";
+import type { Logger } from "./log";
+import { NodeApiError, NodeClient, type TinOperationWork } from "./node-client";
+import { Settler } from "./settler";
+
+export const CRANKER_VERSION = "0.1.0";
+
+/** How often the settlement loop also looks for SUBMITTED intents whose Cranker vanished. */
+const ORPHAN_CHECK_EVERY = 5;
+
+export class Cranker {
+	readonly pubkey: string;
+	private readonly node: NodeClient;
+	private readonly chain: Chain;
+	private readonly settler: Settler;
+	private readonly signHeartbeat: (message: string) => string;
+	private liquidity = new Map<string, bigint>();
+	private online = false;
+	private stopping = false;
+	private readonly sleepers = new Set<() => void>();
+	private loops: Promise<void>[] = [];
+
+	private constructor(
+		private readonly config: CrankerConfig,
+		private readonly signer: KeyPairSigner,
+		private readonly log: Logger
+	) {
+		this.pubkey = signer.address;
+		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }));
+		this.chain = new Chain(config.solanaRpcUrl);
+		this.settler = new Settler(this.node, this.chain, signer, config, log, () => this.stopping);
+		this.signHeartbeat = createSigner(config.keypair);
+	}
+
+	static async create(config: CrankerConfig, log: Logger): Promise<Cranker> {
+		return new Cranker(config, await createKeyPairSignerFromBytes(config.keypair.secretKey), log);
+	}
+
+	start(): void {
+		this.log.info("cranker starting", { crankerPubkey: this.pubkey, roles: this.config.roles, node: this.config.nodeUrl });
+		this.loops = [this.every(this.config.heartbeatIntervalMs, () => this.heartbeat())];
+		if (this.config.roles.includes("settlement")) this.loops.push(this.settlementLoop());
+		if (this.config.roles.some(role => role === "verifier" || role === "submitter")) this.loops.push(this.every(this.config.pollIntervalMs, () => this.tinRound()));
+	}
+
+	/** Finishes (or releases) the work in hand, then returns. */
+	async stop(): Promise<void> {
+		this.stopping = true;
+		for (const wake of this.sleepers) wake();
+		await Promise.all(this.loops);
+		this.log.info("cranker stopped", { crankerPubkey: this.pubkey });
+	}
+
+	// --- heartbeats -------------------------------------------------------------------------------
+
+	private async heartbeat(): Promise<void> {
+		this.liquidity = await this.chain.tokenBalances(this.pubkey).catch(err => {
+			this.log.warn("could not read token balances; reporting the last known ones", { error: (err as Error).message });
+			return this.liquidity;
+		});
+		const sentAt = new Date().toISOString();
+		const { roles } = this.config;
+		try {
+			await this.node.heartbeat({
+				crankerPubkey: this.pubkey,
+				roles,
+				liquidity: [...this.liquidity].map(([tokenMintAddress, available]) => ({ tokenMintAddress, available: available.toString() })),
+				version: CRANKER_VERSION,
+				sentAt,
+				signature: this.signHeartbeat(buildHeartbeatMessage({ crankerPubkey: this.pubkey, roles, sentAt }))
+			});
+			if (!this.online) this.log.info("online", { crankerPubkey: this.pubkey });
+			this.online = true;
+		} catch (err) {
+			this.online = false;
+			this.log.warn("heartbeat not accepted", { error: (err as Error).message, type: (err as NodeApiError).type });
+		}
+	}
+
+	// --- settlement -------------------------------------------------------------------------------
+
+	private async settlementLoop(): Promise<void> {
+		for (let round = 1; !this.stopping; round++) {
+			let worked = false;
+			try {
+				if (this.online) {
+					worked = await this.settleNext();
+					if (round % ORPHAN_CHECK_EVERY === 0) await this.settler.finishOrphans();
+				}
+			} catch (err) {
+				this.log.warn("settlement round failed; retrying", { error: (err as Error).message });
+			}
+			if (!worked) await this.sleep(this.config.pollIntervalMs);
+		}
+	}
+
+	/** Settles the first work item this Cranker can pay; false when there was none. */
+	private async settleNext(): Promise<boolean> {
+		const work = await this.node.intentWork(20);
+		for (const { intent } of work) {
+			if (this.stopping) return false;
+			if (!this.canPay(intent)) continue;
+			const result = await this.settler.settle(intent);
+			if (result === "lost") continue; // another Cranker leased it first
+			if (result === "confirmed") this.liquidity.set(intent.tokenMintAddress, (this.liquidity.get(intent.tokenMintAddress) ?? 0n) - BigInt(intent.amount));
+			return true;
+		}
+		return false;
+	}
+
+	private canPay(intent: MempoolIntent): boolean {
+		return (this.liquidity.get(intent.tokenMintAddress) ?? 0n) >= BigInt(intent.amount) && Date.parse(intent.expiresAt) > Date.now();
+	}
+
+	// --- TIN pipeline -----------------------------------------------------------------------------
+
+	private async tinRound(): Promise<void> {
+		if (!this.online) return;
+		const { roles } = this.config;
+		if (roles.includes("verifier")) for (const op of await this.node.tinWork("verification-work")) await this.tinStep(op, () => this.verifyOperation(op));
+		if (roles.includes("submitter")) {
+			for (const op of await this.node.tinWork("fee-work", this.pubkey)) await this.tinStep(op, () => this.commitFee(op));
+			for (const op of await this.node.tinWork("registry-work", this.pubkey)) await this.tinStep(op, () => this.advanceRegistry(op));
+		}
+	}
+
+	/** One stage move; a refusal means another Cranker moved it first, which is fine. */
+	private async tinStep(op: TinOperationWork, step: () => Promise<unknown>): Promise<void> {
+		if (this.stopping) return;
+		try {
+			await step();
+		} catch (err) {
+			if (!(err instanceof NodeApiError) || err.status >= 500 || err.status === 0) throw err;
+			this.log.warn("TIN stage refused", { operation: op.id, type: err.type });
+		}
+	}
+
+	/** An independent check of the owner's signature over the SPEC §5 message. */
+	private async verifyOperation(op: TinOperationWork): Promise<void> {
+		const { request } = op;
+		const valid = verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature);
+		if (valid) await this.node.tinStage(op.id, "verified", { crankerPubkey: this.pubkey });
+		else await this.node.tinStage(op.id, "rejected", { crankerPubkey: this.pubkey, reason: "INVALID_SIGNATURE: the owner signature does not verify" });
+		this.log.info(valid ? "TIN operation verified" : "TIN operation rejected", { operation: op.id });
+	}
+
+	private async commitFee(op: TinOperationWork): Promise<void> {
+		const feeAmount = op.intentType === "create" ? this.config.tinCreateFee : this.config.tinUpdateFee;
+		await this.node.tinStage(op.id, "fee-committed", { crankerPubkey: this.pubkey, feeAmount });
+		this.log.info("TIN fee committed", { operation: op.id, feeAmount });
+	}
+
+	/** FEE_COMMITTED: record the operation on chain (reported before sending); SUBMITTED: finalize once it landed. */
+	private async advanceRegistry(op: TinOperationWork): Promise<void> {
+		if (op.status === "FEE_COMMITTED") {
+			const transaction = await signMemoTransaction(this.signer, registryMemo(op.operationId, op.request.routeCommitment), await this.chain.latestBlockhash());
+			const transactionSignature = getSignatureFromTransaction(transaction);
+			await this.node.tinStage(op.id, "submitted", { crankerPubkey: this.pubkey, transactionSignature });
+			const outcome = await this.chain.send(transaction);
+			this.log.info("TIN operation submitted", { operation: op.id, transactionSignature, outcome: outcome.kind });
+			if (outcome.kind === "expired" || outcome.kind === "refused")
+				await this.node.tinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `NOT_LANDED: the registry transaction was ${outcome.kind}` });
+			return;
+		}
+		const signature = op.transactionSignature!;
+		const state = await this.chain.signatureState(signature);
+		if (state.kind === "landed") {
+			await this.node.tinStage(op.id, "finalized", { crankerPubkey: this.pubkey, transactionSignature: signature });
+			this.log.info("TIN operation finalized", { operation: op.id });
+		} else if (state.kind === "failed") {
+			await this.node.tinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `ONCHAIN_FAILED: ${state.detail}` });
+		}
+	}
+
+	// --- plumbing ---------------------------------------------------------------------------------
+
+	private async every(intervalMs: number, round: () => Promise<void>): Promise<void> {
+		while (!this.stopping) {
+			await round().catch(err => this.log.warn("round failed; retrying", { error: (err as Error).message }));
+			await this.sleep(intervalMs);
+		}
+	}
+
+	private sleep(ms: number): Promise<void> {
+		if (this.stopping) return Promise.resolve();
+		return new Promise(resolve => {
+			const wake = () => {
+				clearTimeout(timer);
+				this.sleepers.delete(wake);
+				resolve();
+			};
+			const timer = setTimeout(wake, ms);
+			this.sleepers.add(wake);
+		});
+	}
+}

@@ -53,27 +53,35 @@ export class Chain {
 	private readonly rpc: Rpc<SolanaRpcApi>;
 	private readonly decimals = new Map<string, number>();
 
-	constructor(rpcUrl: string) {
+	constructor(
+		rpcUrl: string,
+		/** Every call is abandoned after this long, so a hung RPC node cannot stall the Cranker. */
+		private readonly timeoutMs = 10_000
+	) {
 		this.rpc = createSolanaRpc(rpcUrl);
 	}
 
+	private get deadline() {
+		return { abortSignal: AbortSignal.timeout(this.timeoutMs) };
+	}
+
 	async latestBlockhash(): Promise<Lifetime> {
-		const { value } = await this.rpc.getLatestBlockhash({ commitment: "confirmed" }).send();
+		const { value } = await this.rpc.getLatestBlockhash({ commitment: "confirmed" }).send(this.deadline);
 		return value;
 	}
 
 	blockHeight(): Promise<bigint> {
-		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send();
+		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send(this.deadline);
 	}
 
 	slot(): Promise<bigint> {
-		return this.rpc.getSlot({ commitment: "confirmed" }).send();
+		return this.rpc.getSlot({ commitment: "confirmed" }).send(this.deadline);
 	}
 
 	/** Sends with preflight, so a transaction the chain would refuse is refused here and never lands. */
 	async send(transaction: Transaction): Promise<SendOutcome> {
 		try {
-			await this.rpc.sendTransaction(getBase64EncodedWireTransaction(transaction) as Base64EncodedWireTransaction, { encoding: "base64", preflightCommitment: "confirmed" }).send();
+			await this.rpc.sendTransaction(getBase64EncodedWireTransaction(transaction) as Base64EncodedWireTransaction, { encoding: "base64", preflightCommitment: "confirmed" }).send(this.deadline);
 			return { kind: "sent" };
 		} catch (err) {
 			if (!isSolanaError(err, SOLANA_ERROR__JSON_RPC__SERVER_ERROR_SEND_TRANSACTION_PREFLIGHT_FAILURE)) throw err;
@@ -86,7 +94,7 @@ export class Chain {
 	}
 
 	async signatureState(signature: string): Promise<SignatureState> {
-		const { value } = await this.rpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send();
+		const { value } = await this.rpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
 		const status = value[0];
 		if (!status || status.confirmationStatus === "processed") return { kind: "unknown" };
 		if (status.err) return { kind: "failed", slot: status.slot, detail: JSON.stringify(status.err, (_, v) => (typeof v === "bigint" ? v.toString() : v)) };
@@ -95,19 +103,19 @@ export class Chain {
 
 	/** What a confirmed transaction did, read from its wire bytes. */
 	async transactionContents(signature: string): Promise<SettlementContents | null> {
-		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send();
+		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
 		return fetched && !fetched.meta?.err ? readSettlementTransaction(base64Bytes(fetched.transaction[0])) : null;
 	}
 
 	/** A successful transaction touching `account` whose memo names this payout nullifier: the settlement already on chain. */
 	async findSettlement(account: Address, payoutNullifier: string): Promise<string | null> {
-		const history = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed" }).send();
+		const history = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed" }).send(this.deadline);
 		return history.find(entry => !entry.err && memoFieldNamesNullifier(entry.memo, payoutNullifier))?.signature ?? null;
 	}
 
 	/** The owner's token balances by mint (classic SPL Token accounts). */
 	async tokenBalances(owner: string): Promise<Map<string, bigint>> {
-		const { value } = await this.rpc.getTokenAccountsByOwner(address(owner), { programId: TOKEN_PROGRAM_ADDRESS }, { encoding: "base64", commitment: "confirmed" }).send();
+		const { value } = await this.rpc.getTokenAccountsByOwner(address(owner), { programId: TOKEN_PROGRAM_ADDRESS }, { encoding: "base64", commitment: "confirmed" }).send(this.deadline);
 		const balances = new Map<string, bigint>();
 		for (const { account } of value) {
 			const token = getTokenDecoder().decode(base64Bytes(account.data[0]));
@@ -119,7 +127,7 @@ export class Chain {
 	async mintDecimals(mint: string): Promise<number> {
 		const known = this.decimals.get(mint);
 		if (known !== undefined) return known;
-		const { value } = await this.rpc.getAccountInfo(address(mint), { encoding: "base64", commitment: "confirmed" }).send();
+		const { value } = await this.rpc.getAccountInfo(address(mint), { encoding: "base64", commitment: "confirmed" }).send(this.deadline);
 		if (!value) throw new Error(`mint ${mint} does not exist on chain`);
 		const { decimals } = getMintDecoder().decode(base64Bytes(value.data[0]));
 		this.decimals.set(mint, decimals);

@@ -17,6 +17,7 @@ export interface CrankerConfig {
 	/** When set, payout authorizations must be signed by this key (the Node's authority). */
 	nodeAuthorityPubkey: string | null;
 	pollIntervalMs: number;
+	rpcTimeoutMs: number;
 	/** Must stay well under the Node's CRANKER_TTL_MS (30 s by default). */
 	heartbeatIntervalMs: number;
 	/**
@@ -113,6 +114,7 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		settlementProgramId: programId ? checkedAddress("SETTLEMENT_PROGRAM_ID", programId) : DEFAULT_SETTLEMENT_PROGRAM_ID,
 		nodeAuthorityPubkey: authority ? checkedAddress("NODE_AUTHORITY_PUBKEY", authority) : null,
 		pollIntervalMs: integer(env, "POLL_INTERVAL_MS", 1000, 10),
+		rpcTimeoutMs: integer(env, "RPC_TIMEOUT_MS", 10_000, 10),
 		heartbeatIntervalMs: integer(env, "HEARTBEAT_INTERVAL_MS", 10_000, 100),
 		blockhashLifetimeSlots: integer(env, "BLOCKHASH_LIFETIME_SLOTS", 300, 1),
 		tinCreateFee: String(integer(env, "TIN_CREATE_FEE", 50_000, 0)),

@@ -38,7 +38,7 @@ export class Cranker {
 	) {
 		this.pubkey = signer.address;
 		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }));
-		this.chain = new Chain(config.solanaRpcUrl);
+		this.chain = new Chain(config.solanaRpcUrl, config.rpcTimeoutMs);
 		this.settler = new Settler(this.node, this.chain, signer, config, log, () => this.stopping);
 		this.signHeartbeat = createSigner(config.keypair);
 	}

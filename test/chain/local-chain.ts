@@ -113,14 +113,18 @@ export class LocalChain {
 		this.faults.set(method, [...(this.faults.get(method) ?? []), ...Array<Fault>(times).fill(fault)]);
 	}
 
-	/** The next `count` sendTransaction calls answer a signature but the transaction never lands. */
-	dropNextSends(count: number): void {
-		this.dropped += count;
+	clearFaults(): void {
+		this.faults.clear();
 	}
 
-	/** Landed settlement transactions whose memo names this nullifier. */
-	settlementsOf(payoutNullifier: string): Landed[] {
-		return [...this.landed.values()].filter(tx => tx.memo?.endsWith(`:${payoutNullifier}`));
+	/** The next `count` sendTransaction calls answer a signature but the transaction never lands. */
+	dropNextSends(count: number): void {
+		this.dropped = count;
+	}
+
+	/** Landed transactions whose memo ends with `:<suffix>` (a payout nullifier, a TIN route commitment). */
+	landedWithMemoEnding(suffix: string): Landed[] {
+		return [...this.landed.values()].filter(tx => tx.memo?.endsWith(`:${suffix}`));
 	}
 
 	transaction(signature: string): Landed | undefined {

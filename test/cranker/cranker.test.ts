@@ -1,0 +1,268 @@
+/**
+ * The Cranker against the real service and a real Solana VM (litesvm behind the local JSON-RPC
+ * server): settlement end to end, racing Crankers, a Cranker killed mid-lease or after submitting,
+ * injected RPC failures, an expired blockhash, an expired intent, SIGTERM, and the TIN roles.
+ */
+import { createKeyPairSignerFromBytes } from "@solana/kit";
+import { Chain } from "../../cranker/chain";
+import { loadCrankerConfig } from "../../cranker/config";
+import { createLogger } from "../../cranker/log";
+import { NodeClient } from "../../cranker/node-client";
+import { Settler } from "../../cranker/settler";
+import { buildHeartbeatMessage, buildTinOperationMessage, payoutNullifier } from "../../lib/canonical";
+import { createSigner } from "../../lib/ed25519";
+import { sha256Hex } from "../../lib/encoding";
+import { iso, newWallet, uniqueId } from "../helpers/fixtures";
+import { worker } from "../helpers/node";
+import { creditAccountAddress } from "../../lib/settlement";
+import { Harness, waitFor } from "./harness";
+
+const h = new Harness();
+beforeAll(() => h.start());
+afterAll(() => h.stop());
+
+/** The chain's settlements of this intent (by its payout nullifier): must never be more than one. */
+async function settlementsOf(id: string) {
+	const record = await h.record(id);
+	return h.chain.landedWithMemoEnding(payoutNullifier(record.senderWallet, record.senderAuthorizationNonce));
+}
+
+async function executed(id: string, timeoutMs = 20_000) {
+	return waitFor(async () => {
+		const intent = await h.client.getIntent(id);
+		return intent.status === "executed" ? intent : null;
+	}, timeoutMs, `intent ${id} executed`);
+}
+
+const states = (record: { history: { state: string }[] }) => record.history.map(entry => entry.state);
+
+describe("Cranker settling payments", () => {
+	it("settles a payment from signature to executed, and the SDK confirms it on chain", async () => {
+		const mint = h.chain.createMint(6);
+		const cranker = await h.cranker(await h.crankerKey(mint));
+		const submitted = await h.pay(mint, "1250000");
+		const done = await executed(submitted.id);
+
+		const route = await h.client.resolveTin(h.route.tin);
+		const onChain = await h.client.confirmOnChain(done.transactionSignature!, { ...done, recipientRouteCommitment: route.routeCommitment });
+		expect(onChain.memo).toMatch(/^scs:v1:[0-9a-f]{64}:[0-9a-f]{64}$/);
+		expect(h.chain.tokenBalance(await creditAccountAddress(route.routeCommitment, mint))).toBe(1_250_000n);
+		expect(await settlementsOf(done.id)).toHaveLength(1);
+		expect(states(await h.record(done.id))).toEqual(["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED"]);
+		await h.stopCranker(cranker);
+	});
+
+	it("two Crankers racing for the same intent: one lease, one settlement, the other is told it lost", async () => {
+		const mint = h.chain.createMint(6);
+		const settlers = await Promise.all([0, 1].map(async () => {
+			const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)));
+			const heartbeat = { crankerPubkey: config.keypair.publicKey, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString() };
+			const signature = createSigner(config.keypair)(buildHeartbeatMessage(heartbeat));
+			expect((await h.node.http("POST", "/crankers/heartbeat", { ...heartbeat, signature }, worker)).status).toBe(200);
+			const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
+			return new Settler(new NodeClient(config.nodeUrl, config.workerApiKey), new Chain(config.solanaRpcUrl), signer, config, createLogger({}, () => {}), () => false);
+		}));
+		const intent = await h.pay(mint, "2500");
+		const [work] = (await h.node.http("GET", "/intent-work?limit=500", undefined, worker)).body.filter((item: { intent: { id: string } }) => item.intent.id === intent.id);
+		const results = await Promise.all(settlers.map(settler => settler.settle(work.intent)));
+		expect(results.sort()).toEqual(["confirmed", "lost"]);
+		expect(await settlementsOf(intent.id)).toHaveLength(1);
+		expect((await h.client.getIntent(intent.id)).status).toBe("executed");
+	});
+
+	it("two Crankers polling the same work list settle each intent once", async () => {
+		const mint = h.chain.createMint(6);
+		const [a, b] = [await h.cranker(await h.crankerKey(mint)), await h.cranker(await h.crankerKey(mint))];
+		const intents = await Promise.all(Array.from({ length: 8 }, (_, i) => h.pay(mint, String(1000 + i))));
+		for (const intent of intents) await executed(intent.id, 30_000);
+		for (const intent of intents) expect(await settlementsOf(intent.id)).toHaveLength(1);
+
+		const route = await h.client.resolveTin(h.route.tin);
+		const total = intents.reduce((sum, intent) => sum + BigInt(intent.amount), 0n);
+		expect(h.chain.tokenBalance(await creditAccountAddress(route.routeCommitment, mint))).toBe(total);
+		await Promise.all([h.stopCranker(a), h.stopCranker(b)]);
+	});
+
+	it("a Cranker killed mid-lease: the lease expires and another Cranker settles it once", async () => {
+		const mint = h.chain.createMint(6);
+		const doomed = await h.crankerKey(mint);
+		// Its RPC hangs right after the lease, so it is killed holding the lease and nothing sent.
+		h.chain.injectFault("getSignaturesForAddress", "hang", 1);
+		const process = h.crankerProcess(h.crankerEnv(doomed, { RPC_TIMEOUT_MS: "60000" }));
+		const intent = await h.pay(mint, "777");
+		await waitFor(async () => (await h.record(intent.id)).lease?.crankerPubkey === doomed.address, 20_000, "the doomed Cranker's lease");
+		process.child.kill("SIGKILL");
+		await process.exited;
+
+		const rescuerKey = await h.crankerKey(mint);
+		const rescuer = await h.cranker(rescuerKey);
+		const done = await executed(intent.id);
+		const record = await h.record(done.id);
+		const leases = record.history.filter((entry: { state: string }) => entry.state === "CRANKER_LEASED").map((entry: { by: string }) => entry.by);
+		expect(leases).toEqual([doomed.address, rescuerKey.address]);
+		expect(record.history.at(-1)).toMatchObject({ state: "CONFIRMED", by: rescuerKey.address });
+		expect(await settlementsOf(done.id)).toHaveLength(1);
+		await h.stopCranker(rescuer);
+	});
+
+	it("a Cranker killed after submitting: the transaction never landed, so after its blockhash expired another Cranker settles it once", async () => {
+		const mint = h.chain.createMint(6);
+		const doomed = await h.crankerKey(mint);
+		h.chain.dropNextSends(1000);
+		const process = h.crankerProcess(h.crankerEnv(doomed));
+		const intent = await h.pay(mint, "4242");
+		const submitted = await waitFor(async () => {
+			const record = await h.record(intent.id);
+			return record.receiverStatus === "SUBMITTED" ? record : null;
+		}, 20_000, "SUBMITTED");
+		process.child.kill("SIGKILL");
+		await process.exited;
+		h.chain.dropNextSends(0);
+
+		const rescuer = await h.cranker(await h.crankerKey(mint));
+		const done = await executed(intent.id, 30_000);
+		expect(done.transactionSignature).not.toBe(submitted.submission.transactionSignature);
+		expect(h.chain.transaction(submitted.submission.transactionSignature)).toBeUndefined();
+		const record = await h.record(done.id);
+		expect(record.history.some((entry: { state: string; reason?: string }) => entry.state === "VERIFIED" && entry.reason?.startsWith("DROPPED"))).toBe(true);
+		expect(await settlementsOf(done.id)).toHaveLength(1);
+		await h.stopCranker(rescuer);
+	});
+
+	it("survives a Node restart: it keeps heartbeating and settles what is submitted afterwards", async () => {
+		const mint = h.chain.createMint(6);
+		const cranker = await h.cranker(await h.crankerKey(mint));
+		const before = await h.pay(mint, "10");
+		await executed(before.id);
+		await h.restartNode(1500);
+		const after = await h.pay(mint, "20");
+		await executed(after.id);
+		expect(await settlementsOf(after.id)).toHaveLength(1);
+		await h.stopCranker(cranker);
+	});
+
+	it("survives injected RPC failures and a lost send, and still settles exactly once", async () => {
+		const mint = h.chain.createMint(6);
+		const cranker = await h.cranker(await h.crankerKey(mint));
+		await waitFor(async () => (await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint), 10_000, "liquidity");
+		h.chain.injectFault("getLatestBlockhash", "http-500", 2);
+		h.chain.injectFault("getSignaturesForAddress", "rpc-error", 2);
+		h.chain.injectFault("sendTransaction", "http-500", 1);
+		h.chain.injectFault("getSignatureStatuses", "rpc-error", 3);
+		h.chain.injectFault("getBlockHeight", "hang", 1);
+		h.chain.dropNextSends(1); // the first send that gets through is lost; the re-broadcast of the same bytes lands
+		const intent = await h.pay(mint, "31337");
+		const done = await executed(intent.id, 30_000);
+		expect(await settlementsOf(done.id)).toHaveLength(1);
+		expect(h.chain.calls.get("sendTransaction")).toBeGreaterThan(1);
+		await h.stopCranker(cranker);
+	});
+
+	it("rebuilds and resends only after the old blockhash can no longer land", async () => {
+		const mint = h.chain.createMint(6);
+		const cranker = await h.cranker(await h.crankerKey(mint));
+		await waitFor(async () => (await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint), 10_000, "liquidity");
+		h.chain.dropNextSends(1000);
+		const intent = await h.pay(mint, "5");
+		const first = await waitFor(async () => {
+			const record = await h.record(intent.id);
+			return record.receiverStatus === "SUBMITTED" ? record : null;
+		}, 20_000, "SUBMITTED");
+		await waitFor(async () => (await h.record(intent.id)).history.some((entry: { reason?: string }) => entry.reason?.startsWith("DROPPED")), 20_000, "DROPPED");
+		// Its blockhash was fetched after `submission.slot` and lives 30 slots: dropped only once that has passed.
+		expect(h.chain.slot).toBeGreaterThan(first.submission.slot + 30);
+		h.chain.dropNextSends(0);
+		const done = await executed(intent.id);
+		expect(done.transactionSignature).not.toBe(first.submission.transactionSignature);
+		expect(await settlementsOf(done.id)).toHaveLength(1);
+		await h.stopCranker(cranker);
+	});
+
+	it("never settles an expired intent", async () => {
+		const mint = h.chain.createMint(6);
+		const cranker = await h.cranker(await h.crankerKey(mint));
+		await waitFor(async () => (await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint), 10_000, "liquidity");
+		// Every chain lookup before sending fails until the intent's slot has passed.
+		h.chain.injectFault("getSignaturesForAddress", "http-500", 1000);
+		const intent = await h.pay(mint, "900", { expiresAtSlot: h.chain.slot + 15 });
+		const canceled = await waitFor(async () => {
+			const current = await h.client.getIntent(intent.id);
+			return current.status === "canceled" ? current : null;
+		}, 20_000, "canceled");
+		expect(canceled.rejectionReason).toBe("EXPIRED");
+		h.chain.clearFaults();
+		await new Promise(resolve => setTimeout(resolve, 1500));
+		expect(await settlementsOf(intent.id)).toHaveLength(0);
+		expect((await h.client.getIntent(intent.id)).status).toBe("canceled");
+		await h.stopCranker(cranker);
+	});
+});
+
+describe("Cranker process", () => {
+	it("refuses to start without KEYPAIR_PATH, or with an unreadable or malformed keypair: a message and exit code 2, no stack trace", async () => {
+		const key = await h.crankerKey(h.chain.createMint());
+		const cases: [Record<string, string>, RegExp][] = [
+			[{ KEYPAIR_PATH: "" }, /KEYPAIR_PATH is not set/],
+			[{ KEYPAIR_PATH: "/nonexistent/key.json" }, /cannot be read \(ENOENT\)/],
+			[{ KEYPAIR_PATH: __filename }, /is not JSON/],
+			[{ NODE_URL: "" }, /NODE_URL is not set/]
+		];
+		for (const [env, message] of cases) {
+			const run = h.crankerProcess({ ...h.crankerEnv(key), ...env });
+			expect(await run.exited).toBe(2);
+			expect(run.output()).toMatch(message);
+			expect(run.output()).not.toMatch(/\n\s+at /);
+		}
+		const badRoles = h.crankerProcess(h.crankerEnv(key), ["--roles", "settlement,miner"]);
+		expect(await badRoles.exited).toBe(2);
+		expect(badRoles.output()).toMatch(/--roles takes/);
+	});
+
+	it("on SIGTERM gives back the lease it holds and exits 0, and never prints its key", async () => {
+		const mint = h.chain.createMint(6);
+		const key = await h.crankerKey(mint);
+		h.chain.injectFault("getSignaturesForAddress", "hang", 1);
+		const run = h.crankerProcess(h.crankerEnv(key, { RPC_TIMEOUT_MS: "1000" }));
+		const intent = await h.pay(mint, "64");
+		await waitFor(async () => (await h.record(intent.id)).receiverStatus === "CRANKER_LEASED", 20_000, "lease");
+		run.child.kill("SIGTERM");
+		expect(await run.exited).toBe(0);
+		const record = await h.record(intent.id);
+		expect(record.receiverStatus).toBe("VERIFIED");
+		expect(record.history.at(-1)).toMatchObject({ state: "VERIFIED", by: key.address });
+		expect(await settlementsOf(intent.id)).toHaveLength(0);
+		const secret = JSON.stringify(JSON.parse(require("node:fs").readFileSync(key.file, "utf8")));
+		expect(run.output()).not.toContain(secret.slice(1, 40));
+		expect(run.output()).toContain("SIGTERM");
+	});
+});
+
+describe("Cranker TIN roles", () => {
+	it("a verifier and a submitter (two Crankers, separation of duties) take a TIN create from PENDING_VERIFICATION to FINALIZED", async () => {
+		const mint = h.chain.createMint(6);
+		const verifier = await h.cranker(await h.crankerKey(mint), ["verifier"]);
+		const submitterKey = await h.crankerKey(mint);
+		const submitter = await h.cranker(submitterKey, ["submitter"]);
+		const owner = newWallet();
+		const body = {
+			operationId: uniqueId("op"),
+			intentType: "create" as const,
+			ownerWallet: owner.address,
+			routeCommitment: sha256Hex(uniqueId()),
+			policyCommitment: sha256Hex(uniqueId()),
+			issuedAt: iso(-1000),
+			expiresAt: iso(3600_000)
+		};
+		const created = await h.node.http("POST", "/tin-operations", { ...body, ownerSignature: owner.sign(buildTinOperationMessage(body)) });
+		expect(created.status).toBe(201);
+		const finalized = await waitFor(async () => {
+			const { body: op } = await h.node.http("GET", `/tin-operations/${created.body.id}`, undefined, worker);
+			return op.status === "FINALIZED" ? op : null;
+		}, 20_000, "FINALIZED");
+		expect(finalized).toMatchObject({ intentType: "create", routeVersion: 1 });
+		expect(h.chain.landedWithMemoEnding(body.routeCommitment).map(tx => tx.memo)).toEqual([`scs:tin:v1:${body.operationId}:${body.routeCommitment}`]);
+		const { body: route } = await h.node.http("GET", `/registry/tins/${finalized.tin}`);
+		expect(route).toMatchObject({ routeCommitment: body.routeCommitment, routeVersion: 1, active: true });
+		await Promise.all([h.stopCranker(verifier), h.stopCranker(submitter)]);
+	});
+});

@@ -1,0 +1,152 @@
+/**
+ * What the Cranker tests share: a local chain (litesvm behind JSON-RPC), the real service with
+ * SOLANA_RPC_URL pointing at it, funded Cranker keys, Crankers in process or as real processes,
+ * and a sender paying through the SDK.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import type { Address } from "@solana/kit";
+import { generateKeypair } from "../../lib/ed25519";
+import { loadCrankerConfig } from "../../cranker/config";
+import { createLogger } from "../../cranker/log";
+import { Cranker } from "../../cranker/worker";
+import { LocalKeypairSigner, SettlementClient } from "../../sdk";
+import type { PublicMempoolIntent } from "../../lib/intents";
+import { newRoute, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { LocalChain } from "../chain/local-chain";
+
+export interface CrankerKey {
+	address: string;
+	file: string;
+}
+
+export interface CrankerProcess {
+	child: ChildProcess;
+	output: () => string;
+	exited: Promise<number | null>;
+}
+
+export class Harness {
+	readonly chain = new LocalChain({ slotMs: 100, blockhashValiditySlots: 30 });
+	readonly route = newRoute();
+	readonly dir = tempDir("scs-cranker-");
+	node!: TestNode;
+	client!: SettlementClient;
+	private readonly running: Cranker[] = [];
+	private readonly children: ChildProcess[] = [];
+
+	async start(): Promise<void> {
+		await this.chain.start();
+		this.node = await startNode(this.nodeEnv());
+		this.client = new SettlementClient({ baseUrl: this.node.url, solanaRpcUrl: this.chain.url });
+	}
+
+	/** Stops the Node and starts it again on the same port and DATA_DIR, as after a redeploy. */
+	async restartNode(downForMs: number): Promise<void> {
+		const { port } = new URL(this.node.url);
+		await this.node.stop();
+		await new Promise(resolve => setTimeout(resolve, downForMs));
+		this.node = await startNode({ ...this.nodeEnv(), PORT: port }, this.node.dataDir);
+	}
+
+	private nodeEnv(): Record<string, string> {
+		return {
+			REGISTRY_SEED_FILE: writeSeedFile(this.dir, [this.route]),
+			SOLANA_RPC_URL: this.chain.url,
+			SLOT_POLL_INTERVAL_MS: "200",
+			LEASE_TTL_MS: "2000",
+			CRANKER_TTL_MS: "3000"
+		};
+	}
+
+	async stop(): Promise<void> {
+		for (const child of this.children) child.kill("SIGKILL");
+		await Promise.all(this.running.map(cranker => cranker.stop()));
+		await this.node.stop();
+		await this.chain.stop();
+	}
+
+	/** A Cranker keypair file (Solana CLI format) whose owner holds SOL and `tokens` of `mint`. */
+	async crankerKey(mint: Address, tokens = 10n ** 12n): Promise<CrankerKey> {
+		const keypair = generateKeypair();
+		const file = path.join(this.dir, `cranker-${keypair.publicKey}.json`);
+		fs.writeFileSync(file, JSON.stringify([...keypair.secretKey]));
+		this.chain.fundLamports(keypair.publicKey);
+		await this.chain.fundTokens(keypair.publicKey, mint, tokens);
+		return { address: keypair.publicKey, file };
+	}
+
+	crankerEnv(key: CrankerKey, extra: Record<string, string> = {}): Record<string, string> {
+		return {
+			KEYPAIR_PATH: key.file,
+			NODE_URL: this.node.url,
+			WORKER_API_KEY: API_KEY,
+			SOLANA_RPC_URL: this.chain.url,
+			POLL_INTERVAL_MS: "100",
+			HEARTBEAT_INTERVAL_MS: "500",
+			RPC_TIMEOUT_MS: "1000",
+			BLOCKHASH_LIFETIME_SLOTS: "40",
+			...extra
+		};
+	}
+
+	/** A Cranker in this process (its log goes to the console only with TEST_LOG=1). */
+	async cranker(key: CrankerKey, roles = ["settlement"]): Promise<Cranker> {
+		const config = loadCrankerConfig(this.crankerEnv(key), ["--roles", roles.join(",")]);
+		const cranker = await Cranker.create(config, createLogger({ cranker: key.address.slice(0, 6) }, process.env.TEST_LOG ? console.log : () => {}));
+		cranker.start();
+		this.running.push(cranker);
+		return cranker;
+	}
+
+	async stopCranker(cranker: Cranker): Promise<void> {
+		this.running.splice(this.running.indexOf(cranker), 1);
+		await cranker.stop();
+	}
+
+	/** `npm run cranker` as a real process (dist/cranker/index.js). */
+	crankerProcess(env: Record<string, string>, args: string[] = []): CrankerProcess {
+		const child = spawn(process.execPath, [path.resolve("dist/cranker/index.js"), ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+		let output = "";
+		child.stdout!.on("data", chunk => (output += chunk));
+		child.stderr!.on("data", chunk => (output += chunk));
+		this.children.push(child);
+		const exited = new Promise<number | null>(resolve => child.on("exit", code => resolve(code)));
+		return { child, output: () => output, exited };
+	}
+
+	/** A sender signs a payment to the harness route with the SDK and submits it. */
+	async pay(mint: Address, amount: string, overrides: { expiresAtSlot?: number; expiresAt?: Date } = {}): Promise<PublicMempoolIntent> {
+		const signer = LocalKeypairSigner.generate();
+		const route = await this.client.resolveTin(this.route.tin);
+		const intent = await this.client.signPayment(signer, {
+			paymentId: uniqueId(),
+			recipientTin: this.route.tin,
+			route,
+			tokenMintAddress: mint,
+			amount,
+			feeLimit: "5000",
+			expiresAtSlot: overrides.expiresAtSlot ?? this.chain.slot + 100_000,
+			...(overrides.expiresAt ? { expiresAt: overrides.expiresAt } : {})
+		});
+		return this.client.submit(intent);
+	}
+
+	/** The worker view (lease, submission, history). */
+	async record(id: string) {
+		const { body } = await this.node.http("GET", `/intents/${id}`, undefined, worker);
+		return body;
+	}
+}
+
+export async function waitFor<T>(probe: () => Promise<T | null | undefined | false>, timeoutMs = 20_000, what = "condition"): Promise<T> {
+	const deadline = Date.now() + timeoutMs;
+	for (;;) {
+		const value = await probe();
+		if (value) return value;
+		if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+		await new Promise(resolve => setTimeout(resolve, 100));
+	}
+}

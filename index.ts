@@ -4,6 +4,7 @@
  */
 import { loadConfig } from "./lib/config";
 import { createNode, stopNode } from "./services";
+import { startHealthServer } from "./services/health";
 
 async function main(): Promise<void> {
 	const config = loadConfig();
@@ -24,6 +25,11 @@ async function main(): Promise<void> {
 	const api = broker.getLocalService("api") as { server?: { address(): { port: number } | string | null } } | undefined;
 	const address = api?.server?.address();
 	if (address && typeof address === "object") broker.logger.info(`Settlement Coordination Service listening on port ${address.port} (data in ${config.dataDir}).`);
+	else {
+		// No gateway in this process: /health/live and /health/ready on PORT for the probes.
+		const health = await startHealthServer(broker, config.port);
+		broker.logger.info(`Health routes on port ${(health.address() as { port: number }).port}; services: ${(config.services ?? []).join(",")}.`);
+	}
 }
 
 main().catch(err => {

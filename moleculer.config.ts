@@ -23,8 +23,10 @@ export function brokerOptions(config: Config): BrokerOptions {
 		circuitBreaker: { enabled: true, threshold: 0.5, minRequestCount: 20, windowTime: 60, halfOpenTime: 10_000, check: (err: Error) => (err as Errors.MoleculerError).code >= 500 },
 		// Graceful stop: in-flight requests finish before services stop.
 		tracking: { enabled: true, shutdownTimeout: 10_000 },
-		heartbeatInterval: 5,
-		heartbeatTimeout: 15,
+		// A node that dies without saying goodbye (SIGKILL, OOM) leaves the shard ring after 6 s; until
+		// then calls to it time out (VERIFY_TIMEOUT_MS) and the sweep re-verifies elsewhere.
+		heartbeatInterval: 2,
+		heartbeatTimeout: 6,
 		registry: { strategy: "RoundRobin", preferLocal: true },
 		validator: new Validators.Fastest({ messages: VALIDATION_MESSAGES }),
 		metrics: { enabled: false },

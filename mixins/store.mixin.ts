@@ -3,14 +3,35 @@
  * its own store (its own SQLite file, or its own collections in MongoDB), so no service can reach
  * another's data except through that service's actions.
  */
-import type { ServiceSchema } from "moleculer";
-import type { Config } from "../lib/config";
+import type { Service, ServiceSchema } from "moleculer";
+import { ConfigError, type Config } from "../lib/config";
 import { openStore, type Store } from "../lib/store";
+
+/** How long a starting SQLite owner listens for the cluster's INFO packets before it checks for a twin. */
+const DISCOVERY_WAIT_MS = 1500;
+
+/**
+ * SQLite is single-owner: a second replica of this service elsewhere in the cluster would hold a
+ * store of its own, and the two would answer differently. So it refuses to start. (Two replicas
+ * started in the same instant can both miss each other; MongoDB is the store for replicas.)
+ */
+async function refuseSqliteTwin(service: Service): Promise<void> {
+	const { broker } = service;
+	await new Promise(resolve => setTimeout(resolve, DISCOVERY_WAIT_MS));
+	const twins = broker.registry
+		.getServiceList({ onlyAvailable: true, skipInternal: true })
+		.filter(other => other.name === service.name && other.nodeID !== broker.nodeID);
+	if (twins.length)
+		throw new ConfigError(
+			`another replica of "${service.name}" runs on ${twins.map(t => t.nodeID).join(", ")}: with SQLite a service has exactly one owner; set MONGO_URL to run replicas`
+		);
+}
 
 export function storeMixin(config: Config, owner: string, onOpen: (store: Store) => Promise<void>): Partial<ServiceSchema> {
 	let store: Store | null = null;
 	return {
-		async started() {
+		async started(this: Service) {
+			if (config.store === "sqlite" && this.broker.transit) await refuseSqliteTwin(this);
 			store = await openStore({ kind: config.store, dataDir: config.dataDir, mongoUrl: config.mongoUrl, owner });
 			await onOpen(store);
 		},

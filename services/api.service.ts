@@ -3,6 +3,7 @@
  * owners' actions, checks worker keys, limits body size and request rate, and shapes every error
  * as SPEC §7's body.
  */
+import { isReady } from "./health";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema } from "moleculer-web";
@@ -142,7 +143,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 							sendJson(res, 200, { status: "live" });
 						},
 						"GET /ready"(this: { broker: Context["broker"] }, _req: IncomingMessage, res: ServerResponse) {
-							const ready = this.broker.started;
+							const ready = isReady(this.broker);
 							sendJson(res, ready ? 200 : 503, ready ? { status: "ready" } : new ServiceError("NOT_READY", "The service is starting or stopping"));
 						}
 					}

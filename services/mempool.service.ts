@@ -107,8 +107,8 @@ export function mempoolService(config: Config): ServiceSchema {
 		return nonces.update(id, { intentId: held.intentId }, { id, intentId: record.id });
 	}
 
-	async function reject(record: IntentRecord, reason: string, detail: string, at: string): Promise<boolean> {
-		return commit(record, applyMove(record, "REJECTED", at, { reason, rejectionReason: reason, rejectionDetail: detail }));
+	async function reject(record: IntentRecord, reason: string, detail: string, at: string, by?: string): Promise<boolean> {
+		return commit(record, applyMove(record, "REJECTED", at, { reason, rejectionReason: reason, rejectionDetail: detail, ...(by ? { by } : {}) }));
 	}
 
 	const expire = (record: IntentRecord, at: string) => reject(record, "EXPIRED", "the authorization expired before submission", at);
@@ -258,16 +258,18 @@ export function mempoolService(config: Config): ServiceSchema {
 				params: {
 					id: recordRef,
 					expectedVersion: version,
-					result: { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true } } }
+					result: { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true } } },
+					/** The verifier node that decided: history says which one (operators, and the cluster tests). */
+					verifiedBy: { type: "string", optional: true, max: 200 }
 				},
-				async handler(ctx: Context<{ id: string; expectedVersion: number; result: VerificationResult }>): Promise<IntentRecord> {
+				async handler(ctx: Context<{ id: string; expectedVersion: number; result: VerificationResult; verifiedBy?: string }>): Promise<IntentRecord> {
 					const record = await mustGet(ctx.params.id);
 					if (record.state !== "NODE_VERIFYING" || record.stateVersion !== ctx.params.expectedVersion) return record;
 					const at = new Date().toISOString();
-					const { result } = ctx.params;
-					if (!result.ok) await reject(record, result.reason, result.detail, at);
-					else if (!(await consumeNonce(record))) await reject(record, "NONCE_REUSED", "this sender already used the nonce", at);
-					else await commit(record, applyMove(record, "VERIFIED", at));
+					const { result, verifiedBy: by } = ctx.params;
+					if (!result.ok) await reject(record, result.reason, result.detail, at, by);
+					else if (!(await consumeNonce(record))) await reject(record, "NONCE_REUSED", "this sender already used the nonce", at, by);
+					else await commit(record, applyMove(record, "VERIFIED", at, by ? { by } : {}));
 					return mustGet(record.id);
 				}
 			},

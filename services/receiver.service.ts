@@ -52,15 +52,16 @@ export function receiverService(config: Config): ServiceSchema {
 			if (!claimed) return { record: (await ctx.call<IntentRecord, object>("mempool.get", { id: record.id })) ?? record, verifierUnavailable: false };
 		}
 		const startedAt = performance.now();
-		let result: VerificationResult;
+		let result: VerificationResult & { verifiedBy?: string };
 		try {
-			result = await ctx.call<VerificationResult, object>("verifier.verify", { request: claimed.request }, { timeout: config.verifyTimeoutMs, retries: 0 });
+			result = await ctx.call<VerificationResult & { verifiedBy?: string }, object>("verifier.verify", { request: claimed.request }, { timeout: config.verifyTimeoutMs, retries: 0 });
 		} catch (err) {
 			if (!UNAVAILABLE.has((err as { type?: string }).type ?? "")) throw err;
 			const back = await ctx.call<IntentRecord, object>("mempool.returnToReceived", { id: claimed.id, expectedVersion: claimed.stateVersion });
 			return { record: back, verifierUnavailable: true };
 		}
-		const done = await ctx.call<IntentRecord, object>("mempool.completeVerification", { id: claimed.id, expectedVersion: claimed.stateVersion, result });
+		const { verifiedBy, ...verdict } = result;
+		const done = await ctx.call<IntentRecord, object>("mempool.completeVerification", { id: claimed.id, expectedVersion: claimed.stateVersion, result: verdict, verifiedBy });
 		if (done.state === "VERIFIED" || done.state === "REJECTED") stats.record(done.state === "VERIFIED", performance.now() - startedAt);
 		return { record: done, verifierUnavailable: false };
 	}

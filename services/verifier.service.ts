@@ -34,13 +34,14 @@ export function verifierService(config: Config): ServiceSchema {
 				strategyOptions: { shardKey: "request.senderWallet" },
 				// Shape-checked at intake by the receiver (createIntentParams), the only caller.
 				params: { request: "object" },
-				async handler(ctx: Context<{ request: CreateIntentRequest }>): Promise<VerificationResult> {
+				async handler(ctx: Context<{ request: CreateIntentRequest }>): Promise<VerificationResult & { verifiedBy: string }> {
 					const { request } = ctx.params;
-					return verifyPaymentAuthorization(request, {
+					const result = verifyPaymentAuthorization(request, {
 						nowMs: Date.now(),
 						latestSlot: slots.latest(),
 						route: await routeOf(ctx, request.recipientTin)
 					});
+					return { ...result, verifiedBy: `verifier@${ctx.broker.nodeID}` };
 				}
 			}
 		},

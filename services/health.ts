@@ -1,0 +1,24 @@
+/**
+ * Health of a process, for Kubernetes probes. The gateway serves it on its own routes; a process
+ * without the gateway (SERVICES=verifier, the owners, …) serves the same two routes from a bare
+ * HTTP server on PORT, so every Deployment probes the same way.
+ */
+import http from "node:http";
+import type { ServiceBroker } from "moleculer";
+
+/** Ready: the broker has started and, when distributed, is connected to the transporter. */
+export function isReady(broker: ServiceBroker): boolean {
+	return broker.started && (!broker.transit || broker.transit.connected);
+}
+
+export async function startHealthServer(broker: ServiceBroker, port: number): Promise<http.Server> {
+	const server = http.createServer((req, res) => {
+		const route = req.method === "GET" ? req.url?.split("?")[0] : undefined;
+		const [status, body] =
+			route === "/health/live" ? [200, { status: "live" }] : route === "/health/ready" ? (isReady(broker) ? [200, { status: "ready" }] : [503, { status: "not ready" }]) : [404, { type: "NOT_FOUND" }];
+		res.writeHead(status, { "content-type": "application/json" });
+		res.end(JSON.stringify(body));
+	});
+	await new Promise<void>(resolve => server.listen(port, "0.0.0.0", resolve));
+	return server;
+}

@@ -1,0 +1,152 @@
+/**
+ * A real cluster on one machine: a `nats-server` process on a free loopback port (with a temp store
+ * dir) and Node processes running `dist/index.js` with SERVICES, TRANSPORTER and their own DATA_DIR.
+ */
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { API_KEY, tempDir } from "../helpers/node";
+
+export const natsServerAvailable = spawnSync("nats-server", ["--version"]).status === 0;
+
+export async function freePort(): Promise<number> {
+	const server = net.createServer();
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	const { port } = server.address() as net.AddressInfo;
+	await new Promise(resolve => server.close(resolve));
+	return port;
+}
+
+async function waitFor(probe: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+	const deadline = Date.now() + timeoutMs;
+	while (!(await probe())) {
+		if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+		await new Promise(resolve => setTimeout(resolve, 50));
+	}
+}
+
+export class NatsServer {
+	private child: ChildProcess | null = null;
+	readonly storeDir = tempDir("scs-nats-");
+
+	constructor(readonly port: number) {}
+
+	get url(): string {
+		return `nats://127.0.0.1:${this.port}`;
+	}
+
+	async start(): Promise<void> {
+		let output = "";
+		this.child = spawn("nats-server", ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir], { stdio: ["ignore", "pipe", "pipe"] });
+		this.child.stdout!.on("data", chunk => (output += chunk));
+		this.child.stderr!.on("data", chunk => (output += chunk));
+		await waitFor(() => output.includes("Server is ready"), 10_000, "nats-server");
+	}
+
+	async stop(): Promise<void> {
+		const child = this.child;
+		if (!child || child.exitCode !== null) return;
+		const exited = new Promise(resolve => child.once("exit", resolve));
+		child.kill("SIGTERM");
+		await exited;
+		this.child = null;
+	}
+}
+
+export class NodeProcess {
+	readonly child: ChildProcess;
+	private output = "";
+	readonly exited: Promise<number | null>;
+	port = 0;
+
+	constructor(
+		readonly name: string,
+		env: Record<string, string>
+	) {
+		this.child = spawn(process.execPath, [path.resolve("dist/index.js")], { env: { PATH: process.env.PATH, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+		this.child.stdout!.on("data", chunk => (this.output += chunk));
+		this.child.stderr!.on("data", chunk => (this.output += chunk));
+		this.exited = new Promise(resolve => this.child.once("exit", code => resolve(code)));
+		if (process.env.TEST_LOG) this.child.stdout!.on("data", chunk => process.stdout.write(`[${name}] ${chunk}`));
+	}
+
+	get log(): string {
+		return this.output;
+	}
+
+	get url(): string {
+		return `http://127.0.0.1:${this.port}`;
+	}
+
+	/** Waits for the port it announces, then for /health/ready. */
+	async ready(timeoutMs = 20_000): Promise<this> {
+		await waitFor(() => {
+			if (this.child.exitCode !== null) throw new Error(`${this.name} exited with ${this.child.exitCode}:\n${this.output}`);
+			const match = /(?:listening on port|Health routes on port) (\d+)/.exec(this.output);
+			if (match) this.port = Number(match[1]);
+			return this.port > 0;
+		}, timeoutMs, `${this.name} to announce its port`);
+		await waitFor(async () => (await fetch(`${this.url}/health/ready`).catch(() => null))?.status === 200, timeoutMs, `${this.name} ready`);
+		return this;
+	}
+
+	async signal(signal: NodeJS.Signals): Promise<number | null> {
+		if (this.child.exitCode === null) this.child.kill(signal);
+		return this.exited;
+	}
+}
+
+export interface ClusterOptions {
+	verifiers: number;
+	seedFile: string;
+	mongoUrl?: string;
+}
+
+/** NATS + owners + verifiers + a gateway (api, receiver, network), each its own process. */
+export class Cluster {
+	readonly namespace = `t${process.pid}${Math.floor(Math.random() * 1e6)}`;
+	readonly dir = tempDir("scs-cluster-");
+	nats!: NatsServer;
+	owners!: NodeProcess;
+	verifiers: NodeProcess[] = [];
+	gateway!: NodeProcess;
+	private readonly all: NodeProcess[] = [];
+
+	constructor(private readonly options: ClusterOptions) {}
+
+	async start(): Promise<void> {
+		this.nats = new NatsServer(await freePort());
+		await this.nats.start();
+		this.owners = this.node("owners", { SERVICES: "mempool,leases,crankers,tin,epochs,access", REGISTRY_SEED_FILE: this.options.seedFile });
+		await this.owners.ready();
+		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier" }));
+		await Promise.all(this.verifiers.map(verifier => verifier.ready()));
+		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", WORKER_API_KEYS: API_KEY }).ready();
+	}
+
+	/** A process of the cluster, with its own DATA_DIR and a free port. */
+	node(name: string, env: Record<string, string>): NodeProcess {
+		const dataDir = path.join(this.dir, `${name}-${this.all.length}`);
+		fs.mkdirSync(dataDir);
+		const process_ = new NodeProcess(name, {
+			PORT: "0",
+			NAMESPACE: this.namespace,
+			TRANSPORTER: this.nats.url,
+			DATA_DIR: dataDir,
+			RATE_LIMIT_PER_MIN: "0",
+			SWEEP_INTERVAL_MS: "500",
+			VERIFY_TIMEOUT_MS: "2000",
+			LOG_LEVEL: "info",
+			...(this.options.mongoUrl ? { MONGO_URL: this.options.mongoUrl } : {}),
+			...env
+		});
+		this.all.push(process_);
+		return process_;
+	}
+
+	async stop(): Promise<void> {
+		await Promise.all(this.all.map(p => p.signal("SIGKILL")));
+		await this.nats?.stop();
+	}
+}

@@ -107,10 +107,19 @@ export class Chain {
 		return fetched && !fetched.meta?.err ? readSettlementTransaction(base64Bytes(fetched.transaction[0])) : null;
 	}
 
-	/** A successful transaction touching `account` whose memo names this payout nullifier: the settlement already on chain. */
-	async findSettlement(account: Address, payoutNullifier: string): Promise<string | null> {
-		const history = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed" }).send(this.deadline);
-		return history.find(entry => !entry.err && memoFieldNamesNullifier(entry.memo, payoutNullifier))?.signature ?? null;
+	/**
+	 * Successful transactions touching `account` whose memo names this payout nullifier, newest first,
+	 * paging back through the account's whole history (a flood of other transactions cannot hide one).
+	 */
+	async findSettlements(account: Address, payoutNullifier: string): Promise<string[]> {
+		const found: string[] = [];
+		let before: ReturnType<typeof toSignature> | undefined;
+		for (;;) {
+			const page = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed", ...(before ? { before } : {}) }).send(this.deadline);
+			found.push(...page.filter(entry => !entry.err && memoFieldNamesNullifier(entry.memo, payoutNullifier)).map(entry => entry.signature));
+			if (page.length < 1000) return found;
+			before = page[page.length - 1].signature;
+		}
 	}
 
 	/** The owner's token balances by mint (classic SPL Token accounts). */

@@ -4,6 +4,9 @@ import { address, type Address } from "@solana/kit";
 import { keypairFromSecretKey, type Keypair } from "../lib/ed25519";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "../lib/settlement";
 
+/** Solana's blockhashes live 150 blocks; a shorter setting could declare a live transaction dropped. */
+const MIN_BLOCKHASH_LIFETIME_SLOTS = 151;
+
 export const CRANKER_ROLES = ["settlement", "verifier", "submitter"] as const;
 export type CrankerRole = (typeof CRANKER_ROLES)[number];
 
@@ -56,7 +59,7 @@ function url(env: Env, key: string): string {
 	try {
 		new URL(value);
 	} catch {
-		throw new CrankerConfigError(`${key} is not a URL: "${value}"`);
+		throw new CrankerConfigError(`${key} is not a URL`);
 	}
 	return value.replace(/\/+$/, "");
 }
@@ -116,7 +119,7 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		pollIntervalMs: integer(env, "POLL_INTERVAL_MS", 1000, 10),
 		rpcTimeoutMs: integer(env, "RPC_TIMEOUT_MS", 10_000, 10),
 		heartbeatIntervalMs: integer(env, "HEARTBEAT_INTERVAL_MS", 10_000, 100),
-		blockhashLifetimeSlots: integer(env, "BLOCKHASH_LIFETIME_SLOTS", 300, 1),
+		blockhashLifetimeSlots: integer(env, "BLOCKHASH_LIFETIME_SLOTS", 300, MIN_BLOCKHASH_LIFETIME_SLOTS),
 		tinCreateFee: String(integer(env, "TIN_CREATE_FEE", 50_000, 0)),
 		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0))
 	};

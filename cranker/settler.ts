@@ -24,6 +24,13 @@ export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "
 
 type SignedSettlement = Awaited<ReturnType<typeof signSettlementTransaction>>["transaction"];
 
+/** After SIGTERM, how long a sent settlement is watched before it is left SUBMITTED for another Cranker. */
+const STOP_WAIT_MS = 20_000;
+/** Without a submission slot, slots are counted as at most this long (Solana's target is 400 ms). */
+const SLOT_MS_UPPER_BOUND = 1000;
+/** The Node keeps reasons up to 512 characters. */
+const MAX_REASON_LENGTH = 500;
+
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >= 400 && err.status < 500;
 
@@ -67,19 +74,20 @@ export class Settler {
 		if (typeof authorization === "string") return this.release(leased, authorization);
 
 		const creditAccount = await creditAccountAddress(leased.recipientRouteCommitment, address(leased.tokenMintAddress), this.config.settlementProgramId);
-		const existing = await this.chain.findSettlement(creditAccount, authorization.payoutNullifier);
-		if (existing) {
-			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: existing });
-			const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: existing });
-			return submitted ? this.finishLanded(submitted, existing) : "lost";
+		for (const candidate of await this.chain.findSettlements(creditAccount, authorization.payoutNullifier)) {
+			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
+			if (!(await this.isSettlementOf(leased, candidate))) continue;
+			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });
+			const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: candidate });
+			return submitted ? this.finishLanded(submitted, candidate) : "lost";
 		}
-
-		const slot = await this.chain.slot();
-		if (Date.parse(leased.expiresAt) <= Date.now() || BigInt(leased.expiresAtSlot) <= slot) return this.release(leased, "EXPIRED: not settled after its expiry");
-		if (this.stopping()) return this.release(leased, "cranker stopping");
 
 		const decimals = await this.chain.mintDecimals(leased.tokenMintAddress);
 		const lifetime = await this.chain.latestBlockhash();
+		// Read after the blockhash, so `slot` is never later than the blockhash's own slot: others add the lifetime to it.
+		const slot = await this.chain.slot();
+		if (Date.parse(leased.expiresAt) <= Date.now() || BigInt(leased.expiresAtSlot) <= slot) return this.finish(leased, "REJECTED", { reason: "EXPIRED" });
+		if (this.stopping()) return this.release(leased, "cranker stopping");
 		const { transaction } = await signSettlementTransaction(
 			{
 				cranker: this.signer,
@@ -129,14 +137,22 @@ export class Settler {
 	/** Sends and watches `transaction` until it lands, fails, or its blockhash expires. */
 	private async land(submitted: MempoolIntent, transaction: SignedSettlement, lifetime: Lifetime): Promise<SettleResult> {
 		const signature = getSignatureFromTransaction(transaction);
+		let stopDeadline: number | null = null;
 		for (let poll = 0; ; poll++) {
+			if (this.stopping()) {
+				// Stopping: wait for the outcome a while, then leave it SUBMITTED for finishOrphans (safe either way).
+				stopDeadline ??= Date.now() + STOP_WAIT_MS;
+				if (Date.now() > stopDeadline) return "lost";
+			}
 			if (poll % 4 === 0) {
 				// Send, then re-broadcast the same signed bytes now and then: it can land at most once.
 				const outcome = await this.chain.send(transaction).catch(err => {
 					this.log.warn("sendTransaction failed; watching the signature", { intent: submitted.id, error: (err as Error).message });
 					return null;
 				});
-				if (outcome?.kind === "refused") return this.finish(submitted, "REJECTED", { reason: `ONCHAIN_REFUSED: ${outcome.detail}` });
+				// Refused by preflight on the first send: it was never forwarded, so nothing can land.
+				// (A refused re-broadcast proves nothing: the first copy may still land.) Another Cranker may succeed.
+				if (poll === 0 && outcome?.kind === "refused") return this.finish(submitted, "VERIFIED", { reason: `DROPPED: refused in preflight: ${outcome.detail}` });
 			}
 			const state = await this.chain.signatureState(signature).catch(() => null);
 			if (state?.kind === "landed") return this.finishLanded(submitted, signature);
@@ -145,7 +161,10 @@ export class Settler {
 			if (height !== null && height > lifetime.lastValidBlockHeight) {
 				// The blockhash has expired: one last look, then the transaction can never land.
 				const last = await this.chain.signatureState(signature).catch(() => null);
-				if (last === null) continue;
+				if (last === null) {
+					await sleep(this.config.pollIntervalMs / 2);
+					continue;
+				}
 				if (last.kind === "landed") return this.finishLanded(submitted, signature);
 				if (last.kind === "failed") return this.finish(submitted, "REJECTED", { reason: `ONCHAIN_FAILED: ${last.detail}` });
 				this.log.warn("transaction dropped: its blockhash expired before it landed", { intent: submitted.id, signature });
@@ -155,14 +174,16 @@ export class Settler {
 		}
 	}
 
+	/** Whether `signature` is a successful transaction doing exactly this intent's settlement. */
+	private async isSettlementOf(intent: MempoolIntent, signature: string): Promise<boolean> {
+		const contents = await this.chain.transactionContents(signature).catch(() => null);
+		return !!contents && (await settlementMismatches(contents, { ...intent, programId: this.config.settlementProgramId })).length === 0;
+	}
+
 	/** A landed transaction is checked against the intent (memo, mint, amount, credit account) before CONFIRMED. */
 	private async finishLanded(submitted: MempoolIntent, signature: string): Promise<SettleResult> {
-		const contents = await this.chain.transactionContents(signature);
-		const problems = contents
-			? await settlementMismatches(contents, { ...submitted, programId: this.config.settlementProgramId })
-			: ["the transaction cannot be read back"];
-		if (problems.length) {
-			this.log.error("landed transaction is not this settlement; leaving it for an operator", { intent: submitted.id, signature, problems });
+		if (!(await this.isSettlementOf(submitted, signature))) {
+			this.log.error("landed transaction is not this settlement; leaving it for an operator", { intent: submitted.id, signature });
 			return "lost";
 		}
 		const state = await this.chain.signatureState(signature);
@@ -177,21 +198,32 @@ export class Settler {
 	 * confirms what landed, and returns to VERIFIED what can no longer land.
 	 */
 	async finishOrphans(): Promise<void> {
-		const candidates = await this.node.intentIds("SUBMITTED");
+		const candidates = await this.node.intentIds("SUBMITTED", 500);
 		for (const { id } of candidates) {
 			if (this.stopping()) return;
-			const record = await this.node.intent(id);
-			if (record.receiverStatus !== "SUBMITTED" || !record.submission) continue;
-			const mine = record.lease?.crankerPubkey === this.me;
-			if (!mine && record.lease && Date.parse(record.lease.expiresAt) > Date.now()) continue;
-			const { transactionSignature, slot: submittedSlot } = record.submission;
-			const state = await this.chain.signatureState(transactionSignature);
-			if (state.kind === "landed") await this.finishLanded(record, transactionSignature);
-			else if (state.kind === "failed") await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
-			else if (submittedSlot !== undefined && (await this.chain.slot()) > BigInt(submittedSlot + this.config.blockhashLifetimeSlots)) {
-				this.log.warn("orphaned submission can no longer land: returning the intent to VERIFIED", { intent: id, signature: transactionSignature });
-				await this.finish(record, "VERIFIED", { reason: "DROPPED: blockhash expired before the transaction landed" });
-			}
+			await this.finishOrphan(id).catch(err => this.log.warn("could not check an orphaned submission", { intent: id, error: (err as Error).message }));
+		}
+	}
+
+	private async finishOrphan(id: string): Promise<void> {
+		const record = await this.node.intent(id);
+		if (record.receiverStatus !== "SUBMITTED" || !record.submission) return;
+		const mine = record.lease?.crankerPubkey === this.me;
+		if (!mine && record.lease && Date.parse(record.lease.expiresAt) > Date.now()) return;
+		const { transactionSignature, slot: submittedSlot, submittedAt } = record.submission;
+		// The slot first, then the signature: a transaction not seen after that slot had expired can never land.
+		const slot = await this.chain.slot();
+		const state = await this.chain.signatureState(transactionSignature);
+		if (state.kind === "landed") await this.finishLanded(record, transactionSignature);
+		else if (state.kind === "failed") await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
+		else {
+			const expired =
+				submittedSlot !== undefined
+					? slot > BigInt(submittedSlot + this.config.blockhashLifetimeSlots)
+					: Date.now() > Date.parse(submittedAt) + this.config.blockhashLifetimeSlots * SLOT_MS_UPPER_BOUND;
+			if (!expired) return;
+			this.log.warn("orphaned submission can no longer land: returning the intent to VERIFIED", { intent: id, signature: transactionSignature });
+			await this.finish(record, "VERIFIED", { reason: "DROPPED: blockhash expired before the transaction landed" });
 		}
 	}
 
@@ -208,8 +240,9 @@ export class Settler {
 
 	/** One status update; a refusal (someone else moved it, the lease lapsed) is logged and answered null. */
 	private async report(record: MempoolIntent, status: IntentState, fields: { transactionSignature?: string; slot?: number; reason?: string }): Promise<MempoolIntent | null> {
+		const reason = fields.reason?.slice(0, MAX_REASON_LENGTH);
 		try {
-			return await this.node.updateStatus(record.id, { status, crankerPubkey: this.me, expectedVersion: record.stateVersion, ...fields });
+			return await this.node.updateStatus(record.id, { status, crankerPubkey: this.me, expectedVersion: record.stateVersion, ...fields, ...(reason ? { reason } : {}) });
 		} catch (err) {
 			if (!isRefusal(err)) throw err;
 			this.log.warn(`the Node refused ${status}`, { intent: record.id, type: (err as NodeApiError).type });

@@ -18,6 +18,8 @@ export const CRANKER_VERSION = "0.1.0";
 
 /** How often the settlement loop also looks for SUBMITTED intents whose Cranker vanished. */
 const ORPHAN_CHECK_EVERY = 5;
+/** How long an intent this Cranker released is left to others. */
+const SKIP_RELEASED_MS = 30_000;
 
 export class Cranker {
 	readonly pubkey: string;
@@ -28,8 +30,13 @@ export class Cranker {
 	private liquidity = new Map<string, bigint>();
 	private online = false;
 	private stopping = false;
+	/** Heartbeats outlive the work loops, so a settlement finishing after SIGTERM is still accepted. */
+	private heartbeatsStopping = false;
+	/** Intents this Cranker just gave back (expired evidence, preflight refusal): not leased again for a while. */
+	private readonly skipUntil = new Map<string, number>();
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];
+	private heartbeatLoop: Promise<void> = Promise.resolve();
 
 	private constructor(
 		private readonly config: CrankerConfig,
@@ -48,10 +55,11 @@ export class Cranker {
 	}
 
 	start(): void {
-		this.log.info("cranker starting", { crankerPubkey: this.pubkey, roles: this.config.roles, node: this.config.nodeUrl });
-		this.loops = [this.every(this.config.heartbeatIntervalMs, () => this.heartbeat())];
+		// The origin only: a URL can carry credentials.
+		this.log.info("cranker starting", { crankerPubkey: this.pubkey, roles: this.config.roles, node: new URL(this.config.nodeUrl).origin });
+		this.heartbeatLoop = this.every(this.config.heartbeatIntervalMs, () => this.heartbeat(), () => this.heartbeatsStopping);
 		if (this.config.roles.includes("settlement")) this.loops.push(this.settlementLoop());
-		if (this.config.roles.some(role => role === "verifier" || role === "submitter")) this.loops.push(this.every(this.config.pollIntervalMs, () => this.tinRound()));
+		if (this.config.roles.some(role => role === "verifier" || role === "submitter")) this.loops.push(this.every(this.config.pollIntervalMs, () => this.tinRound(), () => this.stopping));
 	}
 
 	/** Finishes (or releases) the work in hand, then returns. */
@@ -59,6 +67,9 @@ export class Cranker {
 		this.stopping = true;
 		for (const wake of this.sleepers) wake();
 		await Promise.all(this.loops);
+		this.heartbeatsStopping = true;
+		for (const wake of this.sleepers) wake();
+		await this.heartbeatLoop;
 		this.log.info("cranker stopped", { crankerPubkey: this.pubkey });
 	}
 
@@ -108,11 +119,17 @@ export class Cranker {
 	/** Settles the first work item this Cranker can pay; false when there was none. */
 	private async settleNext(): Promise<boolean> {
 		const work = await this.node.intentWork(20);
+		const now = Date.now();
+		for (const [id, until] of this.skipUntil) if (until <= now) this.skipUntil.delete(id);
 		for (const { intent } of work) {
 			if (this.stopping) return false;
-			if (!this.canPay(intent)) continue;
+			if (!this.canPay(intent) || this.skipUntil.has(intent.id)) continue;
 			const result = await this.settler.settle(intent);
 			if (result === "lost") continue; // another Cranker leased it first
+			if (result === "released") {
+				this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);
+				continue;
+			}
 			if (result === "confirmed") this.liquidity.set(intent.tokenMintAddress, (this.liquidity.get(intent.tokenMintAddress) ?? 0n) - BigInt(intent.amount));
 			return true;
 		}
@@ -185,15 +202,17 @@ export class Cranker {
 
 	// --- plumbing ---------------------------------------------------------------------------------
 
-	private async every(intervalMs: number, round: () => Promise<void>): Promise<void> {
-		while (!this.stopping) {
+	private async every(intervalMs: number, round: () => Promise<void>, done: () => boolean): Promise<void> {
+		while (!done()) {
+			const startedAt = Date.now();
 			await round().catch(err => this.log.warn("round failed; retrying", { error: (err as Error).message }));
-			await this.sleep(intervalMs);
+			// A fixed rate: a slow round does not push the next one later.
+			await this.sleep(Math.max(0, intervalMs - (Date.now() - startedAt)), done);
 		}
 	}
 
-	private sleep(ms: number): Promise<void> {
-		if (this.stopping) return Promise.resolve();
+	private sleep(ms: number, done: () => boolean = () => this.stopping): Promise<void> {
+		if (done()) return Promise.resolve();
 		return new Promise(resolve => {
 			const wake = () => {
 				clearTimeout(timer);

@@ -199,10 +199,11 @@ export class SettlementClient {
 	/**
 	 * Checks on chain, through the Solana RPC, that `signature` is a confirmed, successful settlement
 	 * of the expected payment: its memo names the intent's transactionCommitment and it transfers
-	 * exactly the amount of the mint (to the route's credit account when `recipientRouteCommitment`
-	 * is given). A finished intent's public view is a valid `expected`.
+	 * exactly the amount of the mint to the credit account of the route the payment was signed for
+	 * (`recipientRouteCommitment`, from resolveTin), so a transfer anywhere else never passes.
+	 * Typically `{ ...intent, recipientRouteCommitment: route.routeCommitment }`.
 	 */
-	async confirmOnChain(signature: string, expected: ExpectedSettlement): Promise<OnChainSettlement> {
+	async confirmOnChain(signature: string, expected: ExpectedSettlement & { recipientRouteCommitment: string }): Promise<OnChainSettlement> {
 		if (!this.rpc) throw new SettlementError("confirmOnChain needs the solanaRpcUrl client option", "CONFIGURATION_ERROR", null);
 		let fetched;
 		try {

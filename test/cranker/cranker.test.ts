@@ -118,6 +118,7 @@ describe("Cranker settling payments", () => {
 		process.child.kill("SIGKILL");
 		await process.exited;
 		h.chain.dropNextSends(0);
+		h.chain.advance(160); // past BLOCKHASH_LIFETIME_SLOTS after its submission slot
 
 		const rescuer = await h.cranker(await h.crankerKey(mint));
 		const done = await executed(intent.id, 30_000);

@@ -87,7 +87,7 @@ export class Harness {
 			POLL_INTERVAL_MS: "100",
 			HEARTBEAT_INTERVAL_MS: "500",
 			RPC_TIMEOUT_MS: "1000",
-			BLOCKHASH_LIFETIME_SLOTS: "40",
+			BLOCKHASH_LIFETIME_SLOTS: "151",
 			...extra
 		};
 	}

@@ -44,7 +44,7 @@ describe("confirmOnChain", () => {
 
 	it("refuses a transaction that exists but is not this settlement", async () => {
 		const { signature, mint } = await landSettlement(4200n, routeCommitment, transactionCommitment);
-		const expected = { transactionCommitment, amount: "4200", tokenMintAddress: mint };
+		const expected = { transactionCommitment, amount: "4200", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment };
 		await expect(client.confirmOnChain(signature, { ...expected, amount: "4201" })).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH", message: expect.stringContaining("expected 4201") });
 		await expect(client.confirmOnChain(signature, { ...expected, transactionCommitment: sha256Hex("another intent") })).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
 		await expect(client.confirmOnChain(signature, { ...expected, recipientRouteCommitment: sha256Hex("another route") })).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
@@ -52,7 +52,7 @@ describe("confirmOnChain", () => {
 
 	it("says when the signature is not on chain, when the RPC fails, and when no RPC is configured", async () => {
 		const unknown = "5".repeat(88);
-		const expected = { transactionCommitment, amount: "1", tokenMintAddress: chain.createMint() };
+		const expected = { transactionCommitment, amount: "1", tokenMintAddress: chain.createMint(), recipientRouteCommitment: routeCommitment };
 		await expect(client.confirmOnChain(unknown, expected)).rejects.toMatchObject({ type: "NOT_ON_CHAIN" });
 		chain.injectFault("getTransaction", "http-500");
 		await expect(client.confirmOnChain(unknown, expected)).rejects.toMatchObject({ type: "NETWORK_ERROR" });

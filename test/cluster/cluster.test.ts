@@ -5,7 +5,7 @@
  */
 import type { CreateIntentRequest } from "../../lib/intents";
 import { newRoute, newWallet, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
-import { httpClient, tempDir, worker, type Http } from "../helpers/node";
+import { API_KEY, httpClient, tempDir, worker, type Http } from "../helpers/node";
 import { Cluster, natsServerAvailable } from "./cluster";
 
 jest.setTimeout(120_000);
@@ -65,7 +65,7 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 
 	beforeAll(async () => {
 		const dir = tempDir();
-		cluster = new Cluster({ verifiers: 3, seedFile: writeSeedFile(dir, [route]) });
+		cluster = new Cluster({ verifiers: 3, seedFile: writeSeedFile(dir, [route]), workerApiKey: API_KEY });
 		await cluster.start();
 		http = httpClient(cluster.gateway.url);
 	});
@@ -142,7 +142,7 @@ describeWithMongo("cluster over NATS with MongoDB owners (two replicas)", () => 
 	let http: Http;
 
 	beforeAll(async () => {
-		cluster = new Cluster({ verifiers: 2, seedFile: writeSeedFile(tempDir(), [route]), mongoUrl: `${mongoUrl}`.replace(/\/?(\?|$)/, `/scs_cluster_${Date.now()}$1`) });
+		cluster = new Cluster({ verifiers: 2, seedFile: writeSeedFile(tempDir(), [route]), workerApiKey: API_KEY, mongoUrl: `${mongoUrl}`.replace(/\/?(\?|$)/, `/scs_cluster_${Date.now()}$1`) });
 		await cluster.start();
 		await cluster.node("owners-2", { SERVICES: "mempool,leases,crankers,tin,epochs,access", REGISTRY_SEED_FILE: writeSeedFile(tempDir(), [route]) }).ready();
 		http = httpClient(cluster.gateway.url);

@@ -1,12 +1,15 @@
 /**
  * A real cluster on one machine: a `nats-server` process on a free loopback port (with a temp store
  * dir) and Node processes running `dist/index.js` with SERVICES, TRANSPORTER and their own DATA_DIR.
+ * Used by the cluster tests and by `npm run bench:cluster` (so it imports nothing of the tests).
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
 import path from "node:path";
-import { API_KEY, tempDir } from "../helpers/node";
+
+const tempDir = (prefix: string) => fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 
 export const natsServerAvailable = spawnSync("nats-server", ["--version"]).status === 0;
 
@@ -62,9 +65,10 @@ export class NodeProcess {
 
 	constructor(
 		readonly name: string,
+		root: string,
 		env: Record<string, string>
 	) {
-		this.child = spawn(process.execPath, [path.resolve("dist/index.js")], { env: { PATH: process.env.PATH, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+		this.child = spawn(process.execPath, [path.join(root, "dist/index.js")], { env: { PATH: process.env.PATH, ...env }, stdio: ["ignore", "pipe", "pipe"] });
 		this.child.stdout!.on("data", chunk => (this.output += chunk));
 		this.child.stderr!.on("data", chunk => (this.output += chunk));
 		this.exited = new Promise(resolve => this.child.once("exit", code => resolve(code)));
@@ -100,7 +104,10 @@ export class NodeProcess {
 export interface ClusterOptions {
 	verifiers: number;
 	seedFile: string;
+	workerApiKey: string;
 	mongoUrl?: string;
+	/** The directory holding dist/ (the repository root). */
+	root?: string;
 }
 
 /** NATS + owners + verifiers + a gateway (api, receiver, network), each its own process. */
@@ -122,14 +129,14 @@ export class Cluster {
 		await this.owners.ready();
 		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier" }));
 		await Promise.all(this.verifiers.map(verifier => verifier.ready()));
-		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", WORKER_API_KEYS: API_KEY }).ready();
+		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", WORKER_API_KEYS: this.options.workerApiKey }).ready();
 	}
 
 	/** A process of the cluster, with its own DATA_DIR and a free port. */
 	node(name: string, env: Record<string, string>): NodeProcess {
 		const dataDir = path.join(this.dir, `${name}-${this.all.length}`);
 		fs.mkdirSync(dataDir);
-		const process_ = new NodeProcess(name, {
+		const process_ = new NodeProcess(name, this.options.root ?? process.cwd(), {
 			PORT: "0",
 			NAMESPACE: this.namespace,
 			TRANSPORTER: this.nats.url,
@@ -137,7 +144,7 @@ export class Cluster {
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "500",
 			VERIFY_TIMEOUT_MS: "2000",
-			LOG_LEVEL: "info",
+			LOG_LEVEL: "info", // the processes announce their ports at info
 			...(this.options.mongoUrl ? { MONGO_URL: this.options.mongoUrl } : {}),
 			...env
 		});

@@ -6,6 +6,7 @@
 import type { CreateIntentRequest } from "../../lib/intents";
 import { newRoute, newWallet, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, tempDir, worker, type Http } from "../helpers/node";
+import { waitFor } from "../helpers/process";
 import { Cluster, natsServerAvailable } from "./cluster";
 
 jest.setTimeout(120_000);
@@ -33,23 +34,13 @@ async function submitAll(http: Http, intents: CreateIntentRequest[], concurrency
 	return results;
 }
 
-async function eventually<T>(probe: () => Promise<T | null>, timeoutMs: number, what: string): Promise<T> {
-	const deadline = Date.now() + timeoutMs;
-	for (;;) {
-		const value = await probe();
-		if (value) return value;
-		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-		await new Promise(resolve => setTimeout(resolve, 200));
-	}
-}
-
 /** Every intent ends VERIFIED exactly once (history), none left RECEIVED or NODE_VERIFYING. */
 async function allVerifiedOnce(http: Http, ids: string[], timeoutMs = 30_000) {
-	return eventually(async () => {
+	return waitFor(async () => {
 		const records = await Promise.all(ids.map(async id => (await http("GET", `/intents/${id}`, undefined, worker)).body));
 		if (records.some(record => record.receiverStatus !== "VERIFIED")) return null;
 		return records;
-	}, timeoutMs, "every intent VERIFIED").then(records => {
+	}, timeoutMs, "every intent VERIFIED", 200).then(records => {
 		for (const record of records) expect(record.history.filter((entry: HistoryEntry) => entry.state === "VERIFIED")).toHaveLength(1);
 		return records;
 	});
@@ -117,10 +108,10 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		await cluster.nats.stop();
 		await new Promise(resolve => setTimeout(resolve, 1000));
 		await cluster.nats.start();
-		const after = await eventually(async () => {
+		const after = await waitFor(async () => {
 			const attempt = await submitAll(http, [signedIntent(senders[0], route)], 1);
 			return attempt[0].status === 201 ? attempt : null;
-		}, 30_000, "the cluster to verify again after the NATS restart");
+		}, 30_000, "the cluster to verify again after the NATS restart", 200);
 		const more = await submitAll(http, intentsOf(1), 4);
 		expect(more.filter(r => r.status !== 201)).toEqual([]);
 		await allVerifiedOnce(http, [...before, ...after, ...more].map(r => r.id!));

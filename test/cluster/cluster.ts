@@ -1,33 +1,17 @@
 /**
  * A real cluster on one machine: a `nats-server` process on a free loopback port (with a temp store
  * dir) and Node processes running `dist/index.js` with SERVICES, TRANSPORTER and their own DATA_DIR.
- * Used by the cluster tests and by `npm run bench:cluster` (so it imports nothing of the tests).
+ * Used by the cluster tests and by `npm run bench:cluster` (so it imports no service code).
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { freePort, spawnScript, waitFor, type ScriptProcess } from "../helpers/process";
 
 const tempDir = (prefix: string) => fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 
 export const natsServerAvailable = spawnSync("nats-server", ["--version"]).status === 0;
-
-export async function freePort(): Promise<number> {
-	const server = net.createServer();
-	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
-	const { port } = server.address() as net.AddressInfo;
-	await new Promise(resolve => server.close(resolve));
-	return port;
-}
-
-async function waitFor(probe: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-	const deadline = Date.now() + timeoutMs;
-	while (!(await probe())) {
-		if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-		await new Promise(resolve => setTimeout(resolve, 50));
-	}
-}
 
 export class NatsServer {
 	private child: ChildProcess | null = null;
@@ -44,7 +28,7 @@ export class NatsServer {
 		this.child = spawn("nats-server", ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir], { stdio: ["ignore", "pipe", "pipe"] });
 		this.child.stdout!.on("data", chunk => (output += chunk));
 		this.child.stderr!.on("data", chunk => (output += chunk));
-		await waitFor(() => output.includes("Server is ready"), 10_000, "nats-server");
+		await waitFor(() => output.includes("Server is ready"), 10_000, "nats-server", 50);
 	}
 
 	async stop(): Promise<void> {
@@ -58,9 +42,7 @@ export class NatsServer {
 }
 
 export class NodeProcess {
-	readonly child: ChildProcess;
-	private output = "";
-	readonly exited: Promise<number | null>;
+	private readonly process: ScriptProcess;
 	port = 0;
 
 	constructor(
@@ -68,15 +50,19 @@ export class NodeProcess {
 		root: string,
 		env: Record<string, string>
 	) {
-		this.child = spawn(process.execPath, [path.join(root, "dist/index.js")], { env: { PATH: process.env.PATH, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-		this.child.stdout!.on("data", chunk => (this.output += chunk));
-		this.child.stderr!.on("data", chunk => (this.output += chunk));
-		this.exited = new Promise(resolve => this.child.once("exit", code => resolve(code)));
-		if (process.env.TEST_LOG) this.child.stdout!.on("data", chunk => process.stdout.write(`[${name}] ${chunk}`));
+		this.process = spawnScript(path.join(root, "dist/index.js"), env, [], name);
+	}
+
+	get child(): ChildProcess {
+		return this.process.child;
+	}
+
+	get exited(): Promise<number | null> {
+		return this.process.exited;
 	}
 
 	get log(): string {
-		return this.output;
+		return this.process.output();
 	}
 
 	get url(): string {
@@ -86,12 +72,12 @@ export class NodeProcess {
 	/** Waits for the port it announces, then for /health/ready. */
 	async ready(timeoutMs = 20_000): Promise<this> {
 		await waitFor(() => {
-			if (this.child.exitCode !== null) throw new Error(`${this.name} exited with ${this.child.exitCode}:\n${this.output}`);
-			const match = /(?:listening on port|Health routes on port) (\d+)/.exec(this.output);
+			if (this.child.exitCode !== null) throw new Error(`${this.name} exited with ${this.child.exitCode}:\n${this.log}`);
+			const match = /(?:listening on port|Health routes on port) (\d+)/.exec(this.log);
 			if (match) this.port = Number(match[1]);
 			return this.port > 0;
-		}, timeoutMs, `${this.name} to announce its port`);
-		await waitFor(async () => (await fetch(`${this.url}/health/ready`).catch(() => null))?.status === 200, timeoutMs, `${this.name} ready`);
+		}, timeoutMs, `${this.name} to announce its port`, 50);
+		await waitFor(async () => (await fetch(`${this.url}/health/ready`).catch(() => null))?.status === 200, timeoutMs, `${this.name} ready`, 50);
 		return this;
 	}
 

@@ -36,6 +36,21 @@ async function executed(id: string, timeoutMs = 20_000) {
 
 const states = (record: { history: { state: string }[] }) => record.history.map(entry => entry.state);
 
+/** The worker view once the intent is in `state`. */
+const recordIn = (id: string, state: string) =>
+	waitFor(async () => {
+		const record = await h.record(id);
+		return record.receiverStatus === state ? record : null;
+	}, 20_000, state);
+
+/** A new mint and a Cranker holding it, once its heartbeat has offered that liquidity (it then takes the mint's work). */
+async function onlineCrankerForNewMint() {
+	const mint = h.chain.createMint(6);
+	const cranker = await h.cranker(await h.crankerKey(mint));
+	await waitFor(async () => (await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint), 10_000, "liquidity");
+	return { mint, cranker };
+}
+
 describe("Cranker settling payments", () => {
 	it("settles a payment from signature to executed, and the SDK confirms it on chain", async () => {
 		const mint = h.chain.createMint(6);
@@ -111,10 +126,7 @@ describe("Cranker settling payments", () => {
 		h.chain.dropNextSends(1000);
 		const process = h.crankerProcess(h.crankerEnv(doomed));
 		const intent = await h.pay(mint, "4242");
-		const submitted = await waitFor(async () => {
-			const record = await h.record(intent.id);
-			return record.receiverStatus === "SUBMITTED" ? record : null;
-		}, 20_000, "SUBMITTED");
+		const submitted = await recordIn(intent.id, "SUBMITTED");
 		process.child.kill("SIGKILL");
 		await process.exited;
 		h.chain.dropNextSends(0);
@@ -143,9 +155,7 @@ describe("Cranker settling payments", () => {
 	});
 
 	it("survives injected RPC failures and a lost send, and still settles exactly once", async () => {
-		const mint = h.chain.createMint(6);
-		const cranker = await h.cranker(await h.crankerKey(mint));
-		await waitFor(async () => (await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint), 10_000, "liquidity");
+		const { mint, cranker } = await onlineCrankerForNewMint();
 		h.chain.injectFault("getLatestBlockhash", "http-500", 2);
 		h.chain.injectFault("getSignaturesForAddress", "rpc-error", 2);
 		h.chain.injectFault("sendTransaction", "http-500", 1);
@@ -160,15 +170,10 @@ describe("Cranker settling payments", () => {
 	});
 
 	it("rebuilds and resends only after the old blockhash can no longer land", async () => {
-		const mint = h.chain.createMint(6);
-		const cranker = await h.cranker(await h.crankerKey(mint));
-		await waitFor(async () => (await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint), 10_000, "liquidity");
+		const { mint, cranker } = await onlineCrankerForNewMint();
 		h.chain.dropNextSends(1000);
 		const intent = await h.pay(mint, "5");
-		const first = await waitFor(async () => {
-			const record = await h.record(intent.id);
-			return record.receiverStatus === "SUBMITTED" ? record : null;
-		}, 20_000, "SUBMITTED");
+		const first = await recordIn(intent.id, "SUBMITTED");
 		await waitFor(async () => (await h.record(intent.id)).history.some((entry: { reason?: string }) => entry.reason?.startsWith("DROPPED")), 20_000, "DROPPED");
 		// Its blockhash was fetched after `submission.slot` and lives 30 slots: dropped only once that has passed.
 		expect(h.chain.slot).toBeGreaterThan(first.submission.slot + 30);
@@ -180,9 +185,7 @@ describe("Cranker settling payments", () => {
 	});
 
 	it("never settles an expired intent", async () => {
-		const mint = h.chain.createMint(6);
-		const cranker = await h.cranker(await h.crankerKey(mint));
-		await waitFor(async () => (await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint), 10_000, "liquidity");
+		const { mint, cranker } = await onlineCrankerForNewMint();
 		// Every chain lookup before sending fails until the intent's slot has passed.
 		h.chain.injectFault("getSignaturesForAddress", "http-500", 1000);
 		const intent = await h.pay(mint, "900", { expiresAtSlot: h.chain.slot + 15 });
@@ -225,7 +228,7 @@ describe("Cranker process", () => {
 		h.chain.injectFault("getSignaturesForAddress", "hang", 1);
 		const run = h.crankerProcess(h.crankerEnv(key, { RPC_TIMEOUT_MS: "1000" }));
 		const intent = await h.pay(mint, "64");
-		await waitFor(async () => (await h.record(intent.id)).receiverStatus === "CRANKER_LEASED", 20_000, "lease");
+		await recordIn(intent.id, "CRANKER_LEASED");
 		run.child.kill("SIGTERM");
 		expect(await run.exited).toBe(0);
 		const record = await h.record(intent.id);

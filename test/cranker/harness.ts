@@ -3,7 +3,6 @@
  * SOLANA_RPC_URL pointing at it, funded Cranker keys, Crankers in process or as real processes,
  * and a sender paying through the SDK.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import type { Address } from "@solana/kit";
@@ -16,16 +15,13 @@ import type { PublicMempoolIntent } from "../../lib/intents";
 import { newRoute, uniqueId, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
 import { LocalChain } from "../chain/local-chain";
+import { spawnScript, type ScriptProcess } from "../helpers/process";
+
+export { waitFor } from "../helpers/process";
 
 export interface CrankerKey {
 	address: string;
 	file: string;
-}
-
-export interface CrankerProcess {
-	child: ChildProcess;
-	output: () => string;
-	exited: Promise<number | null>;
 }
 
 export class Harness {
@@ -35,7 +31,7 @@ export class Harness {
 	node!: TestNode;
 	client!: SettlementClient;
 	private readonly running: Cranker[] = [];
-	private readonly children: ChildProcess[] = [];
+	private readonly children: ScriptProcess[] = [];
 
 	async start(): Promise<void> {
 		await this.chain.start();
@@ -62,7 +58,7 @@ export class Harness {
 	}
 
 	async stop(): Promise<void> {
-		for (const child of this.children) child.kill("SIGKILL");
+		for (const { child } of this.children) child.kill("SIGKILL");
 		await Promise.all(this.running.map(cranker => cranker.stop()));
 		await this.node.stop();
 		await this.chain.stop();
@@ -107,14 +103,10 @@ export class Harness {
 	}
 
 	/** `npm run cranker` as a real process (dist/cranker/index.js). */
-	crankerProcess(env: Record<string, string>, args: string[] = []): CrankerProcess {
-		const child = spawn(process.execPath, [path.resolve("dist/cranker/index.js"), ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-		let output = "";
-		child.stdout!.on("data", chunk => (output += chunk));
-		child.stderr!.on("data", chunk => (output += chunk));
-		this.children.push(child);
-		const exited = new Promise<number | null>(resolve => child.on("exit", code => resolve(code)));
-		return { child, output: () => output, exited };
+	crankerProcess(env: Record<string, string>, args: string[] = []): ScriptProcess {
+		const cranker = spawnScript(path.resolve("dist/cranker/index.js"), env, args, "cranker");
+		this.children.push(cranker);
+		return cranker;
 	}
 
 	/** A sender signs a payment to the harness route with the SDK and submits it. */
@@ -138,15 +130,5 @@ export class Harness {
 	async record(id: string) {
 		const { body } = await this.node.http("GET", `/intents/${id}`, undefined, worker);
 		return body;
-	}
-}
-
-export async function waitFor<T>(probe: () => Promise<T | null | undefined | false>, timeoutMs = 20_000, what = "condition"): Promise<T> {
-	const deadline = Date.now() + timeoutMs;
-	for (;;) {
-		const value = await probe();
-		if (value) return value;
-		if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-		await new Promise(resolve => setTimeout(resolve, 100));
 	}
 }

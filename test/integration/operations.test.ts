@@ -3,7 +3,6 @@
  * the wake route, a restart on the same DATA_DIR, health, and the real `npm start` process
  * (secrets generated but never printed, clean SIGTERM, refusal of a bad registry seed).
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
@@ -12,6 +11,7 @@ import { loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { freePort, spawnScript, waitFor } from "../helpers/process";
 
 const ROOT = path.resolve(__dirname, "../..");
 const sender = newWallet();
@@ -175,7 +175,7 @@ describe("health", () => {
 		const starting = broker.start().catch(() => undefined);
 		try {
 			const api = broker.getLocalService("api") as unknown as { server: net.Server };
-			await until(() => api.server.listening);
+			await waitFor(() => api.server.listening, 10_000, "the gateway to listen", 20);
 			const http = httpClient(`http://127.0.0.1:${(api.server.address() as net.AddressInfo).port}`);
 			expect((await http("GET", "/health/live")).status).toBe(200);
 			const ready = await http("GET", "/health/ready");
@@ -188,32 +188,8 @@ describe("health", () => {
 	});
 });
 
-async function until(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
-	const deadline = Date.now() + timeoutMs;
-	while (!condition()) {
-		if (Date.now() > deadline) throw new Error("condition not met in time");
-		await wait(20);
-	}
-}
-
-async function freePort(): Promise<number> {
-	return new Promise(resolve => {
-		const server = net.createServer().listen(0, "127.0.0.1", () => {
-			const { port } = server.address() as net.AddressInfo;
-			server.close(() => resolve(port));
-		});
-	});
-}
-
 /** The compiled service as `npm start` runs it (the test script builds it first). */
-function startProcess(env: Record<string, string>): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
-	const child = spawn(process.execPath, [path.join(ROOT, "dist/index.js")], { env: { PATH: process.env.PATH ?? "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
-	let output = "";
-	child.stdout!.on("data", chunk => (output += chunk));
-	child.stderr!.on("data", chunk => (output += chunk));
-	const exited = new Promise<number | null>(resolve => child.on("exit", code => resolve(code)));
-	return { child, output: () => output, exited };
-}
+const startProcess = (env: Record<string, string>) => spawnScript(path.join(ROOT, "dist/index.js"), env);
 
 describe("the `npm start` process", () => {
 	it("generates its secrets into DATA_DIR without printing them, serves, and exits 0 on SIGTERM after finishing in-flight work", async () => {
@@ -223,7 +199,7 @@ describe("the `npm start` process", () => {
 		const proc = startProcess({ PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), LOG_LEVEL: "info" });
 		try {
 			const http = httpClient(`http://127.0.0.1:${port}`);
-			await until(() => proc.output().includes("listening on port"), 20_000);
+			await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
 			expect((await http("GET", "/health/ready")).status).toBe(200);
 
 			const key = fs.readFileSync(path.join(dataDir, "worker-api-keys"), "utf8").trim();

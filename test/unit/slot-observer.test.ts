@@ -2,6 +2,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { SlotObserver } from "../../lib/slot-observer";
+import { waitFor } from "../helpers/process";
 
 interface FakeRpc {
 	url: string;
@@ -43,14 +44,8 @@ async function startFakeRpc(): Promise<FakeRpc> {
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
-/** Waits until `condition` holds (or fails after `ms`). */
-async function until(condition: () => boolean, ms = 3000): Promise<void> {
-	const deadline = Date.now() + ms;
-	while (!condition()) {
-		if (Date.now() > deadline) throw new Error("condition not met in time");
-		await sleep(5);
-	}
-}
+/** Waits until `condition` holds (or fails after 3 s), looking every 5 ms. */
+const until = (condition: () => boolean) => waitFor(condition, 3000, "condition", 5);
 
 const INTERVAL = 20;
 let rpc: FakeRpc;

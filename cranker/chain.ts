@@ -21,7 +21,7 @@ import {
 	type Transaction
 } from "@solana/kit";
 import { getMintDecoder, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
-import { memoFieldNamesNullifier, readSettlementTransaction, type SettlementContents } from "../lib/settlement";
+import { memoFieldNamesNullifier, readEncodedSettlementTransaction, type SettlementContents } from "../lib/settlement";
 
 export interface Lifetime {
 	blockhash: Blockhash;
@@ -104,7 +104,7 @@ export class Chain {
 	/** What a confirmed transaction did, read from its wire bytes. */
 	async transactionContents(signature: string): Promise<SettlementContents | null> {
 		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
-		return fetched && !fetched.meta?.err ? readSettlementTransaction(base64Bytes(fetched.transaction[0])) : null;
+		return fetched && !fetched.meta?.err ? readEncodedSettlementTransaction(fetched.transaction[0]) : null;
 	}
 
 	/**

@@ -7,6 +7,8 @@
  */
 import type { MempoolIntent, UpdateStatusRequest } from "../lib/intents";
 import type { PayoutAuthorization } from "../lib/payout";
+import type { TinStage } from "../lib/schemas";
+import type { StageRequest, toTinOperationView } from "../lib/tin-operations";
 
 export class NodeApiError extends Error {
 	constructor(
@@ -25,30 +27,8 @@ export interface IntentWorkItem {
 	leaseTtlMs: number;
 }
 
-export interface TinOperationWork {
-	id: string;
-	operationId: string;
-	intentType: "create" | "update";
-	tin: string | null;
-	status: string;
-	request: {
-		operationId: string;
-		intentType: "create" | "update";
-		tin?: string;
-		ownerWallet: string;
-		routeCommitment: string;
-		policyCommitment: string;
-		ownerSignature: string;
-		issuedAt: string;
-		expiresAt: string;
-	};
-	verifiedBy?: string;
-	feeCommittedBy?: string;
-	submittedBy?: string;
-	transactionSignature?: string;
-}
-
-export type TinStage = "verified" | "fee-committed" | "submitted" | "finalized" | "failed" | "rejected";
+/** What the work lists and stage routes answer: the worker view of a TIN operation. */
+export type TinOperationWork = ReturnType<typeof toTinOperationView>;
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
@@ -91,7 +71,7 @@ export class NodeClient {
 		return this.request("GET", `/tin-operations/${list}${query}`, undefined, 0);
 	}
 
-	tinStage(id: string, stage: TinStage, body: { crankerPubkey: string; transactionSignature?: string; feeAmount?: string; reason?: string }): Promise<TinOperationWork> {
+	tinStage(id: string, stage: TinStage, body: StageRequest): Promise<TinOperationWork> {
 		return this.request("POST", `/tin-operations/${encodeURIComponent(id)}/${stage}`, body);
 	}
 

@@ -227,9 +227,9 @@ export class Settler {
 		}
 	}
 
-	private async release(leased: MempoolIntent, reason: string): Promise<SettleResult> {
+	private release(leased: MempoolIntent, reason: string): Promise<SettleResult> {
 		this.log.info("releasing lease", { intent: leased.id, reason });
-		return (await this.report(leased, "VERIFIED", { reason })) ? "released" : "lost";
+		return this.finish(leased, "VERIFIED", { reason });
 	}
 
 	private async finish(record: MempoolIntent, status: "CONFIRMED" | "REJECTED" | "VERIFIED", fields: { transactionSignature?: string; slot?: number; reason?: string }): Promise<SettleResult> {

@@ -7,6 +7,7 @@ import {
 	appendTransactionMessageInstructions,
 	createTransactionMessage,
 	decompileTransactionMessage,
+	getBase64Encoder,
 	getCompiledTransactionMessageDecoder,
 	getProgramDerivedAddress,
 	getTransactionDecoder,
@@ -140,6 +141,11 @@ export function readSettlementTransaction(wireTransaction: ReadonlyUint8Array): 
 			return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
 		});
 	return { memos: getMemosFromInstructions(instructions).map(m => m.memo), transfers };
+}
+
+/** The same, from the base64 text an RPC `getTransaction` answers with `encoding: "base64"`. */
+export function readEncodedSettlementTransaction(base64: string): SettlementContents {
+	return readSettlementTransaction(getBase64Encoder().encode(base64));
 }
 
 export interface ExpectedSettlement {

@@ -9,7 +9,7 @@ import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/can
 import { encodeBase58 } from "../lib/encoding";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
-import { readSettlementTransaction, settlementMismatches, type ExpectedSettlement } from "../lib/settlement";
+import { readEncodedSettlementTransaction, settlementMismatches, type ExpectedSettlement } from "../lib/settlement";
 
 /** What signs a message: a local keypair here, a wallet adapter's `signMessage` in an app. */
 export interface Signer {
@@ -97,10 +97,6 @@ const FUNDING_MODE = "wallet_only_v2";
 const TERMINAL = new Set(["executed", "canceled"]);
 const utf8 = new TextEncoder();
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
-
-function base64Bytes(text: string): Uint8Array {
-	return Uint8Array.from(atob(text), char => char.charCodeAt(0));
-}
 
 function randomToken(bytes: number): string {
 	const buffer = new Uint8Array(bytes);
@@ -213,7 +209,7 @@ export class SettlementClient {
 		}
 		if (!fetched) throw new SettlementError(`transaction ${signature} is not confirmed on chain`, "NOT_ON_CHAIN", null);
 		if (fetched.meta?.err) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta.err });
-		const contents = readSettlementTransaction(base64Bytes(fetched.transaction[0]));
+		const contents = readEncodedSettlementTransaction(fetched.transaction[0]);
 		const problems = await settlementMismatches(contents, expected);
 		if (problems.length) throw new SettlementError(`transaction ${signature} is not this settlement: ${problems.join("; ")}`, "SETTLEMENT_MISMATCH", null, { problems });
 		const memo = contents.memos.find(m => m.includes(expected.transactionCommitment))!;

@@ -11,7 +11,7 @@ import {
 	creditOwnerAddress,
 	DEFAULT_SETTLEMENT_PROGRAM_ID,
 	memoFieldNamesNullifier,
-	readSettlementTransaction,
+	readEncodedSettlementTransaction,
 	settlementMemo,
 	settlementMismatches,
 	signSettlementTransaction,
@@ -68,7 +68,7 @@ describe("settlement transaction", () => {
 		expect(creditAccount).toBe(await creditAccountAddress(routeCommitment, mint));
 
 		const fetched = await rpc.getTransaction(signature, { encoding: "base64", maxSupportedTransactionVersion: 0, commitment: "confirmed" }).send();
-		const contents = readSettlementTransaction(Buffer.from(fetched!.transaction[0], "base64"));
+		const contents = readEncodedSettlementTransaction(fetched!.transaction[0]);
 		expect(contents.memos).toEqual([settlementMemo(transactionCommitment, payoutNullifier)]);
 		expect(contents.transfers).toEqual([{ source, mint, destination: creditAccount, authority: cranker.address, amount: 250_000n, decimals: 6 }]);
 		const expected = { transactionCommitment, amount: "250000", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment };

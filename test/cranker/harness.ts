@@ -82,7 +82,8 @@ export class Harness {
 			SOLANA_RPC_URL: this.chain.url,
 			POLL_INTERVAL_MS: "100",
 			HEARTBEAT_INTERVAL_MS: "500",
-			RPC_TIMEOUT_MS: "1000",
+			// Generous: on a loaded CI machine a 1 s timeout made a Cranker give back a lease it would have settled.
+			RPC_TIMEOUT_MS: "5000",
 			BLOCKHASH_LIFETIME_SLOTS: "151",
 			...extra
 		};

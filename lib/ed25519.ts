@@ -1,37 +1,90 @@
 /**
  * ed25519 with node:crypto (OpenSSL), about ten times faster at verifying than pure JS. Keys are
  * raw 32-byte values wrapped in the fixed DER prefixes of RFC 8410.
+ *
+ * Verification is strict ("Strict ed25519, everywhere"): RFC 8032 §5.1.7 plus ed25519-dalek's
+ * `verify_strict`. node:crypto alone is not enough: it accepts public keys and R values of small
+ * order, so the identity as public key with R = identity and S = 0 verifies EVERY message. A small-order
+ * or non-canonical public key or R, and S ≥ L, are therefore refused before OpenSSL checks the equation.
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
+import { ed25519 } from "@noble/curves/ed25519.js";
 import { decodeBase58, encodeBase58 } from "./encoding";
 
 const SPKI_PREFIX = Buffer.from("302a300506032b6570032100", "hex");
 const PKCS8_PREFIX = Buffer.from("302e020100300506032b657004220420", "hex");
 
-/** Public-key objects per base58 address: building one costs more than half a verification. */
+/** A 256-bit integer as 32 little-endian bytes, the order of encodings on the wire. */
+const leBytes = (value: bigint) => Uint8Array.from({ length: 32 }, (_, i) => Number((value >> BigInt(8 * i)) & 0xffn));
+const P = 2n ** 255n - 19n;
+const P_BYTES = leBytes(P);
+/** The group order L, as 32 little-endian bytes. */
+const L_BYTES = leBytes(2n ** 252n + 27742317777372353535851937790883648493n);
+
+/**
+ * The y-coordinates of the 8 points of small order: 0 (order 4, x = ±√−1), 1 (identity), p − 1 (order 2)
+ * and the two of order 8. A point encoding is its y (low 255 bits) plus the sign of x (top bit). Refusing
+ * y ≥ p and these five y-values, whatever the sign bit, refuses every encoding of a small-order point:
+ * the 8 canonical ones, x = 0 with the sign bit set (y = 1, p − 1), and y = p, p + 1 (the only 255-bit
+ * values ≥ p that reduce to a small-order y) — 14 byte strings in all.
+ */
+const SMALL_ORDER_Y = [
+	leBytes(0n),
+	leBytes(1n),
+	leBytes(P - 1n),
+	Buffer.from("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05", "hex"),
+	Buffer.from("c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a", "hex")
+];
+
+/** Compares 32 little-endian bytes of `bytes` at `offset` with `bound`, from the most significant end; `topMask` 0x7f drops a point's sign bit. */
+function compareLE(bytes: Uint8Array, offset: number, bound: Uint8Array, topMask = 0xff): number {
+	for (let i = 31; i >= 0; i--) {
+		const b = i === 31 ? bytes[offset + i] & topMask : bytes[offset + i];
+		if (b !== bound[i]) return b < bound[i] ? -1 : 1;
+	}
+	return 0;
+}
+
+/** Byte-level and so cheap enough per signature: a non-canonical y (≥ p) or any small-order encoding. */
+function isNonCanonicalOrSmallOrder(bytes: Uint8Array, offset: number): boolean {
+	return compareLE(bytes, offset, P_BYTES, 0x7f) >= 0 || SMALL_ORDER_Y.some(y => compareLE(bytes, offset, y, 0x7f) === 0);
+}
+
+/** Public-key objects per base58 address (null: refused): building one costs more than half a verification. */
 const publicKeyCache = new Map<string, KeyObject | null>();
 const PUBLIC_KEY_CACHE_LIMIT = 50_000;
 
 function publicKeyOf(address: string): KeyObject | null {
 	let key = publicKeyCache.get(address);
 	if (key !== undefined) return key;
-	const raw = decodeBase58(address);
-	try {
-		key = raw?.length === 32 ? createPublicKey({ key: Buffer.concat([SPKI_PREFIX, raw]), format: "der", type: "spki" }) : null;
-	} catch {
-		key = null;
-	}
+	key = strictPublicKey(decodeBase58(address));
 	// A full cache is dropped whole: cheap, and a hot sender's key is back on its next intent.
 	if (publicKeyCache.size >= PUBLIC_KEY_CACHE_LIMIT) publicKeyCache.clear();
 	publicKeyCache.set(address, key);
 	return key;
 }
 
-/** Verifies a base58 ed25519 signature over the UTF-8 bytes of `message` by base58 `address`. */
-export function verifySignature(address: string, message: string | Uint8Array, signature: string): boolean {
+/** The key object of a canonical public key not of small order; noble decodes strictly (RFC 8032 §5.1.3). */
+function strictPublicKey(raw: Uint8Array | null): KeyObject | null {
+	if (raw?.length !== 32 || isNonCanonicalOrSmallOrder(raw, 0)) return null;
+	try {
+		if (ed25519.Point.fromBytes(raw).isSmallOrder()) return null;
+		return createPublicKey({ key: Buffer.concat([SPKI_PREFIX, raw]), format: "der", type: "spki" });
+	} catch {
+		return null;
+	}
+}
+
+/**
+ * Verifies an ed25519 signature (base58, or the raw 64 bytes) over `message` (a string is taken as its
+ * UTF-8 bytes) by base58 `address`, strictly: see the header. The only verification function of the code base.
+ */
+export function verifySignature(address: string, message: string | Uint8Array, signature: string | Uint8Array): boolean {
+	const sig = typeof signature === "string" ? decodeBase58(signature) : signature instanceof Uint8Array ? signature : null;
+	// R (bytes 0..31) small-order or non-canonical, or S (bytes 32..63) ≥ L: refused whatever the message.
+	if (sig?.length !== 64 || isNonCanonicalOrSmallOrder(sig, 0) || compareLE(sig, 32, L_BYTES) >= 0) return false;
 	const key = publicKeyOf(address);
-	const sig = decodeBase58(signature);
-	if (!key || sig?.length !== 64) return false;
+	if (!key) return false;
 	try {
 		return verify(null, typeof message === "string" ? Buffer.from(message, "utf8") : message, key, sig);
 	} catch {

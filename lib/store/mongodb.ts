@@ -8,7 +8,7 @@
  * group are all non-null (SQLite's UNIQUE treats NULLs as distinct).
  */
 import { MongoClient, MongoServerError, type Collection as MongoCollection, type Db, type Document, type Filter, type IndexDescription } from "mongodb";
-import { assertDeclared, isComparison, type Collection, type CollectionSpec, type Condition, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
+import { assertDeclared, batchSize, isComparison, type Collection, type CollectionSpec, type Condition, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
 
 interface Stored extends Document {
 	_id: string;
@@ -93,6 +93,27 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		const { _id, ...replacement } = this.toStored(next);
 		const result = await this.collection.replaceOne({ $and: [{ _id }, this.filter(expected)] }, replacement);
 		return result.matchedCount === 1;
+	}
+
+	/** deleteOne with the expectation in its filter, atomic for the same reason as `update`. */
+	async remove(id: string, expected: Where = {}): Promise<boolean> {
+		const result = await this.collection.deleteOne({ $and: [{ _id: id }, this.filter(expected)] });
+		return result.deletedCount === 1;
+	}
+
+	/**
+	 * deleteMany takes no limit, so the batch's ids are found first. The delete keeps the filter, so
+	 * a document that stopped matching in between stays; $and rather than a merged object, because a
+	 * condition on id would replace the $in and lift the limit.
+	 */
+	async removeWhere(where: Where, limit: number): Promise<number> {
+		const filter = this.filter(where);
+		const size = batchSize(limit);
+		if (size === 0) return 0;
+		const batch = await this.collection.find(filter, { projection: { _id: 1 }, limit: size }).toArray();
+		if (!batch.length) return 0;
+		const result = await this.collection.deleteMany({ $and: [{ _id: { $in: batch.map(doc => doc._id) } }, filter] });
+		return result.deletedCount;
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {

@@ -48,6 +48,16 @@ export interface Collection<T extends Doc> {
 	 * True when it was replaced; false when it is missing or no longer matches.
 	 */
 	update(id: string, expected: Where, next: T): Promise<boolean>;
+	/**
+	 * Compare-and-set delete: deletes document `id` only while it matches `expected` (whatever it
+	 * holds when omitted). True when it was deleted; false when it is missing or no longer matches.
+	 */
+	remove(id: string, expected?: Where): Promise<boolean>;
+	/**
+	 * Deletes at most `limit` documents matching `where` (which ones is unspecified) and answers how
+	 * many, so that a sweep pays for one bounded batch per call. A limit of 0 or less deletes nothing.
+	 */
+	removeWhere(where: Where, limit: number): Promise<number>;
 	list(query?: ListQuery): Promise<T[]>;
 	count(where?: Where): Promise<number>;
 	/** Number of documents per value of `field`. */
@@ -68,4 +78,12 @@ export function assertDeclared(spec: CollectionSpec, fields: Iterable<string>): 
 
 export function isComparison(condition: Condition): condition is Exclude<Condition, FieldValue> {
 	return condition !== null && typeof condition === "object";
+}
+
+/** The size of a `removeWhere` batch: 0 deletes nothing, and an unbounded batch is a bug, not a sweep. */
+export function batchSize(limit: number): number {
+	const size = Math.floor(limit);
+	if (!(size > 0)) return 0;
+	if (!Number.isSafeInteger(size)) throw new RangeError(`removeWhere needs a bounded limit, not ${limit}`);
+	return size;
 }

@@ -11,7 +11,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { assertDeclared, isComparison, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
+import { assertDeclared, batchSize, isComparison, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -163,6 +163,24 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
 		const stmt = this.statement(`UPDATE ${quote(this.spec.name)} SET ${assignments}${condition}`);
 		return this.group.run(() => stmt.run(...this.row(next), JSON.stringify(next), ...args, id).changes === 1);
+	}
+
+	async remove(id: string, expected: Where = {}): Promise<boolean> {
+		const { sql, args } = compileWhere(this.spec, expected);
+		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
+		const stmt = this.statement(`DELETE FROM ${quote(this.spec.name)}${condition}`);
+		return this.group.run(() => stmt.run(...args, id).changes === 1);
+	}
+
+	async removeWhere(where: Where, limit: number): Promise<number> {
+		const { sql, args } = compileWhere(this.spec, where);
+		const size = batchSize(limit);
+		if (size === 0) return 0;
+		// DELETE … LIMIT needs SQLITE_ENABLE_UPDATE_DELETE_LIMIT; a limited subquery does the same in
+		// one statement. The limit is bound, so every batch size shares one compiled statement.
+		const table = quote(this.spec.name);
+		const stmt = this.statement(`DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table}${sql} LIMIT ?)`);
+		return this.group.run(() => stmt.run(...args, size).changes);
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {

@@ -200,6 +200,187 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			});
 		});
 
+		describe("remove", () => {
+			test("deletes the document, from get, findOne, list and count; a second remove answers false", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: "open", paymentId: "p1" });
+				await items.insert({ id: "b", status: "open" });
+				expect(await items.remove("a")).toBe(true);
+				expect(await items.remove("a")).toBe(false);
+				expect(await items.remove("missing")).toBe(false);
+				expect(await items.get("a")).toBeNull();
+				expect(await items.findOne({ paymentId: "p1" })).toBeNull();
+				expect(await items.list()).toStrictEqual([{ id: "b", status: "open" }]);
+				expect(await items.count()).toBe(1);
+				expect(await items.count({ status: "open" })).toBe(1);
+				expect(await items.countBy("status")).toEqual({ open: 1 });
+			});
+
+			test("deletes only while the document matches the expectation", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: "open", version: 1, paymentId: null });
+				expect(await items.remove("a", { version: 2 })).toBe(false);
+				expect(await items.remove("a", { version: 1, status: "signed" })).toBe(false);
+				expect(await items.remove("a", { status: { in: ["signed", "settled"] } })).toBe(false);
+				expect(await items.remove("a", { status: null })).toBe(false);
+				expect(await items.remove("a", { paymentId: { ne: null } })).toBe(false);
+				expect(await items.get("a")).toStrictEqual({ id: "a", status: "open", version: 1, paymentId: null });
+				expect(await items.remove("a", { version: 1, status: { in: ["open", "pending"] }, paymentId: null })).toBe(true);
+				expect(await items.get("a")).toBeNull();
+			});
+
+			test("a null expectation matches a null or missing field", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", version: 1 });
+				await items.insert({ id: "b", status: null, version: 1 });
+				expect(await items.remove("a", { status: null, version: 1 })).toBe(true);
+				expect(await items.remove("b", { status: { in: [null, "open"] } })).toBe(true);
+				expect(await items.count()).toBe(0);
+			});
+
+			test("an expectation on id cannot redirect the remove to another document", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", version: 1 });
+				await items.insert({ id: "b", version: 1 });
+				expect(await items.remove("c", { id: { in: ["a", "b"] } })).toBe(false);
+				expect(await items.remove("a", { id: "b" })).toBe(false);
+				expect(sortedIds(await items.list())).toEqual(["a", "b"]);
+			});
+
+			test("frees the document's unique groups for a new insert", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", paymentId: "p1", payer: "alice", nonce: 1 });
+				expect(await items.insert({ id: "b", paymentId: "p1", payer: "alice", nonce: 1 })).toBe(false);
+				expect(await items.remove("a", { paymentId: "p1" })).toBe(true);
+				expect(await items.insert({ id: "b", paymentId: "p1", payer: "alice", nonce: 1 })).toBe(true);
+				// The id is free again as well.
+				expect(await items.insert({ id: "a", paymentId: "p2" })).toBe(true);
+				expect(sortedIds(await items.list())).toEqual(["a", "b"]);
+			});
+
+			test("lets exactly one of racing removes win, and a remove racing an update", async () => {
+				const spec = itemSpec(`items_${++collections}`);
+				const items = await store.collection<Item>(spec);
+				const other = oneConnection ? store : await open();
+				try {
+					const otherItems = await other.collection<Item>(spec);
+					await items.insert({ id: "a", version: 1 });
+					const removed = await Promise.all(Array.from({ length: 6 }, (_, i) => (i % 2 ? otherItems : items).remove("a", { version: 1 })));
+					expect(removed.filter(Boolean)).toHaveLength(1);
+					expect(await items.get("a")).toBeNull();
+
+					// The unsigned-intent case: dropping it and advancing it compare-and-set on the same version.
+					await items.insert({ id: "b", status: "open", version: 1 });
+					const [dropped, advanced] = await Promise.all([
+						items.remove("b", { status: "open", version: 1 }),
+						otherItems.update("b", { status: "open", version: 1 }, { id: "b", status: "signed", version: 2 })
+					]);
+					expect(dropped).not.toBe(advanced);
+					expect(await items.get("b")).toStrictEqual(dropped ? null : { id: "b", status: "signed", version: 2 });
+				} finally {
+					if (other !== store) await other.close();
+				}
+			});
+
+			test("undeclared fields are refused", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: "open" });
+				await expect(items.remove("a", { colour: "red" })).rejects.toThrow(/not declared/);
+				await expect(items.removeWhere({ colour: "red" }, 10)).rejects.toThrow(/not declared/);
+				// Even when the batch is empty: a typo must fail loudly.
+				await expect(items.removeWhere({ colour: "red" }, 0)).rejects.toThrow(/not declared/);
+				expect(await items.count()).toBe(1);
+			});
+		});
+
+		describe("removeWhere", () => {
+			const seed = async () => {
+				const items = await fresh();
+				for (let i = 0; i < 5; i++) await items.insert({ id: `x${i}`, status: "expired", rank: i });
+				await items.insert({ id: "l1", status: "live", rank: 1 });
+				await items.insert({ id: "l2", status: "live", rank: 2 });
+				return items;
+			};
+
+			test("deletes at most limit matching documents, and repeated calls drain the matching set", async () => {
+				const items = await seed();
+				expect(await items.removeWhere({ status: "expired" }, 2)).toBe(2);
+				expect(await items.count({ status: "expired" })).toBe(3);
+				expect(await items.removeWhere({ status: "expired" }, 2)).toBe(2);
+				expect(await items.removeWhere({ status: "expired" }, 2)).toBe(1);
+				expect(await items.removeWhere({ status: "expired" }, 2)).toBe(0);
+				expect(await items.count({ status: "expired" })).toBe(0);
+				expect(await items.list({ orderBy: ["id", "asc"] })).toStrictEqual([
+					{ id: "l1", status: "live", rank: 1 },
+					{ id: "l2", status: "live", rank: 2 }
+				]);
+				for (let i = 0; i < 5; i++) expect(await items.get(`x${i}`)).toBeNull();
+				expect(await items.countBy("status")).toEqual({ live: 2 });
+			});
+
+			test("answers the number deleted when fewer than limit match", async () => {
+				const items = await seed();
+				expect(await items.removeWhere({ status: "expired", rank: { lt: 3 } }, 100)).toBe(3);
+				expect(sortedIds(await items.list())).toEqual(["l1", "l2", "x3", "x4"]);
+				expect(await items.removeWhere({ status: "gone" }, 100)).toBe(0);
+				expect(await items.count()).toBe(4);
+			});
+
+			test("without a filter it still deletes at most limit", async () => {
+				const items = await seed();
+				expect(await items.removeWhere({}, 3)).toBe(3);
+				expect(await items.count()).toBe(4);
+			});
+
+			test("a condition on id cannot lift the limit", async () => {
+				const items = await seed();
+				expect(await items.removeWhere({ id: { ne: "l1" } }, 2)).toBe(2);
+				expect(await items.count()).toBe(5);
+				expect(await items.get("l1")).not.toBeNull();
+				expect(await items.removeWhere({ id: { in: ["l2", "x0", "x1", "x2", "x3", "x4"] } }, 1)).toBe(1);
+				expect(await items.count()).toBe(4);
+				expect(await items.removeWhere({ id: "l1" }, 5)).toBe(1);
+				expect(await items.get("l1")).toBeNull();
+				expect(await items.count()).toBe(3);
+			});
+
+			test("null conditions and comparisons follow the query semantics", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: null, rank: 1 });
+				await items.insert({ id: "b", rank: null });
+				await items.insert({ id: "c", status: "open", rank: 5 });
+				await items.insert({ id: "d", status: "open" });
+				// A comparison never matches null or a missing field.
+				expect(await items.removeWhere({ rank: { lt: 10 } }, 10)).toBe(2);
+				expect(sortedIds(await items.list())).toEqual(["b", "d"]);
+				expect(await items.removeWhere({ status: null }, 10)).toBe(1);
+				expect(sortedIds(await items.list())).toEqual(["d"]);
+				expect(await items.removeWhere({ status: { in: [null, "open"] } }, 10)).toBe(1);
+				expect(await items.count()).toBe(0);
+			});
+
+			test("a limit of 0 or less deletes nothing; an unbounded one is refused", async () => {
+				const items = await seed();
+				expect(await items.removeWhere({}, 0)).toBe(0);
+				expect(await items.removeWhere({ status: "expired" }, -3)).toBe(0);
+				expect(await items.removeWhere({}, 0.5)).toBe(0);
+				expect(await items.removeWhere({}, Number.NaN)).toBe(0);
+				await expect(items.removeWhere({}, Number.POSITIVE_INFINITY)).rejects.toThrow(RangeError);
+				expect(await items.count()).toBe(7);
+				expect(await items.removeWhere({ status: "expired" }, 1.9)).toBe(1);
+				expect(await items.count()).toBe(6);
+			});
+
+			test("frees the deleted documents' unique groups", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", paymentId: "p1", status: "expired" });
+				await items.insert({ id: "b", paymentId: "p2", status: "live" });
+				expect(await items.removeWhere({ status: "expired" }, 10)).toBe(1);
+				expect(await items.insert({ id: "c", paymentId: "p1" })).toBe(true);
+				expect(await items.insert({ id: "d", paymentId: "p2" })).toBe(false);
+			});
+		});
+
 		describe("queries", () => {
 			const docs: Item[] = [
 				{ id: "a", status: "open", rank: 3, active: true },
@@ -276,12 +457,18 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			const before = await store.collection<Item>(spec);
 			await before.insert({ id: "a", paymentId: "p1", version: 1, payload: { list: [1, 2] } });
 			expect(await before.update("a", { version: 1 }, { id: "a", paymentId: "p1", version: 2, payload: { list: [3] } })).toBe(true);
+			await before.insert({ id: "z", paymentId: "p9" });
+			await before.insert({ id: "y", status: "expired" });
+			expect(await before.remove("z")).toBe(true);
+			expect(await before.removeWhere({ status: "expired" }, 10)).toBe(1);
 			await store.close();
 
 			store = await open();
 			const after = await store.collection<Item>(spec);
 			expect(await after.get("a")).toStrictEqual({ id: "a", paymentId: "p1", version: 2, payload: { list: [3] } });
 			expect(await after.insert({ id: "b", paymentId: "p1" })).toBe(false);
+			expect(await after.get("z")).toBeNull();
+			expect(await after.count()).toBe(1);
 			expect(await after.update("a", { version: 2 }, { id: "a", version: 3 })).toBe(true);
 		});
 	});

@@ -1,11 +1,10 @@
 /**
- * The Cranker's view of Solana through JSON-RPC (@solana/kit): blockhashes, sending, statuses,
- * the memo index, token balances. It answers in the terms the settler decides with; RPC failures
- * surface as thrown errors the settler retries.
+ * The Cranker's view of Solana through JSON-RPC (@solana/kit): the shared reader (lib/chain.ts)
+ * plus blockhashes, sending, the memo index and token balances. It answers in the terms the
+ * settler decides with; RPC failures surface as thrown errors the settler retries.
  */
 import {
 	address,
-	createSolanaRpc,
 	getBase64EncodedWireTransaction,
 	isSolanaError,
 	signature as toSignature,
@@ -16,12 +15,11 @@ import {
 	type Address,
 	type Base64EncodedWireTransaction,
 	type Blockhash,
-	type Rpc,
-	type SolanaRpcApi,
 	type Transaction
 } from "@solana/kit";
 import { getMintDecoder, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
-import { memoFieldNamesNullifier, readEncodedSettlementTransaction, type SettlementContents } from "../lib/settlement";
+import { ChainReader } from "../lib/chain";
+import { memoFieldNamesNullifier } from "../lib/settlement";
 
 export interface Lifetime {
 	blockhash: Blockhash;
@@ -38,8 +36,6 @@ export type SendOutcome =
 	/** The chain refused it (an instruction failed in preflight); it did not land. */
 	| { kind: "refused"; detail: string };
 
-export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "unknown" };
-
 /** Kit reports an instruction's failure with a code of the instruction-error domain (4615000–4615999). */
 function isInstructionError(err: unknown): boolean {
 	if (!isSolanaError(err)) return false;
@@ -49,33 +45,12 @@ function isInstructionError(err: unknown): boolean {
 
 const base64Bytes = (text: string) => new Uint8Array(Buffer.from(text, "base64"));
 
-export class Chain {
-	private readonly rpc: Rpc<SolanaRpcApi>;
+export class Chain extends ChainReader {
 	private readonly decimals = new Map<string, number>();
-
-	constructor(
-		rpcUrl: string,
-		/** Every call is abandoned after this long, so a hung RPC node cannot stall the Cranker. */
-		private readonly timeoutMs = 10_000
-	) {
-		this.rpc = createSolanaRpc(rpcUrl);
-	}
-
-	private get deadline() {
-		return { abortSignal: AbortSignal.timeout(this.timeoutMs) };
-	}
 
 	async latestBlockhash(): Promise<Lifetime> {
 		const { value } = await this.rpc.getLatestBlockhash({ commitment: "confirmed" }).send(this.deadline);
 		return value;
-	}
-
-	blockHeight(): Promise<bigint> {
-		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send(this.deadline);
-	}
-
-	slot(): Promise<bigint> {
-		return this.rpc.getSlot({ commitment: "confirmed" }).send(this.deadline);
 	}
 
 	/** Sends with preflight, so a transaction the chain would refuse is refused here and never lands. */
@@ -91,20 +66,6 @@ export class Chain {
 			if (isInstructionError(cause)) return { kind: "refused", detail: (cause as Error).message };
 			throw err; // any other preflight answer: treat as unknown, the settler keeps watching the signature
 		}
-	}
-
-	async signatureState(signature: string): Promise<SignatureState> {
-		const { value } = await this.rpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
-		const status = value[0];
-		if (!status || status.confirmationStatus === "processed") return { kind: "unknown" };
-		if (status.err) return { kind: "failed", slot: status.slot, detail: JSON.stringify(status.err, (_, v) => (typeof v === "bigint" ? v.toString() : v)) };
-		return { kind: "landed", slot: status.slot };
-	}
-
-	/** What a confirmed transaction did, read from its wire bytes. */
-	async transactionContents(signature: string): Promise<SettlementContents | null> {
-		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
-		return fetched && !fetched.meta?.err ? readEncodedSettlementTransaction(fetched.transaction[0]) : null;
 	}
 
 	/**

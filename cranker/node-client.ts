@@ -1,10 +1,13 @@
 /**
- * The Cranker's REST client for the Node's worker routes. A Node that restarts or is briefly
- * unreachable answers network errors and 5xx: those are retried with backoff for as long as the
- * caller allows; every other answer is final and comes back as a NodeApiError with SPEC §7's type.
- * Retrying is safe because the routes are idempotent: a status update re-sent after a lost answer
- * is a replay the Node answers 200 without a second transition.
+ * The Cranker's REST client for the Node's worker routes. Every request that acts as the Cranker
+ * carries its HTTP message signature (SPEC §6.1), made afresh for each attempt (the Node refuses a
+ * signature it has seen). A Node that restarts or is briefly unreachable answers network errors and
+ * 5xx: those are retried with backoff for as long as the caller allows; every other answer is
+ * final and comes back as a NodeApiError with SPEC §7's type. Retrying is safe because the routes
+ * are idempotent: a status update re-sent after a lost answer is a replay the Node answers 200
+ * without a second transition.
  */
+import { RequestSigner, type RequestSigningKey } from "../lib/http-signature";
 import type { MempoolIntent, UpdateStatusRequest } from "../lib/intents";
 import type { PayoutAuthorization } from "../lib/payout";
 import type { TinStage } from "../lib/schemas";
@@ -33,16 +36,22 @@ export type TinOperationWork = ReturnType<typeof toTinOperationView>;
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 export class NodeClient {
+	private readonly signer: RequestSigner;
+
 	constructor(
 		private readonly baseUrl: string,
 		private readonly apiKey: string,
+		/** The Cranker's key: signs the requests that act as the Cranker. */
+		key: RequestSigningKey,
 		/** How long a call keeps retrying a Node that is down, by default. */
 		private readonly retryForMs = 30_000,
 		private readonly onRetry: (path: string, reason: string) => void = () => {}
-	) {}
+	) {
+		this.signer = new RequestSigner(key);
+	}
 
 	heartbeat(body: object): Promise<unknown> {
-		return this.request("POST", "/crankers/heartbeat", body, 0);
+		return this.request("POST", "/crankers/heartbeat", body, 0, true);
 	}
 
 	intentWork(limit: number): Promise<IntentWorkItem[]> {
@@ -59,11 +68,11 @@ export class NodeClient {
 
 	/** PATCH /intents/{id}/status, retried through Node restarts (a replay is answered 200). */
 	updateStatus(id: string, update: UpdateStatusRequest, retryForMs = this.retryForMs): Promise<MempoolIntent> {
-		return this.request("PATCH", `/intents/${encodeURIComponent(id)}/status`, update, retryForMs);
+		return this.request("PATCH", `/intents/${encodeURIComponent(id)}/status`, update, retryForMs, true);
 	}
 
 	payoutAuthorization(workId: string, crankerPubkey: string): Promise<PayoutAuthorization> {
-		return this.request("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey });
+		return this.request("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey }, this.retryForMs, true);
 	}
 
 	tinWork(list: "verification-work" | "fee-work" | "registry-work", operatorPubkey?: string): Promise<TinOperationWork[]> {
@@ -72,18 +81,21 @@ export class NodeClient {
 	}
 
 	tinStage(id: string, stage: TinStage, body: StageRequest): Promise<TinOperationWork> {
-		return this.request("POST", `/tin-operations/${encodeURIComponent(id)}/${stage}`, body);
+		return this.request("POST", `/tin-operations/${encodeURIComponent(id)}/${stage}`, body, this.retryForMs, true);
 	}
 
-	private async request<T>(method: string, path: string, body?: unknown, retryForMs = this.retryForMs): Promise<T> {
+	private async request<T>(method: string, path: string, body?: unknown, retryForMs = this.retryForMs, signed = false): Promise<T> {
 		const deadline = Date.now() + retryForMs;
+		const url = this.baseUrl + path;
+		const text = body === undefined ? undefined : JSON.stringify(body);
 		for (let delay = 200; ; delay = Math.min(delay * 2, 3000)) {
 			let failure: string;
 			try {
-				const response = await fetch(this.baseUrl + path, {
+				const signature = signed ? await this.signer.sign({ method, url, body: text ?? "" }) : {};
+				const response = await fetch(url, {
 					method,
-					headers: { "x-api-key": this.apiKey, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-					body: body === undefined ? undefined : JSON.stringify(body),
+					headers: { "x-api-key": this.apiKey, ...(text === undefined ? {} : { "content-type": "application/json" }), ...signature },
+					body: text,
 					signal: AbortSignal.timeout(15_000)
 				});
 				const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;

@@ -7,7 +7,9 @@
  * - before building, the chain is searched for a transaction carrying this payout nullifier's memo
  *   (SPEC §11's second guard), and one found is reported instead of sending another;
  * - a transaction is only declared dropped (and the intent returned to VERIFIED) once its
- *   blockhash has expired, i.e. once it can no longer land.
+ *   blockhash has expired, i.e. once it can no longer land; the Node checks that on its own chain
+ *   view too, and answers 409 SUBMISSION_LIVE while it cannot see it yet: the Cranker waits and
+ *   asks again.
  */
 import { address, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
 import { payoutNullifier } from "../lib/canonical";
@@ -32,6 +34,8 @@ const SLOT_MS_UPPER_BOUND = 1000;
 const MAX_REASON_LENGTH = 500;
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlockHeight?: number; reason?: string };
 const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >= 400 && err.status < 500;
 
 export class Settler {
@@ -78,7 +82,8 @@ export class Settler {
 			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
 			if (!(await this.isSettlementOf(leased, candidate))) continue;
 			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });
-			const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: candidate });
+			// It landed already: the current height bounds when it could have.
+			const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: candidate, lastValidBlockHeight: Number(await this.chain.blockHeight()) });
 			return submitted ? this.finishLanded(submitted, candidate) : "lost";
 		}
 
@@ -103,7 +108,7 @@ export class Settler {
 		);
 		const signature = getSignatureFromTransaction(transaction);
 		// Reported before it is sent: from here on no sweep returns the intent to VERIFIED.
-		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: signature, slot: Number(slot) });
+		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: signature, slot: Number(slot), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) });
 		if (!submitted) return "lost";
 		this.log.info("submitted", { intent: leased.id, signature });
 		return this.land(submitted, transaction, lifetime);
@@ -138,21 +143,23 @@ export class Settler {
 	private async land(submitted: MempoolIntent, transaction: SignedSettlement, lifetime: Lifetime): Promise<SettleResult> {
 		const signature = getSignatureFromTransaction(transaction);
 		let stopDeadline: number | null = null;
+		let refusal: string | null = null;
 		for (let poll = 0; ; poll++) {
 			if (this.stopping()) {
 				// Stopping: wait for the outcome a while, then leave it SUBMITTED for finishOrphans (safe either way).
 				stopDeadline ??= Date.now() + STOP_WAIT_MS;
 				if (Date.now() > stopDeadline) return "lost";
 			}
-			if (poll % 4 === 0) {
+			if (poll % 4 === 0 && refusal === null) {
 				// Send, then re-broadcast the same signed bytes now and then: it can land at most once.
 				const outcome = await this.chain.send(transaction).catch(err => {
 					this.log.warn("sendTransaction failed; watching the signature", { intent: submitted.id, error: (err as Error).message });
 					return null;
 				});
-				// Refused by preflight on the first send: it was never forwarded, so nothing can land.
-				// (A refused re-broadcast proves nothing: the first copy may still land.) Another Cranker may succeed.
-				if (poll === 0 && outcome?.kind === "refused") return this.finish(submitted, "VERIFIED", { reason: `DROPPED: refused in preflight: ${outcome.detail}` });
+				// Refused by preflight on the first send: it was never forwarded. The Node lets it go only
+				// once it can no longer land (its blockhash expired), so it is watched until then, unsent.
+				// (A refused re-broadcast proves nothing: the first copy may still land.)
+				if (poll === 0 && outcome?.kind === "refused") refusal = outcome.detail;
 			}
 			const state = await this.chain.signatureState(signature).catch(() => null);
 			if (state?.kind === "landed") return this.finishLanded(submitted, signature);
@@ -167,8 +174,13 @@ export class Settler {
 				}
 				if (last.kind === "landed") return this.finishLanded(submitted, signature);
 				if (last.kind === "failed") return this.finish(submitted, "REJECTED", { reason: `ONCHAIN_FAILED: ${last.detail}` });
-				this.log.warn("transaction dropped: its blockhash expired before it landed", { intent: submitted.id, signature });
-				return (await this.finish(submitted, "VERIFIED", { reason: "DROPPED: blockhash expired before the transaction landed" })) === "lost" ? "lost" : "dropped";
+				if (last.kind === "unknown") {
+					this.log.warn("transaction dropped: its blockhash expired before it landed", { intent: submitted.id, signature });
+					const reason = refusal === null ? "DROPPED: blockhash expired before the transaction landed" : `DROPPED: refused in preflight: ${refusal}`;
+					const dropped = await this.drop(submitted, reason);
+					if (dropped !== "live") return dropped;
+					// The Node's chain view has not passed the height yet: ask again shortly.
+				}
 			}
 			await sleep(this.config.pollIntervalMs / 2);
 		}
@@ -177,7 +189,8 @@ export class Settler {
 	/** Whether `signature` is a successful transaction doing exactly this intent's settlement. */
 	private async isSettlementOf(intent: MempoolIntent, signature: string): Promise<boolean> {
 		const contents = await this.chain.transactionContents(signature).catch(() => null);
-		return !!contents && (await settlementMismatches(contents, { ...intent, programId: this.config.settlementProgramId })).length === 0;
+		const expected = { ...intent, payoutNullifier: payoutNullifier(intent.senderWallet, intent.senderAuthorizationNonce), programId: this.config.settlementProgramId };
+		return !!contents && (await settlementMismatches(contents, expected)).length === 0;
 	}
 
 	/** A landed transaction is checked against the intent (memo, mint, amount, credit account) before CONFIRMED. */
@@ -210,20 +223,23 @@ export class Settler {
 		if (record.receiverStatus !== "SUBMITTED" || !record.submission) return;
 		const mine = record.lease?.crankerPubkey === this.me;
 		if (!mine && record.lease && Date.parse(record.lease.expiresAt) > Date.now()) return;
-		const { transactionSignature, slot: submittedSlot, submittedAt } = record.submission;
-		// The slot first, then the signature: a transaction not seen after that slot had expired can never land.
-		const slot = await this.chain.slot();
+		const { transactionSignature, slot: submittedSlot, submittedAt, lastValidBlockHeight } = record.submission;
+		// Height and slot first, then the signature: a transaction not seen after its blockhash expired can never land.
+		const [height, slot] = [await this.chain.blockHeight(), await this.chain.slot()];
 		const state = await this.chain.signatureState(transactionSignature);
 		if (state.kind === "landed") await this.finishLanded(record, transactionSignature);
 		else if (state.kind === "failed") await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
-		else {
+		else if (state.kind === "unknown") {
 			const expired =
-				submittedSlot !== undefined
-					? slot > BigInt(submittedSlot + this.config.blockhashLifetimeSlots)
-					: Date.now() > Date.parse(submittedAt) + this.config.blockhashLifetimeSlots * SLOT_MS_UPPER_BOUND;
+				lastValidBlockHeight !== undefined
+					? height > BigInt(lastValidBlockHeight)
+					: submittedSlot !== undefined
+						? slot > BigInt(submittedSlot + this.config.blockhashLifetimeSlots)
+						: Date.now() > Date.parse(submittedAt) + this.config.blockhashLifetimeSlots * SLOT_MS_UPPER_BOUND;
 			if (!expired) return;
 			this.log.warn("orphaned submission can no longer land: returning the intent to VERIFIED", { intent: id, signature: transactionSignature });
-			await this.finish(record, "VERIFIED", { reason: "DROPPED: blockhash expired before the transaction landed" });
+			// The Node checks the same on its own chain view; SUBMISSION_LIVE means later, in another round.
+			await this.drop(record, "DROPPED: blockhash expired before the transaction landed");
 		}
 	}
 
@@ -232,19 +248,32 @@ export class Settler {
 		return this.finish(leased, "VERIFIED", { reason });
 	}
 
-	private async finish(record: MempoolIntent, status: "CONFIRMED" | "REJECTED" | "VERIFIED", fields: { transactionSignature?: string; slot?: number; reason?: string }): Promise<SettleResult> {
+	private async finish(record: MempoolIntent, status: "CONFIRMED" | "REJECTED" | "VERIFIED", fields: ReportFields): Promise<SettleResult> {
 		const done = await this.report(record, status, fields);
 		if (!done) return "lost";
 		return status === "CONFIRMED" ? "confirmed" : status === "REJECTED" ? "rejected" : "released";
 	}
 
-	/** One status update; a refusal (someone else moved it, the lease lapsed) is logged and answered null. */
-	private async report(record: MempoolIntent, status: IntentState, fields: { transactionSignature?: string; slot?: number; reason?: string }): Promise<MempoolIntent | null> {
+	/** Reports the submission dropped; "live" while the Node's own chain view cannot see it expired yet (409 SUBMISSION_LIVE). */
+	private async drop(record: MempoolIntent, reason: string): Promise<"dropped" | "lost" | "live"> {
+		try {
+			return (await this.report(record, "VERIFIED", { reason }, true)) ? "dropped" : "lost";
+		} catch (err) {
+			if ((err as NodeApiError).type === "SUBMISSION_LIVE") return "live";
+			throw err;
+		}
+	}
+
+	/**
+	 * One status update; a refusal (someone else moved it, the lease lapsed) is logged and answered
+	 * null, except SUBMISSION_LIVE, which `passLive` callers handle.
+	 */
+	private async report(record: MempoolIntent, status: IntentState, fields: ReportFields, passLive = false): Promise<MempoolIntent | null> {
 		const reason = fields.reason?.slice(0, MAX_REASON_LENGTH);
 		try {
 			return await this.node.updateStatus(record.id, { status, crankerPubkey: this.me, expectedVersion: record.stateVersion, ...fields, ...(reason ? { reason } : {}) });
 		} catch (err) {
-			if (!isRefusal(err)) throw err;
+			if (!isRefusal(err) || (passLive && (err as NodeApiError).type === "SUBMISSION_LIVE")) throw err;
 			this.log.warn(`the Node refused ${status}`, { intent: record.id, type: (err as NodeApiError).type });
 			return null;
 		}

@@ -6,6 +6,7 @@
 import { createKeyPairSignerFromBytes, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
 import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonical";
 import { createSigner, verifySignature } from "../lib/ed25519";
+import { keypairSigningKey } from "../lib/http-signature";
 import type { MempoolIntent } from "../lib/intents";
 import { registryMemo, signMemoTransaction } from "../lib/settlement";
 import { Chain } from "./chain";
@@ -44,7 +45,7 @@ export class Cranker {
 		private readonly log: Logger
 	) {
 		this.pubkey = signer.address;
-		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }));
+		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair), 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }));
 		this.chain = new Chain(config.solanaRpcUrl, config.rpcTimeoutMs);
 		this.settler = new Settler(this.node, this.chain, signer, config, log, () => this.stopping);
 		this.signHeartbeat = createSigner(config.keypair);

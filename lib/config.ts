@@ -3,6 +3,8 @@
  * embedded mode; secrets left unset are generated into DATA_DIR on first start (see secrets.ts).
  */
 import path from "node:path";
+import { isBase58OfLength } from "./encoding";
+import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
 
 export type StoreKind = "sqlite" | "mongodb";
 
@@ -39,6 +41,17 @@ export interface Config {
 	allowSingleCrankerTins: boolean;
 	tinCreateFee: string;
 	tinUpdateFee: string;
+	/** Cranker records offline for longer than this are pruned. */
+	crankerRetentionMs: number;
+	/** The base URL Crankers call, behind a proxy: signed requests cover `@target-uri` (SPEC §6.1); null = http://<Host>. */
+	publicBaseUrl: string | null;
+	/** The settlement program whose credit-owner PDAs receive settlements (SPEC §11). */
+	settlementProgramId: string;
+	/** SPEC §10: the headers of a request must arrive within this, the whole request within the next. */
+	headersTimeoutMs: number;
+	requestTimeoutMs: number;
+	/** Failed authentications on worker routes one client may make per minute before it gets 429. */
+	authFailuresPerMin: number;
 }
 
 /** A configuration the process cannot start with: a message for the operator, so no stack trace. */
@@ -89,6 +102,26 @@ function oneOf<T extends string>(env: Env, key: string, values: readonly T[], fa
 	return raw as T;
 }
 
+function baseUrl(env: Env, key: string): string | null {
+	const raw = text(env, key);
+	if (raw == null) return null;
+	let url: URL;
+	try {
+		url = new URL(raw);
+	} catch {
+		throw new ConfigError(`${key} must be an absolute http(s) URL, got "${raw}"`);
+	}
+	if (!["http:", "https:"].includes(url.protocol) || url.search || url.hash || url.username) throw new ConfigError(`${key} must be an http(s) URL without query, fragment or credentials, got "${raw}"`);
+	return raw.replace(/\/+$/, "");
+}
+
+function base58Address(env: Env, key: string, fallback: string): string {
+	const raw = text(env, key);
+	if (raw == null) return fallback;
+	if (!isBase58OfLength(raw, 32)) throw new ConfigError(`${key} must be a base58 address (32 bytes), got "${raw}"`);
+	return raw;
+}
+
 export function loadConfig(env: Env = process.env): Config {
 	const mongoUrl = text(env, "MONGO_URL");
 	const services = list(env, "SERVICES");
@@ -118,6 +151,12 @@ export function loadConfig(env: Env = process.env): Config {
 		epochDurationMs: integer(env, "EPOCH_DURATION_MS", 7 * 60 * 60 * 1000, 1),
 		allowSingleCrankerTins: flag(env, "ALLOW_SINGLE_CRANKER_TINS"),
 		tinCreateFee: String(integer(env, "TIN_CREATE_FEE", 50_000, 0)),
-		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0))
+		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0)),
+		crankerRetentionMs: integer(env, "CRANKER_RETENTION_MS", 24 * 60 * 60 * 1000, 1),
+		publicBaseUrl: baseUrl(env, "PUBLIC_BASE_URL"),
+		settlementProgramId: base58Address(env, "SETTLEMENT_PROGRAM_ID", DEFAULT_SETTLEMENT_PROGRAM_ID),
+		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
+		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
+		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1)
 	};
 }

@@ -19,6 +19,10 @@ export const ERROR_STATUS = {
 	INVALID_TRANSITION: 409,
 	LEASE_EXPIRED: 409,
 	STALE_HEARTBEAT: 409,
+	NOT_ON_CHAIN: 409,
+	SUBMISSION_LIVE: 409,
+	SETTLEMENT_MISMATCH: 422,
+	UNSUPPORTED_MEDIA_TYPE: 415,
 	UNAUTHORIZED: 401,
 	FORBIDDEN: 403,
 	NOT_LEASE_HOLDER: 403,
@@ -30,7 +34,9 @@ export const ERROR_STATUS = {
 	INTERNAL_ERROR: 500,
 	REGISTRY_INVALID: 503,
 	VERIFIER_UNAVAILABLE: 503,
-	NOT_READY: 503
+	NOT_READY: 503,
+	CHAIN_UNAVAILABLE: 503,
+	SHUTTING_DOWN: 503
 } as const;
 
 export type ErrorType = keyof typeof ERROR_STATUS;
@@ -81,7 +87,8 @@ const REJECTION_MESSAGES: Record<RejectionReason, string> = {
 	NONCE_REUSED: "The authorization nonce was already used by this sender"
 };
 
-export function rejectionError(reason: RejectionReason, data: { id: string; paymentId: string }, detail?: string): ServiceError {
+/** A rejection as answered; `id` is absent when the body left no record (SPEC §2.1: it was not signed). */
+export function rejectionError(reason: RejectionReason, data: { id?: string; paymentId: string }, detail?: string): ServiceError {
 	const message = detail ? `${REJECTION_MESSAGES[reason]}: ${detail}` : REJECTION_MESSAGES[reason];
 	return new ServiceError(reason, message, data);
 }

@@ -2,8 +2,9 @@
  * Payment intents: the record the mempool keeps, its two views (SPEC §2.2, §2.3) and the state
  * machine of SPEC §2.4/§3 as one table. Pure: callers pass the time and what they looked up.
  */
-import { ServiceError, type RejectionReason } from "./errors";
 import type { PaymentAuthorizationFields } from "./canonical";
+import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from "./chain-evidence";
+import { ServiceError, type RejectionReason } from "./errors";
 
 export const INTENT_STATES = ["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED", "REJECTED"] as const;
 export type IntentState = (typeof INTENT_STATES)[number];
@@ -24,12 +25,6 @@ export function statesOfStatus(status: string): IntentState[] {
 	return INTENT_STATES.filter(s => PUBLIC_STATUS[s] === status);
 }
 
-/** States no move leaves: what an epoch close archives. */
-export const TERMINAL_STATES: readonly IntentState[] = ["CONFIRMED", "REJECTED"];
-
-/** States an intent may still expire in: nothing has been sent on chain yet. */
-export const EXPIRABLE_STATES: readonly IntentState[] = ["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED"];
-
 /** CreateIntentRequest (SPEC §2.1) as accepted by the schema. */
 export interface CreateIntentRequest extends PaymentAuthorizationFields {
 	senderAuthorizationMessage: string;
@@ -48,6 +43,8 @@ export interface Submission {
 	transactionSignature: string;
 	submittedAt: string;
 	slot?: number;
+	/** The last block height at which the transaction's blockhash is valid: past it, it can never land. */
+	lastValidBlockHeight?: number;
 }
 
 export interface HistoryEntry {
@@ -55,6 +52,8 @@ export interface HistoryEntry {
 	at: string;
 	by?: string;
 	reason?: string;
+	/** On a CONFIRMED entry: false when no chain was configured to check the Cranker's word (SPEC §2.4). */
+	onChainChecked?: boolean;
 }
 
 /** The stored document. Top-level scalars are the store's indexed fields. */
@@ -155,46 +154,78 @@ export function toWorkerView(record: IntentRecord): MempoolIntent {
 
 export type Actor = "node" | "cranker";
 
-/** Every allowed move, and who makes it. Anything not listed is INVALID_TRANSITION. */
-export const TRANSITIONS: readonly { from: IntentState; to: IntentState; by: Actor; rule: string }[] = [
-	{ from: "RECEIVED", to: "NODE_VERIFYING", by: "node", rule: "a verifier picks it up" },
-	{ from: "NODE_VERIFYING", to: "VERIFIED", by: "node", rule: "the authorization verified and its nonce was free" },
-	{ from: "NODE_VERIFYING", to: "REJECTED", by: "node", rule: "verification refused it (rejectionReason)" },
-	{ from: "NODE_VERIFYING", to: "RECEIVED", by: "node", rule: "no verifier answered in time; a sweep retries" },
-	{ from: "RECEIVED", to: "REJECTED", by: "node", rule: "expired before verification" },
-	{ from: "VERIFIED", to: "REJECTED", by: "node", rule: "expired before a lease" },
-	{ from: "CRANKER_LEASED", to: "VERIFIED", by: "node", rule: "the lease expired without renewal" },
-	{ from: "CRANKER_LEASED", to: "REJECTED", by: "node", rule: "expired before submission" },
-	{ from: "VERIFIED", to: "CRANKER_LEASED", by: "cranker", rule: "an online settlement Cranker leases it" },
-	{ from: "CRANKER_LEASED", to: "CRANKER_LEASED", by: "cranker", rule: "the holder renews the lease" },
-	{ from: "CRANKER_LEASED", to: "VERIFIED", by: "cranker", rule: "the holder releases it" },
-	{ from: "CRANKER_LEASED", to: "SUBMITTED", by: "cranker", rule: "the holder sent the transaction" },
-	{ from: "SUBMITTED", to: "CONFIRMED", by: "cranker", rule: "the transaction is confirmed" },
-	{ from: "SUBMITTED", to: "VERIFIED", by: "cranker", rule: "the transaction was dropped" },
-	{ from: "CRANKER_LEASED", to: "REJECTED", by: "cranker", rule: "the holder refuses it" },
-	{ from: "SUBMITTED", to: "REJECTED", by: "cranker", rule: "the chain refused it" }
+/** What makes a move: the node's verification and sweeps, or a Cranker's status update. */
+export type Trigger =
+	| "claim"
+	| "verdict"
+	| "verifier-timeout"
+	| "expiry"
+	| "lease-lapse"
+	| "lease"
+	| "renew"
+	| "release"
+	| "submit"
+	| "confirm"
+	| "drop"
+	| "refuse";
+
+export interface Transition {
+	from: IntentState;
+	to: IntentState;
+	by: Actor;
+	on: Trigger;
+	rule: string;
+}
+
+/** Every allowed move, who makes it and why. Anything not listed is INVALID_TRANSITION. */
+export const TRANSITIONS: readonly Transition[] = [
+	{ from: "RECEIVED", to: "NODE_VERIFYING", by: "node", on: "claim", rule: "a verifier picks it up" },
+	{ from: "NODE_VERIFYING", to: "VERIFIED", by: "node", on: "verdict", rule: "the authorization verified and its nonce was free" },
+	{ from: "NODE_VERIFYING", to: "REJECTED", by: "node", on: "verdict", rule: "verification refused it (rejectionReason)" },
+	{ from: "NODE_VERIFYING", to: "RECEIVED", by: "node", on: "verifier-timeout", rule: "no verifier answered in time; a sweep retries" },
+	{ from: "RECEIVED", to: "REJECTED", by: "node", on: "expiry", rule: "expired before verification" },
+	{ from: "NODE_VERIFYING", to: "REJECTED", by: "node", on: "expiry", rule: "expired during verification" },
+	{ from: "VERIFIED", to: "REJECTED", by: "node", on: "expiry", rule: "expired before a lease" },
+	{ from: "CRANKER_LEASED", to: "REJECTED", by: "node", on: "expiry", rule: "expired before submission" },
+	{ from: "CRANKER_LEASED", to: "VERIFIED", by: "node", on: "lease-lapse", rule: "the lease expired without renewal" },
+	{ from: "VERIFIED", to: "CRANKER_LEASED", by: "cranker", on: "lease", rule: "an online settlement Cranker leases it" },
+	{ from: "CRANKER_LEASED", to: "CRANKER_LEASED", by: "cranker", on: "renew", rule: "the holder renews the lease" },
+	{ from: "CRANKER_LEASED", to: "VERIFIED", by: "cranker", on: "release", rule: "the holder releases it" },
+	{ from: "CRANKER_LEASED", to: "SUBMITTED", by: "cranker", on: "submit", rule: "the holder signed the transaction and is about to send it" },
+	{ from: "SUBMITTED", to: "CONFIRMED", by: "cranker", on: "confirm", rule: "the chain shows this settlement landed" },
+	{ from: "SUBMITTED", to: "VERIFIED", by: "cranker", on: "drop", rule: "the chain shows the transaction can no longer land" },
+	{ from: "CRANKER_LEASED", to: "REJECTED", by: "cranker", on: "refuse", rule: "the holder refuses it" },
+	{ from: "SUBMITTED", to: "REJECTED", by: "cranker", on: "refuse", rule: "the chain shows the transaction failed or can no longer land" }
 ];
+
+/** States no move leaves: what an epoch close archives. */
+export const TERMINAL_STATES: readonly IntentState[] = INTENT_STATES.filter(state => !TRANSITIONS.some(t => t.from === state));
+
+/** States the node expires an intent from: nothing has been sent on chain yet. */
+export const EXPIRABLE_STATES: readonly IntentState[] = [...new Set(TRANSITIONS.filter(t => t.on === "expiry").map(t => t.from))];
 
 export function canMove(from: IntentState, to: IntentState, by: Actor): boolean {
 	return TRANSITIONS.some(t => t.from === from && t.to === to && t.by === by);
 }
 
-/** Applies a move: the next record, with stateVersion +1 (except a renewal) and a history entry. */
-export function applyMove(
-	record: IntentRecord,
-	to: IntentState,
-	at: string,
-	changes: Partial<Pick<IntentRecord, "lease" | "submission" | "rejectionReason" | "rejectionDetail">> & { by?: string; reason?: string } = {}
-): IntentRecord {
-	const { by, reason, ...fields } = changes;
-	const renewal = record.state === "CRANKER_LEASED" && to === "CRANKER_LEASED";
+type MoveChanges = Partial<Pick<IntentRecord, "lease" | "submission" | "rejectionReason" | "rejectionDetail">> & { by?: string; reason?: string; onChainChecked?: boolean };
+
+/**
+ * Applies a move the table allows for `on` (INVALID_TRANSITION otherwise): the next record, with
+ * stateVersion +1 (except a renewal) and a history entry.
+ */
+export function applyMove(record: IntentRecord, on: Trigger, to: IntentState, at: string, changes: MoveChanges = {}): IntentRecord {
+	if (!TRANSITIONS.some(t => t.from === record.state && t.to === to && t.on === on))
+		throw new ServiceError("INVALID_TRANSITION", `An intent cannot move from ${record.state} to ${to} by ${on}`, { from: record.state, to });
+	const { by, reason, onChainChecked, ...fields } = changes;
 	const next: IntentRecord = { ...record, ...fields, state: to, updatedAt: at };
 	next.leaseExpiresAt = next.lease?.expiresAt ?? null;
-	if (!renewal) {
+	if (on !== "renew") {
 		next.stateVersion = record.stateVersion + 1;
 		const entry: HistoryEntry = { state: to, at };
 		if (by) entry.by = by;
 		if (reason) entry.reason = reason;
+		if (onChainChecked !== undefined) entry.onChainChecked = onChainChecked;
 		next.history = [...record.history, entry];
 	}
 	return next;
@@ -204,8 +235,13 @@ export function isExpired(record: IntentRecord, nowMs: number, latestSlot: numbe
 	return Date.parse(record.expiresAt) <= nowMs || (latestSlot !== null && record.expiresAtSlot <= latestSlot);
 }
 
+/** The node's expiry move (SPEC §2.4): REJECTED with reason EXPIRED. */
+export function expire(record: IntentRecord, at: string): IntentRecord {
+	return applyMove(record, "expiry", "REJECTED", at, { reason: "EXPIRED", rejectionReason: "EXPIRED", rejectionDetail: "the authorization expired before submission" });
+}
+
 // ---------------------------------------------------------------------------------------------
-// Cranker status updates (PATCH /intents/{id}/status)
+// Lease rules: Cranker status updates (PATCH /intents/{id}/status) and payout authorizations
 
 export interface UpdateStatusRequest {
 	status: IntentState;
@@ -213,23 +249,40 @@ export interface UpdateStatusRequest {
 	expectedVersion: number;
 	transactionSignature?: string;
 	slot?: number;
+	lastValidBlockHeight?: number;
 	reason?: string;
 }
 
-export type StatusDecision = { kind: "replay" } | { kind: "move"; next: IntentRecord };
+/** A move that the chain must prove first (SPEC §2.4), with what it must prove about which submission. */
+export interface PendingChainCheck {
+	need: ChainEvidence;
+	submission: Submission;
+}
+
+export type StatusDecision =
+	| { kind: "replay" }
+	/** The intent expired before SUBMITTED: the node's expiry is stored, then the update is refused. */
+	| { kind: "expire"; next: IntentRecord }
+	| { kind: "move"; next: IntentRecord; chainCheck?: PendingChainCheck };
 
 export interface StatusContext {
 	now: Date;
 	leaseTtlMs: number;
 	/** Whether `crankerPubkey` is an online Cranker with the `settlement` role. */
 	crankerAllowed: boolean;
+	/** Latest slot observed on chain; null when none has been. */
+	latestSlot: number | null;
 }
 
 /**
- * Decides a Cranker's status update, with the refusals in SPEC §2.4's order: version, transition,
- * Cranker, lease holder, lease expiry, missing fields. The caller has already answered 404.
+ * Decides a Cranker's status update. First the node's own rule (an expired intent is REJECTED),
+ * then the refusals in SPEC §2.4's order: version, transition, Cranker, lease holder, lease expiry,
+ * missing fields. What the chain must show comes last, read by the caller. The caller answered 404.
  */
 export function decideStatusUpdate(record: IntentRecord, request: UpdateStatusRequest, context: StatusContext): StatusDecision {
+	const nowMs = context.now.getTime();
+	const at = context.now.toISOString();
+	if (EXPIRABLE_STATES.includes(record.state) && isExpired(record, nowMs, context.latestSlot)) return { kind: "expire", next: expire(record, at) };
 	if (isReplay(record, request)) return { kind: "replay" };
 
 	if (request.expectedVersion !== record.stateVersion)
@@ -239,62 +292,77 @@ export function decideStatusUpdate(record: IntentRecord, request: UpdateStatusRe
 		});
 	const { state: from } = record;
 	const to = request.status;
-	if (!canMove(from, to, "cranker")) throw new ServiceError("INVALID_TRANSITION", `A Cranker cannot move an intent from ${from} to ${to}`, { from, to });
+	const transition = TRANSITIONS.find(t => t.from === from && t.to === to && t.by === "cranker");
+	if (!transition) throw new ServiceError("INVALID_TRANSITION", `A Cranker cannot move an intent from ${from} to ${to}`, { from, to });
 	if (!context.crankerAllowed)
 		throw new ServiceError("CRANKER_NOT_ALLOWED", "The Cranker is not online with the settlement role", { crankerPubkey: request.crankerPubkey });
 
-	const nowMs = context.now.getTime();
-	const at = context.now.toISOString();
 	const isHolder = record.lease?.crankerPubkey === request.crankerPubkey;
 	const leaseLive = record.lease !== null && Date.parse(record.lease.expiresAt) > nowMs;
 	if (from === "CRANKER_LEASED") {
 		if (!isHolder) throw new ServiceError("NOT_LEASE_HOLDER", "Another Cranker holds the lease");
 		if (!leaseLive) throw new ServiceError("LEASE_EXPIRED", "The lease has expired", { leaseExpiresAt: record.lease?.expiresAt });
 	} else if (from === "SUBMITTED" && !isHolder && leaseLive) {
-		// Once the holder's lease has lapsed, any settlement Cranker that checked the chain may finish it.
+		// Once the holder's lease has lapsed, any settlement Cranker may finish it; the chain decides how.
 		throw new ServiceError("NOT_LEASE_HOLDER", "Another Cranker holds the lease");
 	}
 
 	const by = request.crankerPubkey;
+	const move = (changes: MoveChanges, need?: ChainEvidence): StatusDecision => {
+		const next = applyMove(record, transition.on, to, at, { by, ...changes });
+		return need ? { kind: "move", next, chainCheck: { need, submission: record.submission! } } : { kind: "move", next };
+	};
 	const lease = (): Lease => ({ crankerPubkey: by, leasedAt: record.lease && isHolder ? record.lease.leasedAt : at, expiresAt: new Date(nowMs + context.leaseTtlMs).toISOString() });
-	switch (`${from}>${to}`) {
-		case "VERIFIED>CRANKER_LEASED":
-		case "CRANKER_LEASED>CRANKER_LEASED":
-			return { kind: "move", next: applyMove(record, to, at, { by, lease: lease() }) };
-		case "CRANKER_LEASED>VERIFIED":
-			return { kind: "move", next: applyMove(record, to, at, { by, lease: null, reason: request.reason ?? "released" }) };
-		case "CRANKER_LEASED>SUBMITTED": {
-			const transactionSignature = required(request, "transactionSignature");
-			const submission: Submission = { transactionSignature, submittedAt: at };
-			if (request.slot !== undefined) submission.slot = request.slot;
-			return { kind: "move", next: applyMove(record, to, at, { by, submission }) };
+	switch (transition.on) {
+		case "lease":
+		case "renew":
+			return move({ lease: lease() });
+		case "release":
+			return move({ lease: null, reason: request.reason ?? "released" });
+		case "submit": {
+			const submission: Submission = {
+				transactionSignature: required(request, "transactionSignature"),
+				submittedAt: at,
+				...(request.slot !== undefined ? { slot: request.slot } : {}),
+				lastValidBlockHeight: required(request, "lastValidBlockHeight")
+			};
+			return move({ submission });
 		}
-		case "SUBMITTED>CONFIRMED": {
-			const transactionSignature = required(request, "transactionSignature");
-			if (transactionSignature !== record.submission?.transactionSignature)
+		case "confirm": {
+			if (required(request, "transactionSignature") !== record.submission?.transactionSignature)
 				throw new ServiceError("VALIDATION_ERROR", "transactionSignature differs from the submitted one", [
 					{ type: "mismatch", field: "transactionSignature", message: "must equal the submitted transactionSignature" }
 				]);
 			const submission: Submission = { ...record.submission, ...(request.slot !== undefined ? { slot: request.slot } : {}) };
-			return { kind: "move", next: applyMove(record, to, at, { by, submission }) };
+			return move({ submission }, "landed");
 		}
-		case "SUBMITTED>VERIFIED":
-			return { kind: "move", next: applyMove(record, to, at, { by, lease: null, submission: null, reason: required(request, "reason") }) };
+		case "drop":
+			return move({ lease: null, submission: null, reason: required(request, "reason") }, "cannot-land");
 		default: {
-			// CRANKER_LEASED>REJECTED and SUBMITTED>REJECTED, the only other Cranker moves.
+			// "refuse", from CRANKER_LEASED (nothing sent) or from SUBMITTED (the chain must agree: it frees the nonce).
 			const reason = required(request, "reason");
-			return { kind: "move", next: applyMove(record, to, at, { by, reason, rejectionReason: reason }) };
+			return move({ reason, rejectionReason: reason }, from === "SUBMITTED" ? "failed-or-cannot-land" : undefined);
 		}
 	}
 }
 
-function required(request: UpdateStatusRequest, field: "transactionSignature" | "reason"): string {
+/** The move once the chain has been read (`null`: no chain configured); throws what the chain refutes. */
+export function withChainEvidence(decision: { next: IntentRecord; chainCheck: PendingChainCheck }, observation: ChainObservation | null): IntentRecord {
+	const { need, submission } = decision.chainCheck;
+	const onChainChecked = judgeChainEvidence(need, observation, submission.lastValidBlockHeight);
+	if (decision.next.state !== "CONFIRMED") return decision.next;
+	const history = [...decision.next.history];
+	history[history.length - 1] = { ...history[history.length - 1], onChainChecked };
+	return { ...decision.next, history };
+}
+
+function required<F extends "transactionSignature" | "reason" | "lastValidBlockHeight">(request: UpdateStatusRequest, field: F): NonNullable<UpdateStatusRequest[F]> {
 	const value = request[field];
 	if (value === undefined)
 		throw new ServiceError("VALIDATION_ERROR", `${field} is required for a move to ${request.status}`, [
 			{ type: "required", field, message: `The '${field}' field is required.` }
 		]);
-	return value;
+	return value as NonNullable<UpdateStatusRequest[F]>;
 }
 
 /**
@@ -311,6 +379,19 @@ function isReplay(record: IntentRecord, request: UpdateStatusRequest): boolean {
 		last?.by === request.crankerPubkey &&
 		(!recordsSignature || request.transactionSignature === record.submission?.transactionSignature)
 	);
+}
+
+/**
+ * The lease a payout authorization is issued under (SPEC §2.5), with the refusals in order: not
+ * leased (409), another holder (403), lease lapsed (409), intent expired (422).
+ */
+export function leaseForPayout(record: IntentRecord, crankerPubkey: string, nowMs: number, latestSlot: number | null): Lease {
+	const { lease } = record;
+	if (record.state !== "CRANKER_LEASED" || !lease) throw new ServiceError("INVALID_TRANSITION", `The intent is ${record.state}, not CRANKER_LEASED`);
+	if (lease.crankerPubkey !== crankerPubkey) throw new ServiceError("NOT_LEASE_HOLDER", "Another Cranker holds the lease");
+	if (Date.parse(lease.expiresAt) <= nowMs) throw new ServiceError("LEASE_EXPIRED", "The lease has expired");
+	if (isExpired(record, nowMs, latestSlot)) throw new ServiceError("EVIDENCE_INCONSISTENT", "The intent has expired", { reason: "EXPIRED" });
+	return lease;
 }
 
 /** True when verification refused the intent (as opposed to a later expiry or a Cranker's refusal). */

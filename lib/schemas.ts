@@ -81,6 +81,8 @@ export const updateStatusParams = {
 	expectedVersion: { type: "number", integer: true, min: 1, max: Number.MAX_SAFE_INTEGER },
 	transactionSignature: { ...signature(), optional: true },
 	slot: { ...slot(), optional: true },
+	/** Of the submitted transaction's blockhash; required for SUBMITTED (SPEC §2.4). */
+	lastValidBlockHeight: { ...slot(), optional: true },
 	reason: { type: "string", min: 1, max: 512, optional: true }
 };
 

@@ -154,6 +154,8 @@ export interface ExpectedSettlement {
 	tokenMintAddress: string;
 	/** When known (the SDK got it from resolveTin), the transfer must credit this route's account. */
 	recipientRouteCommitment?: string;
+	/** When known (the Node, the Cranker), the memo must name exactly this nullifier. */
+	payoutNullifier?: string;
 	programId?: Address;
 }
 
@@ -165,6 +167,8 @@ export async function settlementMismatches(contents: SettlementContents, expecte
 	const problems: string[] = [];
 	const memos = contents.memos.filter(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`));
 	if (memos.length !== 1) problems.push(`expected one memo for transactionCommitment ${expected.transactionCommitment}, found ${memos.length}`);
+	else if (expected.payoutNullifier && memos[0] !== settlementMemo(expected.transactionCommitment, expected.payoutNullifier))
+		problems.push(`the memo does not name payoutNullifier ${expected.payoutNullifier}`);
 	const creditAccount = expected.recipientRouteCommitment
 		? await creditAccountAddress(expected.recipientRouteCommitment, address(expected.tokenMintAddress), expected.programId)
 		: null;
@@ -172,4 +176,11 @@ export async function settlementMismatches(contents: SettlementContents, expecte
 	if (transfers.length !== 1) problems.push(`expected one TransferChecked of mint ${expected.tokenMintAddress}${creditAccount ? ` to ${creditAccount}` : ""}, found ${transfers.length}`);
 	else if (transfers[0].amount !== BigInt(expected.amount)) problems.push(`transferred ${transfers[0].amount}, expected ${expected.amount}`);
 	return problems;
+}
+
+/** Why a transaction is not the registry submission of this TIN operation (empty when it is): exactly its one memo. */
+export function registryMismatches(contents: SettlementContents, operationId: string, routeCommitment: string): string[] {
+	const expected = registryMemo(operationId, routeCommitment);
+	const found = contents.memos.filter(memo => memo === expected).length;
+	return found === 1 ? [] : [`expected one memo "${expected}", found ${found}`];
 }

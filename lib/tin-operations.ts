@@ -25,7 +25,8 @@ export interface TinOperationRecord {
 	/** Canonical JSON digest of the request, for idempotency on operationId. */
 	requestDigest: string;
 	request: TinOperationRequest;
-	history: { status: TinOperationState; at: string; by?: string; reason?: string }[];
+	/** `onChainChecked` on the FINALIZED entry: false when no chain was configured to read the transaction. */
+	history: { status: TinOperationState; at: string; by?: string; reason?: string; onChainChecked?: boolean }[];
 	verifiedBy: string | null;
 	feeCommittedBy: string | null;
 	feeAmount: string | null;

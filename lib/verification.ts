@@ -13,6 +13,13 @@ export const SUPPORTED_FUNDING_MODE = "wallet_only_v2";
 const MAX_CLOCK_SKEW_MS = 60_000;
 const MAX_VALIDITY_MS = 24 * 60 * 60 * 1000;
 
+/**
+ * Refusals after which a body holds no paymentId and leaves no record (SPEC §2.1: only a signer
+ * holds a paymentId): a message that does not bind the request or whose times are malformed, an
+ * unsupported funding mode, a signature that does not verify.
+ */
+export const UNRECORDED_REJECTIONS: ReadonlySet<string> = new Set<RejectionReason>(["INVALID_MESSAGE", "INVALID_SIGNATURE", "UNSUPPORTED_FUNDING_MODE"]);
+
 export type VerificationResult = { ok: true } | { ok: false; reason: RejectionReason; detail: string };
 
 export interface VerificationContext {

@@ -1,28 +1,49 @@
 /**
  * api: the REST gateway (moleculer-web). It owns no data: it maps the routes of SPEC §4 to the
- * owners' actions, checks worker keys, limits body size and request rate, and shapes every error
- * as SPEC §7's body.
+ * owners' actions, admits worker callers by API key and Crankers by their request signature
+ * (SPEC §6.1), limits body size, time and request rate, drains on shutdown, and shapes every
+ * error as SPEC §7's body.
  */
-import { isReady } from "./health";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema } from "moleculer-web";
+import { FailureThrottle } from "../lib/auth-throttle";
 import type { Config } from "../lib/config";
 import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
+import { verifyRequestSignature } from "../lib/http-signature";
 import { buildOpenApiDocument, type Operation } from "../lib/openapi";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
+import { isReady, markDraining } from "./health";
 
-/** SPEC §10: request bodies up to 65,536 bytes as sent. */
+/** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
 const MAX_BODY_BYTES = 65_536;
+/** On SIGTERM, how long requests already in flight may take to finish. */
+const DRAIN_TIMEOUT_MS = 30_000;
 
-type WireError = { name?: string; message?: string; code?: unknown; status?: unknown; type?: unknown; data?: unknown };
+type WireError = { name?: string; message?: string; code?: unknown; status?: unknown; type?: unknown; data?: unknown; errno?: unknown };
+type Request = IncomingMessage & { originalUrl?: string; query?: Record<string, unknown>; body?: unknown; rawBody?: Buffer };
+
+/** zlib's failures on a body that does not decode (gzip, deflate, br): the client's input, never a 5xx. */
+const isDecodingError = (err: WireError) => typeof err.code === "string" && (err.code.startsWith("Z_") || err.code.startsWith("ERR_BROTLI") || err.code.startsWith("ERR__ZSTD"));
+
+/** Validation errors list the failing fields; nothing else of Moleculer's item (node id, action) leaves the gateway. */
+function publicData(type: ErrorType, data: unknown): unknown {
+	if (type !== "VALIDATION_ERROR" || !Array.isArray(data)) return data;
+	return data.map(item => {
+		const { type: kind, field, message, expected, actual } = (item ?? {}) as Record<string, unknown>;
+		return Object.fromEntries(Object.entries({ type: kind, field, message, expected, actual }).filter(([, v]) => v !== undefined));
+	});
+}
 
 /** Maps anything thrown below the gateway to a SPEC §7 error; unknown failures become a bare 500. */
 function toWireError(err: WireError): ServiceError {
-	if (typeof err.type === "string" && err.type in ERROR_STATUS) return new ServiceError(err.type as ErrorType, err.message ?? "", err.data);
+	if (typeof err.type === "string" && err.type in ERROR_STATUS) return new ServiceError(err.type as ErrorType, err.message ?? "", publicData(err.type as ErrorType, err.data));
+	if (isDecodingError(err)) return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The request body does not decode with its content-encoding");
 	switch (err.type) {
 		case "entity.too.large":
 			return new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`);
+		case "encoding.unsupported":
+			return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The content-encoding is not one this route takes (gzip, deflate, br or none)");
 		case "entity.parse.failed":
 			return new ServiceError("VALIDATION_ERROR", "The request body is not valid JSON", [
 				{ type: "json", field: "$body", message: "The body must be a JSON document without the key __proto__." }
@@ -39,18 +60,18 @@ function toWireError(err: WireError): ServiceError {
 	}
 	const status = Number(err.status ?? err.code);
 	if (err.name === "NotFoundError" || status === 404) return new ServiceError("NOT_FOUND", "Not found");
-	// Other refusals of malformed requests (body charset or encoding, undecodable path segments)
-	// are the client's input, not a server fault.
-	if (status >= 400 && status < 500) return new ServiceError("VALIDATION_ERROR", err.message ?? "Malformed request");
+	// Other refusals of malformed requests (body charset, undecodable path segments) are the
+	// client's input, not a server fault.
+	if (status >= 400 && status < 500) return new ServiceError("VALIDATION_ERROR", "Malformed request");
 	return new ServiceError("INTERNAL_ERROR", "Internal error");
 }
 
 /** SPEC §4 worker routes (x-api-key), each to the action that serves it. */
 const WORKER_ROUTES: Record<string, string> = {
 	"GET /intents": "mempool.list",
-	"PATCH /intents/:id/status": "leases.updateStatus",
+	"PATCH /intents/:id/status": "mempool.updateStatus",
 	"GET /intent-work": "mempool.work",
-	"POST /internal/settlement-authorizations/settlement": "leases.authorizePayout",
+	"POST /internal/settlement-authorizations/settlement": "payouts.authorize",
 	"POST /internal/wake": "receiver.wake",
 	"POST /crankers/heartbeat": "crankers.heartbeat",
 	"POST /epoch/close": "epochs.close",
@@ -64,6 +85,14 @@ const WORKER_ROUTES: Record<string, string> = {
 	"POST /tin-operations/:id/failed": "tin.failed",
 	"POST /tin-operations/:id/rejected": "tin.rejected"
 };
+
+/** The worker routes that act as a Cranker: they carry its request signature (SPEC §6.1). */
+export const CRANKER_ACTIONS: ReadonlySet<string> = new Set([
+	"crankers.heartbeat",
+	"mempool.updateStatus",
+	"payouts.authorize",
+	...["verified", "feeCommitted", "submitted", "finalized", "failed", "rejected"].map(stage => `tin.${stage}`)
+]);
 
 /** SPEC §4 public routes (rate limited), each to the action that serves it. */
 const PUBLIC_ROUTES: Record<string, string> = {
@@ -89,7 +118,7 @@ const HEALTH_ROUTES = ["GET /health/live", "GET /health/ready"];
  * The gateway merges query, body and path into one params object; each route takes its input from
  * one place only, so a query field can never override (or smuggle past the schema of) a body field.
  */
-function assertInputPlacement(req: IncomingMessage & { query?: Record<string, unknown>; body?: unknown }): void {
+function assertInputPlacement(req: Request): void {
 	const hasQuery = Object.keys(req.query ?? {}).length > 0;
 	const hasBody = Number(req.headers["content-length"] ?? 0) > 0 || req.headers["transfer-encoding"] !== undefined;
 	if (req.method === "GET" ? hasBody : hasQuery)
@@ -102,6 +131,11 @@ function assertInputPlacement(req: IncomingMessage & { query?: Record<string, un
 
 export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	let isWorkerKey: (candidate: string) => boolean = () => false;
+	const authFailures = new FailureThrottle(config.authFailuresPerMin);
+	/** Requests being answered now; on SIGTERM those not yet answered are told the connection closes. */
+	const inFlight = new Set<ServerResponse>();
+	let draining = false;
+	let drained: () => void = () => {};
 
 	const clientIp = (req: IncomingMessage): string => {
 		if (config.trustProxy) {
@@ -112,13 +146,47 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		return req.socket.remoteAddress ?? "unknown";
 	};
 
+	/** The URI a Cranker signed (`@target-uri`): behind a proxy, rebuilt from PUBLIC_BASE_URL. */
+	const targetUri = (req: Request) => `${config.publicBaseUrl ?? `http://${req.headers.host ?? ""}`}${req.originalUrl ?? req.url ?? ""}`;
+
+	/** A client past its failed authentications gets 429 until its window ends. */
+	function assertNotThrottled(req: IncomingMessage, res: ServerResponse): void {
+		const waitMs = authFailures.retryAfterMs(clientIp(req), Date.now());
+		if (!waitMs) return;
+		res.setHeader("Retry-After", String(Math.ceil(waitMs / 1000)));
+		throw new ServiceError("RATE_LIMITED", "Too many failed authentications; retry later");
+	}
+
+	/**
+	 * SPEC §6.1: which Cranker signed this request. Its signature covers the exact body bytes, so a
+	 * signed route takes no content-encoding; keyid must be the body's crankerPubkey; each
+	 * signature is admitted once (the crankers service remembers it for its validity window).
+	 */
+	async function signingCranker(ctx: Context, req: Request): Promise<string> {
+		const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
+		if (encoding !== "identity") throw new ServiceError("UNSUPPORTED_MEDIA_TYPE", "Signed Cranker requests take no content-encoding");
+		const check = await verifyRequestSignature({ method: req.method ?? "", targetUri: targetUri(req), headers: req.headers, body: req.rawBody ?? Buffer.alloc(0) }, Date.now());
+		if (!check.ok)
+			throw check.status === 401
+				? new ServiceError("UNAUTHORIZED", "This route takes an HTTP message signature by the Cranker (SPEC §6.1)", { reason: check.reason })
+				: new ServiceError("FORBIDDEN", `The request signature is refused: ${check.detail}`, { reason: check.reason });
+		if ((req.body as { crankerPubkey?: unknown } | undefined)?.crankerPubkey !== check.keyid)
+			throw new ServiceError("FORBIDDEN", "The request is signed by another key than crankerPubkey", { reason: "keyid-mismatch" });
+		await ctx.call("crankers.admitSignature", { keyid: check.keyid, signature: check.signature, created: check.created });
+		return check.keyid;
+	}
+
 	// "__proto__" would become the params' prototype when the gateway merges them, dodging the strict schema.
 	const reviver = (key: string, value: unknown) => {
 		if (key === "__proto__") throw new SyntaxError("forbidden key __proto__");
 		return value;
 	};
 	// strict: a body is an object (or an array, which the schemas refuse), never a bare primitive.
-	const jsonBody = { json: { limit: MAX_BODY_BYTES, strict: true, reviver }, urlencoded: false };
+	// verify keeps the exact bytes: a Cranker's signature covers them (Content-Digest).
+	const jsonBody = {
+		json: { limit: MAX_BODY_BYTES, strict: true, reviver, verify: (req: Request, _res: ServerResponse, body: Buffer) => void (req.rawBody = body) },
+		urlencoded: false
+	};
 	const common = { mappingPolicy: "restrict" as const, bodyParsers: jsonBody, mergeParams: true, logging: true, autoAliases: false };
 
 	return {
@@ -149,7 +217,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					}
 				},
 				{
-					// Worker routes: x-api-key required. Routes sharing a path need distinct names.
+					// Worker routes: x-api-key required; the Cranker routes also the Cranker's signature.
 					name: "worker",
 					path: "/",
 					...common,
@@ -162,10 +230,15 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					path: "/",
 					...common,
 					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: clientIp } : undefined,
-					onBeforeCall(ctx: Context<unknown, { worker?: boolean; accept?: string }>, _route: unknown, req: IncomingMessage) {
+					onBeforeCall(ctx: Context<unknown, { worker?: boolean; accept?: string }>, _route: unknown, req: Request, res: ServerResponse) {
 						assertInputPlacement(req);
 						const key = req.headers["x-api-key"];
-						ctx.meta.worker = typeof key === "string" && isWorkerKey(key);
+						if (typeof key === "string") {
+							// A key sent here is an authentication attempt like any other: wrong ones count.
+							assertNotThrottled(req, res);
+							ctx.meta.worker = isWorkerKey(key);
+							if (!ctx.meta.worker) authFailures.fail(clientIp(req), Date.now());
+						}
 						ctx.meta.accept = req.headers.accept;
 					},
 					aliases: PUBLIC_ROUTES
@@ -175,7 +248,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			onError(this: { logger: Context["broker"]["logger"] }, req: IncomingMessage, res: ServerResponse, err: Error) {
 				const error = toWireError(err as WireError);
 				if (error.code >= 500 && error.type === "INTERNAL_ERROR") this.logger.error(`Unhandled error on ${req.method} ${req.url}:`, err);
-				if (error.type === "RATE_LIMITED") {
+				if (error.type === "RATE_LIMITED" && !res.headersSent && !res.hasHeader("Retry-After")) {
 					// moleculer-web's memory store keeps the end of the current window on the route.
 					const route = (req as { $route?: { rateLimit?: { store?: { resetTime?: number } } } }).$route;
 					const resetTime = route?.rateLimit?.store?.resetTime ?? Date.now() + 60_000;
@@ -212,12 +285,67 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		},
 
 		methods: {
-			/** Worker routes: missing key → 401, wrong key → 403 (compared in constant time). */
-			authorize(_ctx: Context, _route: unknown, req: IncomingMessage) {
-				const key = req.headers["x-api-key"];
-				if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
-				if (!isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
-				assertInputPlacement(req);
+			/**
+			 * Worker routes: missing key → 401, wrong key → 403 (compared in constant time); then, on
+			 * the Cranker routes, the request signature (SPEC §6.1). Failures count towards 429.
+			 */
+			async authorize(ctx: Context<unknown, { crankerPubkey?: string }>, _route: unknown, req: Request, res: ServerResponse, alias: { action?: string }) {
+				assertNotThrottled(req, res);
+				try {
+					const key = req.headers["x-api-key"];
+					if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
+					if (!isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
+					assertInputPlacement(req);
+					if (alias.action && CRANKER_ACTIONS.has(alias.action)) ctx.meta.crankerPubkey = await signingCranker(ctx, req);
+				} catch (err) {
+					const { type } = err as ServiceError;
+					if (type === "UNAUTHORIZED" || type === "FORBIDDEN") authFailures.fail(clientIp(req), Date.now());
+					throw err;
+				}
+			},
+
+			/**
+			 * moleculer-web's server, with SPEC §10's time limits (headers in 10 s, the whole request
+			 * in 30 s, checked every second) and a front door: a body declared too large is refused
+			 * unread, and on SIGTERM new requests are refused while those in flight finish.
+			 */
+			createServer(this: Service & { server?: http.Server; httpHandler: http.RequestListener }) {
+				if (this.server) return;
+				this.server = http.createServer(
+					{ headersTimeout: config.headersTimeoutMs, requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs) },
+					(req, res) => {
+						const isHealth = req.url?.startsWith("/health/");
+						if (draining && !isHealth) {
+							res.shouldKeepAlive = false;
+							return sendJson(res, 503, new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance"), { connection: "close" });
+						}
+						if (Number(req.headers["content-length"] ?? 0) > MAX_BODY_BYTES) {
+							res.shouldKeepAlive = false;
+							return sendJson(res, 413, new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`), { connection: "close" });
+						}
+						inFlight.add(res);
+						res.once("close", () => {
+							inFlight.delete(res);
+							if (draining && inFlight.size === 0) drained();
+						});
+						this.httpHandler(req, res);
+					}
+				);
+			},
+
+			/**
+			 * SIGTERM, first step: readiness and new requests answer 503 at once, requests in flight
+			 * finish (told their connection closes), then idle connections are closed.
+			 */
+			async drain(this: Service & { server?: http.Server }) {
+				draining = true;
+				markDraining(this.broker);
+				for (const res of inFlight) if (!res.headersSent) res.setHeader("connection", "close");
+				if (inFlight.size) {
+					const done = new Promise<void>(resolve => (drained = resolve));
+					await Promise.race([done, new Promise(resolve => setTimeout(resolve, DRAIN_TIMEOUT_MS).unref())]);
+				}
+				this.server?.closeIdleConnections();
 			}
 		},
 
@@ -230,12 +358,12 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	};
 }
 
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
 	if (res.headersSent) {
 		res.end();
 		return;
 	}
 	const payload = body instanceof ServiceError ? { name: body.name, message: body.message, code: body.code, type: body.type, ...(body.data !== undefined ? { data: body.data } : {}) } : body;
-	res.writeHead(status, { "content-type": "application/json; charset=utf-8" });
+	res.writeHead(status, { "content-type": "application/json; charset=utf-8", ...headers });
 	res.end(JSON.stringify(payload));
 }

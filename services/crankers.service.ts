@@ -1,17 +1,23 @@
 /**
- * crankers: owns Cranker heartbeats (SPEC §6). A Cranker is online while its last accepted,
- * signed heartbeat is younger than CRANKER_TTL_MS.
+ * crankers: owns Cranker admission (SPEC §6, §6.1): signed heartbeats, liveness and roles, and the
+ * request signatures already seen (replay protection). A Cranker is online while its last accepted
+ * heartbeat is younger than CRANKER_TTL_MS; records silent for CRANKER_RETENTION_MS are pruned.
  */
 import type { Context, ServiceSchema } from "moleculer";
 import { buildHeartbeatMessage } from "../lib/canonical";
 import type { Config } from "../lib/config";
+import { CrankerTotals } from "../lib/cranker-totals";
 import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
+import { MAX_CLOCK_SKEW_S, assertSignedBy } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
 import type { Collection } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
+import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 const MAX_HEARTBEAT_SKEW_MS = 60_000;
+/** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
+const PRUNE_BATCH = 500;
 
 interface HeartbeatRequest {
 	crankerPubkey: string;
@@ -32,9 +38,22 @@ interface CrankerDoc {
 	lastSeenAt: string;
 }
 
+/** A request signature seen within its validity window, keyed by the signature itself. */
+interface SeenSignature {
+	id: string;
+	keyid: string;
+	/** The end of the window in which the signature would still be accepted: then it can go. */
+	expiresAt: string;
+}
+
 export function crankersService(config: Config): ServiceSchema {
 	let crankers: Collection<CrankerDoc>;
+	let seenSignatures: Collection<SeenSignature>;
 	const operators = new Set(config.crankerOperators);
+	// One crankers owner holds a SQLite store, so these figures are exact; MongoDB replicas each
+	// count the heartbeats they take (as the mempool's totals): the distributed deployment's to solve.
+	const totals = new CrankerTotals(CRANKER_ROLES);
+	let recordCount = 0;
 
 	const isOnline = (doc: CrankerDoc, nowMs: number) => Date.parse(doc.lastSeenAt) + config.crankerTtlMs > nowMs;
 	const toView = (doc: CrankerDoc, nowMs: number) => ({
@@ -46,21 +65,41 @@ export function crankersService(config: Config): ServiceSchema {
 		online: isOnline(doc, nowMs)
 	});
 	const isOperator = (pubkey: string) => operators.size === 0 || operators.has(pubkey);
+	const onlineCutoff = (nowMs: number) => new Date(nowMs - config.crankerTtlMs).toISOString();
+
+	/** Seeds the figures from the Crankers online now (an index range), and the record count. */
+	async function seedTotals(): Promise<void> {
+		for (const doc of await crankers.list({ where: { lastSeenAt: { gt: onlineCutoff(Date.now()) } }, orderBy: ["lastSeenAt", "asc"] }))
+			if (isOperator(doc.crankerPubkey)) totals.seen(doc);
+		recordCount = await crankers.count();
+	}
+
+	/** Drops silent Crankers from the figures, prunes long-silent records and expired replay entries. */
+	async function sweep(): Promise<void> {
+		const nowMs = Date.now();
+		totals.expire(onlineCutoff(nowMs));
+		recordCount -= await crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - config.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
+		await seenSignatures.removeWhere({ expiresAt: { lt: new Date(nowMs).toISOString() } }, PRUNE_BATCH);
+	}
 
 	return {
 		name: "crankers",
 		mixins: [
 			storeMixin(config, "crankers", async store => {
 				crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]] });
-			})
+				seenSignatures = await store.collection<SeenSignature>({ name: "request_signatures", fields: { expiresAt: "text" }, indexes: [["expiresAt"]] });
+				await seedTotals();
+			}),
+			sweeperMixin("cranker liveness", config.sweepIntervalMs, sweep)
 		],
 
 		actions: {
-			/** POST /crankers/heartbeat */
+			/** POST /crankers/heartbeat (a signed Cranker request) */
 			heartbeat: {
 				params: heartbeatParams,
-				async handler(ctx: Context<HeartbeatRequest>) {
+				async handler(ctx: Context<HeartbeatRequest, { crankerPubkey?: string }>) {
 					const hb = ctx.params;
+					assertSignedBy(ctx.meta, hb.crankerPubkey);
 					if (!verifySignature(hb.crankerPubkey, buildHeartbeatMessage(hb), hb.signature))
 						throw new ServiceError("INVALID_SIGNATURE", "The heartbeat signature does not verify");
 					if (!isOperator(hb.crankerPubkey)) throw new ServiceError("CRANKER_NOT_ALLOWED", "This Cranker is not an allowed operator");
@@ -78,9 +117,27 @@ export function crankersService(config: Config): ServiceSchema {
 						lastSeenAt: now.toISOString()
 					};
 					// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
-					const accepted = (await crankers.insert(doc)) || (await crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc));
-					if (!accepted) throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+					const inserted = await crankers.insert(doc);
+					if (!inserted && !(await crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc)))
+						throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+					if (inserted) recordCount++;
+					totals.seen(doc);
 					return toView(doc, now.getTime());
+				}
+			},
+
+			/**
+			 * Internal, from the gateway: records a verified request signature, once. The same
+			 * signature again within its validity window is a replay (SPEC §6.1).
+			 */
+			admitSignature: {
+				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true } },
+				async handler(ctx: Context<{ keyid: string; signature: string; created: number }>): Promise<true> {
+					const { keyid, signature, created } = ctx.params;
+					const expiresAt = new Date((created + MAX_CLOCK_SKEW_S) * 1000).toISOString();
+					if (!(await seenSignatures.insert({ id: signature, keyid, expiresAt })))
+						throw new ServiceError("FORBIDDEN", "This request signature was used before", { reason: "replayed" });
+					return true;
 				}
 			},
 
@@ -90,25 +147,9 @@ export function crankersService(config: Config): ServiceSchema {
 			 */
 			summary: {
 				params: {},
-				async handler() {
-					const nowMs = Date.now();
-					const all = await crankers.list();
-					const online = all.filter(doc => isOnline(doc, nowMs) && isOperator(doc.crankerPubkey));
-					const byRole = Object.fromEntries(CRANKER_ROLES.map(role => [role, online.filter(doc => doc.roles.includes(role)).length]));
-					const mints = new Map<string, { liquidity: bigint; crankersOnline: number }>();
-					for (const doc of online.filter(d => d.roles.includes("settlement")))
-						for (const { tokenMintAddress, available } of doc.liquidity) {
-							const mint = mints.get(tokenMintAddress) ?? { liquidity: 0n, crankersOnline: 0 };
-							mint.liquidity += BigInt(available);
-							mint.crankersOnline++;
-							mints.set(tokenMintAddress, mint);
-						}
-					return {
-						online: online.length,
-						total: all.length,
-						byRole,
-						mints: Object.fromEntries([...mints].map(([mint, m]) => [mint, { liquidity: m.liquidity.toString(), crankersOnline: m.crankersOnline }]))
-					};
+				handler() {
+					totals.expire(onlineCutoff(Date.now()));
+					return { ...totals.snapshot(), total: recordCount };
 				}
 			},
 
@@ -125,8 +166,9 @@ export function crankersService(config: Config): ServiceSchema {
 			/** Internal: how many Crankers are online now. */
 			onlineCount: {
 				params: {},
-				async handler(): Promise<number> {
-					return crankers.count({ lastSeenAt: { gt: new Date(Date.now() - config.crankerTtlMs).toISOString() } });
+				handler(): number {
+					totals.expire(onlineCutoff(Date.now()));
+					return totals.online;
 				}
 			}
 		}

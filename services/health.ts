@@ -6,9 +6,16 @@
 import http from "node:http";
 import type { ServiceBroker } from "moleculer";
 
-/** Ready: the broker has started and, when distributed, is connected to the transporter. */
+/** Brokers stopping on SIGTERM: from the first moment, they are no longer ready (SPEC §10). */
+const draining = new WeakSet<ServiceBroker>();
+
+export function markDraining(broker: ServiceBroker): void {
+	draining.add(broker);
+}
+
+/** Ready: the broker has started, is not stopping and, when distributed, is connected to the transporter. */
 export function isReady(broker: ServiceBroker): boolean {
-	return broker.started && (!broker.transit || broker.transit.connected);
+	return broker.started && !draining.has(broker) && (!broker.transit || broker.transit.connected);
 }
 
 export async function startHealthServer(broker: ServiceBroker, port: number): Promise<http.Server> {

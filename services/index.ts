@@ -1,14 +1,15 @@
 /** The service catalogue: which services exist, and a broker running the ones a process selects. */
-import { ServiceBroker, type BrokerOptions, type ServiceSchema } from "moleculer";
+import { ServiceBroker, type BrokerOptions, type Service, type ServiceSchema } from "moleculer";
 import { brokerOptions } from "../moleculer.config";
 import type { Config } from "../lib/config";
 import { accessService } from "./access.service";
 import { apiService } from "./api.service";
 import { crankersService } from "./crankers.service";
 import { epochsService } from "./epochs.service";
-import { leasesService } from "./leases.service";
+import { markDraining } from "./health";
 import { mempoolService } from "./mempool.service";
 import { networkService } from "./network.service";
+import { payoutsService } from "./payouts.service";
 import { receiverService } from "./receiver.service";
 import { tinService } from "./tin.service";
 import { verifierService } from "./verifier.service";
@@ -19,7 +20,7 @@ export const SERVICE_FACTORIES: Record<string, (config: Config) => ServiceSchema
 	receiver: receiverService,
 	verifier: verifierService,
 	mempool: mempoolService,
-	leases: leasesService,
+	payouts: payoutsService,
 	crankers: crankersService,
 	tin: tinService,
 	epochs: epochsService,
@@ -37,13 +38,16 @@ export function createNode(config: Config, overrides: Partial<BrokerOptions> = {
 }
 
 /**
- * Graceful stop in tiers: the gateway first (it stops accepting and drains in-flight requests),
+ * Graceful stop in tiers: the gateway first (it refuses new requests and drains those in flight),
  * then the services that call others, then the owners they call. Moleculer's own stop would stop
  * them all at once, closing an owner's store under a request that still needs it.
  */
-const STOP_TIERS = [["api"], ["receiver", "leases", "network", "epochs"], ["verifier"]];
+const STOP_TIERS = [["api"], ["receiver", "payouts", "network", "epochs"], ["verifier"]];
 
 export async function stopNode(broker: ServiceBroker): Promise<void> {
+	markDraining(broker);
+	const api = broker.getLocalService("api") as (Service & { drain(): Promise<void> }) | undefined;
+	await api?.drain();
 	for (const tier of STOP_TIERS)
 		await Promise.all(
 			tier

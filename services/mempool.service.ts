@@ -1,14 +1,19 @@
 /**
- * mempool: owns payment intents and consumed nonces. The only place an intent's state changes;
- * every change is one compare-and-set on (id, state, stateVersion) through the state machine of
- * lib/intents.ts.
+ * mempool: owns payment intents, their leases and consumed nonces. The only place an intent's
+ * state changes, and the one owner of the lease rules: every change, the node's (verification,
+ * sweeps) and the Cranker's, goes through the transition table of lib/intents.ts as one read plus
+ * one compare-and-set on (id, state, stateVersion, lease). Moves out of SUBMITTED are checked
+ * against the chain first (SPEC §2.4).
  */
 import { randomBytes } from "node:crypto";
 import type { Context, ServiceSchema } from "moleculer";
-import { buildPaymentMessage } from "../lib/canonical";
+import { buildPaymentMessage, payoutNullifier } from "../lib/canonical";
+import { ChainReader } from "../lib/chain";
+import type { ChainObservation } from "../lib/chain-evidence";
 import type { Config } from "../lib/config";
 import { canonicalJson, sha256Hex } from "../lib/encoding";
 import { ServiceError } from "../lib/errors";
+import { assertSignedBy } from "../lib/http-signature";
 import {
 	EXPIRABLE_STATES,
 	INTENT_STATES,
@@ -16,19 +21,24 @@ import {
 	PUBLIC_STATUS,
 	applyMove,
 	decideStatusUpdate,
+	expire,
 	isExpired,
+	leaseForPayout,
 	statesOfStatus,
 	toPublicView,
 	toWorkerView,
+	withChainEvidence,
 	type CreateIntentRequest,
 	type IntentRecord,
 	type IntentState,
+	type PendingChainCheck,
 	type UpdateStatusRequest
 } from "../lib/intents";
-import { limit, updateStatusParams } from "../lib/schemas";
+import { address, limit, updateStatusParams } from "../lib/schemas";
+import { settlementMismatches } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import type { Collection, Where } from "../lib/store";
-import type { VerificationResult } from "../lib/verification";
+import { UNRECORDED_REJECTIONS, type VerificationResult } from "../lib/verification";
 import { IntentTotals } from "../lib/intent-totals";
 import { byId, merkleRoot } from "../lib/merkle";
 import { storeMixin } from "../mixins/store.mixin";
@@ -50,14 +60,23 @@ interface NonceDoc {
 }
 
 const SWEEP_BATCH = 500;
+/** A chain read that takes longer is answered 503 CHAIN_UNAVAILABLE rather than holding the Cranker. */
+const CHAIN_TIMEOUT_MS = 5000;
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
+const resultParam = { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true } } };
+/** The verifier node that decided: history says which one (operators, and the cluster tests). */
+const verifiedByParam = { type: "string", optional: true, max: 200 };
+/** A verifier's answer as the receiver passes it on: its result and who decided. */
+const verdictParam = { type: "object", props: { ...resultParam.props, verifiedBy: verifiedByParam } };
 
 export function mempoolService(config: Config): ServiceSchema {
 	let intents: Collection<IntentRecord>;
 	let nonces: Collection<NonceDoc>;
 	let slots: SlotObserver;
 	let lapsedLeases = 0;
+	// The Node's own view of the chain; without SOLANA_RPC_URL no move out of SUBMITTED can be proven.
+	const chain = config.solanaRpcUrl ? new ChainReader(config.solanaRpcUrl, CHAIN_TIMEOUT_MS) : null;
 	// One mempool owns a SQLite store, so its totals are exact. Several replicas on MongoDB each
 	// count their own changes: aggregating those is the distributed deployment's to solve.
 	const totals = new IntentTotals();
@@ -108,10 +127,30 @@ export function mempoolService(config: Config): ServiceSchema {
 	}
 
 	async function reject(record: IntentRecord, reason: string, detail: string, at: string, by?: string): Promise<boolean> {
-		return commit(record, applyMove(record, "REJECTED", at, { reason, rejectionReason: reason, rejectionDetail: detail, ...(by ? { by } : {}) }));
+		return commit(record, applyMove(record, "verdict", "REJECTED", at, { reason, rejectionReason: reason, rejectionDetail: detail, ...(by ? { by } : {}) }));
 	}
 
-	const expire = (record: IntentRecord, at: string) => reject(record, "EXPIRED", "the authorization expired before submission", at);
+	/**
+	 * NODE_VERIFYING → VERIFIED or REJECTED on a verifier's result. The nonce, the last check of
+	 * SPEC §1, is consumed here, where nonces are owned. A body refused for a reason that leaves no
+	 * record (a forgery, say) is removed instead. Returns the current record, or null once removed.
+	 */
+	async function applyVerdict(record: IntentRecord, result: VerificationResult, by?: string): Promise<IntentRecord | null> {
+		const at = new Date().toISOString();
+		if (!result.ok && UNRECORDED_REJECTIONS.has(result.reason)) {
+			if (await removeUnrecorded(record)) return null;
+		} else if (!result.ok) await reject(record, result.reason, result.detail, at, by);
+		else if (!(await consumeNonce(record))) await reject(record, "NONCE_REUSED", "this sender already used the nonce", at, by);
+		else await commit(record, applyMove(record, "verdict", "VERIFIED", at, by ? { by } : {}));
+		return intents.get(record.id);
+	}
+
+	/** Removes a record refused for a reason that leaves none (SPEC §2.1): its paymentId is free again. */
+	async function removeUnrecorded(record: IntentRecord): Promise<boolean> {
+		const removed = await intents.remove(record.id, { state: record.state, stateVersion: record.stateVersion });
+		if (removed) totals.apply(record, null);
+		return removed;
+	}
 
 	async function expireDue(): Promise<number> {
 		const now = new Date();
@@ -121,8 +160,37 @@ export function mempoolService(config: Config): ServiceSchema {
 		if (latestSlot !== null)
 			due.push(...(await intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAtSlot: { lte: latestSlot } }, limit: SWEEP_BATCH })));
 		let expired = 0;
-		for (const record of due) if (isExpired(record, now.getTime(), latestSlot) && (await expire(record, at))) expired++;
+		for (const record of due) if (isExpired(record, now.getTime(), latestSlot) && (await commit(record, expire(record, at)))) expired++;
 		return expired;
+	}
+
+	/** Returns CRANKER_LEASED intents whose lease has lapsed to VERIFIED. */
+	async function releaseLapsedLeases(): Promise<number> {
+		const at = new Date().toISOString();
+		const lapsed = await intents.list({ where: { state: "CRANKER_LEASED", leaseExpiresAt: { lte: at } }, limit: SWEEP_BATCH });
+		let released = 0;
+		for (const record of lapsed) if (await commit(record, applyMove(record, "lease-lapse", "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" }))) released++;
+		lapsedLeases += released;
+		return released;
+	}
+
+	/** What the chain shows of the submission a move out of SUBMITTED is about; null without a chain. */
+	async function observeChain(record: IntentRecord, check: PendingChainCheck): Promise<ChainObservation | null> {
+		if (!chain) return null;
+		const { request } = record;
+		const expected = {
+			transactionCommitment: record.transactionCommitment,
+			amount: request.amount,
+			tokenMintAddress: request.tokenMintAddress,
+			recipientRouteCommitment: request.recipientRouteCommitment,
+			payoutNullifier: payoutNullifier(request.senderWallet, request.senderAuthorizationNonce),
+			programId: config.settlementProgramId as Parameters<typeof settlementMismatches>[1]["programId"]
+		};
+		try {
+			return await chain.observe(check.submission.transactionSignature, check.need === "landed" ? contents => settlementMismatches(contents, expected) : undefined);
+		} catch (err) {
+			throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
+		}
 	}
 
 	return {
@@ -133,20 +201,22 @@ export function mempoolService(config: Config): ServiceSchema {
 				nonces = await store.collection<NonceDoc>({ name: "consumed_nonces", fields: { intentId: "text" } });
 				await seedTotals();
 			}),
-			sweeperMixin("intent expiry", config.sweepIntervalMs, expireDue)
+			sweeperMixin("intent expiry", config.sweepIntervalMs, expireDue),
+			sweeperMixin("lease expiry", config.sweepIntervalMs, releaseLapsedLeases)
 		],
 
 		actions: {
 			/**
-			 * Records a submitted request as RECEIVED, or finds the record of an identical earlier
-			 * submission (idempotency on paymentId). A different body under the same paymentId is 409.
+			 * Records a submitted request as RECEIVED, with the verifier's verdict when there was one
+			 * (applied at once), or finds the record of an identical earlier submission (idempotency on
+			 * paymentId). A different body under the same paymentId is 409.
 			 */
 			receive: {
 				// The receiver validated the request against createIntentParams at intake; checking it a
 				// second (and, in the verifier, third) time would cost more than the signature check.
-				params: { request: "object", epoch: { type: "number", integer: true, min: 1 } },
-				async handler(ctx: Context<{ request: CreateIntentRequest; epoch: number }>): Promise<{ record: IntentRecord; created: boolean }> {
-					const { request, epoch } = ctx.params;
+				params: { request: "object", epoch: { type: "number", integer: true, min: 1 }, verdict: { ...verdictParam, optional: true } },
+				async handler(ctx: Context<{ request: CreateIntentRequest; epoch: number; verdict?: VerificationResult & { verifiedBy?: string } }>): Promise<{ record: IntentRecord; created: boolean }> {
+					const { request, epoch, verdict } = ctx.params;
 					const requestDigest = sha256Hex(canonicalJson(request));
 					const at = new Date().toISOString();
 					const record: IntentRecord = {
@@ -170,7 +240,12 @@ export function mempoolService(config: Config): ServiceSchema {
 					};
 					if (await intents.insert(record)) {
 						totals.apply(null, record);
-						return { record, created: true };
+						if (!verdict) return { record, created: true };
+						// Verified before it was recorded: the verdict is applied through the same two moves as a sweep's.
+						const { verifiedBy, ...result } = verdict;
+						const claimed = applyMove(record, "claim", "NODE_VERIFYING", at);
+						const done = (await commit(record, claimed)) ? await applyVerdict(claimed, result, verifiedBy) : await intents.get(record.id);
+						return { record: done ?? record, created: true };
 					}
 					const existing = await intents.findOne({ paymentId: request.paymentId });
 					if (!existing) throw new ServiceError("INTERNAL_ERROR", "paymentId collision without a record");
@@ -245,32 +320,24 @@ export function mempoolService(config: Config): ServiceSchema {
 				async handler(ctx: Context<{ id: string; expectedVersion: number }>): Promise<IntentRecord | null> {
 					const record = await intents.get(ctx.params.id);
 					if (!record || record.state !== "RECEIVED" || record.stateVersion !== ctx.params.expectedVersion) return null;
-					const next = applyMove(record, "NODE_VERIFYING", new Date().toISOString());
+					const next = applyMove(record, "claim", "NODE_VERIFYING", new Date().toISOString());
 					return (await commit(record, next)) ? next : null;
 				}
 			},
 
-			/**
-			 * Internal: NODE_VERIFYING → VERIFIED or REJECTED from a verifier's result. The nonce, the
-			 * last check of SPEC §1, is consumed here, where nonces are owned. Returns the current record.
-			 */
+			/** Internal: a sweep's verdict on a record it claimed (see applyVerdict); null once removed as unsigned. */
 			completeVerification: {
 				params: {
 					id: recordRef,
 					expectedVersion: version,
-					result: { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true } } },
+					result: resultParam,
 					/** The verifier node that decided: history says which one (operators, and the cluster tests). */
-					verifiedBy: { type: "string", optional: true, max: 200 }
+					verifiedBy: verifiedByParam
 				},
-				async handler(ctx: Context<{ id: string; expectedVersion: number; result: VerificationResult; verifiedBy?: string }>): Promise<IntentRecord> {
-					const record = await mustGet(ctx.params.id);
-					if (record.state !== "NODE_VERIFYING" || record.stateVersion !== ctx.params.expectedVersion) return record;
-					const at = new Date().toISOString();
-					const { result, verifiedBy: by } = ctx.params;
-					if (!result.ok) await reject(record, result.reason, result.detail, at, by);
-					else if (!(await consumeNonce(record))) await reject(record, "NONCE_REUSED", "this sender already used the nonce", at, by);
-					else await commit(record, applyMove(record, "VERIFIED", at, by ? { by } : {}));
-					return mustGet(record.id);
+				async handler(ctx: Context<{ id: string; expectedVersion: number; result: VerificationResult; verifiedBy?: string }>): Promise<IntentRecord | null> {
+					const record = await intents.get(ctx.params.id);
+					if (!record || record.state !== "NODE_VERIFYING" || record.stateVersion !== ctx.params.expectedVersion) return record;
+					return applyVerdict(record, ctx.params.result, ctx.params.verifiedBy);
 				}
 			},
 
@@ -280,46 +347,53 @@ export function mempoolService(config: Config): ServiceSchema {
 				async handler(ctx: Context<{ id: string; expectedVersion: number }>): Promise<IntentRecord> {
 					const record = await mustGet(ctx.params.id);
 					if (record.state !== "NODE_VERIFYING" || record.stateVersion !== ctx.params.expectedVersion) return record;
-					const next = applyMove(record, "RECEIVED", new Date().toISOString(), { reason: "VERIFIER_UNAVAILABLE" });
+					const next = applyMove(record, "verifier-timeout", "RECEIVED", new Date().toISOString(), { reason: "VERIFIER_UNAVAILABLE" });
 					return (await commit(record, next)) ? next : mustGet(record.id);
 				}
 			},
 
-			/** PATCH /intents/{id}/status, after `leases` has checked the Cranker's standing. */
+			/**
+			 * PATCH /intents/{id}/status (a signed Cranker request): the lease rules of SPEC §2.4 on one
+			 * read of the record, the chain's word on moves out of SUBMITTED, then one compare-and-set.
+			 */
 			updateStatus: {
-				params: { ...updateStatusParams, $$strict: false, crankerAllowed: "boolean" },
-				async handler(ctx: Context<UpdateStatusRequest & { id: string; crankerAllowed: boolean }>) {
-					const { id, crankerAllowed, ...request } = ctx.params;
-					const record = await mustGet(id);
-					const decision = decideStatusUpdate(record, request, { now: new Date(), leaseTtlMs: config.leaseTtlMs, crankerAllowed });
+				params: updateStatusParams,
+				async handler(ctx: Context<UpdateStatusRequest & { id: string }, { crankerPubkey?: string }>) {
+					const { id, ...request } = ctx.params;
+					assertSignedBy(ctx.meta, request.crankerPubkey);
+					const [record, standing] = await Promise.all([
+						mustGet(id),
+						ctx.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey: request.crankerPubkey })
+					]);
+					const now = new Date();
+					const decision = decideStatusUpdate(record, request, {
+						now,
+						leaseTtlMs: config.leaseTtlMs,
+						crankerAllowed: standing.online && standing.roles.includes("settlement"),
+						latestSlot: slots.latest()
+					});
 					if (decision.kind === "replay") return toWorkerView(record);
-					if (await commit(record, decision.next)) return toWorkerView(decision.next);
+					if (decision.kind === "expire") {
+						await commit(record, decision.next);
+						throw new ServiceError("INVALID_TRANSITION", "The intent expired before it was submitted: it is REJECTED", { state: "REJECTED", rejectionReason: "EXPIRED" });
+					}
+					const next = decision.chainCheck ? withChainEvidence({ next: decision.next, chainCheck: decision.chainCheck }, await observeChain(record, decision.chainCheck)) : decision.next;
+					if (await commit(record, next)) return toWorkerView(next);
 					const current = await mustGet(id);
 					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
 				}
 			},
 
-			/** Internal: moves an intent to REJECTED/EXPIRED now if it has expired; true when it is (now) expired. */
-			expireIfDue: {
-				params: { id: recordRef },
-				async handler(ctx: Context<{ id: string }>): Promise<boolean> {
+			/**
+			 * Internal, for a payout authorization (SPEC §2.5): the record, when `crankerPubkey` holds
+			 * its live lease and the intent has not expired; the lease rules' refusal otherwise.
+			 */
+			leaseForPayout: {
+				params: { id: recordRef, crankerPubkey: address() },
+				async handler(ctx: Context<{ id: string; crankerPubkey: string }>): Promise<IntentRecord> {
 					const record = await mustGet(ctx.params.id);
-					if (!EXPIRABLE_STATES.includes(record.state) || !isExpired(record, Date.now(), slots.latest())) return false;
-					await expire(record, new Date().toISOString());
-					return true;
-				}
-			},
-
-			/** Internal: returns CRANKER_LEASED intents whose lease has lapsed to VERIFIED. */
-			releaseExpiredLeases: {
-				params: {},
-				async handler(): Promise<number> {
-					const at = new Date().toISOString();
-					const lapsed = await intents.list({ where: { state: "CRANKER_LEASED", leaseExpiresAt: { lte: at } }, limit: SWEEP_BATCH });
-					let released = 0;
-					for (const record of lapsed) if (await commit(record, applyMove(record, "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" }))) released++;
-					lapsedLeases += released;
-					return released;
+					leaseForPayout(record, ctx.params.crankerPubkey, Date.now(), slots.latest());
+					return record;
 				}
 			},
 
@@ -388,12 +462,13 @@ export function mempoolService(config: Config): ServiceSchema {
 				handler: () => totals.snapshot().settled
 			},
 
-			/** Internal: leases held now, and leases returned by the expiry sweep since this process started. */
+			/**
+			 * Internal: leases held now (a lapsed one counts until the sweep returns it, within
+			 * SWEEP_INTERVAL_MS), and leases that sweep returned since this process started.
+			 */
 			leaseCounts: {
 				params: {},
-				async handler() {
-					return { active: await intents.count({ state: "CRANKER_LEASED", leaseExpiresAt: { gt: new Date().toISOString() } }), expired: lapsedLeases };
-				}
+				handler: () => ({ active: totals.snapshot().live.CRANKER_LEASED, expired: lapsedLeases })
 			},
 
 			/** Internal: number of intents per state (every state present, zero included). */

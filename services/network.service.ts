@@ -22,7 +22,8 @@ interface Metrics {
 	startedAt: string;
 	intents: Record<IntentState, number>;
 	settled: { count: number; volume: Record<string, string> };
-	verification: { verified: number; rejected: number; p50Ms: number; p99Ms: number };
+	/** unrecorded: bodies refused without leaving a record, such as forgeries (SPEC §2.1). */
+	verification: { verified: number; rejected: number; unrecorded: number; p50Ms: number; p99Ms: number };
 	leases: { active: number; expired: number };
 }
 
@@ -39,7 +40,8 @@ function toPrometheus(metrics: Metrics): string {
 	metric("settled_volume_base_units_total", "counter", "Settled amount per token mint, in base units.", Object.entries(metrics.settled.volume).map(([mint, v]) => [`{mint="${mint}"}`, v]));
 	metric("verifications_total", "counter", "Verification verdicts of this node's receiver.", [
 		['{outcome="verified"}', metrics.verification.verified],
-		['{outcome="rejected"}', metrics.verification.rejected]
+		['{outcome="rejected"}', metrics.verification.rejected],
+		['{outcome="unrecorded"}', metrics.verification.unrecorded]
 	]);
 	metric("verification_latency_ms", "gauge", "Verification latency percentiles over the latest verdicts.", [
 		['{quantile="0.5"}', metrics.verification.p50Ms],

@@ -1,19 +1,20 @@
 /**
- * leases: the leasing policy (who may move leased work), the lease expiry sweep and the one-time
- * payout authorizations, which it owns. Intent state itself changes only in the mempool.
+ * payouts: owns the one-time payout authorizations (SPEC §2.5), signed with the Node's authority
+ * key. It decides no lease rule: the mempool, which owns intents and their leases, says whether a
+ * Cranker holds a live lease; this service checks the route and issues or repeats the authorization.
  */
 import type { Context, ServiceSchema } from "moleculer";
 import { ConfigError, type Config } from "../lib/config";
 import { createSigner } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
-import { isExpired, type IntentRecord, type UpdateStatusRequest } from "../lib/intents";
+import { assertSignedBy } from "../lib/http-signature";
+import type { IntentRecord } from "../lib/intents";
 import { buildPayoutAuthorization, type PayoutAuthorization } from "../lib/payout";
 import type { ActiveRoute } from "../lib/registry";
-import { payoutAuthorizationParams, updateStatusParams } from "../lib/schemas";
+import { payoutAuthorizationParams } from "../lib/schemas";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import type { Collection } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
-import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 interface AuthorizationDoc {
 	/** The intent id: one authorization per intent, replaced only once it has expired. */
@@ -22,76 +23,60 @@ interface AuthorizationDoc {
 	authorization: PayoutAuthorization;
 }
 
-export function leasesService(config: Config): ServiceSchema {
+export function payoutsService(config: Config): ServiceSchema {
 	let authorizations: Collection<AuthorizationDoc>;
 	let signer: { publicKey: string; sign: (message: string) => string };
-	let broker: Context["broker"];
 
-	async function issue(record: IntentRecord, crankerPubkey: string, ctx: Context): Promise<PayoutAuthorization> {
+	/**
+	 * The authorization for a leased record: the valid one again to its holder, or a fresh one. A
+	 * new one for the same nullifier is issued only once the earlier has lapsed (a signed
+	 * authorization cannot be revoked) and, since the mempool lets a submission go only when the
+	 * chain proves it can no longer land, no earlier submission can land then.
+	 */
+	async function issue(record: IntentRecord & { lease: NonNullable<IntentRecord["lease"]> }, ctx: Context): Promise<PayoutAuthorization> {
 		const now = new Date();
-		const { lease } = record;
-		if (record.state !== "CRANKER_LEASED" || !lease) throw new ServiceError("INVALID_TRANSITION", `The intent is ${record.state}, not CRANKER_LEASED`);
-		if (lease.crankerPubkey !== crankerPubkey) throw new ServiceError("NOT_LEASE_HOLDER", "Another Cranker holds the lease");
-		if (Date.parse(lease.expiresAt) <= now.getTime()) throw new ServiceError("LEASE_EXPIRED", "The lease has expired");
-		if (isExpired(record, now.getTime(), await ctx.call<number | null>("mempool.latestSlot")))
-			throw new ServiceError("EVIDENCE_INCONSISTENT", "The intent has expired", { reason: "EXPIRED" });
 		const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
 		if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion)
 			throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH" });
 
 		const existing = await authorizations.get(record.id);
 		if (existing && Date.parse(existing.authorization.expiresAt) > now.getTime()) {
-			if (existing.authorization.crankerPubkey === crankerPubkey) return existing.authorization;
-			// A signed authorization cannot be revoked: the next holder waits until the last one lapses.
+			if (existing.authorization.crankerPubkey === record.lease.crankerPubkey) return existing.authorization;
 			throw new ServiceError("INVALID_TRANSITION", "A payout authorization issued under an earlier lease is still valid", {
 				authorizationExpiresAt: existing.authorization.expiresAt
 			});
 		}
-		const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization: buildPayoutAuthorization({ ...record, lease }, now, signer) };
+		const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization: buildPayoutAuthorization(record, now, signer) };
 		const stored = existing ? await authorizations.update(record.id, { issuedAt: existing.issuedAt }, doc) : await authorizations.insert(doc);
 		if (stored) return doc.authorization;
 		// A concurrent request of the same holder stored one first: answer with that one.
 		const winner = await authorizations.get(record.id);
-		if (winner && winner.authorization.crankerPubkey === crankerPubkey) return winner.authorization;
+		if (winner && winner.authorization.crankerPubkey === record.lease.crankerPubkey) return winner.authorization;
 		throw new ServiceError("VERSION_CONFLICT", "The authorization changed concurrently; ask again");
 	}
 
 	return {
-		name: "leases",
-		dependencies: ["mempool", "crankers", "tin"],
+		name: "payouts",
+		dependencies: ["mempool", "tin"],
 		mixins: [
-			storeMixin(config, "leases", async store => {
+			storeMixin(config, "payouts", async store => {
 				authorizations = await store.collection<AuthorizationDoc>({ name: "payout_authorizations", fields: { issuedAt: "text" } });
-			}),
-			sweeperMixin("lease expiry", config.sweepIntervalMs, () => broker.call("mempool.releaseExpiredLeases"))
+			})
 		],
 
 		actions: {
-			/** PATCH /intents/{id}/status */
-			updateStatus: {
-				params: updateStatusParams,
-				async handler(ctx: Context<UpdateStatusRequest & { id: string }>) {
-					const standing = await ctx.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey: ctx.params.crankerPubkey });
-					const crankerAllowed = standing.online && standing.roles.includes("settlement");
-					// SPEC §2.4: an intent that expires before SUBMITTED is REJECTED/EXPIRED, whatever the sweep's timing.
-					await ctx.call("mempool.expireIfDue", { id: ctx.params.id }).catch(() => false);
-					return ctx.call("mempool.updateStatus", { ...ctx.params, crankerAllowed });
-				}
-			},
-
-			/** POST /internal/settlement-authorizations/settlement */
-			authorizePayout: {
+			/** POST /internal/settlement-authorizations/settlement (a signed Cranker request) */
+			authorize: {
 				params: payoutAuthorizationParams,
-				async handler(ctx: Context<{ workId: string; crankerPubkey: string }>) {
-					const record = await ctx.call<IntentRecord | null, object>("mempool.get", { id: ctx.params.workId });
-					if (!record) throw new ServiceError("NOT_FOUND", `Intent ${ctx.params.workId} not found`);
-					return issue(record, ctx.params.crankerPubkey, ctx);
+				async handler(ctx: Context<{ workId: string; crankerPubkey: string }, { crankerPubkey?: string }>) {
+					assertSignedBy(ctx.meta, ctx.params.crankerPubkey);
+					const record = await ctx.call<IntentRecord & { lease: NonNullable<IntentRecord["lease"]> }, object>("mempool.leaseForPayout", {
+						id: ctx.params.workId,
+						crankerPubkey: ctx.params.crankerPubkey
+					});
+					return issue(record, ctx);
 				}
 			}
-		},
-
-		created() {
-			broker = this.broker;
 		},
 
 		async started() {

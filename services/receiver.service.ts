@@ -1,14 +1,16 @@
 /**
- * receiver: intake of signed intents (SPEC §2.1). Stateless: records each submission with the
- * mempool before anything else, then has a verifier check it. Its sweep verifies what was left
- * RECEIVED (no verifier answered) or NODE_VERIFYING (a verifier or receiver died mid-way).
+ * receiver: intake of signed intents (SPEC §2.1). Stateless: has a verifier check each submission
+ * first, so a body its sender did not sign is refused before it can hold a paymentId or a row;
+ * then records it with the mempool together with the verdict. When no verifier answers, the
+ * submission is recorded RECEIVED (202) and its sweep verifies it later, as it does what a
+ * verifier or receiver that died left NODE_VERIFYING.
  */
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError, rejectionError, type RejectionReason } from "../lib/errors";
 import { rejectedAtVerification, toPublicView, type CreateIntentRequest, type IntentRecord } from "../lib/intents";
 import { createIntentParams } from "../lib/schemas";
-import type { VerificationResult } from "../lib/verification";
+import { UNRECORDED_REJECTIONS, type VerificationResult } from "../lib/verification";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 const SWEEP_BATCH = 200;
@@ -17,12 +19,16 @@ const SUBMISSION_GRACE_MS = 1000;
 /** Moleculer errors meaning "no verifier could answer", as opposed to a verifier's own failure. */
 const UNAVAILABLE = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQUEST_TIMEOUT", "REQUEST_REJECTED", "BROKER_DISCONNECTED"]);
 
-type Outcome = { record: IntentRecord; verifierUnavailable: boolean };
+/** A record after the sweep's verification: null once removed as unsigned. */
+type Outcome = { record: IntentRecord | null; verifierUnavailable: boolean };
+type Verdict = VerificationResult & { verifiedBy?: string };
 
-/** Verification outcomes and latencies (claim to verdict) of this receiver since it started. */
+/** Verification outcomes and latencies (verdict to stored outcome) of this receiver since it started. */
 class VerificationStats {
 	verified = 0;
 	rejected = 0;
+	/** Bodies refused that leave no record (SPEC §2.1: forgeries and the like), only this count. */
+	unrecorded = 0;
 	/** The latest latencies, a ring: percentiles describe recent behaviour, in bounded memory. */
 	private readonly window = new Float64Array(10_000);
 	private size = 0;
@@ -36,33 +42,45 @@ class VerificationStats {
 		this.size = Math.min(this.size + 1, this.window.length);
 	}
 
-	snapshot(): { verified: number; rejected: number; p50Ms: number; p99Ms: number } {
+	snapshot(): { verified: number; rejected: number; unrecorded: number; p50Ms: number; p99Ms: number } {
 		const sorted = this.window.slice(0, this.size).sort();
 		const at = (q: number) => (sorted.length ? Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] * 100) / 100 : 0);
-		return { verified: this.verified, rejected: this.rejected, p50Ms: at(0.5), p99Ms: at(0.99) };
+		return { verified: this.verified, rejected: this.rejected, unrecorded: this.unrecorded, p50Ms: at(0.5), p99Ms: at(0.99) };
 	}
 }
 
 export function receiverService(config: Config): ServiceSchema {
-	/** Runs one record through verification: claim, verify, complete. Never throws for an unavailable verifier. */
+	/** The verifier's verdict on a request; null when no verifier could answer in time. */
+	async function verify(ctx: Context | { call: Context["call"] }, request: CreateIntentRequest): Promise<Verdict | null> {
+		try {
+			return await ctx.call<Verdict, object>("verifier.verify", { request }, { timeout: config.verifyTimeoutMs, retries: 0 });
+		} catch (err) {
+			if (UNAVAILABLE.has((err as { type?: string }).type ?? "")) return null;
+			throw err;
+		}
+	}
+
+	function count(record: IntentRecord | null, startedAt: number): void {
+		if (!record) stats.unrecorded++;
+		else if (record.state === "VERIFIED" || record.state === "REJECTED") stats.record(record.state === "VERIFIED", performance.now() - startedAt);
+	}
+
+	/** The sweep's verification of a waiting record: claim, verify, complete. Never throws for an unavailable verifier. */
 	async function verifyRecord(ctx: Context | { call: Context["call"] }, record: IntentRecord): Promise<Outcome> {
 		let claimed: IntentRecord | null = record;
 		if (record.state === "RECEIVED") {
 			claimed = await ctx.call<IntentRecord | null, object>("mempool.claimForVerification", { id: record.id, expectedVersion: record.stateVersion });
-			if (!claimed) return { record: (await ctx.call<IntentRecord, object>("mempool.get", { id: record.id })) ?? record, verifierUnavailable: false };
+			if (!claimed) return { record: await ctx.call<IntentRecord | null, object>("mempool.get", { id: record.id }), verifierUnavailable: false };
 		}
 		const startedAt = performance.now();
-		let result: VerificationResult & { verifiedBy?: string };
-		try {
-			result = await ctx.call<VerificationResult & { verifiedBy?: string }, object>("verifier.verify", { request: claimed.request }, { timeout: config.verifyTimeoutMs, retries: 0 });
-		} catch (err) {
-			if (!UNAVAILABLE.has((err as { type?: string }).type ?? "")) throw err;
+		const verdict = await verify(ctx, claimed.request);
+		if (!verdict) {
 			const back = await ctx.call<IntentRecord, object>("mempool.returnToReceived", { id: claimed.id, expectedVersion: claimed.stateVersion });
 			return { record: back, verifierUnavailable: true };
 		}
-		const { verifiedBy, ...verdict } = result;
-		const done = await ctx.call<IntentRecord, object>("mempool.completeVerification", { id: claimed.id, expectedVersion: claimed.stateVersion, result: verdict, verifiedBy });
-		if (done.state === "VERIFIED" || done.state === "REJECTED") stats.record(done.state === "VERIFIED", performance.now() - startedAt);
+		const { verifiedBy, ...result } = verdict;
+		const done = await ctx.call<IntentRecord | null, object>("mempool.completeVerification", { id: claimed.id, expectedVersion: claimed.stateVersion, result, verifiedBy });
+		count(done, startedAt);
 		return { record: done, verifierUnavailable: false };
 	}
 
@@ -93,16 +111,25 @@ export function receiverService(config: Config): ServiceSchema {
 			submit: {
 				params: createIntentParams,
 				async handler(ctx: Context<CreateIntentRequest, { $statusCode?: number; $location?: string }>) {
+					const request = ctx.params;
+					const startedAt = performance.now();
+					const verdict = await verify(ctx, request);
+					// SPEC §2.1: only a signer holds a paymentId. Refused before idempotency, so a forgery
+					// under someone else's paymentId learns nothing of it and stores nothing.
+					if (verdict && !verdict.ok && UNRECORDED_REJECTIONS.has(verdict.reason)) {
+						stats.unrecorded++;
+						throw rejectionError(verdict.reason, { paymentId: request.paymentId }, verdict.detail);
+					}
 					const { record, created } = await ctx.call<{ record: IntentRecord; created: boolean }, object>("mempool.receive", {
-						request: ctx.params,
-						epoch: await currentEpoch(ctx)
+						request,
+						epoch: await currentEpoch(ctx),
+						...(verdict ? { verdict } : {})
 					});
-					let current = record;
-					if (created) current = (await verifyRecord(ctx, record)).record;
-					if (rejectedAtVerification(current)) throw rejection(current);
-					ctx.meta.$statusCode = !created ? 200 : current.state === "VERIFIED" ? 201 : 202;
-					if (ctx.meta.$statusCode === 201) ctx.meta.$location = `/intents/${current.id}`;
-					return toPublicView(current);
+					if (created && verdict) count(record, startedAt);
+					if (rejectedAtVerification(record)) throw rejection(record);
+					ctx.meta.$statusCode = !created ? 200 : record.state === "VERIFIED" ? 201 : 202;
+					if (ctx.meta.$statusCode === 201) ctx.meta.$location = `/intents/${record.id}`;
+					return toPublicView(record);
 				}
 			},
 
@@ -154,7 +181,7 @@ export function receiverService(config: Config): ServiceSchema {
 				status.pending++;
 				break;
 			}
-			if (outcome.record.state === "REJECTED") status.rejected++;
+			if (!outcome.record || outcome.record.state === "REJECTED") status.rejected++;
 			else if (outcome.record.state === "RECEIVED" || outcome.record.state === "NODE_VERIFYING") status.pending++;
 			else status.verified++;
 		}

@@ -7,12 +7,16 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import type { Context, ServiceSchema } from "moleculer";
 import { buildTinOperationMessage } from "../lib/canonical";
+import { ChainReader } from "../lib/chain";
+import { judgeChainEvidence, type ChainObservation } from "../lib/chain-evidence";
 import { ConfigError, type Config } from "../lib/config";
 import { verifySignature } from "../lib/ed25519";
 import { canonicalJson, sha256Hex } from "../lib/encoding";
 import { ServiceError } from "../lib/errors";
+import { assertSignedBy } from "../lib/http-signature";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
 import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
+import { registryMismatches } from "../lib/settlement";
 import { tinFromSequence } from "../lib/tin";
 import {
 	TIN_OPERATION_STATES,
@@ -42,6 +46,9 @@ const OPERATIONS_COLLECTION = {
 	indexes: [["status", "createdAt"], ["createdAt"]]
 } as const;
 
+/** A chain read that takes longer is answered 503 CHAIN_UNAVAILABLE. */
+const CHAIN_TIMEOUT_MS = 5000;
+
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
 const FIRST_SEQUENCE = 100_000_000;
 
@@ -59,6 +66,7 @@ export function tinService(config: Config): ServiceSchema {
 	let sequence: Collection<SequenceDoc>;
 	let broker: Context["broker"];
 	const policy = { allowSingleCrankerTins: config.allowSingleCrankerTins, createFee: config.tinCreateFee, updateFee: config.tinUpdateFee };
+	const chain = config.solanaRpcUrl ? new ChainReader(config.solanaRpcUrl, CHAIN_TIMEOUT_MS) : null;
 
 	async function importGenesis(file: string): Promise<number> {
 		let entries;
@@ -208,13 +216,30 @@ export function tinService(config: Config): ServiceSchema {
 		return toPublicTinOperation(existing);
 	}
 
-	async function moveStage(ctx: Context<{ id: string; crankerPubkey: string; transactionSignature?: string; feeAmount?: string; reason?: string }>, stage: TinStage) {
+	/** What the chain shows of the operation's registry transaction (SPEC §5 `finalized`); null without a chain. */
+	async function observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null> {
+		if (!chain) return null;
+		try {
+			return await chain.observe(record.transactionSignature!, async contents => registryMismatches(contents, record.operationId, record.request.routeCommitment));
+		} catch (err) {
+			throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
+		}
+	}
+
+	async function moveStage(ctx: Context<{ id: string; crankerPubkey: string; transactionSignature?: string; feeAmount?: string; reason?: string }, { crankerPubkey?: string }>, stage: TinStage) {
 		const { id, ...request } = ctx.params;
+		assertSignedBy(ctx.meta, request.crankerPubkey);
 		const record = await mustGetOperation(id);
 		const standing = await ctx.call<CrankerStanding, object>("crankers.standing", { crankerPubkey: request.crankerPubkey });
 		const decision = decideStage(record, stage, request, standing, policy, new Date());
 		if (decision.kind === "replay") return toTinOperationView(record);
-		if (stage === "finalized") return toTinOperationView(await finalize(record, decision.next));
+		if (stage === "finalized") {
+			// As for an intent's CONFIRMED: the route goes live only on a landed registry transaction.
+			const onChainChecked = judgeChainEvidence("landed", await observeRegistrySubmission(record), undefined);
+			const history = [...decision.next.history];
+			history[history.length - 1] = { ...history[history.length - 1], onChainChecked };
+			return toTinOperationView(await finalize(record, { ...decision.next, history }));
+		}
 		// `finalizing: null` keeps every other stage off an operation whose finalization has begun.
 		if (await operations.update(record.id, { status: record.status, finalizing: null }, decision.next)) return toTinOperationView(decision.next);
 		throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: (await mustGetOperation(id)).status });
@@ -250,14 +275,15 @@ export function tinService(config: Config): ServiceSchema {
 				}
 			},
 
-			/** Internal: proves the registry can be read; 503 REGISTRY_INVALID otherwise. */
+			/** Internal: proves the registry can be read (one bounded read); 503 REGISTRY_INVALID otherwise. */
 			check: {
 				params: {},
-				async handler(): Promise<{ routes: number }> {
+				async handler(): Promise<true> {
 					try {
-						return { routes: await routes.count({ active: true }) };
-					} catch (err) {
-						throw new ServiceError("REGISTRY_INVALID", "The registry cannot be read", { reason: (err as Error).message });
+						await routes.list({ limit: 1 });
+						return true;
+					} catch {
+						throw new ServiceError("REGISTRY_INVALID", "The registry cannot be read");
 					}
 				}
 			},

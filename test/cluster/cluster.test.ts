@@ -135,7 +135,7 @@ describeWithMongo("cluster over NATS with MongoDB owners (two replicas)", () => 
 	beforeAll(async () => {
 		cluster = new Cluster({ verifiers: 2, seedFile: writeSeedFile(tempDir(), [route]), workerApiKey: API_KEY, mongoUrl: `${mongoUrl}`.replace(/\/?(\?|$)/, `/scs_cluster_${Date.now()}$1`) });
 		await cluster.start();
-		await cluster.node("owners-2", { SERVICES: "mempool,leases,crankers,tin,epochs,access", REGISTRY_SEED_FILE: writeSeedFile(tempDir(), [route]) }).ready();
+		await cluster.node("owners-2", { SERVICES: "mempool,payouts,crankers,tin,epochs,access", REGISTRY_SEED_FILE: writeSeedFile(tempDir(), [route]) }).ready();
 		http = httpClient(cluster.gateway.url);
 	});
 	afterAll(() => cluster?.stop());

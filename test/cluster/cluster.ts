@@ -111,7 +111,7 @@ export class Cluster {
 	async start(): Promise<void> {
 		this.nats = new NatsServer(await freePort());
 		await this.nats.start();
-		this.owners = this.node("owners", { SERVICES: "mempool,leases,crankers,tin,epochs,access", REGISTRY_SEED_FILE: this.options.seedFile });
+		this.owners = this.node("owners", { SERVICES: "mempool,payouts,crankers,tin,epochs,access", REGISTRY_SEED_FILE: this.options.seedFile });
 		await this.owners.ready();
 		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier" }));
 		await Promise.all(this.verifiers.map(verifier => verifier.ready()));

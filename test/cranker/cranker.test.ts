@@ -11,6 +11,7 @@ import { NodeClient } from "../../cranker/node-client";
 import { Settler } from "../../cranker/settler";
 import { buildHeartbeatMessage, buildTinOperationMessage, payoutNullifier } from "../../lib/canonical";
 import { createSigner } from "../../lib/ed25519";
+import { keypairSigningKey } from "../../lib/http-signature";
 import { sha256Hex } from "../../lib/encoding";
 import { iso, newWallet, uniqueId } from "../helpers/fixtures";
 import { worker } from "../helpers/node";
@@ -71,11 +72,11 @@ describe("Cranker settling payments", () => {
 		const mint = h.chain.createMint(6);
 		const settlers = await Promise.all([0, 1].map(async () => {
 			const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)));
+			const node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair));
 			const heartbeat = { crankerPubkey: config.keypair.publicKey, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString() };
-			const signature = createSigner(config.keypair)(buildHeartbeatMessage(heartbeat));
-			expect((await h.node.http("POST", "/crankers/heartbeat", { ...heartbeat, signature }, worker)).status).toBe(200);
+			await node.heartbeat({ ...heartbeat, signature: createSigner(config.keypair)(buildHeartbeatMessage(heartbeat)) });
 			const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
-			return new Settler(new NodeClient(config.nodeUrl, config.workerApiKey), new Chain(config.solanaRpcUrl), signer, config, createLogger({}, () => {}), () => false);
+			return new Settler(node, new Chain(config.solanaRpcUrl), signer, config, createLogger({}, () => {}), () => false);
 		}));
 		const intent = await h.pay(mint, "2500");
 		const [work] = (await h.node.http("GET", "/intent-work?limit=500", undefined, worker)).body.filter((item: { intent: { id: string } }) => item.intent.id === intent.id);

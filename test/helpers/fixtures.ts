@@ -8,6 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { buildHeartbeatMessage, buildPaymentMessage } from "../../lib/canonical";
 import { encodeBase58, sha256Hex } from "../../lib/encoding";
+import type { RequestSigningKey } from "../../lib/http-signature";
 import type { CreateIntentRequest } from "../../lib/intents";
 import type { GenesisRoute } from "../../lib/registry";
 import { tinFromSequence } from "../../lib/tin";
@@ -18,13 +19,29 @@ export interface Wallet {
 	sign(message: string): string;
 }
 
+/** Every wallet the tests made, by address: a request naming a crankerPubkey is signed with its key. */
+const wallets = new Map<string, Wallet>();
+
 export function newWallet(): Wallet {
 	const secretKey = ed25519.utils.randomSecretKey();
-	return {
+	const wallet: Wallet = {
 		address: encodeBase58(ed25519.getPublicKey(secretKey)),
 		secretKey,
 		sign: message => encodeBase58(ed25519.sign(new TextEncoder().encode(message), secretKey))
 	};
+	wallets.set(wallet.address, wallet);
+	return wallet;
+}
+
+export function walletOf(address: string): Wallet {
+	const wallet = wallets.get(address);
+	if (!wallet) throw new Error(`no test wallet has the address ${address}`);
+	return wallet;
+}
+
+/** The wallet as the key that signs its HTTP requests (SPEC §6.1). */
+export function signingKey(wallet: Wallet): RequestSigningKey {
+	return { keyid: wallet.address, sign: data => ed25519.sign(data, wallet.secretKey) };
 }
 
 export const MINT = encodeBase58(new Uint8Array(32).fill(7));

@@ -7,7 +7,9 @@ import os from "node:os";
 import path from "node:path";
 import type { ServiceBroker } from "moleculer";
 import { loadConfig, type Config } from "../../lib/config";
+import { RequestSigner } from "../../lib/http-signature";
 import { createNode, stopNode } from "../../services";
+import { signingKey, type Wallet } from "./fixtures";
 
 export const API_KEY = "test-worker-key-0123456789";
 
@@ -17,6 +19,8 @@ export interface TestNode {
 	broker: ServiceBroker;
 	dataDir: string;
 	http: Http;
+	/** Requests as this Cranker: the worker key and the Cranker's request signature (SPEC §6.1). */
+	as(cranker: Wallet): Http;
 	stop(): Promise<void>;
 }
 
@@ -47,7 +51,7 @@ export async function startNode(env: Record<string, string> = {}, dataDir = temp
 	await broker.start();
 	const api = broker.getLocalService("api") as unknown as { server: { address(): { port: number } } };
 	const url = `http://127.0.0.1:${api.server.address().port}`;
-	return { url, config, broker, dataDir, http: httpClient(url), stop: () => stopNode(broker) };
+	return { url, config, broker, dataDir, http: httpClient(url), as: cranker => crankerClient(url, cranker), stop: () => stopNode(broker) };
 }
 
 export function httpClient(url: string, defaultHeaders: Record<string, string> = {}): Http {
@@ -69,3 +73,18 @@ export function httpClient(url: string, defaultHeaders: Record<string, string> =
 }
 
 export const worker = { "x-api-key": API_KEY };
+
+/** One signer per Cranker, as a Cranker process has one: repeats of a request never repeat its signature. */
+const signers = new Map<string, RequestSigner>();
+
+/** An Http that signs every request as `cranker` (SPEC §6.1), with the worker key; `headers` override. */
+export function crankerClient(url: string, cranker: Wallet, apiKey = API_KEY): Http {
+	const http = httpClient(url);
+	return async (method, route, body, headers = {}) => {
+		const text = body === undefined ? "" : typeof body === "string" ? body : JSON.stringify(body);
+		let signer = signers.get(cranker.address);
+		if (!signer) signers.set(cranker.address, (signer = new RequestSigner(signingKey(cranker))));
+		const signature = await signer.sign({ method, url: url + route, body: text });
+		return http(method, route, body === undefined ? undefined : text, { "x-api-key": apiKey, ...signature, ...headers });
+	};
+}

@@ -26,7 +26,7 @@ function expectedRoot(executed: { id: string; transactionCommitment: string }[])
 async function settle(node: TestNode, route: GenesisRoute, amount: string) {
 	const { body } = await node.http("POST", "/intents", signedIntent(sender, route, { amount }));
 	const patch = (status: string, expectedVersion: number) =>
-		node.http("PATCH", `/intents/${body.id}/status`, { status, crankerPubkey: cranker.address, expectedVersion, transactionSignature: SIG }, worker);
+		node.as(cranker)("PATCH", `/intents/${body.id}/status`, { status, crankerPubkey: cranker.address, expectedVersion, transactionSignature: SIG, lastValidBlockHeight: 1_000_000 });
 	expect((await patch("CRANKER_LEASED", 3)).status).toBe(200);
 	expect((await patch("SUBMITTED", 4)).status).toBe(200);
 	expect((await patch("CONFIRMED", 5)).status).toBe(200);
@@ -41,7 +41,7 @@ describe("epochs", () => {
 		route = newRoute();
 		const dataDir = tempDir();
 		node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]) }, dataDir);
-		expect((await node.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker), worker)).status).toBe(200);
+		expect((await node.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker))).status).toBe(200);
 	});
 	afterAll(() => node.stop());
 
@@ -51,8 +51,8 @@ describe("epochs", () => {
 		expect(initial.body).toEqual({ epoch: 1, startedAt: expect.any(String), intents: { received: 0, executed: 0, canceled: 0 }, volume: {} });
 
 		const executed = [await settle(node, route, "100"), await settle(node, route, "250"), await settle(node, route, "7")];
-		const badSignature = { ...signedIntent(sender, route), senderAuthorizationSignature: newWallet().sign("x") };
-		const canceled = (await node.http("POST", "/intents", badSignature)).body.data.id;
+		// Signed for a route version that is not active: refused at verification, kept as REJECTED.
+		const canceled = (await node.http("POST", "/intents", signedIntent(sender, { ...route, routeVersion: 2 }))).body.data.id;
 		const pendingRequest = signedIntent(sender, route);
 		const pending = (await node.http("POST", "/intents", pendingRequest)).body;
 
@@ -141,7 +141,7 @@ describe("epoch closes that happen by themselves", () => {
 		let first = await startNode(env, dataDir);
 		let executed;
 		try {
-			await first.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker), worker);
+			await first.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker));
 			executed = [await settle(first, route, "40"), await settle(first, route, "2")];
 		} finally {
 			await first.stop();

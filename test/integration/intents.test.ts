@@ -116,9 +116,11 @@ describe("idempotency on paymentId", () => {
 	});
 });
 
-describe("verification refusals (SPEC §1), in order, stored with their reason", () => {
+describe("verification refusals (SPEC §1), in order", () => {
 	const other = newWallet();
-	const cases: [string, () => ReturnType<typeof signedIntent>, number, string][] = [
+	type Case = [string, () => ReturnType<typeof signedIntent>, number, string];
+	// SPEC §2.1: only a signer holds a paymentId. These leave no record and no lasting row.
+	const unrecorded: Case[] = [
 		["a field changed after signing", () => signedIntent(wallet, route, {}, { amount: "999" }), 400, "INVALID_MESSAGE"],
 		["a message that is not the canonical one", () => { const r = signedIntent(wallet, route); return { ...r, senderAuthorizationMessage: `${r.senderAuthorizationMessage}\n` }; }, 400, "INVALID_MESSAGE"],
 		["a wrong transactionCommitment", () => signedIntent(wallet, route, {}, { transactionCommitment: "0".repeat(64) }), 400, "INVALID_MESSAGE"],
@@ -127,15 +129,33 @@ describe("verification refusals (SPEC §1), in order, stored with their reason",
 		["a bad message before a bad funding mode", () => signedIntent(wallet, route, { senderFundingMode: "custodial_v1" }, { amount: "7" }), 400, "INVALID_MESSAGE"],
 		["another wallet's signature", () => { const r = signedIntent(wallet, route); return { ...r, senderAuthorizationSignature: other.sign(r.senderAuthorizationMessage) }; }, 400, "INVALID_SIGNATURE"],
 		["a bad signature before an expiry", () => { const r = signedIntent(wallet, route, { senderAuthorizationIssuedAt: iso(-120_000), senderAuthorizationExpiresAt: iso(-60_000) }); return { ...r, senderAuthorizationSignature: other.sign(r.senderAuthorizationMessage) }; }, 400, "INVALID_SIGNATURE"],
-		["an expired authorization", () => signedIntent(wallet, route, { senderAuthorizationIssuedAt: iso(-120_000), senderAuthorizationExpiresAt: iso(-60_000) }), 400, "EXPIRED"],
 		["issuedAt more than 60 s ahead", () => signedIntent(wallet, route, { senderAuthorizationIssuedAt: iso(5 * 60_000), senderAuthorizationExpiresAt: iso(10 * 60_000) }), 400, "INVALID_MESSAGE"],
-		["a validity over 24 h", () => signedIntent(wallet, route, { senderAuthorizationExpiresAt: iso(25 * 3600_000) }), 400, "INVALID_MESSAGE"],
+		["a validity over 24 h", () => signedIntent(wallet, route, { senderAuthorizationExpiresAt: iso(25 * 3600_000) }), 400, "INVALID_MESSAGE"]
+	];
+	// Signed by the sender, then refused: the record keeps its rejectionReason.
+	const recorded: Case[] = [
+		["an expired authorization", () => signedIntent(wallet, route, { senderAuthorizationIssuedAt: iso(-120_000), senderAuthorizationExpiresAt: iso(-60_000) }), 400, "EXPIRED"],
 		["an unknown TIN", () => signedIntent(wallet, { ...route, tin: newRoute().tin }), 422, "UNKNOWN_TIN"],
 		["a stale route version", () => signedIntent(wallet, { ...route, routeVersion: 2 }), 422, "ROUTE_MISMATCH"],
 		["another route commitment", () => signedIntent(wallet, { ...route, routeCommitment: "ab".repeat(32) }), 422, "ROUTE_MISMATCH"]
 	];
 
-	it.each(cases)("refuses %s", async (_name, build, status, type) => {
+	it.each(unrecorded)("refuses %s, leaving no record: the paymentId stays free for its signer", async (_name, build, status, type) => {
+		const request = build();
+		const before = await totalIntents();
+		const answer = await node.http("POST", "/intents", request);
+		expect(answer.status).toBe(status);
+		expect(answer.body).toMatchObject({ code: status, type });
+		expect(answer.body.data).toEqual({ paymentId: request.paymentId });
+		expect(await totalIntents()).toBe(before);
+
+		const replay = await node.http("POST", "/intents", request);
+		expect(replay.body).toEqual(answer.body);
+		// The sender's own signed body under that paymentId is accepted afterwards.
+		expect((await node.http("POST", "/intents", signedIntent(wallet, route, { paymentId: request.paymentId }))).status).toBe(201);
+	});
+
+	it.each(recorded)("refuses %s, stored with its reason", async (_name, build, status, type) => {
 		const request = build();
 		const answer = await node.http("POST", "/intents", request);
 		expect(answer.status).toBe(status);

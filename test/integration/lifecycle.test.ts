@@ -6,7 +6,7 @@ import { ed25519 } from "@noble/curves/ed25519.js";
 import { decodeBase58 } from "../../lib/encoding";
 import { buildPayoutMessage, payoutNullifier } from "../../lib/canonical";
 import type { GenesisRoute } from "../../lib/registry";
-import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, walletOf, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
 
 const SIG_A = "5".repeat(87);
@@ -19,8 +19,11 @@ const crankerA = newWallet();
 const crankerB = newWallet();
 const verifierOnly = newWallet();
 
-const patch = (id: string, body: Record<string, unknown>) => node.http("PATCH", `/intents/${id}/status`, body, worker);
-const heartbeat = (cranker: Wallet, roles = ["settlement"], overrides = {}) => node.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker, roles, overrides), worker);
+/** A status update signed by the Cranker it names (SPEC §6.1). */
+const patch = (id: string, body: Record<string, unknown>) => node.as(walletOf(body.crankerPubkey as string))("PATCH", `/intents/${id}/status`, body);
+const heartbeat = (cranker: Wallet, roles = ["settlement"], overrides = {}) => node.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker, roles, overrides));
+/** A lastValidBlockHeight for submissions the tests make up (no chain in this file). */
+const LVBH = 1_000_000;
 const wait = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 async function verifiedIntent(fields = {}): Promise<{ id: string; stateVersion: number }> {
@@ -55,7 +58,7 @@ describe("POST /crankers/heartbeat", () => {
 	it("records a signed heartbeat and answers the CrankerHeartbeatRecord", async () => {
 		const cranker = newWallet();
 		const hb = signedHeartbeat(cranker, ["settlement", "verifier"]);
-		const { status, body } = await node.http("POST", "/crankers/heartbeat", hb, worker);
+		const { status, body } = await node.as(cranker)("POST", "/crankers/heartbeat", hb);
 		expect(status).toBe(200);
 		expect(body).toEqual({ crankerPubkey: cranker.address, roles: ["settlement", "verifier"], liquidity: hb.liquidity, version: "test-1", lastSeenAt: expect.any(String), online: true });
 	});
@@ -63,7 +66,7 @@ describe("POST /crankers/heartbeat", () => {
 	it("refuses a bad signature (400), a stale or repeated sentAt (409) and bad shapes (422)", async () => {
 		const cranker = newWallet();
 		const forged = { ...signedHeartbeat(cranker), signature: crankerB.sign("something else") };
-		expect((await node.http("POST", "/crankers/heartbeat", forged, worker)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE" });
+		expect((await node.as(cranker)("POST", "/crankers/heartbeat", forged)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE" });
 
 		const old = await heartbeat(cranker, ["settlement"], { sentAt: iso(-61_000) });
 		expect(old.body).toMatchObject({ code: 409, type: "STALE_HEARTBEAT" });
@@ -76,16 +79,17 @@ describe("POST /crankers/heartbeat", () => {
 		expect((await heartbeat(cranker, ["settlement"], { sentAt: iso(-5000) })).body).toMatchObject({ code: 409, type: "STALE_HEARTBEAT" });
 
 		for (const bad of [{ roles: ["admin"] }, { roles: [] }, { liquidity: [{ tokenMintAddress: cranker.address, available: "-1" }] }, { extra: true }])
-			expect((await node.http("POST", "/crankers/heartbeat", { ...signedHeartbeat(cranker), ...bad }, worker)).status).toBe(422);
+			expect((await node.as(cranker)("POST", "/crankers/heartbeat", { ...signedHeartbeat(cranker), ...bad })).status).toBe(422);
 	});
 
 	it("refuses operators outside CRANKER_OPERATORS with 403", async () => {
 		const allowed = newWallet();
 		const restricted = await startNode({ CRANKER_OPERATORS: allowed.address });
 		try {
-			const refused = await restricted.http("POST", "/crankers/heartbeat", signedHeartbeat(newWallet()), worker);
+			const outsider = newWallet();
+			const refused = await restricted.as(outsider)("POST", "/crankers/heartbeat", signedHeartbeat(outsider));
 			expect(refused.body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
-			expect((await restricted.http("POST", "/crankers/heartbeat", signedHeartbeat(allowed), worker)).status).toBe(200);
+			expect((await restricted.as(allowed)("POST", "/crankers/heartbeat", signedHeartbeat(allowed))).status).toBe(200);
 		} finally {
 			await restricted.stop();
 		}
@@ -124,12 +128,14 @@ describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
 		expect(Date.parse(renewed.body.lease.expiresAt)).toBeGreaterThan(firstExpiry);
 		expect(renewed.body.lease.leasedAt).toBe(leased.body.lease.leasedAt);
 
-		const submitted = await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, slot: 1234 });
-		expect(submitted.body).toMatchObject({ receiverStatus: "SUBMITTED", stateVersion: 5, submission: { transactionSignature: SIG_A, slot: 1234 } });
+		const submitted = await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, slot: 1234, lastValidBlockHeight: LVBH });
+		expect(submitted.body).toMatchObject({ receiverStatus: "SUBMITTED", stateVersion: 5, submission: { transactionSignature: SIG_A, slot: 1234, lastValidBlockHeight: LVBH } });
 		expect((await node.http("GET", `/intents/${id}`)).body).not.toHaveProperty("transactionSignature");
 
 		const confirmed = await patch(id, { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_A });
 		expect(confirmed.body).toMatchObject({ receiverStatus: "CONFIRMED", status: "executed", stateVersion: 6, transactionSignature: SIG_A });
+		// No chain configured here: recorded on the signed Cranker's word, and marked so (SPEC §2.4).
+		expect(confirmed.body.history.at(-1)).toMatchObject({ state: "CONFIRMED", by: crankerA.address, onChainChecked: false });
 		expect((await node.http("GET", `/intents/${id}`)).body).toMatchObject({ status: "executed", transactionSignature: SIG_A });
 		expect(confirmed.body.history.map((h: { state: string }) => h.state)).toEqual(["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED"]);
 	});
@@ -142,14 +148,16 @@ describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
 		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 5 })).status).toBe(200);
 	});
 
-	it("returns a dropped transaction to VERIFIED (reason required)", async () => {
+	it("without a chain, never lets a submission go back to VERIFIED (503 CHAIN_UNAVAILABLE; reason still required first)", async () => {
 		const { id } = await verifiedIntent();
 		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
-		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 		expect((await patch(id, { status: "VERIFIED", crankerPubkey: crankerA.address, expectedVersion: 5 })).body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
 		const dropped = await patch(id, { status: "VERIFIED", crankerPubkey: crankerA.address, expectedVersion: 5, reason: "blockhash expired" });
-		expect(dropped.body).toMatchObject({ receiverStatus: "VERIFIED", stateVersion: 6, lease: null, submission: null });
-		expect(dropped.body.history.at(-1)).toMatchObject({ state: "VERIFIED", by: crankerA.address, reason: "blockhash expired" });
+		expect(dropped.body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE" });
+		expect((await workerView(id)).receiverStatus).toBe("SUBMITTED");
+		const noAuthorization = await node.as(crankerA)("POST", "/internal/settlement-authorizations/settlement", { workId: id, crankerPubkey: crankerA.address });
+		expect(noAuthorization.body).toMatchObject({ code: 409 });
 	});
 
 	it("rejects from CRANKER_LEASED and from SUBMITTED with a reason", async () => {
@@ -164,12 +172,13 @@ describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
 		expect(replay.status).toBe(200);
 		expect(replay.body).toMatchObject({ id: leased.id, status: "canceled", rejectionReason: "insufficient liquidity" });
 
+		// From SUBMITTED a rejection frees the nonce: only the chain may say so, and there is none here.
 		const submitted = await verifiedIntent();
 		await patch(submitted.id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
-		await patch(submitted.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		await patch(submitted.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 		const refused = await patch(submitted.id, { status: "REJECTED", crankerPubkey: crankerA.address, expectedVersion: 5, reason: "program refused: nullifier used" });
-		expect(refused.body).toMatchObject({ receiverStatus: "REJECTED", stateVersion: 6 });
-		expect((await node.http("GET", `/intents/${submitted.id}`)).body.status).toBe("canceled");
+		expect(refused.body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE" });
+		expect((await node.http("GET", `/intents/${submitted.id}`)).body.receiverStatus).toBe("SUBMITTED");
 	});
 
 	it("answers a re-sent successful update with 200 and no second transition", async () => {
@@ -180,7 +189,7 @@ describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
 		expect(again.status).toBe(200);
 		expect(again.body.stateVersion).toBe(first.body.stateVersion);
 		expect(again.body.history).toHaveLength(first.body.history.length);
-		const submit = { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A };
+		const submit = { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH };
 		await patch(id, submit);
 		const resent = await patch(id, submit);
 		expect(resent.status).toBe(200);
@@ -211,10 +220,12 @@ describe("PATCH refusals, in SPEC §2.4 order", () => {
 		expect((await patch(id, { status: "SUBMITTED", crankerPubkey: crankerB.address, expectedVersion: 4, transactionSignature: SIG_B })).body).toMatchObject({ code: 403, type: "NOT_LEASE_HOLDER" });
 		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 4 })).body).toMatchObject({ code: 403, type: "NOT_LEASE_HOLDER" });
 		expect((await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4 })).body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
-		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 		expect((await patch(id, { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_B })).status).toBe(422);
-		for (const bad of [{ status: "DONE" }, { expectedVersion: 0 }, { crankerPubkey: "abc" }, { extra: 1 }])
-			expect((await patch(id, { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_A, ...bad })).status).toBe(422);
+		const confirm = { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_A };
+		for (const bad of [{ status: "DONE" }, { expectedVersion: 0 }, { extra: 1 }]) expect((await patch(id, { ...confirm, ...bad })).status).toBe(422);
+		// A crankerPubkey that is not the signer's is refused with the signature, before the shape.
+		expect((await node.as(crankerA)("PATCH", `/intents/${id}/status`, { ...confirm, crankerPubkey: "abc" })).body).toMatchObject({ code: 403, type: "FORBIDDEN", data: { reason: "keyid-mismatch" } });
 	});
 
 	it("lets exactly one of two racing Crankers lease the same intent", async () => {
@@ -235,20 +246,20 @@ describe("lease expiry", () => {
 		const other = await verifiedIntent();
 		await patch(other.id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
 		await wait(1600);
-		const late = await patch(other.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		const late = await patch(other.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 		expect(late.status).toBe(409);
 		expect(["LEASE_EXPIRED", "VERSION_CONFLICT"]).toContain(late.body.type);
 		const swept = await until(() => workerView(other.id), v => v.receiverStatus === "VERIFIED");
 		expect(swept).toMatchObject({ receiverStatus: "VERIFIED", stateVersion: 5, lease: null });
 		expect(swept.history.at(-1)).toMatchObject({ state: "VERIFIED", reason: "LEASE_EXPIRED" });
-		expect((await patch(other.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A })).body.type).toBe("VERSION_CONFLICT");
+		expect((await patch(other.id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH })).body.type).toBe("VERSION_CONFLICT");
 		expect((await patch(other.id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 5 })).status).toBe(200);
 	});
 
 	it("never sweeps a SUBMITTED intent; once its lease lapsed another Cranker may finish it", async () => {
 		const { id } = await verifiedIntent();
 		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
-		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A });
+		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 		expect((await patch(id, { status: "CONFIRMED", crankerPubkey: crankerB.address, expectedVersion: 5, transactionSignature: SIG_A })).body.type).toBe("NOT_LEASE_HOLDER");
 		await wait(1800);
 		expect((await workerView(id)).receiverStatus).toBe("SUBMITTED");
@@ -258,7 +269,7 @@ describe("lease expiry", () => {
 });
 
 describe("POST /internal/settlement-authorizations/settlement", () => {
-	const authorize = (workId: string, cranker: Wallet) => node.http("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey: cranker.address }, worker);
+	const authorize = (workId: string, cranker: Wallet) => node.as(cranker)("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey: cranker.address });
 
 	it("issues the signed one-time payout authorization to the lease holder, the same one while valid", async () => {
 		const request = signedIntent(sender, route);
@@ -324,28 +335,29 @@ describe("POST /internal/settlement-authorizations/settlement", () => {
 		const dataDir = tempDir();
 		const quiet = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SWEEP_INTERVAL_MS: "600000", LEASE_TTL_MS: "1500" }, dataDir);
 		try {
-			expect((await quiet.http("POST", "/crankers/heartbeat", signedHeartbeat(crankerA), worker)).status).toBe(200);
+			const asA = quiet.as(crankerA);
+			expect((await asA("POST", "/crankers/heartbeat", signedHeartbeat(crankerA))).status).toBe(200);
 			const { body } = await quiet.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationExpiresAt: iso(700) }));
-			expect((await quiet.http("PATCH", `/intents/${body.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 }, worker)).status).toBe(200);
+			expect((await asA("PATCH", `/intents/${body.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 })).status).toBe(200);
 			await wait(800);
-			const answer = await quiet.http("POST", "/internal/settlement-authorizations/settlement", { workId: body.id, crankerPubkey: crankerA.address }, worker);
+			const answer = await asA("POST", "/internal/settlement-authorizations/settlement", { workId: body.id, crankerPubkey: crankerA.address });
 			expect(answer.status).toBe(422);
 			expect(answer.body).toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "EXPIRED" } });
 
 			// With no sweep to return it, a lapsed lease is refused as such.
 			const lapsing = (await quiet.http("POST", "/intents", signedIntent(sender, route))).body;
-			await quiet.http("PATCH", `/intents/${lapsing.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 }, worker);
+			await asA("PATCH", `/intents/${lapsing.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
 			await wait(1600);
-			const late = await quiet.http("PATCH", `/intents/${lapsing.id}/status`, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A }, worker);
+			const late = await asA("PATCH", `/intents/${lapsing.id}/status`, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 			expect(late.body).toMatchObject({ code: 409, type: "LEASE_EXPIRED" });
-			const noAuthorization = await quiet.http("POST", "/internal/settlement-authorizations/settlement", { workId: lapsing.id, crankerPubkey: crankerA.address }, worker);
+			const noAuthorization = await asA("POST", "/internal/settlement-authorizations/settlement", { workId: lapsing.id, crankerPubkey: crankerA.address });
 			expect(noAuthorization.body).toMatchObject({ code: 409, type: "LEASE_EXPIRED" });
 
 			// An intent that expires while leased cannot be reported SUBMITTED: it moves to REJECTED/EXPIRED first.
 			const expiring = (await quiet.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationExpiresAt: iso(700) }))).body;
-			await quiet.http("PATCH", `/intents/${expiring.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 }, worker);
+			await asA("PATCH", `/intents/${expiring.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
 			await wait(800);
-			const submitted = await quiet.http("PATCH", `/intents/${expiring.id}/status`, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A }, worker);
+			const submitted = await asA("PATCH", `/intents/${expiring.id}/status`, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 			expect(submitted.status).toBe(409);
 			expect((await quiet.http("GET", `/intents/${expiring.id}`)).body).toMatchObject({ receiverStatus: "REJECTED", rejectionReason: "EXPIRED" });
 		} finally {

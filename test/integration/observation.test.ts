@@ -2,7 +2,7 @@
 import { encodeBase58 } from "../../lib/encoding";
 import type { GenesisRoute } from "../../lib/registry";
 import { MINT, newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
-import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { startNode, tempDir, type TestNode } from "../helpers/node";
 
 const OTHER_MINT = encodeBase58(new Uint8Array(32).fill(9));
 const SIG = "5".repeat(87);
@@ -19,7 +19,7 @@ beforeAll(async () => {
 	const dataDir = tempDir();
 	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_CLUSTER: "solana-localnet" }, dataDir);
 	const beat = (wallet: typeof settler, roles: string[], liquidity: { tokenMintAddress: string; available: string }[]) =>
-		node.http("POST", "/crankers/heartbeat", signedHeartbeat(wallet, roles, { liquidity }), worker);
+		node.as(wallet)("POST", "/crankers/heartbeat", signedHeartbeat(wallet, roles, { liquidity }));
 	expect((await beat(settler, ["settlement"], [{ tokenMintAddress: MINT, available: "1000" }, { tokenMintAddress: OTHER_MINT, available: "0" }])).status).toBe(200);
 	expect((await beat(settler2, ["settlement", "submitter"], [{ tokenMintAddress: MINT, available: "18446744073709551615" }])).status).toBe(200);
 	expect((await beat(verifierOnly, ["verifier"], [{ tokenMintAddress: OTHER_MINT, available: "500" }])).status).toBe(200);
@@ -27,9 +27,12 @@ beforeAll(async () => {
 	// One settled intent, one leased, one verified, one rejected.
 	const ids: string[] = [];
 	for (let i = 0; i < 3; i++) ids.push((await node.http("POST", "/intents", signedIntent(sender, route, { amount: "30" }))).body.id);
+	// Refused at verification: a signed body for a route version that is not active (kept, REJECTED)…
+	await node.http("POST", "/intents", signedIntent(sender, { ...route, routeVersion: 2 }));
+	// …and a body its sender did not sign (no record at all, only a count).
 	await node.http("POST", "/intents", { ...signedIntent(sender, route), senderAuthorizationSignature: newWallet().sign("x") });
 	const patch = (id: string, status: string, expectedVersion: number) =>
-		node.http("PATCH", `/intents/${id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: SIG }, worker);
+		node.as(settler)("PATCH", `/intents/${id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: SIG, lastValidBlockHeight: 1_000_000 });
 	await patch(ids[0], "CRANKER_LEASED", 3);
 	await patch(ids[0], "SUBMITTED", 4);
 	await patch(ids[0], "CONFIRMED", 5);
@@ -46,7 +49,7 @@ describe("GET /metrics", () => {
 			startedAt: expect.any(String),
 			intents: { RECEIVED: 0, NODE_VERIFYING: 0, VERIFIED: 1, CRANKER_LEASED: 1, SUBMITTED: 0, CONFIRMED: 1, REJECTED: 1 },
 			settled: { count: 1, volume: { [MINT]: "30" } },
-			verification: { verified: 3, rejected: 1, p50Ms: expect.any(Number), p99Ms: expect.any(Number) },
+			verification: { verified: 3, rejected: 1, unrecorded: 1, p50Ms: expect.any(Number), p99Ms: expect.any(Number) },
 			leases: { active: 1, expired: 0 }
 		});
 		expect(body.verification.p99Ms).toBeGreaterThanOrEqual(body.verification.p50Ms);
@@ -63,6 +66,7 @@ describe("GET /metrics", () => {
 			expect(text).toContain("scs_settled_intents_total 1");
 			expect(text).toContain(`scs_settled_volume_base_units_total{mint="${MINT}"} 30`);
 			expect(text).toContain('scs_verifications_total{outcome="rejected"} 1');
+			expect(text).toContain('scs_verifications_total{outcome="unrecorded"} 1');
 			expect(text).toContain("# TYPE scs_leases_active gauge");
 		}
 		expect((await node.http("GET", "/metrics?format=xml")).status).toBe(422);

@@ -40,7 +40,8 @@ describe("registry and mempool status", () => {
 
 	it("POST / answers MempoolStatusResponse, limited to what `include` asks for", async () => {
 		await node.http("POST", "/intents", signedIntent(sender, route));
-		expect((await node.http("POST", "/crankers/heartbeat", signedHeartbeat(newWallet()), worker)).status).toBe(200);
+		const cranker = newWallet();
+		expect((await node.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker))).status).toBe(200);
 		const { status, body } = await node.http("POST", "/", {});
 		expect(status).toBe(200);
 		expect(body).toMatchObject({
@@ -83,15 +84,22 @@ describe("verification without a verifier", () => {
 		const route = newRoute();
 		const seed = writeSeedFile(dataDir, [route]);
 		const env = { REGISTRY_SEED_FILE: seed, SWEEP_INTERVAL_MS: "600000", VERIFY_TIMEOUT_MS: "300" };
-		const withoutVerifier = await startNode({ ...env, SERVICES: "api,receiver,mempool,leases,crankers,tin,epochs,network" }, dataDir);
+		const withoutVerifier = await startNode({ ...env, SERVICES: "api,receiver,mempool,payouts,crankers,tin,epochs,network" }, dataDir);
 		const request = signedIntent(sender, route);
+		// A forgery under a paymentId the real sender will use: unverifiable now, so accepted as work…
+		const genuine = signedIntent(sender, route);
+		const forged = { ...genuine, senderAuthorizationSignature: newWallet().sign("x") };
 		let id: string;
+		let forgedId: string;
 		try {
 			const accepted = await withoutVerifier.http("POST", "/intents", request);
 			expect(accepted.status).toBe(202);
 			expect(accepted.body).toMatchObject({ receiverStatus: "RECEIVED", status: "pending" });
 			id = accepted.body.id;
 			expect((await withoutVerifier.http("POST", "/intents", request)).status).toBe(200);
+			const acceptedForgery = await withoutVerifier.http("POST", "/intents", forged);
+			expect(acceptedForgery.status).toBe(202);
+			forgedId = acceptedForgery.body.id;
 			const wake = await withoutVerifier.http("POST", "/internal/wake", undefined, worker);
 			expect(wake.body).toMatchObject({ code: 503, type: "VERIFIER_UNAVAILABLE" });
 		} finally {
@@ -104,11 +112,17 @@ describe("verification without a verifier", () => {
 			expect((await full.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("RECEIVED");
 			const wake = await full.http("POST", "/internal/wake", undefined, worker);
 			expect(wake.status).toBe(200);
-			expect(wake.body).toEqual({ ok: true, status: { picked: 1, verified: 1, rejected: 0, pending: 0, verifierUnavailable: false } });
+			expect(wake.body).toEqual({ ok: true, status: { picked: 2, verified: 1, rejected: 1, pending: 0, verifierUnavailable: false } });
 			const verified = await full.http("GET", `/intents/${id}`, undefined, worker);
 			expect(verified.body.receiverStatus).toBe("VERIFIED");
-			expect(verified.body.history.map((h: { state: string }) => h.state)).toEqual(["RECEIVED", "NODE_VERIFYING", "RECEIVED", "NODE_VERIFYING", "VERIFIED"]);
+			expect(verified.body.history.map((h: { state: string }) => h.state)).toEqual(["RECEIVED", "NODE_VERIFYING", "VERIFIED"]);
 			expect((await full.http("POST", "/intents", request)).body.receiverStatus).toBe("VERIFIED");
+
+			// …until a verifier sees it is not signed: its record is gone, so the paymentId and the nonce
+			// are free, the forgery replays its 400, and the real sender's body is accepted (SPEC §2.1).
+			expect((await full.http("GET", `/intents/${forgedId}`)).status).toBe(404);
+			expect((await full.http("POST", "/intents", forged)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE", data: { paymentId: genuine.paymentId } });
+			expect((await full.http("POST", "/intents", genuine)).status).toBe(201);
 		} finally {
 			await full.stop();
 		}
@@ -128,17 +142,17 @@ describe("restart on the same DATA_DIR", () => {
 		let before: unknown;
 		let figuresBefore: unknown;
 		try {
-			await first.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker), worker);
+			await first.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker));
 			ids.push((await first.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationNonce: nonce }))).body.id);
 			for (let i = 0; i < 20; i++) ids.push((await first.http("POST", "/intents", signedIntent(sender, route))).body.id);
 			// Over 2,000 more, so that seeding the totals at the next start reads several pages.
 			for (let batch = 0; batch < 21; batch++)
 				expect((await Promise.all(Array.from({ length: 100 }, () => first.http("POST", "/intents", signedIntent(sender, route))))).every(r => r.status === 201)).toBe(true);
-			await first.http("PATCH", `/intents/${ids[0]}/status`, { status: "CRANKER_LEASED", crankerPubkey: cranker.address, expectedVersion: 3 }, worker);
-			authorization = (await first.http("POST", "/internal/settlement-authorizations/settlement", { workId: ids[0], crankerPubkey: cranker.address }, worker)).body;
+			await first.as(cranker)("PATCH", `/intents/${ids[0]}/status`, { status: "CRANKER_LEASED", crankerPubkey: cranker.address, expectedVersion: 3 });
+			authorization = (await first.as(cranker)("POST", "/internal/settlement-authorizations/settlement", { workId: ids[0], crankerPubkey: cranker.address })).body;
 			// Settle one, so the restart must also bring back the settled count and volume.
 			const patch = (status: string, expectedVersion: number) =>
-				first.http("PATCH", `/intents/${ids[1]}/status`, { status, crankerPubkey: cranker.address, expectedVersion, transactionSignature: "5".repeat(87) }, worker);
+				first.as(cranker)("PATCH", `/intents/${ids[1]}/status`, { status, crankerPubkey: cranker.address, expectedVersion, transactionSignature: "5".repeat(87), lastValidBlockHeight: 1_000_000 });
 			await patch("CRANKER_LEASED", 3);
 			await patch("SUBMITTED", 4);
 			expect((await patch("CONFIRMED", 5)).status).toBe(200);
@@ -157,7 +171,7 @@ describe("restart on the same DATA_DIR", () => {
 			const metrics = (await second.http("GET", "/metrics")).body;
 			expect({ intents: metrics.intents, settled: metrics.settled, epoch: (await second.http("GET", "/epoch/status")).body }).toEqual(figuresBefore);
 			// The Cranker is still known and online, so its lease can move on; the authorization is the same one.
-			expect((await second.http("POST", "/internal/settlement-authorizations/settlement", { workId: ids[0], crankerPubkey: cranker.address }, worker)).body).toEqual(authorization);
+			expect((await second.as(cranker)("POST", "/internal/settlement-authorizations/settlement", { workId: ids[0], crankerPubkey: cranker.address })).body).toEqual(authorization);
 			expect((await second.http("POST", "/intents", signedIntent(sender, route, { senderAuthorizationNonce: nonce }))).body.type).toBe("NONCE_REUSED");
 			expect((await second.http("POST", "/", { include: ["epoch"] })).body.epoch.epoch).toBe(1);
 		} finally {
@@ -216,8 +230,10 @@ describe("the `npm start` process", () => {
 			proc.child.kill("SIGTERM");
 			const answers = await Promise.allSettled(inFlight);
 			expect(await proc.exited).toBe(0);
-			const answered = answers.filter(a => a.status === "fulfilled").map(a => (a as PromiseFulfilledResult<{ status: number }>).value.status);
-			expect(answered.every(status => status === 201)).toBe(true);
+			// Those that reached it before SIGTERM are answered 201; later ones 503 SHUTTING_DOWN (SPEC §10).
+			const answered = answers.filter(a => a.status === "fulfilled").map(a => (a as PromiseFulfilledResult<{ status: number; body: { type?: string } }>).value);
+			expect(answered.every(({ status, body }) => status === 201 || (status === 503 && body.type === "SHUTTING_DOWN"))).toBe(true);
+			expect(proc.output()).not.toContain("GracefulStopTimeoutError");
 		} finally {
 			proc.child.kill("SIGKILL");
 		}

@@ -9,7 +9,7 @@ import { buildTinOperationMessage } from "../../lib/canonical";
 import { sha256Hex } from "../../lib/encoding";
 import type { GenesisRoute } from "../../lib/registry";
 import { tinFromSequence } from "../../lib/tin";
-import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, walletOf, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
 
 const SIG = "3".repeat(87);
@@ -39,10 +39,11 @@ function operation(signer: Wallet, fields: { intentType: "create" | "update"; ti
 
 let node: TestNode;
 let dataDir: string;
-const stage = (id: string, name: string, body: Record<string, unknown>) => node.http("POST", `/tin-operations/${id}/${name}`, body, worker);
+/** A stage move signed by the Cranker it names (SPEC §6.1). */
+const stage = (id: string, name: string, body: Record<string, unknown>) => node.as(walletOf(body.crankerPubkey as string))("POST", `/tin-operations/${id}/${name}`, body);
 const heartbeatAll = async () => {
 	for (const [cranker, roles] of [[verifier, ["verifier"]], [submitter, ["submitter", "settlement"]], [both, ["verifier", "submitter"]]] as const)
-		expect((await node.http("POST", "/crankers/heartbeat", signedHeartbeat(cranker, [...roles]), worker)).status).toBe(200);
+		expect((await node.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker, [...roles]))).status).toBe(200);
 };
 
 /** Runs an operation through every stage to FINALIZED. */

@@ -234,7 +234,7 @@ describe("k8s/ manifests: the objects of the deployment", () => {
 		["gateway", "api"],
 		["intake", "receiver,network"],
 		["verifier", "verifier"],
-		["owners", "mempool,leases,crankers,tin,epochs,access"]
+		["owners", "mempool,payouts,crankers,tin,epochs,access"]
 	])("has the Deployment %s (SERVICES=%s, 2 replicas, the service image)", (name, services) => {
 		const deployment = get("apps/v1", "Deployment", name);
 		expect(deployment.spec!.replicas).toBe(2);

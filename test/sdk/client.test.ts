@@ -33,7 +33,7 @@ describe("SettlementClient", () => {
 	it("reports readiness, and a mint's settlement network once a Cranker offers liquidity", async () => {
 		expect(await client.checkReadiness()).toEqual({ ready: true });
 		expect(await client.checkReadiness(MINT)).toEqual({ ready: false });
-		expect((await node.http("POST", "/crankers/heartbeat", signedHeartbeat(settler), worker)).status).toBe(200);
+		expect((await node.as(settler)("POST", "/crankers/heartbeat", signedHeartbeat(settler))).status).toBe(200);
 		expect(await client.checkReadiness(MINT)).toEqual({ ready: true, network: { network: "solana-devnet", liquidity: "1000000000", crankersOnline: 1 } });
 		expect(await new SettlementClient({ baseUrl: "http://127.0.0.1:9" }).checkReadiness()).toEqual({ ready: false });
 	});
@@ -93,9 +93,9 @@ describe("SettlementClient", () => {
 		await expect(client.waitForStatus(record.id, { timeoutMs: 300 })).rejects.toMatchObject({ type: "TIMEOUT" });
 
 		const waiting = client.waitForStatus(record.id, { timeoutMs: 10_000 });
-		await node.http("POST", "/crankers/heartbeat", signedHeartbeat(settler), worker);
+		await node.as(settler)("POST", "/crankers/heartbeat", signedHeartbeat(settler));
 		const patch = (status: string, expectedVersion: number) =>
-			node.http("PATCH", `/intents/${record.id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: "5".repeat(87) }, worker);
+			node.as(settler)("PATCH", `/intents/${record.id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: "5".repeat(87), lastValidBlockHeight: 1_000_000 });
 		await patch("CRANKER_LEASED", 3);
 		await patch("SUBMITTED", 4);
 		await patch("CONFIRMED", 5);

@@ -1,13 +1,17 @@
 /** The intent state machine of SPEC §2.4/§3 and the two views of SPEC §2.2/§2.3. */
 import { ServiceError } from "../../lib/errors";
 import {
+	EXPIRABLE_STATES,
 	INTENT_STATES,
 	PUBLIC_STATUS,
+	TERMINAL_STATES,
 	TRANSITIONS,
 	applyMove,
 	canMove,
 	decideStatusUpdate,
 	isExpired,
+	leaseForPayout,
+	withChainEvidence,
 	rejectedAtVerification,
 	statesOfStatus,
 	toPublicView,
@@ -20,7 +24,7 @@ import {
 import { CRANKER_A, CRANKER_B, NONCE, NOW, OTHER_TX_SIG, ROUTE_COMMITMENT, SENDER_SIGNATURE, TX_SIG, at, lease, record } from "./records";
 
 const TTL = 60_000;
-const allowed: StatusContext = { now: NOW, leaseTtlMs: TTL, crankerAllowed: true };
+const allowed: StatusContext = { now: NOW, leaseTtlMs: TTL, crankerAllowed: true, latestSlot: null };
 const notAllowed: StatusContext = { ...allowed, crankerAllowed: false };
 
 function move(rec: IntentRecord, request: Omit<UpdateStatusRequest, "expectedVersion"> & { expectedVersion?: number }, context = allowed): IntentRecord {
@@ -95,17 +99,17 @@ describe("decideStatusUpdate: the moves of the SPEC §2.4 table", () => {
 
 	it("CRANKER_LEASED → SUBMITTED: records the submission, keeps the lease, stateVersion +1", () => {
 		const before = record("CRANKER_LEASED");
-		const next = move(before, { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, slot: 1234 });
+		const next = move(before, { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, slot: 1234, lastValidBlockHeight: 1400 });
 		expect(next.state).toBe("SUBMITTED");
 		expect(next.stateVersion).toBe(before.stateVersion + 1);
-		expect(next.submission).toEqual({ transactionSignature: TX_SIG, submittedAt: NOW.toISOString(), slot: 1234 });
+		expect(next.submission).toEqual({ transactionSignature: TX_SIG, submittedAt: NOW.toISOString(), slot: 1234, lastValidBlockHeight: 1400 });
 		expect(next.lease).toEqual(before.lease);
 		expect(next.history.at(-1)).toEqual({ state: "SUBMITTED", at: NOW.toISOString(), by: CRANKER_A });
 	});
 
 	it("CRANKER_LEASED → SUBMITTED without a slot stores no slot", () => {
-		const next = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG });
-		expect(next.submission).toEqual({ transactionSignature: TX_SIG, submittedAt: NOW.toISOString() });
+		const next = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1400 });
+		expect(next.submission).toEqual({ transactionSignature: TX_SIG, submittedAt: NOW.toISOString(), lastValidBlockHeight: 1400 });
 	});
 
 	it("SUBMITTED → CONFIRMED with the same transactionSignature: keeps the submission, adds the slot, stateVersion +1", () => {
@@ -148,7 +152,7 @@ describe("decideStatusUpdate: the moves of the SPEC §2.4 table", () => {
 });
 
 describe("decideStatusUpdate: required fields (422, checked last)", () => {
-	const cases: [string, IntentState, UpdateStatusRequest["status"], "transactionSignature" | "reason"][] = [
+	const cases: [string, IntentState, UpdateStatusRequest["status"], "transactionSignature" | "reason" | "lastValidBlockHeight"][] = [
 		["SUBMITTED without transactionSignature", "CRANKER_LEASED", "SUBMITTED", "transactionSignature"],
 		["CONFIRMED without transactionSignature", "SUBMITTED", "CONFIRMED", "transactionSignature"],
 		["SUBMITTED → VERIFIED without reason", "SUBMITTED", "VERIFIED", "reason"],
@@ -158,6 +162,11 @@ describe("decideStatusUpdate: required fields (422, checked last)", () => {
 	it.each(cases)("%s → VALIDATION_ERROR naming the field", (_label, from, to, field) => {
 		const err = expectRefusal(() => move(record(from), { status: to, crankerPubkey: CRANKER_A }), "VALIDATION_ERROR", 422);
 		expect(err.data).toEqual([expect.objectContaining({ type: "required", field })]);
+	});
+
+	it("SUBMITTED without lastValidBlockHeight → VALIDATION_ERROR naming it (the Node needs it to tell when the transaction can no longer land)", () => {
+		const err = expectRefusal(() => move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG }), "VALIDATION_ERROR", 422);
+		expect(err.data).toEqual([expect.objectContaining({ type: "required", field: "lastValidBlockHeight" })]);
 	});
 });
 
@@ -228,7 +237,7 @@ describe("decideStatusUpdate: refusals in the SPEC order", () => {
 
 	it("a lease with 1 ms left is still live", () => {
 		const rec = record("CRANKER_LEASED", { lease: lease(CRANKER_A, 1) });
-		expect(move(rec, { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG }).state).toBe("SUBMITTED");
+		expect(move(rec, { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1400 }).state).toBe("SUBMITTED");
 	});
 
 	it("an intent leased by A cannot be leased by B (VERSION_CONFLICT with the old version, NOT_LEASE_HOLDER with the new one)", () => {
@@ -306,13 +315,13 @@ describe("decideStatusUpdate: idempotent replay", () => {
 
 	it("re-sending a successful submission (same signature) answers replay", () => {
 		const leased = record("CRANKER_LEASED");
-		const request: UpdateStatusRequest = { status: "SUBMITTED", crankerPubkey: CRANKER_A, expectedVersion: leased.stateVersion, transactionSignature: TX_SIG };
+		const request: UpdateStatusRequest = { status: "SUBMITTED", crankerPubkey: CRANKER_A, expectedVersion: leased.stateVersion, transactionSignature: TX_SIG, lastValidBlockHeight: 1400 };
 		expect(decideStatusUpdate(move(leased, request), request, allowed)).toEqual({ kind: "replay" });
 	});
 
 	it("the same submission with another transactionSignature is a VERSION_CONFLICT", () => {
 		const leased = record("CRANKER_LEASED");
-		const submitted = move(leased, { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG });
+		const submitted = move(leased, { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1400 });
 		expectRefusal(
 			() => decideStatusUpdate(submitted, { status: "SUBMITTED", crankerPubkey: CRANKER_A, expectedVersion: leased.stateVersion, transactionSignature: OTHER_TX_SIG }, allowed),
 			"VERSION_CONFLICT",
@@ -344,7 +353,7 @@ describe("decideStatusUpdate: idempotent replay", () => {
 
 	it("is no replay once the intent has left the state the update produced", () => {
 		const leased = record("CRANKER_LEASED");
-		const submitRequest: UpdateStatusRequest = { status: "SUBMITTED", crankerPubkey: CRANKER_A, expectedVersion: leased.stateVersion, transactionSignature: TX_SIG };
+		const submitRequest: UpdateStatusRequest = { status: "SUBMITTED", crankerPubkey: CRANKER_A, expectedVersion: leased.stateVersion, transactionSignature: TX_SIG, lastValidBlockHeight: 1400 };
 		const confirmed = move(move(leased, submitRequest), { status: "CONFIRMED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG });
 		expectRefusal(() => decideStatusUpdate(confirmed, submitRequest, allowed), "VERSION_CONFLICT", 409);
 	});
@@ -352,7 +361,7 @@ describe("decideStatusUpdate: idempotent replay", () => {
 	it("a state reached by the node (lease expiry) is no replay of the Cranker's earlier release", () => {
 		// CRANKER_LEASED → VERIFIED by the node, not by CRANKER_A.
 		const leased = record("CRANKER_LEASED");
-		const released = applyMove(leased, "VERIFIED", NOW.toISOString(), { lease: null, reason: "LEASE_EXPIRED" });
+		const released = applyMove(leased, "lease-lapse", "VERIFIED", NOW.toISOString(), { lease: null, reason: "LEASE_EXPIRED" });
 		expectRefusal(
 			() => decideStatusUpdate(released, { status: "VERIFIED", crankerPubkey: CRANKER_A, expectedVersion: leased.stateVersion }, allowed),
 			"VERSION_CONFLICT",
@@ -426,10 +435,84 @@ describe("TRANSITIONS / canMove", () => {
 	});
 });
 
+describe("the state lists derive from the table", () => {
+	it("terminal: the states no move leaves", () => {
+		expect([...TERMINAL_STATES].sort()).toEqual(["CONFIRMED", "REJECTED"]);
+	});
+
+	it("expirable: the states the node expires from, never SUBMITTED (its transaction may still land)", () => {
+		expect([...EXPIRABLE_STATES].sort()).toEqual(["CRANKER_LEASED", "NODE_VERIFYING", "RECEIVED", "VERIFIED"]);
+		expect(EXPIRABLE_STATES).not.toContain("SUBMITTED");
+	});
+
+	it("the node's own moves go through the table too: a move it does not list is INVALID_TRANSITION", () => {
+		expectRefusal(() => applyMove(record("SUBMITTED"), "expiry", "REJECTED", NOW.toISOString()), "INVALID_TRANSITION", 409);
+		expectRefusal(() => applyMove(record("SUBMITTED"), "lease-lapse", "VERIFIED", NOW.toISOString()), "INVALID_TRANSITION", 409);
+		expectRefusal(() => applyMove(record("VERIFIED"), "lease-lapse", "VERIFIED", NOW.toISOString()), "INVALID_TRANSITION", 409);
+		expectRefusal(() => applyMove(record("RECEIVED"), "verdict", "VERIFIED", NOW.toISOString()), "INVALID_TRANSITION", 409);
+	});
+});
+
+describe("decideStatusUpdate: expiry and the chain", () => {
+	const past = { expiresAt: at(-1) };
+
+	it.each(["VERIFIED", "CRANKER_LEASED"] as const)("an expired %s intent is expired (REJECTED/EXPIRED) before anything else is decided", state => {
+		const decision = decideStatusUpdate(record(state, past), { status: "CRANKER_LEASED", crankerPubkey: CRANKER_A, expectedVersion: 999 }, allowed);
+		expect(decision.kind).toBe("expire");
+		if (decision.kind !== "expire") return;
+		expect(decision.next).toMatchObject({ state: "REJECTED", rejectionReason: "EXPIRED" });
+		expect(decision.next.history.at(-1)).toMatchObject({ state: "REJECTED", reason: "EXPIRED" });
+	});
+
+	it("a SUBMITTED intent past its expiry is not expired: its transaction may have landed, and CONFIRMED is still taken", () => {
+		const decision = decideStatusUpdate(record("SUBMITTED", { ...past, expiresAtSlot: 10 }), { status: "CONFIRMED", crankerPubkey: CRANKER_A, expectedVersion: 5, transactionSignature: TX_SIG }, { ...allowed, latestSlot: 20 });
+		expect(decision).toMatchObject({ kind: "move", next: { state: "CONFIRMED" }, chainCheck: { need: "landed" } });
+	});
+
+	it("asks the chain for exactly the moves out of SUBMITTED", () => {
+		const checkOf = (rec: IntentRecord, request: Omit<UpdateStatusRequest, "expectedVersion">) => {
+			const decision = decideStatusUpdate(rec, { expectedVersion: rec.stateVersion, ...request }, allowed);
+			return decision.kind === "move" ? decision.chainCheck?.need : decision.kind;
+		};
+		expect(checkOf(record("SUBMITTED"), { status: "CONFIRMED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG })).toBe("landed");
+		expect(checkOf(record("SUBMITTED"), { status: "VERIFIED", crankerPubkey: CRANKER_A, reason: "dropped" })).toBe("cannot-land");
+		expect(checkOf(record("SUBMITTED"), { status: "REJECTED", crankerPubkey: CRANKER_A, reason: "failed" })).toBe("failed-or-cannot-land");
+		expect(checkOf(record("CRANKER_LEASED"), { status: "REJECTED", crankerPubkey: CRANKER_A, reason: "no liquidity" })).toBeUndefined();
+		expect(checkOf(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 9 })).toBeUndefined();
+	});
+
+	it("without a chain a CONFIRMED is recorded as the Cranker's word (onChainChecked: false), a drop is 503", () => {
+		const confirm = decideStatusUpdate(record("SUBMITTED"), { status: "CONFIRMED", crankerPubkey: CRANKER_A, expectedVersion: 5, transactionSignature: TX_SIG }, allowed);
+		if (confirm.kind !== "move" || !confirm.chainCheck) throw new Error("expected a chain-checked move");
+		expect(withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, null).history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: false });
+		const landed = withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, { blockHeight: 10, status: "landed", mismatches: [] });
+		expect(landed.history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: true });
+
+		const drop = decideStatusUpdate(record("SUBMITTED"), { status: "VERIFIED", crankerPubkey: CRANKER_A, expectedVersion: 5, reason: "dropped" }, allowed);
+		if (drop.kind !== "move" || !drop.chainCheck) throw new Error("expected a chain-checked move");
+		expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, null), "CHAIN_UNAVAILABLE", 503);
+	});
+});
+
+describe("leaseForPayout: the lease rules of SPEC §2.5, in order", () => {
+	it("answers the holder's live lease", () => {
+		expect(leaseForPayout(record("CRANKER_LEASED"), CRANKER_A, NOW.getTime(), null)).toEqual(record("CRANKER_LEASED").lease);
+	});
+
+	it("refuses: not leased 409, another holder 403, lapsed lease 409, expired intent 422", () => {
+		expectRefusal(() => leaseForPayout(record("VERIFIED"), CRANKER_A, NOW.getTime(), null), "INVALID_TRANSITION", 409);
+		expectRefusal(() => leaseForPayout(record("SUBMITTED"), CRANKER_A, NOW.getTime(), null), "INVALID_TRANSITION", 409);
+		expectRefusal(() => leaseForPayout(record("CRANKER_LEASED", { lease: lease(CRANKER_A, -1) }), CRANKER_B, NOW.getTime(), null), "NOT_LEASE_HOLDER", 403);
+		expectRefusal(() => leaseForPayout(record("CRANKER_LEASED", { lease: lease(CRANKER_A, -1) }), CRANKER_A, NOW.getTime(), null), "LEASE_EXPIRED", 409);
+		const err = expectRefusal(() => leaseForPayout(record("CRANKER_LEASED", { expiresAt: at(-1) }), CRANKER_A, NOW.getTime(), null), "EVIDENCE_INCONSISTENT", 422);
+		expect(err.data).toEqual({ reason: "EXPIRED" });
+	});
+});
+
 describe("applyMove", () => {
 	it("appends a history entry with by and reason, and bumps stateVersion", () => {
 		const rec = record("VERIFIED");
-		const next = applyMove(rec, "REJECTED", NOW.toISOString(), { reason: "EXPIRED", rejectionReason: "EXPIRED" });
+		const next = applyMove(rec, "expiry", "REJECTED", NOW.toISOString(), { reason: "EXPIRED", rejectionReason: "EXPIRED" });
 		expect(next.stateVersion).toBe(rec.stateVersion + 1);
 		expect(next.history).toHaveLength(rec.history.length + 1);
 		expect(next.history.at(-1)).toEqual({ state: "REJECTED", at: NOW.toISOString(), reason: "EXPIRED" });
@@ -438,9 +521,9 @@ describe("applyMove", () => {
 	});
 
 	it("keeps leaseExpiresAt in step with the lease", () => {
-		const leased = applyMove(record("VERIFIED"), "CRANKER_LEASED", NOW.toISOString(), { lease: lease(CRANKER_A, 10_000) });
+		const leased = applyMove(record("VERIFIED"), "lease", "CRANKER_LEASED", NOW.toISOString(), { lease: lease(CRANKER_A, 10_000) });
 		expect(leased.leaseExpiresAt).toBe(at(10_000));
-		expect(applyMove(leased, "VERIFIED", NOW.toISOString(), { lease: null }).leaseExpiresAt).toBeNull();
+		expect(applyMove(leased, "release", "VERIFIED", NOW.toISOString(), { lease: null }).leaseExpiresAt).toBeNull();
 	});
 });
 

@@ -73,7 +73,7 @@ describe("paramsToObjectSchema", () => {
 
 const operations: Operation[] = [
 	{ method: "GET", path: "/intents", access: "worker", action: "mempool.list", params: { status: { type: "string", optional: true }, limit: limit() } },
-	{ method: "PATCH", path: "/intents/:id/status", access: "worker", action: "leases.updateStatus", params: updateStatusParams },
+	{ method: "PATCH", path: "/intents/:id/status", access: "worker", action: "mempool.updateStatus", params: updateStatusParams },
 	{ method: "POST", path: "/crankers/heartbeat", access: "worker", action: "crankers.heartbeat", params: heartbeatParams },
 	{ method: "POST", path: "/internal/wake", access: "worker", action: "receiver.wake" },
 	{ method: "POST", path: "/intents", access: "public", action: "receiver.submit", params: createIntentParams, summary: "Submit a payment intent" },
@@ -123,7 +123,7 @@ describe("buildOpenApiDocument", () => {
 		const schema = body?.content["application/json"].schema;
 		expect(body?.required).toBe(true);
 		expect(schema?.additionalProperties).toBe(false);
-		expect(Object.keys(schema?.properties ?? {})).toEqual(["status", "crankerPubkey", "expectedVersion", "transactionSignature", "slot", "reason"]);
+		expect(Object.keys(schema?.properties ?? {})).toEqual(["status", "crankerPubkey", "expectedVersion", "transactionSignature", "slot", "lastValidBlockHeight", "reason"]);
 		expect(schema?.required).toEqual(["status", "crankerPubkey", "expectedVersion"]);
 		// No params, no body.
 		expect(doc.paths["/internal/wake"].post.requestBody).toBeUndefined();

@@ -1,0 +1,63 @@
+/**
+ * What the chain must show before the Node lets a submission go (SPEC §2.4, §5): a confirmation
+ * only on a landed transaction that is exactly the settlement, a "dropped" only once the
+ * transaction can never land, a rejection only once it failed or can never land. Pure: the
+ * caller reads the chain (lib/chain.ts) and passes what it saw.
+ */
+import { ServiceError } from "./errors";
+
+export type ChainEvidence =
+	/** CONFIRMED, TIN `finalized`: a confirmed, successful transaction with exactly the expected content. */
+	| "landed"
+	/** SUBMITTED → VERIFIED: the blockhash expired and the chain does not know the signature. */
+	| "cannot-land"
+	/** SUBMITTED → REJECTED: the transaction failed on chain, or can never land. */
+	| "failed-or-cannot-land";
+
+/** A transaction's status as the chain reports it; `pending` is seen but not yet confirmed. */
+export type SignatureStatus = "landed" | "failed" | "pending" | "unknown";
+
+export interface ChainObservation {
+	/** Read before the status: a transaction not seen after that height had expired can never land. */
+	blockHeight: number;
+	status: SignatureStatus;
+	/** For a landed transaction: why it is not the expected content (empty when it is). */
+	mismatches?: string[];
+}
+
+/**
+ * Accepts the evidence (answering whether the chain was checked at all) or throws the SPEC's
+ * refusal. `observation` is null when no chain is configured: only a confirmation can then be
+ * recorded, on the signed Cranker's word.
+ */
+export function judgeChainEvidence(need: ChainEvidence, observation: ChainObservation | null, lastValidBlockHeight: number | undefined): boolean {
+	if (!observation) {
+		if (need === "landed") return false;
+		throw new ServiceError("CHAIN_UNAVAILABLE", "No chain is configured to prove the transaction can no longer land (SOLANA_RPC_URL)");
+	}
+	const { status } = observation;
+	// A submission without its blockhash's lastValidBlockHeight can never be proven dead.
+	const cannotLand = status === "unknown" && lastValidBlockHeight !== undefined && observation.blockHeight > lastValidBlockHeight;
+	switch (need) {
+		case "landed":
+			if (status === "failed") throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction failed on chain");
+			if (status !== "landed") throw new ServiceError("NOT_ON_CHAIN", "The transaction is not confirmed on chain");
+			if (observation.mismatches?.length) throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction is not this settlement", { problems: observation.mismatches });
+			return true;
+		case "cannot-land":
+			if (!cannotLand) throw liveSubmission(observation, lastValidBlockHeight);
+			return true;
+		case "failed-or-cannot-land":
+			if (status === "landed") throw new ServiceError("INVALID_TRANSITION", "The transaction landed successfully: report it CONFIRMED");
+			if (status !== "failed" && !cannotLand) throw liveSubmission(observation, lastValidBlockHeight);
+			return true;
+	}
+}
+
+function liveSubmission(observation: ChainObservation, lastValidBlockHeight: number | undefined): ServiceError {
+	return new ServiceError("SUBMISSION_LIVE", "The submitted transaction may still land", {
+		status: observation.status,
+		blockHeight: observation.blockHeight,
+		...(lastValidBlockHeight !== undefined ? { lastValidBlockHeight } : {})
+	});
+}

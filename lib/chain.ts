@@ -1,0 +1,64 @@
+/**
+ * Reading Solana through JSON-RPC (@solana/kit): block height, slots, a signature's status and a
+ * transaction's settlement content. The Node reads the chain itself before it lets a submission
+ * go (SPEC §2.4); the Cranker builds on the same reader. Every call has a deadline, so a hung RPC
+ * node cannot stall a caller.
+ */
+import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi } from "@solana/kit";
+import type { ChainObservation, SignatureStatus } from "./chain-evidence";
+import { readEncodedSettlementTransaction, type SettlementContents } from "./settlement";
+
+export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
+
+export class ChainReader {
+	protected readonly rpc: Rpc<SolanaRpcApi>;
+
+	constructor(
+		rpcUrl: string,
+		private readonly timeoutMs = 10_000
+	) {
+		this.rpc = createSolanaRpc(rpcUrl);
+	}
+
+	protected get deadline() {
+		return { abortSignal: AbortSignal.timeout(this.timeoutMs) };
+	}
+
+	blockHeight(): Promise<bigint> {
+		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send(this.deadline);
+	}
+
+	slot(): Promise<bigint> {
+		return this.rpc.getSlot({ commitment: "confirmed" }).send(this.deadline);
+	}
+
+	/** Searches the whole history; `pending` is a transaction seen in a block not yet confirmed. */
+	async signatureState(signature: string): Promise<SignatureState> {
+		const { value } = await this.rpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
+		const status = value[0];
+		if (!status) return { kind: "unknown" };
+		if (status.confirmationStatus === "processed") return { kind: "pending" };
+		if (status.err) return { kind: "failed", slot: status.slot, detail: JSON.stringify(status.err, (_, v) => (typeof v === "bigint" ? v.toString() : v)) };
+		return { kind: "landed", slot: status.slot };
+	}
+
+	/** What a confirmed, successful transaction did, read from its wire bytes; null when there is none. */
+	async transactionContents(signature: string): Promise<SettlementContents | null> {
+		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
+		return fetched && !fetched.meta?.err ? readEncodedSettlementTransaction(fetched.transaction[0]) : null;
+	}
+
+	/**
+	 * What the chain shows of a submission: the block height first, then the signature's status
+	 * (a transaction not seen after that height had passed its lastValidBlockHeight can never land),
+	 * and for a landed one what `mismatches` finds wrong with its content.
+	 */
+	async observe(signature: string, mismatches?: (contents: SettlementContents) => Promise<string[]>): Promise<ChainObservation> {
+		const blockHeight = Number(await this.blockHeight());
+		const state = await this.signatureState(signature);
+		const status: SignatureStatus = state.kind;
+		if (status !== "landed" || !mismatches) return { blockHeight, status };
+		const contents = await this.transactionContents(signature);
+		return { blockHeight, status, mismatches: contents ? await mismatches(contents) : ["the landed transaction could not be read"] };
+	}
+}

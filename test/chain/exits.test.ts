@@ -1,0 +1,209 @@
+/**
+ * The Node reads the chain before it lets a submission go (SPEC §2.4, §2.5, §5): the real service
+ * with SOLANA_RPC_URL on the local chain (litesvm), Crankers signing their requests, and real
+ * settlement transactions, sent or kept back.
+ */
+import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type Address, type KeyPairSigner } from "@solana/kit";
+import { randomBytes } from "node:crypto";
+import { buildTinOperationMessage } from "../../lib/canonical";
+import { decodeBase58, encodeBase58, sha256Hex } from "../../lib/encoding";
+import type { GenesisRoute } from "../../lib/registry";
+import { registryMemo, signMemoTransaction, signSettlementTransaction } from "../../lib/settlement";
+import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { startNode, tempDir, type TestNode } from "../helpers/node";
+import { waitFor } from "../helpers/process";
+import { LocalChain } from "./local-chain";
+
+const VALIDITY_SLOTS = 20;
+let chain: LocalChain;
+let rpc: ReturnType<typeof createSolanaRpc>;
+let node: TestNode;
+let route: GenesisRoute;
+let mint: Address;
+const sender = newWallet();
+const holder = newWallet();
+const other = newWallet();
+const submitter = newWallet();
+const verifier = newWallet();
+
+/** The wallet as a @solana/kit signer (64 bytes: seed, then public key). */
+const kitSigner = (wallet: Wallet): Promise<KeyPairSigner> => createKeyPairSignerFromBytes(Uint8Array.from([...wallet.secretKey, ...decodeBase58(wallet.address)!]));
+
+beforeAll(async () => {
+	chain = new LocalChain({ slotMs: 50, blockhashValiditySlots: VALIDITY_SLOTS });
+	rpc = createSolanaRpc(await chain.start());
+	mint = chain.createMint(6);
+	for (const wallet of [holder, other, submitter]) {
+		chain.fundLamports(wallet.address);
+		await chain.fundTokens(wallet.address, mint, 10n ** 12n);
+	}
+	route = newRoute();
+	const dataDir = tempDir();
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, SLOT_POLL_INTERVAL_MS: "200", LEASE_TTL_MS: "4000" }, dataDir);
+	for (const [wallet, roles] of [[holder, ["settlement"]], [other, ["settlement"]], [submitter, ["submitter"]], [verifier, ["verifier"]]] as const)
+		expect((await node.as(wallet)("POST", "/crankers/heartbeat", signedHeartbeat(wallet, [...roles], { liquidity: [] }))).status).toBe(200);
+});
+
+afterAll(async () => {
+	await node?.stop();
+	await chain?.stop();
+});
+
+const patch = (cranker: Wallet, id: string, body: Record<string, unknown>) => node.as(cranker)("PATCH", `/intents/${id}/status`, { crankerPubkey: cranker.address, ...body });
+const authorize = (cranker: Wallet, workId: string) => node.as(cranker)("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey: cranker.address });
+const workerView = async (id: string) => (await node.as(holder)("GET", `/intents/${id}`)).body;
+
+/** A verified intent of `amount`, leased by `holder`, with its payout authorization. */
+async function leased(amount = "1500000") {
+	const { status, body } = await node.http("POST", "/intents", signedIntent(sender, route, { tokenMintAddress: mint, amount, expiresAtSlot: chain.slot + 1_000_000 }));
+	expect(status).toBe(201);
+	expect((await patch(holder, body.id, { status: "CRANKER_LEASED", expectedVersion: 3 })).status).toBe(200);
+	const authorization = await authorize(holder, body.id);
+	expect(authorization.status).toBe(200);
+	return { id: body.id as string, transactionCommitment: body.transactionCommitment as string, payoutNullifier: authorization.body.payoutNullifier as string };
+}
+
+/** The settlement transaction of the intent (amount as given), signed on the latest blockhash; sent only when asked. */
+async function settlement(intent: { transactionCommitment: string; payoutNullifier: string }, amount: bigint, send: boolean) {
+	const { value: lifetime } = await rpc.getLatestBlockhash().send();
+	const { transaction } = await signSettlementTransaction(
+		{ cranker: await kitSigner(holder), mint, decimals: 6, amount, recipientRouteCommitment: route.routeCommitment, transactionCommitment: intent.transactionCommitment, payoutNullifier: intent.payoutNullifier },
+		lifetime
+	);
+	if (send) await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
+	return { signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) };
+}
+
+const submit = (id: string, tx: { signature: string; lastValidBlockHeight: number }) =>
+	patch(holder, id, { status: "SUBMITTED", expectedVersion: 4, transactionSignature: tx.signature, lastValidBlockHeight: tx.lastValidBlockHeight });
+
+const pastHeight = (height: number) => waitFor(() => chain.slot > height, 10_000, `the chain past height ${height}`, 20);
+
+describe("SUBMITTED → VERIFIED (dropped): only once the transaction can no longer land", () => {
+	it("refuses a drop while the blockhash is valid (409 SUBMISSION_LIVE) and issues no second authorization; accepts it once expired", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, false);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+
+		const early = await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" });
+		expect(early.body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { status: "unknown", lastValidBlockHeight: tx.lastValidBlockHeight } });
+		expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
+		// No lease to hold, so no second payout authorization while the first transaction could land.
+		expect((await patch(other, intent.id, { status: "CRANKER_LEASED", expectedVersion: 5 })).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
+		expect((await authorize(holder, intent.id)).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
+
+		await pastHeight(tx.lastValidBlockHeight);
+		const dropped = await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" });
+		expect(dropped.body).toMatchObject({ receiverStatus: "VERIFIED", submission: null, lease: null });
+	});
+
+	it("refuses a drop of a transaction that landed, even once its blockhash expired", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, true);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		await pastHeight(tx.lastValidBlockHeight);
+		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { status: "landed" } });
+		expect((await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: tx.signature })).status).toBe(200);
+	});
+
+	it("answers 503 CHAIN_UNAVAILABLE when the chain cannot be read, and changes nothing", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, false);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		await pastHeight(tx.lastValidBlockHeight);
+		chain.injectFault("getBlockHeight", "http-500", 3);
+		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE" });
+		chain.clearFaults();
+		expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
+	});
+});
+
+describe("SUBMITTED → CONFIRMED: only a landed transaction that is exactly this settlement", () => {
+	it("refuses a made-up transaction signature (409 NOT_ON_CHAIN)", async () => {
+		const intent = await leased();
+		const madeUp = { signature: encodeBase58(randomBytes(64)), lastValidBlockHeight: chain.slot + VALIDITY_SLOTS };
+		expect((await submit(intent.id, madeUp)).status).toBe(200);
+		const confirmed = await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: madeUp.signature });
+		expect(confirmed.body).toMatchObject({ code: 409, type: "NOT_ON_CHAIN" });
+		expect((await node.http("GET", `/intents/${intent.id}`)).body.status).toBe("pending");
+	});
+
+	it("refuses a real transaction with the wrong amount (422 SETTLEMENT_MISMATCH), and it cannot be rejected either: it landed", async () => {
+		const intent = await leased("1500000");
+		const tx = await settlement(intent, 1_499_999n, true);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		const confirmed = await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: tx.signature });
+		expect(confirmed.body).toMatchObject({ code: 422, type: "SETTLEMENT_MISMATCH" });
+		expect(JSON.stringify(confirmed.body.data.problems)).toContain("expected 1500000");
+		const rejected = await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "wrong amount" });
+		expect(rejected.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
+	});
+
+	it("accepts the real settlement, marked onChainChecked", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, true);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		const confirmed = await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: tx.signature });
+		expect(confirmed.body).toMatchObject({ receiverStatus: "CONFIRMED", status: "executed", transactionSignature: tx.signature });
+		expect(confirmed.body.history.at(-1)).toMatchObject({ state: "CONFIRMED", by: holder.address, onChainChecked: true });
+	});
+});
+
+describe("SUBMITTED → REJECTED frees the nonce: only on a failure on chain, or once the transaction can no longer land", () => {
+	it("refuses while the transaction may land (409 SUBMISSION_LIVE), accepts once its blockhash expired", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, false);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		expect((await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "gave up" })).body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE" });
+		await pastHeight(tx.lastValidBlockHeight);
+		expect((await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "gave up" })).body).toMatchObject({ receiverStatus: "REJECTED", rejectionReason: "gave up" });
+	});
+});
+
+describe("TIN finalized: the registry transaction must have landed (SPEC §5)", () => {
+	async function submittedOperation() {
+		const owner = newWallet();
+		const request = {
+			operationId: uniqueId("op"),
+			intentType: "create" as const,
+			ownerWallet: owner.address,
+			routeCommitment: sha256Hex(randomBytes(8)),
+			policyCommitment: sha256Hex(randomBytes(8)),
+			issuedAt: iso(-1000),
+			expiresAt: iso(3600_000)
+		};
+		const created = await node.http("POST", "/tin-operations", { ...request, ownerSignature: owner.sign(buildTinOperationMessage(request)) });
+		expect(created.status).toBe(201);
+		const stage = (cranker: Wallet, name: string, body: Record<string, unknown> = {}) =>
+			node.as(cranker)("POST", `/tin-operations/${created.body.id}/${name}`, { crankerPubkey: cranker.address, ...body });
+		expect((await stage(verifier, "verified")).status).toBe(200);
+		expect((await stage(submitter, "fee-committed", { feeAmount: "50000" })).status).toBe(200);
+		return { request, stage };
+	}
+
+	async function memoTransaction(memo: string) {
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const transaction = await signMemoTransaction(await kitSigner(submitter), memo, lifetime);
+		await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
+		return getSignatureFromTransaction(transaction);
+	}
+
+	it("refuses a made-up transaction (409 NOT_ON_CHAIN) and one with another memo (422), and finalizes on the real one", async () => {
+		const { stage } = await submittedOperation();
+		const madeUp = encodeBase58(randomBytes(64));
+		expect((await stage(submitter, "submitted", { transactionSignature: madeUp })).status).toBe(200);
+		expect((await stage(submitter, "finalized", { transactionSignature: madeUp })).body).toMatchObject({ code: 409, type: "NOT_ON_CHAIN" });
+
+		const second = await submittedOperation();
+		const wrong = await memoTransaction(registryMemo(second.request.operationId, sha256Hex("another route")));
+		expect((await second.stage(submitter, "submitted", { transactionSignature: wrong })).status).toBe(200);
+		expect((await second.stage(submitter, "finalized", { transactionSignature: wrong })).body).toMatchObject({ code: 422, type: "SETTLEMENT_MISMATCH" });
+
+		const third = await submittedOperation();
+		const real = await memoTransaction(registryMemo(third.request.operationId, third.request.routeCommitment));
+		expect((await third.stage(submitter, "submitted", { transactionSignature: real })).status).toBe(200);
+		const finalized = await third.stage(submitter, "finalized", { transactionSignature: real });
+		expect(finalized.body).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+		expect(finalized.body.history.at(-1)).toMatchObject({ status: "FINALIZED", onChainChecked: true });
+	});
+});

@@ -1,0 +1,48 @@
+/** What the chain must show before a submission goes (SPEC §2.4, §5), for every status and need. */
+import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from "../../lib/chain-evidence";
+import { ServiceError } from "../../lib/errors";
+
+const LAST_VALID = 1000;
+const seen = (status: ChainObservation["status"], blockHeight: number, mismatches?: string[]): ChainObservation => ({ status, blockHeight, ...(mismatches ? { mismatches } : {}) });
+
+function answer(need: ChainEvidence, observation: ChainObservation | null, lastValid: { height?: number } = { height: LAST_VALID }): string {
+	try {
+		return `ok:${judgeChainEvidence(need, observation, lastValid.height)}`;
+	} catch (err) {
+		expect(err).toBeInstanceOf(ServiceError);
+		return `${(err as ServiceError).code} ${(err as ServiceError).type}`;
+	}
+}
+
+describe("judgeChainEvidence", () => {
+	it("landed (CONFIRMED, TIN finalized): only a confirmed success with exactly the expected content", () => {
+		expect(answer("landed", seen("landed", 900, []))).toBe("ok:true");
+		expect(answer("landed", seen("landed", 900, ["transferred 1, expected 2"]))).toBe("422 SETTLEMENT_MISMATCH");
+		expect(answer("landed", seen("failed", 900))).toBe("422 SETTLEMENT_MISMATCH");
+		expect(answer("landed", seen("unknown", 900))).toBe("409 NOT_ON_CHAIN");
+		expect(answer("landed", seen("pending", 900))).toBe("409 NOT_ON_CHAIN");
+		expect(answer("landed", seen("unknown", 2000))).toBe("409 NOT_ON_CHAIN");
+		// No chain configured: recorded on the signed Cranker's word, marked unchecked.
+		expect(answer("landed", null)).toBe("ok:false");
+	});
+
+	it("cannot-land (dropped): only once past lastValidBlockHeight with the signature unknown", () => {
+		expect(answer("cannot-land", seen("unknown", LAST_VALID + 1))).toBe("ok:true");
+		expect(answer("cannot-land", seen("unknown", LAST_VALID))).toBe("409 SUBMISSION_LIVE");
+		expect(answer("cannot-land", seen("pending", LAST_VALID + 50))).toBe("409 SUBMISSION_LIVE");
+		expect(answer("cannot-land", seen("landed", LAST_VALID + 50, []))).toBe("409 SUBMISSION_LIVE");
+		expect(answer("cannot-land", seen("failed", LAST_VALID + 50))).toBe("409 SUBMISSION_LIVE");
+		// A submission recorded without its lastValidBlockHeight can never be proven dead.
+		expect(answer("cannot-land", seen("unknown", 10 ** 9), {})).toBe("409 SUBMISSION_LIVE");
+		expect(answer("cannot-land", null)).toBe("503 CHAIN_UNAVAILABLE");
+	});
+
+	it("failed-or-cannot-land (REJECTED from SUBMITTED): a failure on chain, or a transaction that can no longer land", () => {
+		expect(answer("failed-or-cannot-land", seen("failed", 10))).toBe("ok:true");
+		expect(answer("failed-or-cannot-land", seen("unknown", LAST_VALID + 1))).toBe("ok:true");
+		expect(answer("failed-or-cannot-land", seen("unknown", LAST_VALID))).toBe("409 SUBMISSION_LIVE");
+		expect(answer("failed-or-cannot-land", seen("pending", LAST_VALID + 1))).toBe("409 SUBMISSION_LIVE");
+		expect(answer("failed-or-cannot-land", seen("landed", LAST_VALID + 1, []))).toBe("409 INVALID_TRANSITION");
+		expect(answer("failed-or-cannot-land", null)).toBe("503 CHAIN_UNAVAILABLE");
+	});
+});

@@ -5,7 +5,8 @@
  * error as SPEC §7's body.
  */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
-import type { Context, Service, ServiceSchema } from "moleculer";
+import bodyParser from "body-parser";
+import { Errors, type Context, type Service, type ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema } from "moleculer-web";
 import { FailureThrottle } from "../lib/auth-throttle";
 import type { Config } from "../lib/config";
@@ -20,11 +21,26 @@ const MAX_BODY_BYTES = 65_536;
 /** On SIGTERM, how long requests already in flight may take to finish. */
 const DRAIN_TIMEOUT_MS = 30_000;
 
-type WireError = { name?: string; message?: string; code?: unknown; status?: unknown; type?: unknown; data?: unknown; errno?: unknown };
+type WireError = { name?: string; message?: string; code?: unknown; status?: unknown; type?: unknown; data?: unknown };
 type Request = IncomingMessage & { originalUrl?: string; query?: Record<string, unknown>; body?: unknown; rawBody?: Buffer };
+type Next = (err?: unknown) => void;
 
-/** zlib's failures on a body that does not decode (gzip, deflate, br): the client's input, never a 5xx. */
-const isDecodingError = (err: WireError) => typeof err.code === "string" && (err.code.startsWith("Z_") || err.code.startsWith("ERR_BROTLI") || err.code.startsWith("ERR__ZSTD"));
+/** The JSON parser's refusals, as SPEC §7 errors: whatever went wrong reading a body is the client's input. */
+function bodyError(err: WireError, req: IncomingMessage): ServiceError {
+	switch (err.type) {
+		case "entity.too.large":
+			return new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes, as sent and as decoded`);
+		case "encoding.unsupported":
+			return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The content-encoding is not one this route takes (gzip, deflate, br or none)");
+		case "entity.parse.failed":
+			return new ServiceError("VALIDATION_ERROR", "The request body is not valid JSON", [
+				{ type: "json", field: "$body", message: "The body must be a JSON document without the key __proto__." }
+			]);
+	}
+	// A compressed body that does not decode (zlib's and brotli's many error codes): never a 5xx.
+	if ((req.headers["content-encoding"] ?? "identity") !== "identity") return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The request body does not decode with its content-encoding");
+	return new ServiceError("VALIDATION_ERROR", "The request body cannot be read", [{ type: "body", field: "$body", message: "The body must be a UTF-8 JSON document." }]);
+}
 
 /** Validation errors list the failing fields; nothing else of Moleculer's item (node id, action) leaves the gateway. */
 function publicData(type: ErrorType, data: unknown): unknown {
@@ -38,16 +54,7 @@ function publicData(type: ErrorType, data: unknown): unknown {
 /** Maps anything thrown below the gateway to a SPEC §7 error; unknown failures become a bare 500. */
 function toWireError(err: WireError): ServiceError {
 	if (typeof err.type === "string" && err.type in ERROR_STATUS) return new ServiceError(err.type as ErrorType, err.message ?? "", publicData(err.type as ErrorType, err.data));
-	if (isDecodingError(err)) return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The request body does not decode with its content-encoding");
 	switch (err.type) {
-		case "entity.too.large":
-			return new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`);
-		case "encoding.unsupported":
-			return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The content-encoding is not one this route takes (gzip, deflate, br or none)");
-		case "entity.parse.failed":
-			return new ServiceError("VALIDATION_ERROR", "The request body is not valid JSON", [
-				{ type: "json", field: "$body", message: "The body must be a JSON document without the key __proto__." }
-			]);
 		case "RATE_LIMIT_EXCEEDED":
 		case undefined:
 			if (err.code === 429 || err.name === "RateLimitExceeded") return new ServiceError("RATE_LIMITED", "Too many requests; retry later");
@@ -181,13 +188,18 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		if (key === "__proto__") throw new SyntaxError("forbidden key __proto__");
 		return value;
 	};
-	// strict: a body is an object (or an array, which the schemas refuse), never a bare primitive.
-	// verify keeps the exact bytes: a Cranker's signature covers them (Content-Digest).
-	const jsonBody = {
-		json: { limit: MAX_BODY_BYTES, strict: true, reviver, verify: (req: Request, _res: ServerResponse, body: Buffer) => void (req.rawBody = body) },
-		urlencoded: false
-	};
-	const common = { mappingPolicy: "restrict" as const, bodyParsers: jsonBody, mergeParams: true, logging: true, autoAliases: false };
+	// strict: a body is an object (or an array, which the schemas refuse), never a bare primitive;
+	// the limit holds for the decoded body too. verify keeps the exact bytes: a Cranker's signature
+	// covers them (Content-Digest). Its refusals leave here as SPEC §7 errors.
+	const parseJson = bodyParser.json({ limit: MAX_BODY_BYTES, strict: true, reviver, verify: (req: Request, _res: ServerResponse, body: Buffer) => void (req.rawBody = body) });
+	const jsonBody = (req: Request, res: ServerResponse, next: Next) =>
+		parseJson(req, res, err => {
+			if (!err) return next();
+			// As a Moleculer error, so moleculer-web passes it on whole (it rebuilds any other, dropping `data`).
+			const refusal = bodyError(err as WireError, req);
+			next(new Errors.MoleculerClientError(refusal.message, refusal.code, refusal.type, refusal.data));
+		});
+	const common = { mappingPolicy: "restrict" as const, bodyParsers: false, use: [jsonBody], mergeParams: true, logging: true, autoAliases: false };
 
 	return {
 		name: "api",
@@ -205,7 +217,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					name: "health",
 					path: "/health",
 					...common,
-					bodyParsers: false,
+					use: [],
 					aliases: {
 						"GET /live"(this: unknown, _req: IncomingMessage, res: ServerResponse) {
 							sendJson(res, 200, { status: "live" });
@@ -285,6 +297,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		},
 
 		methods: {
+			/** Every error is answered by onError (which logs the server's own failures); client errors are not logged. */
+			errorHandler(this: Service & { sendError(req: IncomingMessage, res: ServerResponse, err: Error): void }, req: IncomingMessage, res: ServerResponse, err: Error) {
+				this.sendError(req, res, err);
+			},
+
 			/**
 			 * Worker routes: missing key → 401, wrong key → 403 (compared in constant time); then, on
 			 * the Cranker routes, the request signature (SPEC §6.1). Failures count towards 429.

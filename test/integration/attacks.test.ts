@@ -1,0 +1,465 @@
+/**
+ * Every attack of issue 9, replayed against the real service over HTTP: each named test fails if
+ * its attack succeeds. The attacker has the public API, the worker API key and keypairs of its own;
+ * never a victim's private key.
+ */
+import Database from "better-sqlite3";
+import { createKeyPairSignerFromBytes, createSolanaRpc, getSignatureFromTransaction, type Address } from "@solana/kit";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import zlib from "node:zlib";
+import { buildThresholdAccessMessage, buildTinOperationMessage } from "../../lib/canonical";
+import { decodeBase58, encodeBase58, sha256Hex } from "../../lib/encoding";
+import { signRequest } from "../../lib/http-signature";
+import type { GenesisRoute } from "../../lib/registry";
+import { openStore } from "../../lib/store";
+import { signSettlementTransaction } from "../../lib/settlement";
+import { LocalChain } from "../chain/local-chain";
+import { MINT, iso, newRoute, newWallet, signedHeartbeat, signedIntent, signingKey, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { API_KEY, httpClient, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
+import { freePort, spawnScript, waitFor } from "../helpers/process";
+
+const ROOT = path.resolve(__dirname, "../..");
+const wait = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+const bytes = (hex: string) => Uint8Array.from(Buffer.from(hex, "hex"));
+
+/** The identity point in three encodings (canonical, sign bit set, y = p + 1) and the zero key (order 4). */
+const IDENTITY = "01" + "00".repeat(31);
+const SMALL_ORDER_KEYS = {
+	identity: encodeBase58(bytes(IDENTITY)),
+	"identity, sign bit set": encodeBase58(bytes("01" + "00".repeat(30) + "80")),
+	"identity, y = p + 1": encodeBase58(bytes("ee" + "ff".repeat(30) + "7f")),
+	"32 zero bytes": encodeBase58(new Uint8Array(32))
+};
+/** R = identity, S = 0: with a small-order key, OpenSSL alone accepts it for every (or every fourth) message. */
+const FORGED_SIGNATURE = encodeBase58(bytes(IDENTITY + "00".repeat(32)));
+
+/** A "wallet" an attacker controls only by name: its signature is the forgery above. */
+const forger = (address: string): Wallet => ({ address, secretKey: new Uint8Array(32), sign: () => FORGED_SIGNATURE });
+
+let chain: LocalChain;
+let node: TestNode;
+let route: GenesisRoute;
+let mint: Address;
+const victim = newWallet();
+const attacker = newWallet();
+const sender = newWallet();
+const verifierCranker = newWallet();
+
+async function intentCount(): Promise<number> {
+	const counts = (await node.http("POST", "/", { include: ["counts"] })).body.counts as Record<string, number>;
+	return Object.values(counts).reduce((sum, n) => sum + n, 0);
+}
+
+/** A sender's signed intent, in the mint the Crankers hold and valid on the local chain. */
+const intentBody = () => signedIntent(sender, route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 1_000_000 });
+
+/** A verified intent. */
+async function verifiedIntent(): Promise<string> {
+	const answer = await node.http("POST", "/intents", intentBody());
+	expect(answer.status).toBe(201);
+	return answer.body.id;
+}
+
+beforeAll(async () => {
+	// Blockhashes outlive the 1.5 s leases: a lapsed lease says nothing about whether a transaction can land.
+	chain = new LocalChain({ slotMs: 50, blockhashValiditySlots: 150 });
+	await chain.start();
+	mint = chain.createMint(6);
+	chain.fundLamports(victim.address);
+	await chain.fundTokens(victim.address, mint, 10n ** 12n);
+	route = newRoute();
+	const dataDir = tempDir();
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, LEASE_TTL_MS: "1500", AUTH_FAILURES_PER_MIN: "1000" }, dataDir);
+	for (const [cranker, roles] of [[victim, ["settlement", "submitter"]], [attacker, ["settlement", "submitter", "verifier"]], [verifierCranker, ["verifier"]]] as const)
+		expect((await node.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker, [...roles]))).status).toBe(200);
+});
+
+afterAll(async () => {
+	await node?.stop();
+	await chain?.stop();
+});
+
+describe("1. forged signatures (SPEC §0)", () => {
+	it.each(Object.entries(SMALL_ORDER_KEYS))("a forged intent for u64 max under the %s key is 400 INVALID_SIGNATURE and stores nothing", async (_name, key) => {
+		const before = await intentCount();
+		const forged = signedIntent(forger(key), route, { amount: "18446744073709551615" });
+		const answer = await node.http("POST", "/intents", forged);
+		expect(answer.body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE", data: { paymentId: forged.paymentId } });
+		expect(await intentCount()).toBe(before);
+		expect((await node.http("GET", "/intent-work?limit=500", undefined, worker)).body.map((w: { intent: { senderWallet: string } }) => w.intent.senderWallet)).not.toContain(key);
+	});
+
+	it("the zero key's forgery verifies for no message (OpenSSL alone: about one in four)", async () => {
+		const before = await intentCount();
+		const answers = await Promise.all(Array.from({ length: 40 }, () => node.http("POST", "/intents", signedIntent(forger(SMALL_ORDER_KEYS["32 zero bytes"]), route))));
+		expect(answers.map(a => a.body.type)).toEqual(Array(40).fill("INVALID_SIGNATURE"));
+		expect(await intentCount()).toBe(before);
+	});
+
+	it("one nonce under two encodings of the same point is accepted by neither", async () => {
+		const nonce = uniqueId("nonce_twice_00");
+		for (const key of [SMALL_ORDER_KEYS.identity, SMALL_ORDER_KEYS["identity, y = p + 1"]])
+			expect((await node.http("POST", "/intents", signedIntent(forger(key), route, { senderAuthorizationNonce: nonce }))).body.type).toBe("INVALID_SIGNATURE");
+	});
+
+	it("a forged heartbeat in a small-order key's name is refused (403: its request signature cannot verify) and registers no Cranker", async () => {
+		const key = SMALL_ORDER_KEYS.identity;
+		const online = (await node.http("GET", "/network/overview")).body.crankers.online;
+		const body = { crankerPubkey: key, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString(), signature: FORGED_SIGNATURE };
+		const text = JSON.stringify(body);
+		const headers = await signRequest({ method: "POST", url: `${node.url}/crankers/heartbeat`, body: text }, { keyid: key, sign: () => decodeBase58(FORGED_SIGNATURE)! });
+		const answer = await node.http("POST", "/crankers/heartbeat", text, { ...worker, ...headers });
+		expect(answer.body).toMatchObject({ code: 403, type: "FORBIDDEN", data: { reason: "bad-signature" } });
+		expect((await node.http("GET", "/network/overview")).body.crankers.online).toBe(online);
+		// Signed by the attacker's own real key but naming the small-order key: refused as well.
+		const named = await node.as(attacker)("POST", "/crankers/heartbeat", body);
+		expect(named.body).toMatchObject({ code: 403, data: { reason: "keyid-mismatch" } });
+	});
+
+	it("a forged TIN operation (ownership) is 400 INVALID_SIGNATURE and stores nothing", async () => {
+		const before = (await node.http("GET", "/tin-operations?limit=500")).body.length;
+		const request = { operationId: uniqueId("op"), intentType: "create", ownerWallet: SMALL_ORDER_KEYS.identity, routeCommitment: sha256Hex("r"), policyCommitment: sha256Hex("p"), issuedAt: iso(-1000), expiresAt: iso(3600_000) } as const;
+		expect(buildTinOperationMessage(request)).toContain(SMALL_ORDER_KEYS.identity);
+		const answer = await node.http("POST", "/tin-operations", { ...request, ownerSignature: FORGED_SIGNATURE });
+		expect(answer.body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE" });
+		expect((await node.http("GET", "/tin-operations?limit=500")).body.length).toBe(before);
+	});
+
+	it("a forged threshold-access nonce is 400 INVALID_SIGNATURE and consumes nothing", async () => {
+		const body = { wallet: SMALL_ORDER_KEYS.identity, nonce: uniqueId("access_nonce_0"), issuedAt: iso(0), signature: FORGED_SIGNATURE };
+		expect(buildThresholdAccessMessage(body)).toContain(body.nonce);
+		for (let i = 0; i < 3; i++) expect((await node.http("POST", "/threshold-access/nonces/consume", body)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE" });
+	});
+});
+
+describe("2. the worker key alone acts as no Cranker (SPEC §6.1)", () => {
+	const update = (id: string, body: Record<string, unknown>, as: Http = node.as(attacker)) => as("PATCH", `/intents/${id}/status`, { crankerPubkey: victim.address, ...body });
+	const unsigned = (method: string, route: string, body: unknown) => node.http(method, route, body, worker);
+
+	it("cannot lease in a victim Cranker's name: 401 unsigned, 403 signed by another key", async () => {
+		const id = await verifiedIntent();
+		expect((await unsigned("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 })).body).toMatchObject({ code: 401, type: "UNAUTHORIZED" });
+		expect((await update(id, { status: "CRANKER_LEASED", expectedVersion: 3 })).body).toMatchObject({ code: 403, data: { reason: "keyid-mismatch" } });
+		expect((await node.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");
+	});
+
+	it("cannot get the victim's payout authorization, report SUBMITTED or CONFIRMED, or reject its live lease", async () => {
+		const id = await verifiedIntent();
+		expect((await node.as(victim)("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 })).status).toBe(200);
+		const madeUp = "5".repeat(87);
+		const attempts = [
+			await node.as(attacker)("POST", "/internal/settlement-authorizations/settlement", { workId: id, crankerPubkey: victim.address }),
+			await unsigned("POST", "/internal/settlement-authorizations/settlement", { workId: id, crankerPubkey: victim.address }),
+			await update(id, { status: "SUBMITTED", expectedVersion: 4, transactionSignature: madeUp, lastValidBlockHeight: 1 }),
+			await update(id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: madeUp }),
+			await update(id, { status: "REJECTED", expectedVersion: 4, reason: "taken" }),
+			await update(id, { status: "VERIFIED", expectedVersion: 4 })
+		];
+		expect(attempts.map(a => a.status)).toEqual([403, 401, 403, 403, 403, 403]);
+		// Under its own name the attacker is just not the holder.
+		expect((await node.as(attacker)("PATCH", `/intents/${id}/status`, { status: "REJECTED", crankerPubkey: attacker.address, expectedVersion: 4, reason: "taken" })).body.type).toBe("NOT_LEASE_HOLDER");
+		const record = (await node.http("GET", `/intents/${id}`, undefined, worker)).body;
+		expect(record).toMatchObject({ receiverStatus: "CRANKER_LEASED", status: "pending", lease: { crankerPubkey: victim.address } });
+	});
+
+	it("cannot move or finalize a TIN operation as another Cranker, nor finalize on made-up transaction claims", async () => {
+		const owner = newWallet();
+		const request = { operationId: uniqueId("op"), intentType: "create" as const, ownerWallet: owner.address, routeCommitment: sha256Hex(uniqueId()), policyCommitment: sha256Hex("p"), issuedAt: iso(-1000), expiresAt: iso(3600_000) };
+		const { body: op } = await node.http("POST", "/tin-operations", { ...request, ownerSignature: owner.sign(buildTinOperationMessage(request)) });
+		const stage = (as: Wallet, name: string, body: Record<string, unknown>) => node.as(as)("POST", `/tin-operations/${op.id}/${name}`, body);
+		expect((await stage(attacker, "verified", { crankerPubkey: verifierCranker.address })).body).toMatchObject({ code: 403, data: { reason: "keyid-mismatch" } });
+		expect((await stage(verifierCranker, "verified", { crankerPubkey: verifierCranker.address })).status).toBe(200);
+		expect((await stage(victim, "fee-committed", { crankerPubkey: victim.address, feeAmount: "50000" })).status).toBe(200);
+		const madeUp = encodeBase58(Buffer.alloc(64, 9));
+		expect((await stage(attacker, "submitted", { crankerPubkey: victim.address, transactionSignature: madeUp })).status).toBe(403);
+		expect((await stage(victim, "submitted", { crankerPubkey: victim.address, transactionSignature: madeUp })).status).toBe(200);
+		expect((await stage(attacker, "finalized", { crankerPubkey: victim.address, transactionSignature: madeUp })).status).toBe(403);
+		// Even the Cranker that submitted cannot finalize on a transaction the chain does not have.
+		expect((await stage(victim, "finalized", { crankerPubkey: victim.address, transactionSignature: madeUp })).body).toMatchObject({ code: 409, type: "NOT_ON_CHAIN" });
+		expect((await node.http("GET", `/tin-operations/${op.id}`)).body.status).toBe("SUBMITTED");
+		expect((await node.http("GET", `/registry/tins/${op.tin}`)).status).toBe(404);
+	});
+
+	it("cannot replay a Cranker's signed request", async () => {
+		const id = await verifiedIntent();
+		const body = JSON.stringify({ status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 });
+		const headers = await signRequest({ method: "PATCH", url: `${node.url}/intents/${id}/status`, body }, signingKey(victim));
+		expect((await node.http("PATCH", `/intents/${id}/status`, body, { ...worker, ...headers })).status).toBe(200);
+		const replayed = await node.http("PATCH", `/intents/${id}/status`, body, { ...worker, ...headers });
+		expect(replayed.body).toMatchObject({ code: 403, type: "FORBIDDEN", data: { reason: "replayed" } });
+		// Nor reuse its signature on another body or route.
+		const swapped = await node.http("PATCH", `/intents/${id}/status`, body.replace("CRANKER_LEASED", "VERIFIED"), { ...worker, ...headers });
+		expect(swapped.body).toMatchObject({ code: 403, data: { reason: "digest-mismatch" } });
+		const other = await verifiedIntent();
+		expect((await node.http("PATCH", `/intents/${other}/status`, body, { ...worker, ...headers })).body).toMatchObject({ code: 403, data: { reason: "bad-signature" } });
+	});
+
+	it("cannot use a signature made more than 60 s away from the Node's clock", async () => {
+		const id = await verifiedIntent();
+		const body = JSON.stringify({ status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 });
+		for (const skew of [-61_000, 61_000]) {
+			const headers = await signRequest({ method: "PATCH", url: `${node.url}/intents/${id}/status`, body }, signingKey(victim), new Date(Date.now() + skew));
+			expect((await node.http("PATCH", `/intents/${id}/status`, body, { ...worker, ...headers })).body).toMatchObject({ code: 403, data: { reason: "stale" } });
+		}
+	});
+});
+
+describe("3. no second payout authorization while the first transaction can land (SPEC §2.4, §2.5)", () => {
+	it("a Cranker claiming an orphaned submission dropped gets 409 SUBMISSION_LIVE, and nobody can lease or authorize it", async () => {
+		const id = await verifiedIntent();
+		expect((await node.as(victim)("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 })).status).toBe(200);
+		const authorization = (await node.as(victim)("POST", "/internal/settlement-authorizations/settlement", { workId: id, crankerPubkey: victim.address })).body;
+		const rpc = createSolanaRpc(chain.url);
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const signer = await createKeyPairSignerFromBytes(Uint8Array.from([...victim.secretKey, ...decodeBase58(victim.address)!]));
+		const intent = (await node.http("GET", `/intents/${id}`)).body;
+		const { transaction } = await signSettlementTransaction(
+			{ cranker: signer, mint, decimals: 6, amount: BigInt(intent.amount), recipientRouteCommitment: route.routeCommitment, transactionCommitment: intent.transactionCommitment, payoutNullifier: authorization.payoutNullifier },
+			lifetime
+		);
+		const submitted = { status: "SUBMITTED", crankerPubkey: victim.address, expectedVersion: 4, transactionSignature: getSignatureFromTransaction(transaction), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) };
+		expect((await node.as(victim)("PATCH", `/intents/${id}/status`, submitted)).status).toBe(200);
+		// The holder's lease lapses (it "died"); its signed transaction could still be broadcast.
+		await wait(1600);
+		const claim = await node.as(attacker)("PATCH", `/intents/${id}/status`, { status: "VERIFIED", crankerPubkey: attacker.address, expectedVersion: 5, reason: "dropped, trust me" });
+		expect(claim.body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE" });
+		expect((await node.as(attacker)("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: attacker.address, expectedVersion: 5 })).body.type).toBe("INVALID_TRANSITION");
+		expect((await node.as(attacker)("POST", "/internal/settlement-authorizations/settlement", { workId: id, crankerPubkey: attacker.address })).status).toBe(409);
+		expect((await node.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("SUBMITTED");
+	});
+});
+
+describe("4. only a signer holds a paymentId (SPEC §2.1)", () => {
+	it("a forged body under someone else's paymentId is refused, holds nothing, and the real sender's body is accepted", async () => {
+		const genuine = intentBody();
+		const squat = { ...genuine, amount: "1", senderAuthorizationSignature: attacker.sign(genuine.senderAuthorizationMessage) };
+		expect((await node.http("POST", "/intents", squat)).body).toMatchObject({ code: 400, type: "INVALID_MESSAGE" });
+		const badSignature = { ...genuine, senderAuthorizationSignature: attacker.sign(genuine.senderAuthorizationMessage) };
+		expect((await node.http("POST", "/intents", badSignature)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE" });
+		expect((await node.http("POST", "/intents", genuine)).body).toMatchObject({ receiverStatus: "VERIFIED", paymentId: genuine.paymentId });
+		// Now the paymentId is held by its signer: a forgery still learns nothing of it.
+		expect((await node.http("POST", "/intents", badSignature)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE", data: { paymentId: genuine.paymentId } });
+	});
+
+	it("a flood of forgeries leaves no row in the store", async () => {
+		const file = path.join(node.dataDir, "mempool.sqlite");
+		const rows = () => {
+			const db = new Database(file, { readonly: true });
+			try {
+				return (db.prepare("SELECT COUNT(*) AS n FROM intents").get() as { n: number }).n;
+			} finally {
+				db.close();
+			}
+		};
+		const before = rows();
+		const flood = Array.from({ length: 200 }, () => {
+			const body = intentBody();
+			return node.http("POST", "/intents", { ...body, senderAuthorizationSignature: attacker.sign(body.senderAuthorizationMessage) });
+		});
+		expect((await Promise.all(flood)).every(a => a.status === 400)).toBe(true);
+		expect(rows()).toBe(before);
+		const metrics = (await node.http("GET", "/metrics")).body;
+		expect(metrics.verification.unrecorded).toBeGreaterThanOrEqual(200);
+	});
+});
+
+describe("5. hostile traffic (SPEC §7, §10)", () => {
+	it("20,000 Crankers: the public Cranker routes answer from running figures, small and exact; silent records are pruned", async () => {
+		const dataDir = tempDir();
+		const seed = writeSeedFile(dataDir, [route]);
+		// The crankers store as the service keeps it, filled before the Node starts: 20,000 online
+		// settlement Crankers (3 mints) and 700 silent for two days.
+		const store = await openStore({ kind: "sqlite", dataDir, mongoUrl: null, owner: "crankers" });
+		const crankers = await store.collection<{ id: string; lastSeenAt: string } & Record<string, unknown>>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]] });
+		const mints = [MINT, encodeBase58(Buffer.alloc(32, 8)), encodeBase58(Buffer.alloc(32, 9))];
+		const now = new Date().toISOString();
+		const stale = new Date(Date.now() - 2 * 86_400_000).toISOString();
+		const doc = (i: number, lastSeenAt: string) => {
+			const crankerPubkey = encodeBase58(Buffer.from(sha256Hex(`cranker ${i}`), "hex"));
+			return { id: crankerPubkey, crankerPubkey, roles: ["settlement"], liquidity: [{ tokenMintAddress: mints[i % 3], available: "10" }], version: null, lastSentAt: lastSeenAt, lastSeenAt };
+		};
+		await Promise.all(Array.from({ length: 20_000 }, (_, i) => crankers.insert(doc(i, now))));
+		await Promise.all(Array.from({ length: 700 }, (_, i) => crankers.insert(doc(100_000 + i, stale))));
+		await store.close();
+
+		const crowded = await startNode({ REGISTRY_SEED_FILE: seed }, dataDir);
+		try {
+			const networks = await crowded.http("GET", "/settlement-networks");
+			expect(JSON.stringify(networks.body).length).toBeLessThan(2000);
+			expect(networks.body.find((n: { tokenMintAddress: string }) => n.tokenMintAddress === MINT)).toMatchObject({ crankersOnline: 6667, liquidity: "66670" });
+			const overview = await crowded.http("GET", "/network/overview");
+			expect(JSON.stringify(overview.body).length).toBeLessThan(2000);
+			expect(overview.body.crankers).toMatchObject({ online: 20_000, byRole: { settlement: 20_000, verifier: 0, submitter: 0 } });
+			expect((await crowded.http("POST", "/", { include: ["crankers"] })).body.crankersOnline).toBe(20_000);
+			// Records silent for longer than CRANKER_RETENTION_MS go, in bounded batches per sweep.
+			await waitFor(async () => (await crowded.http("GET", "/network/overview")).body.crankers.total === 20_000, 10_000, "the silent records to be pruned");
+		} finally {
+			await crowded.stop();
+		}
+	});
+
+	it("error bodies name no node id, hostname or action", async () => {
+		const answers = [
+			await node.http("POST", "/intents", { paymentId: 1 }),
+			await node.http("GET", "/intents/int_missing"),
+			await node.http("GET", "/tin-operations?limit=9999"),
+			await node.as(attacker)("PATCH", "/intents/int_x/status", { status: "NOPE", crankerPubkey: attacker.address, expectedVersion: 0 }),
+			await node.http("POST", "/threshold-access/nonces/consume", { wallet: "x" })
+		];
+		for (const { status, body } of answers) {
+			expect(status).toBeGreaterThanOrEqual(400);
+			const text = JSON.stringify(body);
+			expect(text).not.toContain(os.hostname());
+			expect(text).not.toContain(node.broker.nodeID);
+			expect(text).not.toMatch(/"(nodeID|action)"/);
+			expect(text).not.toMatch(/\b(receiver|mempool|payouts|crankers|tin|access|network|api)\.[a-z]+[A-Z]?\w*\b/);
+		}
+	});
+
+	it("repeated failed authentication on worker routes gets 429, per client", async () => {
+		const guarded = await startNode({ AUTH_FAILURES_PER_MIN: "5", TRUST_PROXY: "true" });
+		try {
+			const from = (ip: string, key: string) => guarded.http("GET", "/intent-work", undefined, { "x-api-key": key, "x-forwarded-for": ip });
+			for (let i = 0; i < 5; i++) expect((await from("203.0.113.7", `guess-${i}`)).status).toBe(403);
+			const throttled = await from("203.0.113.7", "guess-6");
+			expect(throttled.body).toMatchObject({ code: 429, type: "RATE_LIMITED" });
+			expect(Number(throttled.headers.get("retry-after"))).toBeGreaterThan(0);
+			// Even the right key waits out the window; another client is not affected.
+			expect((await from("203.0.113.7", API_KEY)).status).toBe(429);
+			expect((await from("203.0.113.8", API_KEY)).status).toBe(200);
+			// Bad request signatures count as failed authentication too.
+			const cranker = newWallet();
+			for (let i = 0; i < 5; i++) {
+				const headers = await signRequest({ method: "POST", url: `${guarded.url}/crankers/heartbeat`, body: "{}" }, signingKey(cranker));
+				expect((await guarded.http("POST", "/crankers/heartbeat", "{}", { ...worker, ...headers, signature: headers.signature.replace(/[A-Za-z]/, "0"), "x-forwarded-for": "203.0.113.9" })).status).toBe(403);
+			}
+			expect((await guarded.http("POST", "/crankers/heartbeat", "{}", { ...worker, "x-forwarded-for": "203.0.113.9" })).status).toBe(429);
+		} finally {
+			await guarded.stop();
+		}
+	});
+});
+
+/** The compiled service as `npm start` runs it, with SPEC §10's limits made short for the test. */
+async function startProcess(extra: Record<string, string> = {}) {
+	const dataDir = tempDir();
+	const port = await freePort();
+	const proc = spawnScript(path.join(ROOT, "dist/index.js"), {
+		PORT: String(port),
+		DATA_DIR: dataDir,
+		WORKER_API_KEYS: API_KEY,
+		REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]),
+		LOG_LEVEL: "info",
+		RATE_LIMIT_PER_MIN: "0",
+		...extra
+	});
+	await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
+	return { proc, port, http: httpClient(`http://127.0.0.1:${port}`) };
+}
+
+/** A raw request on its own socket: the bytes as given, and everything the server answers until it closes. */
+function rawRequest(port: number, head: string, body: Buffer | string = "", trickleMs = 0): Promise<{ answer: string; closedAfterMs: number }> {
+	return new Promise(resolve => {
+		const startedAt = Date.now();
+		const socket = net.connect(port, "127.0.0.1");
+		let answer = "";
+		socket.on("data", chunk => (answer += chunk));
+		socket.on("error", () => {});
+		socket.on("close", () => resolve({ answer, closedAfterMs: Date.now() - startedAt }));
+		socket.write(head);
+		// Never half-closed: the server answers, and closes when the request says so (or times out).
+		if (!trickleMs) return void socket.write(body);
+		// One byte at a time, forever: only the server's timeout ends it.
+		const timer = setInterval(() => (socket.destroyed ? clearInterval(timer) : socket.write("a")), trickleMs);
+	});
+}
+
+describe("5. hostile traffic against the running process", () => {
+	it("bodies that do not decode are 415, decompression bombs and oversize bodies 413: never a 5xx, nothing logged as an error", async () => {
+		const { proc, port, http } = await startProcess();
+		try {
+			for (const encoding of ["gzip", "deflate", "br"]) {
+				const answer = await http("POST", "/intents", "garbage that does not decode", { "content-encoding": encoding });
+				expect(answer.body).toMatchObject({ code: 415, type: "UNSUPPORTED_MEDIA_TYPE" });
+			}
+			expect((await http("POST", "/intents", "{}", { "content-encoding": "xz" })).body).toMatchObject({ code: 415, type: "UNSUPPORTED_MEDIA_TYPE" });
+			// 10 MB of JSON in 10 KB of gzip, and in brotli.
+			const huge = Buffer.from(`{"paymentId":"${"x".repeat(10_000_000)}"}`);
+			for (const [encoding, compressed] of [["gzip", zlib.gzipSync(huge)], ["br", zlib.brotliCompressSync(huge)]] as const) {
+				const answer = await rawRequest(port, `POST /intents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Encoding: ${encoding}\r\nContent-Length: ${compressed.length}\r\nConnection: close\r\n\r\n`, compressed);
+				expect(answer.answer).toMatch(/^HTTP\/1\.1 413 /);
+				expect(answer.answer).toContain('"type":"PAYLOAD_TOO_LARGE"');
+			}
+			// Declared too large: refused without reading it.
+			const declared = await rawRequest(port, "POST /intents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n", "{");
+			expect(declared.answer).toMatch(/^HTTP\/1\.1 413 [\s\S]*connection: close/i);
+			// A signed Cranker route takes no content-encoding: its signature covers the bytes as sent.
+			const signed = await http("POST", "/crankers/heartbeat", zlib.gzipSync("{}"), { ...worker, "content-encoding": "gzip" });
+			expect(signed.status).toBe(415);
+			expect(proc.output()).not.toMatch(/ERROR|\n\s+at /);
+		} finally {
+			proc.child.kill("SIGKILL");
+		}
+	});
+
+	it("a trickled body or trickled headers are cut off by the request and header timeouts", async () => {
+		const { proc, port } = await startProcess({ HEADERS_TIMEOUT_MS: "1000", REQUEST_TIMEOUT_MS: "2000" });
+		try {
+			const [body, headers] = await Promise.all([
+				rawRequest(port, "POST /intents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n", "", 200),
+				rawRequest(port, "POST /intents HTTP/1.1\r\nHost: x\r\n", "", 200)
+			]);
+			for (const cut of [body, headers]) {
+				expect(cut.answer).toMatch(/^HTTP\/1\.1 408 /);
+				expect(cut.closedAfterMs).toBeLessThan(6000);
+			}
+			expect(body.closedAfterMs).toBeGreaterThanOrEqual(2000);
+		} finally {
+			proc.child.kill("SIGKILL");
+		}
+	});
+
+	it("SIGTERM under load: readiness 503 at once, new requests 503 SHUTTING_DOWN with connection: close, requests in flight finish, exit 0", async () => {
+		const { proc, port, http } = await startProcess();
+		const accepted: string[] = [];
+		const refused: string[] = [];
+		// Load: 8 clients sending signed intents without pause until the process is gone.
+		const load = Array.from({ length: 8 }, async () => {
+			for (;;) {
+				const answer = await http("POST", "/intents", signedIntent(sender, route)).catch(() => null);
+				if (!answer) return;
+				if (answer.status === 201) accepted.push(answer.body.id);
+				else refused.push(`${answer.status} ${answer.body.type}`);
+			}
+		});
+		try {
+			await wait(500);
+			// An intent in flight when SIGTERM arrives: its body arrives slowly, over a second.
+			const slow = JSON.stringify(signedIntent(sender, route));
+			const inFlight = new Promise<string>(resolve => {
+				const socket = net.connect(port, "127.0.0.1");
+				let answer = "";
+				socket.on("data", chunk => (answer += chunk));
+				socket.on("close", () => resolve(answer));
+				socket.write(`POST /intents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(slow)}\r\n\r\n${slow.slice(0, 100)}`);
+				setTimeout(() => socket.write(slow.slice(100)), 1000);
+			});
+			await wait(100);
+			proc.child.kill("SIGTERM");
+			await wait(50);
+			expect((await http("GET", "/health/ready")).status).toBe(503);
+			const late = await rawRequest(port, "GET /epoch/status HTTP/1.1\r\nHost: x\r\n\r\n");
+			expect(late.answer).toMatch(/^HTTP\/1\.1 503 [\s\S]*connection: close[\s\S]*"type":"SHUTTING_DOWN"/i);
+			expect(await inFlight).toMatch(/^HTTP\/1\.1 201 /);
+			expect(await proc.exited).toBe(0);
+			await Promise.all(load);
+			expect(accepted.length).toBeGreaterThan(0);
+			expect(refused.every(answer => answer === "503 SHUTTING_DOWN")).toBe(true);
+			expect(proc.output()).not.toContain("GracefulStopTimeoutError");
+		} finally {
+			proc.child.kill("SIGKILL");
+		}
+	});
+});

@@ -28,16 +28,17 @@ export interface ChainObservation {
 /**
  * Accepts the evidence (answering whether the chain was checked at all) or throws the SPEC's
  * refusal. `observation` is null when no chain is configured: only a confirmation can then be
- * recorded, on the signed Cranker's word.
+ * recorded, on the signed Cranker's word. `lastLandingHeight` is the last block height at which
+ * the submission could still land.
  */
-export function judgeChainEvidence(need: ChainEvidence, observation: ChainObservation | null, lastValidBlockHeight: number | undefined): boolean {
+export function judgeChainEvidence(need: ChainEvidence, observation: ChainObservation | null, lastLandingHeight: number | undefined): boolean {
 	if (!observation) {
 		if (need === "landed") return false;
 		throw new ServiceError("CHAIN_UNAVAILABLE", "No chain is configured to prove the transaction can no longer land (SOLANA_RPC_URL)");
 	}
 	const { status } = observation;
-	// A submission without its blockhash's lastValidBlockHeight can never be proven dead.
-	const cannotLand = status === "unknown" && lastValidBlockHeight !== undefined && observation.blockHeight > lastValidBlockHeight;
+	// A submission without a known last landing height can never be proven dead.
+	const cannotLand = status === "unknown" && lastLandingHeight !== undefined && observation.blockHeight > lastLandingHeight;
 	switch (need) {
 		case "landed":
 			if (status === "failed") throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction failed on chain");
@@ -45,19 +46,19 @@ export function judgeChainEvidence(need: ChainEvidence, observation: ChainObserv
 			if (observation.mismatches?.length) throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction is not this settlement", { problems: observation.mismatches });
 			return true;
 		case "cannot-land":
-			if (!cannotLand) throw liveSubmission(observation, lastValidBlockHeight);
+			if (!cannotLand) throw liveSubmission(observation, lastLandingHeight);
 			return true;
 		case "failed-or-cannot-land":
 			if (status === "landed") throw new ServiceError("INVALID_TRANSITION", "The transaction landed successfully: report it CONFIRMED");
-			if (status !== "failed" && !cannotLand) throw liveSubmission(observation, lastValidBlockHeight);
+			if (status !== "failed" && !cannotLand) throw liveSubmission(observation, lastLandingHeight);
 			return true;
 	}
 }
 
-function liveSubmission(observation: ChainObservation, lastValidBlockHeight: number | undefined): ServiceError {
+function liveSubmission(observation: ChainObservation, lastLandingHeight: number | undefined): ServiceError {
 	return new ServiceError("SUBMISSION_LIVE", "The submitted transaction may still land", {
 		status: observation.status,
 		blockHeight: observation.blockHeight,
-		...(lastValidBlockHeight !== undefined ? { lastValidBlockHeight } : {})
+		...(lastLandingHeight !== undefined ? { lastLandingHeight } : {})
 	});
 }

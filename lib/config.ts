@@ -47,6 +47,12 @@ export interface Config {
 	publicBaseUrl: string | null;
 	/** The settlement program whose credit-owner PDAs receive settlements (SPEC §11). */
 	settlementProgramId: string;
+	/**
+	 * Blocks after the height the Node read at a SUBMITTED report before it may take that submission
+	 * for dead, whatever lastValidBlockHeight the Cranker claimed (Solana's 150, and as many again
+	 * for an RPC view that lags).
+	 */
+	blockhashLifetimeBlocks: number;
 	/** SPEC §10: the headers of a request must arrive within this, the whole request within the next. */
 	headersTimeoutMs: number;
 	requestTimeoutMs: number;
@@ -155,6 +161,7 @@ export function loadConfig(env: Env = process.env): Config {
 		crankerRetentionMs: integer(env, "CRANKER_RETENTION_MS", 24 * 60 * 60 * 1000, 1),
 		publicBaseUrl: baseUrl(env, "PUBLIC_BASE_URL"),
 		settlementProgramId: base58Address(env, "SETTLEMENT_PROGRAM_ID", DEFAULT_SETTLEMENT_PROGRAM_ID),
+		blockhashLifetimeBlocks: integer(env, "BLOCKHASH_LIFETIME_BLOCKS", 300, 1),
 		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1)

@@ -43,8 +43,10 @@ export interface Submission {
 	transactionSignature: string;
 	submittedAt: string;
 	slot?: number;
-	/** The last block height at which the transaction's blockhash is valid: past it, it can never land. */
+	/** The Cranker's word: the last block height at which the transaction's blockhash is valid. */
 	lastValidBlockHeight?: number;
+	/** The chain's block height as the Node read it when it took the report (with a chain configured). */
+	heightAtSubmission?: number;
 }
 
 export interface HistoryEntry {
@@ -346,10 +348,27 @@ export function decideStatusUpdate(record: IntentRecord, request: UpdateStatusRe
 	}
 }
 
+/**
+ * The last block height at which a submission can land. The Cranker's lastValidBlockHeight is only
+ * a claim, and a low one would let a live transaction pass for dead: it never counts for less than
+ * a blockhash fetched when the Node took the report could live (`blockhashLifetimeBlocks` past
+ * the height it read then).
+ */
+export function lastLandingHeight(submission: Submission, blockhashLifetimeBlocks: number): number | undefined {
+	const { lastValidBlockHeight, heightAtSubmission } = submission;
+	if (lastValidBlockHeight === undefined || heightAtSubmission === undefined) return lastValidBlockHeight;
+	return Math.max(lastValidBlockHeight, heightAtSubmission + blockhashLifetimeBlocks);
+}
+
+/** A SUBMITTED record with the block height the Node read when it took the report. */
+export function withSubmissionHeight(next: IntentRecord, heightAtSubmission: number): IntentRecord {
+	return { ...next, submission: { ...next.submission!, heightAtSubmission } };
+}
+
 /** The move once the chain has been read (`null`: no chain configured); throws what the chain refutes. */
-export function withChainEvidence(decision: { next: IntentRecord; chainCheck: PendingChainCheck }, observation: ChainObservation | null): IntentRecord {
+export function withChainEvidence(decision: { next: IntentRecord; chainCheck: PendingChainCheck }, observation: ChainObservation | null, blockhashLifetimeBlocks: number): IntentRecord {
 	const { need, submission } = decision.chainCheck;
-	const onChainChecked = judgeChainEvidence(need, observation, submission.lastValidBlockHeight);
+	const onChainChecked = judgeChainEvidence(need, observation, lastLandingHeight(submission, blockhashLifetimeBlocks));
 	if (decision.next.state !== "CONFIRMED") return decision.next;
 	const history = [...decision.next.history];
 	history[history.length - 1] = { ...history[history.length - 1], onChainChecked };

@@ -28,6 +28,7 @@ import {
 	toPublicView,
 	toWorkerView,
 	withChainEvidence,
+	withSubmissionHeight,
 	type CreateIntentRequest,
 	type IntentRecord,
 	type IntentState,
@@ -172,6 +173,15 @@ export function mempoolService(config: Config): ServiceSchema {
 		for (const record of lapsed) if (await commit(record, applyMove(record, "lease-lapse", "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" }))) released++;
 		lapsedLeases += released;
 		return released;
+	}
+
+	/** The chain's block height now, by the Node's own reading. */
+	async function chainHeight(): Promise<number> {
+		try {
+			return Number(await chain!.blockHeight());
+		} catch (err) {
+			throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
+		}
 	}
 
 	/** What the chain shows of the submission a move out of SUBMITTED is about; null without a chain. */
@@ -377,7 +387,9 @@ export function mempoolService(config: Config): ServiceSchema {
 						await commit(record, decision.next);
 						throw new ServiceError("INVALID_TRANSITION", "The intent expired before it was submitted: it is REJECTED", { state: "REJECTED", rejectionReason: "EXPIRED" });
 					}
-					const next = decision.chainCheck ? withChainEvidence({ next: decision.next, chainCheck: decision.chainCheck }, await observeChain(record, decision.chainCheck)) : decision.next;
+					let { next } = decision;
+					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await observeChain(record, decision.chainCheck), config.blockhashLifetimeBlocks);
+					else if (chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") next = withSubmissionHeight(next, await chainHeight());
 					if (await commit(record, next)) return toWorkerView(next);
 					const current = await mustGet(id);
 					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });

@@ -15,6 +15,8 @@ import { waitFor } from "../helpers/process";
 import { LocalChain } from "./local-chain";
 
 const VALIDITY_SLOTS = 20;
+/** The Node's floor under a submission's life (BLOCKHASH_LIFETIME_BLOCKS), a little over the chain's validity here. */
+const LIFETIME_BLOCKS = 25;
 let chain: LocalChain;
 let rpc: ReturnType<typeof createSolanaRpc>;
 let node: TestNode;
@@ -39,7 +41,7 @@ beforeAll(async () => {
 	}
 	route = newRoute();
 	const dataDir = tempDir();
-	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, SLOT_POLL_INTERVAL_MS: "200", LEASE_TTL_MS: "4000" }, dataDir);
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, SLOT_POLL_INTERVAL_MS: "200", LEASE_TTL_MS: "4000", BLOCKHASH_LIFETIME_BLOCKS: String(LIFETIME_BLOCKS) }, dataDir);
 	for (const [wallet, roles] of [[holder, ["settlement"]], [other, ["settlement"]], [submitter, ["submitter"]], [verifier, ["verifier"]]] as const)
 		expect((await node.as(wallet)("POST", "/crankers/heartbeat", signedHeartbeat(wallet, [...roles], { liquidity: [] }))).status).toBe(200);
 });
@@ -77,7 +79,13 @@ async function settlement(intent: { transactionCommitment: string; payoutNullifi
 const submit = (id: string, tx: { signature: string; lastValidBlockHeight: number }) =>
 	patch(holder, id, { status: "SUBMITTED", expectedVersion: 4, transactionSignature: tx.signature, lastValidBlockHeight: tx.lastValidBlockHeight });
 
-const pastHeight = (height: number) => waitFor(() => chain.slot > height, 10_000, `the chain past height ${height}`, 20);
+/** Waits until the submission can no longer land by the Node's rule: past both the claim and its own floor. */
+async function pastLanding(id: string) {
+	const { lastValidBlockHeight, heightAtSubmission } = (await workerView(id)).submission;
+	expect(heightAtSubmission).toEqual(expect.any(Number));
+	const height = Math.max(lastValidBlockHeight, heightAtSubmission + LIFETIME_BLOCKS);
+	await waitFor(() => chain.slot > height, 10_000, `the chain past height ${height}`, 20);
+}
 
 describe("SUBMITTED → VERIFIED (dropped): only once the transaction can no longer land", () => {
 	it("refuses a drop while the blockhash is valid (409 SUBMISSION_LIVE) and issues no second authorization; accepts it once expired", async () => {
@@ -86,13 +94,13 @@ describe("SUBMITTED → VERIFIED (dropped): only once the transaction can no lon
 		expect((await submit(intent.id, tx)).status).toBe(200);
 
 		const early = await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" });
-		expect(early.body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { status: "unknown", lastValidBlockHeight: tx.lastValidBlockHeight } });
+		expect(early.body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { status: "unknown", lastLandingHeight: expect.any(Number) } });
 		expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
 		// No lease to hold, so no second payout authorization while the first transaction could land.
 		expect((await patch(other, intent.id, { status: "CRANKER_LEASED", expectedVersion: 5 })).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
 		expect((await authorize(holder, intent.id)).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
 
-		await pastHeight(tx.lastValidBlockHeight);
+		await pastLanding(intent.id);
 		const dropped = await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" });
 		expect(dropped.body).toMatchObject({ receiverStatus: "VERIFIED", submission: null, lease: null });
 	});
@@ -101,16 +109,29 @@ describe("SUBMITTED → VERIFIED (dropped): only once the transaction can no lon
 		const intent = await leased();
 		const tx = await settlement(intent, 1_500_000n, true);
 		expect((await submit(intent.id, tx)).status).toBe(200);
-		await pastHeight(tx.lastValidBlockHeight);
+		await pastLanding(intent.id);
 		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { status: "landed" } });
 		expect((await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: tx.signature })).status).toBe(200);
+	});
+
+	it("does not take a Cranker's lowered lastValidBlockHeight for proof: the Node's own reading at SUBMITTED sets a floor", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, false);
+		// The claim: expired already at the next block. The real blockhash lives 20 blocks.
+		expect((await submit(intent.id, { ...tx, lastValidBlockHeight: chain.slot })).status).toBe(200);
+		const { heightAtSubmission } = (await workerView(intent.id)).submission;
+		await waitFor(() => chain.slot > tx.lastValidBlockHeight - 5, 10_000, "the claim to pass", 20);
+		const early = await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" });
+		expect(early.body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { lastLandingHeight: heightAtSubmission + LIFETIME_BLOCKS } });
+		await pastLanding(intent.id);
+		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).status).toBe(200);
 	});
 
 	it("answers 503 CHAIN_UNAVAILABLE when the chain cannot be read, and changes nothing", async () => {
 		const intent = await leased();
 		const tx = await settlement(intent, 1_500_000n, false);
 		expect((await submit(intent.id, tx)).status).toBe(200);
-		await pastHeight(tx.lastValidBlockHeight);
+		await pastLanding(intent.id);
 		chain.injectFault("getBlockHeight", "http-500", 3);
 		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE" });
 		chain.clearFaults();
@@ -155,7 +176,7 @@ describe("SUBMITTED → REJECTED frees the nonce: only on a failure on chain, or
 		const tx = await settlement(intent, 1_500_000n, false);
 		expect((await submit(intent.id, tx)).status).toBe(200);
 		expect((await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "gave up" })).body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE" });
-		await pastHeight(tx.lastValidBlockHeight);
+		await pastLanding(intent.id);
 		expect((await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "gave up" })).body).toMatchObject({ receiverStatus: "REJECTED", rejectionReason: "gave up" });
 	});
 });

@@ -53,7 +53,9 @@ export class Harness {
 			SOLANA_RPC_URL: this.chain.url,
 			SLOT_POLL_INTERVAL_MS: "200",
 			LEASE_TTL_MS: "2000",
-			CRANKER_TTL_MS: "3000"
+			CRANKER_TTL_MS: "3000",
+			// The chain here keeps blockhashes 30 slots: the Node's floor under a submission's life follows.
+			BLOCKHASH_LIFETIME_BLOCKS: "40"
 		};
 	}
 

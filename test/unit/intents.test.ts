@@ -10,6 +10,7 @@ import {
 	canMove,
 	decideStatusUpdate,
 	isExpired,
+	lastLandingHeight,
 	leaseForPayout,
 	withChainEvidence,
 	rejectedAtVerification,
@@ -484,13 +485,34 @@ describe("decideStatusUpdate: expiry and the chain", () => {
 	it("without a chain a CONFIRMED is recorded as the Cranker's word (onChainChecked: false), a drop is 503", () => {
 		const confirm = decideStatusUpdate(record("SUBMITTED"), { status: "CONFIRMED", crankerPubkey: CRANKER_A, expectedVersion: 5, transactionSignature: TX_SIG }, allowed);
 		if (confirm.kind !== "move" || !confirm.chainCheck) throw new Error("expected a chain-checked move");
-		expect(withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, null).history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: false });
-		const landed = withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, { blockHeight: 10, status: "landed", mismatches: [] });
+		expect(withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, null, 300).history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: false });
+		const landed = withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, { blockHeight: 10, status: "landed", mismatches: [] }, 300);
 		expect(landed.history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: true });
 
 		const drop = decideStatusUpdate(record("SUBMITTED"), { status: "VERIFIED", crankerPubkey: CRANKER_A, expectedVersion: 5, reason: "dropped" }, allowed);
 		if (drop.kind !== "move" || !drop.chainCheck) throw new Error("expected a chain-checked move");
-		expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, null), "CHAIN_UNAVAILABLE", 503);
+		expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, null, 300), "CHAIN_UNAVAILABLE", 503);
+	});
+});
+
+describe("lastLandingHeight: the Cranker's lastValidBlockHeight is a claim", () => {
+	const submission = { transactionSignature: TX_SIG, submittedAt: NOW.toISOString() };
+
+	it("never ends earlier than a blockhash fetched when the Node took the report could live", () => {
+		expect(lastLandingHeight({ ...submission, lastValidBlockHeight: 1000, heightAtSubmission: 900 }, 300)).toBe(1200);
+		expect(lastLandingHeight({ ...submission, lastValidBlockHeight: 1500, heightAtSubmission: 900 }, 300)).toBe(1500);
+		// Without the Node's own reading (no chain then), only the claim is known; without either, nothing.
+		expect(lastLandingHeight({ ...submission, lastValidBlockHeight: 1000 }, 300)).toBe(1000);
+		expect(lastLandingHeight(submission, 300)).toBeUndefined();
+	});
+
+	it("a drop claimed past a lowered lastValidBlockHeight is still refused while a real blockhash could live", () => {
+		const lied = record("SUBMITTED", { submission: { ...submission, lastValidBlockHeight: 901, heightAtSubmission: 900 } });
+		const drop = decideStatusUpdate(lied, { status: "VERIFIED", crankerPubkey: CRANKER_A, expectedVersion: 5, reason: "dropped" }, allowed);
+		if (drop.kind !== "move" || !drop.chainCheck) throw new Error("expected a chain-checked move");
+		const err = expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, { blockHeight: 1000, status: "unknown" }, 300), "SUBMISSION_LIVE", 409);
+		expect(err.data).toMatchObject({ lastLandingHeight: 1200 });
+		expect(withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck }, { blockHeight: 1201, status: "unknown" }, 300).state).toBe("VERIFIED");
 	});
 });
 

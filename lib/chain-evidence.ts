@@ -55,6 +55,15 @@ export function judgeChainEvidence(need: ChainEvidence, observation: ChainObserv
 	}
 }
 
+/** A read of the chain whose failure is the Node's 503 CHAIN_UNAVAILABLE (never a guess about the chain). */
+export async function readChain<T>(read: () => Promise<T>): Promise<T> {
+	try {
+		return await read();
+	} catch (err) {
+		throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
+	}
+}
+
 function liveSubmission(observation: ChainObservation, lastLandingHeight: number | undefined): ServiceError {
 	return new ServiceError("SUBMISSION_LIVE", "The submitted transaction may still land", {
 		status: observation.status,

@@ -3,6 +3,7 @@
  * embedded mode; secrets left unset are generated into DATA_DIR on first start (see secrets.ts).
  */
 import path from "node:path";
+import { address, type Address } from "@solana/kit";
 import { isBase58OfLength } from "./encoding";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
 
@@ -46,7 +47,7 @@ export interface Config {
 	/** The base URL Crankers call, behind a proxy: signed requests cover `@target-uri` (SPEC §6.1); null = http://<Host>. */
 	publicBaseUrl: string | null;
 	/** The settlement program whose credit-owner PDAs receive settlements (SPEC §11). */
-	settlementProgramId: string;
+	settlementProgramId: Address;
 	/**
 	 * Blocks after the height the Node read at a SUBMITTED report before it may take that submission
 	 * for dead, whatever lastValidBlockHeight the Cranker claimed (Solana's 150, and as many again
@@ -160,7 +161,7 @@ export function loadConfig(env: Env = process.env): Config {
 		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0)),
 		crankerRetentionMs: integer(env, "CRANKER_RETENTION_MS", 24 * 60 * 60 * 1000, 1),
 		publicBaseUrl: baseUrl(env, "PUBLIC_BASE_URL"),
-		settlementProgramId: base58Address(env, "SETTLEMENT_PROGRAM_ID", DEFAULT_SETTLEMENT_PROGRAM_ID),
+		settlementProgramId: address(base58Address(env, "SETTLEMENT_PROGRAM_ID", DEFAULT_SETTLEMENT_PROGRAM_ID)),
 		blockhashLifetimeBlocks: integer(env, "BLOCKHASH_LIFETIME_BLOCKS", 300, 1),
 		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),

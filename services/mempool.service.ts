@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import type { Context, ServiceSchema } from "moleculer";
 import { buildPaymentMessage, payoutNullifier } from "../lib/canonical";
 import { ChainReader } from "../lib/chain";
-import type { ChainObservation } from "../lib/chain-evidence";
+import { readChain, type ChainObservation } from "../lib/chain-evidence";
 import type { Config } from "../lib/config";
 import { canonicalJson, sha256Hex } from "../lib/encoding";
 import { ServiceError } from "../lib/errors";
@@ -175,15 +175,6 @@ export function mempoolService(config: Config): ServiceSchema {
 		return released;
 	}
 
-	/** The chain's block height now, by the Node's own reading. */
-	async function chainHeight(): Promise<number> {
-		try {
-			return Number(await chain!.blockHeight());
-		} catch (err) {
-			throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
-		}
-	}
-
 	/** What the chain shows of the submission a move out of SUBMITTED is about; null without a chain. */
 	async function observeChain(record: IntentRecord, check: PendingChainCheck): Promise<ChainObservation | null> {
 		if (!chain) return null;
@@ -194,13 +185,9 @@ export function mempoolService(config: Config): ServiceSchema {
 			tokenMintAddress: request.tokenMintAddress,
 			recipientRouteCommitment: request.recipientRouteCommitment,
 			payoutNullifier: payoutNullifier(request.senderWallet, request.senderAuthorizationNonce),
-			programId: config.settlementProgramId as Parameters<typeof settlementMismatches>[1]["programId"]
+			programId: config.settlementProgramId
 		};
-		try {
-			return await chain.observe(check.submission.transactionSignature, check.need === "landed" ? contents => settlementMismatches(contents, expected) : undefined);
-		} catch (err) {
-			throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
-		}
+		return readChain(() => chain.observe(check.submission.transactionSignature, check.need === "landed" ? contents => settlementMismatches(contents, expected) : undefined));
 	}
 
 	return {
@@ -389,7 +376,7 @@ export function mempoolService(config: Config): ServiceSchema {
 					}
 					let { next } = decision;
 					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await observeChain(record, decision.chainCheck), config.blockhashLifetimeBlocks);
-					else if (chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") next = withSubmissionHeight(next, await chainHeight());
+					else if (chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") next = withSubmissionHeight(next, Number(await readChain(() => chain.blockHeight())));
 					if (await commit(record, next)) return toWorkerView(next);
 					const current = await mustGet(id);
 					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });

@@ -19,7 +19,7 @@ const SUBMISSION_GRACE_MS = 1000;
 /** Moleculer errors meaning "no verifier could answer", as opposed to a verifier's own failure. */
 const UNAVAILABLE = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQUEST_TIMEOUT", "REQUEST_REJECTED", "BROKER_DISCONNECTED"]);
 
-/** A record after the sweep's verification: null once removed as unsigned. */
+/** A record after the sweep's verification: null once removed (a rejection that leaves no record). */
 type Outcome = { record: IntentRecord | null; verifierUnavailable: boolean };
 type Verdict = VerificationResult & { verifiedBy?: string };
 

@@ -8,7 +8,7 @@ import fs from "node:fs";
 import type { Context, ServiceSchema } from "moleculer";
 import { buildTinOperationMessage } from "../lib/canonical";
 import { ChainReader } from "../lib/chain";
-import { judgeChainEvidence, type ChainObservation } from "../lib/chain-evidence";
+import { judgeChainEvidence, readChain, type ChainObservation } from "../lib/chain-evidence";
 import { ConfigError, type Config } from "../lib/config";
 import { verifySignature } from "../lib/ed25519";
 import { canonicalJson, sha256Hex } from "../lib/encoding";
@@ -219,11 +219,7 @@ export function tinService(config: Config): ServiceSchema {
 	/** What the chain shows of the operation's registry transaction (SPEC §5 `finalized`); null without a chain. */
 	async function observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null> {
 		if (!chain) return null;
-		try {
-			return await chain.observe(record.transactionSignature!, async contents => registryMismatches(contents, record.operationId, record.request.routeCommitment));
-		} catch (err) {
-			throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
-		}
+		return readChain(() => chain.observe(record.transactionSignature!, async contents => registryMismatches(contents, record.operationId, record.request.routeCommitment)));
 	}
 
 	async function moveStage(ctx: Context<{ id: string; crankerPubkey: string; transactionSignature?: string; feeAmount?: string; reason?: string }, { crankerPubkey?: string }>, stage: TinStage) {

@@ -46,6 +46,16 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 		let store: Store;
 		let collections = 0;
 		const fresh = () => store.collection<Item>(itemSpec(`items_${++collections}`));
+		/** A fresh collection through this store and through a second writer (another connection where the adapter has one). */
+		async function withTwoWriters(race: (items: Collection<Item>, otherItems: Collection<Item>) => Promise<void>): Promise<void> {
+			const spec = itemSpec(`items_${++collections}`);
+			const other = oneConnection ? store : await open();
+			try {
+				await race(await store.collection<Item>(spec), await other.collection<Item>(spec));
+			} finally {
+				if (other !== store) await other.close();
+			}
+		}
 
 		beforeAll(async () => {
 			store = await open();
@@ -169,19 +179,13 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			});
 
 			test("lets exactly one of racing updates with the same expectation win", async () => {
-				const spec = itemSpec(`items_${++collections}`);
-				const items = await store.collection<Item>(spec);
-				const other = oneConnection ? store : await open();
-				try {
-					const otherItems = await other.collection<Item>(spec);
+				await withTwoWriters(async (items, otherItems) => {
 					await items.insert({ id: "a", version: 1 });
 					const contenders = Array.from({ length: 8 }, (_, i) => ({ id: "a", version: 2, winner: i }));
 					const results = await Promise.all(contenders.map((next, i) => (i % 2 ? otherItems : items).update("a", { version: 1 }, next)));
 					expect(results.filter(Boolean)).toHaveLength(1);
 					expect(await items.get("a")).toStrictEqual(contenders[results.indexOf(true)]);
-				} finally {
-					if (other !== store) await other.close();
-				}
+				});
 			});
 
 			test("fails and changes nothing when next takes a unique group", async () => {
@@ -259,11 +263,7 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			});
 
 			test("lets exactly one of racing removes win, and a remove racing an update", async () => {
-				const spec = itemSpec(`items_${++collections}`);
-				const items = await store.collection<Item>(spec);
-				const other = oneConnection ? store : await open();
-				try {
-					const otherItems = await other.collection<Item>(spec);
+				await withTwoWriters(async (items, otherItems) => {
 					await items.insert({ id: "a", version: 1 });
 					const removed = await Promise.all(Array.from({ length: 6 }, (_, i) => (i % 2 ? otherItems : items).remove("a", { version: 1 })));
 					expect(removed.filter(Boolean)).toHaveLength(1);
@@ -277,9 +277,7 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 					]);
 					expect(dropped).not.toBe(advanced);
 					expect(await items.get("b")).toStrictEqual(dropped ? null : { id: "b", status: "signed", version: 2 });
-				} finally {
-					if (other !== store) await other.close();
-				}
+				});
 			});
 
 			test("undeclared fields are refused", async () => {

@@ -17,12 +17,20 @@ export type ChainEvidence =
 /** A transaction's status as the chain reports it; `pending` is seen but not yet confirmed. */
 export type SignatureStatus = "landed" | "failed" | "pending" | "unknown";
 
+/** What a transaction the chain has does to the settlement expected. */
+export interface SettlementReading {
+	/** Why it is not exactly the settlement (empty when it is). */
+	mismatches: string[];
+	/** Whether it touches the settlement at all (its memo, or a transfer to its credit account). */
+	related: boolean;
+}
+
 export interface ChainObservation {
 	/** Read before the status: a transaction not seen after that height had expired can never land. */
 	blockHeight: number;
 	status: SignatureStatus;
-	/** For a landed transaction: why it is not the expected content (empty when it is). */
-	mismatches?: string[];
+	/** For a transaction the chain has (landed or failed), when it was read. */
+	content?: SettlementReading;
 }
 
 /**
@@ -36,21 +44,25 @@ export function judgeChainEvidence(need: ChainEvidence, observation: ChainObserv
 		if (need === "landed") return false;
 		throw new ServiceError("CHAIN_UNAVAILABLE", "No chain is configured to prove the transaction can no longer land (SOLANA_RPC_URL)");
 	}
-	const { status } = observation;
+	const { status, content } = observation;
+	// A reported signature the chain has, but whose transaction does not touch this settlement, was
+	// never this submission: it says nothing about whether the real one can still land.
+	const unrelated = (status === "landed" || status === "failed") && content?.related === false;
 	// A submission without a known last landing height can never be proven dead.
-	const cannotLand = status === "unknown" && lastLandingHeight !== undefined && observation.blockHeight > lastLandingHeight;
+	const cannotLand = (status === "unknown" || unrelated) && lastLandingHeight !== undefined && observation.blockHeight > lastLandingHeight;
 	switch (need) {
 		case "landed":
 			if (status === "failed") throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction failed on chain");
 			if (status !== "landed") throw new ServiceError("NOT_ON_CHAIN", "The transaction is not confirmed on chain");
-			if (observation.mismatches?.length) throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction is not this settlement", { problems: observation.mismatches });
+			if (!content || content.mismatches.length) throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction is not this settlement", { problems: content?.mismatches ?? [] });
 			return true;
 		case "cannot-land":
 			if (!cannotLand) throw liveSubmission(observation, lastLandingHeight);
 			return true;
 		case "failed-or-cannot-land":
-			if (status === "landed") throw new ServiceError("INVALID_TRANSITION", "The transaction landed successfully: report it CONFIRMED");
-			if (status !== "failed" && !cannotLand) throw liveSubmission(observation, lastLandingHeight);
+			// A transaction that moved money for this settlement (even the wrong amount) is for an operator, not a rejection.
+			if (status === "landed" && !unrelated) throw new ServiceError("INVALID_TRANSITION", "The transaction landed and touches this settlement: report it CONFIRMED, or leave it to an operator");
+			if ((status !== "failed" || unrelated) && !cannotLand) throw liveSubmission(observation, lastLandingHeight);
 			return true;
 	}
 }

@@ -5,7 +5,7 @@
  * node cannot stall a caller.
  */
 import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi } from "@solana/kit";
-import type { ChainObservation, SignatureStatus } from "./chain-evidence";
+import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { readEncodedSettlementTransaction, type SettlementContents } from "./settlement";
 
 export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
@@ -42,23 +42,26 @@ export class ChainReader {
 		return { kind: "landed", slot: status.slot };
 	}
 
-	/** What a confirmed, successful transaction did, read from its wire bytes; null when there is none. */
-	async transactionContents(signature: string): Promise<SettlementContents | null> {
+	/**
+	 * What a confirmed transaction did, read from its wire bytes; null when there is none, or when it
+	 * failed and `includeFailed` is not set.
+	 */
+	async transactionContents(signature: string, includeFailed = false): Promise<SettlementContents | null> {
 		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
-		return fetched && !fetched.meta?.err ? readEncodedSettlementTransaction(fetched.transaction[0]) : null;
+		return fetched && (includeFailed || !fetched.meta?.err) ? readEncodedSettlementTransaction(fetched.transaction[0]) : null;
 	}
 
 	/**
 	 * What the chain shows of a submission: the block height first, then the signature's status
-	 * (a transaction not seen after that height had passed its lastValidBlockHeight can never land),
-	 * and for a landed one what `mismatches` finds wrong with its content.
+	 * (a transaction not seen after that height had passed its last landing height can never land),
+	 * and for a transaction the chain has (landed or failed) what `read` makes of its content.
 	 */
-	async observe(signature: string, mismatches?: (contents: SettlementContents) => Promise<string[]>): Promise<ChainObservation> {
+	async observe(signature: string, read?: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation> {
 		const blockHeight = Number(await this.blockHeight());
-		const state = await this.signatureState(signature);
-		const status: SignatureStatus = state.kind;
-		if (status !== "landed" || !mismatches) return { blockHeight, status };
-		const contents = await this.transactionContents(signature);
-		return { blockHeight, status, mismatches: contents ? await mismatches(contents) : ["the landed transaction could not be read"] };
+		const status: SignatureStatus = (await this.signatureState(signature)).kind;
+		if ((status !== "landed" && status !== "failed") || !read) return { blockHeight, status };
+		const contents = await this.transactionContents(signature, true);
+		// Unreadable: taken for this settlement, the answer that lets nothing go.
+		return { blockHeight, status, content: contents ? await read(contents) : { mismatches: ["the transaction could not be read"], related: true } };
 	}
 }

@@ -360,9 +360,19 @@ export function lastLandingHeight(submission: Submission, blockhashLifetimeBlock
 	return Math.max(lastValidBlockHeight, heightAtSubmission + blockhashLifetimeBlocks);
 }
 
-/** A SUBMITTED record with the block height the Node read when it took the report. */
-export function withSubmissionHeight(next: IntentRecord, heightAtSubmission: number): IntentRecord {
-	return { ...next, submission: { ...next.submission!, heightAtSubmission } };
+/**
+ * A SUBMITTED record with the block height the Node read when it took the report. A claimed
+ * lastValidBlockHeight beyond any blockhash fetched by then is refused (422): it would keep the
+ * submission "live", and the intent stuck, for as long as the claim says.
+ */
+export function withSubmissionHeight(next: IntentRecord, heightAtSubmission: number, blockhashLifetimeBlocks: number): IntentRecord {
+	const submission = next.submission!;
+	const latest = heightAtSubmission + blockhashLifetimeBlocks;
+	if (submission.lastValidBlockHeight !== undefined && submission.lastValidBlockHeight > latest)
+		throw new ServiceError("VALIDATION_ERROR", `lastValidBlockHeight ${submission.lastValidBlockHeight} is beyond any blockhash valid now (at most ${latest})`, [
+			{ type: "lastValidBlockHeight", field: "lastValidBlockHeight", message: `The 'lastValidBlockHeight' field must be at most ${latest}.`, actual: submission.lastValidBlockHeight }
+		]);
+	return { ...next, submission: { ...submission, heightAtSubmission } };
 }
 
 /** The move once the chain has been read (`null`: no chain configured); throws what the chain refutes. */

@@ -120,6 +120,19 @@ function signInstructions(feePayer: TransactionSigner, instructions: Instruction
 	return signTransactionMessageWithSigners(message);
 }
 
+/**
+ * What a transaction does to the expected settlement: why it is not exactly it, and whether it
+ * touches it at all (a memo naming its nullifier or commitment, or a transfer to its credit account).
+ */
+export async function readSettlement(contents: SettlementContents, expected: ExpectedSettlement): Promise<{ mismatches: string[]; related: boolean }> {
+	const mismatches = await settlementMismatches(contents, expected);
+	const creditAccount = expected.recipientRouteCommitment ? await creditAccountAddress(expected.recipientRouteCommitment, address(expected.tokenMintAddress), expected.programId) : null;
+	const related =
+		contents.memos.some(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`) || (!!expected.payoutNullifier && memo.startsWith(MEMO_PREFIX) && memo.endsWith(`:${expected.payoutNullifier}`))) ||
+		contents.transfers.some(transfer => transfer.destination === creditAccount);
+	return { mismatches, related };
+}
+
 /** The memo a TIN registry submission carries until the registry program exists (SPEC §5 names no transaction). */
 export function registryMemo(operationId: string, routeCommitment: string): string {
 	return `scs:tin:v1:${operationId}:${routeCommitment}`;
@@ -178,9 +191,9 @@ export async function settlementMismatches(contents: SettlementContents, expecte
 	return problems;
 }
 
-/** Why a transaction is not the registry submission of this TIN operation (empty when it is): exactly its one memo. */
-export function registryMismatches(contents: SettlementContents, operationId: string, routeCommitment: string): string[] {
+/** What a transaction does to a TIN operation's registry submission: exactly its one memo. */
+export function readRegistrySubmission(contents: SettlementContents, operationId: string, routeCommitment: string): { mismatches: string[]; related: boolean } {
 	const expected = registryMemo(operationId, routeCommitment);
 	const found = contents.memos.filter(memo => memo === expected).length;
-	return found === 1 ? [] : [`expected one memo "${expected}", found ${found}`];
+	return { mismatches: found === 1 ? [] : [`expected one memo "${expected}", found ${found}`], related: found > 0 };
 }

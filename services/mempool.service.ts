@@ -36,7 +36,7 @@ import {
 	type UpdateStatusRequest
 } from "../lib/intents";
 import { address, limit, updateStatusParams } from "../lib/schemas";
-import { settlementMismatches } from "../lib/settlement";
+import { readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import type { Collection, Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS, type VerificationResult } from "../lib/verification";
@@ -187,7 +187,7 @@ export function mempoolService(config: Config): ServiceSchema {
 			payoutNullifier: payoutNullifier(request.senderWallet, request.senderAuthorizationNonce),
 			programId: config.settlementProgramId
 		};
-		return readChain(() => chain.observe(check.submission.transactionSignature, check.need === "landed" ? contents => settlementMismatches(contents, expected) : undefined));
+		return readChain(() => chain.observe(check.submission.transactionSignature, contents => readSettlement(contents, expected)));
 	}
 
 	return {
@@ -376,7 +376,7 @@ export function mempoolService(config: Config): ServiceSchema {
 					}
 					let { next } = decision;
 					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await observeChain(record, decision.chainCheck), config.blockhashLifetimeBlocks);
-					else if (chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") next = withSubmissionHeight(next, Number(await readChain(() => chain.blockHeight())));
+					else if (chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") next = withSubmissionHeight(next, Number(await readChain(() => chain.blockHeight())), config.blockhashLifetimeBlocks);
 					if (await commit(record, next)) return toWorkerView(next);
 					const current = await mustGet(id);
 					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });

@@ -16,7 +16,7 @@ import { ServiceError } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
 import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
-import { registryMismatches } from "../lib/settlement";
+import { readRegistrySubmission } from "../lib/settlement";
 import { tinFromSequence } from "../lib/tin";
 import {
 	TIN_OPERATION_STATES,
@@ -219,7 +219,7 @@ export function tinService(config: Config): ServiceSchema {
 	/** What the chain shows of the operation's registry transaction (SPEC §5 `finalized`); null without a chain. */
 	async function observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null> {
 		if (!chain) return null;
-		return readChain(() => chain.observe(record.transactionSignature!, async contents => registryMismatches(contents, record.operationId, record.request.routeCommitment)));
+		return readChain(() => chain.observe(record.transactionSignature!, async contents => readRegistrySubmission(contents, record.operationId, record.request.routeCommitment)));
 	}
 
 	async function moveStage(ctx: Context<{ id: string; crankerPubkey: string; transactionSignature?: string; feeAmount?: string; reason?: string }, { crankerPubkey?: string }>, stage: TinStage) {

@@ -127,6 +127,27 @@ describe("SUBMITTED → VERIFIED (dropped): only once the transaction can no lon
 		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).status).toBe(200);
 	});
 
+	it("refuses a lastValidBlockHeight beyond any blockhash valid now (422): it would keep the intent stuck", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, false);
+		const answer = await submit(intent.id, { ...tx, lastValidBlockHeight: 2 ** 53 - 1 });
+		expect(answer.body).toMatchObject({ code: 422, type: "VALIDATION_ERROR", data: [{ field: "lastValidBlockHeight" }] });
+		expect((await workerView(intent.id)).receiverStatus).toBe("CRANKER_LEASED");
+	});
+
+	it("does not let a reported transaction that is not this settlement keep the intent stuck, nor pass for its proof", async () => {
+		const intent = await leased();
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const unrelated = await signMemoTransaction(await kitSigner(holder), "hello", lifetime);
+		await rpc.sendTransaction(getBase64EncodedWireTransaction(unrelated), { encoding: "base64" }).send();
+		expect((await submit(intent.id, { signature: getSignatureFromTransaction(unrelated), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) })).status).toBe(200);
+		expect((await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: getSignatureFromTransaction(unrelated) })).body).toMatchObject({ code: 422, type: "SETTLEMENT_MISMATCH" });
+		// It says nothing about whether the real settlement can still land: judged by the last landing height.
+		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { status: "landed" } });
+		await pastLanding(intent.id);
+		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).status).toBe(200);
+	});
+
 	it("answers 503 CHAIN_UNAVAILABLE when the chain cannot be read, and changes nothing", async () => {
 		const intent = await leased();
 		const tx = await settlement(intent, 1_500_000n, false);

@@ -12,6 +12,7 @@ import {
 	DEFAULT_SETTLEMENT_PROGRAM_ID,
 	memoFieldNamesNullifier,
 	readEncodedSettlementTransaction,
+	readSettlement,
 	settlementMemo,
 	settlementMismatches,
 	signSettlementTransaction,
@@ -76,6 +77,15 @@ describe("settlement transaction", () => {
 		expect(await settlementMismatches(contents, { ...expected, amount: "250001" })).toEqual(["transferred 250000, expected 250001"]);
 		expect(await settlementMismatches(contents, { ...expected, transactionCommitment: sha256Hex("other") })).toHaveLength(1);
 		expect(await settlementMismatches(contents, { ...expected, recipientRouteCommitment: sha256Hex("other route") })).toHaveLength(1);
+		// With the nullifier known (the Node, the Cranker), the memo must name exactly it.
+		expect(await settlementMismatches(contents, { ...expected, payoutNullifier })).toEqual([]);
+		expect(await settlementMismatches(contents, { ...expected, payoutNullifier: sha256Hex("another nullifier") })).toHaveLength(1);
+		// Whether a transaction touches the settlement at all: what tells a wrong payment from an unrelated one.
+		expect(await readSettlement(contents, { ...expected, payoutNullifier })).toEqual({ mismatches: [], related: true });
+		expect(await readSettlement(contents, { ...expected, amount: "1" })).toMatchObject({ related: true });
+		expect(await readSettlement({ memos: ["hello"], transfers: [] }, { ...expected, payoutNullifier })).toMatchObject({ related: false });
+		expect(await readSettlement({ memos: [], transfers: contents.transfers }, { ...expected, payoutNullifier })).toMatchObject({ related: true });
+		expect(await readSettlement({ memos: [settlementMemo(sha256Hex("x"), payoutNullifier)], transfers: [] }, { ...expected, payoutNullifier })).toMatchObject({ related: true });
 
 		// The RPC's memo index finds it by the credit account, the way a Cranker checks the nullifier.
 		const history = await rpc.getSignaturesForAddress(creditAccount).send();

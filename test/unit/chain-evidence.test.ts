@@ -3,7 +3,12 @@ import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from ".
 import { ServiceError } from "../../lib/errors";
 
 const LAST_VALID = 1000;
-const seen = (status: ChainObservation["status"], blockHeight: number, mismatches?: string[]): ChainObservation => ({ status, blockHeight, ...(mismatches ? { mismatches } : {}) });
+/** What the Node saw; a transaction the chain has is read as this settlement (`[]`), a mismatch, or unrelated. */
+const seen = (status: ChainObservation["status"], blockHeight: number, mismatches?: string[] | "unrelated"): ChainObservation => ({
+	status,
+	blockHeight,
+	...(mismatches === "unrelated" ? { content: { mismatches: ["not this settlement"], related: false } } : mismatches ? { content: { mismatches, related: true } } : {})
+});
 
 function answer(need: ChainEvidence, observation: ChainObservation | null, lastValid: { height?: number } = { height: LAST_VALID }): string {
 	try {
@@ -18,6 +23,8 @@ describe("judgeChainEvidence", () => {
 	it("landed (CONFIRMED, TIN finalized): only a confirmed success with exactly the expected content", () => {
 		expect(answer("landed", seen("landed", 900, []))).toBe("ok:true");
 		expect(answer("landed", seen("landed", 900, ["transferred 1, expected 2"]))).toBe("422 SETTLEMENT_MISMATCH");
+		expect(answer("landed", seen("landed", 900, "unrelated"))).toBe("422 SETTLEMENT_MISMATCH");
+		expect(answer("landed", seen("landed", 900))).toBe("422 SETTLEMENT_MISMATCH");
 		expect(answer("landed", seen("failed", 900))).toBe("422 SETTLEMENT_MISMATCH");
 		expect(answer("landed", seen("unknown", 900))).toBe("409 NOT_ON_CHAIN");
 		expect(answer("landed", seen("pending", 900))).toBe("409 NOT_ON_CHAIN");
@@ -31,14 +38,24 @@ describe("judgeChainEvidence", () => {
 		expect(answer("cannot-land", seen("unknown", LAST_VALID))).toBe("409 SUBMISSION_LIVE");
 		expect(answer("cannot-land", seen("pending", LAST_VALID + 50))).toBe("409 SUBMISSION_LIVE");
 		expect(answer("cannot-land", seen("landed", LAST_VALID + 50, []))).toBe("409 SUBMISSION_LIVE");
-		expect(answer("cannot-land", seen("failed", LAST_VALID + 50))).toBe("409 SUBMISSION_LIVE");
+		expect(answer("cannot-land", seen("failed", LAST_VALID + 50, []))).toBe("409 SUBMISSION_LIVE");
+		// A reported signature whose transaction does not touch this settlement proves nothing about it:
+		// judged as an unknown one, by the last landing height.
+		expect(answer("cannot-land", seen("landed", LAST_VALID, "unrelated"))).toBe("409 SUBMISSION_LIVE");
+		expect(answer("cannot-land", seen("landed", LAST_VALID + 1, "unrelated"))).toBe("ok:true");
+		expect(answer("cannot-land", seen("failed", LAST_VALID + 1, "unrelated"))).toBe("ok:true");
 		// A submission recorded without its lastValidBlockHeight can never be proven dead.
 		expect(answer("cannot-land", seen("unknown", 10 ** 9), {})).toBe("409 SUBMISSION_LIVE");
 		expect(answer("cannot-land", null)).toBe("503 CHAIN_UNAVAILABLE");
 	});
 
 	it("failed-or-cannot-land (REJECTED from SUBMITTED): a failure on chain, or a transaction that can no longer land", () => {
-		expect(answer("failed-or-cannot-land", seen("failed", 10))).toBe("ok:true");
+		expect(answer("failed-or-cannot-land", seen("failed", 10, []))).toBe("ok:true");
+		expect(answer("failed-or-cannot-land", seen("failed", 10, ["transferred 1, expected 2"]))).toBe("ok:true");
+		expect(answer("failed-or-cannot-land", seen("failed", LAST_VALID, "unrelated"))).toBe("409 SUBMISSION_LIVE");
+		expect(answer("failed-or-cannot-land", seen("landed", LAST_VALID + 1, "unrelated"))).toBe("ok:true");
+		// Money moved for this settlement, even the wrong amount: an operator's case, never a rejection.
+		expect(answer("failed-or-cannot-land", seen("landed", LAST_VALID + 1, ["transferred 1, expected 2"]))).toBe("409 INVALID_TRANSITION");
 		expect(answer("failed-or-cannot-land", seen("unknown", LAST_VALID + 1))).toBe("ok:true");
 		expect(answer("failed-or-cannot-land", seen("unknown", LAST_VALID))).toBe("409 SUBMISSION_LIVE");
 		expect(answer("failed-or-cannot-land", seen("pending", LAST_VALID + 1))).toBe("409 SUBMISSION_LIVE");

@@ -13,6 +13,7 @@ import {
 	lastLandingHeight,
 	leaseForPayout,
 	withChainEvidence,
+	withSubmissionHeight,
 	rejectedAtVerification,
 	statesOfStatus,
 	toPublicView,
@@ -486,7 +487,7 @@ describe("decideStatusUpdate: expiry and the chain", () => {
 		const confirm = decideStatusUpdate(record("SUBMITTED"), { status: "CONFIRMED", crankerPubkey: CRANKER_A, expectedVersion: 5, transactionSignature: TX_SIG }, allowed);
 		if (confirm.kind !== "move" || !confirm.chainCheck) throw new Error("expected a chain-checked move");
 		expect(withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, null, 300).history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: false });
-		const landed = withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, { blockHeight: 10, status: "landed", mismatches: [] }, 300);
+		const landed = withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, { blockHeight: 10, status: "landed", content: { mismatches: [], related: true } }, 300);
 		expect(landed.history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: true });
 
 		const drop = decideStatusUpdate(record("SUBMITTED"), { status: "VERIFIED", crankerPubkey: CRANKER_A, expectedVersion: 5, reason: "dropped" }, allowed);
@@ -513,6 +514,15 @@ describe("lastLandingHeight: the Cranker's lastValidBlockHeight is a claim", () 
 		const err = expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, { blockHeight: 1000, status: "unknown" }, 300), "SUBMISSION_LIVE", 409);
 		expect(err.data).toMatchObject({ lastLandingHeight: 1200 });
 		expect(withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck }, { blockHeight: 1201, status: "unknown" }, 300).state).toBe("VERIFIED");
+	});
+});
+
+describe("withSubmissionHeight", () => {
+	it("records the Node's reading, and refuses a lastValidBlockHeight no blockhash valid now can have", () => {
+		const submitted = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1300 });
+		expect(withSubmissionHeight(submitted, 1000, 300).submission).toMatchObject({ lastValidBlockHeight: 1300, heightAtSubmission: 1000 });
+		const err = expectRefusal(() => withSubmissionHeight(submitted, 999, 300), "VALIDATION_ERROR", 422);
+		expect(err.data).toEqual([expect.objectContaining({ field: "lastValidBlockHeight" })]);
 	});
 });
 

@@ -43,7 +43,9 @@ const OPERATIONS_COLLECTION = {
 	name: "tin_operations",
 	fields: { operationId: "text", status: "text", intentType: "text", createdAt: "text", verifiedBy: "text", feeCommittedBy: "text", finalizing: "text" },
 	unique: [["operationId"]],
-	indexes: [["status", "createdAt"], ["createdAt"]]
+	// One per filter of the public list (status, intent_type, both, neither), each ending in its order:
+	// anyone can add operations, so no public read may scan them.
+	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"]]
 } as const;
 
 /** A chain read that takes longer is answered 503 CHAIN_UNAVAILABLE. */

@@ -5,7 +5,14 @@
 import os from "node:os";
 import { Validators, type BrokerOptions, type Errors } from "moleculer";
 import type { Config } from "./lib/config";
+import { ERROR_STATUS } from "./lib/errors";
 import { VALIDATION_MESSAGES } from "./lib/schemas";
+
+/** A failure of the node that ran the action, as opposed to an answer of the SPEC §7 catalogue. */
+function isNodeFailure(err: Error): boolean {
+	const { code, type } = err as Errors.MoleculerError;
+	return code >= 500 && (type === "INTERNAL_ERROR" || !(type in ERROR_STATUS));
+}
 
 export function brokerOptions(config: Config): BrokerOptions {
 	return {
@@ -20,7 +27,9 @@ export function brokerOptions(config: Config): BrokerOptions {
 		requestTimeout: 10_000,
 		// Only errors that say so are retried (node unreachable, timeouts): never a client error.
 		retryPolicy: { enabled: true, retries: 2, delay: 100, maxDelay: 1000, factor: 2, check: (err: Error) => !!(err as Errors.MoleculerError).retryable },
-		circuitBreaker: { enabled: true, threshold: 0.5, minRequestCount: 20, windowTime: 60, halfOpenTime: 10_000, check: (err: Error) => (err as Errors.MoleculerError).code >= 500 },
+		// Trips on nodes that fail (crashes, timeouts), never on the Node's own answers: a 503 such as
+		// CHAIN_UNAVAILABLE, which any Cranker can provoke, must not shut an action for everyone.
+		circuitBreaker: { enabled: true, threshold: 0.5, minRequestCount: 20, windowTime: 60, halfOpenTime: 10_000, check: isNodeFailure },
 		// Graceful stop: in-flight requests finish before services stop.
 		tracking: { enabled: true, shutdownTimeout: 10_000 },
 		// A node that dies without saying goodbye (SIGKILL, OOM) leaves the shard ring after 6 s; until

@@ -8,6 +8,17 @@ import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi 
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { readEncodedSettlementTransaction, type SettlementContents } from "./settlement";
 
+/**
+ * The Node's chain reads end within this: a check makes at most three, well within the broker's
+ * 10 s request timeout, and a slower RPC is answered 503 CHAIN_UNAVAILABLE rather than held on to.
+ */
+const NODE_READ_TIMEOUT_MS = 2500;
+
+/** The Node's own view of the chain at SOLANA_RPC_URL; null without one (nothing can be proven then). */
+export function nodeChainReader(rpcUrl: string | null): ChainReader | null {
+	return rpcUrl ? new ChainReader(rpcUrl, NODE_READ_TIMEOUT_MS) : null;
+}
+
 export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
 
 export class ChainReader {

@@ -172,7 +172,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	async function signingCranker(ctx: Context, req: Request): Promise<string> {
 		const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
 		if (encoding !== "identity") throw new ServiceError("UNSUPPORTED_MEDIA_TYPE", "Signed Cranker requests take no content-encoding");
-		const check = await verifyRequestSignature({ method: req.method ?? "", targetUri: targetUri(req), headers: req.headers, body: req.rawBody ?? Buffer.alloc(0) }, Date.now());
+		// headersDistinct: a signature header sent twice must be seen twice (and refused), not joined into one.
+		const check = await verifyRequestSignature({ method: req.method ?? "", targetUri: targetUri(req), headers: req.headersDistinct, body: req.rawBody ?? Buffer.alloc(0) }, Date.now());
 		if (!check.ok)
 			throw check.status === 401
 				? new ServiceError("UNAUTHORIZED", "This route takes an HTTP message signature by the Cranker (SPEC §6.1)", { reason: check.reason })

@@ -8,7 +8,7 @@
 import { randomBytes } from "node:crypto";
 import type { Context, ServiceSchema } from "moleculer";
 import { buildPaymentMessage, payoutNullifier } from "../lib/canonical";
-import { ChainReader } from "../lib/chain";
+import { nodeChainReader } from "../lib/chain";
 import { readChain, type ChainObservation } from "../lib/chain-evidence";
 import type { Config } from "../lib/config";
 import { canonicalJson, sha256Hex } from "../lib/encoding";
@@ -61,8 +61,6 @@ interface NonceDoc {
 }
 
 const SWEEP_BATCH = 500;
-/** A chain read that takes longer is answered 503 CHAIN_UNAVAILABLE rather than holding the Cranker. */
-const CHAIN_TIMEOUT_MS = 5000;
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
 const resultParam = { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true } } };
@@ -77,7 +75,7 @@ export function mempoolService(config: Config): ServiceSchema {
 	let slots: SlotObserver;
 	let lapsedLeases = 0;
 	// The Node's own view of the chain; without SOLANA_RPC_URL no move out of SUBMITTED can be proven.
-	const chain = config.solanaRpcUrl ? new ChainReader(config.solanaRpcUrl, CHAIN_TIMEOUT_MS) : null;
+	const chain = nodeChainReader(config.solanaRpcUrl);
 	// One mempool owns a SQLite store, so its totals are exact. Several replicas on MongoDB each
 	// count their own changes: aggregating those is the distributed deployment's to solve.
 	const totals = new IntentTotals();

@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import type { Context, ServiceSchema } from "moleculer";
 import { buildTinOperationMessage } from "../lib/canonical";
-import { ChainReader } from "../lib/chain";
+import { nodeChainReader } from "../lib/chain";
 import { judgeChainEvidence, readChain, type ChainObservation } from "../lib/chain-evidence";
 import { ConfigError, type Config } from "../lib/config";
 import { verifySignature } from "../lib/ed25519";
@@ -48,9 +48,6 @@ const OPERATIONS_COLLECTION = {
 	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"]]
 } as const;
 
-/** A chain read that takes longer is answered 503 CHAIN_UNAVAILABLE. */
-const CHAIN_TIMEOUT_MS = 5000;
-
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
 const FIRST_SEQUENCE = 100_000_000;
 
@@ -68,7 +65,7 @@ export function tinService(config: Config): ServiceSchema {
 	let sequence: Collection<SequenceDoc>;
 	let broker: Context["broker"];
 	const policy = { allowSingleCrankerTins: config.allowSingleCrankerTins, createFee: config.tinCreateFee, updateFee: config.tinUpdateFee };
-	const chain = config.solanaRpcUrl ? new ChainReader(config.solanaRpcUrl, CHAIN_TIMEOUT_MS) : null;
+	const chain = nodeChainReader(config.solanaRpcUrl);
 
 	async function importGenesis(file: string): Promise<number> {
 		let entries;

@@ -196,6 +196,24 @@ describe("2. the worker key alone acts as no Cranker (SPEC §6.1)", () => {
 		expect((await node.http("PATCH", `/intents/${other}/status`, body, { ...worker, ...headers })).body).toMatchObject({ code: 403, data: { reason: "bad-signature" } });
 	});
 
+	it("cannot smuggle a second signature or digest header past the check", async () => {
+		const id = await verifiedIntent();
+		const path = `/intents/${id}/status`;
+		const body = JSON.stringify({ status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 });
+		const headers = await signRequest({ method: "PATCH", url: `${node.url}${path}`, body }, signingKey(victim));
+		const { port } = new URL(node.url);
+		const send = (extra: string) =>
+			rawRequest(
+				Number(port),
+				`PATCH ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nx-api-key: ${API_KEY}\r\n` +
+					`content-digest: ${headers["content-digest"]}\r\nsignature-input: ${headers["signature-input"]}\r\nsignature: ${headers.signature}\r\n${extra}\r\n`,
+				body
+			);
+		for (const extra of [`signature: sig1=:${Buffer.alloc(64).toString("base64")}:\r\n`, `content-digest: sha-256=:${Buffer.alloc(32).toString("base64")}:\r\n`, `signature-input: ${headers["signature-input"]}\r\n`])
+			expect((await send(extra)).answer).toMatch(/^HTTP\/1\.1 403 [\s\S]*"reason":"unsupported"/);
+		expect((await node.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");
+	});
+
 	it("cannot use a signature made more than 60 s away from the Node's clock", async () => {
 		const id = await verifiedIntent();
 		const body = JSON.stringify({ status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 });
@@ -315,6 +333,25 @@ describe("5. hostile traffic (SPEC §7, §10)", () => {
 			expect(text).not.toContain(node.broker.nodeID);
 			expect(text).not.toMatch(/"(nodeID|action)"/);
 			expect(text).not.toMatch(/\b(receiver|mempool|payouts|crankers|tin|access|network|api)\.[a-z]+[A-Z]?\w*\b/);
+		}
+	});
+
+	it("provoking the Node's own 503s does not open the circuit breaker on a route for everyone else", async () => {
+		// No chain here: every drop is 503 CHAIN_UNAVAILABLE, on demand.
+		const dataDir = tempDir();
+		const chainless = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]) }, dataDir);
+		try {
+			const [provoker, bystander] = [newWallet(), newWallet()];
+			for (const cranker of [provoker, bystander]) expect((await chainless.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker))).status).toBe(200);
+			const intent = async () => (await chainless.http("POST", "/intents", signedIntent(sender, route))).body.id as string;
+			const patch = (cranker: Wallet, id: string, body: Record<string, unknown>) => chainless.as(cranker)("PATCH", `/intents/${id}/status`, { crankerPubkey: cranker.address, ...body });
+			const id = await intent();
+			expect((await patch(provoker, id, { status: "CRANKER_LEASED", expectedVersion: 3 })).status).toBe(200);
+			expect((await patch(provoker, id, { status: "SUBMITTED", expectedVersion: 4, transactionSignature: "5".repeat(87), lastValidBlockHeight: 1 })).status).toBe(200);
+			for (let i = 0; i < 30; i++) expect((await patch(provoker, id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body.type).toBe("CHAIN_UNAVAILABLE");
+			expect((await patch(bystander, await intent(), { status: "CRANKER_LEASED", expectedVersion: 3 })).status).toBe(200);
+		} finally {
+			await chainless.stop();
 		}
 	});
 

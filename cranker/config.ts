@@ -17,8 +17,8 @@ export interface CrankerConfig {
 	solanaRpcUrl: string;
 	roles: CrankerRole[];
 	settlementProgramId: Address;
-	/** When set, payout authorizations must be signed by this key (the Node's authority). */
-	nodeAuthorityPubkey: string | null;
+	/** The Node's authority key: a payout authorization signed by any other is refused. */
+	nodeAuthorityPubkey: string;
 	pollIntervalMs: number;
 	rpcTimeoutMs: number;
 	/** Must stay well under the Node's CRANKER_TTL_MS (30 s by default). */
@@ -100,7 +100,6 @@ function parseRoles(argv: readonly string[]): CrankerRole[] {
 export function loadCrankerConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): CrankerConfig {
 	const keypair = loadKeypairFile(required(env, "KEYPAIR_PATH"));
 	const programId = env.SETTLEMENT_PROGRAM_ID?.trim();
-	const authority = env.NODE_AUTHORITY_PUBKEY?.trim();
 	const checkedAddress = (key: string, value: string) => {
 		try {
 			return address(value);
@@ -115,7 +114,7 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		solanaRpcUrl: url(env, "SOLANA_RPC_URL"),
 		roles: parseRoles(argv),
 		settlementProgramId: programId ? checkedAddress("SETTLEMENT_PROGRAM_ID", programId) : DEFAULT_SETTLEMENT_PROGRAM_ID,
-		nodeAuthorityPubkey: authority ? checkedAddress("NODE_AUTHORITY_PUBKEY", authority) : null,
+		nodeAuthorityPubkey: checkedAddress("NODE_AUTHORITY_PUBKEY", required(env, "NODE_AUTHORITY_PUBKEY")),
 		pollIntervalMs: integer(env, "POLL_INTERVAL_MS", 1000, 10),
 		rpcTimeoutMs: integer(env, "RPC_TIMEOUT_MS", 10_000, 10),
 		heartbeatIntervalMs: integer(env, "HEARTBEAT_INTERVAL_MS", 10_000, 100),

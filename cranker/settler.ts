@@ -13,9 +13,8 @@
  */
 import { address, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
 import { payoutNullifier } from "../lib/canonical";
-import { verifySignature } from "../lib/ed25519";
 import type { IntentState, MempoolIntent } from "../lib/intents";
-import type { PayoutAuthorization } from "../lib/payout";
+import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
 import { creditAccountAddress, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
 import type { Chain, Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
@@ -123,19 +122,21 @@ export class Settler {
 			if (isRefusal(err)) return `no payout authorization: ${(err as NodeApiError).type}`;
 			throw err;
 		}
-		const expectedSigner = this.config.nodeAuthorityPubkey ?? authorization.authorizationSigner;
-		const consistent =
-			authorization.authorizationSigner === expectedSigner &&
-			verifySignature(authorization.authorizationSigner, authorization.authorizationMessage, authorization.authorizationSignature) &&
-			authorization.workId === leased.id &&
-			authorization.crankerPubkey === this.me &&
-			authorization.amount === leased.amount &&
-			authorization.tokenMintAddress === leased.tokenMintAddress &&
-			authorization.recipientRouteCommitment === leased.recipientRouteCommitment &&
-			authorization.transactionCommitment === leased.transactionCommitment &&
-			authorization.payoutNullifier === payoutNullifier(leased.senderWallet, leased.senderAuthorizationNonce);
-		if (!consistent) return "payout authorization does not match the lease or its signature";
-		if (Date.parse(authorization.expiresAt) <= Date.now()) return "payout authorization expired before use";
+		const problem = payoutAuthorizationProblem(
+			authorization,
+			{
+				workId: leased.id,
+				crankerPubkey: this.me,
+				tokenMintAddress: leased.tokenMintAddress,
+				amount: leased.amount,
+				recipientRouteCommitment: leased.recipientRouteCommitment,
+				transactionCommitment: leased.transactionCommitment,
+				payoutNullifier: payoutNullifier(leased.senderWallet, leased.senderAuthorizationNonce)
+			},
+			this.config.nodeAuthorityPubkey,
+			Date.now()
+		);
+		if (problem) return `payout authorization refused: ${problem}`;
 		return authorization;
 	}
 

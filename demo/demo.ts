@@ -12,6 +12,7 @@ import { generateKeypair } from "../lib/ed25519";
 import { sha256Hex } from "../lib/encoding";
 import { creditAccountAddress } from "../lib/settlement";
 import { loadCrankerConfig } from "../cranker/config";
+import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import { createLogger } from "../cranker/log";
 import { Cranker } from "../cranker/worker";
 import { LocalKeypairSigner, SettlementClient } from "../sdk";
@@ -56,7 +57,13 @@ async function main(): Promise<void> {
 		const { message, intent, signature } = JSON.parse(line);
 		console.log(`    cranker: ${message}${intent ? ` ${intent}` : ""}${signature ? ` ${signature}` : ""}`);
 	});
-	const crankerConfig = loadCrankerConfig({ KEYPAIR_PATH: keypairPath, NODE_URL: nodeUrl, WORKER_API_KEY: workerApiKey, SOLANA_RPC_URL: rpcUrl, HEARTBEAT_INTERVAL_MS: "2000", POLL_INTERVAL_MS: "250" }, []);
+	// The Cranker pays only on authorizations signed by this Node's authority key (printed at its start).
+	const authority = loadOrCreateAuthorityKeypair(null, config.dataDir).value.publicKey;
+	show("authority", authority);
+	const crankerConfig = loadCrankerConfig(
+		{ KEYPAIR_PATH: keypairPath, NODE_URL: nodeUrl, WORKER_API_KEY: workerApiKey, NODE_AUTHORITY_PUBKEY: authority, SOLANA_RPC_URL: rpcUrl, HEARTBEAT_INTERVAL_MS: "2000", POLL_INTERVAL_MS: "250" },
+		[]
+	);
 	const cranker = await Cranker.create(crankerConfig, crankerLog);
 	cranker.start();
 

@@ -1,5 +1,6 @@
 /** One-time payout authorizations (SPEC §2.5), signed by the Node's authority key. */
 import { buildPayoutMessage, payoutNullifier, type PayoutAuthorizationFields } from "./canonical";
+import { verifySignature } from "./ed25519";
 import type { IntentRecord } from "./intents";
 
 /** An authorization lives at most this long, and never past the end of the lease. */
@@ -43,4 +44,32 @@ export function buildPayoutAuthorization(
 		authorizationMessage,
 		authorizationSignature: signer.sign(authorizationMessage)
 	};
+}
+
+/** What a Cranker expects of the authorization for its lease (from the worker view it leased). */
+export interface ExpectedPayout {
+	workId: string;
+	crankerPubkey: string;
+	tokenMintAddress: string;
+	amount: string;
+	recipientRouteCommitment: string;
+	transactionCommitment: string;
+	payoutNullifier: string;
+}
+
+const EXPECTED_FIELDS = ["workId", "crankerPubkey", "tokenMintAddress", "amount", "recipientRouteCommitment", "transactionCommitment", "payoutNullifier"] as const satisfies readonly (keyof ExpectedPayout)[];
+
+/**
+ * Why a Cranker must not pay on this authorization (null when it may): signed by the authority it
+ * was configured with, over exactly the fields it carries (a genuine message and signature under
+ * other fields prove nothing), for exactly its lease, and not expired.
+ */
+export function payoutAuthorizationProblem(authorization: PayoutAuthorization, expected: ExpectedPayout, authorityPubkey: string, nowMs: number): string | null {
+	if (authorization.authorizationSigner !== authorityPubkey) return "not signed by the Node's authority key";
+	if (authorization.authorizationMessage !== buildPayoutMessage(authorization)) return "its message is not the message of its fields";
+	if (!verifySignature(authorityPubkey, authorization.authorizationMessage, authorization.authorizationSignature)) return "its signature does not verify";
+	const differing = EXPECTED_FIELDS.filter(field => authorization[field] !== expected[field]);
+	if (differing.length) return `it differs from the lease in ${differing.join(", ")}`;
+	if (Date.parse(authorization.expiresAt) <= nowMs) return "it expired before use";
+	return null;
 }

@@ -210,7 +210,9 @@ describe("Cranker process", () => {
 			[{ KEYPAIR_PATH: "" }, /KEYPAIR_PATH is not set/],
 			[{ KEYPAIR_PATH: "/nonexistent/key.json" }, /cannot be read \(ENOENT\)/],
 			[{ KEYPAIR_PATH: __filename }, /is not JSON/],
-			[{ NODE_URL: "" }, /NODE_URL is not set/]
+			[{ NODE_URL: "" }, /NODE_URL is not set/],
+			// Without the Node's authority key it could not tell a forged payout authorization.
+			[{ NODE_AUTHORITY_PUBKEY: "" }, /NODE_AUTHORITY_PUBKEY is not set/]
 		];
 		for (const [env, message] of cases) {
 			const run = h.crankerProcess({ ...h.crankerEnv(key), ...env });

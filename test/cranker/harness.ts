@@ -7,6 +7,7 @@ import fs from "node:fs";
 import path from "node:path";
 import type { Address } from "@solana/kit";
 import { generateKeypair } from "../../lib/ed25519";
+import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
 import { loadCrankerConfig } from "../../cranker/config";
 import { createLogger } from "../../cranker/log";
 import { Cranker } from "../../cranker/worker";
@@ -81,6 +82,8 @@ export class Harness {
 			KEYPAIR_PATH: key.file,
 			NODE_URL: this.node.url,
 			WORKER_API_KEY: API_KEY,
+			// The operator reads it from the Node's start-up log; here, from the key file the Node generated.
+			NODE_AUTHORITY_PUBKEY: loadOrCreateAuthorityKeypair(null, this.node.dataDir).value.publicKey,
 			SOLANA_RPC_URL: this.chain.url,
 			POLL_INTERVAL_MS: "100",
 			HEARTBEAT_INTERVAL_MS: "500",

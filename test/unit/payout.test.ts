@@ -2,7 +2,7 @@
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { createSigner, generateKeypair, keypairFromSecretKey, verifySignature } from "../../lib/ed25519";
 import { decodeBase58 } from "../../lib/encoding";
-import { PAYOUT_AUTHORIZATION_TTL_MS, buildPayoutAuthorization } from "../../lib/payout";
+import { PAYOUT_AUTHORIZATION_TTL_MS, buildPayoutAuthorization, payoutAuthorizationProblem } from "../../lib/payout";
 import type { IntentRecord, Lease } from "../../lib/intents";
 import { CRANKER_A, MINT, PAYOUT_MESSAGE_VECTOR, ROUTE_COMMITMENT, at, lease, record } from "./records";
 
@@ -122,5 +122,36 @@ describe("buildPayoutAuthorization", () => {
 		const rec = leased();
 		const other: LeasedRecord = { ...rec, request: { ...rec.request, senderAuthorizationNonce: "nonce_kat_9999999999" } };
 		expect(buildPayoutAuthorization(other, ISSUED, authoritySigner).payoutNullifier).not.toBe(buildPayoutAuthorization(rec, ISSUED, authoritySigner).payoutNullifier);
+	});
+});
+
+describe("payoutAuthorizationProblem: what a Cranker checks before it pays", () => {
+	const genuine = () => buildPayoutAuthorization(leased(), ISSUED, authoritySigner);
+	const expected = () => {
+		const { workId, crankerPubkey, tokenMintAddress, amount, recipientRouteCommitment, transactionCommitment, payoutNullifier } = genuine();
+		return { workId, crankerPubkey, tokenMintAddress, amount, recipientRouteCommitment, transactionCommitment, payoutNullifier };
+	};
+	const before = ISSUED.getTime() + 1000;
+
+	it("accepts the genuine authorization for the lease", () => {
+		expect(payoutAuthorizationProblem(genuine(), expected(), AUTHORITY.publicKey, before)).toBeNull();
+	});
+
+	it("refuses another signer, even one whose signature verifies", () => {
+		const other = generateKeypair();
+		const forged = buildPayoutAuthorization(leased(), ISSUED, { publicKey: other.publicKey, sign: createSigner(other) });
+		expect(payoutAuthorizationProblem(forged, expected(), AUTHORITY.publicKey, before)).toMatch(/authority/);
+	});
+
+	it("refuses a genuine message and signature carried under other fields (a rewritten answer)", () => {
+		const rewritten = { ...genuine(), amount: "999000000" };
+		expect(payoutAuthorizationProblem(rewritten, { ...expected(), amount: "999000000" }, AUTHORITY.publicKey, before)).toMatch(/message is not the message of its fields/);
+	});
+
+	it("refuses a signature that does not verify, fields that differ from the lease, and an expired one", () => {
+		const tampered = { ...genuine(), authorizationSignature: genuine().authorizationSignature.replace(/.$/, c => (c === "1" ? "2" : "1")) };
+		expect(payoutAuthorizationProblem(tampered, expected(), AUTHORITY.publicKey, before)).toMatch(/signature/);
+		expect(payoutAuthorizationProblem(genuine(), { ...expected(), workId: "int_other" }, AUTHORITY.publicKey, before)).toMatch(/differs from the lease in workId/);
+		expect(payoutAuthorizationProblem(genuine(), expected(), AUTHORITY.publicKey, Date.parse(genuine().expiresAt))).toMatch(/expired/);
 	});
 });

@@ -142,7 +142,7 @@ function selects(selector: LabelSelector | Record<string, string> | undefined, w
 function variablesTheCodeReads(): Set<string> {
 	const source = fs.readFileSync(path.join(ROOT, "lib/config.ts"), "utf8");
 	const names = new Set(["NODE_ENV"]);
-	for (const match of source.matchAll(/\b(?:text|integer|flag|list|oneOf)\(env, "([A-Z_][A-Z0-9_]*)"/g)) names.add(match[1]);
+	for (const match of source.matchAll(/\b(?:text|integer|flag|list|oneOf|baseUrl|base58Address)\(env, "([A-Z_][A-Z0-9_]*)"/g)) names.add(match[1]);
 	return names;
 }
 

@@ -3,7 +3,7 @@
  * lease races and expiry, payout authorizations, and the intent expiry sweep.
  */
 import { ed25519 } from "@noble/curves/ed25519.js";
-import { decodeBase58 } from "../../lib/encoding";
+import { decodeBase58, encodeBase58 } from "../../lib/encoding";
 import { buildPayoutMessage, payoutNullifier } from "../../lib/canonical";
 import type { GenesisRoute } from "../../lib/registry";
 import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, walletOf, writeSeedFile, type Wallet } from "../helpers/fixtures";
@@ -78,7 +78,8 @@ describe("POST /crankers/heartbeat", () => {
 		expect((await heartbeat(cranker, ["settlement"], { sentAt })).body).toMatchObject({ code: 409, type: "STALE_HEARTBEAT" });
 		expect((await heartbeat(cranker, ["settlement"], { sentAt: iso(-5000) })).body).toMatchObject({ code: 409, type: "STALE_HEARTBEAT" });
 
-		for (const bad of [{ roles: ["admin"] }, { roles: [] }, { liquidity: [{ tokenMintAddress: cranker.address, available: "-1" }] }, { extra: true }])
+		const manyMints = Array.from({ length: 65 }, (_, i) => ({ tokenMintAddress: encodeBase58(new Uint8Array(32).fill(i + 1)), available: "1" }));
+		for (const bad of [{ roles: ["admin"] }, { roles: [] }, { liquidity: [{ tokenMintAddress: cranker.address, available: "-1" }] }, { liquidity: manyMints }, { extra: true }])
 			expect((await node.as(cranker)("POST", "/crankers/heartbeat", { ...signedHeartbeat(cranker), ...bad })).status).toBe(422);
 	});
 

@@ -53,7 +53,9 @@ export class Harness {
 			REGISTRY_SEED_FILE: writeSeedFile(this.dir, [this.route]),
 			SOLANA_RPC_URL: this.chain.url,
 			SLOT_POLL_INTERVAL_MS: "200",
-			LEASE_TTL_MS: "2000",
+			// Short, so a dead Cranker's lease lapses quickly; long enough that a live one on a loaded CI
+			// machine reports SUBMITTED within it (2 s was not always: a second lease by the same rescuer).
+			LEASE_TTL_MS: "5000",
 			CRANKER_TTL_MS: "3000",
 			// The chain here keeps blockhashes 30 slots: the Node's floor under a submission's life follows.
 			BLOCKHASH_LIFETIME_BLOCKS: "40"

@@ -78,7 +78,10 @@ export function crankersService(config: Config): ServiceSchema {
 	async function sweep(): Promise<void> {
 		const nowMs = Date.now();
 		totals.expire(onlineCutoff(nowMs));
-		recordCount -= await crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - config.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
+		// Awaited first: `recordCount -= await …` would read the count before the await and lose the
+		// heartbeats inserted meanwhile.
+		const pruned = await crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - config.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
+		recordCount -= pruned;
 		await seenSignatures.removeWhere({ expiresAt: { lt: new Date(nowMs).toISOString() } }, PRUNE_BATCH);
 	}
 

@@ -104,9 +104,12 @@ describe("Cranker settling payments", () => {
 		const doomed = await h.crankerKey(mint);
 		// Its RPC hangs right after the lease, so it is killed holding the lease and nothing sent.
 		h.chain.injectFault("getSignaturesForAddress", "hang", 1);
+		const searchesBefore = h.chain.calls.get("getSignaturesForAddress") ?? 0;
 		const process = h.crankerProcess(h.crankerEnv(doomed, { RPC_TIMEOUT_MS: "60000" }));
 		const intent = await h.pay(mint, "777");
 		await waitFor(async () => (await h.record(intent.id)).lease?.crankerPubkey === doomed.address, 20_000, "the doomed Cranker's lease");
+		// Killed only once it hangs in the search: killed earlier, it would leave the hang to the rescuer.
+		await waitFor(() => (h.chain.calls.get("getSignaturesForAddress") ?? 0) > searchesBefore, 20_000, "the doomed Cranker's hanging search");
 		process.child.kill("SIGKILL");
 		await process.exited;
 

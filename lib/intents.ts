@@ -206,10 +206,6 @@ export const TERMINAL_STATES: readonly IntentState[] = INTENT_STATES.filter(stat
 /** States the node expires an intent from: nothing has been sent on chain yet. */
 export const EXPIRABLE_STATES: readonly IntentState[] = [...new Set(TRANSITIONS.filter(t => t.on === "expiry").map(t => t.from))];
 
-export function canMove(from: IntentState, to: IntentState, by: Actor): boolean {
-	return TRANSITIONS.some(t => t.from === from && t.to === to && t.by === by);
-}
-
 type MoveChanges = Partial<Pick<IntentRecord, "lease" | "submission" | "rejectionReason" | "rejectionDetail">> & { by?: string; reason?: string; onChainChecked?: boolean };
 
 /**

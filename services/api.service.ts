@@ -94,7 +94,7 @@ const WORKER_ROUTES: Record<string, string> = {
 };
 
 /** The worker routes that act as a Cranker: they carry its request signature (SPEC §6.1). */
-export const CRANKER_ACTIONS: ReadonlySet<string> = new Set([
+const CRANKER_ACTIONS: ReadonlySet<string> = new Set([
 	"crankers.heartbeat",
 	"mempool.updateStatus",
 	"payouts.authorize",

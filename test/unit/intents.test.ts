@@ -7,7 +7,6 @@ import {
 	TERMINAL_STATES,
 	TRANSITIONS,
 	applyMove,
-	canMove,
 	decideStatusUpdate,
 	isExpired,
 	lastLandingHeight,
@@ -394,7 +393,8 @@ describe("decideStatusUpdate: idempotent replay", () => {
 	});
 });
 
-describe("TRANSITIONS / canMove", () => {
+describe("TRANSITIONS", () => {
+	const canMove = (from: IntentState, to: IntentState, by: "node" | "cranker") => TRANSITIONS.some(t => t.from === from && t.to === to && t.by === by);
 	const crankerMoves = TRANSITIONS.filter(t => t.by === "cranker").map(t => `${t.from}>${t.to}`);
 
 	it("the Cranker moves are exactly the rows of the SPEC §2.4 table", () => {

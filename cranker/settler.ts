@@ -12,10 +12,9 @@
  *   asks again.
  */
 import { address, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
-import { payoutNullifier } from "../lib/canonical";
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
-import { creditAccountAddress, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
+import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
 import type { Chain, Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
 import type { Logger } from "./log";
@@ -32,9 +31,9 @@ const SLOT_MS_UPPER_BOUND = 1000;
 /** The Node keeps reasons up to 512 characters. */
 const MAX_REASON_LENGTH = 500;
 
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
-
 type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlockHeight?: number; reason?: string };
+
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >= 400 && err.status < 500;
 
 export class Settler {
@@ -122,20 +121,8 @@ export class Settler {
 			if (isRefusal(err)) return `no payout authorization: ${(err as NodeApiError).type}`;
 			throw err;
 		}
-		const problem = payoutAuthorizationProblem(
-			authorization,
-			{
-				workId: leased.id,
-				crankerPubkey: this.me,
-				tokenMintAddress: leased.tokenMintAddress,
-				amount: leased.amount,
-				recipientRouteCommitment: leased.recipientRouteCommitment,
-				transactionCommitment: leased.transactionCommitment,
-				payoutNullifier: payoutNullifier(leased.senderWallet, leased.senderAuthorizationNonce)
-			},
-			this.config.nodeAuthorityPubkey,
-			Date.now()
-		);
+		const { programId: _programId, ...settlement } = expectedSettlementOf(leased, this.config.settlementProgramId);
+		const problem = payoutAuthorizationProblem(authorization, { ...settlement, workId: leased.id, crankerPubkey: this.me }, this.config.nodeAuthorityPubkey, Date.now());
 		if (problem) return `payout authorization refused: ${problem}`;
 		return authorization;
 	}
@@ -190,8 +177,7 @@ export class Settler {
 	/** Whether `signature` is a successful transaction doing exactly this intent's settlement. */
 	private async isSettlementOf(intent: MempoolIntent, signature: string): Promise<boolean> {
 		const contents = await this.chain.transactionContents(signature).catch(() => null);
-		const expected = { ...intent, payoutNullifier: payoutNullifier(intent.senderWallet, intent.senderAuthorizationNonce), programId: this.config.settlementProgramId };
-		return !!contents && (await settlementMismatches(contents, expected)).length === 0;
+		return !!contents && (await settlementMismatches(contents, expectedSettlementOf(intent, this.config.settlementProgramId))).length === 0;
 	}
 
 	/** A landed transaction is checked against the intent (memo, mint, amount, credit account) before CONFIRMED. */

@@ -87,6 +87,9 @@ export interface IntentRecord {
 	archivedIn?: number;
 }
 
+/** A record while a Cranker holds its lease. */
+export type LeasedIntentRecord = IntentRecord & { lease: Lease };
+
 export interface PublicMempoolIntent {
 	id: string;
 	paymentId: string;

@@ -1,7 +1,7 @@
 /** One-time payout authorizations (SPEC §2.5), signed by the Node's authority key. */
 import { buildPayoutMessage, payoutNullifier, type PayoutAuthorizationFields } from "./canonical";
 import { verifySignature } from "./ed25519";
-import type { IntentRecord } from "./intents";
+import type { LeasedIntentRecord } from "./intents";
 
 /** An authorization lives at most this long, and never past the end of the lease. */
 export const PAYOUT_AUTHORIZATION_TTL_MS = 90_000;
@@ -15,7 +15,7 @@ export interface PayoutAuthorization extends PayoutAuthorizationFields {
 }
 
 export function buildPayoutAuthorization(
-	record: IntentRecord & { lease: NonNullable<IntentRecord["lease"]> },
+	record: LeasedIntentRecord,
 	now: Date,
 	signer: { publicKey: string; sign: (message: string) => string }
 ): PayoutAuthorization {

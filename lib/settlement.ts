@@ -31,6 +31,7 @@ import {
 	TOKEN_PROGRAM_ADDRESS,
 	TokenInstruction
 } from "@solana-program/token";
+import { payoutNullifier } from "./canonical";
 
 /**
  * Used when SETTLEMENT_PROGRAM_ID is unset: the settlement program is not deployed yet (SPEC §11),
@@ -170,6 +171,21 @@ export interface ExpectedSettlement {
 	/** When known (the Node, the Cranker), the memo must name exactly this nullifier. */
 	payoutNullifier?: string;
 	programId?: Address;
+}
+
+/** The settlement of an intent, in full, as the Node and a Cranker expect it: its route, and its nullifier. */
+export function expectedSettlementOf(
+	intent: { transactionCommitment: string; amount: string; tokenMintAddress: string; recipientRouteCommitment: string; senderWallet: string; senderAuthorizationNonce: string },
+	programId: Address
+): Required<ExpectedSettlement> {
+	return {
+		transactionCommitment: intent.transactionCommitment,
+		amount: intent.amount,
+		tokenMintAddress: intent.tokenMintAddress,
+		recipientRouteCommitment: intent.recipientRouteCommitment,
+		payoutNullifier: payoutNullifier(intent.senderWallet, intent.senderAuthorizationNonce),
+		programId
+	};
 }
 
 /**

@@ -7,7 +7,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Context, ServiceSchema } from "moleculer";
-import { buildPaymentMessage, payoutNullifier } from "../lib/canonical";
+import { buildPaymentMessage } from "../lib/canonical";
 import { nodeChainReader } from "../lib/chain";
 import { readChain, type ChainObservation } from "../lib/chain-evidence";
 import type { Config } from "../lib/config";
@@ -36,7 +36,7 @@ import {
 	type UpdateStatusRequest
 } from "../lib/intents";
 import { address, limit, updateStatusParams } from "../lib/schemas";
-import { readSettlement } from "../lib/settlement";
+import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import type { Collection, Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS, type VerificationResult } from "../lib/verification";
@@ -176,15 +176,7 @@ export function mempoolService(config: Config): ServiceSchema {
 	/** What the chain shows of the submission a move out of SUBMITTED is about; null without a chain. */
 	async function observeChain(record: IntentRecord, check: PendingChainCheck): Promise<ChainObservation | null> {
 		if (!chain) return null;
-		const { request } = record;
-		const expected = {
-			transactionCommitment: record.transactionCommitment,
-			amount: request.amount,
-			tokenMintAddress: request.tokenMintAddress,
-			recipientRouteCommitment: request.recipientRouteCommitment,
-			payoutNullifier: payoutNullifier(request.senderWallet, request.senderAuthorizationNonce),
-			programId: config.settlementProgramId
-		};
+		const expected = expectedSettlementOf({ ...record.request, transactionCommitment: record.transactionCommitment }, config.settlementProgramId);
 		return readChain(() => chain.observe(check.submission.transactionSignature, contents => readSettlement(contents, expected)));
 	}
 

@@ -8,7 +8,7 @@ import { ConfigError, type Config } from "../lib/config";
 import { createSigner } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
-import type { IntentRecord } from "../lib/intents";
+import type { LeasedIntentRecord } from "../lib/intents";
 import { buildPayoutAuthorization, type PayoutAuthorization } from "../lib/payout";
 import type { ActiveRoute } from "../lib/registry";
 import { payoutAuthorizationParams } from "../lib/schemas";
@@ -33,7 +33,7 @@ export function payoutsService(config: Config): ServiceSchema {
 	 * authorization cannot be revoked) and, since the mempool lets a submission go only when the
 	 * chain proves it can no longer land, no earlier submission can land then.
 	 */
-	async function issue(record: IntentRecord & { lease: NonNullable<IntentRecord["lease"]> }, ctx: Context): Promise<PayoutAuthorization> {
+	async function issue(record: LeasedIntentRecord, ctx: Context): Promise<PayoutAuthorization> {
 		const now = new Date();
 		const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
 		if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion)
@@ -70,7 +70,7 @@ export function payoutsService(config: Config): ServiceSchema {
 				params: payoutAuthorizationParams,
 				async handler(ctx: Context<{ workId: string; crankerPubkey: string }, { crankerPubkey?: string }>) {
 					assertSignedBy(ctx.meta, ctx.params.crankerPubkey);
-					const record = await ctx.call<IntentRecord & { lease: NonNullable<IntentRecord["lease"]> }, object>("mempool.leaseForPayout", {
+					const record = await ctx.call<LeasedIntentRecord, object>("mempool.leaseForPayout", {
 						id: ctx.params.workId,
 						crankerPubkey: ctx.params.crankerPubkey
 					});

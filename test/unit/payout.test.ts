@@ -3,11 +3,10 @@ import { ed25519 } from "@noble/curves/ed25519.js";
 import { createSigner, generateKeypair, keypairFromSecretKey, verifySignature } from "../../lib/ed25519";
 import { decodeBase58 } from "../../lib/encoding";
 import { PAYOUT_AUTHORIZATION_TTL_MS, buildPayoutAuthorization, payoutAuthorizationProblem } from "../../lib/payout";
-import type { IntentRecord, Lease } from "../../lib/intents";
+import type { LeasedIntentRecord, Lease } from "../../lib/intents";
 import { CRANKER_A, MINT, PAYOUT_MESSAGE_VECTOR, ROUTE_COMMITMENT, at, lease, record } from "./records";
 
-type LeasedRecord = IntentRecord & { lease: Lease };
-const leasedWith = (l: Lease): LeasedRecord => record("CRANKER_LEASED", { lease: l }) as LeasedRecord;
+const leasedWith = (l: Lease): LeasedIntentRecord => record("CRANKER_LEASED", { lease: l }) as LeasedIntentRecord;
 
 /** RFC 8032 §7.1 TEST 1 key (seed ‖ public key), as the Node's authority keypair. */
 const AUTHORITY = keypairFromSecretKey(
@@ -120,7 +119,7 @@ describe("buildPayoutAuthorization", () => {
 
 	it("the nullifier changes with the sender's nonce", () => {
 		const rec = leased();
-		const other: LeasedRecord = { ...rec, request: { ...rec.request, senderAuthorizationNonce: "nonce_kat_9999999999" } };
+		const other: LeasedIntentRecord = { ...rec, request: { ...rec.request, senderAuthorizationNonce: "nonce_kat_9999999999" } };
 		expect(buildPayoutAuthorization(other, ISSUED, authoritySigner).payoutNullifier).not.toBe(buildPayoutAuthorization(rec, ISSUED, authoritySigner).payoutNullifier);
 	});
 });

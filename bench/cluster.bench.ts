@@ -16,7 +16,7 @@ import os from "node:os";
 import path from "node:path";
 import { sha256Hex } from "../lib/encoding";
 import { tinFromSequence } from "../lib/tin";
-import { Cluster, natsServerAvailable } from "../test/cluster/cluster";
+import { Cluster, natsServerAvailable } from "../devkit/cluster";
 
 const root = path.resolve(__dirname, "..", "..");
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback);

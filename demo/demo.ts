@@ -17,7 +17,7 @@ import { createLogger } from "../cranker/log";
 import { Cranker } from "../cranker/worker";
 import { LocalKeypairSigner, SettlementClient } from "../sdk";
 import { createNode, stopNode } from "../services";
-import { LocalChain } from "../test/chain/local-chain";
+import { LocalChain } from "../devkit/local-chain";
 
 const step = (n: number, text: string) => console.log(`\n[${n}] ${text}`);
 const show = (label: string, value: unknown) => console.log(`    ${label.padEnd(22)} ${value}`);

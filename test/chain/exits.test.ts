@@ -11,8 +11,8 @@ import type { GenesisRoute } from "../../lib/registry";
 import { registryMemo, signMemoTransaction, signSettlementTransaction } from "../../lib/settlement";
 import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
-import { waitFor } from "../helpers/process";
-import { LocalChain } from "./local-chain";
+import { waitFor } from "../../devkit/process";
+import { LocalChain } from "../../devkit/local-chain";
 
 const VALIDITY_SLOTS = 20;
 /** The Node's floor under a submission's life (BLOCKHASH_LIFETIME_BLOCKS), a little over the chain's validity here. */

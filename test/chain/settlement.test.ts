@@ -18,7 +18,7 @@ import {
 	signSettlementTransaction,
 	type SettlementParams
 } from "../../lib/settlement";
-import { LocalChain } from "./local-chain";
+import { LocalChain } from "../../devkit/local-chain";
 
 const routeCommitment = sha256Hex("route of 4000000002");
 const transactionCommitment = sha256Hex("a transaction commitment");

@@ -6,8 +6,8 @@
 import type { CreateIntentRequest } from "../../lib/intents";
 import { newRoute, newWallet, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, tempDir, worker, type Http } from "../helpers/node";
-import { waitFor } from "../helpers/process";
-import { Cluster, natsServerAvailable } from "./cluster";
+import { waitFor } from "../../devkit/process";
+import { Cluster, natsServerAvailable } from "../../devkit/cluster";
 
 jest.setTimeout(120_000);
 

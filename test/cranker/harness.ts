@@ -15,10 +15,10 @@ import { LocalKeypairSigner, SettlementClient } from "../../sdk";
 import type { PublicMempoolIntent } from "../../lib/intents";
 import { newRoute, uniqueId, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
-import { LocalChain } from "../chain/local-chain";
-import { spawnScript, type ScriptProcess } from "../helpers/process";
+import { LocalChain } from "../../devkit/local-chain";
+import { spawnScript, type ScriptProcess } from "../../devkit/process";
 
-export { waitFor } from "../helpers/process";
+export { waitFor } from "../../devkit/process";
 
 export interface CrankerKey {
 	address: string;

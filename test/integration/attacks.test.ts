@@ -15,10 +15,10 @@ import { signRequest } from "../../lib/http-signature";
 import type { GenesisRoute } from "../../lib/registry";
 import { openStore } from "../../lib/store";
 import { signSettlementTransaction } from "../../lib/settlement";
-import { LocalChain } from "../chain/local-chain";
+import { LocalChain } from "../../devkit/local-chain";
 import { MINT, iso, newRoute, newWallet, signedHeartbeat, signedIntent, signingKey, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
-import { freePort, spawnScript, waitFor } from "../helpers/process";
+import { freePort, spawnScript, waitFor } from "../../devkit/process";
 
 const ROOT = path.resolve(__dirname, "../..");
 const wait = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));

@@ -11,7 +11,7 @@ import { loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type TestNode } from "../helpers/node";
-import { freePort, spawnScript, waitFor } from "../helpers/process";
+import { freePort, spawnScript, waitFor } from "../../devkit/process";
 
 const ROOT = path.resolve(__dirname, "../..");
 const sender = newWallet();

@@ -4,7 +4,7 @@ import { generateKeypair } from "../../lib/ed25519";
 import { sha256Hex } from "../../lib/encoding";
 import { signSettlementTransaction } from "../../lib/settlement";
 import { SettlementClient } from "../../sdk";
-import { LocalChain } from "../chain/local-chain";
+import { LocalChain } from "../../devkit/local-chain";
 
 let chain: LocalChain;
 let client: SettlementClient;

@@ -2,7 +2,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { SlotObserver } from "../../lib/slot-observer";
-import { waitFor } from "../helpers/process";
+import { waitFor } from "../../devkit/process";
 
 interface FakeRpc {
 	url: string;

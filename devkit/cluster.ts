@@ -7,7 +7,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { freePort, spawnScript, waitFor, type ScriptProcess } from "../helpers/process";
+import { freePort, spawnScript, waitFor, type ScriptProcess } from "./process";
 
 const tempDir = (prefix: string) => fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 

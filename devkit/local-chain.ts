@@ -21,8 +21,8 @@ import {
 import { AccountState, findAssociatedTokenPda, getMintEncoder, getMintSize, getTokenDecoder, getTokenEncoder, getTokenSize, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { FailedTransactionMetadata, LiteSVM } from "litesvm";
 import { ed25519 } from "@noble/curves/ed25519.js";
-import { readSettlementTransaction } from "../../lib/settlement";
-import { encodeBase58 } from "../../lib/encoding";
+import { readSettlementTransaction } from "../lib/settlement";
+import { encodeBase58 } from "../lib/encoding";
 
 export type Fault = "http-500" | "rpc-error" | "hang";
 

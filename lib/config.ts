@@ -6,6 +6,7 @@ import path from "node:path";
 import { address, type Address } from "@solana/kit";
 import { isBase58OfLength } from "./encoding";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
+import { mongoUrlWeakenings } from "./store/mongo-url";
 
 export type StoreKind = "sqlite" | "mongodb";
 
@@ -13,6 +14,9 @@ export interface Config {
 	port: number;
 	namespace: string;
 	transporter: string | null;
+	/** NATS credentials (the Secret's): the bus admits only the app's processes. */
+	natsUser: string | null;
+	natsPassword: string | null;
 	/** Service names this process runs; null = all of them. */
 	services: string[] | null;
 	dataDir: string;
@@ -129,14 +133,26 @@ function base58Address(env: Env, key: string, fallback: string): string {
 	return raw;
 }
 
+/** MONGO_URL, refused when it weakens durability (see mongoUrlWeakenings) unless the operator says so. */
+function durableMongoUrl(env: Env): string | null {
+	const url = text(env, "MONGO_URL");
+	if (url === null || flag(env, "MONGO_ALLOW_WEAK_DURABILITY")) return url;
+	const problems = mongoUrlWeakenings(url);
+	if (problems.length)
+		throw new ConfigError(`MONGO_URL weakens durability: ${problems.join("; ")}. Remove those options, or set MONGO_ALLOW_WEAK_DURABILITY=true to accept the risk`);
+	return url;
+}
+
 export function loadConfig(env: Env = process.env): Config {
-	const mongoUrl = text(env, "MONGO_URL");
+	const mongoUrl = durableMongoUrl(env);
 	const services = list(env, "SERVICES");
 	const verifyTimeoutMs = integer(env, "VERIFY_TIMEOUT_MS", 5000, 1);
 	return {
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
 		transporter: text(env, "TRANSPORTER"),
+		natsUser: text(env, "NATS_USER"),
+		natsPassword: text(env, "NATS_PASSWORD"),
 		services: services.length ? services : null,
 		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),
 		mongoUrl,

@@ -1,9 +1,12 @@
 import path from "node:path";
 import { MongoStore } from "./mongodb";
+import { mongoDatabaseName } from "./mongo-url";
 import type { Store } from "./port";
 import { SqliteStore } from "./sqlite";
 
-export type { Collection, CollectionSpec, Condition, Doc, FieldValue, ListQuery, Store, Where } from "./port";
+export { mongoDatabaseName, mongoUrlWeakenings } from "./mongo-url";
+export { StoreUnavailableError } from "./port";
+export type { Collection, CollectionSpec, Condition, Doc, FieldValue, ListQuery, Store, Tally, Where } from "./port";
 
 export interface StoreOptions {
 	kind: "sqlite" | "mongodb";
@@ -11,17 +14,6 @@ export interface StoreOptions {
 	mongoUrl: string | null;
 	/** The owning service: names its SQLite file. In MongoDB the owners share one database and keep distinct collection names. */
 	owner: string;
-}
-
-const DEFAULT_DATABASE = "scs";
-
-/**
- * The database named by the path of a MongoDB connection string, or `scs`. Parsed by hand because
- * `new URL` rejects host lists (`mongodb://a:27017,b:27017/db`) and the driver falls back to `test`.
- */
-export function mongoDatabaseName(url: string): string {
-	const match = /^mongodb(?:\+srv)?:\/\/[^/?]*\/([^?]*)/.exec(url);
-	return (match && decodeURIComponent(match[1])) || DEFAULT_DATABASE;
 }
 
 export async function openStore(options: StoreOptions): Promise<Store> {

@@ -7,8 +7,39 @@
  * field, comparisons never match null, and a unique group only binds documents whose fields in that
  * group are all non-null (SQLite's UNIQUE treats NULLs as distinct).
  */
-import { MongoClient, MongoServerError, type Collection as MongoCollection, type Db, type Document, type Filter, type IndexDescription } from "mongodb";
-import { assertDeclared, batchSize, isComparison, type Collection, type CollectionSpec, type Condition, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
+import {
+	Decimal128,
+	MongoClient,
+	MongoError,
+	MongoNetworkError,
+	MongoServerError,
+	MongoServerSelectionError,
+	MongoWriteConcernError,
+	type ClientSession,
+	type Collection as MongoCollection,
+	type Db,
+	type Document,
+	type Filter,
+	type IndexDescription,
+	type MongoClientOptions
+} from "mongodb";
+import {
+	StoreUnavailableError,
+	assertDeclared,
+	assertWhere,
+	batchSize,
+	isComparison,
+	servingIndex,
+	tallyChange,
+	type Collection,
+	type CollectionSpec,
+	type Condition,
+	type Doc,
+	type FieldValue,
+	type ListQuery,
+	type Store,
+	type Where
+} from "./port";
 
 interface Stored extends Document {
 	_id: string;
@@ -22,7 +53,99 @@ const OPERATORS = { ne: "$ne", lt: "$lt", lte: "$lte", gt: "$gt", gte: "$gte" } 
  * missing field. Ranges rather than $type, because the planner can prove that an equality lookup
  * falls inside a range and then use the unique index for it.
  */
-const PRESENT = { text: { $gte: "" }, integer: { $gte: -Infinity } } as const;
+const PRESENT = { text: { $gte: "" }, integer: { $gte: -Infinity }, boolean: { $in: [true, false] } } as const;
+
+/**
+ * What every connection sets, whatever the URL says (SPEC's "never lose an acknowledged intent"):
+ * - an acknowledged write is on a majority of members' journals, so an election cannot roll it back;
+ * - a read sees only majority-committed data, so a replay never answers from a write that may vanish;
+ * - writes and reads are retried once across a failover by the driver (retryable writes);
+ * - a majority that cannot be reached fails the write after wtimeoutMS instead of blocking a sweep,
+ *   and no primary fails a call after serverSelectionTimeoutMS: both well inside the broker's
+ *   10 s request timeout, so the caller gets 503 from us rather than a timeout and a retry.
+ */
+export const DURABLE_OPTIONS = {
+	writeConcern: { w: "majority", journal: true, wtimeoutMS: 5000 },
+	readConcern: { level: "majority" },
+	readPreference: "primary",
+	retryWrites: true,
+	retryReads: true,
+	serverSelectionTimeoutMS: 5000,
+	// Undefined properties are left out, as JSON.stringify does in the SQLite adapter.
+	ignoreUndefined: true
+} as const satisfies MongoClientOptions;
+
+/** Server error codes of a member that is not (or no longer) the primary, or is going away. */
+const TRANSIENT_CODES = new Set([
+	6, // HostUnreachable
+	7, // HostNotFound
+	50, // MaxTimeMSExpired
+	64, // WriteConcernFailed (wtimeout)
+	89, // NetworkTimeout
+	91, // ShutdownInProgress
+	112, // WriteConflict
+	189, // PrimarySteppedDown
+	262, // ExceededTimeLimit
+	9001, // SocketException
+	10107, // NotWritablePrimary
+	11600, // InterruptedAtShutdown
+	11602, // InterruptedDueToReplStateChange
+	13435, // NotPrimaryNoSecondaryOk
+	13436 // NotPrimaryOrSecondary
+]);
+
+/**
+ * Whether a driver error means "try again in a moment" (503) rather than a bug (500). A write
+ * concern error counts even beside a duplicate key: the write it reports may not be on a majority
+ * yet, so neither "taken" nor "written" can be answered truthfully.
+ */
+export function isTransientMongoError(err: unknown): boolean {
+	if (err instanceof MongoNetworkError || err instanceof MongoServerSelectionError || err instanceof MongoWriteConcernError) return true;
+	if (!(err instanceof MongoError)) return false;
+	if (err.hasErrorLabel("RetryableWriteError") || err.hasErrorLabel("TransientTransactionError") || err.hasErrorLabel("UnknownTransactionCommitResult")) return true;
+	const { code, writeConcernError, errInfo } = err as MongoError & { writeConcernError?: unknown; errInfo?: { writeConcern?: unknown } };
+	if (writeConcernError) return true;
+	if (errInfo && typeof errInfo === "object" && "wtimeout" in errInfo) return true;
+	return typeof code === "number" && TRANSIENT_CODES.has(code);
+}
+
+/** The port's translation of a driver failure: transient ones become StoreUnavailableError. */
+function storeError(err: unknown): unknown {
+	return isTransientMongoError(err) ? new StoreUnavailableError(`MongoDB is unavailable: ${(err as Error).name}`, err) : err;
+}
+
+async function guarded<R>(operation: () => Promise<R>): Promise<R> {
+	try {
+		return await operation();
+	} catch (err) {
+		throw storeError(err);
+	}
+}
+
+/** The indexes a collection needs: its unique groups, and each index group followed by _id (servingIndex's rule). */
+export function indexDescriptions(spec: CollectionSpec): IndexDescription[] {
+	// _id is unique by itself, and so is any group that contains it.
+	const unique = (spec.unique ?? []).filter(group => !group.includes("id"));
+	const keys = (group: readonly string[]) => Object.fromEntries(group.map(field => [key(field), 1 as const]));
+	return [
+		...unique.map(group => ({
+			name: `u_${group.join("_")}`,
+			key: keys(group),
+			unique: true,
+			partialFilterExpression: Object.fromEntries(group.map(field => [field, PRESENT[spec.fields[field]]]))
+		})),
+		...(spec.indexes ?? []).map(group => ({ name: `i_${group.join("_")}_id`, key: keys([...group, "id"]) }))
+	];
+}
+
+/** Tally documents per collection: writers pick one at random, so concurrent transactions rarely touch the same one. */
+const TALLY_SHARDS = 16;
+const SEEDED = "$seeded";
+
+interface TallyShard extends Document {
+	_id: string;
+	sums?: Record<string, Decimal128>;
+}
 
 function key(field: string): string {
 	return field === "id" ? "_id" : field;
@@ -40,13 +163,71 @@ function translate(condition: Condition): unknown {
 }
 
 class MongoStoreCollection<T extends Doc> implements Collection<T> {
+	private readonly tallies: MongoCollection<TallyShard>;
+	private readonly checkedShapes = new Set<string>();
+
 	constructor(
+		private readonly client: MongoClient,
 		private readonly collection: MongoCollection<Stored>,
-		private readonly spec: CollectionSpec
-	) {}
+		db: Db,
+		private readonly spec: CollectionSpec<T>
+	) {
+		this.tallies = db.collection<TallyShard>(`${spec.name}__tally`);
+	}
+
+	/** Checks once per query shape that an index serves it (servingIndex). */
+	private served(where: Where = {}, orderBy?: ListQuery["orderBy"]): void {
+		const shape = JSON.stringify([Object.entries(where).map(([field, c]) => [field, isComparison(c) ? Object.keys(c)[0] : "eq"]), orderBy?.[0]]);
+		if (this.checkedShapes.has(shape)) return;
+		servingIndex(this.spec, where, orderBy);
+		this.checkedShapes.add(shape);
+	}
+
+	/**
+	 * Runs a write that changes the tally in one transaction with the tally's update. The replica
+	 * set (required, see DURABLE_OPTIONS) makes it atomic; withTransaction retries a transient
+	 * conflict. `write` answers the document replaced (or null) and the one written (or null).
+	 */
+	private async withTally<R>(write: (session: ClientSession) => Promise<{ result: R; before: T | null; after: T | null }>): Promise<R> {
+		return guarded(() =>
+			this.client.withSession(session =>
+				session.withTransaction(async () => {
+					const { result, before, after } = await write(session);
+					const change = tallyChange(this.spec, before, after);
+					if (change.size) {
+						const inc = Object.fromEntries([...change].map(([name, delta]) => [`sums.${name}`, Decimal128.fromString(delta.toString())]));
+						await this.tallies.updateOne({ _id: String(Math.floor(Math.random() * TALLY_SHARDS)) }, { $inc: inc }, { session, upsert: true });
+					}
+					return result;
+				})
+			)
+		);
+	}
+
+	/**
+	 * A tally first kept by this version starts from the documents already stored, set (not added)
+	 * in one snapshot transaction with its marker: writes before the snapshot are in the scan, and
+	 * a write after it conflicts with this transaction, which then runs again.
+	 */
+	async seedTally(): Promise<void> {
+		if (!this.spec.tally || (await guarded(() => this.tallies.findOne({ _id: SEEDED })))) return;
+		await guarded(() =>
+			this.client.withSession(session =>
+				session.withTransaction(async () => {
+					if (await this.tallies.findOne({ _id: SEEDED }, { session })) return;
+					const sums = new Map<string, bigint>();
+					for await (const stored of this.collection.find({}, { session }))
+						for (const [name, delta] of tallyChange(this.spec, null, this.fromStored(stored))) sums.set(name, (sums.get(name) ?? 0n) + delta);
+					const total = Object.fromEntries([...sums].map(([name, sum]) => [name, Decimal128.fromString(sum.toString())]));
+					await this.tallies.deleteMany({}, { session });
+					await this.tallies.insertMany([{ _id: "0", sums: total }, { _id: SEEDED }], { session });
+				})
+			)
+		);
+	}
 
 	private filter(where: Where = {}): Filter<Stored> {
-		assertDeclared(this.spec, Object.keys(where));
+		assertWhere(this.spec, where);
 		return Object.fromEntries(Object.entries(where).map(([field, condition]) => [key(field), translate(condition)])) as Filter<Stored>;
 	}
 
@@ -63,8 +244,10 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	async insert(doc: T): Promise<boolean> {
+		const stored = this.toStored(doc);
 		try {
-			await this.collection.insertOne(this.toStored(doc));
+			if (!this.spec.tally) await guarded(() => this.collection.insertOne(stored));
+			else await this.withTally(async session => ({ result: await this.collection.insertOne(stored, { session }), before: null, after: doc }));
 			return true;
 		} catch (error) {
 			if (error instanceof MongoServerError && error.code === DUPLICATE_KEY) return false;
@@ -73,51 +256,67 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	async get(id: string): Promise<T | null> {
-		const doc = await this.collection.findOne({ _id: id });
+		const doc = await guarded(() => this.collection.findOne({ _id: id }));
 		return doc && this.fromStored(doc);
 	}
 
 	async findOne(where: Where): Promise<T | null> {
-		const doc = await this.collection.findOne(this.filter(where));
+		const filter = this.filter(where);
+		this.served(where);
+		const doc = await guarded(() => this.collection.findOne(filter));
 		return doc && this.fromStored(doc);
 	}
 
 	/**
 	 * replaceOne with the expectation in its filter: MongoDB applies a single-document write
 	 * atomically, so of two racing updates only one still matches. A replacement (rather than
-	 * findOneAndUpdate with $set) also drops the fields `next` no longer has, like SQLite's
-	 * rewrite of the whole row, and returns no document we would discard anyway.
+	 * $set) also drops the fields `next` no longer has, like SQLite's rewrite of the whole row.
+	 * With a tally, findOneAndReplace in the tally's transaction, for the document it replaced.
 	 */
 	async update(id: string, expected: Where, next: T): Promise<boolean> {
 		if (next.id !== id) throw new Error("update cannot change a document's id");
 		const { _id, ...replacement } = this.toStored(next);
-		const result = await this.collection.replaceOne({ $and: [{ _id }, this.filter(expected)] }, replacement);
-		return result.matchedCount === 1;
+		const filter = { $and: [{ _id }, this.filter(expected)] };
+		if (!this.spec.tally) return (await guarded(() => this.collection.replaceOne(filter, replacement))).matchedCount === 1;
+		return this.withTally(async session => {
+			const before = await this.collection.findOneAndReplace(filter, replacement, { session, returnDocument: "before" });
+			return { result: before !== null, before: before && this.fromStored(before), after: before && next };
+		});
 	}
 
 	/** deleteOne with the expectation in its filter, atomic for the same reason as `update`. */
 	async remove(id: string, expected: Where = {}): Promise<boolean> {
-		const result = await this.collection.deleteOne({ $and: [{ _id: id }, this.filter(expected)] });
-		return result.deletedCount === 1;
+		const filter = { $and: [{ _id: id }, this.filter(expected)] };
+		if (!this.spec.tally) return (await guarded(() => this.collection.deleteOne(filter))).deletedCount === 1;
+		return this.withTally(async session => {
+			const before = await this.collection.findOneAndDelete(filter, { session });
+			return { result: before !== null, before: before && this.fromStored(before), after: null };
+		});
 	}
 
 	/**
 	 * deleteMany takes no limit, so the batch's ids are found first. The delete keeps the filter, so
 	 * a document that stopped matching in between stays; $and rather than a merged object, because a
-	 * condition on id would replace the $in and lift the limit.
+	 * condition on id would replace the $in and lift the limit. With a tally, one at a time.
 	 */
 	async removeWhere(where: Where, limit: number): Promise<number> {
 		const filter = this.filter(where);
+		this.served(where);
 		const size = batchSize(limit);
 		if (size === 0) return 0;
-		const batch = await this.collection.find(filter, { projection: { _id: 1 }, limit: size }).toArray();
+		const batch = await guarded(() => this.collection.find(filter, { projection: { _id: 1 }, limit: size }).toArray());
 		if (!batch.length) return 0;
-		const result = await this.collection.deleteMany({ $and: [{ _id: { $in: batch.map(doc => doc._id) } }, filter] });
-		return result.deletedCount;
+		if (this.spec.tally) {
+			let removed = 0;
+			for (const { _id } of batch) if (await this.remove(_id, where)) removed++;
+			return removed;
+		}
+		return (await guarded(() => this.collection.deleteMany({ $and: [{ _id: { $in: batch.map(doc => doc._id) } }, filter] }))).deletedCount;
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
 		const filter = this.filter(query.where);
+		this.served(query.where, query.orderBy);
 		const limit = query.limit === undefined ? undefined : Math.max(0, Math.floor(query.limit));
 		// MongoDB reads a limit of 0 as "no limit".
 		if (limit === 0) return [];
@@ -125,69 +324,90 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		if (query.orderBy) {
 			const [field, direction] = query.orderBy;
 			assertDeclared(this.spec, [field]);
-			// _id breaks ties so that equal timestamps still list in a stable order.
+			// _id breaks ties so that equal timestamps still list in a stable order (every index ends in it).
 			const order = direction === "desc" ? -1 : 1;
 			cursor.sort({ [key(field)]: order, _id: order });
 		}
 		if (limit !== undefined) cursor.limit(limit);
-		return (await cursor.toArray()).map(doc => this.fromStored(doc));
+		return (await guarded(() => cursor.toArray())).map(doc => this.fromStored(doc));
 	}
 
 	async count(where?: Where): Promise<number> {
-		return this.collection.countDocuments(this.filter(where));
+		const filter = this.filter(where);
+		this.served(where);
+		return guarded(() => this.collection.countDocuments(filter));
 	}
 
 	async countBy(field: string, where?: Where): Promise<Record<string, number>> {
 		assertDeclared(this.spec, [field]);
-		const groups = await this.collection
-			.aggregate<{ _id: FieldValue; n: number }>([{ $match: this.filter(where) }, { $group: { _id: `$${key(field)}`, n: { $sum: 1 } } }])
-			.toArray();
+		const filter = this.filter(where);
+		this.served(where);
+		const groups = await guarded(() => this.collection.aggregate<{ _id: FieldValue; n: number }>([{ $match: filter }, { $group: { _id: `$${key(field)}`, n: { $sum: 1 } } }]).toArray());
 		// Keys as SQLite gives them: its columns hold booleans as 0 and 1, and a missing field is null.
 		return Object.fromEntries(groups.map(g => [String(typeof g._id === "boolean" ? Number(g._id) : g._id), g.n]));
 	}
+
+	async tally(): Promise<Record<string, bigint>> {
+		if (!this.spec.tally) return {};
+		const shards = await guarded(() => this.tallies.find({ _id: { $ne: SEEDED } }).toArray());
+		const sums = new Map<string, bigint>();
+		for (const shard of shards) for (const [name, value] of Object.entries(shard.sums ?? {})) sums.set(name, (sums.get(name) ?? 0n) + BigInt(value.toString()));
+		return Object.fromEntries([...sums].filter(([, sum]) => sum !== 0n));
+	}
+}
+
+/** One MongoClient per process and URL, shared by the owning services of the process, closed with the last. */
+const clients = new Map<string, { client: Promise<MongoClient>; users: number }>();
+
+async function sharedClient(url: string): Promise<MongoClient> {
+	let entry = clients.get(url);
+	if (!entry) {
+		const client = MongoClient.connect(url, DURABLE_OPTIONS).catch(err => {
+			clients.delete(url);
+			throw storeError(err);
+		});
+		entry = { client, users: 0 };
+		clients.set(url, entry);
+	}
+	entry.users++;
+	return entry.client;
+}
+
+async function releaseClient(url: string): Promise<void> {
+	const entry = clients.get(url);
+	if (!entry || --entry.users > 0) return;
+	clients.delete(url);
+	await (await entry.client).close();
 }
 
 export class MongoStore implements Store {
 	readonly kind = "mongodb" as const;
+	private closed = false;
 
 	private constructor(
+		private readonly url: string,
 		private readonly client: MongoClient,
 		private readonly db: Db
 	) {}
 
 	static async connect(url: string, dbName: string): Promise<MongoStore> {
-		const client = await MongoClient.connect(url, {
-			// An acknowledged write is on a majority of members' journals, so a failover or a
-			// restart cannot roll it back: the guarantee SQLite's WAL gives the embedded mode. It
-			// costs only latency, and on a standalone server it is a journaled write.
-			writeConcern: { w: "majority", journal: true },
-			// Undefined properties are left out, as JSON.stringify does in the SQLite adapter.
-			ignoreUndefined: true
-		});
-		return new MongoStore(client, client.db(dbName));
+		const client = await sharedClient(url);
+		return new MongoStore(url, client, client.db(dbName));
 	}
 
-	async collection<T extends Doc>(spec: CollectionSpec): Promise<Collection<T>> {
-		const indexes = spec.indexes ?? [];
-		assertDeclared(spec, [...(spec.unique ?? []), ...indexes].flat());
-		// _id is unique by itself, and so is any group that contains it.
-		const unique = (spec.unique ?? []).filter(group => !group.includes("id"));
-		const keys = (group: readonly string[]) => Object.fromEntries(group.map(field => [key(field), 1 as const]));
-		const descriptions: IndexDescription[] = [
-			...unique.map(group => ({
-				name: `u_${group.join("_")}`,
-				key: keys(group),
-				unique: true,
-				partialFilterExpression: Object.fromEntries(group.map(field => [field, PRESENT[spec.fields[field]]]))
-			})),
-			...indexes.map(group => ({ name: `i_${group.join("_")}`, key: keys(group) }))
-		];
+	async collection<T extends Doc>(spec: CollectionSpec<T>): Promise<Collection<T>> {
+		assertDeclared(spec, [...(spec.unique ?? []), ...(spec.indexes ?? [])].flat());
 		const collection = this.db.collection<Stored>(spec.name);
-		if (descriptions.length) await collection.createIndexes(descriptions);
-		return new MongoStoreCollection<T>(collection, spec);
+		const descriptions = indexDescriptions(spec);
+		if (descriptions.length) await guarded(() => collection.createIndexes(descriptions));
+		const store = new MongoStoreCollection<T>(this.client, collection, this.db, spec);
+		await store.seedTally();
+		return store;
 	}
 
 	async close(): Promise<void> {
-		await this.client.close();
+		if (this.closed) return;
+		this.closed = true;
+		await releaseClient(this.url);
 	}
 }

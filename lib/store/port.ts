@@ -22,14 +22,28 @@ export interface Doc {
 	id: string;
 }
 
-export interface CollectionSpec {
+export type FieldType = "text" | "integer" | "boolean";
+
+/**
+ * Running sums the store keeps for a collection: per key, the sum over its documents of what
+ * `tally` gives for each. Kept in the same atomic write as the document, so the figures a route
+ * reports are the store's, one truth for every replica, at no cost per read.
+ */
+export type Tally = Readonly<Record<string, bigint>>;
+
+export interface CollectionSpec<T extends Doc = any> {
 	name: string;
 	/** Top-level document fields that queries may use, with their column type. */
-	fields: Readonly<Record<string, "text" | "integer">>;
+	fields: Readonly<Record<string, FieldType>>;
 	/** Field groups that must be unique across the collection (besides `id`). */
 	unique?: readonly (readonly string[])[];
-	/** Field groups to index for listing and counting, in order. */
+	/**
+	 * Field groups to index for listing and counting, in order. Every adapter ends each of them with
+	 * `id`, the tie-break of every ordered list, so the index also serves the order (see servingIndex).
+	 */
 	indexes?: readonly (readonly string[])[];
+	/** What a document adds to the collection's tally (see Tally); keys absent count 0. */
+	tally?: (doc: T) => Tally;
 }
 
 export interface ListQuery {
@@ -62,18 +76,119 @@ export interface Collection<T extends Doc> {
 	count(where?: Where): Promise<number>;
 	/** Number of documents per value of `field`. */
 	countBy(field: string, where?: Where): Promise<Record<string, number>>;
+	/** The collection's tally (CollectionSpec.tally): nonzero sums only. */
+	tally(): Promise<Record<string, bigint>>;
 }
 
 export interface Store {
 	readonly kind: "sqlite" | "mongodb";
-	collection<T extends Doc>(spec: CollectionSpec): Promise<Collection<T>>;
+	collection<T extends Doc>(spec: CollectionSpec<T>): Promise<Collection<T>>;
 	close(): Promise<void>;
+}
+
+/**
+ * A store that cannot answer now but may in a moment (no primary during an election, a timed-out
+ * majority write, a locked file): the gateway answers 503 with retry-after. Adapters translate
+ * their driver's transient failures into this at their boundary; any other failure is a bug.
+ */
+export class StoreUnavailableError extends Error {
+	constructor(
+		message: string,
+		override readonly cause?: unknown
+	) {
+		super(message);
+		this.name = "StoreUnavailableError";
+	}
 }
 
 /** Checks a query only names declared fields: a typo must fail loudly, not scan everything. */
 export function assertDeclared(spec: CollectionSpec, fields: Iterable<string>): void {
 	for (const field of fields)
-		if (field !== "id" && !(field in spec.fields)) throw new Error(`${spec.name}: field "${field}" is not declared`);
+		if (field !== "id" && !Object.hasOwn(spec.fields, field)) throw new Error(`${spec.name}: field "${field}" is not declared`);
+}
+
+function typeOf(spec: CollectionSpec, field: string): FieldType {
+	return field === "id" ? "text" : spec.fields[field];
+}
+
+const JS_TYPE: Record<FieldType, string> = { text: "string", integer: "number", boolean: "boolean" };
+
+/**
+ * Checks a filter before an adapter compiles it: declared fields only, no `undefined` (a missing
+ * value would silently drop the condition from a compare-and-set), and values of the declared
+ * type (SQLite would coerce "5" to 5 where MongoDB matches nothing: the adapters must not differ).
+ */
+export function assertWhere(spec: CollectionSpec, where: Where): void {
+	assertDeclared(spec, Object.keys(where));
+	for (const [field, condition] of Object.entries(where)) {
+		if (condition === undefined) throw new Error(`${spec.name}: condition on "${field}" is undefined`);
+		const values = !isComparison(condition) ? [condition] : "in" in condition ? condition.in : Object.values(condition);
+		if (isComparison(condition) && !("in" in condition) && Object.keys(condition).length !== 1) throw new Error(`${spec.name}: condition on "${field}" must have one operator`);
+		for (const value of values) {
+			if (value === null) continue;
+			if (typeof value !== JS_TYPE[typeOf(spec, field)] || (typeof value === "number" && !Number.isFinite(value)))
+				throw new Error(`${spec.name}: "${field}" is ${typeOf(spec, field)}, not ${value === undefined ? "undefined" : typeof value}`);
+		}
+	}
+}
+
+interface IndexKey {
+	key: readonly string[];
+	/** A unique key orders its documents fully without the `id` tie-break. */
+	unique: boolean;
+}
+
+/** The keys a collection's indexes keep: the primary key, the unique groups, and each index followed by `id`. */
+export function indexKeys(spec: CollectionSpec): IndexKey[] {
+	return [{ key: ["id"], unique: true }, ...(spec.unique ?? []).map(key => ({ key, unique: true })), ...(spec.indexes ?? []).map(group => ({ key: [...group, "id"], unique: false }))];
+}
+
+/**
+ * The index that serves a query, or an error naming the query: the filter's equality (and `in`)
+ * fields first, in any order, then the sort field and `id`. Without an order, the index starts
+ * with the equality fields, or with a range field when there is none. Other range conditions are
+ * checked along the index scan. Every adapter checks every query with this, so a query shape no
+ * index serves fails in the tests instead of scanning a collection in production.
+ */
+export function servingIndex(spec: CollectionSpec, where: Where = {}, orderBy?: ListQuery["orderBy"]): readonly string[] {
+	const equalities = Object.entries(where)
+		.filter(([, condition]) => !isComparison(condition) || "in" in condition)
+		.map(([field]) => field);
+	const ranges = Object.keys(where).filter(field => !equalities.includes(field));
+	const sort = orderBy?.[0];
+	if (equalities.includes("id")) return ["id"];
+	// A unique group the equalities cover holds at most one document per combination.
+	const covered = (spec.unique ?? []).find(group => sort === undefined && group.every(field => equalities.includes(field)));
+	if (covered) return covered;
+	const serves = ({ key, unique }: IndexKey): boolean => {
+		const prefix = key.slice(0, equalities.length);
+		if (prefix.length !== equalities.length || !equalities.every(field => prefix.includes(field))) return false;
+		const [next, after] = key.slice(equalities.length);
+		if (sort === undefined) return equalities.length > 0 || ranges.length === 0 || ranges.includes(next);
+		if (sort === "id") return next === "id" || (unique && next === undefined);
+		return next === sort && (after === "id" || (unique && after === undefined));
+	};
+	const found = indexKeys(spec).find(serves);
+	if (!found) throw new Error(`${spec.name}: no index serves ${JSON.stringify({ where: Object.keys(where), orderBy })}`);
+	return found.key;
+}
+
+/** Adds `delta` times `tally` to `sums`, keeping only nonzero keys. */
+export function addTally(sums: Map<string, bigint>, tally: Tally | undefined, delta: 1n | -1n): void {
+	for (const [key, value] of Object.entries(tally ?? {})) {
+		const sum = (sums.get(key) ?? 0n) + value * delta;
+		if (sum === 0n) sums.delete(key);
+		else sums.set(key, sum);
+	}
+}
+
+/** What replacing `before` by `after` changes in a tally (either may be null: an insert or a delete). */
+export function tallyChange<T extends Doc>(spec: CollectionSpec<T>, before: T | null, after: T | null): Map<string, bigint> {
+	const change = new Map<string, bigint>();
+	if (!spec.tally) return change;
+	if (before) addTally(change, spec.tally(before), -1n);
+	if (after) addTally(change, spec.tally(after), 1n);
+	return change;
 }
 
 export function isComparison(condition: Condition): condition is Exclude<Condition, FieldValue> {

@@ -11,7 +11,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { assertDeclared, batchSize, isComparison, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
+import { StoreUnavailableError, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -24,8 +24,25 @@ function sqlValue(value: FieldValue): string | number | null {
 	return typeof value === "boolean" ? Number(value) : value;
 }
 
+/** Busy or locked: another connection holds the file for longer than busy_timeout. Worth a retry. */
+const TRANSIENT = new Set(["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_TIMEOUT"]);
+
+/** Translates a transient SQLite failure into the port's StoreUnavailableError; anything else is a bug. */
+function storeError(err: unknown): unknown {
+	const code = (err as { code?: string }).code;
+	return code && TRANSIENT.has(code) ? new StoreUnavailableError(`SQLite store is busy (${code})`, err) : err;
+}
+
+function guarded<R>(read: () => R): R {
+	try {
+		return read();
+	} catch (err) {
+		throw storeError(err);
+	}
+}
+
 function compileWhere(spec: CollectionSpec, where: Where = {}): { sql: string; args: (string | number | null)[] } {
-	assertDeclared(spec, Object.keys(where));
+	assertWhere(spec, where);
 	const clauses: string[] = [];
 	const args: (string | number | null)[] = [];
 	for (const [field, condition] of Object.entries(where)) {
@@ -67,7 +84,11 @@ class GroupCommit {
 
 	/** Runs `write` in the open group transaction; resolves with its result once that transaction committed. */
 	run<R>(write: () => R): Promise<R> {
-		if (!this.db.inTransaction) this.db.exec("BEGIN IMMEDIATE");
+		try {
+			if (!this.db.inTransaction) this.db.exec("BEGIN IMMEDIATE");
+		} catch (err) {
+			return Promise.reject(storeError(err));
+		}
 		if (!this.scheduled) {
 			this.scheduled = true;
 			setImmediate(() => this.commit());
@@ -77,7 +98,7 @@ class GroupCommit {
 			result = write();
 		} catch (err) {
 			// A failing statement (a unique violation, say) rolls back only itself; the group goes on.
-			return Promise.reject(err);
+			return Promise.reject(storeError(err));
 		}
 		return new Promise<R>((resolve, reject) => this.waiting.push({ resolve: () => resolve(result), reject }));
 	}
@@ -90,37 +111,81 @@ class GroupCommit {
 			if (this.db.inTransaction) this.db.exec("COMMIT");
 		} catch (err) {
 			if (this.db.inTransaction) this.db.exec("ROLLBACK");
-			for (const waiter of batch) waiter.reject(err);
+			for (const waiter of batch) waiter.reject(storeError(err));
 			return;
 		}
 		for (const waiter of batch) waiter.resolve();
 	}
 }
 
+/** The key of a tally row that says the tally holds every document (written by its first seeding). */
+const SEEDED = "$seeded";
+
 class SqliteCollection<T extends Doc> implements Collection<T> {
+	private readonly table: string;
 	private readonly columns: string[];
 	private readonly insertStmt: Database.Statement;
 	private readonly getStmt: Database.Statement<[string], { doc: string }>;
+	private readonly tallyTable: string;
 	/** Compiled statements per query shape: the hot paths repeat a handful of shapes. */
 	private readonly statements = new Map<string, Database.Statement>();
 
 	constructor(
 		private readonly db: Database.Database,
-		private readonly spec: CollectionSpec,
+		private readonly spec: CollectionSpec<T>,
 		private readonly group: GroupCommit
 	) {
-		const table = quote(spec.name);
+		this.table = quote(spec.name);
+		this.tallyTable = quote(`${spec.name}__tally`);
 		this.columns = Object.keys(spec.fields);
-		const columnDefs = this.columns.map(c => `${quote(c)} ${spec.fields[c] === "integer" ? "INTEGER" : "TEXT"}`);
-		db.exec(`CREATE TABLE IF NOT EXISTS ${table} (id TEXT PRIMARY KEY, ${[...columnDefs, "doc TEXT NOT NULL"].join(", ")})`);
+		const columnDefs = this.columns.map(c => `${quote(c)} ${spec.fields[c] === "text" ? "TEXT" : "INTEGER"}`);
+		db.exec(`CREATE TABLE IF NOT EXISTS ${this.table} (id TEXT PRIMARY KEY, ${[...columnDefs, "doc TEXT NOT NULL"].join(", ")})`);
 		const indexName = (kind: string, group: readonly string[]) => quote(`${spec.name}_${kind}_${group.join("_")}`);
 		for (const group of spec.unique ?? [])
-			db.exec(`CREATE UNIQUE INDEX IF NOT EXISTS ${indexName("u", group)} ON ${table} (${group.map(quote).join(", ")})`);
-		for (const group of spec.indexes ?? [])
-			db.exec(`CREATE INDEX IF NOT EXISTS ${indexName("i", group)} ON ${table} (${group.map(quote).join(", ")})`);
+			db.exec(`CREATE UNIQUE INDEX IF NOT EXISTS ${indexName("u", group)} ON ${this.table} (${group.map(quote).join(", ")})`);
+		// Each index ends in id, the tie-break of every ordered list, so it serves the order as well.
+		for (const group of spec.indexes ?? []) {
+			const key = [...group, "id"];
+			db.exec(`CREATE INDEX IF NOT EXISTS ${indexName("i", key)} ON ${this.table} (${key.map(quote).join(", ")})`);
+		}
+		if (spec.tally) db.exec(`CREATE TABLE IF NOT EXISTS ${this.tallyTable} (key TEXT PRIMARY KEY, value TEXT NOT NULL)`);
 		const all = ["id", ...this.columns, "doc"];
-		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
-		this.getStmt = db.prepare(`SELECT doc FROM ${table} WHERE id = ?`);
+		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${this.table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
+		this.getStmt = db.prepare(`SELECT doc FROM ${this.table} WHERE id = ?`);
+	}
+
+	/**
+	 * A tally first kept by this version starts from the documents already stored: one pass, once,
+	 * in the same transaction as its marker.
+	 */
+	async seedTally(): Promise<void> {
+		if (!this.spec.tally) return;
+		const seeded = this.statement(`SELECT 1 FROM ${this.tallyTable} WHERE key = ?`);
+		if (seeded.get(SEEDED)) return;
+		await this.group.run(() => {
+			if (seeded.get(SEEDED)) return;
+			// Pages by id: a statement cannot write while another still iterates on the connection.
+			const page = this.db.prepare(`SELECT id, doc FROM ${this.table} WHERE id > ? ORDER BY id LIMIT 1000`);
+			for (let after = "", rows: { id: string; doc: string }[]; (rows = page.all(after) as typeof rows).length; after = rows[rows.length - 1].id)
+				for (const row of rows) this.applyTally(null, JSON.parse(row.doc) as T);
+			this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, '1')`).run(SEEDED);
+		});
+	}
+
+	/** Inside a write: adds the change from `before` to `after` to the tally rows. */
+	private applyTally(before: T | null, after: T | null): void {
+		const read = this.statement(`SELECT value FROM ${this.tallyTable} WHERE key = ?`);
+		const write = this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`);
+		for (const [key, delta] of tallyChange(this.spec, before, after)) {
+			// Sums are decimal text: amounts in base units overflow SQLite's 64-bit integers.
+			const current = (read.get(key) as { value: string } | undefined)?.value ?? "0";
+			write.run(key, (BigInt(current) + delta).toString());
+		}
+	}
+
+	private current(id: string): T | null {
+		const row = this.getStmt.get(id);
+		return row ? (JSON.parse(row.doc) as T) : null;
 	}
 
 	private row(doc: T): (string | number | null)[] {
@@ -142,13 +207,23 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		return stmt;
 	}
 
-	insert(doc: T): Promise<boolean> {
-		return this.group.run(() => this.insertStmt.run(doc.id, ...this.row(doc), JSON.stringify(doc)).changes === 1);
+	/** A read statement for a query shape: the first time, a check that an index serves it. */
+	private query(sql: string, where: Where = {}, orderBy?: ListQuery["orderBy"]): Database.Statement {
+		if (!this.statements.has(sql)) servingIndex(this.spec, where, orderBy);
+		return this.statement(sql);
+	}
+
+	async insert(doc: T): Promise<boolean> {
+		const row = [doc.id, ...this.row(doc), JSON.stringify(doc)];
+		return this.group.run(() => {
+			const inserted = this.insertStmt.run(...row).changes === 1;
+			if (inserted && this.spec.tally) this.applyTally(null, doc);
+			return inserted;
+		});
 	}
 
 	async get(id: string): Promise<T | null> {
-		const row = this.getStmt.get(id);
-		return row ? (JSON.parse(row.doc) as T) : null;
+		return guarded(() => this.current(id));
 	}
 
 	async findOne(where: Where): Promise<T | null> {
@@ -161,15 +236,26 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		const { sql, args } = compileWhere(this.spec, expected);
 		const assignments = [...this.columns.map(c => `${quote(c)} = ?`), "doc = ?"].join(", ");
 		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
-		const stmt = this.statement(`UPDATE ${quote(this.spec.name)} SET ${assignments}${condition}`);
-		return this.group.run(() => stmt.run(...this.row(next), JSON.stringify(next), ...args, id).changes === 1);
+		const stmt = this.statement(`UPDATE ${this.table} SET ${assignments}${condition}`);
+		const row = [...this.row(next), JSON.stringify(next)];
+		return this.group.run(() => {
+			const before = this.spec.tally ? this.current(id) : null;
+			const updated = stmt.run(...row, ...args, id).changes === 1;
+			if (updated && this.spec.tally) this.applyTally(before, next);
+			return updated;
+		});
 	}
 
 	async remove(id: string, expected: Where = {}): Promise<boolean> {
 		const { sql, args } = compileWhere(this.spec, expected);
 		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
-		const stmt = this.statement(`DELETE FROM ${quote(this.spec.name)}${condition}`);
-		return this.group.run(() => stmt.run(...args, id).changes === 1);
+		const stmt = this.statement(`DELETE FROM ${this.table}${condition}`);
+		return this.group.run(() => {
+			const before = this.spec.tally ? this.current(id) : null;
+			const removed = stmt.run(...args, id).changes === 1;
+			if (removed && this.spec.tally) this.applyTally(before, null);
+			return removed;
+		});
 	}
 
 	async removeWhere(where: Where, limit: number): Promise<number> {
@@ -178,14 +264,26 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		if (size === 0) return 0;
 		// DELETE … LIMIT needs SQLITE_ENABLE_UPDATE_DELETE_LIMIT; a limited subquery does the same in
 		// one statement. The limit is bound, so every batch size shares one compiled statement.
-		const table = quote(this.spec.name);
-		const stmt = this.statement(`DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table}${sql} LIMIT ?)`);
-		return this.group.run(() => stmt.run(...args, size).changes);
+		if (!this.spec.tally) {
+			const stmt = this.query(`DELETE FROM ${this.table} WHERE id IN (SELECT id FROM ${this.table}${sql} LIMIT ?)`, where);
+			return this.group.run(() => stmt.run(...args, size).changes);
+		}
+		const batch = this.query(`SELECT doc FROM ${this.table}${sql} LIMIT ?`, where);
+		const removeOne = this.statement(`DELETE FROM ${this.table} WHERE id = ?`);
+		return this.group.run(() => {
+			let removed = 0;
+			for (const { doc } of batch.all(...args, size) as { doc: string }[]) {
+				const before = JSON.parse(doc) as T;
+				removed += removeOne.run(before.id).changes;
+				this.applyTally(before, null);
+			}
+			return removed;
+		});
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
 		const { sql, args } = compileWhere(this.spec, query.where);
-		let text = `SELECT doc FROM ${quote(this.spec.name)}${sql}`;
+		let text = `SELECT doc FROM ${this.table}${sql}`;
 		if (query.orderBy) {
 			assertDeclared(this.spec, [query.orderBy[0]]);
 			// id breaks ties so that equal timestamps still list in a stable order.
@@ -193,24 +291,29 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 			text += ` ORDER BY ${quote(query.orderBy[0])} ${direction}, id ${direction}`;
 		}
 		if (query.limit !== undefined) text += ` LIMIT ${Math.max(0, Math.floor(query.limit))}`;
-		const rows = this.statement(text).all(...args) as { doc: string }[];
-		return rows.map(r => JSON.parse(r.doc) as T);
+		const stmt = this.query(text, query.where, query.orderBy);
+		return guarded(() => (stmt.all(...args) as { doc: string }[]).map(r => JSON.parse(r.doc) as T));
 	}
 
 	async count(where?: Where): Promise<number> {
 		const { sql, args } = compileWhere(this.spec, where);
-		return (this.statement(`SELECT COUNT(*) AS n FROM ${quote(this.spec.name)}${sql}`).get(...args) as { n: number }).n;
+		const stmt = this.query(`SELECT COUNT(*) AS n FROM ${this.table}${sql}`, where);
+		return guarded(() => (stmt.get(...args) as { n: number }).n);
 	}
 
 	async countBy(field: string, where?: Where): Promise<Record<string, number>> {
 		assertDeclared(this.spec, [field]);
 		const { sql, args } = compileWhere(this.spec, where);
 		const column = quote(field);
-		const rows = this.statement(`SELECT ${column} AS k, COUNT(*) AS n FROM ${quote(this.spec.name)}${sql} GROUP BY ${column}`).all(...args) as {
-			k: string | number | null;
-			n: number;
-		}[];
+		const stmt = this.query(`SELECT ${column} AS k, COUNT(*) AS n FROM ${this.table}${sql} GROUP BY ${column}`, where);
+		const rows = guarded(() => stmt.all(...args) as { k: string | number | null; n: number }[]);
 		return Object.fromEntries(rows.map(r => [String(r.k), r.n]));
+	}
+
+	async tally(): Promise<Record<string, bigint>> {
+		if (!this.spec.tally) return {};
+		const rows = guarded(() => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED) as { key: string; value: string }[]);
+		return Object.fromEntries(rows.map(r => [r.key, BigInt(r.value)]).filter(([, value]) => value !== 0n));
 	}
 }
 
@@ -228,8 +331,10 @@ export class SqliteStore implements Store {
 		this.group = new GroupCommit(this.db);
 	}
 
-	async collection<T extends Doc>(spec: CollectionSpec): Promise<Collection<T>> {
-		return new SqliteCollection<T>(this.db, spec, this.group);
+	async collection<T extends Doc>(spec: CollectionSpec<T>): Promise<Collection<T>> {
+		const collection = new SqliteCollection<T>(this.db, spec, this.group);
+		await collection.seedTally();
+		return collection;
 	}
 
 	async close(): Promise<void> {

@@ -9,7 +9,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { MongoClient } from "mongodb";
-import { MongoMemoryServer } from "mongodb-memory-server-core";
+import { MongoMemoryReplSet } from "mongodb-memory-server-core";
 import { mongoDatabaseName, openStore, type Collection, type CollectionSpec, type Doc, type Store } from "../../lib/store";
 import { MongoStore } from "../../lib/store/mongodb";
 
@@ -27,9 +27,10 @@ interface Item extends Doc {
 function itemSpec(name: string): CollectionSpec {
 	return {
 		name,
-		fields: { status: "text", rank: "integer", active: "integer", paymentId: "text", payer: "text", nonce: "integer", version: "integer" },
+		fields: { status: "text", rank: "integer", active: "boolean", paymentId: "text", payer: "text", nonce: "integer", version: "integer" },
 		unique: [["paymentId"], ["payer", "nonce"]],
-		indexes: [["status", "rank"]]
+		// Every query shape below needs an index that serves it (servingIndex), as in the services.
+		indexes: [["status", "rank"], ["rank"], ["status"], ["active", "rank"], ["version"]]
 	};
 }
 
@@ -137,6 +138,95 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			const items = await fresh();
 			await expect(items.insert({ id: "a", status: { nested: true } as unknown as string })).rejects.toThrow(/must be a scalar/);
 			expect(await items.count()).toBe(0);
+		});
+
+		describe("conditions", () => {
+			test("an undefined condition is refused, not ignored, in a compare-and-set and in a query", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: "open", version: 2 });
+				const stale = { version: undefined } as unknown as { version: number };
+				await expect(items.update("a", stale, { id: "a", status: "done", version: 3 })).rejects.toThrow(/undefined/);
+				await expect(items.remove("a", stale)).rejects.toThrow(/undefined/);
+				await expect(items.list({ where: { status: undefined as unknown as string } })).rejects.toThrow(/undefined/);
+				await expect(items.list({ where: { rank: { lt: undefined as unknown as number } } })).rejects.toThrow(/undefined/);
+				expect(await items.get("a")).toStrictEqual({ id: "a", status: "open", version: 2 });
+			});
+
+			test("a value of the wrong type is refused: a number never matches a text field, nor a string an integer one", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: "5", rank: 5, active: true, version: 1 });
+				await expect(items.list({ where: { rank: "5" } })).rejects.toThrow(/integer/);
+				await expect(items.list({ where: { status: 5 } })).rejects.toThrow(/text/);
+				await expect(items.list({ where: { active: 1 } })).rejects.toThrow(/boolean/);
+				await expect(items.list({ where: { rank: { in: [5, "5"] } } })).rejects.toThrow(/integer/);
+				await expect(items.update("a", { version: "1" as unknown as number }, { id: "a", version: 2 })).rejects.toThrow(/integer/);
+				expect(ids(await items.list({ where: { status: "5", rank: 5 } }))).toEqual(["a"]);
+				expect(ids(await items.list({ where: { active: true } }))).toEqual(["a"]);
+				expect(await items.get("a")).toMatchObject({ version: 1 });
+			});
+
+			test("a query no index serves is refused", async () => {
+				const items = await fresh();
+				await expect(items.list({ where: { nonce: 1 } })).rejects.toThrow(/no index serves/);
+				await expect(items.list({ orderBy: ["nonce", "asc"] })).rejects.toThrow(/no index serves/);
+				await expect(items.list({ where: { status: "open" }, orderBy: ["version", "asc"] })).rejects.toThrow(/no index serves/);
+				await expect(items.count({ nonce: { gt: 1 } })).rejects.toThrow(/no index serves/);
+			});
+
+			test("racing inserts on a unique group: exactly one wins", async () => {
+				await withTwoWriters(async (items, otherItems) => {
+					const results = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 ? otherItems : items).insert({ id: `r${i}`, payer: "alice", nonce: 7 })));
+					expect(results.filter(Boolean)).toHaveLength(1);
+					expect(await items.count()).toBe(1);
+				});
+			});
+		});
+
+		describe("tally", () => {
+			const tallied = (name: string): CollectionSpec<Item> => ({
+				...itemSpec(name),
+				tally: item => ({ [`status:${item.status ?? "none"}`]: 1n, ...(item.status === "done" ? { amount: BigInt(String(item.amount ?? 0)) } : {}) })
+			});
+
+			test("moves with every insert, update and remove, and only for the writes that happened", async () => {
+				const items = await store.collection<Item>(tallied(`items_${++collections}`));
+				expect(await items.tally()).toStrictEqual({});
+				await items.insert({ id: "a", status: "open", version: 1, amount: "18446744073709551615" });
+				await items.insert({ id: "b", status: "open", version: 1, amount: "18446744073709551615" });
+				expect(await items.insert({ id: "a", status: "done", version: 1 })).toBe(false);
+				expect(await items.tally()).toStrictEqual({ "status:open": 2n });
+				expect(await items.update("a", { version: 1 }, { id: "a", status: "done", version: 2, amount: "18446744073709551615" })).toBe(true);
+				expect(await items.update("a", { version: 1 }, { id: "a", status: "open", version: 2 })).toBe(false);
+				await items.update("b", { version: 1 }, { id: "b", status: "done", version: 2, amount: "18446744073709551615" });
+				// Above 2^64: sums are exact, whatever the adapter's integers are.
+				expect(await items.tally()).toStrictEqual({ "status:done": 2n, amount: 36893488147419103230n });
+				expect(await items.remove("a", { version: 1 })).toBe(false);
+				expect(await items.remove("a")).toBe(true);
+				expect(await items.removeWhere({ status: "done" }, 10)).toBe(1);
+				expect(await items.tally()).toStrictEqual({});
+			});
+
+			test("racing updates count once", async () => {
+				await withTwoWriters(async () => undefined);
+				const items = await store.collection<Item>(tallied(`items_${++collections}`));
+				await items.insert({ id: "a", status: "open", version: 1 });
+				const wins = await Promise.all(Array.from({ length: 6 }, (_, i) => items.update("a", { version: 1 }, { id: "a", status: `s${i}`, version: 2 })));
+				expect(wins.filter(Boolean)).toHaveLength(1);
+				const winner = (await items.get("a"))!.status;
+				expect(await items.tally()).toStrictEqual({ [`status:${winner}`]: 1n });
+			});
+
+			test("a tally first kept on a collection that has documents starts from them, once", async () => {
+				const name = `items_${++collections}`;
+				const plain = await store.collection<Item>(itemSpec(name));
+				await plain.insert({ id: "a", status: "open" });
+				await plain.insert({ id: "b", status: "done", amount: "5" });
+				const items = await store.collection<Item>(tallied(name));
+				expect(await items.tally()).toStrictEqual({ "status:open": 1n, "status:done": 1n, amount: 5n });
+				await items.insert({ id: "c", status: "open" });
+				const again = await store.collection<Item>(tallied(name));
+				expect(await again.tally()).toStrictEqual({ "status:open": 2n, "status:done": 1n, amount: 5n });
+			});
 		});
 
 		describe("update", () => {
@@ -548,11 +638,12 @@ if (mongoUrl) {
 } else {
 	const unavailable = memoryServerUnavailable();
 	if (unavailable) console.warn(`MongoDB store contract NOT RUN: no MONGO_URL and mongodb-memory-server could not start a server (${unavailable})`);
-	let server: Promise<MongoMemoryServer> | undefined;
+	// A one-member replica set: the adapter keeps tallies in transactions, which need one.
+	let server: Promise<MongoMemoryReplSet> | undefined;
 	describeStoreContract(
 		"mongodb",
 		async () => {
-			server ??= MongoMemoryServer.create();
+			server ??= MongoMemoryReplSet.create({ replSet: { count: 1 } });
 			return openStore({ kind: "mongodb", dataDir: os.tmpdir(), mongoUrl: (await server).getUri("scs_contract"), owner: "contract" });
 		},
 		async () => {

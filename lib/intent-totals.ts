@@ -1,8 +1,8 @@
 /**
- * Running totals of the intents a mempool holds, so the observation routes answer from counters
- * instead of scanning every record on each request. Each stored change is applied as "remove the
- * old record's contribution, add the new one's", which keeps every kind of change (insert,
- * transition, archiving) right with one rule.
+ * The figures the observation routes report about intents (SPEC §8), kept by the store as a tally
+ * of the intents collection: each record contributes what `intentTally` gives for it, and the store
+ * updates the sums in the same atomic write as the record. So every replica reads the same figures
+ * from the store, in time independent of how many intents there are.
  */
 import { INTENT_STATES, type IntentRecord, type IntentState } from "./intents";
 
@@ -13,37 +13,47 @@ export interface TotalsSnapshot {
 	liveVolume: Record<string, string>;
 	/** Every CONFIRMED intent, archived ones included. */
 	settled: { count: number; volume: Record<string, string> };
+	/** Verdicts of verification stored on records (bodies refused without a record are not here). */
+	verdicts: { verified: number; rejected: number };
+	/** Leases the expiry sweep returned. */
+	lapsedLeases: number;
 }
 
-export class IntentTotals {
-	private readonly live = new Map<IntentState, number>(INTENT_STATES.map(state => [state, 0]));
-	private readonly liveVolume = new Map<string, bigint>();
-	private settledCount = 0;
-	private readonly settledVolume = new Map<string, bigint>();
-
-	/** Accounts for a stored change: `before` is what was replaced (null for an insert). */
-	apply(before: IntentRecord | null, after: IntentRecord | null): void {
-		if (before) this.add(before, -1);
-		if (after) this.add(after, 1);
-	}
-
-	snapshot(): TotalsSnapshot {
-		const amounts = (map: Map<string, bigint>) => Object.fromEntries([...map].filter(([, total]) => total !== 0n).map(([mint, total]) => [mint, total.toString()]));
-		return {
-			live: Object.fromEntries(this.live) as Record<IntentState, number>,
-			liveVolume: amounts(this.liveVolume),
-			settled: { count: this.settledCount, volume: amounts(this.settledVolume) }
-		};
-	}
-
-	private add(record: IntentRecord, sign: 1 | -1): void {
-		const live = record.archivedIn === undefined || record.archivedIn === null;
-		if (live) this.live.set(record.state, (this.live.get(record.state) ?? 0) + sign);
-		if (record.state !== "CONFIRMED") return;
+/** What one record adds to the tally. History only grows, so its counts only grow with it. */
+export function intentTally(record: IntentRecord): Record<string, bigint> {
+	const tally: Record<string, bigint> = {};
+	const live = record.archivedIn === undefined || record.archivedIn === null;
+	if (live) tally[`live:${record.state}`] = 1n;
+	if (record.state === "CONFIRMED") {
 		const { tokenMintAddress: mint, amount } = record.request;
-		const delta = BigInt(amount) * BigInt(sign);
-		this.settledCount += sign;
-		this.settledVolume.set(mint, (this.settledVolume.get(mint) ?? 0n) + delta);
-		if (live) this.liveVolume.set(mint, (this.liveVolume.get(mint) ?? 0n) + delta);
+		tally.settled = 1n;
+		tally[`settledVolume:${mint}`] = BigInt(amount);
+		if (live) tally[`liveVolume:${mint}`] = BigInt(amount);
 	}
+	let lapsed = 0n;
+	record.history.forEach((entry, i) => {
+		if (entry.state === "VERIFIED" && record.history[i - 1]?.state === "NODE_VERIFYING") tally.verified = 1n;
+		if (entry.state === "REJECTED" && record.history[i - 1]?.state === "NODE_VERIFYING") tally.rejected = 1n;
+		if (entry.reason === "LEASE_EXPIRED") lapsed++;
+	});
+	if (lapsed) tally.lapsedLeases = lapsed;
+	return tally;
+}
+
+/** Reads the figures back from the collection's tally. */
+export function totalsFromTally(tally: Readonly<Record<string, bigint>>): TotalsSnapshot {
+	const live = Object.fromEntries(INTENT_STATES.map(state => [state, Number(tally[`live:${state}`] ?? 0n)])) as Record<IntentState, number>;
+	const amounts = (prefix: string) =>
+		Object.fromEntries(
+			Object.entries(tally)
+				.filter(([key, sum]) => key.startsWith(prefix) && sum !== 0n)
+				.map(([key, sum]) => [key.slice(prefix.length), sum.toString()])
+		);
+	return {
+		live,
+		liveVolume: amounts("liveVolume:"),
+		settled: { count: Number(tally.settled ?? 0n), volume: amounts("settledVolume:") },
+		verdicts: { verified: Number(tally.verified ?? 0n), rejected: Number(tally.rejected ?? 0n) },
+		lapsedLeases: Number(tally.lapsedLeases ?? 0n)
+	};
 }

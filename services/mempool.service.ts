@@ -38,9 +38,9 @@ import {
 import { address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
-import type { Collection, Where } from "../lib/store";
+import type { Collection, CollectionSpec, Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS, type VerificationResult } from "../lib/verification";
-import { IntentTotals } from "../lib/intent-totals";
+import { intentTally, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
 import { byId, merkleRoot } from "../lib/merkle";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
@@ -49,10 +49,13 @@ const INTENTS_COLLECTION = {
 	name: "intents",
 	fields: { paymentId: "text", state: "text", stateVersion: "integer", createdAt: "text", updatedAt: "text", expiresAt: "text", expiresAtSlot: "integer", leaseExpiresAt: "text", epoch: "integer", archivedIn: "integer" },
 	unique: [["paymentId"]],
-	// Every index costs each of an intent's three writes. The lease and stale-verification sweeps
-	// read states that hold few intents (leased, mid-verification), so (state, createdAt) serves them.
-	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["createdAt"], ["archivedIn", "state"]]
-} as const;
+	// Every index costs each of an intent's writes, and each ends in id (the store appends it). The
+	// lease and stale-verification sweeps read states that hold few intents (leased, mid-verification),
+	// so (state, createdAt) serves them as well as the work list; the public list and the epoch close
+	// go by (archivedIn, …).
+	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["archivedIn", "createdAt"], ["archivedIn", "state", "createdAt"]],
+	tally: intentTally
+} satisfies CollectionSpec<IntentRecord>;
 
 /** A consumed nonce, keyed `<senderWallet>:<nonce>`, held by the intent that consumed it. */
 interface NonceDoc {
@@ -73,12 +76,10 @@ export function mempoolService(config: Config): ServiceSchema {
 	let intents: Collection<IntentRecord>;
 	let nonces: Collection<NonceDoc>;
 	let slots: SlotObserver;
-	let lapsedLeases = 0;
 	// The Node's own view of the chain; without SOLANA_RPC_URL no move out of SUBMITTED can be proven.
 	const chain = nodeChainReader(config.solanaRpcUrl);
-	// One mempool owns a SQLite store, so its totals are exact. Several replicas on MongoDB each
-	// count their own changes: aggregating those is the distributed deployment's to solve.
-	const totals = new IntentTotals();
+	/** The figures of every intent, from the store's tally: the same for every replica. */
+	const totals = async (): Promise<TotalsSnapshot> => totalsFromTally(await intents.tally());
 
 	async function mustGet(id: string): Promise<IntentRecord> {
 		const record = await intents.get(id);
@@ -92,24 +93,7 @@ export function mempoolService(config: Config): ServiceSchema {
 	 * without it, a writer holding the record from before a renewal could overwrite the new lease.
 	 */
 	async function commit(current: IntentRecord, next: IntentRecord): Promise<boolean> {
-		const done = await intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, next);
-		if (done) totals.apply(current, next);
-		return done;
-	}
-
-	/** Seeds the running totals from the store, a page at a time, in (createdAt, id) order. */
-	async function seedTotals(): Promise<void> {
-		const page = 1000;
-		let after: { createdAt: string; ids: Set<string> } = { createdAt: "", ids: new Set() };
-		for (;;) {
-			const batch = await intents.list({ where: { createdAt: { gte: after.createdAt } }, orderBy: ["createdAt", "asc"], limit: page + after.ids.size });
-			const fresh = batch.filter(record => !after.ids.has(record.id));
-			for (const record of fresh) totals.apply(null, record);
-			if (batch.length < page + after.ids.size) return;
-			const last = batch[batch.length - 1].createdAt;
-			// Records sharing the boundary timestamp come again on the next page: skip those already counted.
-			after = { createdAt: last, ids: new Set(batch.filter(record => record.createdAt === last).map(record => record.id)) };
-		}
+		return intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, next);
 	}
 
 	/** Consumes the sender's nonce for this intent; false when a non-rejected intent holds it. */
@@ -146,9 +130,7 @@ export function mempoolService(config: Config): ServiceSchema {
 
 	/** Removes a record refused for a reason that leaves none (SPEC §2.1): its paymentId is free again. */
 	async function removeUnrecorded(record: IntentRecord): Promise<boolean> {
-		const removed = await intents.remove(record.id, { state: record.state, stateVersion: record.stateVersion });
-		if (removed) totals.apply(record, null);
-		return removed;
+		return intents.remove(record.id, { state: record.state, stateVersion: record.stateVersion });
 	}
 
 	async function expireDue(): Promise<number> {
@@ -169,7 +151,6 @@ export function mempoolService(config: Config): ServiceSchema {
 		const lapsed = await intents.list({ where: { state: "CRANKER_LEASED", leaseExpiresAt: { lte: at } }, limit: SWEEP_BATCH });
 		let released = 0;
 		for (const record of lapsed) if (await commit(record, applyMove(record, "lease-lapse", "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" }))) released++;
-		lapsedLeases += released;
 		return released;
 	}
 
@@ -186,7 +167,6 @@ export function mempoolService(config: Config): ServiceSchema {
 			storeMixin(config, "mempool", async store => {
 				intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
 				nonces = await store.collection<NonceDoc>({ name: "consumed_nonces", fields: { intentId: "text" } });
-				await seedTotals();
 			}),
 			sweeperMixin("intent expiry", config.sweepIntervalMs, expireDue),
 			sweeperMixin("lease expiry", config.sweepIntervalMs, releaseLapsedLeases)
@@ -226,7 +206,6 @@ export function mempoolService(config: Config): ServiceSchema {
 						history: [{ state: "RECEIVED", at }]
 					};
 					if (await intents.insert(record)) {
-						totals.apply(null, record);
 						if (!verdict) return { record, created: true };
 						// Verified before it was recorded: the verdict is applied through the same two moves as a sweep's.
 						const { verifiedBy, ...result } = verdict;
@@ -296,7 +275,7 @@ export function mempoolService(config: Config): ServiceSchema {
 				params: { receivedBefore: { type: "string" }, staleBefore: { type: "string" }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
 				async handler(ctx: Context<{ receivedBefore: string; staleBefore: string; limit: number }>): Promise<IntentRecord[]> {
 					const received = await intents.list({ where: { state: "RECEIVED", updatedAt: { lt: ctx.params.receivedBefore } }, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
-					const stale = await intents.list({ where: { state: "NODE_VERIFYING", updatedAt: { lt: ctx.params.staleBefore } }, orderBy: ["updatedAt", "asc"], limit: ctx.params.limit });
+					const stale = await intents.list({ where: { state: "NODE_VERIFYING", updatedAt: { lt: ctx.params.staleBefore } }, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
 					return [...received, ...stale];
 				}
 			},
@@ -398,8 +377,8 @@ export function mempoolService(config: Config): ServiceSchema {
 			 */
 			epochTotals: {
 				params: {},
-				handler() {
-					const { live, liveVolume } = totals.snapshot();
+				async handler() {
+					const { live, liveVolume } = await totals();
 					return {
 						intents: { received: Object.values(live).reduce((sum, n) => sum + n, 0), executed: live.CONFIRMED, canceled: live.REJECTED },
 						volume: liveVolume
@@ -420,9 +399,7 @@ export function mempoolService(config: Config): ServiceSchema {
 					let archived = 0;
 					for (const record of due) {
 						const next = { ...record, archivedIn: epoch };
-						if (!(await intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, next))) continue;
-						totals.apply(record, next);
-						archived++;
+						if (await intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, next)) archived++;
 					}
 					return archived;
 				}
@@ -434,36 +411,30 @@ export function mempoolService(config: Config): ServiceSchema {
 				async handler(ctx: Context<{ epoch: number }>) {
 					const byState = await intents.countBy("state", { archivedIn: ctx.params.epoch });
 					const executed = (await intents.list({ where: { archivedIn: ctx.params.epoch, state: "CONFIRMED" } })).sort(byId);
-					const archived = new IntentTotals();
-					for (const record of executed) archived.apply(null, record);
+					const volume = new Map<string, bigint>();
+					for (const { request } of executed) volume.set(request.tokenMintAddress, (volume.get(request.tokenMintAddress) ?? 0n) + BigInt(request.amount));
 					return {
 						executed: byState.CONFIRMED ?? 0,
 						canceled: byState.REJECTED ?? 0,
-						volume: archived.snapshot().settled.volume,
+						volume: Object.fromEntries([...volume].map(([mint, sum]) => [mint, sum.toString()])),
 						root: merkleRoot(executed.map(record => record.transactionCommitment))
 					};
 				}
 			},
 
-			/** Internal: settled intents (archived ones included) and their volume per mint. */
-			settled: {
-				params: {},
-				handler: () => totals.snapshot().settled
-			},
-
 			/**
-			 * Internal: leases held now (a lapsed one counts until the sweep returns it, within
-			 * SWEEP_INTERVAL_MS), and leases that sweep returned since this process started.
+			 * Internal: every figure of the intents (lib/intent-totals.ts), from the store. A lease
+			 * that lapsed counts as active until the sweep returns it, within SWEEP_INTERVAL_MS.
 			 */
-			leaseCounts: {
+			totals: {
 				params: {},
-				handler: () => ({ active: totals.snapshot().live.CRANKER_LEASED, expired: lapsedLeases })
+				handler: totals
 			},
 
-			/** Internal: number of intents per state (every state present, zero included). */
+			/** Internal: number of live intents per state (every state present, zero included). */
 			counts: {
 				params: {},
-				handler: (): Record<IntentState, number> => totals.snapshot().live
+				handler: async (): Promise<Record<IntentState, number>> => (await totals()).live
 			}
 		},
 

@@ -5,6 +5,7 @@
 import type { Context, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
+import type { TotalsSnapshot } from "../lib/intent-totals";
 import { PUBLIC_STATUS, type IntentState, type PublicStatus } from "../lib/intents";
 
 const SECTIONS = ["epoch", "crankers", "counts"] as const;
@@ -17,18 +18,47 @@ interface CrankerSummary {
 	mints: Record<string, { liquidity: string; crankersOnline: number }>;
 }
 
+/** One receiver process's own figures: what never reaches the store. */
+interface ReceiverStats {
+	/** Bodies refused without leaving a record, such as forgeries (SPEC §2.1). */
+	unrecorded: number;
+	p50Ms: number;
+	p99Ms: number;
+}
+
 interface Metrics {
 	uptimeSeconds: number;
 	startedAt: string;
 	intents: Record<IntentState, number>;
 	settled: { count: number; volume: Record<string, string> };
-	/** unrecorded: bodies refused without leaving a record, such as forgeries (SPEC §2.1). */
+	/**
+	 * verified and rejected come from the store, the same on every replica; unrecorded is summed
+	 * over the receivers running now, and the latencies are the slowest receiver's.
+	 */
 	verification: { verified: number; rejected: number; unrecorded: number; p50Ms: number; p99Ms: number };
 	leases: { active: number; expired: number };
 }
 
+/** Every receiver process's own figures, by node: a process that cannot answer is left out. */
+async function receiverStats(ctx: Context): Promise<Map<string, ReceiverStats>> {
+	const nodes = ctx.broker.registry
+		.getServiceList({ onlyAvailable: true, withActions: false })
+		.filter(service => service.name === "receiver")
+		.map(service => service.nodeID)
+		.filter((nodeID): nodeID is string => typeof nodeID === "string");
+	const answers = await Promise.all(
+		[...new Set(nodes)].map(nodeID =>
+			ctx.call<ReceiverStats, object>("receiver.stats", {}, { nodeID, timeout: 2000 }).then(
+				stats => [nodeID, stats] as const,
+				() => null
+			)
+		)
+	);
+	return new Map(answers.filter(answer => answer !== null));
+}
+
 /** Prometheus text exposition (version 0.0.4) of the same figures. */
-function toPrometheus(metrics: Metrics): string {
+function toPrometheus(metrics: Metrics, receivers: Map<string, ReceiverStats>): string {
 	const lines: string[] = [];
 	const metric = (name: string, type: "gauge" | "counter", help: string, samples: [labels: string, value: number | string][]) => {
 		lines.push(`# HELP scs_${name} ${help}`, `# TYPE scs_${name} ${type}`);
@@ -38,17 +68,19 @@ function toPrometheus(metrics: Metrics): string {
 	metric("intents", "gauge", "Live payment intents per internal state.", Object.entries(metrics.intents).map(([state, n]) => [`{state="${state}"}`, n]));
 	metric("settled_intents_total", "counter", "Payment intents settled (CONFIRMED).", [["", metrics.settled.count]]);
 	metric("settled_volume_base_units_total", "counter", "Settled amount per token mint, in base units.", Object.entries(metrics.settled.volume).map(([mint, v]) => [`{mint="${mint}"}`, v]));
-	metric("verifications_total", "counter", "Verification verdicts of this node's receiver.", [
+	metric("verifications_total", "counter", "Verification verdicts stored on intents.", [
 		['{outcome="verified"}', metrics.verification.verified],
-		['{outcome="rejected"}', metrics.verification.rejected],
-		['{outcome="unrecorded"}', metrics.verification.unrecorded]
+		['{outcome="rejected"}', metrics.verification.rejected]
 	]);
-	metric("verification_latency_ms", "gauge", "Verification latency percentiles over the latest verdicts.", [
-		['{quantile="0.5"}', metrics.verification.p50Ms],
-		['{quantile="0.99"}', metrics.verification.p99Ms]
-	]);
+	// Per process, labelled by node: Prometheus sums them (sum by (...)), and a restarted process
+	// starts its own series again instead of making a cluster total go down.
+	metric("unrecorded_rejections_total", "counter", "Bodies refused without a record (forgeries and the like), per receiver process.", [...receivers].map(([node, stats]) => [`{node="${node}"}`, stats.unrecorded]));
+	metric("verification_latency_ms", "gauge", "Verification latency percentiles over the latest verdicts, per receiver process.", [...receivers].flatMap(([node, stats]) => [
+		[`{node="${node}",quantile="0.5"}`, stats.p50Ms],
+		[`{node="${node}",quantile="0.99"}`, stats.p99Ms]
+	] as [string, number][]));
 	metric("leases_active", "gauge", "Leases held now.", [["", metrics.leases.active]]);
-	metric("leases_expired_total", "counter", "Leases returned by the expiry sweep since the mempool started.", [["", metrics.leases.expired]]);
+	metric("leases_expired_total", "counter", "Leases returned by the expiry sweep.", [["", metrics.leases.expired]]);
 	return `${lines.join("\n")}\n`;
 }
 
@@ -77,24 +109,25 @@ export function networkService(config: Config): ServiceSchema {
 			metrics: {
 				params: { $$strict: true, format: { type: "enum", values: ["json", "prometheus"], optional: true } },
 				async handler(ctx: Context<{ format?: "json" | "prometheus" }, { accept?: string; $responseType?: string }>) {
-					const [intents, settled, verification, leases] = await Promise.all([
-						ctx.call<Metrics["intents"]>("mempool.counts"),
-						ctx.call<Metrics["settled"]>("mempool.settled"),
-						ctx.call<Metrics["verification"]>("receiver.stats"),
-						ctx.call<Metrics["leases"]>("mempool.leaseCounts")
-					]);
+					const [totals, receivers] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), receiverStats(ctx)]);
+					const own = [...receivers.values()];
 					const metrics: Metrics = {
 						uptimeSeconds: Math.floor((Date.now() - startedAt.getTime()) / 1000),
 						startedAt: startedAt.toISOString(),
-						intents,
-						settled,
-						verification,
-						leases
+						intents: totals.live,
+						settled: totals.settled,
+						verification: {
+							...totals.verdicts,
+							unrecorded: own.reduce((sum, stats) => sum + stats.unrecorded, 0),
+							p50Ms: Math.max(0, ...own.map(stats => stats.p50Ms)),
+							p99Ms: Math.max(0, ...own.map(stats => stats.p99Ms))
+						},
+						leases: { active: totals.live.CRANKER_LEASED, expired: totals.lapsedLeases }
 					};
 					const prometheus = ctx.params.format === "prometheus" || (ctx.params.format === undefined && /\btext\/plain\b/.test(ctx.meta.accept ?? ""));
 					if (!prometheus) return metrics;
 					ctx.meta.$responseType = "text/plain; version=0.0.4; charset=utf-8";
-					return toPrometheus(metrics);
+					return toPrometheus(metrics, receivers);
 				}
 			},
 

@@ -23,10 +23,11 @@ const UNAVAILABLE = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQU
 type Outcome = { record: IntentRecord | null; verifierUnavailable: boolean };
 type Verdict = VerificationResult & { verifiedBy?: string };
 
-/** Verification outcomes and latencies (verdict to stored outcome) of this receiver since it started. */
+/**
+ * This receiver's own figures since it started: latencies (verdict to stored outcome) and bodies
+ * refused without a record. The verdict counts are the store's (mempool.totals), not a process's.
+ */
 class VerificationStats {
-	verified = 0;
-	rejected = 0;
 	/** Bodies refused that leave no record (SPEC §2.1: forgeries and the like), only this count. */
 	unrecorded = 0;
 	/** The latest latencies, a ring: percentiles describe recent behaviour, in bounded memory. */
@@ -34,18 +35,16 @@ class VerificationStats {
 	private size = 0;
 	private next = 0;
 
-	record(verified: boolean, ms: number): void {
-		if (verified) this.verified++;
-		else this.rejected++;
+	record(ms: number): void {
 		this.window[this.next] = ms;
 		this.next = (this.next + 1) % this.window.length;
 		this.size = Math.min(this.size + 1, this.window.length);
 	}
 
-	snapshot(): { verified: number; rejected: number; unrecorded: number; p50Ms: number; p99Ms: number } {
+	snapshot(): { unrecorded: number; p50Ms: number; p99Ms: number } {
 		const sorted = this.window.slice(0, this.size).sort();
 		const at = (q: number) => (sorted.length ? Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] * 100) / 100 : 0);
-		return { verified: this.verified, rejected: this.rejected, unrecorded: this.unrecorded, p50Ms: at(0.5), p99Ms: at(0.99) };
+		return { unrecorded: this.unrecorded, p50Ms: at(0.5), p99Ms: at(0.99) };
 	}
 }
 
@@ -62,7 +61,7 @@ export function receiverService(config: Config): ServiceSchema {
 
 	function count(record: IntentRecord | null, startedAt: number): void {
 		if (!record) stats.unrecorded++;
-		else if (record.state === "VERIFIED" || record.state === "REJECTED") stats.record(record.state === "VERIFIED", performance.now() - startedAt);
+		else if (record.state === "VERIFIED" || record.state === "REJECTED") stats.record(performance.now() - startedAt);
 	}
 
 	/** The sweep's verification of a waiting record: claim, verify, complete. Never throws for an unavailable verifier. */
@@ -133,7 +132,7 @@ export function receiverService(config: Config): ServiceSchema {
 				}
 			},
 
-			/** Internal: verification figures of this receiver for GET /metrics. */
+			/** Internal: this receiver process's own figures for GET /metrics (called on every receiver node). */
 			stats: {
 				params: {},
 				handler: () => stats.snapshot()

@@ -66,7 +66,8 @@ describe("GET /metrics", () => {
 			expect(text).toContain("scs_settled_intents_total 1");
 			expect(text).toContain(`scs_settled_volume_base_units_total{mint="${MINT}"} 30`);
 			expect(text).toContain('scs_verifications_total{outcome="rejected"} 1');
-			expect(text).toContain('scs_verifications_total{outcome="unrecorded"} 1');
+			expect(text).toMatch(/^scs_unrecorded_rejections_total\{node="[^"]+"\} 1$/m);
+			expect(text).toMatch(/^scs_verification_latency_ms\{node="[^"]+",quantile="0.99"\} [0-9.]+$/m);
 			expect(text).toContain("# TYPE scs_leases_active gauge");
 		}
 		expect((await node.http("GET", "/metrics?format=xml")).status).toBe(422);

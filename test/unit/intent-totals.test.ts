@@ -1,47 +1,55 @@
-/** Running totals (lib/intent-totals.ts): every stored change applied as "remove before, add after". */
-import { IntentTotals } from "../../lib/intent-totals";
+/** The intent figures as a store tally (lib/intent-totals.ts): what each record adds, and reading the sums back. */
+import { intentTally, totalsFromTally } from "../../lib/intent-totals";
 import type { IntentRecord, IntentState } from "../../lib/intents";
+import { addTally } from "../../lib/store/port";
 import { MINT, record } from "./records";
 
-const at = (r: IntentRecord, state: IntentState, extra: Partial<IntentRecord> = {}): IntentRecord => ({ ...r, state, ...extra });
+const at = (r: IntentRecord, state: IntentState, extra: Partial<IntentRecord> = {}): IntentRecord => ({ ...r, state, history: [...r.history, { state, at: r.updatedAt }], ...extra });
 
-describe("IntentTotals", () => {
+/** Sums records as the store does: plus each record written, minus each record replaced. */
+function sums(changes: [before: IntentRecord | null, after: IntentRecord | null][]) {
+	const total = new Map<string, bigint>();
+	for (const [before, after] of changes) {
+		if (before) addTally(total, intentTally(before), -1n);
+		if (after) addTally(total, intentTally(after), 1n);
+	}
+	return totalsFromTally(Object.fromEntries(total));
+}
+
+describe("intent tally", () => {
+	const received: IntentRecord = { ...record("VERIFIED"), state: "RECEIVED", history: [{ state: "RECEIVED", at: "t0" }] };
+
 	it("follows an intent from insert to settlement and archiving", () => {
-		const totals = new IntentTotals();
-		const received = at(record("VERIFIED"), "RECEIVED");
-		totals.apply(null, received);
-		expect(totals.snapshot().live.RECEIVED).toBe(1);
-
-		const verified = at(received, "VERIFIED");
-		totals.apply(received, verified);
+		const verifying = at(received, "NODE_VERIFYING");
+		const verified = at(verifying, "VERIFIED");
 		const confirmed = at(verified, "CONFIRMED");
-		totals.apply(verified, confirmed);
-		expect(totals.snapshot()).toMatchObject({
+		const figures = sums([
+			[null, received],
+			[received, verifying],
+			[verifying, verified],
+			[verified, confirmed]
+		]);
+		expect(figures).toMatchObject({
 			live: { RECEIVED: 0, VERIFIED: 0, CONFIRMED: 1 },
 			liveVolume: { [MINT]: confirmed.request.amount },
-			settled: { count: 1, volume: { [MINT]: confirmed.request.amount } }
+			settled: { count: 1, volume: { [MINT]: confirmed.request.amount } },
+			verdicts: { verified: 1, rejected: 0 }
 		});
-
-		totals.apply(confirmed, { ...confirmed, archivedIn: 1 });
-		const snapshot = totals.snapshot();
-		expect(snapshot.live.CONFIRMED).toBe(0);
-		expect(snapshot.liveVolume).toEqual({});
-		expect(snapshot.settled).toEqual({ count: 1, volume: { [MINT]: confirmed.request.amount } });
+		const archived = sums([[null, { ...confirmed, archivedIn: 1 }]]);
+		expect(archived.live.CONFIRMED).toBe(0);
+		expect(archived.liveVolume).toEqual({});
+		expect(archived.settled).toEqual({ count: 1, volume: { [MINT]: confirmed.request.amount } });
 	});
 
 	it("sums u64 amounts without losing precision", () => {
-		const totals = new IntentTotals();
-		const big = at(record("VERIFIED"), "CONFIRMED", { request: { ...record("VERIFIED").request, amount: "18446744073709551615" } });
-		totals.apply(null, big);
-		totals.apply(null, { ...big, id: "int_other" });
-		expect(totals.snapshot().settled.volume[MINT]).toBe("36893488147419103230");
+		const big = at(received, "CONFIRMED", { request: { ...received.request, amount: "18446744073709551615" } });
+		expect(sums([[null, big], [null, { ...big, id: "int_other" }]]).settled.volume[MINT]).toBe("36893488147419103230");
 	});
 
-	it("counts archived rejections out of the live totals only", () => {
-		const totals = new IntentTotals();
-		const rejected = at(record("VERIFIED"), "REJECTED");
-		totals.apply(null, rejected);
-		totals.apply(rejected, { ...rejected, archivedIn: 2 });
-		expect(totals.snapshot()).toMatchObject({ live: { REJECTED: 0 }, settled: { count: 0, volume: {} } });
+	it("counts a verification rejection, archived or not, and each lapsed lease", () => {
+		const rejected = at(at(received, "NODE_VERIFYING"), "REJECTED", { archivedIn: 2 });
+		expect(sums([[null, rejected]])).toMatchObject({ live: { REJECTED: 0 }, settled: { count: 0, volume: {} }, verdicts: { verified: 0, rejected: 1 } });
+		const relet = { ...received, history: [{ state: "VERIFIED" as const, at: "a" }, { state: "CRANKER_LEASED" as const, at: "b" }, { state: "VERIFIED" as const, at: "c", reason: "LEASE_EXPIRED" }] };
+		expect(sums([[null, relet], [null, { ...relet, id: "x", history: [...relet.history, ...relet.history] }]]).lapsedLeases).toBe(3);
 	});
 });

@@ -21,15 +21,18 @@ async function main(): Promise<void> {
 	};
 	process.once("SIGTERM", shutdown);
 	process.once("SIGINT", shutdown);
+	const gateway = !config.services || config.services.includes("api");
+	if (!gateway) {
+		// No gateway in this process: /health/live and /health/ready on PORT for the probes, before
+		// the broker starts, so a slow start (an owner opening its store) is live and not yet ready
+		// instead of a process the liveness probe restarts.
+		const health = await startHealthServer(broker, config.port);
+		broker.logger.info(`Health routes on port ${(health.address() as { port: number }).port}; services: ${(config.services ?? []).join(",")}.`);
+	}
 	await broker.start();
 	const api = broker.getLocalService("api") as { server?: { address(): { port: number } | string | null } } | undefined;
 	const address = api?.server?.address();
 	if (address && typeof address === "object") broker.logger.info(`Settlement Coordination Service listening on port ${address.port} (data in ${config.dataDir}).`);
-	else {
-		// No gateway in this process: /health/live and /health/ready on PORT for the probes.
-		const health = await startHealthServer(broker, config.port);
-		broker.logger.info(`Health routes on port ${(health.address() as { port: number }).port}; services: ${(config.services ?? []).join(",")}.`);
-	}
 }
 
 main().catch(err => {

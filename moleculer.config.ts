@@ -19,14 +19,22 @@ export function brokerOptions(config: Config): BrokerOptions {
 		namespace: config.namespace,
 		nodeID: `${os.hostname()}-${process.pid}`,
 		// Embedded: every service in one process, no transporter. Distributed: NATS.
-		transporter: config.transporter ? { type: "NATS", options: { url: config.transporter } } : null,
+		// The bus requires credentials (k8s/20-nats.yaml): without them any pod could call an owner.
+		transporter: config.transporter
+			? { type: "NATS", options: { url: config.transporter, ...(config.natsUser !== null ? { user: config.natsUser, pass: config.natsPassword ?? "" } : {}) } }
+			: null,
 		// JSON: readable on the wire with `nats sub`, and our payloads are small documents.
 		serializer: "JSON",
 		logger: { type: "Console", options: { formatter: "short", colors: false, moduleColors: false } },
 		logLevel: config.logLevel as BrokerOptions["logLevel"],
-		requestTimeout: 10_000,
-		// Only errors that say so are retried (node unreachable, timeouts): never a client error.
-		retryPolicy: { enabled: true, retries: 2, delay: 100, maxDelay: 1000, factor: 2, check: (err: Error) => !!(err as Errors.MoleculerError).retryable },
+		// Longer than the store's own limits (5 s to find a primary, 5 s for a majority write), so a
+		// store that cannot answer comes back as 503 from its owner, not as a broker timeout.
+		requestTimeout: 15_000,
+		// No retries, the one rule for every action: a timed-out call may still be running, and a
+		// second run of a state change answers differently (NONCE_REUSED for the nonce it consumed).
+		// Callers that can wait retry on their own terms (the sweeps, the Cranker, SDK clients on
+		// 503), and the state-changing actions recognise a repeat of their own call (services/replay.ts).
+		retryPolicy: { enabled: false },
 		// Trips on nodes that fail (crashes, timeouts), never on the Node's own answers: a 503 such as
 		// CHAIN_UNAVAILABLE, which any Cranker can provoke, must not shut an action for everyone.
 		circuitBreaker: { enabled: true, threshold: 0.5, minRequestCount: 20, windowTime: 60, halfOpenTime: 10_000, check: isNodeFailure },

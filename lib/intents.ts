@@ -85,6 +85,8 @@ export interface IntentRecord {
 	rejectionDetail?: string;
 	/** The epoch whose close archived it; absent while it is live. */
 	archivedIn?: number;
+	/** The broker call that recorded it, so that a retry of that call is recognised (services/replay.ts). */
+	intakeCall?: string | null;
 }
 
 /** A record while a Cranker holds its lease. */

@@ -3,9 +3,10 @@
  * its own store (its own SQLite file, or its own collections in MongoDB), so no service can reach
  * another's data except through that service's actions.
  */
-import type { Service, ServiceSchema } from "moleculer";
+import { Errors, type Context, type Service, type ServiceSchema } from "moleculer";
 import { ConfigError, type Config } from "../lib/config";
-import { openStore, type Store } from "../lib/store";
+import { isServiceError, ServiceError } from "../lib/errors";
+import { openStore, StoreUnavailableError, type Store } from "../lib/store";
 
 /** How long a starting SQLite owner listens for the cluster's INFO packets before it checks for a twin. */
 const DISCOVERY_WAIT_MS = 1500;
@@ -27,9 +28,27 @@ async function refuseSqliteTwin(service: Service): Promise<void> {
 		);
 }
 
+/**
+ * The store boundary: what an owner's action throws leaves it as a SPEC §7 error. A store that
+ * cannot answer now is 503 NOT_READY (the gateway adds retry-after); any other failure is a bare
+ * 500, logged here with its cause, so no database code or message ever reads as a client error.
+ */
+function storeBoundary(this: Service, ctx: Context, err: unknown): never {
+	if (isServiceError(err)) throw err;
+	if (err instanceof StoreUnavailableError) {
+		this.logger.warn(`${ctx.action?.name}: ${err.message}`);
+		throw new ServiceError("NOT_READY", "The store is not available right now; retry shortly");
+	}
+	// Errors of the framework (validation, a nested call's answer or timeout) keep their own meaning.
+	if (err instanceof Errors.MoleculerError) throw err;
+	this.logger.error(`${ctx.action?.name} failed:`, err);
+	throw new ServiceError("INTERNAL_ERROR", "Internal error");
+}
+
 export function storeMixin(config: Config, owner: string, onOpen: (store: Store) => Promise<void>): Partial<ServiceSchema> {
 	let store: Store | null = null;
 	return {
+		hooks: { error: { "*": storeBoundary } },
 		async started(this: Service) {
 			if (config.store === "sqlite" && this.broker.transit) await refuseSqliteTwin(this);
 			store = await openStore({ kind: config.store, dataDir: config.dataDir, mongoUrl: config.mongoUrl, owner });

@@ -9,6 +9,7 @@ import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { consumeNonceParams } from "../lib/schemas";
 import type { Collection } from "../lib/store";
+import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
 
 /** SPEC §9: issuedAt within ±5 minutes of the Node's clock, bounds included. */
@@ -20,6 +21,8 @@ interface ConsumedNonce {
 	wallet: string;
 	nonce: string;
 	consumedAt: string;
+	/** The call that consumed it (services/replay.ts). */
+	callKey?: string | null;
 }
 
 export function accessService(config: Config): ServiceSchema {
@@ -43,9 +46,12 @@ export function accessService(config: Config): ServiceSchema {
 					if (Math.abs(now.getTime() - Date.parse(issuedAt)) > ACCESS_WINDOW_MS) throw new ServiceError("EXPIRED", "issuedAt is more than 5 minutes away from the Node's clock");
 					if (!verifySignature(wallet, buildThresholdAccessMessage({ wallet, nonce, issuedAt }), signature))
 						throw new ServiceError("INVALID_SIGNATURE", "The signature is not the wallet's signature of the access message");
-					const record: ConsumedNonce = { id: `${wallet}:${nonce}`, wallet, nonce, consumedAt: now.toISOString() };
-					if (!(await consumed.insert(record))) throw new ServiceError("NONCE_REUSED", "This wallet already consumed the nonce", { wallet, nonce });
-					return { wallet, nonce, consumedAt: record.consumedAt };
+					const record: ConsumedNonce = { id: `${wallet}:${nonce}`, wallet, nonce, consumedAt: now.toISOString(), callKey: callKey(ctx) };
+					if (await consumed.insert(record)) return { wallet, nonce, consumedAt: record.consumedAt };
+					// A retry of the call that consumed it gets that call's answer; anyone else is refused.
+					const existing = await consumed.get(record.id);
+					if (existing && isOwnWrite(ctx, existing.callKey)) return { wallet, nonce, consumedAt: existing.consumedAt };
+					throw new ServiceError("NONCE_REUSED", "This wallet already consumed the nonce", { wallet, nonce });
 				}
 			}
 		}

@@ -13,7 +13,9 @@ import type { Config } from "../lib/config";
 import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
 import { buildOpenApiDocument, type Operation } from "../lib/openapi";
+import { limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
+import { WORK_PAGE } from "./mempool.service";
 import { isReady, markDraining } from "./health";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
@@ -51,6 +53,12 @@ function publicData(type: ErrorType, data: unknown): unknown {
 	});
 }
 
+/** moleculer-web's and Moleculer's client errors: the only errors whose status the gateway reads. */
+const GATEWAY_ERRORS = new Set(["NotFoundError", "BadRequestError", "InvalidRequestBodyError", "InvalidResponseTypeError", "UnAuthorizedError", "ForbiddenError", "PayloadTooLarge", "UnsupportedMediaTypeError", "MoleculerClientError", "ValidationError"]);
+
+/** How long a client should wait before retrying a 503: the store and the bus recover within seconds. */
+const RETRY_AFTER_UNAVAILABLE_S = 1;
+
 /** Maps anything thrown below the gateway to a SPEC §7 error; unknown failures become a bare 500. */
 function toWireError(err: WireError): ServiceError {
 	if (typeof err.type === "string" && err.type in ERROR_STATUS) return new ServiceError(err.type as ErrorType, err.message ?? "", publicData(err.type as ErrorType, err.data));
@@ -65,6 +73,9 @@ function toWireError(err: WireError): ServiceError {
 		case "BROKER_DISCONNECTED":
 			return new ServiceError("NOT_READY", "The service is not ready to answer this request");
 	}
+	// Only the gateway's own refusals carry an HTTP status; a code from anywhere else (a database
+	// error code, say) is never read as one.
+	if (!GATEWAY_ERRORS.has(err.name ?? "")) return new ServiceError("INTERNAL_ERROR", "Internal error");
 	const status = Number(err.status ?? err.code);
 	if (err.name === "NotFoundError" || status === 404) return new ServiceError("NOT_FOUND", "Not found");
 	// Other refusals of malformed requests (body charset, undecodable path segments) are the
@@ -77,7 +88,7 @@ function toWireError(err: WireError): ServiceError {
 const WORKER_ROUTES: Record<string, string> = {
 	"GET /intents": "mempool.list",
 	"PATCH /intents/:id/status": "mempool.updateStatus",
-	"GET /intent-work": "mempool.work",
+	"GET /intent-work": "api.intentWork",
 	"POST /internal/settlement-authorizations/settlement": "payouts.authorize",
 	"POST /internal/wake": "receiver.wake",
 	"POST /crankers/heartbeat": "crankers.heartbeat",
@@ -267,11 +278,37 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					const resetTime = route?.rateLimit?.store?.resetTime ?? Date.now() + 60_000;
 					res.setHeader("Retry-After", String(Math.max(1, Math.ceil((resetTime - Date.now()) / 1000))));
 				}
+				if (error.code === 503 && !res.headersSent && !res.hasHeader("Retry-After")) res.setHeader("Retry-After", String(RETRY_AFTER_UNAVAILABLE_S));
 				sendJson(res, error.code, error);
 			}
 		},
 
 		actions: {
+			/**
+			 * GET /intent-work: the mempool's work pages joined here, so that no list of up to 500
+			 * intents crosses the bus in one message (NATS refuses messages over 1 MB).
+			 */
+			intentWork: {
+				params: { $$strict: true, limit: limit() },
+				async handler(ctx: Context<{ limit: number }>) {
+					type Work = { intent: { id: string; createdAt: string } };
+					const work: Work[] = [];
+					let after: { createdAt: string; ids: string[] } | undefined;
+					while (work.length < ctx.params.limit) {
+						const size = Math.min(WORK_PAGE, ctx.params.limit - work.length);
+						const page = await ctx.call<Work[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) });
+						work.push(...page);
+						if (page.length < size) break;
+						const last = page[page.length - 1].intent.createdAt;
+						const atLast = page.filter(item => item.intent.createdAt === last).map(item => item.intent.id);
+						after = { createdAt: last, ids: after?.createdAt === last ? [...after.ids, ...atLast] : atLast };
+						// More intents at one instant than a page can skip: stop rather than loop.
+						if (after.ids.length > WORK_PAGE) break;
+					}
+					return work;
+				}
+			},
+
 			/**
 			 * GET /openapi.json: OpenAPI 3.1 of every route, built from the route tables above and the
 			 * parameter schemas the actions validate with, as the registry knows them now.

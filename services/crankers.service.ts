@@ -12,6 +12,7 @@ import { ServiceError } from "../lib/errors";
 import { MAX_CLOCK_SKEW_S, assertSignedBy } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
 import type { Collection } from "../lib/store";
+import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
@@ -36,6 +37,8 @@ interface CrankerDoc {
 	version: string | null;
 	lastSentAt: string;
 	lastSeenAt: string;
+	/** The call that stored this heartbeat (services/replay.ts). */
+	callKey?: string | null;
 }
 
 /** A request signature seen within its validity window, keyed by the signature itself. */
@@ -117,12 +120,17 @@ export function crankersService(config: Config): ServiceSchema {
 						liquidity: hb.liquidity,
 						version: hb.version ?? null,
 						lastSentAt: hb.sentAt,
-						lastSeenAt: now.toISOString()
+						lastSeenAt: now.toISOString(),
+						callKey: callKey(ctx)
 					};
 					// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
 					const inserted = await crankers.insert(doc);
-					if (!inserted && !(await crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc)))
+					if (!inserted && !(await crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc))) {
+						// A retry of the call that stored this heartbeat answers as that call did.
+						const stored = await crankers.get(doc.id);
+						if (stored && isOwnWrite(ctx, stored.callKey)) return toView(stored, Date.parse(stored.lastSeenAt));
 						throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+					}
 					if (inserted) recordCount++;
 					totals.seen(doc);
 					return toView(doc, now.getTime());

@@ -2,13 +2,19 @@
  * epochs: owns the epoch sequence (SPEC §8). Epochs are numbered from 1. Closing epoch E opens
  * E + 1, has the mempool archive every terminal intent of E or earlier, and records the Merkle
  * root of the executed ones. A close is resumable: it is marked `closing` first, and a close left
- * half-done by a crash is finished at the next start (or minute).
+ * half-done by a crash is finished at the next start (or minute), by this replica or another.
+ *
+ * What a close archives is fixed by its mark: the terminal intents of E or earlier that were last
+ * changed at or before `closedAt`. So every replica that finishes (or resumes) the same close
+ * archives the same set and computes the same result and root; the first to store it wins, and
+ * the others answer the stored one.
  */
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
 import type { Collection } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
+import { callKey } from "./replay";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 export interface EpochCloseResult {
@@ -30,6 +36,8 @@ interface EpochDoc {
 	startedAt: string;
 	closedAt: string | null;
 	result: EpochCloseResult | null;
+	/** The call that began the close, so that a retry of it answers with this close (services/replay.ts). */
+	closeCall?: string | null;
 }
 
 const ARCHIVE_BATCH = 500;
@@ -62,7 +70,8 @@ export function epochsService(config: Config): ServiceSchema {
 	async function finishClose(closing: EpochDoc): Promise<EpochCloseResult> {
 		inFlight.add(closing.epoch);
 		try {
-			while ((await broker.call<number, object>("mempool.archiveTerminal", { epoch: closing.epoch, limit: ARCHIVE_BATCH })) > 0);
+			const cutoff = { epoch: closing.epoch, changedBefore: closing.closedAt!, limit: ARCHIVE_BATCH };
+			while ((await broker.call<number, object>("mempool.archiveTerminal", cutoff)) > 0);
 			const summary = await broker.call<Pick<EpochCloseResult, "executed" | "canceled" | "volume" | "root">, object>("mempool.archiveSummary", { epoch: closing.epoch });
 			const closedAt = closing.closedAt ?? new Date().toISOString();
 			const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
@@ -74,11 +83,11 @@ export function epochsService(config: Config): ServiceSchema {
 	}
 
 	/** Marks epoch `open` closing (one compare-and-set: one racing caller wins) and finishes the close. */
-	async function closeEpoch(open: EpochDoc): Promise<EpochCloseResult> {
+	async function closeEpoch(open: EpochDoc, closeCall: string | null = null): Promise<EpochCloseResult> {
 		const closedAt = new Date().toISOString();
 		// E + 1 opens first, so new intents and the status routes always find an open epoch.
 		await openEpochNumber(open.epoch + 1, closedAt);
-		const closing: EpochDoc = { ...open, status: "closing", closedAt };
+		const closing: EpochDoc = { ...open, status: "closing", closedAt, closeCall };
 		if (!(await epochs.update(open.id, { status: "open" }, closing))) throw new ServiceError("INVALID_TRANSITION", `Epoch ${open.epoch} is already being closed`, { epoch: open.epoch });
 		return finishClose(closing);
 	}
@@ -87,12 +96,17 @@ export function epochsService(config: Config): ServiceSchema {
 	 * Closes the newest open epoch E. Every earlier epoch must be closed already: a caller that
 	 * comes while E − 1 is still closing gets 409 instead of closing the epoch that close opened.
 	 */
-	async function close(expectedEpoch?: number): Promise<EpochCloseResult> {
+	async function close(expectedEpoch?: number, closeCall: string | null = null): Promise<EpochCloseResult> {
+		if (closeCall) {
+			// A retry of a close that began answers with that close, instead of closing the next epoch.
+			const began = await epochs.findOne({ closeCall });
+			if (began) return began.result ?? finishClose(began);
+		}
 		const open = await openEpoch();
 		if (expectedEpoch !== undefined && open.epoch !== expectedEpoch) throw new ServiceError("INVALID_TRANSITION", `Epoch ${expectedEpoch} is not open`);
 		const unfinished = await epochs.findOne({ status: { in: ["open", "closing"] }, epoch: { lt: open.epoch } });
 		if (unfinished) throw new ServiceError("INVALID_TRANSITION", `Epoch ${unfinished.epoch} is still being closed`, { epoch: unfinished.epoch });
-		return closeEpoch(open);
+		return closeEpoch(open, closeCall);
 	}
 
 	/**
@@ -118,7 +132,12 @@ export function epochsService(config: Config): ServiceSchema {
 		dependencies: ["mempool"],
 		mixins: [
 			storeMixin(config, "epochs", async store => {
-				epochs = await store.collection<EpochDoc>({ name: "epochs", fields: { epoch: "integer", status: "text" }, unique: [["epoch"]], indexes: [["status", "epoch"]] });
+				epochs = await store.collection<EpochDoc>({
+					name: "epochs",
+					fields: { epoch: "integer", status: "text", closeCall: "text" },
+					unique: [["epoch"], ["closeCall"]],
+					indexes: [["status", "epoch"]]
+				});
 				// The first start opens epoch 1; insert() is a no-op on every later start.
 				await openEpochNumber(1, new Date().toISOString());
 			}),
@@ -148,7 +167,7 @@ export function epochsService(config: Config): ServiceSchema {
 			/** POST /epoch/close */
 			close: {
 				params: { $$strict: true },
-				handler: () => close()
+				handler: (ctx: Context) => close(undefined, callKey(ctx))
 			}
 		},
 

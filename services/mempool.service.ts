@@ -43,6 +43,7 @@ import { UNRECORDED_REJECTIONS, type VerificationResult } from "../lib/verificat
 import { intentTally, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
 import { byId, merkleRoot } from "../lib/merkle";
 import { storeMixin } from "../mixins/store.mixin";
+import { callKey, isOwnWrite } from "./replay";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 const INTENTS_COLLECTION = {
@@ -64,6 +65,8 @@ interface NonceDoc {
 }
 
 const SWEEP_BATCH = 500;
+/** Intents per work page: about 2.5 KB each, so a page is a few hundred KB on the bus. */
+export const WORK_PAGE = 100;
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
 const resultParam = { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true } } };
@@ -203,7 +206,8 @@ export function mempoolService(config: Config): ServiceSchema {
 						request,
 						lease: null,
 						submission: null,
-						history: [{ state: "RECEIVED", at }]
+						history: [{ state: "RECEIVED", at }],
+						intakeCall: callKey(ctx)
 					};
 					if (await intents.insert(record)) {
 						if (!verdict) return { record, created: true };
@@ -218,7 +222,8 @@ export function mempoolService(config: Config): ServiceSchema {
 					if (existing.requestDigest !== requestDigest)
 						// No record id here: whoever guessed a paymentId must not learn another sender's intent.
 						throw new ServiceError("IDEMPOTENCY_CONFLICT", "paymentId was already used with a different request body", { paymentId: existing.paymentId });
-					return { record: existing, created: false };
+					// A retry of the call that recorded it answers as that call did: created.
+					return { record: existing, created: isOwnWrite(ctx, existing.intakeCall) };
 				}
 			},
 
@@ -251,18 +256,29 @@ export function mempoolService(config: Config): ServiceSchema {
 				}
 			},
 
-			/** GET /intent-work: VERIFIED intents that have not expired, oldest first. */
-			work: {
-				params: { $$strict: true, limit: limit() },
-				async handler(ctx: Context<{ limit: number }>) {
+			/**
+			 * Internal, for GET /intent-work: one page of VERIFIED intents that have not expired,
+			 * oldest first, after `after` (the last page's final createdAt and the ids listed at it).
+			 * Pages stay far below NATS's 1 MB message limit; the gateway joins them (api.intentWork).
+			 */
+			workPage: {
+				params: {
+					limit: { type: "number", integer: true, min: 1, max: WORK_PAGE },
+					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, ids: { type: "array", max: WORK_PAGE, items: recordRef } } }
+				},
+				async handler(ctx: Context<{ limit: number; after?: { createdAt: string; ids: string[] } }>) {
 					const now = new Date();
 					const latestSlot = slots.latest();
+					const { limit: size, after } = ctx.params;
+					const seen = new Set(after?.ids);
 					const where: Where = {
 						state: "VERIFIED",
 						expiresAt: { gt: now.toISOString() },
-						...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {})
+						...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}),
+						...(after ? { createdAt: { gte: after.createdAt } } : {})
 					};
-					const records = await intents.list({ where, orderBy: ["createdAt", "asc"], limit: ctx.params.limit });
+					// Intents sharing the cursor's createdAt come again: ask for as many more, and drop them.
+					const records = (await intents.list({ where, orderBy: ["createdAt", "asc"], limit: size + seen.size })).filter(record => !seen.has(record.id)).slice(0, size);
 					return records.map(record => ({ intent: toWorkerView(record), leaseTtlMs: config.leaseTtlMs }));
 				}
 			},
@@ -387,21 +403,20 @@ export function mempoolService(config: Config): ServiceSchema {
 			},
 
 			/**
-			 * Internal: flags up to `limit` live terminal intents of epoch `epoch` or earlier as archived
-			 * in it (one compare-and-set each); returns how many it flagged. Archived intents stay in
-			 * this store, so paymentId idempotency and nonce ownership outlive the epoch.
+			 * Internal: flags up to `limit` live terminal intents of epoch `epoch` or earlier, last
+			 * changed at or before `changedBefore` (the close's mark), as archived in it (one
+			 * compare-and-set each); returns how many it found, so that a caller whose batch another
+			 * replica flagged first still comes back until none is left. The mark fixes the set, so replicas
+			 * finishing the same close archive the same intents. Archived intents stay in this
+			 * store, so paymentId idempotency and nonce ownership outlive the epoch.
 			 */
 			archiveTerminal: {
-				params: { epoch: { type: "number", integer: true, min: 1 }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
-				async handler(ctx: Context<{ epoch: number; limit: number }>): Promise<number> {
-					const { epoch, limit } = ctx.params;
-					const due = await intents.list({ where: { archivedIn: null, state: { in: TERMINAL_STATES }, epoch: { lte: epoch } }, limit });
-					let archived = 0;
-					for (const record of due) {
-						const next = { ...record, archivedIn: epoch };
-						if (await intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, next)) archived++;
-					}
-					return archived;
+				params: { epoch: { type: "number", integer: true, min: 1 }, changedBefore: { type: "string", max: 40 }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
+				async handler(ctx: Context<{ epoch: number; changedBefore: string; limit: number }>): Promise<number> {
+					const { epoch, changedBefore, limit } = ctx.params;
+					const due = await intents.list({ where: { archivedIn: null, state: { in: TERMINAL_STATES }, epoch: { lte: epoch }, updatedAt: { lte: changedBefore } }, limit });
+					for (const record of due) await intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch });
+					return due.length;
 				}
 			},
 

@@ -43,9 +43,9 @@ const OPERATIONS_COLLECTION = {
 	name: "tin_operations",
 	fields: { operationId: "text", status: "text", intentType: "text", createdAt: "text", verifiedBy: "text", feeCommittedBy: "text", finalizing: "text" },
 	unique: [["operationId"]],
-	// One per filter of the public list (status, intent_type, both, neither), each ending in its order:
-	// anyone can add operations, so no public read may scan them.
-	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"]]
+	// One per filter of the public list (status, intent_type, both, neither), each ending in its order,
+	// and one for a submitter's registry work: anyone can add operations, so no read may scan them.
+	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"], ["feeCommittedBy", "status", "createdAt"]]
 } as const;
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */

@@ -15,12 +15,14 @@ import { Service } from "kubernetes-models/v1/Service";
 import { Deployment } from "kubernetes-models/apps/v1/Deployment";
 import { StatefulSet } from "kubernetes-models/apps/v1/StatefulSet";
 import { HorizontalPodAutoscaler } from "kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler";
+import { Job } from "kubernetes-models/batch/v1/Job";
 import { Ingress } from "kubernetes-models/networking.k8s.io/v1/Ingress";
+import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1/NetworkPolicy";
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1/PodDisruptionBudget";
 
 /** The kinds the manifests may use, by "apiVersion kind"; any other one is refused. */
 const MODELS = new Map(
-	[ConfigMap, Namespace, Secret, Service, Deployment, StatefulSet, HorizontalPodAutoscaler, Ingress, PodDisruptionBudget].map(Model => [
+	[ConfigMap, Namespace, Secret, Service, Deployment, StatefulSet, Job, HorizontalPodAutoscaler, Ingress, NetworkPolicy, PodDisruptionBudget].map(Model => [
 		`${Model.apiVersion} ${Model.kind}`,
 		Model
 	])

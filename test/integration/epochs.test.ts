@@ -134,37 +134,54 @@ describe("epoch closes that happen by themselves", () => {
 		}
 	});
 
-	it("finishes at the next start a close that a crash interrupted after it began", async () => {
+	it("finishes at the next start a close that a crash interrupted, over the set its mark fixed, with figures that match the store", async () => {
 		const dataDir = tempDir();
 		const route = newRoute();
 		const env = { REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]) };
 		let first = await startNode(env, dataDir);
 		let executed;
+		let late;
+		let mark;
 		try {
 			await first.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker));
 			executed = [await settle(first, route, "40"), await settle(first, route, "2")];
+			await new Promise(resolve => setTimeout(resolve, 5));
+			mark = new Date().toISOString();
+			await new Promise(resolve => setTimeout(resolve, 5));
+			// Settled after the mark: whoever finishes the close leaves it to the next one.
+			late = await settle(first, route, "1000");
 		} finally {
 			await first.stop();
 		}
 		// What a crash right after the `closing` mark leaves behind: epoch 1 closing, nothing archived, no epoch 2.
 		const db = new Database(path.join(dataDir, "epochs.sqlite"));
 		const row = db.prepare("SELECT doc FROM epochs WHERE id = '1'").get() as { doc: string };
-		const doc = { ...JSON.parse(row.doc), status: "closing", closedAt: new Date().toISOString() };
+		const doc = { ...JSON.parse(row.doc), status: "closing", closedAt: mark };
 		db.prepare("UPDATE epochs SET status = 'closing', doc = ? WHERE id = '1'").run(JSON.stringify(doc));
 		db.close();
 
+		// Another process resumes it.
 		first = await startNode(env, dataDir);
 		try {
 			const status = await first.http("GET", "/epoch/status");
-			expect(status.body).toMatchObject({ epoch: 2, intents: { received: 0, executed: 0, canceled: 0 } });
+			expect(status.body).toMatchObject({ epoch: 2, intents: { received: 1, executed: 1, canceled: 0 }, volume: { [MINT]: "1000" } });
 			expect((await first.http("GET", `/intents/${executed[0].id}`)).body.status).toBe("executed");
-			expect((await first.http("GET", "/intents?status=executed", undefined, worker)).body).toEqual([]);
-			// The interrupted epoch is recorded closed, with the root of what it archived.
+			expect((await first.http("GET", "/intents?status=executed", undefined, worker)).body.map((i: { id: string }) => i.id)).toEqual([late.id]);
+			// The interrupted epoch is recorded closed, with the root of what its mark fixed.
 			const reader = new Database(path.join(dataDir, "epochs.sqlite"), { readonly: true });
 			const epoch1 = JSON.parse((reader.prepare("SELECT doc FROM epochs WHERE id = '1'").get() as { doc: string }).doc);
 			reader.close();
 			expect(epoch1).toMatchObject({ status: "closed", result: { epoch: 1, executed: 2, archived: 2, volume: { [MINT]: "42" }, root: expectedRoot(executed!) } });
-			expect((await first.http("POST", "/epoch/close", undefined, worker)).body.epoch).toBe(2);
+			// The figures are the store's: counted here straight from the mempool's file.
+			const mempool = new Database(path.join(dataDir, "mempool.sqlite"), { readonly: true });
+			const live = Object.fromEntries((mempool.prepare("SELECT state, COUNT(*) AS n FROM intents WHERE archivedIn IS NULL GROUP BY state").all() as { state: string; n: number }[]).map(r => [r.state, r.n]));
+			const settledCount = (mempool.prepare("SELECT COUNT(*) AS n FROM intents WHERE state = 'CONFIRMED'").get() as { n: number }).n;
+			mempool.close();
+			const metrics = (await first.http("GET", "/metrics")).body;
+			expect(Object.fromEntries(Object.entries(metrics.intents).filter(([, n]) => n !== 0))).toEqual(live);
+			expect(metrics.settled).toEqual({ count: settledCount, volume: { [MINT]: "1042" } });
+			expect((await first.http("POST", "/epoch/close", undefined, worker)).body).toMatchObject({ epoch: 2, executed: 1, root: expectedRoot([late]) });
+			expect((await first.http("GET", "/metrics")).body.intents.CONFIRMED).toBe(0);
 		} finally {
 			await first.stop();
 		}

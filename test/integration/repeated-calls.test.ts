@@ -1,0 +1,102 @@
+/**
+ * Broker calls that are safe to repeat (services/replay.ts): the same call sent twice, as a broker
+ * retry or a redelivery would send it (same parent context), gets the first call's answer from
+ * each state-changing action; the same body from another call is still refused where it must be.
+ * Real broker, real services, real SQLite files: only the second delivery is made by hand.
+ */
+import { randomBytes } from "node:crypto";
+import type { Context } from "moleculer";
+import { buildThresholdAccessMessage, buildTinOperationMessage } from "../../lib/canonical";
+import { sha256Hex } from "../../lib/encoding";
+import type { GenesisRoute } from "../../lib/registry";
+import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import { startNode, tempDir, type TestNode } from "../helpers/node";
+
+let node: TestNode;
+let route: GenesisRoute;
+
+/** A parent context, as the gateway's request context is for the calls it makes. */
+function caller(): Context {
+	return node.broker.ContextFactory.create(node.broker, null, {}, {}) as Context;
+}
+
+/** Calls `action` twice from the same parent context (a retry) and answers both outcomes. */
+async function twice(parent: Context, action: string, params: object, meta: object = {}) {
+	const call = () => parent.call(action, params, { meta }).then(
+		value => ({ ok: true as const, value }),
+		(error: { type?: string }) => ({ ok: false as const, type: error.type })
+	);
+	return [await call(), await call()] as const;
+}
+
+beforeAll(async () => {
+	const dataDir = tempDir();
+	route = newRoute();
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), ALLOW_SINGLE_CRANKER_TINS: "true" }, dataDir);
+});
+afterAll(() => node.stop());
+
+describe("a repeated call gets the first call's answer", () => {
+	test("access.consume: the nonce it consumed is not NONCE_REUSED for its own retry, but is for anyone else", async () => {
+		const wallet = newWallet();
+		const nonce = uniqueId("nonce_0123456789");
+		const issuedAt = iso(0);
+		const body = { wallet: wallet.address, nonce, issuedAt, signature: wallet.sign(buildThresholdAccessMessage({ wallet: wallet.address, nonce, issuedAt })) };
+		const [first, retry] = await twice(caller(), "access.consume", body);
+		expect(first.ok).toBe(true);
+		expect(retry).toStrictEqual(first);
+		const [other] = await twice(caller(), "access.consume", body);
+		expect(other).toStrictEqual({ ok: false, type: "NONCE_REUSED" });
+	});
+
+	test("crankers.heartbeat: its retry is not STALE_HEARTBEAT; another call with the same sentAt is", async () => {
+		const cranker = newWallet();
+		const heartbeat = signedHeartbeat(cranker);
+		const meta = { crankerPubkey: cranker.address };
+		const [first, retry] = await twice(caller(), "crankers.heartbeat", heartbeat, meta);
+		expect(first.ok).toBe(true);
+		expect(retry).toStrictEqual(first);
+		const [other] = await twice(caller(), "crankers.heartbeat", heartbeat, meta);
+		expect(other).toStrictEqual({ ok: false, type: "STALE_HEARTBEAT" });
+	});
+
+	test("mempool.receive: the retry of the call that recorded the intent answers created", async () => {
+		const request = signedIntent(newWallet(), route);
+		const epoch = 1;
+		const [first, retry] = await twice(caller(), "mempool.receive", { request, epoch });
+		expect(first).toMatchObject({ ok: true, value: { created: true } });
+		expect(retry).toStrictEqual(first);
+		const [other] = await twice(caller(), "mempool.receive", { request, epoch });
+		expect(other).toMatchObject({ ok: true, value: { created: false } });
+	});
+
+	test("epochs.close: the retry answers with the close it began instead of closing the next epoch", async () => {
+		const before = (await node.broker.call<{ epoch: number }>("epochs.current")).epoch;
+		const [first, retry] = await twice(caller(), "epochs.close", {});
+		expect(first).toMatchObject({ ok: true, value: { epoch: before } });
+		expect(retry).toStrictEqual(first);
+		expect((await node.broker.call<{ epoch: number }>("epochs.current")).epoch).toBe(before + 1);
+		const [other] = await twice(caller(), "epochs.close", {});
+		expect(other).toMatchObject({ ok: true, value: { epoch: before + 1 } });
+	});
+
+	test("a TIN stage: the retry of a stage move answers with the moved operation", async () => {
+		const owner = newWallet();
+		const verifier = newWallet();
+		expect((await node.as(verifier)("POST", "/crankers/heartbeat", signedHeartbeat(verifier, ["verifier"]))).status).toBe(200);
+		const fields = {
+			operationId: uniqueId("op"),
+			intentType: "create" as const,
+			ownerWallet: owner.address,
+			routeCommitment: sha256Hex(randomBytes(8)),
+			policyCommitment: sha256Hex(randomBytes(8)),
+			issuedAt: iso(-1000),
+			expiresAt: iso(3600_000)
+		};
+		const created = await node.http("POST", "/tin-operations", { ...fields, ownerSignature: owner.sign(buildTinOperationMessage(fields)) });
+		expect(created.status).toBe(201);
+		const [first, retry] = await twice(caller(), "tin.verified", { id: created.body.id, crankerPubkey: verifier.address }, { crankerPubkey: verifier.address });
+		expect(first).toMatchObject({ ok: true, value: { status: "VERIFIED" } });
+		expect(retry).toStrictEqual(first);
+	});
+});

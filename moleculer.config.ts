@@ -14,15 +14,26 @@ function isNodeFailure(err: Error): boolean {
 	return code >= 500 && (type === "INTERNAL_ERROR" || !(type in ERROR_STATUS));
 }
 
+/**
+ * The NATS URL(s) with the credentials in them: Moleculer's NATS transporter takes user and pass
+ * only from the URL (it overwrites options.user and options.pass with the URL's). The config
+ * admits only URL-safe credentials, so they go in as they are.
+ */
+function withNatsCredentials(urls: string, user: string | null, password: string | null): string {
+	if (user === null) return urls;
+	return urls
+		.split(",")
+		.map(url => url.trim().replace(/^(nats|tls):\/\/(?:[^@/]*@)?/, `$1://${user}:${password ?? ""}@`))
+		.join(",");
+}
+
 export function brokerOptions(config: Config): BrokerOptions {
 	return {
 		namespace: config.namespace,
 		nodeID: `${os.hostname()}-${process.pid}`,
 		// Embedded: every service in one process, no transporter. Distributed: NATS.
 		// The bus requires credentials (k8s/20-nats.yaml): without them any pod could call an owner.
-		transporter: config.transporter
-			? { type: "NATS", options: { url: config.transporter, ...(config.natsUser !== null ? { user: config.natsUser, pass: config.natsPassword ?? "" } : {}) } }
-			: null,
+		transporter: config.transporter ? { type: "NATS", options: { url: withNatsCredentials(config.transporter, config.natsUser, config.natsPassword) } } : null,
 		// JSON: readable on the wire with `nats sub`, and our payloads are small documents.
 		serializer: "JSON",
 		logger: { type: "Console", options: { formatter: "short", colors: false, moduleColors: false } },

@@ -4,6 +4,7 @@
  * Used by the cluster tests and by `npm run bench:cluster` (so it imports no service code).
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -16,6 +17,9 @@ export const natsServerAvailable = spawnSync("nats-server", ["--version"]).statu
 export class NatsServer {
 	private child: ChildProcess | null = null;
 	readonly storeDir = tempDir("scs-nats-");
+	/** Credentials the server requires, as k8s/20-nats.yaml does: the bus admits only the app. */
+	readonly user = "scs";
+	readonly password = `p${randomBytes(16).toString("hex")}`;
 
 	constructor(readonly port: number) {}
 
@@ -25,7 +29,8 @@ export class NatsServer {
 
 	async start(): Promise<void> {
 		let output = "";
-		this.child = spawn("nats-server", ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir], { stdio: ["ignore", "pipe", "pipe"] });
+		const args = ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir, "--user", this.user, "--pass", this.password];
+		this.child = spawn("nats-server", args, { stdio: ["ignore", "pipe", "pipe"] });
 		this.child.stdout!.on("data", chunk => (output += chunk));
 		this.child.stderr!.on("data", chunk => (output += chunk));
 		await waitFor(() => output.includes("Server is ready"), 10_000, "nats-server", 50);
@@ -126,6 +131,8 @@ export class Cluster {
 			PORT: "0",
 			NAMESPACE: this.namespace,
 			TRANSPORTER: this.nats.url,
+			NATS_USER: this.nats.user,
+			NATS_PASSWORD: this.nats.password,
 			DATA_DIR: dataDir,
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "500",

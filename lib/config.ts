@@ -143,6 +143,13 @@ function durableMongoUrl(env: Env): string | null {
 	return url;
 }
 
+/** A credential that goes into a URL as it is (letters, digits, "-", ".", "_", "~"). */
+function urlSafe(env: Env, key: string): string | null {
+	const raw = text(env, key);
+	if (raw !== null && !/^[A-Za-z0-9._~-]+$/.test(raw)) throw new ConfigError(`${key} may hold only letters, digits and - . _ ~`);
+	return raw;
+}
+
 export function loadConfig(env: Env = process.env): Config {
 	const mongoUrl = durableMongoUrl(env);
 	const services = list(env, "SERVICES");
@@ -151,8 +158,8 @@ export function loadConfig(env: Env = process.env): Config {
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
 		transporter: text(env, "TRANSPORTER"),
-		natsUser: text(env, "NATS_USER"),
-		natsPassword: text(env, "NATS_PASSWORD"),
+		natsUser: urlSafe(env, "NATS_USER"),
+		natsPassword: urlSafe(env, "NATS_PASSWORD"),
 		services: services.length ? services : null,
 		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),
 		mongoUrl,

@@ -35,3 +35,10 @@ export function mongoUrlWeakenings(url: string): string[] {
 	return problems;
 }
 
+
+/** The same connection string naming database `name` instead (host lists and options kept). */
+export function mongoUrlWithDatabase(url: string, name: string): string {
+	const match = /^(mongodb(?:\+srv)?:\/\/[^/?]*)(?:\/[^?]*)?(\?.*)?$/.exec(url);
+	if (!match) throw new Error("not a mongodb:// connection string");
+	return `${match[1]}/${encodeURIComponent(name)}${match[2] ?? ""}`;
+}

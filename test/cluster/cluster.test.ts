@@ -7,7 +7,10 @@ import type { CreateIntentRequest } from "../../lib/intents";
 import { newRoute, newWallet, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, tempDir, worker, type Http } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
+import { connect } from "nats";
+import { randomBytes } from "node:crypto";
 import { Cluster, natsServerAvailable } from "../../devkit/cluster";
+import { mongoUrlWithDatabase } from "../../lib/store/mongo-url";
 
 jest.setTimeout(120_000);
 
@@ -122,6 +125,43 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		expect(await twin.exited).toBe(1);
 		expect(twin.log).toMatch(/another replica of "mempool" runs on .*: with SQLite a service has exactly one owner; set MONGO_URL/);
 	});
+
+	it("the bus admits only clients with its credentials", async () => {
+		const attempt = (options: object) =>
+			connect({ servers: cluster.nats.url, reconnect: false, timeout: 3000, ...options }).then(
+				async connection => {
+					await connection.close();
+					return "connected";
+				},
+				(error: Error) => error.message
+			);
+		expect(await attempt({})).toMatch(/Authorization Violation/i);
+		expect(await attempt({ user: cluster.nats.user, pass: "wrong" })).toMatch(/Authorization Violation/i);
+		expect(await attempt({ user: cluster.nats.user, pass: cluster.nats.password })).toBe("connected");
+		// A process of ours started without them is refused by the bus too.
+		const intruder = cluster.node("intruder", { SERVICES: "verifier", NATS_USER: "", NATS_PASSWORD: "" });
+		try {
+			await waitFor(() => /Authorization Violation/i.test(intruder.log), 15_000, "the bus's refusal");
+		} finally {
+			await intruder.signal("SIGKILL");
+		}
+	});
+
+	it("GET /intent-work?limit=500 of the largest intents crosses the bus in pages", async () => {
+		const long = (prefix: string) => `${prefix}${randomBytes(96).toString("base64url")}`.slice(0, 128);
+		const big = senders.flatMap(sender => Array.from({ length: 21 }, () => signedIntent(sender, route, { paymentId: long("pay_"), senderAuthorizationNonce: long("nonce_"), amount: "18446744073709551615", feeLimit: "18446744073709551615" })));
+		const results = await submitAll(http, big, 8);
+		expect(results.filter(r => r.status !== 201)).toEqual([]);
+		const work = await http("GET", "/intent-work?limit=500", undefined, worker);
+		expect(work.status).toBe(200);
+		expect(work.body).toHaveLength(500);
+		// Well over NATS's 1 MB message limit in one answer: only pages can have carried it.
+		expect(JSON.stringify(work.body).length).toBeGreaterThan(1_048_576);
+		const ids = work.body.map((item: { intent: { id: string } }) => item.intent.id);
+		expect(new Set(ids).size).toBe(500);
+		const created = work.body.map((item: { intent: { createdAt: string } }) => item.intent.createdAt);
+		expect([...created].sort()).toEqual(created);
+	});
 });
 
 const mongoUrl = process.env.MONGO_URL;
@@ -133,7 +173,7 @@ describeWithMongo("cluster over NATS with MongoDB owners (two replicas)", () => 
 	let http: Http;
 
 	beforeAll(async () => {
-		cluster = new Cluster({ verifiers: 2, seedFile: writeSeedFile(tempDir(), [route]), workerApiKey: API_KEY, mongoUrl: `${mongoUrl}`.replace(/\/?(\?|$)/, `/scs_cluster_${Date.now()}$1`) });
+		cluster = new Cluster({ verifiers: 2, seedFile: writeSeedFile(tempDir(), [route]), workerApiKey: API_KEY, mongoUrl: mongoUrlWithDatabase(mongoUrl!, `scs_cluster_${Date.now()}`) });
 		await cluster.start();
 		await cluster.node("owners-2", { SERVICES: "mempool,payouts,crankers,tin,epochs,access", REGISTRY_SEED_FILE: writeSeedFile(tempDir(), [route]) }).ready();
 		http = httpClient(cluster.gateway.url);
@@ -145,5 +185,19 @@ describeWithMongo("cluster over NATS with MongoDB owners (two replicas)", () => 
 		const results = await submitAll(http, senders.flatMap(sender => [signedIntent(sender, route), signedIntent(sender, route)]), 8);
 		expect(results.filter(r => r.status !== 201)).toEqual([]);
 		await allVerifiedOnce(http, results.map(r => r.id!));
+	});
+
+	it("both owner replicas report the same figures, whichever answers", async () => {
+		// The gateway's calls alternate between the two mempools (round robin): every answer must agree.
+		const answers = async (path: string, method = "GET") => {
+			const bodies = [];
+			for (let i = 0; i < 6; i++) bodies.push((await http(method, path, method === "POST" ? {} : undefined, worker)).body);
+			return bodies;
+		};
+		const metrics = (await answers("/metrics")).map(m => ({ intents: m.intents, settled: m.settled, leases: m.leases, verified: m.verification.verified }));
+		expect(new Set(metrics.map(m => JSON.stringify(m))).size).toBe(1);
+		expect(new Set((await answers("/epoch/status")).map(s => JSON.stringify(s))).size).toBe(1);
+		expect(new Set((await answers("/", "POST")).map(s => JSON.stringify(s.counts))).size).toBe(1);
+		expect(metrics[0].intents.VERIFIED).toBeGreaterThanOrEqual(20);
 	});
 });

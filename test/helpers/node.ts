@@ -2,6 +2,8 @@
  * Starts the real service (every service in one broker, the real moleculer-web gateway on a free
  * port, SQLite files in a temp DATA_DIR) and talks to it over HTTP.
  */
+import { randomBytes } from "node:crypto";
+import { mongoUrlWithDatabase } from "../../lib/store/mongo-url";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -44,6 +46,8 @@ export async function startNode(env: Record<string, string> = {}, dataDir = temp
 		RATE_LIMIT_PER_MIN: "0",
 		SWEEP_INTERVAL_MS: "200",
 		LOG_LEVEL: "warn",
+		// MONGO_URL=… npm test runs the HTTP suites on MongoDB, each node in a database of its own.
+		...(process.env.MONGO_URL ? { MONGO_URL: mongoUrlWithDatabase(process.env.MONGO_URL, `scs_test_${process.pid}_${randomBytes(4).toString("hex")}`) } : {}),
 		...env
 	});
 	// TEST_LOG=1 shows the broker log when a test needs debugging.

@@ -17,7 +17,7 @@ let route: GenesisRoute;
 
 /** A parent context, as the gateway's request context is for the calls it makes. */
 function caller(): Context {
-	return node.broker.ContextFactory.create(node.broker, null, {}, {}) as Context;
+	return node.broker.ContextFactory.create(node.broker, null as never, {}, {}) as Context;
 }
 
 /** Calls `action` twice from the same parent context (a retry) and answers both outcomes. */

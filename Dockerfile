@@ -2,7 +2,7 @@
 # container runs (see k8s/). Build: docker build -t settlement-coordination-service:0.1.0 .
 
 # --- toolchain: better-sqlite3 compiles from source when no prebuilt binary fits ---
-FROM node:22-bookworm-slim AS toolchain
+FROM node:22.23-bookworm-slim AS toolchain
 WORKDIR /app
 RUN apt-get update \
 	&& apt-get install -y --no-install-recommends python3 make g++ \
@@ -20,7 +20,7 @@ FROM toolchain AS deps
 RUN npm ci --omit=dev --no-audit --no-fund
 
 # --- runtime ---
-FROM node:22-bookworm-slim
+FROM node:22.23-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production DATA_DIR=/app/data PORT=3000
 # Code and dependencies stay root-owned (read-only for the process); only DATA_DIR is writable.

@@ -28,9 +28,13 @@ export class CrankerTotals {
 
 	constructor(private readonly roles: readonly string[]) {}
 
-	/** Counts a Cranker's latest accepted heartbeat instead of its previous one. */
+	/**
+	 * Counts a Cranker's latest accepted heartbeat instead of its previous one. One already counted,
+	 * or older than the one counted (read again from the store), changes nothing.
+	 */
 	seen(contribution: CrankerContribution): void {
 		const previous = this.counted.get(contribution.crankerPubkey);
+		if (previous && previous.lastSeenAt >= contribution.lastSeenAt) return;
 		if (previous) this.add(previous, -1);
 		this.add(contribution, 1);
 		this.counted.set(contribution.crankerPubkey, contribution);

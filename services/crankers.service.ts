@@ -11,13 +11,17 @@ import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { MAX_CLOCK_SKEW_S, assertSignedBy } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
-import type { Collection } from "../lib/store";
+import type { Collection, Where } from "../lib/store";
 import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
 const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
+/** Heartbeats read per page when a replica folds in what was stored since its last look. */
+const CATCH_UP_PAGE = 500;
+/** How far back each look reaches past the previous one: a heartbeat stamped before a look may be stored after it. */
+const CATCH_UP_OVERLAP_MS = 2000;
 const PRUNE_BATCH = 500;
 
 interface HeartbeatRequest {
@@ -53,10 +57,12 @@ export function crankersService(config: Config): ServiceSchema {
 	let crankers: Collection<CrankerDoc>;
 	let seenSignatures: Collection<SeenSignature>;
 	const operators = new Set(config.crankerOperators);
-	// One crankers owner holds a SQLite store, so these figures are exact; MongoDB replicas each
-	// count the heartbeats they take (as the mempool's totals): the distributed deployment's to solve.
+	// The figures of the Crankers online, kept running so the public routes answer without a scan.
+	// Every replica folds in the heartbeats stored since its last look, its own and the other
+	// replicas' alike (catchUp, each sweep), so replicas agree within SWEEP_INTERVAL_MS.
 	const totals = new CrankerTotals(CRANKER_ROLES);
-	let recordCount = 0;
+	/** The store time up to which this replica has folded heartbeats in. */
+	let caughtUpTo = "";
 
 	const isOnline = (doc: CrankerDoc, nowMs: number) => Date.parse(doc.lastSeenAt) + config.crankerTtlMs > nowMs;
 	const toView = (doc: CrankerDoc, nowMs: number) => ({
@@ -70,21 +76,35 @@ export function crankersService(config: Config): ServiceSchema {
 	const isOperator = (pubkey: string) => operators.size === 0 || operators.has(pubkey);
 	const onlineCutoff = (nowMs: number) => new Date(nowMs - config.crankerTtlMs).toISOString();
 
-	/** Seeds the figures from the Crankers online now (an index range), and the record count. */
-	async function seedTotals(): Promise<void> {
-		for (const doc of await crankers.list({ where: { lastSeenAt: { gt: onlineCutoff(Date.now()) } }, orderBy: ["lastSeenAt", "asc"] }))
-			if (isOperator(doc.crankerPubkey)) totals.seen(doc);
-		recordCount = await crankers.count();
+	/**
+	 * Folds in the heartbeats stored since the last look (an index range on lastSeenAt), a page at
+	 * a time. The range reaches CATCH_UP_OVERLAP_MS back, for heartbeats another replica stamped
+	 * just before this look and stored just after it; one read twice changes nothing.
+	 */
+	async function catchUp(nowMs: number): Promise<void> {
+		const floor = onlineCutoff(nowMs);
+		const from = caughtUpTo ? new Date(Math.max(Date.parse(caughtUpTo) - CATCH_UP_OVERLAP_MS, Date.parse(floor))).toISOString() : floor;
+		// Heartbeats share milliseconds: each page starts at its predecessor's last instant and skips the ids it listed there.
+		let lastAt: string | null = null;
+		let listedAtLast = new Set<string>();
+		for (;;) {
+			const where: Where = { lastSeenAt: lastAt === null ? { gt: from } : { gte: lastAt } };
+			const page: CrankerDoc[] = (await crankers.list({ where, orderBy: ["lastSeenAt", "asc"], limit: CATCH_UP_PAGE + listedAtLast.size })).filter(doc => !listedAtLast.has(doc.id));
+			for (const doc of page) if (isOperator(doc.crankerPubkey)) totals.seen(doc);
+			if (page.length < CATCH_UP_PAGE) break;
+			const last: string = page[page.length - 1].lastSeenAt;
+			listedAtLast = new Set([...(last === lastAt ? listedAtLast : []), ...page.filter(doc => doc.lastSeenAt === last).map(doc => doc.id)]);
+			lastAt = last;
+		}
+		caughtUpTo = new Date(nowMs).toISOString();
+		totals.expire(floor);
 	}
 
-	/** Drops silent Crankers from the figures, prunes long-silent records and expired replay entries. */
+	/** Folds in new heartbeats, drops silent Crankers, prunes long-silent records and expired replay entries. */
 	async function sweep(): Promise<void> {
 		const nowMs = Date.now();
-		totals.expire(onlineCutoff(nowMs));
-		// Awaited first: `recordCount -= await …` would read the count before the await and lose the
-		// heartbeats inserted meanwhile.
-		const pruned = await crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - config.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
-		recordCount -= pruned;
+		await catchUp(nowMs);
+		await crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - config.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
 		await seenSignatures.removeWhere({ expiresAt: { lt: new Date(nowMs).toISOString() } }, PRUNE_BATCH);
 	}
 
@@ -92,9 +112,10 @@ export function crankersService(config: Config): ServiceSchema {
 		name: "crankers",
 		mixins: [
 			storeMixin(config, "crankers", async store => {
-				crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]] });
+				// The tally counts the stored records (online or not) for `total`, the same on every replica.
+				crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]], tally: () => ({ records: 1n }) });
 				seenSignatures = await store.collection<SeenSignature>({ name: "request_signatures", fields: { expiresAt: "text" }, indexes: [["expiresAt"]] });
-				await seedTotals();
+				await catchUp(Date.now());
 			}),
 			sweeperMixin("cranker liveness", config.sweepIntervalMs, sweep)
 		],
@@ -131,7 +152,6 @@ export function crankersService(config: Config): ServiceSchema {
 						if (stored && isOwnWrite(ctx, stored.callKey)) return toView(stored, Date.parse(stored.lastSeenAt));
 						throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
 					}
-					if (inserted) recordCount++;
 					totals.seen(doc);
 					return toView(doc, now.getTime());
 				}
@@ -158,9 +178,9 @@ export function crankersService(config: Config): ServiceSchema {
 			 */
 			summary: {
 				params: {},
-				handler() {
+				async handler() {
 					totals.expire(onlineCutoff(Date.now()));
-					return { ...totals.snapshot(), total: recordCount };
+					return { ...totals.snapshot(), total: Number((await crankers.tally()).records ?? 0n) };
 				}
 			},
 

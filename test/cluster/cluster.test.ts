@@ -4,8 +4,8 @@
  * with SIGTERM under load, NATS itself restarted, and the SQLite single-owner refusal.
  */
 import type { CreateIntentRequest } from "../../lib/intents";
-import { newRoute, newWallet, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
-import { API_KEY, httpClient, tempDir, worker, type Http } from "../helpers/node";
+import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { API_KEY, crankerClient, httpClient, tempDir, worker, type Http } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
 import { connect } from "nats";
 import { randomBytes } from "node:crypto";
@@ -199,5 +199,15 @@ describeWithMongo("cluster over NATS with MongoDB owners (two replicas)", () => 
 		expect(new Set((await answers("/epoch/status")).map(s => JSON.stringify(s))).size).toBe(1);
 		expect(new Set((await answers("/", "POST")).map(s => JSON.stringify(s.counts))).size).toBe(1);
 		expect(metrics[0].intents.VERIFIED).toBeGreaterThanOrEqual(20);
+	});
+
+	it("both crankers replicas report the Crankers online, whichever took their heartbeats", async () => {
+		const crankers = Array.from({ length: 4 }, () => newWallet());
+		for (const cranker of crankers) expect((await crankerClient(cluster.gateway.url, cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker))).status).toBe(200);
+		// Each replica folds in the other's heartbeats on its next sweep (SWEEP_INTERVAL_MS 500).
+		await new Promise(resolve => setTimeout(resolve, 1500));
+		const overviews = [];
+		for (let i = 0; i < 6; i++) overviews.push((await http("GET", "/network/overview")).body.crankers);
+		expect(overviews.every(crankers => crankers.online === 4 && crankers.total === 4)).toBe(true);
 	});
 });

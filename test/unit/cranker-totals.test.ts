@@ -45,4 +45,13 @@ describe("CrankerTotals", () => {
 		expect(totals.snapshot().mints.M1).toEqual({ liquidity: (3n * 18446744073709551615n).toString(), crankersOnline: 3 });
 		expect((totals as unknown as { arrivals: unknown[] }).arrivals.length).toBeLessThan(2100);
 	});
+
+	it("a heartbeat read again from the store, or an older one, changes nothing", () => {
+		const totals = new CrankerTotals(ROLES);
+		const latest = beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available: "7" }]);
+		totals.seen(latest);
+		totals.seen(latest);
+		totals.seen(beat("A", 3, ["verifier"], [{ tokenMintAddress: "M1", available: "1" }]));
+		expect(totals.snapshot()).toEqual({ online: 1, byRole: { settlement: 1, verifier: 0, submitter: 0 }, mints: { M1: { liquidity: "7", crankersOnline: 1 } } });
+	});
 });

@@ -4,7 +4,7 @@ module.exports = {
 	roots: ["<rootDir>/test"],
 	testMatch: ["**/*.test.ts"],
 	transform: {
-		// @noble and @scure ship ESM only; ts-jest compiles them to CommonJS for jest on Node 20.
+		// @noble and @scure ship ESM only; ts-jest compiles them to CommonJS for jest's module system.
 		"^.+\\.(ts|js|mjs)$": ["ts-jest", { tsconfig: "tsconfig.json" }]
 	},
 	transformIgnorePatterns: ["/node_modules/(?!(@noble|@scure)/)"],

@@ -6,7 +6,7 @@
 import type { CreateIntentRequest } from "../../lib/intents";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, crankerClient, httpClient, tempDir, worker, type Http } from "../helpers/node";
-import { waitFor } from "../../devkit/process";
+import { freePort, waitFor } from "../../devkit/process";
 import { connect } from "nats";
 import { randomBytes } from "node:crypto";
 import { Cluster, natsServerAvailable } from "../../devkit/cluster";
@@ -144,6 +144,19 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			await waitFor(() => /Authorization Violation/i.test(intruder.log), 15_000, "the bus's refusal");
 		} finally {
 			await intruder.signal("SIGKILL");
+		}
+	});
+
+	it("a process that is still starting is live and not ready: its health routes listen before the broker starts", async () => {
+		// A bus that does not answer keeps the broker starting; the probes must still find the process.
+		const starting = cluster.node("starting", { SERVICES: "verifier", TRANSPORTER: `nats://127.0.0.1:${await freePort()}` });
+		try {
+			const port = Number((await waitFor(() => /Health routes on port (\d+)/.exec(starting.log), 10_000, "the health port"))[1]);
+			expect((await fetch(`http://127.0.0.1:${port}/health/live`)).status).toBe(200);
+			expect((await fetch(`http://127.0.0.1:${port}/health/ready`)).status).toBe(503);
+			expect(starting.child.exitCode).toBeNull();
+		} finally {
+			await starting.signal("SIGKILL");
 		}
 	});
 

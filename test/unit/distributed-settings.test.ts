@@ -1,0 +1,127 @@
+/**
+ * The distributed deployment's settings, checked without a server: MongoDB URLs that weaken
+ * durability are refused at start, transient driver errors are told from bugs, every index ends
+ * in _id and every query shape needs one that serves it, and NATS credentials reach the URL.
+ */
+import { MongoNetworkError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
+import { ConfigError, loadConfig } from "../../lib/config";
+import { indexDescriptions, isTransientMongoError } from "../../lib/store/mongodb";
+import { mongoUrlWeakenings, mongoUrlWithDatabase } from "../../lib/store/mongo-url";
+import { servingIndex, type CollectionSpec } from "../../lib/store/port";
+import { brokerOptions } from "../../moleculer.config";
+
+const REPLICA_SET = "mongodb://app:secret@mongodb-0.mongodb:27017,mongodb-1.mongodb:27017,mongodb-2.mongodb:27017/scs?replicaSet=rs0&authSource=admin";
+
+describe("MONGO_URL durability", () => {
+	test.each([
+		["journal=false", /journal=false/],
+		["j=false", /journal=false/],
+		["w=1", /w=1/],
+		["w=0", /w=0/],
+		["readPreference=secondary", /readPreference=secondary/],
+		["readPreference=nearest", /readPreference=nearest/],
+		["retryWrites=false", /retryWrites=false/],
+		["readConcernLevel=local", /readConcernLevel=local/],
+		["wtimeoutMS=0", /wtimeoutMS=0/],
+		["W=1", /w=1/]
+	])("refuses %s unless MONGO_ALLOW_WEAK_DURABILITY=true", (option, message) => {
+		const url = `${REPLICA_SET}&${option}`;
+		expect(mongoUrlWeakenings(url).join("; ")).toMatch(message);
+		expect(() => loadConfig({ MONGO_URL: url })).toThrow(ConfigError);
+		expect(() => loadConfig({ MONGO_URL: url })).toThrow(/MONGO_ALLOW_WEAK_DURABILITY/);
+		expect(loadConfig({ MONGO_URL: url, MONGO_ALLOW_WEAK_DURABILITY: "true" }).mongoUrl).toBe(url);
+	});
+
+	test("accepts what keeps durability, or says it again", () => {
+		for (const url of [REPLICA_SET, `${REPLICA_SET}&w=majority&journal=true&retryWrites=true&readPreference=primary&readConcernLevel=majority&wtimeoutMS=5000`]) {
+			expect(mongoUrlWeakenings(url)).toEqual([]);
+			expect(loadConfig({ MONGO_URL: url }).store).toBe("mongodb");
+		}
+	});
+
+	test("a database name replaces the URL's, hosts and options kept", () => {
+		expect(mongoUrlWithDatabase(REPLICA_SET, "scs_test_1")).toBe(REPLICA_SET.replace("/scs?", "/scs_test_1?"));
+		expect(mongoUrlWithDatabase("mongodb://localhost:27017", "db")).toBe("mongodb://localhost:27017/db");
+		expect(mongoUrlWithDatabase("mongodb://localhost:27017/?replicaSet=rs0", "db")).toBe("mongodb://localhost:27017/db?replicaSet=rs0");
+	});
+});
+
+describe("MongoDB errors at the store boundary", () => {
+	const server = (fields: Record<string, unknown>) => new MongoServerError({ message: "server says no", ...fields });
+
+	test("no primary, a lost connection, a timed-out majority write: transient (503)", () => {
+		expect(isTransientMongoError(new MongoNetworkError("socket closed"))).toBe(true);
+		expect(isTransientMongoError(new MongoServerSelectionError("no primary", { type: "ReplicaSetNoPrimary" } as never))).toBe(true);
+		expect(isTransientMongoError(server({ code: 10107, codeName: "NotWritablePrimary" }))).toBe(true);
+		expect(isTransientMongoError(server({ code: 189, codeName: "PrimarySteppedDown" }))).toBe(true);
+		expect(isTransientMongoError(new MongoWriteConcernError({ writeConcernError: { code: 64, errmsg: "waiting for replication timed out", errInfo: { wtimeout: true } } } as never))).toBe(true);
+	});
+
+	test("a duplicate key that comes with a write-concern error is transient: neither taken nor written is known", () => {
+		expect(isTransientMongoError(server({ code: 11000 }))).toBe(false);
+		expect(isTransientMongoError(server({ code: 11000, writeConcernError: { code: 64, errmsg: "waiting for replication timed out" } }))).toBe(true);
+	});
+
+	test("anything else is a bug (500), never a client error", () => {
+		expect(isTransientMongoError(server({ code: 2, codeName: "BadValue" }))).toBe(false);
+		expect(isTransientMongoError(server({ code: 409 }))).toBe(false);
+		expect(isTransientMongoError(new Error("plain"))).toBe(false);
+	});
+});
+
+describe("indexes", () => {
+	const spec: CollectionSpec = {
+		name: "things",
+		fields: { state: "text", createdAt: "text", owner: "text", rank: "integer", ok: "boolean" },
+		unique: [["owner"]],
+		indexes: [["state", "createdAt"], ["createdAt"]]
+	};
+
+	test("every MongoDB index ends in _id, the tie-break of every ordered list; unique groups bind present values only", () => {
+		expect(indexDescriptions(spec)).toEqual([
+			{ name: "u_owner", key: { owner: 1 }, unique: true, partialFilterExpression: { owner: { $gte: "" } } },
+			{ name: "i_state_createdAt_id", key: { state: 1, createdAt: 1, _id: 1 } },
+			{ name: "i_createdAt_id", key: { createdAt: 1, _id: 1 } }
+		]);
+		expect(Object.keys(indexDescriptions(spec)[1].key)).toEqual(["state", "createdAt", "_id"]);
+	});
+
+	test.each([
+		[{ state: "A" }, ["createdAt", "asc"], ["state", "createdAt", "id"]],
+		[{ state: { in: ["A", "B"] }, rank: { gt: 1 } }, ["createdAt", "desc"], ["state", "createdAt", "id"]],
+		[{ createdAt: { lt: "x" } }, ["createdAt", "asc"], ["createdAt", "id"]],
+		[{}, ["createdAt", "asc"], ["createdAt", "id"]],
+		[{ state: "A", rank: { gt: 1 } }, undefined, ["state", "createdAt", "id"]],
+		[{ createdAt: { gt: "x" } }, undefined, ["createdAt", "id"]],
+		[{ owner: "o", state: "A" }, undefined, ["owner"]],
+		[{ id: "x", rank: 1 }, undefined, ["id"]],
+		[{}, ["id", "asc"], ["id"]]
+	] as const)("servingIndex(%j, %j) is %j", (where, orderBy, key) => {
+		expect(servingIndex(spec, where as never, orderBy as never)).toEqual(key);
+	});
+
+	test.each([
+		[{ rank: 1 }, undefined],
+		[{ rank: { gt: 1 } }, undefined],
+		[{}, ["rank", "asc"]],
+		[{ state: "A" }, ["rank", "asc"]],
+		[{ createdAt: "x" }, ["state", "asc"]],
+		[{ state: "A", owner: "o" }, ["createdAt", "asc"]]
+	] as const)("no index serves %j ordered by %j", (where, orderBy) => {
+		expect(() => servingIndex(spec, where as never, orderBy as never)).toThrow(/no index serves/);
+	});
+});
+
+describe("NATS credentials", () => {
+	const options = (env: Record<string, string>) => brokerOptions(loadConfig(env)).transporter as { options: { url: string } };
+
+	test("go into every transporter URL (Moleculer takes them from the URL only)", () => {
+		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "scs", NATS_PASSWORD: "p0-._~" }).options.url).toBe("nats://scs:p0-._~@nats:4222");
+		expect(options({ TRANSPORTER: "nats://a:4222,nats://old:x@b:4222", NATS_USER: "u", NATS_PASSWORD: "p" }).options.url).toBe("nats://u:p@a:4222,nats://u:p@b:4222");
+		expect(options({ TRANSPORTER: "nats://nats:4222" }).options.url).toBe("nats://nats:4222");
+	});
+
+	test("only URL-safe credentials are accepted", () => {
+		for (const bad of ["p@ss", "a:b", "with space", "sl/ash", "q?x"]) expect(() => loadConfig({ NATS_PASSWORD: bad })).toThrow(/NATS_PASSWORD/);
+	});
+});

@@ -21,6 +21,8 @@ export interface Config {
 	services: string[] | null;
 	dataDir: string;
 	mongoUrl: string | null;
+	/** MONGO_ALLOW_WEAK_DURABILITY: the operator accepts a MONGO_URL that weakens durability. */
+	mongoAllowWeakDurability: boolean;
 	store: StoreKind;
 	/** Explicit worker API keys; empty = use (or generate) DATA_DIR/worker-api-keys. */
 	workerApiKeys: string[];
@@ -163,6 +165,7 @@ export function loadConfig(env: Env = process.env): Config {
 		services: services.length ? services : null,
 		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),
 		mongoUrl,
+		mongoAllowWeakDurability: flag(env, "MONGO_ALLOW_WEAK_DURABILITY"),
 		store: mongoUrl ? "mongodb" : "sqlite",
 		workerApiKeys: list(env, "WORKER_API_KEYS"),
 		registrySeedFile: text(env, "REGISTRY_SEED_FILE"),

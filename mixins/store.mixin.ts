@@ -51,7 +51,7 @@ export function storeMixin(config: Config, owner: string, onOpen: (store: Store)
 		hooks: { error: { "*": storeBoundary } },
 		async started(this: Service) {
 			if (config.store === "sqlite" && this.broker.transit) await refuseSqliteTwin(this);
-			store = await openStore({ kind: config.store, dataDir: config.dataDir, mongoUrl: config.mongoUrl, owner });
+			store = await openStore({ kind: config.store, dataDir: config.dataDir, mongoUrl: config.mongoUrl, allowWeakDurability: config.mongoAllowWeakDurability, owner });
 			await onOpen(store);
 		},
 		async stopped() {

@@ -136,7 +136,8 @@ export function epochsService(config: Config): ServiceSchema {
 					name: "epochs",
 					fields: { epoch: "integer", status: "text", closeCall: "text" },
 					unique: [["epoch"], ["closeCall"]],
-					indexes: [["status", "epoch"]]
+					// (epoch) for the newest epoch: a unique group serves lookups, not orders.
+					indexes: [["status", "epoch"], ["epoch"]]
 				});
 				// The first start opens epoch 1; insert() is a no-op on every later start.
 				await openEpochNumber(1, new Date().toISOString());

@@ -12,6 +12,8 @@ export interface StoreOptions {
 	kind: "sqlite" | "mongodb";
 	dataDir: string;
 	mongoUrl: string | null;
+	/** MONGO_ALLOW_WEAK_DURABILITY: start even when the URL overrides the durable settings. */
+	allowWeakDurability?: boolean;
 	/** The owning service: names its SQLite file. In MongoDB the owners share one database and keep distinct collection names. */
 	owner: string;
 }
@@ -19,5 +21,5 @@ export interface StoreOptions {
 export async function openStore(options: StoreOptions): Promise<Store> {
 	if (options.kind === "sqlite") return new SqliteStore(path.join(options.dataDir, `${options.owner}.sqlite`));
 	if (!options.mongoUrl) throw new Error("the mongodb store needs MONGO_URL");
-	return MongoStore.connect(options.mongoUrl, mongoDatabaseName(options.mongoUrl));
+	return MongoStore.connect(options.mongoUrl, mongoDatabaseName(options.mongoUrl), options.allowWeakDurability ?? false);
 }

@@ -29,8 +29,10 @@ export function mongoUrlWeakenings(url: string): string[] {
 	if (is("journal", v => v !== "true") || is("j", v => v !== "true")) problems.push("journal=false acknowledges writes before they are on disk");
 	if (is("w", v => v !== "majority")) problems.push(`w=${options.get("w")} acknowledges writes an election can roll back`);
 	if (is("wtimeoutms", v => Number(v) === 0)) problems.push("wtimeoutMS=0 lets a write wait for a majority forever");
+	if (is("wtimeout", v => Number(v) === 0)) problems.push("wtimeout=0 lets a write wait for a majority forever");
 	if (is("readpreference", v => v !== "primary")) problems.push(`readPreference=${options.get("readpreference")} reads data that may not be the latest`);
-	if (is("readconcernlevel", v => v !== "majority" && v !== "linearizable")) problems.push(`readConcernLevel=${options.get("readconcernlevel")} reads writes that may be rolled back`);
+	// Linearizable too: transactions inherit it, and the server refuses it in a transaction.
+	if (is("readconcernlevel", v => v !== "majority")) problems.push(`readConcernLevel=${options.get("readconcernlevel")} reads writes that may be rolled back`);
 	if (is("retrywrites", v => v === "false")) problems.push("retryWrites=false fails writes across every failover");
 	return problems;
 }

@@ -46,6 +46,7 @@ interface Stored extends Document {
 }
 
 const DUPLICATE_KEY = 11000;
+const NAMESPACE_EXISTS = 48;
 const OPERATORS = { ne: "$ne", lt: "$lt", lte: "$lte", gt: "$gt", gte: "$gte" } as const;
 
 /**
@@ -65,7 +66,8 @@ const PRESENT = { text: { $gte: "" }, integer: { $gte: -Infinity }, boolean: { $
  *   10 s request timeout, so the caller gets 503 from us rather than a timeout and a retry.
  */
 export const DURABLE_OPTIONS = {
-	writeConcern: { w: "majority", journal: true, wtimeoutMS: 5000 },
+	// Both spellings of journal: the driver reads a URL's `j` before this object's `journal`.
+	writeConcern: { w: "majority", j: true, journal: true, wtimeoutMS: 5000 },
 	readConcern: { level: "majority" },
 	readPreference: "primary",
 	retryWrites: true,
@@ -91,8 +93,55 @@ const TRANSIENT_CODES = new Set([
 	11600, // InterruptedAtShutdown
 	11602, // InterruptedDueToReplStateChange
 	13435, // NotPrimaryNoSecondaryOk
-	13436 // NotPrimaryOrSecondary
+	13436, // NotPrimaryOrSecondary
+	24, // LockTimeout
+	134, // ReadConcernMajorityNotAvailableYet (a freshly initiated set)
+	216, // ElectionInProgress
+	246, // SnapshotUnavailable
+	251, // NoSuchTransaction
+	10058 // LegacyNotPrimary
 ]);
+
+/**
+ * How long a transaction may keep retrying transient conflicts: inside the broker's request timeout.
+ * The driver's withTransaction retries for 120 s (a timed-out majority commit included), which
+ * would hold a call far past it; this budget turns a stalled majority into a 503 instead.
+ */
+const TRANSACTION_BUDGET_MS = 8000;
+
+/** Runs `work` in a transaction, retrying transient conflicts within TRANSACTION_BUDGET_MS. */
+async function inTransaction<R>(client: MongoClient, work: (session: ClientSession) => Promise<R>): Promise<R> {
+	return client.withSession(async session => {
+		const deadline = Date.now() + TRANSACTION_BUDGET_MS;
+		const retry = (err: unknown) => err instanceof MongoError && err.hasErrorLabel("TransientTransactionError") && Date.now() < deadline;
+		for (;;) {
+			session.startTransaction();
+			let result: R;
+			try {
+				result = await work(session);
+			} catch (err) {
+				if (session.inTransaction()) await session.abortTransaction().catch(() => undefined);
+				if (retry(err)) continue;
+				throw err;
+			}
+			try {
+				// commitTransaction retries a failed commit once by itself.
+				await session.commitTransaction();
+				return result;
+			} catch (err) {
+				if (retry(err)) continue;
+				throw err;
+			}
+		}
+	});
+}
+
+/** Refuses a client whose settings are not the durable ones (a URL option the driver let win over DURABLE_OPTIONS). */
+export function assertDurableClient(client: MongoClient): void {
+	const { writeConcern, readConcern } = client;
+	if (writeConcern?.w !== "majority" || writeConcern.journal !== true || !writeConcern.wtimeoutMS || readConcern?.level !== "majority")
+		throw new Error("MONGO_URL overrides the store's durability (write concern majority with journal and a write timeout, read concern majority)");
+}
 
 /**
  * Whether a driver error means "try again in a moment" (503) rather than a bug (500). A write
@@ -190,8 +239,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	 */
 	private async withTally<R>(write: (session: ClientSession) => Promise<{ result: R; before: T | null; after: T | null }>): Promise<R> {
 		return guarded(() =>
-			this.client.withSession(session =>
-				session.withTransaction(async () => {
+			inTransaction(this.client, async session => {
 					const { result, before, after } = await write(session);
 					const change = tallyChange(this.spec, before, after);
 					if (change.size) {
@@ -199,8 +247,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 						await this.tallies.updateOne({ _id: String(Math.floor(Math.random() * TALLY_SHARDS)) }, { $inc: inc }, { session, upsert: true });
 					}
 					return result;
-				})
-			)
+			})
 		);
 	}
 
@@ -211,9 +258,12 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	 */
 	async seedTally(): Promise<void> {
 		if (!this.spec.tally || (await guarded(() => this.tallies.findOne({ _id: SEEDED })))) return;
+		// Created first: a collection created inside concurrent transactions makes them collide.
+		await guarded(() => this.tallies.db.createCollection(this.tallies.collectionName)).catch(err => {
+			if (!(err instanceof MongoServerError && err.code === NAMESPACE_EXISTS)) throw err;
+		});
 		await guarded(() =>
-			this.client.withSession(session =>
-				session.withTransaction(async () => {
+			inTransaction(this.client, async session => {
 					if (await this.tallies.findOne({ _id: SEEDED }, { session })) return;
 					const sums = new Map<string, bigint>();
 					for await (const stored of this.collection.find({}, { session }))
@@ -221,8 +271,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 					const total = Object.fromEntries([...sums].map(([name, sum]) => [name, Decimal128.fromString(sum.toString())]));
 					await this.tallies.deleteMany({}, { session });
 					await this.tallies.insertMany([{ _id: "0", sums: total }, { _id: SEEDED }], { session });
-				})
-			)
+			})
 		);
 	}
 
@@ -359,10 +408,20 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 /** One MongoClient per process and URL, shared by the owning services of the process, closed with the last. */
 const clients = new Map<string, { client: Promise<MongoClient>; users: number }>();
 
-async function sharedClient(url: string): Promise<MongoClient> {
+async function sharedClient(url: string, allowWeakDurability: boolean): Promise<MongoClient> {
 	let entry = clients.get(url);
 	if (!entry) {
-		const client = MongoClient.connect(url, DURABLE_OPTIONS).catch(err => {
+		const client = MongoClient.connect(url, DURABLE_OPTIONS).then(
+			async connected => {
+				try {
+					if (!allowWeakDurability) assertDurableClient(connected);
+				} catch (err) {
+					await connected.close();
+					throw err;
+				}
+				return connected;
+			}
+		).catch(err => {
 			clients.delete(url);
 			throw storeError(err);
 		});
@@ -390,8 +449,8 @@ export class MongoStore implements Store {
 		private readonly db: Db
 	) {}
 
-	static async connect(url: string, dbName: string): Promise<MongoStore> {
-		const client = await sharedClient(url);
+	static async connect(url: string, dbName: string, allowWeakDurability = false): Promise<MongoStore> {
+		const client = await sharedClient(url, allowWeakDurability);
 		return new MongoStore(url, client, client.db(dbName));
 	}
 

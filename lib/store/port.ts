@@ -138,9 +138,13 @@ interface IndexKey {
 	unique: boolean;
 }
 
-/** The keys a collection's indexes keep: the primary key, the unique groups, and each index followed by `id`. */
+/**
+ * The keys that serve ranges and orders: the primary key and each index followed by `id`. Unique
+ * groups are not among them: MongoDB's are partial (present values only), which its planner uses
+ * for equality lookups it can prove inside the filter, never for a range, a sort or a scan.
+ */
 export function indexKeys(spec: CollectionSpec): IndexKey[] {
-	return [{ key: ["id"], unique: true }, ...(spec.unique ?? []).map(key => ({ key, unique: true })), ...(spec.indexes ?? []).map(group => ({ key: [...group, "id"], unique: false }))];
+	return [{ key: ["id"], unique: true }, ...(spec.indexes ?? []).map(group => ({ key: [...group, "id"], unique: false }))];
 }
 
 /**
@@ -157,8 +161,12 @@ export function servingIndex(spec: CollectionSpec, where: Where = {}, orderBy?: 
 	const ranges = Object.keys(where).filter(field => !equalities.includes(field));
 	const sort = orderBy?.[0];
 	if (equalities.includes("id")) return ["id"];
-	// A unique group the equalities cover holds at most one document per combination.
-	const covered = (spec.unique ?? []).find(group => sort === undefined && group.every(field => equalities.includes(field)));
+	// A unique group the equalities cover holds at most one document per combination (scalar
+	// equalities only: the planner proves those inside the group's partial filter).
+	const scalars = Object.entries(where)
+		.filter(([, condition]) => !isComparison(condition) && condition !== null)
+		.map(([field]) => field);
+	const covered = (spec.unique ?? []).find(group => sort === undefined && group.every(field => scalars.includes(field)));
 	if (covered) return covered;
 	const serves = ({ key, unique }: IndexKey): boolean => {
 		const prefix = key.slice(0, equalities.length);

@@ -3,9 +3,9 @@
  * durability are refused at start, transient driver errors are told from bugs, every index ends
  * in _id and every query shape needs one that serves it, and NATS credentials reach the URL.
  */
-import { MongoNetworkError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
+import { MongoClient, MongoNetworkError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
 import { ConfigError, loadConfig } from "../../lib/config";
-import { indexDescriptions, isTransientMongoError } from "../../lib/store/mongodb";
+import { DURABLE_OPTIONS, assertDurableClient, indexDescriptions, isTransientMongoError } from "../../lib/store/mongodb";
 import { mongoUrlWeakenings, mongoUrlWithDatabase } from "../../lib/store/mongo-url";
 import { servingIndex, type CollectionSpec } from "../../lib/store/port";
 import { brokerOptions } from "../../moleculer.config";
@@ -23,6 +23,8 @@ describe("MONGO_URL durability", () => {
 		["retryWrites=false", /retryWrites=false/],
 		["readConcernLevel=local", /readConcernLevel=local/],
 		["wtimeoutMS=0", /wtimeoutMS=0/],
+		["wtimeout=0", /wtimeout=0/],
+		["readConcernLevel=linearizable", /readConcernLevel=linearizable/],
 		["W=1", /w=1/]
 	])("refuses %s unless MONGO_ALLOW_WEAK_DURABILITY=true", (option, message) => {
 		const url = `${REPLICA_SET}&${option}`;
@@ -37,6 +39,15 @@ describe("MONGO_URL durability", () => {
 			expect(mongoUrlWeakenings(url)).toEqual([]);
 			expect(loadConfig({ MONGO_URL: url }).store).toBe("mongodb");
 		}
+	});
+
+	test("a client whose URL won over the durable options is refused (the driver reads j and wtimeout before them)", () => {
+		const settings = (url: string) => new MongoClient(url, DURABLE_OPTIONS);
+		expect(() => assertDurableClient(settings(REPLICA_SET))).not.toThrow();
+		expect(() => assertDurableClient(settings(`${REPLICA_SET}&j=false&w=1&retryWrites=false`))).not.toThrow();
+		expect(settings(`${REPLICA_SET}&j=false`).writeConcern).toMatchObject({ w: "majority", journal: true, wtimeoutMS: 5000 });
+		expect(() => assertDurableClient(settings(`${REPLICA_SET}&wtimeout=0`))).toThrow(/durability/);
+		expect(() => assertDurableClient(settings(`${REPLICA_SET}&readConcernLevel=local`))).toThrow(/durability/);
 	});
 
 	test("a database name replaces the URL's, hosts and options kept", () => {

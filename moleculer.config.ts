@@ -23,7 +23,7 @@ function withNatsCredentials(urls: string, user: string | null, password: string
 	if (user === null) return urls;
 	return urls
 		.split(",")
-		.map(url => url.trim().replace(/^(nats|tls):\/\/(?:[^@/]*@)?/, `$1://${user}:${password ?? ""}@`))
+		.map(url => url.trim().replace(/^(nats|tls):\/\//, `$1://${user}:${password ?? ""}@`))
 		.join(",");
 }
 

@@ -145,6 +145,23 @@ function durableMongoUrl(env: Env): string | null {
 	return url;
 }
 
+/** NATS server URLs (comma-separated), checked here so that a bad one is reported without the credentials added later. */
+function natsUrls(env: Env, key: string): string | null {
+	const raw = text(env, key);
+	if (raw === null) return null;
+	for (const part of raw.split(",")) {
+		let url: URL | null = null;
+		try {
+			url = new URL(part.trim());
+		} catch {
+			// reported below
+		}
+		if (!url || !["nats:", "tls:"].includes(url.protocol) || !url.hostname) throw new ConfigError(`${key} must be nats://host:port URLs, comma-separated`);
+		if (url.username || url.password) throw new ConfigError(`${key} must not hold credentials: set NATS_USER and NATS_PASSWORD`);
+	}
+	return raw;
+}
+
 /** A credential that goes into a URL as it is (letters, digits, "-", ".", "_", "~"). */
 function urlSafe(env: Env, key: string): string | null {
 	const raw = text(env, key);
@@ -159,7 +176,7 @@ export function loadConfig(env: Env = process.env): Config {
 	return {
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
-		transporter: text(env, "TRANSPORTER"),
+		transporter: natsUrls(env, "TRANSPORTER"),
 		natsUser: urlSafe(env, "NATS_USER"),
 		natsPassword: urlSafe(env, "NATS_PASSWORD"),
 		services: services.length ? services : null,

@@ -5,7 +5,7 @@
  */
 import { Errors, type Context, type Service, type ServiceSchema } from "moleculer";
 import { ConfigError, type Config } from "../lib/config";
-import { isServiceError, ServiceError } from "../lib/errors";
+import { ERROR_STATUS, isServiceError, ServiceError } from "../lib/errors";
 import { openStore, StoreUnavailableError, type Store } from "../lib/store";
 
 /** How long a starting SQLite owner listens for the cluster's INFO packets before it checks for a twin. */
@@ -34,7 +34,8 @@ async function refuseSqliteTwin(service: Service): Promise<void> {
  * 500, logged here with its cause, so no database code or message ever reads as a client error.
  */
 function storeBoundary(this: Service, ctx: Context, err: unknown): never {
-	if (isServiceError(err)) throw err;
+	// A SPEC §7 answer, this service's or one rebuilt from another process's (a plain Error then).
+	if (isServiceError(err) || (typeof (err as { type?: unknown }).type === "string" && (err as { type: string }).type in ERROR_STATUS)) throw err;
 	if (err instanceof StoreUnavailableError) {
 		this.logger.warn(`${ctx.action?.name}: ${err.message}`);
 		throw new ServiceError("NOT_READY", "The store is not available right now; retry shortly");

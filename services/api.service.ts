@@ -70,6 +70,7 @@ function toWireError(err: WireError): ServiceError {
 		case "SERVICE_NOT_FOUND":
 		case "SERVICE_NOT_AVAILABLE":
 		case "REQUEST_TIMEOUT":
+		case "REQUEST_REJECTED":
 		case "BROKER_DISCONNECTED":
 			return new ServiceError("NOT_READY", "The service is not ready to answer this request");
 	}

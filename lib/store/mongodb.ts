@@ -47,6 +47,8 @@ interface Stored extends Document {
 
 const DUPLICATE_KEY = 11000;
 const NAMESPACE_EXISTS = 48;
+const INDEX_NOT_FOUND = 27;
+const NAMESPACE_NOT_FOUND = 26;
 const OPERATORS = { ne: "$ne", lt: "$lt", lte: "$lte", gt: "$gt", gte: "$gte" } as const;
 
 /**
@@ -459,6 +461,19 @@ export class MongoStore implements Store {
 		const collection = this.db.collection<Stored>(spec.name);
 		const descriptions = indexDescriptions(spec);
 		if (descriptions.length) await guarded(() => collection.createIndexes(descriptions));
+		// Indexes an earlier version declared (ours are named u_… and i_…) cost every write and serve nothing now.
+		const wanted = new Set(descriptions.map(description => description.name));
+		const existing = await guarded(() => collection.listIndexes().toArray()).catch(err => {
+			// A collection with no index of ours may not exist yet.
+			if (err instanceof MongoServerError && err.code === NAMESPACE_NOT_FOUND) return [];
+			throw err;
+		});
+		for (const { name } of existing)
+			if (typeof name === "string" && /^[ui]_/.test(name) && !wanted.has(name))
+				await guarded(() => collection.dropIndex(name)).catch(err => {
+					// Another replica dropped it first.
+					if (!(err instanceof MongoServerError && err.code === INDEX_NOT_FOUND)) throw err;
+				});
 		const store = new MongoStoreCollection<T>(this.client, collection, this.db, spec);
 		await store.seedTally();
 		return store;

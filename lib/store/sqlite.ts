@@ -79,25 +79,37 @@ function compileWhere(spec: CollectionSpec, where: Where = {}): { sql: string; a
 class GroupCommit {
 	private waiting: { resolve: () => void; reject: (err: unknown) => void }[] = [];
 	private scheduled = false;
+	// Each write runs inside its own savepoint: one that fails halfway (a document written, its
+	// tally not) is undone whole, and the group goes on.
+	private readonly savepoint: Database.Statement;
+	private readonly release: Database.Statement;
+	private readonly rollback: Database.Statement;
 
-	constructor(private readonly db: Database.Database) {}
+	constructor(private readonly db: Database.Database) {
+		this.savepoint = db.prepare("SAVEPOINT write");
+		this.release = db.prepare("RELEASE write");
+		this.rollback = db.prepare("ROLLBACK TO write");
+	}
 
 	/** Runs `write` in the open group transaction; resolves with its result once that transaction committed. */
 	run<R>(write: () => R): Promise<R> {
-		try {
-			if (!this.db.inTransaction) this.db.exec("BEGIN IMMEDIATE");
-		} catch (err) {
-			return Promise.reject(storeError(err));
-		}
-		if (!this.scheduled) {
-			this.scheduled = true;
-			setImmediate(() => this.commit());
-		}
 		let result: R;
 		try {
-			result = write();
+			if (!this.db.inTransaction) this.db.exec("BEGIN IMMEDIATE");
+			if (!this.scheduled) {
+				this.scheduled = true;
+				setImmediate(() => this.commit());
+			}
+			this.savepoint.run();
+			try {
+				result = write();
+			} catch (err) {
+				this.rollback.run();
+				throw err;
+			} finally {
+				this.release.run();
+			}
 		} catch (err) {
-			// A failing statement (a unique violation, say) rolls back only itself; the group goes on.
 			return Promise.reject(storeError(err));
 		}
 		return new Promise<R>((resolve, reject) => this.waiting.push({ resolve: () => resolve(result), reject }));
@@ -140,18 +152,37 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		this.columns = Object.keys(spec.fields);
 		const columnDefs = this.columns.map(c => `${quote(c)} ${spec.fields[c] === "text" ? "TEXT" : "INTEGER"}`);
 		db.exec(`CREATE TABLE IF NOT EXISTS ${this.table} (id TEXT PRIMARY KEY, ${[...columnDefs, "doc TEXT NOT NULL"].join(", ")})`);
-		const indexName = (kind: string, group: readonly string[]) => quote(`${spec.name}_${kind}_${group.join("_")}`);
-		for (const group of spec.unique ?? [])
-			db.exec(`CREATE UNIQUE INDEX IF NOT EXISTS ${indexName("u", group)} ON ${this.table} (${group.map(quote).join(", ")})`);
+		this.addMissingColumns();
+		const indexName = (kind: string, group: readonly string[]) => `${spec.name}_${kind}_${group.join("_")}`;
+		const wanted = new Set<string>();
+		for (const group of spec.unique ?? []) {
+			wanted.add(indexName("u", group));
+			db.exec(`CREATE UNIQUE INDEX IF NOT EXISTS ${quote(indexName("u", group))} ON ${this.table} (${group.map(quote).join(", ")})`);
+		}
 		// Each index ends in id, the tie-break of every ordered list, so it serves the order as well.
 		for (const group of spec.indexes ?? []) {
 			const key = [...group, "id"];
-			db.exec(`CREATE INDEX IF NOT EXISTS ${indexName("i", key)} ON ${this.table} (${key.map(quote).join(", ")})`);
+			wanted.add(indexName("i", key));
+			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(indexName("i", key))} ON ${this.table} (${key.map(quote).join(", ")})`);
 		}
+		// Indexes an earlier version declared cost every write and serve nothing now.
+		const existing = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL").all(spec.name) as { name: string }[];
+		for (const { name } of existing) if (!wanted.has(name)) db.exec(`DROP INDEX ${quote(name)}`);
 		if (spec.tally) db.exec(`CREATE TABLE IF NOT EXISTS ${this.tallyTable} (key TEXT PRIMARY KEY, value TEXT NOT NULL)`);
 		const all = ["id", ...this.columns, "doc"];
 		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${this.table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
 		this.getStmt = db.prepare(`SELECT doc FROM ${this.table} WHERE id = ?`);
+	}
+
+	/** A field declared after the table was created gets its column, filled from the documents. */
+	private addMissingColumns(): void {
+		const present = new Set((this.db.prepare(`PRAGMA table_info(${this.table})`).all() as { name: string }[]).map(column => column.name));
+		for (const column of this.columns.filter(c => !present.has(c))) {
+			this.db.exec(`ALTER TABLE ${this.table} ADD COLUMN ${quote(column)} ${this.spec.fields[column] === "text" ? "TEXT" : "INTEGER"}`);
+			// json_extract gives 1 and 0 for JSON booleans, as the adapter stores them; objects stay out (declared fields are scalars).
+			const path = `$.${column}`;
+			this.db.prepare(`UPDATE ${this.table} SET ${quote(column)} = json_extract(doc, ?) WHERE json_type(doc, ?) NOT IN ('object', 'array')`).run(path, path);
+		}
 	}
 
 	/**

@@ -182,6 +182,19 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			});
 		});
 
+		test("a collection reopened by a newer version, with a field and an index declared since, queries its existing documents by it", async () => {
+			const name = `items_${++collections}`;
+			const older = await store.collection<Item>({ name, fields: { status: "text" }, indexes: [["status"]] });
+			await older.insert({ id: "a", status: "open", owner: "alice", flag: true });
+			await older.insert({ id: "b", status: "open", owner: { nested: 1 } });
+			await older.insert({ id: "c", status: "done" });
+			const newer = await store.collection<Item>({ name, fields: { status: "text", owner: "text", flag: "boolean" }, unique: [["owner"]], indexes: [["owner", "status"], ["flag"]] });
+			expect(ids(await newer.list({ where: { owner: "alice", status: "open" } }))).toEqual(["a"]);
+			expect(ids(await newer.list({ where: { flag: true } }))).toEqual(["a"]);
+			expect(await newer.insert({ id: "d", owner: "alice" })).toBe(false);
+			expect(await newer.get("b")).toStrictEqual({ id: "b", status: "open", owner: { nested: 1 } });
+		});
+
 		describe("tally", () => {
 			const tallied = (name: string): CollectionSpec<Item> => ({
 				...itemSpec(name),
@@ -204,6 +217,19 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				expect(await items.remove("a")).toBe(true);
 				expect(await items.removeWhere({ status: "done" }, 10)).toBe(1);
 				expect(await items.tally()).toStrictEqual({});
+			});
+
+			test("a write whose tally fails is undone whole: document and tally stay as they were", async () => {
+				const spec = tallied(`items_${++collections}`);
+				const items = await store.collection<Item>({ ...spec, tally: item => (item.status === "boom" ? (() => { throw new Error("boom"); })() : spec.tally!(item)) });
+				await items.insert({ id: "a", status: "open", version: 1 });
+				await expect(items.update("a", { version: 1 }, { id: "a", status: "boom", version: 2 })).rejects.toThrow("boom");
+				await expect(items.insert({ id: "b", status: "boom" })).rejects.toThrow("boom");
+				expect(await items.get("a")).toStrictEqual({ id: "a", status: "open", version: 1 });
+				expect(await items.get("b")).toBeNull();
+				expect(await items.tally()).toStrictEqual({ "status:open": 1n });
+				expect(await items.update("a", { version: 1 }, { id: "a", status: "done", version: 2, amount: "3" })).toBe(true);
+				expect(await items.tally()).toStrictEqual({ "status:done": 1n, amount: 3n });
 			});
 
 			test("racing updates count once", async () => {

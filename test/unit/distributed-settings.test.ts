@@ -128,8 +128,19 @@ describe("NATS credentials", () => {
 
 	test("go into every transporter URL (Moleculer takes them from the URL only)", () => {
 		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "scs", NATS_PASSWORD: "p0-._~" }).options.url).toBe("nats://scs:p0-._~@nats:4222");
-		expect(options({ TRANSPORTER: "nats://a:4222,nats://old:x@b:4222", NATS_USER: "u", NATS_PASSWORD: "p" }).options.url).toBe("nats://u:p@a:4222,nats://u:p@b:4222");
+		expect(options({ TRANSPORTER: "nats://a:4222, nats://b:4222", NATS_USER: "u", NATS_PASSWORD: "p" }).options.url).toBe("nats://u:p@a:4222,nats://u:p@b:4222");
 		expect(options({ TRANSPORTER: "nats://nats:4222" }).options.url).toBe("nats://nats:4222");
+	});
+
+	test("a TRANSPORTER that is not nats:// URLs, or holds credentials, is refused without echoing it", () => {
+		for (const bad of ["nats://u:secret@nats:4222", "http://nats:4222", "nats//nats", "nats://a:4222,::"]) {
+			expect(() => loadConfig({ TRANSPORTER: bad })).toThrow(/TRANSPORTER/);
+			try {
+				loadConfig({ TRANSPORTER: bad });
+			} catch (err) {
+				expect((err as Error).message).not.toContain("secret");
+			}
+		}
 	});
 
 	test("only URL-safe credentials are accepted", () => {

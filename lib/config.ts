@@ -21,6 +21,12 @@ export interface Config {
 	services: string[] | null;
 	dataDir: string;
 	mongoUrl: string | null;
+	/**
+	 * How long after its mark an epoch close waits before it sums what it archived: moves stamped
+	 * before the mark may still be on their way to the store (MongoDB transactions retry for up to
+	 * 8 s; replicas' clocks differ). 0 on SQLite, where a write is visible as soon as it is made.
+	 */
+	epochCloseSettleMs: number;
 	/** MONGO_ALLOW_WEAK_DURABILITY: the operator accepts a MONGO_URL that weakens durability. */
 	mongoAllowWeakDurability: boolean;
 	store: StoreKind;
@@ -183,6 +189,7 @@ export function loadConfig(env: Env = process.env): Config {
 		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),
 		mongoUrl,
 		mongoAllowWeakDurability: flag(env, "MONGO_ALLOW_WEAK_DURABILITY"),
+		epochCloseSettleMs: integer(env, "EPOCH_CLOSE_SETTLE_MS", mongoUrl ? 10_000 : 0, 0),
 		store: mongoUrl ? "mongodb" : "sqlite",
 		workerApiKeys: list(env, "WORKER_API_KEYS"),
 		registrySeedFile: text(env, "REGISTRY_SEED_FILE"),

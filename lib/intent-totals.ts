@@ -19,7 +19,10 @@ export interface TotalsSnapshot {
 	lapsedLeases: number;
 }
 
-/** What one record adds to the tally. History only grows, so its counts only grow with it. */
+/**
+ * What one record adds to the tally. The verdict and the lapsed-lease count are set by the Node's
+ * own moves only (a Cranker chooses the reason it gives, so history reasons cannot be counted).
+ */
 export function intentTally(record: IntentRecord): Record<string, bigint> {
 	const tally: Record<string, bigint> = {};
 	const live = record.archivedIn === undefined || record.archivedIn === null;
@@ -30,13 +33,9 @@ export function intentTally(record: IntentRecord): Record<string, bigint> {
 		tally[`settledVolume:${mint}`] = BigInt(amount);
 		if (live) tally[`liveVolume:${mint}`] = BigInt(amount);
 	}
-	let lapsed = 0n;
-	record.history.forEach((entry, i) => {
-		if (entry.state === "VERIFIED" && record.history[i - 1]?.state === "NODE_VERIFYING") tally.verified = 1n;
-		if (entry.state === "REJECTED" && record.history[i - 1]?.state === "NODE_VERIFYING") tally.rejected = 1n;
-		if (entry.reason === "LEASE_EXPIRED") lapsed++;
-	});
-	if (lapsed) tally.lapsedLeases = lapsed;
+	if (record.verdict === "VERIFIED") tally.verified = 1n;
+	if (record.verdict === "REJECTED") tally.rejected = 1n;
+	if (record.lapsedLeases) tally.lapsedLeases = BigInt(record.lapsedLeases);
 	return tally;
 }
 

@@ -87,6 +87,10 @@ export interface IntentRecord {
 	archivedIn?: number;
 	/** The broker call that recorded it, so that a retry of that call is recognised (services/replay.ts). */
 	intakeCall?: string | null;
+	/** Verification's verdict, set by the verdict move only (the metrics count verdicts by it). */
+	verdict?: "VERIFIED" | "REJECTED";
+	/** How many times the lease sweep returned a lapsed lease (a Cranker's own release is not one). */
+	lapsedLeases?: number;
 }
 
 /** A record while a Cranker holds its lease. */
@@ -232,6 +236,13 @@ export function applyMove(record: IntentRecord, on: Trigger, to: IntentState, at
 		next.history = [...record.history, entry];
 	}
 	return next;
+}
+
+/** The move from `current` to `next` as stored at `at`: its updatedAt, and the history entry it added. */
+export function restamped(current: IntentRecord, next: IntentRecord, at: string): IntentRecord {
+	if (next.updatedAt === current.updatedAt) return next;
+	const added = next.history.length > current.history.length;
+	return { ...next, updatedAt: at, history: added ? [...next.history.slice(0, -1), { ...next.history[next.history.length - 1], at }] : next.history };
 }
 
 export function isExpired(record: IntentRecord, nowMs: number, latestSlot: number | null): boolean {

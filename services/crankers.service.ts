@@ -20,8 +20,12 @@ const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
 /** Heartbeats read per page when a replica folds in what was stored since its last look. */
 const CATCH_UP_PAGE = 500;
-/** How far back each look reaches past the previous one: a heartbeat stamped before a look may be stored after it. */
-const CATCH_UP_OVERLAP_MS = 2000;
+/**
+ * How far back each look reaches past the previous one when replicas may share the store: a
+ * heartbeat another replica stamped before a look may be stored after it (a MongoDB write may
+ * retry for 8 s; clocks differ). One process alone (no transporter) sees its writes at once.
+ */
+const CATCH_UP_OVERLAP_MS = 10_000;
 const PRUNE_BATCH = 500;
 
 interface HeartbeatRequest {
@@ -83,7 +87,8 @@ export function crankersService(config: Config): ServiceSchema {
 	 */
 	async function catchUp(nowMs: number): Promise<void> {
 		const floor = onlineCutoff(nowMs);
-		const from = caughtUpTo ? new Date(Math.max(Date.parse(caughtUpTo) - CATCH_UP_OVERLAP_MS, Date.parse(floor))).toISOString() : floor;
+		const overlap = config.transporter ? CATCH_UP_OVERLAP_MS : 0;
+		const from = caughtUpTo ? new Date(Math.max(Date.parse(caughtUpTo) - overlap, Date.parse(floor))).toISOString() : floor;
 		// Heartbeats share milliseconds: each page starts at its predecessor's last instant and skips the ids it listed there.
 		let lastAt: string | null = null;
 		let listedAtLast = new Set<string>();

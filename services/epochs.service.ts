@@ -5,9 +5,10 @@
  * half-done by a crash is finished at the next start (or minute), by this replica or another.
  *
  * What a close archives is fixed by its mark: the terminal intents of E or earlier that were last
- * changed at or before `closedAt`. So every replica that finishes (or resumes) the same close
- * archives the same set and computes the same result and root; the first to store it wins, and
- * the others answer the stored one.
+ * changed at or before `closedAt` (the mempool stamps a move just before it stores it). A close
+ * sums its archive only EPOCH_CLOSE_SETTLE_MS after the mark, when every such move has landed, so
+ * every replica that finishes (or resumes) the same close archives the same set and computes the
+ * same result and root; the first to store it wins, and the others answer the stored one.
  */
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
@@ -71,7 +72,17 @@ export function epochsService(config: Config): ServiceSchema {
 		inFlight.add(closing.epoch);
 		try {
 			const cutoff = { epoch: closing.epoch, changedBefore: closing.closedAt!, limit: ARCHIVE_BATCH };
-			while ((await broker.call<number, object>("mempool.archiveTerminal", cutoff)) > 0);
+			const archiveAll = async () => {
+				while ((await broker.call<number, object>("mempool.archiveTerminal", cutoff)) > 0);
+			};
+			await archiveAll();
+			// Moves stamped before the mark that were still being stored: once they have landed, every
+			// replica finishing this close has archived the same set, and sums the same figures.
+			const settled = Date.parse(closing.closedAt!) + config.epochCloseSettleMs;
+			if (Date.now() < settled) {
+				await new Promise(resolve => setTimeout(resolve, settled - Date.now()));
+				await archiveAll();
+			}
 			const summary = await broker.call<Pick<EpochCloseResult, "executed" | "canceled" | "volume" | "root">, object>("mempool.archiveSummary", { epoch: closing.epoch });
 			const closedAt = closing.closedAt ?? new Date().toISOString();
 			const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
@@ -168,6 +179,9 @@ export function epochsService(config: Config): ServiceSchema {
 			/** POST /epoch/close */
 			close: {
 				params: { $$strict: true },
+				// Longer than the broker's default: a close waits EPOCH_CLOSE_SETTLE_MS and archives in
+				// batches. (Moleculer reads an action's `timeout`; its types leave it out.)
+				...({ timeout: 28_000 } as object),
 				handler: (ctx: Context) => close(undefined, callKey(ctx))
 			}
 		},

@@ -21,6 +21,7 @@ import {
 	PUBLIC_STATUS,
 	applyMove,
 	decideStatusUpdate,
+	restamped,
 	expire,
 	isExpired,
 	leaseForPayout,
@@ -91,12 +92,17 @@ export function mempoolService(config: Config): ServiceSchema {
 	}
 
 	/**
-	 * Compare-and-set on the record's current state, version and lease; false when someone moved it
-	 * first. The lease is part of the condition because a renewal keeps stateVersion (SPEC §2.4):
-	 * without it, a writer holding the record from before a renewal could overwrite the new lease.
+	 * Compare-and-set on the record's current state, version and lease; null when someone moved it
+	 * first, else the record as written. The lease is part of the condition because a renewal keeps
+	 * stateVersion (SPEC §2.4): without it, a writer holding the record from before a renewal could
+	 * overwrite the new lease. The move's time is taken again just before the write (a chain read
+	 * may have come between): an epoch close fixes its set by `updatedAt`, so a move must not be
+	 * stored long after the time it carries.
 	 */
-	async function commit(current: IntentRecord, next: IntentRecord): Promise<boolean> {
-		return intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, next);
+	async function commit(current: IntentRecord, next: IntentRecord): Promise<IntentRecord | null> {
+		const written = restamped(current, next, new Date().toISOString());
+		const done = await intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, written);
+		return done ? written : null;
 	}
 
 	/** Consumes the sender's nonce for this intent; false when a non-rejected intent holds it. */
@@ -113,7 +119,8 @@ export function mempoolService(config: Config): ServiceSchema {
 	}
 
 	async function reject(record: IntentRecord, reason: string, detail: string, at: string, by?: string): Promise<boolean> {
-		return commit(record, applyMove(record, "verdict", "REJECTED", at, { reason, rejectionReason: reason, rejectionDetail: detail, ...(by ? { by } : {}) }));
+		const rejected = applyMove(record, "verdict", "REJECTED", at, { reason, rejectionReason: reason, rejectionDetail: detail, ...(by ? { by } : {}) });
+		return (await commit(record, { ...rejected, verdict: "REJECTED" })) !== null;
 	}
 
 	/**
@@ -127,7 +134,7 @@ export function mempoolService(config: Config): ServiceSchema {
 			if (await removeUnrecorded(record)) return null;
 		} else if (!result.ok) await reject(record, result.reason, result.detail, at, by);
 		else if (!(await consumeNonce(record))) await reject(record, "NONCE_REUSED", "this sender already used the nonce", at, by);
-		else await commit(record, applyMove(record, "verdict", "VERIFIED", at, by ? { by } : {}));
+		else await commit(record, { ...applyMove(record, "verdict", "VERIFIED", at, by ? { by } : {}), verdict: "VERIFIED" });
 		return intents.get(record.id);
 	}
 
@@ -153,7 +160,10 @@ export function mempoolService(config: Config): ServiceSchema {
 		const at = new Date().toISOString();
 		const lapsed = await intents.list({ where: { state: "CRANKER_LEASED", leaseExpiresAt: { lte: at } }, limit: SWEEP_BATCH });
 		let released = 0;
-		for (const record of lapsed) if (await commit(record, applyMove(record, "lease-lapse", "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" }))) released++;
+		for (const record of lapsed) {
+			const returned = applyMove(record, "lease-lapse", "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" });
+			if (await commit(record, { ...returned, lapsedLeases: (record.lapsedLeases ?? 0) + 1 })) released++;
+		}
 		return released;
 	}
 
@@ -214,7 +224,8 @@ export function mempoolService(config: Config): ServiceSchema {
 						// Verified before it was recorded: the verdict is applied through the same two moves as a sweep's.
 						const { verifiedBy, ...result } = verdict;
 						const claimed = applyMove(record, "claim", "NODE_VERIFYING", at);
-						const done = (await commit(record, claimed)) ? await applyVerdict(claimed, result, verifiedBy) : await intents.get(record.id);
+						const stored = await commit(record, claimed);
+						const done = stored ? await applyVerdict(stored, result, verifiedBy) : await intents.get(record.id);
 						return { record: done ?? record, created: true };
 					}
 					const existing = await intents.findOne({ paymentId: request.paymentId });
@@ -303,7 +314,7 @@ export function mempoolService(config: Config): ServiceSchema {
 					const record = await intents.get(ctx.params.id);
 					if (!record || record.state !== "RECEIVED" || record.stateVersion !== ctx.params.expectedVersion) return null;
 					const next = applyMove(record, "claim", "NODE_VERIFYING", new Date().toISOString());
-					return (await commit(record, next)) ? next : null;
+					return commit(record, next);
 				}
 			},
 
@@ -330,7 +341,7 @@ export function mempoolService(config: Config): ServiceSchema {
 					const record = await mustGet(ctx.params.id);
 					if (record.state !== "NODE_VERIFYING" || record.stateVersion !== ctx.params.expectedVersion) return record;
 					const next = applyMove(record, "verifier-timeout", "RECEIVED", new Date().toISOString(), { reason: "VERIFIER_UNAVAILABLE" });
-					return (await commit(record, next)) ? next : mustGet(record.id);
+					return (await commit(record, next)) ?? mustGet(record.id);
 				}
 			},
 
@@ -362,7 +373,8 @@ export function mempoolService(config: Config): ServiceSchema {
 					let { next } = decision;
 					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await observeChain(record, decision.chainCheck), config.blockhashLifetimeBlocks);
 					else if (chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") next = withSubmissionHeight(next, Number(await readChain(() => chain.blockHeight())), config.blockhashLifetimeBlocks);
-					if (await commit(record, next)) return toWorkerView(next);
+					const written = await commit(record, next);
+					if (written) return toWorkerView(written);
 					const current = await mustGet(id);
 					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
 				}

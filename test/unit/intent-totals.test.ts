@@ -21,7 +21,7 @@ describe("intent tally", () => {
 
 	it("follows an intent from insert to settlement and archiving", () => {
 		const verifying = at(received, "NODE_VERIFYING");
-		const verified = at(verifying, "VERIFIED");
+		const verified = at(verifying, "VERIFIED", { verdict: "VERIFIED" });
 		const confirmed = at(verified, "CONFIRMED");
 		const figures = sums([
 			[null, received],
@@ -46,10 +46,15 @@ describe("intent tally", () => {
 		expect(sums([[null, big], [null, { ...big, id: "int_other" }]]).settled.volume[MINT]).toBe("36893488147419103230");
 	});
 
-	it("counts a verification rejection, archived or not, and each lapsed lease", () => {
-		const rejected = at(at(received, "NODE_VERIFYING"), "REJECTED", { archivedIn: 2 });
+	it("counts a verification rejection, archived or not, and each lease the sweep returned", () => {
+		const rejected = at(at(received, "NODE_VERIFYING"), "REJECTED", { archivedIn: 2, verdict: "REJECTED" });
 		expect(sums([[null, rejected]])).toMatchObject({ live: { REJECTED: 0 }, settled: { count: 0, volume: {} }, verdicts: { verified: 0, rejected: 1 } });
-		const relet = { ...received, history: [{ state: "VERIFIED" as const, at: "a" }, { state: "CRANKER_LEASED" as const, at: "b" }, { state: "VERIFIED" as const, at: "c", reason: "LEASE_EXPIRED" }] };
-		expect(sums([[null, relet], [null, { ...relet, id: "x", history: [...relet.history, ...relet.history] }]]).lapsedLeases).toBe(3);
+		expect(sums([[null, { ...received, lapsedLeases: 1 }], [null, { ...received, id: "x", lapsedLeases: 2 }]]).lapsedLeases).toBe(3);
+	});
+
+	it("counts neither an expiry during verification as a verdict nor a Cranker's release that says LEASE_EXPIRED as a lapse", () => {
+		const expired = at(at(received, "NODE_VERIFYING"), "REJECTED", { rejectionReason: "EXPIRED" });
+		const released = { ...received, history: [{ state: "CRANKER_LEASED" as const, at: "b" }, { state: "VERIFIED" as const, at: "c", reason: "LEASE_EXPIRED", by: "cranker" }] };
+		expect(sums([[null, expired], [null, { ...released, id: "y" }]])).toMatchObject({ verdicts: { verified: 0, rejected: 0 }, lapsedLeases: 0 });
 	});
 });

@@ -1,6 +1,7 @@
 /** The intent state machine of SPEC §2.4/§3 and the two views of SPEC §2.2/§2.3. */
 import { ServiceError } from "../../lib/errors";
 import {
+	restamped,
 	EXPIRABLE_STATES,
 	INTENT_STATES,
 	PUBLIC_STATUS,
@@ -681,5 +682,22 @@ describe("views", () => {
 		const view = toWorkerView(record("VERIFIED"));
 		expect(view).toHaveProperty("lease", null);
 		expect(view).toHaveProperty("submission", null);
+	});
+});
+
+describe("restamped: a move carries the time it is stored at", () => {
+	it("takes the new time for updatedAt and the entry the move added, and keeps everything else", () => {
+		const current = record("CRANKER_LEASED");
+		const next = applyMove(current, "submit", "SUBMITTED", "2026-01-01T00:00:00.000Z", { onChainChecked: false });
+		const stored = restamped(current, next, "2026-01-01T00:00:02.500Z");
+		expect(stored.updatedAt).toBe("2026-01-01T00:00:02.500Z");
+		expect(stored.history.at(-1)).toEqual({ ...next.history.at(-1), at: "2026-01-01T00:00:02.500Z" });
+		expect(stored.history.slice(0, -1)).toEqual(current.history);
+		expect({ ...stored, updatedAt: next.updatedAt, history: next.history }).toEqual(next);
+	});
+
+	it("leaves a record that did not move as it is", () => {
+		const current = record("VERIFIED");
+		expect(restamped(current, { ...current }, "2030-01-01T00:00:00.000Z")).toEqual(current);
 	});
 });

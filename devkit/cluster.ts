@@ -21,7 +21,11 @@ export class NatsServer {
 	readonly user = "scs";
 	readonly password = `p${randomBytes(16).toString("hex")}`;
 
-	constructor(readonly port: number) {}
+	/** `maxPayload`: the largest message the server takes (NATS's default is 1 MB). */
+	constructor(
+		readonly port: number,
+		private readonly maxPayload?: number
+	) {}
 
 	get url(): string {
 		return `nats://127.0.0.1:${this.port}`;
@@ -30,6 +34,12 @@ export class NatsServer {
 	async start(): Promise<void> {
 		let output = "";
 		const args = ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir, "--user", this.user, "--pass", this.password];
+		if (this.maxPayload) {
+			// No command-line flag sets it: a config file does.
+			const config = path.join(this.storeDir, "nats.conf");
+			fs.writeFileSync(config, `max_payload: ${this.maxPayload}\n`);
+			args.push("-c", config);
+		}
 		this.child = spawn("nats-server", args, { stdio: ["ignore", "pipe", "pipe"] });
 		this.child.stdout!.on("data", chunk => (output += chunk));
 		this.child.stderr!.on("data", chunk => (output += chunk));
@@ -97,6 +107,8 @@ export interface ClusterOptions {
 	seedFile: string;
 	workerApiKey: string;
 	mongoUrl?: string;
+	/** The NATS server's message limit, when a test wants a smaller one than the default 1 MB. */
+	natsMaxPayload?: number;
 	/** The directory holding dist/ (the repository root). */
 	root?: string;
 }
@@ -114,7 +126,7 @@ export class Cluster {
 	constructor(private readonly options: ClusterOptions) {}
 
 	async start(): Promise<void> {
-		this.nats = new NatsServer(await freePort());
+		this.nats = new NatsServer(await freePort(), this.options.natsMaxPayload);
 		await this.nats.start();
 		this.owners = this.node("owners", { SERVICES: "mempool,payouts,crankers,tin,epochs,access", REGISTRY_SEED_FILE: this.options.seedFile });
 		await this.owners.ready();

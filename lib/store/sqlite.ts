@@ -130,6 +130,9 @@ class GroupCommit {
 	}
 }
 
+/** The column that keeps a row's contribution to its collection's tally. */
+const TALLY_COLUMN = "_tally";
+
 /** The key of a tally row that says the tally holds every document (written by its first seeding). */
 const SEEDED = "$seeded";
 
@@ -151,7 +154,10 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		this.tallyTable = quote(`${spec.name}__tally`);
 		this.columns = Object.keys(spec.fields);
 		const columnDefs = this.columns.map(c => `${quote(c)} ${spec.fields[c] === "text" ? "TEXT" : "INTEGER"}`);
-		db.exec(`CREATE TABLE IF NOT EXISTS ${this.table} (id TEXT PRIMARY KEY, ${[...columnDefs, "doc TEXT NOT NULL"].join(", ")})`);
+		// With a tally, each row keeps its document's contribution (`_tally`, JSON), so that a write
+		// reads that small column for what it replaces instead of parsing the whole document.
+		const tallyColumn = spec.tally ? [`${TALLY_COLUMN} TEXT`] : [];
+		db.exec(`CREATE TABLE IF NOT EXISTS ${this.table} (id TEXT PRIMARY KEY, ${[...columnDefs, ...tallyColumn, "doc TEXT NOT NULL"].join(", ")})`);
 		this.addMissingColumns();
 		const indexName = (kind: string, group: readonly string[]) => `${spec.name}_${kind}_${group.join("_")}`;
 		const wanted = new Set<string>();
@@ -169,7 +175,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		const existing = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL").all(spec.name) as { name: string }[];
 		for (const { name } of existing) if (!wanted.has(name)) db.exec(`DROP INDEX ${quote(name)}`);
 		if (spec.tally) db.exec(`CREATE TABLE IF NOT EXISTS ${this.tallyTable} (key TEXT PRIMARY KEY, value TEXT NOT NULL)`);
-		const all = ["id", ...this.columns, "doc"];
+		const all = ["id", ...this.columns, ...(spec.tally ? [TALLY_COLUMN] : []), "doc"];
 		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${this.table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
 		this.getStmt = db.prepare(`SELECT doc FROM ${this.table} WHERE id = ?`);
 	}
@@ -177,6 +183,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 	/** A field declared after the table was created gets its column, filled from the documents. */
 	private addMissingColumns(): void {
 		const present = new Set((this.db.prepare(`PRAGMA table_info(${this.table})`).all() as { name: string }[]).map(column => column.name));
+		if (this.spec.tally && !present.has(TALLY_COLUMN)) this.db.exec(`ALTER TABLE ${this.table} ADD COLUMN ${TALLY_COLUMN} TEXT`);
 		for (const column of this.columns.filter(c => !present.has(c))) {
 			this.db.exec(`ALTER TABLE ${this.table} ADD COLUMN ${quote(column)} ${this.spec.fields[column] === "text" ? "TEXT" : "INTEGER"}`);
 			// json_extract gives 1 and 0 for JSON booleans, as the adapter stores them; objects stay out (declared fields are scalars).
@@ -198,16 +205,35 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 			// Pages by id: a statement cannot write while another still iterates on the connection.
 			const page = this.db.prepare(`SELECT id, doc FROM ${this.table} WHERE id > ? ORDER BY id LIMIT 1000`);
 			for (let after = "", rows: { id: string; doc: string }[]; (rows = page.all(after) as typeof rows).length; after = rows[rows.length - 1].id)
-				for (const row of rows) this.applyTally(null, JSON.parse(row.doc) as T);
+				for (const row of rows) this.applyTally(new Map(), this.contribution(JSON.parse(row.doc) as T));
 			this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, '1')`).run(SEEDED);
 		});
 	}
 
-	/** Inside a write: adds the change from `before` to `after` to the tally rows. */
-	private applyTally(before: T | null, after: T | null): void {
+	/** What a document adds to the tally, as kept in its row's `_tally` column. */
+	private contribution(doc: T): string {
+		return JSON.stringify(Object.fromEntries(Object.entries(this.spec.tally!(doc)).map(([key, value]) => [key, value.toString()])));
+	}
+
+	/** Inside a write: the contribution of the row `id` holds now (from its document when a row predates the column). */
+	private storedContribution(id: string): Map<string, bigint> {
+		const row = this.statement(`SELECT ${TALLY_COLUMN} AS tally, CASE WHEN ${TALLY_COLUMN} IS NULL THEN doc END AS doc FROM ${this.table} WHERE id = ?`).get(id) as
+			| { tally: string | null; doc: string | null }
+			| undefined;
+		if (!row) return new Map();
+		if (row.tally === null) return tallyChange(this.spec, null, JSON.parse(row.doc!) as T);
+		return new Map(Object.entries(JSON.parse(row.tally) as Record<string, string>).map(([key, value]) => [key, BigInt(value)]));
+	}
+
+	/** Inside a write: adds `after` minus `before` (contributions) to the tally rows. */
+	private applyTally(before: Map<string, bigint>, after: string | null): void {
+		const change = new Map(before);
+		for (const [key, value] of change) change.set(key, -value);
+		if (after !== null) for (const [key, value] of Object.entries(JSON.parse(after) as Record<string, string>)) change.set(key, (change.get(key) ?? 0n) + BigInt(value));
 		const read = this.statement(`SELECT value FROM ${this.tallyTable} WHERE key = ?`);
 		const write = this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`);
-		for (const [key, delta] of tallyChange(this.spec, before, after)) {
+		for (const [key, delta] of change) {
+			if (delta === 0n) continue;
 			// Sums are decimal text: amounts in base units overflow SQLite's 64-bit integers.
 			const current = (read.get(key) as { value: string } | undefined)?.value ?? "0";
 			write.run(key, (BigInt(current) + delta).toString());
@@ -245,10 +271,11 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 	}
 
 	async insert(doc: T): Promise<boolean> {
-		const row = [doc.id, ...this.row(doc), JSON.stringify(doc)];
+		const contribution = this.spec.tally ? this.contribution(doc) : null;
+		const row = [doc.id, ...this.row(doc), ...(contribution !== null ? [contribution] : []), JSON.stringify(doc)];
 		return this.group.run(() => {
 			const inserted = this.insertStmt.run(...row).changes === 1;
-			if (inserted && this.spec.tally) this.applyTally(null, doc);
+			if (inserted && contribution !== null) this.applyTally(new Map(), contribution);
 			return inserted;
 		});
 	}
@@ -265,14 +292,15 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 	async update(id: string, expected: Where, next: T): Promise<boolean> {
 		if (next.id !== id) throw new Error("update cannot change a document's id");
 		const { sql, args } = compileWhere(this.spec, expected);
-		const assignments = [...this.columns.map(c => `${quote(c)} = ?`), "doc = ?"].join(", ");
+		const contribution = this.spec.tally ? this.contribution(next) : null;
+		const assignments = [...this.columns, ...(contribution !== null ? [TALLY_COLUMN] : []), "doc"].map(c => `${quote(c)} = ?`).join(", ");
 		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
 		const stmt = this.statement(`UPDATE ${this.table} SET ${assignments}${condition}`);
-		const row = [...this.row(next), JSON.stringify(next)];
+		const row = [...this.row(next), ...(contribution !== null ? [contribution] : []), JSON.stringify(next)];
 		return this.group.run(() => {
-			const before = this.spec.tally ? this.current(id) : null;
+			const before = contribution !== null ? this.storedContribution(id) : null;
 			const updated = stmt.run(...row, ...args, id).changes === 1;
-			if (updated && this.spec.tally) this.applyTally(before, next);
+			if (updated && before) this.applyTally(before, contribution);
 			return updated;
 		});
 	}
@@ -282,9 +310,9 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
 		const stmt = this.statement(`DELETE FROM ${this.table}${condition}`);
 		return this.group.run(() => {
-			const before = this.spec.tally ? this.current(id) : null;
+			const before = this.spec.tally ? this.storedContribution(id) : null;
 			const removed = stmt.run(...args, id).changes === 1;
-			if (removed && this.spec.tally) this.applyTally(before, null);
+			if (removed && before) this.applyTally(before, null);
 			return removed;
 		});
 	}
@@ -304,8 +332,9 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		return this.group.run(() => {
 			let removed = 0;
 			for (const { doc } of batch.all(...args, size) as { doc: string }[]) {
-				const before = JSON.parse(doc) as T;
-				removed += removeOne.run(before.id).changes;
+				const { id } = JSON.parse(doc) as T;
+				const before = this.storedContribution(id);
+				removed += removeOne.run(id).changes;
 				this.applyTally(before, null);
 			}
 			return removed;

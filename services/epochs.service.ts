@@ -50,8 +50,8 @@ const RESUME_AFTER_MS = 10 * 60_000;
 export function epochsService(config: Config): ServiceSchema {
 	let epochs: Collection<EpochDoc>;
 	let broker: ServiceBroker;
-	/** Closes this process is finishing now, so the minute check never finishes one twice. */
-	const inFlight = new Set<number>();
+	/** Closes this process is finishing now: the minute check, or a repeat of the call, joins them. */
+	const inFlight = new Map<number, Promise<EpochCloseResult>>();
 	const ignoreRace = (err: unknown) => {
 		if ((err as ServiceError).type !== "INVALID_TRANSITION") throw err;
 	};
@@ -68,29 +68,41 @@ export function epochsService(config: Config): ServiceSchema {
 	}
 
 	/** Steps after the `closing` mark; each is idempotent, so a resumed close repeats them safely. */
-	async function finishClose(closing: EpochDoc): Promise<EpochCloseResult> {
-		inFlight.add(closing.epoch);
-		try {
-			const cutoff = { epoch: closing.epoch, changedBefore: closing.closedAt!, limit: ARCHIVE_BATCH };
-			const archiveAll = async () => {
-				while ((await broker.call<number, object>("mempool.archiveTerminal", cutoff)) > 0);
-			};
-			await archiveAll();
-			// Moves stamped before the mark that were still being stored: once they have landed, every
-			// replica finishing this close has archived the same set, and sums the same figures.
-			const settled = Date.parse(closing.closedAt!) + config.epochCloseSettleMs;
-			if (Date.now() < settled) {
-				await new Promise(resolve => setTimeout(resolve, settled - Date.now()));
-				await archiveAll();
-			}
-			const summary = await broker.call<Pick<EpochCloseResult, "executed" | "canceled" | "volume" | "root">, object>("mempool.archiveSummary", { epoch: closing.epoch });
-			const closedAt = closing.closedAt ?? new Date().toISOString();
-			const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
-			await epochs.update(closing.id, { status: "closing" }, { ...closing, status: "closed", closedAt, result });
-			return (await epochs.get(closing.id))?.result ?? result;
-		} finally {
-			inFlight.delete(closing.epoch);
+	function finishClose(closing: EpochDoc): Promise<EpochCloseResult> {
+		let running = inFlight.get(closing.epoch);
+		if (!running) {
+			running = runClose(closing).finally(() => inFlight.delete(closing.epoch));
+			inFlight.set(closing.epoch, running);
 		}
+		return running;
+	}
+
+	async function runClose(closing: EpochDoc): Promise<EpochCloseResult> {
+		const cutoff = { epoch: closing.epoch, changedBefore: closing.closedAt!, limit: ARCHIVE_BATCH };
+		/** The result another replica stored meanwhile: from then on nobody may archive into this epoch. */
+		const storedResult = async () => (await epochs.get(closing.id))?.result ?? null;
+		const archiveAll = async (): Promise<EpochCloseResult | null> => {
+			for (;;) {
+				const stored = await storedResult();
+				if (stored) return stored;
+				if ((await broker.call<number, object>("mempool.archiveTerminal", cutoff)) === 0) return null;
+			}
+		};
+		const early = await archiveAll();
+		if (early) return early;
+		// Moves stamped before the mark that were still being stored: once they have landed, every
+		// replica finishing this close has archived the same set, and sums the same figures.
+		const settled = Date.parse(closing.closedAt!) + config.epochCloseSettleMs;
+		if (Date.now() < settled) {
+			await new Promise(resolve => setTimeout(resolve, settled - Date.now()));
+			const late = await archiveAll();
+			if (late) return late;
+		}
+		const summary = await broker.call<Pick<EpochCloseResult, "executed" | "canceled" | "volume" | "root">, object>("mempool.archiveSummary", { epoch: closing.epoch });
+		const closedAt = closing.closedAt ?? new Date().toISOString();
+		const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
+		await epochs.update(closing.id, { status: "closing" }, { ...closing, status: "closed", closedAt, result });
+		return (await storedResult()) ?? result;
 	}
 
 	/** Marks epoch `open` closing (one compare-and-set: one racing caller wins) and finishes the close. */
@@ -121,8 +133,10 @@ export function epochsService(config: Config): ServiceSchema {
 	}
 
 	/**
-	 * At start and every minute: finish closes a crash interrupted (at start all of them; later only
-	 * those nobody has been finishing for a while), then close an epoch older than EPOCH_DURATION_MS.
+	 * At start and every minute: finish closes a crash interrupted, then close an epoch older than
+	 * EPOCH_DURATION_MS. A SQLite owner is the only one, so at its start every unfinished close is
+	 * abandoned; with replicas, another may be finishing it now (a rolling deploy), so only a close
+	 * nobody has finished for RESUME_AFTER_MS is taken over: two finishers are a race to avoid.
 	 */
 	async function maintain(atStart: boolean): Promise<void> {
 		// A close always opens its successor before it marks itself; a store that lacks one still gets one.
@@ -131,7 +145,7 @@ export function epochsService(config: Config): ServiceSchema {
 		const newest = await openEpoch();
 		for (const stale of await epochs.list({ where: { status: "open", epoch: { lt: newest.epoch } } })) await closeEpoch(stale).catch(ignoreRace);
 		for (const closing of await epochs.list({ where: { status: "closing" } })) {
-			const abandoned = atStart || Date.parse(closing.closedAt ?? "") + RESUME_AFTER_MS < Date.now();
+			const abandoned = (atStart && config.store === "sqlite") || Date.parse(closing.closedAt ?? "") + RESUME_AFTER_MS < Date.now();
 			if (!inFlight.has(closing.epoch) && abandoned) await finishClose(closing);
 		}
 		const open = await openEpoch();

@@ -111,28 +111,41 @@ const TRANSIENT_CODES = new Set([
  */
 const TRANSACTION_BUDGET_MS = 8000;
 
-/** Runs `work` in a transaction, retrying transient conflicts within TRANSACTION_BUDGET_MS. */
+/**
+ * Runs `work` in a transaction within TRANSACTION_BUDGET_MS: a transient conflict runs it again (the
+ * server says nothing was committed), a commit whose result is unknown is committed again (never
+ * `work`: the first commit may have applied it), with the driver's backoff between attempts.
+ */
 async function inTransaction<R>(client: MongoClient, work: (session: ClientSession) => Promise<R>): Promise<R> {
 	return client.withSession(async session => {
 		const deadline = Date.now() + TRANSACTION_BUDGET_MS;
-		const retry = (err: unknown) => err instanceof MongoError && err.hasErrorLabel("TransientTransactionError") && Date.now() < deadline;
-		for (;;) {
+		const inBudget = () => Date.now() < deadline;
+		const backoff = (attempt: number) => new Promise(resolve => setTimeout(resolve, Math.random() * Math.min(500, 5 * 1.5 ** attempt)));
+		const labelled = (err: unknown, label: string) => err instanceof MongoError && err.hasErrorLabel(label);
+		for (let attempt = 0; ; attempt++) {
+			if (attempt > 0) await backoff(attempt);
 			session.startTransaction();
 			let result: R;
 			try {
 				result = await work(session);
 			} catch (err) {
 				if (session.inTransaction()) await session.abortTransaction().catch(() => undefined);
-				if (retry(err)) continue;
+				if (labelled(err, "TransientTransactionError") && inBudget()) continue;
 				throw err;
 			}
-			try {
-				// commitTransaction retries a failed commit once by itself.
-				await session.commitTransaction();
-				return result;
-			} catch (err) {
-				if (retry(err)) continue;
-				throw err;
+			for (let commit = 0; ; commit++) {
+				try {
+					await session.commitTransaction();
+					return result;
+				} catch (err) {
+					// Checked first, as the driver does: the commit may have been applied.
+					if (labelled(err, "UnknownTransactionCommitResult") && !(err instanceof MongoError && err.code === 50) && inBudget()) {
+						await backoff(commit);
+						continue;
+					}
+					if (labelled(err, "TransientTransactionError") && inBudget()) break;
+					throw err;
+				}
 			}
 		}
 	});
@@ -461,7 +474,8 @@ export class MongoStore implements Store {
 		const collection = this.db.collection<Stored>(spec.name);
 		const descriptions = indexDescriptions(spec);
 		if (descriptions.length) await guarded(() => collection.createIndexes(descriptions));
-		// Indexes an earlier version declared (ours are named u_… and i_…) cost every write and serve nothing now.
+		// Plain indexes an earlier version declared (ours are named i_…) cost every write and serve
+		// nothing now. Unique ones (u_…) stay: one may belong to a newer version running beside this one.
 		const wanted = new Set(descriptions.map(description => description.name));
 		const existing = await guarded(() => collection.listIndexes().toArray()).catch(err => {
 			// A collection with no index of ours may not exist yet.
@@ -469,7 +483,7 @@ export class MongoStore implements Store {
 			throw err;
 		});
 		for (const { name } of existing)
-			if (typeof name === "string" && /^[ui]_/.test(name) && !wanted.has(name))
+			if (typeof name === "string" && name.startsWith("i_") && !wanted.has(name))
 				await guarded(() => collection.dropIndex(name)).catch(err => {
 					// Another replica dropped it first.
 					if (!(err instanceof MongoServerError && err.code === INDEX_NOT_FOUND)) throw err;

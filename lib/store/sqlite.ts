@@ -103,16 +103,28 @@ class GroupCommit {
 			this.savepoint.run();
 			try {
 				result = write();
-			} catch (err) {
-				this.rollback.run();
-				throw err;
-			} finally {
 				this.release.run();
+			} catch (err) {
+				if (this.db.inTransaction) {
+					this.rollback.run();
+					this.release.run();
+				} else this.failGroup(err);
+				throw err;
 			}
 		} catch (err) {
 			return Promise.reject(storeError(err));
 		}
 		return new Promise<R>((resolve, reject) => this.waiting.push({ resolve: () => resolve(result), reject }));
+	}
+
+	/**
+	 * Some failures (a full disk, an I/O error) make SQLite roll back the whole group transaction,
+	 * not only the failing write: every write of the group is gone, and none may resolve as stored.
+	 */
+	private failGroup(err: unknown): void {
+		const batch = this.waiting;
+		this.waiting = [];
+		for (const waiter of batch) waiter.reject(storeError(err));
 	}
 
 	commit(): void {
@@ -171,9 +183,10 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 			wanted.add(indexName("i", key));
 			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(indexName("i", key))} ON ${this.table} (${key.map(quote).join(", ")})`);
 		}
-		// Indexes an earlier version declared cost every write and serve nothing now.
+		// Plain indexes an earlier version declared cost every write and serve nothing now. Unique
+		// ones stay: one may belong to a newer version (a rollback), and without it duplicates get in.
 		const existing = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL").all(spec.name) as { name: string }[];
-		for (const { name } of existing) if (!wanted.has(name)) db.exec(`DROP INDEX ${quote(name)}`);
+		for (const { name } of existing) if (name.startsWith(`${spec.name}_i_`) && !wanted.has(name)) db.exec(`DROP INDEX ${quote(name)}`);
 		if (spec.tally) db.exec(`CREATE TABLE IF NOT EXISTS ${this.tallyTable} (key TEXT PRIMARY KEY, value TEXT NOT NULL)`);
 		const all = ["id", ...this.columns, ...(spec.tally ? [TALLY_COLUMN] : []), "doc"];
 		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${this.table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
@@ -184,12 +197,14 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 	private addMissingColumns(): void {
 		const present = new Set((this.db.prepare(`PRAGMA table_info(${this.table})`).all() as { name: string }[]).map(column => column.name));
 		if (this.spec.tally && !present.has(TALLY_COLUMN)) this.db.exec(`ALTER TABLE ${this.table} ADD COLUMN ${TALLY_COLUMN} TEXT`);
-		for (const column of this.columns.filter(c => !present.has(c))) {
-			this.db.exec(`ALTER TABLE ${this.table} ADD COLUMN ${quote(column)} ${this.spec.fields[column] === "text" ? "TEXT" : "INTEGER"}`);
-			// json_extract gives 1 and 0 for JSON booleans, as the adapter stores them; objects stay out (declared fields are scalars).
-			const path = `$.${column}`;
-			this.db.prepare(`UPDATE ${this.table} SET ${quote(column)} = json_extract(doc, ?) WHERE json_type(doc, ?) NOT IN ('object', 'array')`).run(path, path);
-		}
+		for (const column of this.columns.filter(c => !present.has(c)))
+			// One transaction: a crash between the two would leave the column empty for good.
+			this.db.transaction(() => {
+				this.db.exec(`ALTER TABLE ${this.table} ADD COLUMN ${quote(column)} ${this.spec.fields[column] === "text" ? "TEXT" : "INTEGER"}`);
+				// json_extract gives 1 and 0 for JSON booleans, as the adapter stores them; objects stay out (declared fields are scalars).
+				const path = `$.${column}`;
+				this.db.prepare(`UPDATE ${this.table} SET ${quote(column)} = json_extract(doc, ?) WHERE json_type(doc, ?) NOT IN ('object', 'array')`).run(path, path);
+			})();
 	}
 
 	/**

@@ -1,0 +1,27 @@
+/**
+ * The SQLite adapter when the disk refuses a write: some failures (SQLITE_FULL, I/O errors) roll
+ * back the whole group transaction, not only the failing statement. Every write of that group must
+ * then fail, never resolve as stored: an acknowledged intent that is not on disk is a lost record.
+ * A real file whose size is capped (max_page_count) stands in for a full disk.
+ */
+import path from "node:path";
+import type Database from "better-sqlite3";
+import { SqliteStore } from "../../lib/store/sqlite";
+import { tempDir } from "../helpers/node";
+
+test("a full disk: every write answered as stored is on disk and in the tally, and the others fail", async () => {
+	const store = new SqliteStore(path.join(tempDir(), "full.sqlite"));
+	try {
+		const items = await store.collection<{ id: string; k: string }>({ name: "items", fields: { k: "text" }, tally: () => ({ n: 1n }) });
+		const db = (store as unknown as { db: Database.Database }).db;
+		db.pragma(`max_page_count = ${Number(db.pragma("page_count", { simple: true })) + 3}`);
+		const outcomes = await Promise.allSettled(Array.from({ length: 40 }, (_, i) => items.insert({ id: `id${i}`, k: `${"x".repeat(3000)}${i}` })));
+		const stored = outcomes.flatMap((outcome, i) => (outcome.status === "fulfilled" && outcome.value ? [`id${i}`] : []));
+		expect(outcomes.some(outcome => outcome.status === "rejected")).toBe(true);
+		db.pragma("max_page_count = 1073741823");
+		expect((await items.list({})).map(item => item.id).sort()).toEqual(stored.sort());
+		expect(await items.tally()).toStrictEqual(stored.length ? { n: BigInt(stored.length) } : {});
+	} finally {
+		await store.close();
+	}
+});

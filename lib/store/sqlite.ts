@@ -75,12 +75,17 @@ function compileWhere(spec: CollectionSpec, where: Where = {}): { sql: string; a
 	return { sql: clauses.length ? ` WHERE ${clauses.join(" AND ")}` : "", args };
 }
 
+/** What a collection does at its group's edges: flush what it kept for the commit, or drop it on a rollback. */
+interface GroupMember {
+	beforeCommit(): void;
+	afterRollback(): void;
+}
+
 /** One transaction per event-loop turn for every write on a connection (see the file comment). */
 class GroupCommit {
 	private waiting: { resolve: () => void; reject: (err: unknown) => void }[] = [];
 	private scheduled = false;
-	// Each write runs inside its own savepoint: one that fails halfway (a document written, its
-	// tally not) is undone whole, and the group goes on.
+	private readonly members: GroupMember[] = [];
 	private readonly savepoint: Database.Statement;
 	private readonly release: Database.Statement;
 	private readonly rollback: Database.Statement;
@@ -91,8 +96,16 @@ class GroupCommit {
 		this.rollback = db.prepare("ROLLBACK TO write");
 	}
 
-	/** Runs `write` in the open group transaction; resolves with its result once that transaction committed. */
-	run<R>(write: () => R): Promise<R> {
+	join(member: GroupMember): void {
+		this.members.push(member);
+	}
+
+	/**
+	 * Runs `write` in the open group transaction; resolves with its result once that transaction
+	 * committed. A write of one statement is atomic by itself; `atomic` wraps a write of several in
+	 * a savepoint, so that one failing halfway is undone whole and the group goes on.
+	 */
+	run<R>(write: () => R, atomic = false): Promise<R> {
 		let result: R;
 		try {
 			if (!this.db.inTransaction) this.db.exec("BEGIN IMMEDIATE");
@@ -100,15 +113,16 @@ class GroupCommit {
 				this.scheduled = true;
 				setImmediate(() => this.commit());
 			}
-			this.savepoint.run();
+			if (atomic) this.savepoint.run();
 			try {
 				result = write();
-				this.release.run();
+				if (atomic) this.release.run();
 			} catch (err) {
-				if (this.db.inTransaction) {
+				if (!this.db.inTransaction) this.failGroup(err);
+				else if (atomic) {
 					this.rollback.run();
 					this.release.run();
-				} else this.failGroup(err);
+				}
 				throw err;
 			}
 		} catch (err) {
@@ -124,6 +138,7 @@ class GroupCommit {
 	private failGroup(err: unknown): void {
 		const batch = this.waiting;
 		this.waiting = [];
+		for (const member of this.members) member.afterRollback();
 		for (const waiter of batch) waiter.reject(storeError(err));
 	}
 
@@ -132,9 +147,13 @@ class GroupCommit {
 		const batch = this.waiting;
 		this.waiting = [];
 		try {
-			if (this.db.inTransaction) this.db.exec("COMMIT");
+			if (this.db.inTransaction) {
+				for (const member of this.members) member.beforeCommit();
+				this.db.exec("COMMIT");
+			}
 		} catch (err) {
 			if (this.db.inTransaction) this.db.exec("ROLLBACK");
+			for (const member of this.members) member.afterRollback();
 			for (const waiter of batch) waiter.reject(storeError(err));
 			return;
 		}
@@ -148,8 +167,13 @@ const TALLY_COLUMN = "_tally";
 /** The key of a tally row that says the tally holds every document (written by its first seeding). */
 const SEEDED = "$seeded";
 
-class SqliteCollection<T extends Doc> implements Collection<T> {
+class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	private readonly table: string;
+	/**
+	 * The tally changes of the writes in the open group, added to the tally rows once, just before
+	 * the group commits (in its transaction), instead of once per write: a group holds many writes.
+	 */
+	private pending = new Map<string, bigint>();
 	private readonly columns: string[];
 	private readonly insertStmt: Database.Statement;
 	private readonly getStmt: Database.Statement<[string], { doc: string }>;
@@ -191,6 +215,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		const all = ["id", ...this.columns, ...(spec.tally ? [TALLY_COLUMN] : []), "doc"];
 		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${this.table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
 		this.getStmt = db.prepare(`SELECT doc FROM ${this.table} WHERE id = ?`);
+		if (spec.tally) group.join(this);
 	}
 
 	/** A field declared after the table was created gets its column, filled from the documents. */
@@ -217,12 +242,14 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		if (seeded.get(SEEDED)) return;
 		await this.group.run(() => {
 			if (seeded.get(SEEDED)) return;
+			const sums = new Map<string, bigint>();
 			// Pages by id: a statement cannot write while another still iterates on the connection.
 			const page = this.db.prepare(`SELECT id, doc FROM ${this.table} WHERE id > ? ORDER BY id LIMIT 1000`);
 			for (let after = "", rows: { id: string; doc: string }[]; (rows = page.all(after) as typeof rows).length; after = rows[rows.length - 1].id)
-				for (const row of rows) this.applyTally(new Map(), this.contribution(JSON.parse(row.doc) as T));
+				for (const row of rows) for (const [key, value] of tallyChange(this.spec, null, JSON.parse(row.doc) as T)) sums.set(key, (sums.get(key) ?? 0n) + value);
+			this.writeTally(sums);
 			this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, '1')`).run(SEEDED);
-		});
+		}, true);
 	}
 
 	/** What a document adds to the tally, as kept in its row's `_tally` column. */
@@ -240,19 +267,33 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 		return new Map(Object.entries(JSON.parse(row.tally) as Record<string, string>).map(([key, value]) => [key, BigInt(value)]));
 	}
 
-	/** Inside a write: adds `after` minus `before` (contributions) to the tally rows. */
+	/** Inside a write that happened: adds `after` minus `before` (contributions) to the group's pending tally changes. */
 	private applyTally(before: Map<string, bigint>, after: string | null): void {
-		const change = new Map(before);
-		for (const [key, value] of change) change.set(key, -value);
-		if (after !== null) for (const [key, value] of Object.entries(JSON.parse(after) as Record<string, string>)) change.set(key, (change.get(key) ?? 0n) + BigInt(value));
+		for (const [key, value] of before) this.pending.set(key, (this.pending.get(key) ?? 0n) - value);
+		if (after !== null) for (const [key, value] of Object.entries(JSON.parse(after) as Record<string, string>)) this.pending.set(key, (this.pending.get(key) ?? 0n) + BigInt(value));
+	}
+
+	/** Adds `changes` to the tally rows (inside the transaction). */
+	private writeTally(changes: Map<string, bigint>): void {
 		const read = this.statement(`SELECT value FROM ${this.tallyTable} WHERE key = ?`);
 		const write = this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`);
-		for (const [key, delta] of change) {
+		for (const [key, delta] of changes) {
 			if (delta === 0n) continue;
 			// Sums are decimal text: amounts in base units overflow SQLite's 64-bit integers.
 			const current = (read.get(key) as { value: string } | undefined)?.value ?? "0";
 			write.run(key, (BigInt(current) + delta).toString());
 		}
+	}
+
+	beforeCommit(): void {
+		if (!this.pending.size) return;
+		const changes = this.pending;
+		this.pending = new Map();
+		this.writeTally(changes);
+	}
+
+	afterRollback(): void {
+		this.pending = new Map();
 	}
 
 	private current(id: string): T | null {
@@ -353,7 +394,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 				this.applyTally(before, null);
 			}
 			return removed;
-		});
+		}, true);
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
@@ -388,7 +429,10 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 	async tally(): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
 		const rows = guarded(() => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED) as { key: string; value: string }[]);
-		return Object.fromEntries(rows.map(r => [r.key, BigInt(r.value)]).filter(([, value]) => value !== 0n));
+		// The writes of the open group are visible to reads on this connection: their tally changes too.
+		const sums = new Map(rows.map(r => [r.key, BigInt(r.value)]));
+		for (const [key, delta] of this.pending) sums.set(key, (sums.get(key) ?? 0n) + delta);
+		return Object.fromEntries([...sums].filter(([, value]) => value !== 0n));
 	}
 }
 

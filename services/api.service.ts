@@ -13,9 +13,8 @@ import type { Config } from "../lib/config";
 import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
 import { buildOpenApiDocument, type Operation } from "../lib/openapi";
-import { limit } from "../lib/schemas";
+import { WORK_PAGE, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
-import { WORK_PAGE } from "./mempool.service";
 import { isReady, markDraining } from "./health";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */

@@ -36,7 +36,7 @@ import {
 	type PendingChainCheck,
 	type UpdateStatusRequest
 } from "../lib/intents";
-import { address, limit, updateStatusParams } from "../lib/schemas";
+import { WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import type { Collection, CollectionSpec, Where } from "../lib/store";
@@ -66,8 +66,6 @@ interface NonceDoc {
 }
 
 const SWEEP_BATCH = 500;
-/** Intents per work page: about 2.5 KB each, so a page is a few hundred KB on the bus. */
-export const WORK_PAGE = 100;
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
 const resultParam = { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true } } };

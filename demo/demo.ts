@@ -69,7 +69,7 @@ async function main(): Promise<void> {
 
 	step(4, "Sender: the SDK checks readiness, resolves the TIN, signs the SPEC §1 message and submits");
 	const client = new SettlementClient({ baseUrl: nodeUrl, solanaRpcUrl: rpcUrl });
-	for (let tries = 0; !(await client.checkReadiness(mint)).ready; tries++) {
+	for (let tries = 0; !(await client.checkReadiness(mint)).canSettleNow; tries++) {
 		if (tries > 50) throw new Error("no settlement network for the mint");
 		await new Promise(resolve => setTimeout(resolve, 200));
 	}

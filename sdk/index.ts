@@ -104,6 +104,16 @@ function randomToken(bytes: number): string {
 	return encodeBase58(buffer);
 }
 
+/** What checkReadiness answers. */
+export interface Readiness {
+	/** The service takes signed intents now. */
+	canSubmit: boolean;
+	/** An online settlement Cranker offers liquidity in the mint: a payment can settle now. */
+	canSettleNow: boolean;
+	/** The settlement network that would settle it, when there is one. */
+	network?: { network: string; tokenMintAddress: string; liquidity: string; crankersOnline: number };
+}
+
 export class SettlementClient {
 	private readonly baseUrl: string;
 	private readonly fetch: typeof fetch;
@@ -117,14 +127,18 @@ export class SettlementClient {
 		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
 	}
 
-	/** Whether the service is ready and, when a mint is given, a settlement network serves it. */
-	async checkReadiness(tokenMintAddress?: string): Promise<{ ready: boolean; network?: { network: string; liquidity: string; crankersOnline: number } }> {
+	/**
+	 * Two answers, because they differ: `canSubmit`, the service takes signed intents now (they wait
+	 * in the mempool until a Cranker leases them); `canSettleNow`, an online settlement Cranker also
+	 * offers liquidity in the mint (any mint when none is given), so a payment can settle now.
+	 */
+	async checkReadiness(tokenMintAddress?: string): Promise<Readiness> {
 		const health = await this.fetch(`${this.baseUrl}/health/ready`).catch(() => null);
-		if (!health?.ok) return { ready: false };
-		if (!tokenMintAddress) return { ready: true };
+		if (!health?.ok) return { canSubmit: false, canSettleNow: false };
 		const networks = await this.request<{ network: string; tokenMintAddress: string; liquidity: string; crankersOnline: number }[]>("GET", "/settlement-networks");
-		const network = networks.find(n => n.tokenMintAddress === tokenMintAddress);
-		return network ? { ready: true, network: { network: network.network, liquidity: network.liquidity, crankersOnline: network.crankersOnline } } : { ready: false };
+		const network = tokenMintAddress === undefined ? networks[0] : networks.find(n => n.tokenMintAddress === tokenMintAddress);
+		if (!network) return { canSubmit: true, canSettleNow: false };
+		return { canSubmit: true, canSettleNow: true, network: { network: network.network, tokenMintAddress: network.tokenMintAddress, liquidity: network.liquidity, crankersOnline: network.crankersOnline } };
 	}
 
 	/** The TIN's active route (its commitment and version bind the payment). */

@@ -30,12 +30,15 @@ const payment = (resolved: ActiveRoute, overrides: Partial<PaymentParams> = {}):
 });
 
 describe("SettlementClient", () => {
-	it("reports readiness, and a mint's settlement network once a Cranker offers liquidity", async () => {
-		expect(await client.checkReadiness()).toEqual({ ready: true });
-		expect(await client.checkReadiness(MINT)).toEqual({ ready: false });
+	it("tells apart submitting (the service takes intents) from settling now (a Cranker offers liquidity in the mint)", async () => {
+		expect(await client.checkReadiness()).toEqual({ canSubmit: true, canSettleNow: false });
+		expect(await client.checkReadiness(MINT)).toEqual({ canSubmit: true, canSettleNow: false });
 		expect((await node.as(settler)("POST", "/crankers/heartbeat", signedHeartbeat(settler))).status).toBe(200);
-		expect(await client.checkReadiness(MINT)).toEqual({ ready: true, network: { network: "solana-devnet", liquidity: "1000000000", crankersOnline: 1 } });
-		expect(await new SettlementClient({ baseUrl: "http://127.0.0.1:9" }).checkReadiness()).toEqual({ ready: false });
+		const network = { network: "solana-devnet", tokenMintAddress: MINT, liquidity: "1000000000", crankersOnline: 1 };
+		expect(await client.checkReadiness(MINT)).toEqual({ canSubmit: true, canSettleNow: true, network });
+		expect(await client.checkReadiness()).toEqual({ canSubmit: true, canSettleNow: true, network });
+		expect(await client.checkReadiness(newWallet().address)).toEqual({ canSubmit: true, canSettleNow: false });
+		expect(await new SettlementClient({ baseUrl: "http://127.0.0.1:9" }).checkReadiness()).toEqual({ canSubmit: false, canSettleNow: false });
 	});
 
 	it("resolves a TIN, and refuses an unknown one with a typed error", async () => {

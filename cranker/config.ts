@@ -97,6 +97,37 @@ function parseRoles(argv: readonly string[]): CrankerRole[] {
 	return [...new Set(roles)] as CrankerRole[];
 }
 
+/**
+ * The worker API key: WORKER_API_KEY, or the server's own variable name WORKER_API_KEYS (its first
+ * key), so that one .env serves both.
+ */
+function workerKey(env: Env): string {
+	const single = env.WORKER_API_KEY?.trim();
+	if (single) return single;
+	const first = env.WORKER_API_KEYS?.split(",").map(key => key.trim()).find(Boolean);
+	if (first) return first;
+	throw new CrankerConfigError("WORKER_API_KEY (or WORKER_API_KEYS) is not set");
+}
+
+/** `--help`: what the Cranker reads, answered before anything is loaded. */
+export const USAGE = `Usage: npm run cranker -- [--roles settlement,verifier,submitter] [--help] [--version]
+
+The Cranker leases work from a Settlement Coordination Service and settles it on Solana.
+Environment (defaults in brackets; the full list with comments is .env.example):
+  KEYPAIR_PATH              the Cranker's Solana keypair file (required)
+  NODE_URL                  the Node's gateway, e.g. http://localhost:3000 (required)
+  WORKER_API_KEY            a worker API key; WORKER_API_KEYS (the server's name) is read too (required)
+  SOLANA_RPC_URL            the chain's JSON-RPC (required)
+  NODE_AUTHORITY_PUBKEY     the Node's authority public key, from its start-up log (required)
+  SETTLEMENT_PROGRAM_ID     the settlement program [the service's default]
+  POLL_INTERVAL_MS          work polling [1000]
+  HEARTBEAT_INTERVAL_MS     heartbeats [10000]
+  RPC_TIMEOUT_MS            each RPC call [10000]
+  BLOCKHASH_LIFETIME_SLOTS  how long a submission may still land [300]
+  TIN_CREATE_FEE / TIN_UPDATE_FEE  the fees a submitter commits [50000 / 10000]
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with.
+`;
+
 export function loadCrankerConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): CrankerConfig {
 	const keypair = loadKeypairFile(required(env, "KEYPAIR_PATH"));
 	const programId = env.SETTLEMENT_PROGRAM_ID?.trim();
@@ -110,7 +141,7 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 	return {
 		keypair,
 		nodeUrl: url(env, "NODE_URL"),
-		workerApiKey: required(env, "WORKER_API_KEY"),
+		workerApiKey: workerKey(env),
 		solanaRpcUrl: url(env, "SOLANA_RPC_URL"),
 		roles: parseRoles(argv),
 		settlementProgramId: programId ? checkedAddress("SETTLEMENT_PROGRAM_ID", programId) : DEFAULT_SETTLEMENT_PROGRAM_ID,

@@ -2,11 +2,31 @@
  * `npm run cranker [-- --roles settlement,verifier,submitter]`: the Cranker worker.
  * Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with.
  */
-import { CrankerConfigError, loadCrankerConfig } from "./config";
+import fs from "node:fs";
+import path from "node:path";
+import { CrankerConfigError, USAGE, loadCrankerConfig } from "./config";
 import { createLogger } from "./log";
 import { Cranker } from "./worker";
 
+/** The package's version, from the package.json beside dist/ (or beside the sources under ts-node). */
+function version(): string {
+	for (const dir of [path.resolve(__dirname, "../.."), path.resolve(__dirname, "..")]) {
+		const file = path.join(dir, "package.json");
+		if (fs.existsSync(file)) return (JSON.parse(fs.readFileSync(file, "utf8")) as { version: string }).version;
+	}
+	return "unknown";
+}
+
 async function main(): Promise<void> {
+	const args = process.argv.slice(2);
+	if (args.includes("--help") || args.includes("-h")) {
+		process.stdout.write(USAGE);
+		return;
+	}
+	if (args.includes("--version")) {
+		process.stdout.write(`${version()}\n`);
+		return;
+	}
 	let config;
 	try {
 		config = loadCrankerConfig();

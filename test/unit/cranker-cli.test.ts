@@ -1,0 +1,47 @@
+/** The Cranker CLI: --help and --version answer at once, before any configuration is read; the server's key variable is read too. */
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { generateKeypair } from "../../lib/ed25519";
+import { loadCrankerConfig } from "../../cranker/config";
+
+const entry = path.resolve(__dirname, "../../dist/cranker/index.js");
+const run = (...args: string[]) => spawnSync(process.execPath, [entry, ...args], { env: { PATH: process.env.PATH ?? "" }, encoding: "utf8", timeout: 10_000 });
+
+test("--help prints the usage and every variable, with no configuration set, and exits 0", () => {
+	const help = run("--help");
+	expect(help.status).toBe(0);
+	expect(help.stdout).toMatch(/^Usage: npm run cranker -- \[--roles/);
+	for (const name of ["KEYPAIR_PATH", "NODE_URL", "WORKER_API_KEY", "WORKER_API_KEYS", "SOLANA_RPC_URL", "NODE_AUTHORITY_PUBKEY"]) expect(help.stdout).toContain(name);
+	expect(run("-h").stdout).toBe(help.stdout);
+});
+
+test("--version prints the package's version", () => {
+	const result = run("--version");
+	expect(result.status).toBe(0);
+	expect(result.stdout.trim()).toBe(require("../../package.json").version);
+});
+
+test("without configuration it says what is missing and exits 2", () => {
+	const result = run();
+	expect(result.status).toBe(2);
+	expect(result.stderr).toMatch(/KEYPAIR_PATH is not set/);
+});
+
+test("the worker key is WORKER_API_KEY, or the first key of the server's WORKER_API_KEYS", () => {
+	const keypairFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "cranker-cli-")), "keypair.json");
+	fs.writeFileSync(keypairFile, JSON.stringify([...generateKeypair().secretKey]));
+	const base = { KEYPAIR_PATH: keypairFile, NODE_URL: "http://localhost:3000", SOLANA_RPC_URL: "http://localhost:8899", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey };
+	const key = (env: Record<string, string>) => {
+		try {
+			return loadCrankerConfig({ ...base, ...env }, []).workerApiKey;
+		} catch (err) {
+			return (err as Error).message;
+		}
+	};
+	expect(key({ WORKER_API_KEY: "single" })).toBe("single");
+	expect(key({ WORKER_API_KEYS: " first , second" })).toBe("first");
+	expect(key({ WORKER_API_KEY: "single", WORKER_API_KEYS: "first" })).toBe("single");
+	expect(key({})).toMatch(/WORKER_API_KEY \(or WORKER_API_KEYS\) is not set/);
+});

@@ -27,6 +27,19 @@ function withNatsCredentials(urls: string, user: string | null, password: string
 		.join(",");
 }
 
+const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace"] as const;
+
+/** One level less talkative than `level`, never quieter than warn. */
+function quieter(level: string): string {
+	return LEVELS.indexOf(level as (typeof LEVELS)[number]) >= LEVELS.indexOf("info") ? "warn" : level;
+}
+
+/** LOG_FORMAT=json: one JSON object per line, ISO timestamp first, for log collectors. */
+function jsonLine(level: string, args: unknown[], bindings: { nodeID?: string; mod?: string; svc?: string }): string[] {
+	const message = args.map(arg => (arg instanceof Error ? arg.stack ?? arg.message : typeof arg === "string" ? arg : JSON.stringify(arg))).join(" ");
+	return [JSON.stringify({ time: new Date().toISOString(), level, module: bindings.svc ?? bindings.mod, node: bindings.nodeID, message })];
+}
+
 export function brokerOptions(config: Config): BrokerOptions {
 	return {
 		namespace: config.namespace,
@@ -36,8 +49,10 @@ export function brokerOptions(config: Config): BrokerOptions {
 		transporter: config.transporter ? { type: "NATS", options: { url: withNatsCredentials(config.transporter, config.natsUser, config.natsPassword) } } : null,
 		// JSON: readable on the wire with `nats sub`, and our payloads are small documents.
 		serializer: "JSON",
-		logger: { type: "Console", options: { formatter: "short", colors: false, moduleColors: false } },
-		logLevel: config.logLevel as BrokerOptions["logLevel"],
+		logger: { type: "Console", options: { formatter: config.logFormat === "json" ? jsonLine : "short", colors: false, moduleColors: false } },
+		// The framework's own start-up report (node id, strategy, serializer, each service started)
+		// only at debug: start-up fits on a screen, and index.ts says what an operator needs.
+		logLevel: { BROKER: quieter(config.logLevel), REGISTRY: quieter(config.logLevel), "**": config.logLevel } as BrokerOptions["logLevel"],
 		// Longer than the store's own limits (5 s to find a primary, 5 s for a majority write), so a
 		// store that cannot answer comes back as 503 from its owner, not as a broker timeout.
 		requestTimeout: 15_000,

@@ -42,6 +42,8 @@ export interface Config {
 	rateLimitPerMin: number;
 	trustProxy: boolean;
 	logLevel: string;
+	/** LOG_FORMAT: `short` lines for a terminal, or `json`, one object per line. */
+	logFormat: "short" | "json";
 	solanaRpcUrl: string | null;
 	solanaCluster: string;
 	/** How often the sweeps (verification, lease expiry, intent expiry) run. */
@@ -201,6 +203,7 @@ export function loadConfig(env: Env = process.env): Config {
 		rateLimitPerMin: integer(env, "RATE_LIMIT_PER_MIN", 600, 0),
 		trustProxy: flag(env, "TRUST_PROXY"),
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
+		logFormat: oneOf(env, "LOG_FORMAT", ["short", "json"] as const, "short"),
 		solanaRpcUrl: text(env, "SOLANA_RPC_URL"),
 		solanaCluster: text(env, "SOLANA_CLUSTER") ?? "solana-devnet",
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),

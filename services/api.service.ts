@@ -84,6 +84,21 @@ function toWireError(err: WireError): ServiceError {
 	return new ServiceError("INTERNAL_ERROR", "Internal error");
 }
 
+/**
+ * One line per request when its answer is sent: method, path (without the query), status,
+ * duration and the request id (the client's x-request-id, or the one generated and returned in
+ * that header). Health probes only at debug: a probe every few seconds is not traffic.
+ */
+function accessLog(logger: Service["logger"], req: IncomingMessage, res: ServerResponse, level: "info" | "debug"): void {
+	const started = process.hrtime.bigint();
+	res.once("finish", () => {
+		const ms = Number(process.hrtime.bigint() - started) / 1e6;
+		const path = (req.url ?? "").split("?")[0];
+		const requestId = res.getHeader("x-request-id") ?? "-";
+		logger[level](`${req.method} ${path} ${res.statusCode} ${ms.toFixed(1)}ms request=${requestId}`);
+	});
+}
+
 /** SPEC §4 worker routes (x-api-key), each to the action that serves it. */
 const WORKER_ROUTES: Record<string, string> = {
 	"GET /intents": "mempool.list",
@@ -220,8 +235,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		settings: {
 			port: config.port,
 			ip: "0.0.0.0",
+			// The access log (accessLog) is the one line per request at info; moleculer-web's own
+			// request, response and route-registration lines are detail for debug.
 			logRequest: "debug",
 			logResponse: "debug",
+			logRouteRegistration: "debug",
 			log4XXResponses: false,
 			// Requests are ours to route; anything unmatched is a 404 in SPEC §7's shape.
 			routes: [
@@ -370,6 +388,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					{ headersTimeout: config.headersTimeoutMs, requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs) },
 					(req, res) => {
 						const isHealth = req.url?.startsWith("/health/");
+						accessLog(this.logger, req, res, isHealth ? "debug" : "info");
 						if (draining && !isHealth) {
 							res.shouldKeepAlive = false;
 							return sendJson(res, 503, new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance"), { connection: "close" });

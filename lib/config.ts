@@ -42,6 +42,8 @@ export interface Config {
 	rateLimitPerMin: number;
 	trustProxy: boolean;
 	logLevel: string;
+	/** CORS_ORIGINS: origins (scheme://host[:port]) whose browser apps may call the public routes; none by default. */
+	corsOrigins: string[];
 	/** LOG_FORMAT: `short` lines for a terminal, or `json`, one object per line. */
 	logFormat: "short" | "json";
 	solanaRpcUrl: string | null;
@@ -170,6 +172,20 @@ function natsUrls(env: Env, key: string): string | null {
 	return raw;
 }
 
+/** Origins, comma-separated, each exactly scheme://host[:port] as a browser sends it in `origin`. */
+function origins(env: Env, key: string): string[] {
+	return list(env, key).map(raw => {
+		let url: URL | null = null;
+		try {
+			url = new URL(raw);
+		} catch {
+			// reported below
+		}
+		if (!url || !["http:", "https:"].includes(url.protocol) || url.origin !== raw) throw new ConfigError(`${key} takes origins such as https://app.example.com (no path, no trailing slash), got "${raw}"`);
+		return raw;
+	});
+}
+
 /** A credential that goes into a URL as it is (letters, digits, "-", ".", "_", "~"). */
 function urlSafe(env: Env, key: string): string | null {
 	const raw = text(env, key);
@@ -204,6 +220,7 @@ export function loadConfig(env: Env = process.env): Config {
 		trustProxy: flag(env, "TRUST_PROXY"),
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
 		logFormat: oneOf(env, "LOG_FORMAT", ["short", "json"] as const, "short"),
+		corsOrigins: origins(env, "CORS_ORIGINS"),
 		solanaRpcUrl: text(env, "SOLANA_RPC_URL"),
 		solanaCluster: text(env, "SOLANA_CLUSTER") ?? "solana-devnet",
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),

@@ -10,6 +10,7 @@ import { Errors, type Context, type Service, type ServiceSchema } from "molecule
 import ApiGateway, { type ApiSettingsSchema } from "moleculer-web";
 import { FailureThrottle } from "../lib/auth-throttle";
 import type { Config } from "../lib/config";
+import { corsPolicy, decideCors } from "../lib/cors";
 import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
 import { buildOpenApiDocument, type Operation } from "../lib/openapi";
@@ -165,6 +166,8 @@ function assertInputPlacement(req: Request): void {
 export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	let isWorkerKey: (candidate: string) => boolean = () => false;
 	const authFailures = new FailureThrottle(config.authFailuresPerMin);
+	// CORS_ORIGINS: the browser apps that may call the public routes (and the health routes the SDK reads).
+	const corsRules = corsPolicy(config.corsOrigins, [...Object.keys(PUBLIC_ROUTES), ...HEALTH_ROUTES]);
 	/** Requests being answered now; on SIGTERM those not yet answered are told the connection closes. */
 	const inFlight = new Set<ServerResponse>();
 	let draining = false;
@@ -393,6 +396,16 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 							res.shouldKeepAlive = false;
 							return sendJson(res, 503, new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance"), { connection: "close" });
 						}
+						const cors = decideCors(corsRules, req.method ?? "", (req.url ?? "").split("?")[0], req.headers.origin, req.headers["access-control-request-method"] as string | undefined);
+						if (cors.kind === "preflight") {
+							// Answered here: a preflight never runs the action of the route it asks about.
+							if (cors.status === 204) {
+								res.writeHead(204, { ...cors.headers, "content-length": "0" });
+								return void res.end();
+							}
+							return sendJson(res, 403, new ServiceError("FORBIDDEN", "Cross-origin requests are not allowed here"), cors.headers);
+						}
+						if (cors.kind === "actual") for (const [name, value] of Object.entries(cors.headers)) res.setHeader(name, value);
 						if (Number(req.headers["content-length"] ?? 0) > MAX_BODY_BYTES) {
 							res.shouldKeepAlive = false;
 							return sendJson(res, 413, new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`), { connection: "close" });

@@ -5,11 +5,10 @@
  */
 import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type Address, type KeyPairSigner } from "@solana/kit";
 import { randomBytes } from "node:crypto";
-import { buildTinOperationMessage } from "../../lib/canonical";
 import { decodeBase58, encodeBase58, sha256Hex } from "../../lib/encoding";
 import type { GenesisRoute } from "../../lib/registry";
 import { registryMemo, signMemoTransaction, signSettlementTransaction } from "../../lib/settlement";
-import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
 import { LocalChain } from "../../devkit/local-chain";
@@ -204,17 +203,8 @@ describe("SUBMITTED → REJECTED frees the nonce: only on a failure on chain, or
 
 describe("TIN finalized: the registry transaction must have landed (SPEC §5)", () => {
 	async function submittedOperation() {
-		const owner = newWallet();
-		const request = {
-			operationId: uniqueId("op"),
-			intentType: "create" as const,
-			ownerWallet: owner.address,
-			routeCommitment: sha256Hex(randomBytes(8)),
-			policyCommitment: sha256Hex(randomBytes(8)),
-			issuedAt: iso(-1000),
-			expiresAt: iso(3600_000)
-		};
-		const created = await node.http("POST", "/tin-operations", { ...request, ownerSignature: owner.sign(buildTinOperationMessage(request)) });
+		const request = signedTinOperation(newWallet(), { intentType: "create" });
+		const created = await node.http("POST", "/tin-operations", request);
 		expect(created.status).toBe(201);
 		const stage = (cranker: Wallet, name: string, body: Record<string, unknown> = {}) =>
 			node.as(cranker)("POST", `/tin-operations/${created.body.id}/${name}`, { crankerPubkey: cranker.address, ...body });

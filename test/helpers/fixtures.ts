@@ -6,7 +6,7 @@ import { ed25519 } from "@noble/curves/ed25519.js";
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
-import { buildHeartbeatMessage, buildPaymentMessage } from "../../lib/canonical";
+import { buildHeartbeatMessage, buildPaymentMessage, buildThresholdAccessMessage, buildTinOperationMessage } from "../../lib/canonical";
 import { encodeBase58, sha256Hex } from "../../lib/encoding";
 import type { RequestSigningKey } from "../../lib/http-signature";
 import type { CreateIntentRequest } from "../../lib/intents";
@@ -116,4 +116,27 @@ export function signedHeartbeat(
 		sentAt,
 		signature: cranker.sign(buildHeartbeatMessage({ crankerPubkey: cranker.address, roles, sentAt }))
 	};
+}
+
+/** A TIN operation signed by `signer` (its owner unless `ownerWallet` says otherwise), with fresh commitments. */
+export function signedTinOperation(
+	signer: Wallet,
+	fields: { intentType: "create" | "update"; tin?: string; ownerWallet?: string } & Partial<Record<"issuedAt" | "expiresAt" | "operationId", string>>
+) {
+	const body = {
+		operationId: fields.operationId ?? uniqueId("op"),
+		intentType: fields.intentType,
+		...(fields.tin ? { tin: fields.tin } : {}),
+		ownerWallet: fields.ownerWallet ?? signer.address,
+		routeCommitment: sha256Hex(randomBytes(8)),
+		policyCommitment: sha256Hex(randomBytes(8)),
+		issuedAt: fields.issuedAt ?? iso(-1000),
+		expiresAt: fields.expiresAt ?? iso(3600_000)
+	};
+	return { ...body, ownerSignature: signer.sign(buildTinOperationMessage(body)) };
+}
+
+/** A threshold-access proof: the wallet's signature of its one-time nonce at `issuedAt`. */
+export function signedAccessProof(wallet: Wallet, nonce = uniqueId("nonce_0123456789"), issuedAt = iso(0)) {
+	return { wallet: wallet.address, nonce, issuedAt, signature: wallet.sign(buildThresholdAccessMessage({ wallet: wallet.address, nonce, issuedAt })) };
 }

@@ -4,12 +4,9 @@
  * each state-changing action; the same body from another call is still refused where it must be.
  * Real broker, real services, real SQLite files: only the second delivery is made by hand.
  */
-import { randomBytes } from "node:crypto";
 import type { Context } from "moleculer";
-import { buildThresholdAccessMessage, buildTinOperationMessage } from "../../lib/canonical";
-import { sha256Hex } from "../../lib/encoding";
 import type { GenesisRoute } from "../../lib/registry";
-import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import { newRoute, newWallet, signedAccessProof, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 
 let node: TestNode;
@@ -39,9 +36,7 @@ afterAll(() => node.stop());
 describe("a repeated call gets the first call's answer", () => {
 	test("access.consume: the nonce it consumed is not NONCE_REUSED for its own retry, but is for anyone else", async () => {
 		const wallet = newWallet();
-		const nonce = uniqueId("nonce_0123456789");
-		const issuedAt = iso(0);
-		const body = { wallet: wallet.address, nonce, issuedAt, signature: wallet.sign(buildThresholdAccessMessage({ wallet: wallet.address, nonce, issuedAt })) };
+		const body = signedAccessProof(wallet);
 		const [first, retry] = await twice(caller(), "access.consume", body);
 		expect(first.ok).toBe(true);
 		expect(retry).toStrictEqual(first);
@@ -84,16 +79,7 @@ describe("a repeated call gets the first call's answer", () => {
 		const owner = newWallet();
 		const verifier = newWallet();
 		expect((await node.as(verifier)("POST", "/crankers/heartbeat", signedHeartbeat(verifier, ["verifier"]))).status).toBe(200);
-		const fields = {
-			operationId: uniqueId("op"),
-			intentType: "create" as const,
-			ownerWallet: owner.address,
-			routeCommitment: sha256Hex(randomBytes(8)),
-			policyCommitment: sha256Hex(randomBytes(8)),
-			issuedAt: iso(-1000),
-			expiresAt: iso(3600_000)
-		};
-		const created = await node.http("POST", "/tin-operations", { ...fields, ownerSignature: owner.sign(buildTinOperationMessage(fields)) });
+		const created = await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }));
 		expect(created.status).toBe(201);
 		const [first, retry] = await twice(caller(), "tin.verified", { id: created.body.id, crankerPubkey: verifier.address }, { crankerPubkey: verifier.address });
 		expect(first).toMatchObject({ ok: true, value: { status: "VERIFIED" } });

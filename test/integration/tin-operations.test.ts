@@ -3,13 +3,10 @@
  * every stage with its role and lifecycle rules, activation of routes, and restarts.
  */
 import Database from "better-sqlite3";
-import { randomBytes } from "node:crypto";
 import path from "node:path";
-import { buildTinOperationMessage } from "../../lib/canonical";
-import { sha256Hex } from "../../lib/encoding";
 import type { GenesisRoute } from "../../lib/registry";
 import { tinFromSequence } from "../../lib/tin";
-import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, walletOf, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, walletOf, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
 
 const SIG = "3".repeat(87);
@@ -22,20 +19,6 @@ const sender = newWallet();
 const firstTin = tinFromSequence(100_000_000);
 const genesisUnowned: GenesisRoute = newRoute({ tin: firstTin });
 const genesisOwned = { ...newRoute(), ownerWallet: owner.address };
-
-function operation(signer: Wallet, fields: { intentType: "create" | "update"; tin?: string; ownerWallet?: string } & Partial<Record<"issuedAt" | "expiresAt" | "operationId", string>>) {
-	const body = {
-		operationId: fields.operationId ?? uniqueId("op"),
-		intentType: fields.intentType,
-		...(fields.tin ? { tin: fields.tin } : {}),
-		ownerWallet: fields.ownerWallet ?? signer.address,
-		routeCommitment: sha256Hex(randomBytes(8)),
-		policyCommitment: sha256Hex(randomBytes(8)),
-		issuedAt: fields.issuedAt ?? iso(-1000),
-		expiresAt: fields.expiresAt ?? iso(3600_000)
-	};
-	return { ...body, ownerSignature: signer.sign(buildTinOperationMessage(body)) };
-}
 
 let node: TestNode;
 let dataDir: string;
@@ -65,7 +48,7 @@ afterAll(() => node?.stop());
 
 describe("POST /tin-operations", () => {
 	it("accepts a signed create with 201, allocating the next free TIN of the sequence, and is idempotent on operationId", async () => {
-		const body = operation(owner, { intentType: "create" });
+		const body = signedTinOperation(owner, { intentType: "create" });
 		const { status, body: record } = await node.http("POST", "/tin-operations", body);
 		expect(status).toBe(201);
 		expect(record).toEqual({ id: expect.stringMatching(/^top_[0-9a-f]{32}$/), operationId: body.operationId, intentType: "create", tin: expect.any(String), status: "PENDING_VERIFICATION", createdAt: expect.any(String), updatedAt: expect.any(String) });
@@ -75,34 +58,34 @@ describe("POST /tin-operations", () => {
 		const again = await node.http("POST", "/tin-operations", body);
 		expect(again.status).toBe(200);
 		expect(again.body).toEqual(record);
-		const changed = await node.http("POST", "/tin-operations", { ...operation(owner, { intentType: "create", operationId: body.operationId }) });
+		const changed = await node.http("POST", "/tin-operations", { ...signedTinOperation(owner, { intentType: "create", operationId: body.operationId }) });
 		expect(changed.body).toMatchObject({ code: 409, type: "IDEMPOTENCY_CONFLICT" });
 		expect((await node.http("GET", `/tin-operations/${record.id}`)).body).toEqual(record);
 	});
 
 	it("never allocates a TIN twice, even to concurrent creates", async () => {
-		const answers = await Promise.all(Array.from({ length: 12 }, () => node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))));
+		const answers = await Promise.all(Array.from({ length: 12 }, () => node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))));
 		expect(answers.every(a => a.status === 201)).toBe(true);
 		expect(new Set(answers.map(a => a.body.tin)).size).toBe(12);
 	});
 
 	it("refuses, in order and storing nothing: bad signature, time window, unknown TIN, not the owner, misplaced tin", async () => {
 		const before = (await node.http("GET", "/tin-operations?limit=500")).body.length;
-		const forged = { ...operation(owner, { intentType: "create" }), ownerSignature: newWallet().sign("x") };
+		const forged = { ...signedTinOperation(owner, { intentType: "create" }), ownerSignature: newWallet().sign("x") };
 		expect((await node.http("POST", "/tin-operations", forged)).body).toMatchObject({ code: 400, type: "INVALID_SIGNATURE" });
-		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "create", issuedAt: iso(-7200_000), expiresAt: iso(-3600_000) }))).body).toMatchObject({ code: 400, type: "EXPIRED" });
-		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "create", issuedAt: iso(600_000) }))).body).toMatchObject({ code: 400, type: "INVALID_MESSAGE" });
-		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "update", tin: newRoute().tin }))).body).toMatchObject({ code: 422, type: "UNKNOWN_TIN" });
-		expect((await node.http("POST", "/tin-operations", operation(newWallet(), { intentType: "update", tin: genesisOwned.tin }))).body).toMatchObject({ code: 403, type: "NOT_OWNER" });
-		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "update", tin: genesisUnowned.tin }))).body).toMatchObject({ code: 403, type: "NOT_OWNER" });
-		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "create", tin: genesisOwned.tin }))).status).toBe(422);
-		expect((await node.http("POST", "/tin-operations", operation(owner, { intentType: "update" }))).status).toBe(422);
-		expect((await node.http("POST", "/tin-operations", { ...operation(owner, { intentType: "create" }), extra: 1 })).status).toBe(422);
+		expect((await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create", issuedAt: iso(-7200_000), expiresAt: iso(-3600_000) }))).body).toMatchObject({ code: 400, type: "EXPIRED" });
+		expect((await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create", issuedAt: iso(600_000) }))).body).toMatchObject({ code: 400, type: "INVALID_MESSAGE" });
+		expect((await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin: newRoute().tin }))).body).toMatchObject({ code: 422, type: "UNKNOWN_TIN" });
+		expect((await node.http("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "update", tin: genesisOwned.tin }))).body).toMatchObject({ code: 403, type: "NOT_OWNER" });
+		expect((await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin: genesisUnowned.tin }))).body).toMatchObject({ code: 403, type: "NOT_OWNER" });
+		expect((await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create", tin: genesisOwned.tin }))).status).toBe(422);
+		expect((await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update" }))).status).toBe(422);
+		expect((await node.http("POST", "/tin-operations", { ...signedTinOperation(owner, { intentType: "create" }), extra: 1 })).status).toBe(422);
 		expect((await node.http("GET", "/tin-operations?limit=500")).body).toHaveLength(before);
 	});
 
 	it("lists newest first with status and intent_type filters; 404 for an unknown id", async () => {
-		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		const created = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
 		const listed = await node.http("GET", "/tin-operations?status=PENDING_VERIFICATION&intent_type=create&limit=1");
 		expect(listed.body).toEqual([created]);
 		expect((await node.http("GET", "/tin-operations?intent_type=update&limit=500")).body.every((r: { intentType: string }) => r.intentType === "update")).toBe(true);
@@ -113,7 +96,7 @@ describe("POST /tin-operations", () => {
 
 describe("the stage pipeline", () => {
 	it("create → verified → fee-committed → submitted → finalized activates the route; a payment to it is accepted", async () => {
-		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		const created = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
 		const work = (await node.http("GET", "/tin-operations/verification-work?limit=500", undefined, worker)).body;
 		expect(work.map((r: { id: string }) => r.id)).toContain(created.id);
 
@@ -146,12 +129,12 @@ describe("the stage pipeline", () => {
 	});
 
 	it("an update finalizes version 2, and intents signed for version 1 are refused with ROUTE_MISMATCH", async () => {
-		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		const created = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
 		await finalize(created.id, "50000");
 		const v1 = (await node.http("GET", `/registry/tins/${created.tin}`)).body;
 		expect((await node.http("POST", "/intents", signedIntent(sender, v1))).status).toBe(201);
 
-		const update = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "update", tin: created.tin }))).body;
+		const update = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin: created.tin }))).body;
 		expect(update).toMatchObject({ intentType: "update", tin: created.tin, status: "PENDING_VERIFICATION" });
 		const done = await finalize(update.id, "10000");
 		expect(done).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
@@ -163,7 +146,7 @@ describe("the stage pipeline", () => {
 
 	it("never lets a route go live for an operation that a racing stage failed", async () => {
 		for (let round = 0; round < 5; round++) {
-			const { id, tin } = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+			const { id, tin } = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
 			await stage(id, "verified", { crankerPubkey: verifier.address });
 			await stage(id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" });
 			await stage(id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG });
@@ -187,7 +170,7 @@ describe("the stage pipeline", () => {
 	});
 
 	it("refuses moves in SPEC §5's order and answers a repeated move with 200", async () => {
-		const { id } = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		const { id } = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
 		expect((await stage("top_missing", "verified", { crankerPubkey: verifier.address })).body).toMatchObject({ code: 404 });
 		// 404 comes before the field checks (422) too.
 		expect((await stage("top_missing", "fee-committed", { crankerPubkey: submitter.address, feeAmount: "x" })).body).toMatchObject({ code: 404 });
@@ -208,7 +191,7 @@ describe("the stage pipeline", () => {
 	});
 
 	it("fails an operation from any non-terminal state, not rejects once the fee is committed", async () => {
-		const { id } = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		const { id } = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
 		await stage(id, "verified", { crankerPubkey: verifier.address });
 		await stage(id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" });
 		expect((await stage(id, "rejected", { crankerPubkey: verifier.address, reason: "x" })).body).toMatchObject({ code: 409 });
@@ -227,7 +210,7 @@ async function routeOnDisk(tin: string): Promise<{ status: number }> {
 
 describe("restarts", () => {
 	it("loses nothing between stages, and finishes a finalization a crash interrupted", async () => {
-		const created = (await node.http("POST", "/tin-operations", operation(owner, { intentType: "create" }))).body;
+		const created = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
 		await stage(created.id, "verified", { crankerPubkey: verifier.address });
 		await stage(created.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" });
 		await node.stop();

@@ -314,17 +314,12 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 				async handler(ctx: Context<{ limit: number }>) {
 					type Work = { intent: { id: string; createdAt: string } };
 					const work: Work[] = [];
-					let after: { createdAt: string; ids: string[] } | undefined;
 					while (work.length < ctx.params.limit) {
 						const size = Math.min(WORK_PAGE, ctx.params.limit - work.length);
-						const page = await ctx.call<Work[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) });
+						const last = work[work.length - 1]?.intent;
+						const page = await ctx.call<Work[], object>("mempool.workPage", { limit: size, ...(last ? { after: { createdAt: last.createdAt, id: last.id } } : {}) });
 						work.push(...page);
 						if (page.length < size) break;
-						const last = page[page.length - 1].intent.createdAt;
-						const atLast = page.filter(item => item.intent.createdAt === last).map(item => item.intent.id);
-						after = { createdAt: last, ids: after?.createdAt === last ? [...after.ids, ...atLast] : atLast };
-						// More intents at one instant than a page can skip: stop rather than loop.
-						if (after.ids.length > WORK_PAGE) break;
 					}
 					return work;
 				}

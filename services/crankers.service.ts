@@ -11,7 +11,7 @@ import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { MAX_CLOCK_SKEW_S, assertSignedBy } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
-import type { Collection, Where } from "../lib/store";
+import type { Collection } from "../lib/store";
 import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
@@ -82,24 +82,20 @@ export function crankersService(config: Config): ServiceSchema {
 
 	/**
 	 * Folds in the heartbeats stored since the last look (an index range on lastSeenAt), a page at
-	 * a time. The range reaches CATCH_UP_OVERLAP_MS back, for heartbeats another replica stamped
+	 * a time (keyset pages: heartbeats share milliseconds). The range reaches CATCH_UP_OVERLAP_MS back, for heartbeats another replica stamped
 	 * just before this look and stored just after it; one read twice changes nothing.
 	 */
 	async function catchUp(nowMs: number): Promise<void> {
 		const floor = onlineCutoff(nowMs);
 		const overlap = config.transporter ? CATCH_UP_OVERLAP_MS : 0;
 		const from = caughtUpTo ? new Date(Math.max(Date.parse(caughtUpTo) - overlap, Date.parse(floor))).toISOString() : floor;
-		// Heartbeats share milliseconds: each page starts at its predecessor's last instant and skips the ids it listed there.
-		let lastAt: string | null = null;
-		let listedAtLast = new Set<string>();
+		let after: { value: string; id: string } | undefined;
 		for (;;) {
-			const where: Where = { lastSeenAt: lastAt === null ? { gt: from } : { gte: lastAt } };
-			const page: CrankerDoc[] = (await crankers.list({ where, orderBy: ["lastSeenAt", "asc"], limit: CATCH_UP_PAGE + listedAtLast.size })).filter(doc => !listedAtLast.has(doc.id));
+			const page = await crankers.list({ where: { lastSeenAt: { gt: from } }, orderBy: ["lastSeenAt", "asc"], limit: CATCH_UP_PAGE, ...(after ? { after } : {}) });
 			for (const doc of page) if (isOperator(doc.crankerPubkey)) totals.seen(doc);
 			if (page.length < CATCH_UP_PAGE) break;
-			const last: string = page[page.length - 1].lastSeenAt;
-			listedAtLast = new Set([...(last === lastAt ? listedAtLast : []), ...page.filter(doc => doc.lastSeenAt === last).map(doc => doc.id)]);
-			lastAt = last;
+			const last = page[page.length - 1];
+			after = { value: last.lastSeenAt, id: last.id };
 		}
 		caughtUpTo = new Date(nowMs).toISOString();
 		totals.expire(floor);

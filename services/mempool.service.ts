@@ -267,27 +267,24 @@ export function mempoolService(config: Config): ServiceSchema {
 
 			/**
 			 * Internal, for GET /intent-work: one page of VERIFIED intents that have not expired,
-			 * oldest first, after `after` (the last page's final createdAt and the ids listed at it).
-			 * Pages stay far below NATS's 1 MB message limit; the gateway joins them (api.intentWork).
+			 * oldest first, after the intent `after` (the last of the previous page). Pages stay far
+			 * below NATS's 1 MB message limit; the gateway joins them (api.intentWork).
 			 */
 			workPage: {
 				params: {
 					limit: { type: "number", integer: true, min: 1, max: WORK_PAGE },
-					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, ids: { type: "array", max: WORK_PAGE, items: recordRef } } }
+					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
 				},
-				async handler(ctx: Context<{ limit: number; after?: { createdAt: string; ids: string[] } }>) {
+				async handler(ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>) {
 					const now = new Date();
 					const latestSlot = slots.latest();
 					const { limit: size, after } = ctx.params;
-					const seen = new Set(after?.ids);
 					const where: Where = {
 						state: "VERIFIED",
 						expiresAt: { gt: now.toISOString() },
-						...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}),
-						...(after ? { createdAt: { gte: after.createdAt } } : {})
+						...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {})
 					};
-					// Intents sharing the cursor's createdAt come again: ask for as many more, and drop them.
-					const records = (await intents.list({ where, orderBy: ["createdAt", "asc"], limit: size + seen.size })).filter(record => !seen.has(record.id)).slice(0, size);
+					const records = await intents.list({ where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
 					return records.map(record => ({ intent: toWorkerView(record), leaseTtlMs: config.leaseTtlMs }));
 				}
 			},

@@ -25,6 +25,7 @@ import {
 } from "mongodb";
 import {
 	StoreUnavailableError,
+	assertCursor,
 	assertDeclared,
 	assertWhere,
 	batchSize,
@@ -379,11 +380,18 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
-		const filter = this.filter(query.where);
+		let filter = this.filter(query.where);
 		this.served(query.where, query.orderBy);
+		assertCursor(this.spec, query);
 		const limit = query.limit === undefined ? undefined : Math.max(0, Math.floor(query.limit));
 		// MongoDB reads a limit of 0 as "no limit".
 		if (limit === 0) return [];
+		if (query.after && query.orderBy) {
+			const field = key(query.orderBy[0]);
+			const beyond = query.orderBy[1] === "desc" ? "$lt" : "$gt";
+			const { value, id } = query.after;
+			filter = { $and: [filter, { $or: [{ [field]: { [beyond]: value } }, { [field]: value, _id: { [beyond]: id } }] }] } as Filter<Stored>;
+		}
 		const cursor = this.collection.find(filter);
 		if (query.orderBy) {
 			const [field, direction] = query.orderBy;

@@ -50,6 +50,21 @@ export interface ListQuery {
 	where?: Where;
 	orderBy?: readonly [field: string, direction: "asc" | "desc"];
 	limit?: number;
+	/**
+	 * Keyset paging, with `orderBy` only: the documents strictly after the one whose ordered field
+	 * is `value` and id is `id`, in the order's direction (ties broken by id, as every list is).
+	 * The next page starts after the last document of this one, however many share its value.
+	 */
+	after?: { value: string | number; id: string };
+}
+
+/** Checks a keyset cursor: it needs an order, and a value of the ordered field's type. */
+export function assertCursor(spec: CollectionSpec, query: ListQuery): void {
+	if (!query.after) return;
+	if (!query.orderBy) throw new Error(`${spec.name}: a cursor (after) needs an orderBy`);
+	// Comparisons never match null: a cursor at a null would silently end the paging.
+	if (query.after.value === null) throw new Error(`${spec.name}: a cursor (after) cannot be at a null value`);
+	assertWhere(spec, { [query.orderBy[0]]: { gt: query.after.value }, id: query.after.id });
 }
 
 export interface Collection<T extends Doc> {

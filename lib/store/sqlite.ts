@@ -11,7 +11,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { StoreUnavailableError, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
+import { StoreUnavailableError, assertCursor, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -399,12 +399,19 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 
 	async list(query: ListQuery = {}): Promise<T[]> {
 		const { sql, args } = compileWhere(this.spec, query.where);
+		assertCursor(this.spec, query);
 		let text = `SELECT doc FROM ${this.table}${sql}`;
 		if (query.orderBy) {
 			assertDeclared(this.spec, [query.orderBy[0]]);
+			const column = quote(query.orderBy[0]);
 			// id breaks ties so that equal timestamps still list in a stable order.
 			const direction = query.orderBy[1] === "desc" ? "DESC" : "ASC";
-			text += ` ORDER BY ${quote(query.orderBy[0])} ${direction}, id ${direction}`;
+			if (query.after) {
+				const beyond = direction === "DESC" ? "<" : ">";
+				text += `${sql ? " AND" : " WHERE"} (${column} ${beyond} ? OR (${column} = ? AND id ${beyond} ?))`;
+				args.push(query.after.value, query.after.value, query.after.id);
+			}
+			text += ` ORDER BY ${column} ${direction}, id ${direction}`;
 		}
 		if (query.limit !== undefined) text += ` LIMIT ${Math.max(0, Math.floor(query.limit))}`;
 		const stmt = this.query(text, query.where, query.orderBy);

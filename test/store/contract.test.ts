@@ -545,6 +545,28 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				expect(ids(await items.list({ orderBy }))).toEqual(expected);
 			});
 
+			test("after: keyset pages through ties, in both directions, each document once", async () => {
+				const ranked = { rank: { ne: null } } as const;
+				const pages = async (direction: "asc" | "desc") => {
+					const seen: string[] = [];
+					let after: { value: number; id: string } | undefined;
+					for (;;) {
+						const [next] = await items.list({ where: ranked, orderBy: ["rank", direction], limit: 1, ...(after ? { after } : {}) });
+						if (!next) return seen;
+						seen.push(next.id);
+						after = { value: next.rank as number, id: next.id };
+					}
+				};
+				// c and d share rank 2: a page boundary between them loses and repeats nothing.
+				expect(await pages("asc")).toEqual(["b", "c", "d", "a"]);
+				expect(await pages("desc")).toEqual(["a", "d", "c", "b"]);
+				expect(ids(await items.list({ orderBy: ["rank", "asc"], after: { value: 2, id: "c" } }))).toEqual(["d", "a"]);
+				expect(ids(await items.list({ where: { active: true }, orderBy: ["rank", "desc"], after: { value: 2, id: "d" } }))).toEqual(["c"]);
+				await expect(items.list({ after: { value: 1, id: "a" } })).rejects.toThrow(/needs an orderBy/);
+				await expect(items.list({ orderBy: ["rank", "asc"], after: { value: "2", id: "c" } })).rejects.toThrow(/integer/);
+				await expect(items.list({ orderBy: ["rank", "asc"], after: { value: null as unknown as number, id: "c" } })).rejects.toThrow(/null/);
+			});
+
 			test("limit", async () => {
 				expect(ids(await items.list({ orderBy: ["rank", "asc"], limit: 2 }))).toEqual(["e", "b"]);
 				expect(ids(await items.list({ where: { active: true }, orderBy: ["rank", "desc"], limit: 2 }))).toEqual(["a", "c"]);

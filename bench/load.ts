@@ -1,0 +1,226 @@
+/**
+ * The pieces every benchmark shares: signed bodies built before timing starts, one HTTP load
+ * generator (closed loop at a fixed concurrency, or paced at a fixed rate), percentiles, and the
+ * CPU a target process spent, read from /proc so that any process (ours, the lean yardstick,
+ * nats-server) is measured the same way.
+ */
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import fs from "node:fs";
+import http from "node:http";
+import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
+import { createSigner, generateKeypair } from "../lib/ed25519";
+import { encodeBase58 } from "../lib/encoding";
+import type { CreateIntentRequest } from "../lib/intents";
+
+export interface Route {
+	tin: string;
+	routeCommitment: string;
+	routeVersion: number;
+	policyCommitment?: string;
+}
+
+/** A fixed token mint: base58 of 32 bytes. */
+const MINT = encodeBase58(new Uint8Array(32).fill(7));
+
+/** A stream of distinct signed CreateIntentRequests for `route`, from `wallets` senders (the verifier shards by sender). */
+export class BodyFactory {
+	private readonly signers: { address: string; sign(message: string): string }[];
+	private readonly run = randomBytes(6).toString("base64url");
+	private next = 0;
+	readonly samples: CreateIntentRequest[] = [];
+
+	constructor(
+		private readonly route: Route,
+		wallets: number
+	) {
+		this.signers = Array.from({ length: wallets }, () => {
+			const keypair = generateKeypair();
+			return { address: keypair.publicKey, sign: createSigner(keypair) };
+		});
+	}
+
+	/** `count` new bodies, each with its own paymentId and nonce, as JSON text. */
+	take(count: number): string[] {
+		const now = Date.now();
+		const issuedAt = new Date(now - 1000).toISOString();
+		const expiresAt = new Date(now + 3_600_000).toISOString();
+		return Array.from({ length: count }, () => {
+			const i = this.next++;
+			const signer = this.signers[i % this.signers.length];
+			const fields: PaymentAuthorizationFields = {
+				paymentId: `bench_${this.run}_${i}`,
+				senderWallet: signer.address,
+				recipientTin: this.route.tin,
+				recipientRouteCommitment: this.route.routeCommitment,
+				recipientRouteVersion: this.route.routeVersion,
+				tokenMintAddress: MINT,
+				amount: "1000",
+				feeLimit: "5000",
+				senderFundingMode: "wallet_only_v2",
+				senderAuthorizationNonce: `nonce_${this.run}_${i}_${randomBytes(6).toString("base64url")}`,
+				senderAuthorizationIssuedAt: issuedAt,
+				senderAuthorizationExpiresAt: expiresAt,
+				expiresAtSlot: 10_000_000
+			};
+			const { message, transactionCommitment } = buildPaymentMessage(fields);
+			const request: CreateIntentRequest = { ...fields, senderAuthorizationMessage: message, senderAuthorizationSignature: signer.sign(message), transactionCommitment };
+			if (this.samples.length < 1000) this.samples.push(request);
+			return JSON.stringify(request);
+		});
+	}
+}
+
+export interface PhaseResult {
+	sent: number;
+	wallSeconds: number;
+	/** Per request, from when it was due (paced) or sent (closed loop) to its answer. */
+	latenciesMs: Float64Array;
+	statuses: Record<string, number>;
+	/** The first few answers per status other than the expected one. */
+	errorSamples: Record<string, string[]>;
+}
+
+export interface Target {
+	url: string;
+	path: string;
+	/** The status a successful request answers (201 for a new intent). */
+	expected: number;
+	headers?: Record<string, string>;
+}
+
+function send(agent: http.Agent, target: URL, path: string, body: string | null, expected: string, headers: Record<string, string> = {}): Promise<{ status: string; text: string | null }> {
+	return new Promise(resolve => {
+		const req = http.request(
+			{
+				host: target.hostname,
+				port: target.port,
+				path,
+				method: body === null ? "GET" : "POST",
+				agent,
+				headers: { ...headers, ...(body === null ? {} : { "content-type": "application/json", "content-length": Buffer.byteLength(body) }) }
+			},
+			res => {
+				const status = String(res.statusCode ?? 0);
+				const chunks: Buffer[] = [];
+				if (status === expected) res.resume();
+				else res.on("data", (c: Buffer) => chunks.push(c));
+				res.on("end", () => resolve({ status, text: status === expected ? null : Buffer.concat(chunks).toString("utf8").slice(0, 500) }));
+				res.on("error", err => resolve({ status: `ERR_${(err as NodeJS.ErrnoException).code ?? err.message}`, text: err.message }));
+			}
+		);
+		req.setTimeout(60_000, () => req.destroy(Object.assign(new Error("no answer within 60 s"), { code: "TIMEOUT" })));
+		req.on("error", err => resolve({ status: `ERR_${(err as NodeJS.ErrnoException).code ?? "REQUEST"}`, text: err.message }));
+		req.end(body ?? undefined);
+	});
+}
+
+class Recorder {
+	readonly latenciesMs: Float64Array;
+	readonly statuses: Record<string, number> = {};
+	readonly errorSamples: Record<string, string[]> = {};
+	constructor(
+		count: number,
+		private readonly expected: string
+	) {
+		this.latenciesMs = new Float64Array(count);
+	}
+	record(i: number, startedNs: bigint, answer: { status: string; text: string | null }): void {
+		this.latenciesMs[i] = Number(process.hrtime.bigint() - startedNs) / 1e6;
+		this.statuses[answer.status] = (this.statuses[answer.status] ?? 0) + 1;
+		if (answer.status !== this.expected) {
+			const list = (this.errorSamples[answer.status] ??= []);
+			if (list.length < 3) list.push(answer.text ?? "");
+		}
+	}
+	result(sent: number, startedNs: bigint): PhaseResult {
+		return { sent, wallSeconds: Number(process.hrtime.bigint() - startedNs) / 1e9, latenciesMs: this.latenciesMs, statuses: this.statuses, errorSamples: this.errorSamples };
+	}
+}
+
+/** Closed loop: `concurrency` requests in flight, the next sent as one is answered. `bodies` null entries are GETs. */
+export async function runClosed(target: Target, bodies: readonly (string | null)[], concurrency: number): Promise<PhaseResult> {
+	const url = new URL(target.url);
+	const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency, maxFreeSockets: concurrency });
+	const recorder = new Recorder(bodies.length, String(target.expected));
+	let next = 0;
+	const lane = async () => {
+		for (let i = next++; i < bodies.length; i = next++) {
+			const t0 = process.hrtime.bigint();
+			recorder.record(i, t0, await send(agent, url, target.path, bodies[i], String(target.expected), target.headers));
+		}
+	};
+	const start = process.hrtime.bigint();
+	await Promise.all(Array.from({ length: Math.min(concurrency, bodies.length) }, lane));
+	agent.destroy();
+	return recorder.result(bodies.length, start);
+}
+
+/**
+ * Open loop at `perSecond`: request i is due at start + i/perSecond whether or not earlier ones
+ * were answered, and its latency counts from when it was due, so a stall shows in the tail
+ * instead of slowing the generator down (no coordinated omission).
+ */
+export async function runPaced(target: Target, bodies: readonly (string | null)[], perSecond: number): Promise<PhaseResult> {
+	const url = new URL(target.url);
+	const agent = new http.Agent({ keepAlive: true, maxSockets: 512, maxFreeSockets: 512 });
+	const recorder = new Recorder(bodies.length, String(target.expected));
+	const start = process.hrtime.bigint();
+	const intervalNs = 1e9 / perSecond;
+	const answered: Promise<void>[] = [];
+	let i = 0;
+	await new Promise<void>(resolve => {
+		const tick = () => {
+			const elapsedNs = Number(process.hrtime.bigint() - start);
+			for (; i < bodies.length && i * intervalNs <= elapsedNs; i++) {
+				const due = start + BigInt(Math.round(i * intervalNs));
+				const n = i;
+				answered.push(send(agent, url, target.path, bodies[n], String(target.expected), target.headers).then(answer => recorder.record(n, due, answer)));
+			}
+			if (i < bodies.length) setTimeout(tick, 1);
+			else resolve();
+		};
+		tick();
+	});
+	await Promise.all(answered);
+	agent.destroy();
+	return recorder.result(bodies.length, start);
+}
+
+/** The value at rank ⌈p·n⌉ of the sorted sample. */
+export function percentile(sorted: Float64Array, p: number): number {
+	if (!sorted.length) return NaN;
+	return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+export interface Summary {
+	perSecond: number;
+	p50: number;
+	p99: number;
+	accepted: number;
+	notAccepted: number;
+}
+
+export function summarize(phase: PhaseResult, expected = 201): Summary {
+	const sorted = Float64Array.from(phase.latenciesMs).sort();
+	const accepted = phase.statuses[String(expected)] ?? 0;
+	return { perSecond: accepted / phase.wallSeconds, p50: percentile(sorted, 50), p99: percentile(sorted, 99), accepted, notAccepted: phase.sent - accepted };
+}
+
+const CLOCK_TICKS = (() => {
+	try {
+		return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+	} catch {
+		return 100;
+	}
+})();
+
+/** CPU seconds (user + system, all threads) a live process has used, from /proc/<pid>/stat. */
+export function cpuSeconds(pid: number): number {
+	const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+	return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+}
+
+export const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits }) : "n/a");

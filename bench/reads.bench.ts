@@ -1,0 +1,125 @@
+/**
+ * The list routes as the store grows: a service is filled with signed intents (and a tenth as
+ * many TIN operations) through its own POST routes, and at each size the lists a Cranker and an
+ * operator read are timed one request at a time. A list served by an index that ends with its
+ * sort key costs O(limit), whatever is stored: the p99 stays flat from the first size to the last.
+ *
+ *   npm run bench:reads                          # 10,000 then 100,000 intents
+ *   npm run bench:reads -- --sizes 10000,50000,100000 --reads 500
+ *
+ * Options (argv `--name value` or the environment): SIZES (10000,100000), READS (300 timed
+ * requests per list and limit), FILL_CONCURRENCY (64).
+ * Results: bench/results/reads-<timestamp>.json and a Markdown table on stdout. Exits 1 when the
+ * service cannot start or a fill request is refused.
+ */
+import { randomBytes } from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { freePort, spawnScript, waitFor } from "../devkit/process";
+import { buildTinOperationMessage } from "../lib/canonical";
+import { createSigner, generateKeypair } from "../lib/ed25519";
+import { sha256Hex } from "../lib/encoding";
+import { tinFromSequence } from "../lib/tin";
+import { BodyFactory, fmt, runClosed, summarize, type Route } from "./load";
+
+const root = path.resolve(__dirname, "..", "..");
+
+function options() {
+	const { values } = parseArgs({ args: process.argv.slice(2), options: { sizes: { type: "string" }, reads: { type: "string" }, fill_concurrency: { type: "string" } }, strict: true });
+	const read = (name: "sizes" | "reads" | "fill_concurrency", fallback: string) => values[name] ?? process.env[name.toUpperCase()] ?? fallback;
+	const sizes = read("sizes", "10000,100000").split(",").map(Number);
+	if (sizes.some(n => !Number.isInteger(n) || n < 1) || sizes.some((n, i) => i > 0 && n <= sizes[i - 1])) throw new Error("SIZES must be increasing positive integers");
+	return { sizes, reads: Number(read("reads", "300")), fillConcurrency: Number(read("fill_concurrency", "64")) };
+}
+
+/** Signed TIN create operations, each by its own owner wallet. */
+function tinOperationBodies(count: number): string[] {
+	const issuedAt = new Date(Date.now() - 1000).toISOString();
+	const expiresAt = new Date(Date.now() + 3_600_000).toISOString();
+	return Array.from({ length: count }, () => {
+		const owner = generateKeypair();
+		const body = {
+			operationId: `op_${randomBytes(12).toString("base64url")}`,
+			intentType: "create" as const,
+			ownerWallet: owner.publicKey,
+			routeCommitment: sha256Hex(randomBytes(8)),
+			policyCommitment: sha256Hex(randomBytes(8)),
+			issuedAt,
+			expiresAt
+		};
+		return JSON.stringify({ ...body, ownerSignature: createSigner(owner)(buildTinOperationMessage(body)) });
+	});
+}
+
+const LISTS = ["/intent-work", "/intents", "/tin-operations/verification-work", "/tin-operations/fee-work", "/tin-operations/registry-work", "/tin-operations"];
+const LIMITS = [50, 500];
+
+async function main(): Promise<void> {
+	const { sizes, reads, fillConcurrency } = options();
+	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "scs-bench-reads-"));
+	const route: Route = { tin: tinFromSequence(123_456_789), routeCommitment: sha256Hex("bench route"), routeVersion: 1, policyCommitment: sha256Hex("bench policy") };
+	const seedFile = path.join(dataDir, "registry-seed.json");
+	fs.writeFileSync(seedFile, JSON.stringify([route]));
+	const workerKey = randomBytes(24).toString("hex");
+	const port = await freePort();
+	const url = `http://127.0.0.1:${port}`;
+	const service = spawnScript(path.join(root, "dist", "index.js"), { PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile, WORKER_API_KEYS: workerKey, RATE_LIMIT_PER_MIN: "0", LOG_LEVEL: "warn" }, [], "service");
+	const log = (line: string) => process.stderr.write(`${line}\n`);
+	const rows: { stored: number; list: string; limit: number; p50: number; p99: number; items: number }[] = [];
+	try {
+		await waitFor(async () => {
+			if (service.child.exitCode !== null) throw new Error(`the service exited:\n${service.output()}`);
+			return (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200;
+		}, 30_000, "the service to be ready");
+		const intents = new BodyFactory(route, 256);
+		let stored = 0;
+		for (const size of sizes) {
+			log(`filling to ${fmt(size)} intents and ${fmt(size / 10)} TIN operations …`);
+			for (let done = stored; done < size; ) {
+				const batch = Math.min(5000, size - done);
+				const fill = summarize(await runClosed({ url, path: "/intents", expected: 201 }, intents.take(batch), fillConcurrency));
+				const ops = summarize(await runClosed({ url, path: "/tin-operations", expected: 201 }, tinOperationBodies(Math.round(batch / 10)), fillConcurrency));
+				if (fill.notAccepted || ops.notAccepted) throw new Error(`the fill was refused: ${fill.notAccepted} intents, ${ops.notAccepted} TIN operations not 201`);
+				done += batch;
+			}
+			stored = size;
+			for (const list of LISTS)
+				for (const limit of LIMITS) {
+					const target = { url, path: `${list}?limit=${limit}`, expected: 200, headers: { "x-api-key": workerKey } };
+					const sample = await fetch(url + target.path, { headers: target.headers }).then(res => res.json() as Promise<unknown[]>);
+					await runClosed(target, Array(20).fill(null), 1);
+					const timed = summarize(await runClosed(target, Array(reads).fill(null), 1), 200);
+					if (timed.notAccepted) throw new Error(`GET ${target.path} answered other than 200`);
+					rows.push({ stored: size, list, limit, p50: timed.p50, p99: timed.p99, items: Array.isArray(sample) ? sample.length : 0 });
+					log(`${fmt(size)} stored: GET ${target.path} p99 ${fmt(timed.p99, 2)} ms`);
+				}
+		}
+	} finally {
+		if (service.child.exitCode === null) service.child.kill("SIGTERM");
+		await service.exited;
+		fs.rmSync(dataDir, { recursive: true, force: true });
+	}
+
+	const at = new Date().toISOString();
+	const machine = `${os.cpus()[0]?.model?.trim() ?? "unknown CPU"} × ${os.availableParallelism()}, ${process.version}`;
+	const dir = path.join(root, "bench", "results");
+	fs.mkdirSync(dir, { recursive: true });
+	const file = path.join(dir, `reads-${at.replace(/[:.]/g, "-")}.json`);
+	fs.writeFileSync(file, `${JSON.stringify({ benchmark: "reads", at, machine, reads, rows }, null, 2)}\n`);
+	const first = sizes[0];
+	const last = sizes[sizes.length - 1];
+	const lines = [`| list | limit | items | ${sizes.map(n => `p99 ms at ${fmt(n)}`).join(" | ")} | p50 ms at ${fmt(last)} | p99 ${fmt(last)} ÷ ${fmt(first)} |`, `|---|---:|---:|${sizes.map(() => "---:").join("|")}|---:|---:|`];
+	for (const list of LISTS)
+		for (const limit of LIMITS) {
+			const at = (n: number) => rows.find(row => row.stored === n && row.list === list && row.limit === limit)!;
+			lines.push(`| GET ${list} | ${limit} | ${at(last).items} | ${sizes.map(n => fmt(at(n).p99, 2)).join(" | ")} | ${fmt(at(last).p50, 2)} | ${fmt(at(last).p99 / at(first).p99, 2)} |`);
+		}
+	process.stdout.write(`\n${lines.join("\n")}\n\nmachine: ${machine}; one request at a time, ${reads} timed per row\nresults: ${path.relative(process.cwd(), file)}\n`);
+}
+
+main().catch(err => {
+	process.stderr.write(`FAIL: ${err instanceof Error ? err.message : String(err)}\n`);
+	process.exit(1);
+});

@@ -50,11 +50,17 @@ function isNonCanonicalOrSmallOrder(bytes: Uint8Array, offset: number): boolean 
 	return compareLE(bytes, offset, P_BYTES, 0x7f) >= 0 || SMALL_ORDER_Y.some(y => compareLE(bytes, offset, y, 0x7f) === 0);
 }
 
-/** Public-key objects per base58 address (null: refused): building one costs more than half a verification. */
-const publicKeyCache = new Map<string, KeyObject | null>();
+/** A public key that passed the strict checks: its key object, and its 32 bytes for another thread. */
+interface StrictKey {
+	object: KeyObject;
+	raw: Uint8Array;
+}
+
+/** Public keys per base58 address (null: refused): building one costs more than half a verification. */
+const publicKeyCache = new Map<string, StrictKey | null>();
 const PUBLIC_KEY_CACHE_LIMIT = 50_000;
 
-function publicKeyOf(address: string): KeyObject | null {
+function publicKeyOf(address: string): StrictKey | null {
 	let key = publicKeyCache.get(address);
 	if (key !== undefined) return key;
 	key = strictPublicKey(decodeBase58(address));
@@ -64,29 +70,46 @@ function publicKeyOf(address: string): KeyObject | null {
 	return key;
 }
 
-/** The key object of a canonical public key not of small order; noble decodes strictly (RFC 8032 §5.1.3). */
-function strictPublicKey(raw: Uint8Array | null): KeyObject | null {
+/** A canonical public key not of small order; noble decodes strictly (RFC 8032 §5.1.3). */
+function strictPublicKey(raw: Uint8Array | null): StrictKey | null {
 	if (raw?.length !== 32 || isNonCanonicalOrSmallOrder(raw, 0)) return null;
 	try {
 		if (ed25519.Point.fromBytes(raw).isSmallOrder()) return null;
-		return createPublicKey({ key: Buffer.concat([SPKI_PREFIX, raw]), format: "der", type: "spki" });
+		return { object: createPublicKey({ key: Buffer.concat([SPKI_PREFIX, raw]), format: "der", type: "spki" }), raw };
 	} catch {
 		return null;
 	}
 }
 
+/** What is left to check of a signature once its key and encoding passed the strict checks: the equation. */
+export interface SignatureEquation {
+	key: StrictKey;
+	signature: Uint8Array;
+}
+
 /**
- * Verifies an ed25519 signature (base58, or the raw 64 bytes) over `message` (a string is taken as its
- * UTF-8 bytes) by base58 `address`, strictly: see the header. The only verification function of the code base.
+ * The strict checks of the header that need no curve arithmetic on the signature: a key that is
+ * canonical and not of small order, R canonical and not of small order, S < L. Null when refused
+ * whatever the message; else the equation still to verify (verifySignature, or a VerifyPool).
  */
-export function verifySignature(address: string, message: string | Uint8Array, signature: string | Uint8Array): boolean {
+export function strictSignatureEquation(address: string, signature: string | Uint8Array): SignatureEquation | null {
 	const sig = typeof signature === "string" ? decodeBase58(signature) : signature instanceof Uint8Array ? signature : null;
 	// R (bytes 0..31) small-order or non-canonical, or S (bytes 32..63) ≥ L: refused whatever the message.
-	if (sig?.length !== 64 || isNonCanonicalOrSmallOrder(sig, 0) || compareLE(sig, 32, L_BYTES) >= 0) return false;
+	if (sig?.length !== 64 || isNonCanonicalOrSmallOrder(sig, 0) || compareLE(sig, 32, L_BYTES) >= 0) return null;
 	const key = publicKeyOf(address);
-	if (!key) return false;
+	return key ? { key, signature: sig } : null;
+}
+
+/**
+ * Verifies an ed25519 signature (base58, or the raw 64 bytes) over `message` (a string is taken as its
+ * UTF-8 bytes) by base58 `address`, strictly: see the header. The one verification rule of the code
+ * base (lib/verify-pool.ts runs its last step on other threads).
+ */
+export function verifySignature(address: string, message: string | Uint8Array, signature: string | Uint8Array): boolean {
+	const equation = strictSignatureEquation(address, signature);
+	if (!equation) return false;
 	try {
-		return verify(null, typeof message === "string" ? Buffer.from(message, "utf8") : message, key, sig);
+		return verify(null, typeof message === "string" ? Buffer.from(message, "utf8") : message, equation.key.object, equation.signature);
 	} catch {
 		return false;
 	}

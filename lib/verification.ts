@@ -48,20 +48,42 @@ export function checkValidityWindow(issuedAtIso: string, expiresAtIso: string, n
 	return { ok: true };
 }
 
+/** Verifies on this thread: the whole of SPEC §1 but the nonce. */
 export function verifyPaymentAuthorization(request: CreateIntentRequest, context: VerificationContext): VerificationResult {
+	const binding = messageBinding(request);
+	if (!binding.ok) return binding;
+	if (!verifySignature(request.senderWallet, binding.message, request.senderAuthorizationSignature)) return INVALID_SIGNATURE;
+	return contextChecks(request, context);
+}
+
+/** The same checks in the same order, the signature equation solved by `verify` (a VerifyPool, off this thread). */
+export async function verifyPaymentAuthorizationWith(
+	verify: (address: string, message: string, signature: string) => Promise<boolean>,
+	request: CreateIntentRequest,
+	context: () => VerificationContext
+): Promise<VerificationResult> {
+	const binding = messageBinding(request);
+	if (!binding.ok) return binding;
+	if (!(await verify(request.senderWallet, binding.message, request.senderAuthorizationSignature))) return INVALID_SIGNATURE;
+	// Read after the signature: the time and the slot are those of the verdict.
+	return contextChecks(request, context());
+}
+
+const INVALID_SIGNATURE = refuse("INVALID_SIGNATURE", "senderAuthorizationSignature is not senderWallet's signature of the message");
+
+/** The message binds the request's fields, and the funding mode is one we settle. */
+function messageBinding(request: CreateIntentRequest): { ok: true; message: string } | { ok: false; reason: RejectionReason; detail: string } {
 	const { message, transactionCommitment } = buildPaymentMessage(request);
-	if (request.senderAuthorizationMessage !== message) return refuse("INVALID_MESSAGE", "senderAuthorizationMessage is not the canonical message of the request fields");
+	if (request.senderAuthorizationMessage !== message) return { ok: false, reason: "INVALID_MESSAGE", detail: "senderAuthorizationMessage is not the canonical message of the request fields" };
 	if (request.transactionCommitment !== undefined && request.transactionCommitment !== transactionCommitment)
-		return refuse("INVALID_MESSAGE", "transactionCommitment is not the commitment of the request fields");
-	if (request.recipientHash !== undefined && request.recipientHash !== request.recipientTin)
-		return refuse("INVALID_MESSAGE", "recipientHash must equal recipientTin");
+		return { ok: false, reason: "INVALID_MESSAGE", detail: "transactionCommitment is not the commitment of the request fields" };
+	if (request.recipientHash !== undefined && request.recipientHash !== request.recipientTin) return { ok: false, reason: "INVALID_MESSAGE", detail: "recipientHash must equal recipientTin" };
+	if (request.senderFundingMode !== SUPPORTED_FUNDING_MODE) return { ok: false, reason: "UNSUPPORTED_FUNDING_MODE", detail: `senderFundingMode must be ${SUPPORTED_FUNDING_MODE}` };
+	return { ok: true, message };
+}
 
-	if (request.senderFundingMode !== SUPPORTED_FUNDING_MODE)
-		return refuse("UNSUPPORTED_FUNDING_MODE", `senderFundingMode must be ${SUPPORTED_FUNDING_MODE}`);
-
-	if (!verifySignature(request.senderWallet, message, request.senderAuthorizationSignature))
-		return refuse("INVALID_SIGNATURE", "senderAuthorizationSignature is not senderWallet's signature of the message");
-
+/** After the signature: the time window, the slot, the route. */
+function contextChecks(request: CreateIntentRequest, context: VerificationContext): VerificationResult {
 	const window = checkValidityWindow(request.senderAuthorizationIssuedAt, request.senderAuthorizationExpiresAt, context.nowMs);
 	if (!window.ok) return window;
 	if (context.latestSlot !== null && request.expiresAtSlot <= context.latestSlot)

@@ -6,6 +6,7 @@
 import nodeCrypto, { createHash, createPublicKey, randomBytes, verify as cryptoVerify } from "node:crypto";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { createSigner, generateKeypair, keypairFromSecretKey, verifySignature } from "../../lib/ed25519";
+import { VerifyPool } from "../../lib/verify-pool";
 import { decodeBase58, encodeBase58 } from "../../lib/encoding";
 
 const hex = (s: string) => Uint8Array.from(Buffer.from(s, "hex"));
@@ -418,5 +419,40 @@ describe("a normal signature still verifies", () => {
 		} finally {
 			buildKey.mockRestore();
 		}
+	});
+});
+
+describe("VerifyPool: the equation on worker threads, the strict checks unchanged", () => {
+	const pool = new VerifyPool(2);
+	afterAll(() => pool.close());
+
+	it("answers as verifySignature on every speccheck case, the forgery, S + L, and good and tampered signatures", async () => {
+		const wallet = nobleWallet();
+		const signature = ed25519.sign(new TextEncoder().encode(MESSAGE), wallet.secretKey);
+		const malleated = concat(signature.subarray(0, 32), toLE(fromLE(signature.subarray(32)) + L));
+		const cases: [address: string, message: string | Uint8Array, signature: string | Uint8Array][] = [
+			...SPECCHECK_CASES.map(c => [encodeBase58(hex(c.pub_key)), hex(c.message), hex(c.signature)] as [string, Uint8Array, Uint8Array]),
+			["4uQeVj5tqViQh7yWWGStvkEG1Zmhx6uasJtWCJziofM", MESSAGE, concat(IDENTITY, ZERO32)],
+			[wallet.address, MESSAGE, malleated],
+			[wallet.address, MESSAGE, encodeBase58(signature)],
+			[wallet.address, `${MESSAGE}!`, encodeBase58(signature)],
+			[nobleWallet().address, MESSAGE, signature],
+			[wallet.address, MESSAGE, "not base58 0OIl"]
+		];
+		// All at once: one event-loop turn's jobs travel as one batch per worker.
+		const pooled = await Promise.all(cases.map(([address, message, sig]) => pool.verify(address, message, sig)));
+		expect(pooled).toEqual(cases.map(([address, message, sig]) => verifySignature(address, message, sig)));
+		expect(pooled.filter(Boolean)).toHaveLength(2); // speccheck case 3 and the good signature
+	});
+
+	it("keeps up with many signatures in one turn, each answered for its own job", async () => {
+		const wallets = Array.from({ length: 8 }, nobleWallet);
+		const jobs = Array.from({ length: 400 }, (_, i) => {
+			const message = `${MESSAGE} #${i}`;
+			const signature = wallets[i % 8].sign(message);
+			return { address: wallets[i % 8].address, message: i % 5 === 0 ? `${message}?` : message, signature };
+		});
+		const verdicts = await Promise.all(jobs.map(job => pool.verify(job.address, job.message, job.signature)));
+		expect(verdicts).toEqual(jobs.map((_, i) => i % 5 !== 0));
 	});
 });

@@ -2,7 +2,8 @@
 import { buildPaymentMessage } from "../../lib/canonical";
 import type { CreateIntentRequest } from "../../lib/intents";
 import type { ActiveRoute } from "../../lib/registry";
-import { verifyPaymentAuthorization, type VerificationContext } from "../../lib/verification";
+import { verifyPaymentAuthorization, verifyPaymentAuthorizationWith, type VerificationContext, type VerificationResult } from "../../lib/verification";
+import { VerifyPool } from "../../lib/verify-pool";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 
 const NOW = Date.parse("2026-11-21T18:00:00.000Z");
@@ -24,8 +25,12 @@ function context(overrides: Partial<VerificationContext> = {}): VerificationCont
 	return { nowMs: NOW, latestSlot: 999_999, route: activeRoute, ...overrides };
 }
 
+/** Every case the tests decide, replayed through the worker-thread variant at the end. */
+const decided: [CreateIntentRequest, VerificationContext, VerificationResult][] = [];
+
 const reason = (req: CreateIntentRequest, ctx = context()) => {
 	const result = verifyPaymentAuthorization(req, ctx);
+	decided.push([req, ctx, result]);
 	return result.ok ? "OK" : result.reason;
 };
 
@@ -185,5 +190,18 @@ describe("verifyPaymentAuthorization", () => {
 		const req = request();
 		expect(req.senderAuthorizationMessage).toBe(buildPaymentMessage(req).message);
 		expect(req.transactionCommitment).toBe(buildPaymentMessage(req).transactionCommitment);
+	});
+});
+
+describe("verifyPaymentAuthorizationWith a VerifyPool (the equation on a worker thread)", () => {
+	it("decides every case above as verifyPaymentAuthorization does", async () => {
+		const pool = new VerifyPool(1);
+		try {
+			expect(decided.length).toBeGreaterThan(20);
+			const pooled = await Promise.all(decided.map(([req, ctx]) => verifyPaymentAuthorizationWith((...args) => pool.verify(...args), req, () => ctx)));
+			expect(pooled).toEqual(decided.map(([, , result]) => result));
+		} finally {
+			await pool.close();
+		}
 	});
 });

@@ -11,6 +11,12 @@ import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
 import { readEncodedSettlementTransaction, settlementMismatches, type ExpectedSettlement } from "../lib/settlement";
 
+// The domain types an app handles through the SDK, so that it can name them.
+export type { PaymentAuthorizationFields } from "../lib/canonical";
+export type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
+export type { ActiveRoute } from "../lib/registry";
+export type { ExpectedSettlement } from "../lib/settlement";
+
 /** What signs a message: a local keypair here, a wallet adapter's `signMessage` in an app. */
 export interface Signer {
 	/** Base58 public key: the sender wallet. */
@@ -94,6 +100,8 @@ export interface OnChainSettlement {
 }
 
 const FUNDING_MODE = "wallet_only_v2";
+/** How long the CORS probe of /health/live may take (see networkError). */
+const PROBE_TIMEOUT_MS = 5000;
 const TERMINAL = new Set(["executed", "canceled"]);
 const utf8 = new TextEncoder();
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
@@ -177,14 +185,16 @@ export class SettlementClient {
 
 	/**
 	 * POST /intents. Network errors are retried with the same body: the service answers a replay
-	 * with the record it already holds, so a retry never creates a second intent.
+	 * with the record it already holds, so a retry never creates a second intent. A CORS refusal
+	 * (see request()) is not retried: the answer would be the same.
 	 */
 	async submit(intent: CreateIntentRequest): Promise<PublicMempoolIntent> {
 		for (let attempt = 1; ; attempt++) {
 			try {
 				return await this.request<PublicMempoolIntent>("POST", "/intents", intent);
 			} catch (err) {
-				if ((err as SettlementError).type !== "NETWORK_ERROR" || attempt >= this.submitAttempts) throw err;
+				const error = err as SettlementError;
+				if (error.type !== "NETWORK_ERROR" || isCorsRefusal(error) || attempt >= this.submitAttempts) throw err;
 				await sleep(100 * 2 ** (attempt - 1));
 			}
 		}
@@ -239,10 +249,48 @@ export class SettlementClient {
 				body: body === undefined ? undefined : JSON.stringify(body)
 			});
 		} catch (err) {
-			throw new SettlementError(`request to ${path} failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
+			throw await this.networkError(path, err as Error);
 		}
 		const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
 		if (!response.ok) throw new SettlementError(payload?.message ?? `HTTP ${response.status}`, payload?.type ?? "HTTP_ERROR", response.status, payload?.data);
 		return payload as T;
 	}
+
+	/**
+	 * The NETWORK_ERROR for a fetch that threw. In a page calling another origin, a CORS refusal
+	 * and a network drop are the same opaque TypeError; a no-cors probe of /health/live tells them
+	 * apart: if the service answers it, the service is reachable and the browser refused the answer.
+	 */
+	private async networkError(path: string, err: Error): Promise<SettlementError> {
+		const pageOrigin = crossOriginPage(this.baseUrl);
+		if (pageOrigin !== null) {
+			// Bounded: a probe that hangs is an unreachable service, not a reason to hang submit().
+			const reachable = await this.fetch(`${this.baseUrl}/health/live`, { mode: "no-cors", signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) }).then(
+				() => true,
+				() => false
+			);
+			if (reachable)
+				return new SettlementError(
+					`request to ${path} was refused by the browser, most likely by CORS: the service at ${this.baseUrl} answers, but not to this page's origin ${pageOrigin} (is it in the service's CORS_ORIGINS?)`,
+					"NETWORK_ERROR",
+					null,
+					{ cors: true, origin: pageOrigin }
+				);
+			return new SettlementError(`request to ${path} failed: ${err.message} (the service at ${this.baseUrl} is unreachable from this page: network down, or blocked)`, "NETWORK_ERROR", null, { cors: false, origin: pageOrigin });
+		}
+		return new SettlementError(`request to ${path} failed: ${err.message}`, "NETWORK_ERROR", null);
+	}
+}
+
+/** The page's origin when the SDK runs in a browser page and `baseUrl` is another origin (CORS applies), else null. */
+function crossOriginPage(baseUrl: string): string | null {
+	const { document, location } = globalThis as { document?: unknown; location?: { origin?: string; href?: string } };
+	if (document === undefined || typeof location?.origin !== "string") return null;
+	const target = new URL(baseUrl, location.href).origin;
+	return target === location.origin ? null : location.origin;
+}
+
+/** A NETWORK_ERROR that the probe showed to be the browser's CORS refusal: retrying gets the same refusal. */
+function isCorsRefusal(error: SettlementError): boolean {
+	return (error.data as { cors?: boolean } | undefined)?.cors === true;
 }

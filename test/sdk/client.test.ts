@@ -79,6 +79,20 @@ describe("SettlementClient", () => {
 		expect(listed[0].id).toBe(record.id);
 	});
 
+	it("in Node, retries a real network error (nothing listening) submitAttempts times: only a page can meet a CORS refusal", async () => {
+		const calls: string[] = [];
+		const counting: typeof fetch = (input, init) => {
+			calls.push(`${init?.method ?? "GET"} ${new URL(String(input)).pathname}`);
+			return fetch(input, init);
+		};
+		const unreachable = new SettlementClient({ baseUrl: "http://127.0.0.1:9", fetch: counting, submitAttempts: 3 });
+		const intent = await unreachable.signPayment(LocalKeypairSigner.generate(), payment(await client.resolveTin(route.tin)));
+		const error = await unreachable.submit(intent).catch(err => err);
+		expect(error).toMatchObject({ name: "SettlementError", type: "NETWORK_ERROR", code: null, data: undefined });
+		expect(error.message).toMatch(/^request to \/intents failed: fetch failed$/);
+		expect(calls).toEqual(["POST /intents", "POST /intents", "POST /intents"]);
+	});
+
 	it("throws the service's error type for a refused intent", async () => {
 		const signer = LocalKeypairSigner.generate();
 		const intent = await client.signPayment(signer, payment({ ...(await client.resolveTin(route.tin)), routeVersion: 7 }));

@@ -1,8 +1,8 @@
 /**
  * CORS (CORS_ORIGINS) on the public routes only, over HTTP against the real gateway. A preflight
  * is answered by the gateway and never runs the action it asks about; worker routes never answer
- * CORS; without CORS_ORIGINS no route does. (A real browser's view of the same rules is the
- * Chromium test of issue 11, still to come.)
+ * CORS; without CORS_ORIGINS no route does. A real browser's view of the same rules is
+ * test/browser/sdk-browser.test.ts (Debian Chromium).
  */
 import type { GenesisRoute } from "../../lib/registry";
 import { newRoute, newWallet, signedIntent, writeSeedFile } from "../helpers/fixtures";

@@ -728,7 +728,7 @@ describe("k8s/ manifests: the app reaches NATS and MongoDB with credentials from
 
 	it("gives each Deployment only the Secret keys it needs", () => {
 		expect(Object.fromEntries(deployments.map(d => [d.metadata.name, secretKeysOf(d)]))).toEqual({
-			gateway: ["NATS_PASSWORD", "NATS_USER", "WORKER_API_KEYS"],
+			gateway: ["METRICS_API_KEY", "NATS_PASSWORD", "NATS_USER", "WORKER_API_KEYS"],
 			intake: ["NATS_PASSWORD", "NATS_USER"],
 			verifier: ["NATS_PASSWORD", "NATS_USER"],
 			owners: ["MONGO_URL", "NATS_PASSWORD", "NATS_USER", "node-authority-keypair.json"]

@@ -72,6 +72,8 @@ export function brokerOptions(config: Config): BrokerOptions {
 		heartbeatTimeout: 6,
 		registry: { strategy: "RoundRobin", preferLocal: true },
 		validator: new Validators.Fastest({ messages: VALIDATION_MESSAGES }),
+		// The Prometheus metrics are our own prom-client registries (services/metrics.ts): named and
+		// labelled for this service, and gathered from every process by the gateway.
 		metrics: { enabled: false },
 		tracing: { enabled: false }
 	};

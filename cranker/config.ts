@@ -31,6 +31,10 @@ export interface CrankerConfig {
 	blockhashLifetimeSlots: number;
 	tinCreateFee: string;
 	tinUpdateFee: string;
+	/** GET /metrics and GET /health on this port (0: a free one); null: not served. */
+	metricsPort: number | null;
+	/** The address the metrics server binds: all interfaces by default, so Prometheus can reach it in a pod. */
+	metricsHost: string;
 }
 
 /** A configuration the Cranker cannot start with: printed as a message, exit code 2. */
@@ -52,6 +56,14 @@ function integer(env: Env, key: string, fallback: number, min: number): number {
 	const value = Number(raw);
 	if (!Number.isSafeInteger(value) || value < min) throw new CrankerConfigError(`${key} must be an integer ≥ ${min}, got "${raw}"`);
 	return value;
+}
+
+/** A TCP port (0: any free one); null when unset. */
+function optionalPort(env: Env, key: string): number | null {
+	if (!env[key]?.trim()) return null;
+	const port = integer(env, key, 0, 0);
+	if (port > 65_535) throw new CrankerConfigError(`${key} must be a port 0–65535, got "${port}"`);
+	return port;
 }
 
 function url(env: Env, key: string): string {
@@ -125,6 +137,8 @@ Environment (defaults in brackets; the full list with comments is .env.example):
   RPC_TIMEOUT_MS            each RPC call [10000]
   BLOCKHASH_LIFETIME_SLOTS  how long a submission may still land [300]
   TIN_CREATE_FEE / TIN_UPDATE_FEE  the fees a submitter commits [50000 / 10000]
+  CRANKER_METRICS_PORT      serve GET /metrics (Prometheus) and GET /health on this port; 0 = a free one [off]
+  CRANKER_METRICS_HOST      the address that server binds [0.0.0.0]
 Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with.
 `;
 
@@ -151,6 +165,8 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		heartbeatIntervalMs: integer(env, "HEARTBEAT_INTERVAL_MS", 10_000, 100),
 		blockhashLifetimeSlots: integer(env, "BLOCKHASH_LIFETIME_SLOTS", 300, MIN_BLOCKHASH_LIFETIME_SLOTS),
 		tinCreateFee: String(integer(env, "TIN_CREATE_FEE", 50_000, 0)),
-		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0))
+		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0)),
+		metricsPort: optionalPort(env, "CRANKER_METRICS_PORT"),
+		metricsHost: env.CRANKER_METRICS_HOST?.trim() || "0.0.0.0"
 	};
 }

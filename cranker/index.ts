@@ -6,6 +6,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { CrankerConfigError, USAGE, loadCrankerConfig } from "./config";
 import { createLogger } from "./log";
+import { startMetricsServer } from "./metrics";
 import { Cranker } from "./worker";
 
 /** The package's version, from the package.json beside dist/ (or beside the sources under ts-node). */
@@ -35,14 +36,20 @@ async function main(): Promise<void> {
 		process.stderr.write(`cranker: ${err.message}\n`);
 		process.exit(2);
 	}
-	const cranker = await Cranker.create(config, createLogger({ service: "cranker" }));
+	const log = createLogger({ service: "cranker" });
+	const cranker = await Cranker.create(config, log);
+	const metrics = config.metricsPort === null ? null : await startMetricsServer(cranker.metrics, config.metricsHost, config.metricsPort, () => cranker.isOnline);
+	if (metrics) log.info("metrics and health served", { host: config.metricsHost, port: metrics.port, paths: ["/metrics", "/health"] });
 	cranker.start();
 	let stopping = false;
 	const stop = (signal: string) => {
 		if (stopping) return;
 		stopping = true;
 		process.stdout.write(JSON.stringify({ time: new Date().toISOString(), level: "info", message: `${signal}: finishing the work in hand` }) + "\n");
-		cranker.stop().then(() => process.exit(0));
+		cranker
+			.stop()
+			.then(() => metrics?.close())
+			.then(() => process.exit(0));
 	};
 	process.on("SIGTERM", () => stop("SIGTERM"));
 	process.on("SIGINT", () => stop("SIGINT"));

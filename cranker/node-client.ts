@@ -12,6 +12,7 @@ import type { MempoolIntent, UpdateStatusRequest } from "../lib/intents";
 import type { PayoutAuthorization } from "../lib/payout";
 import type { TinStage } from "../lib/schemas";
 import type { StageRequest, toTinOperationView } from "../lib/tin-operations";
+import type { CrankerMetrics } from "./metrics";
 
 export class NodeApiError extends Error {
 	constructor(
@@ -45,51 +46,57 @@ export class NodeClient {
 		key: RequestSigningKey,
 		/** How long a call keeps retrying a Node that is down, by default. */
 		private readonly retryForMs = 30_000,
-		private readonly onRetry: (path: string, reason: string) => void = () => {}
+		private readonly onRetry: (path: string, reason: string) => void = () => {},
+		/** Counts every attempt and its latency, by route template. */
+		private readonly metrics: CrankerMetrics | null = null
 	) {
 		this.signer = new RequestSigner(key);
 	}
 
 	heartbeat(body: object): Promise<unknown> {
-		return this.request("POST", "/crankers/heartbeat", body, 0, true);
+		return this.request("POST", "/crankers/heartbeat", "/crankers/heartbeat", body, 0, true);
 	}
 
 	intentWork(limit: number): Promise<IntentWorkItem[]> {
-		return this.request("GET", `/intent-work?limit=${limit}`, undefined, 0);
+		return this.request("GET", "/intent-work", `/intent-work?limit=${limit}`, undefined, 0);
 	}
 
 	intent(id: string): Promise<MempoolIntent> {
-		return this.request("GET", `/intents/${encodeURIComponent(id)}`);
+		return this.request("GET", "/intents/:id", `/intents/${encodeURIComponent(id)}`);
 	}
 
 	intentIds(status: string, limit = 100): Promise<{ id: string }[]> {
-		return this.request("GET", `/intents?status=${encodeURIComponent(status)}&limit=${limit}`, undefined, 0);
+		return this.request("GET", "/intents", `/intents?status=${encodeURIComponent(status)}&limit=${limit}`, undefined, 0);
 	}
 
 	/** PATCH /intents/{id}/status, retried through Node restarts (a replay is answered 200). */
 	updateStatus(id: string, update: UpdateStatusRequest, retryForMs = this.retryForMs): Promise<MempoolIntent> {
-		return this.request("PATCH", `/intents/${encodeURIComponent(id)}/status`, update, retryForMs, true);
+		return this.request("PATCH", "/intents/:id/status", `/intents/${encodeURIComponent(id)}/status`, update, retryForMs, true);
 	}
 
 	payoutAuthorization(workId: string, crankerPubkey: string): Promise<PayoutAuthorization> {
-		return this.request("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey }, this.retryForMs, true);
+		const path = "/internal/settlement-authorizations/settlement";
+		return this.request("POST", path, path, { workId, crankerPubkey }, this.retryForMs, true);
 	}
 
 	tinWork(list: "verification-work" | "fee-work" | "registry-work", operatorPubkey?: string): Promise<TinOperationWork[]> {
 		const query = operatorPubkey && list !== "verification-work" ? `?operator_pubkey=${operatorPubkey}` : "";
-		return this.request("GET", `/tin-operations/${list}${query}`, undefined, 0);
+		return this.request("GET", `/tin-operations/${list}`, `/tin-operations/${list}${query}`, undefined, 0);
 	}
 
 	tinStage(id: string, stage: TinStage, body: StageRequest): Promise<TinOperationWork> {
-		return this.request("POST", `/tin-operations/${encodeURIComponent(id)}/${stage}`, body, this.retryForMs, true);
+		return this.request("POST", `/tin-operations/:id/${stage}`, `/tin-operations/${encodeURIComponent(id)}/${stage}`, body, this.retryForMs, true);
 	}
 
-	private async request<T>(method: string, path: string, body?: unknown, retryForMs = this.retryForMs, signed = false): Promise<T> {
+	/** `route` is the path's template (`/intents/:id`): the metrics' label, never an id. */
+	private async request<T>(method: string, route: string, path: string, body?: unknown, retryForMs = this.retryForMs, signed = false): Promise<T> {
 		const deadline = Date.now() + retryForMs;
 		const url = this.baseUrl + path;
 		const text = body === undefined ? undefined : JSON.stringify(body);
 		for (let delay = 200; ; delay = Math.min(delay * 2, 3000)) {
 			let failure: string;
+			const endTimer = this.metrics?.nodeRequestDuration.startTimer({ method, route });
+			let status = "error";
 			try {
 				const signature = signed ? await this.signer.sign({ method, url, body: text ?? "" }) : {};
 				const response = await fetch(url, {
@@ -98,6 +105,7 @@ export class NodeClient {
 					body: text,
 					signal: AbortSignal.timeout(15_000)
 				});
+				status = String(response.status);
 				const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
 				if (response.ok) return payload as T;
 				if (response.status < 500) throw new NodeApiError(payload?.message ?? `HTTP ${response.status}`, response.status, payload?.type ?? "HTTP_ERROR", payload?.data);
@@ -105,6 +113,9 @@ export class NodeClient {
 			} catch (err) {
 				if (err instanceof NodeApiError) throw err;
 				failure = (err as Error).message;
+			} finally {
+				endTimer?.();
+				this.metrics?.nodeRequests.inc({ method, route, status });
 			}
 			if (Date.now() + delay > deadline) throw new NodeApiError(`${method} ${path} failed: ${failure}`, 0, "NODE_UNAVAILABLE");
 			this.onRetry(path, failure);

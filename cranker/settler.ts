@@ -18,6 +18,7 @@ import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signS
 import type { Chain, Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
 import type { Logger } from "./log";
+import type { CrankerMetrics } from "./metrics";
 import { NodeApiError, type NodeClient } from "./node-client";
 
 export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "lost";
@@ -46,7 +47,8 @@ export class Settler {
 		private readonly config: CrankerConfig,
 		private readonly log: Logger,
 		/** True once SIGTERM arrived: a lease not yet submitted is released instead of settled. */
-		private readonly stopping: () => boolean
+		private readonly stopping: () => boolean,
+		private readonly metrics: CrankerMetrics | null = null
 	) {
 		this.me = signer.address;
 	}
@@ -60,6 +62,7 @@ export class Settler {
 			if (isRefusal(err)) return "lost";
 			throw err;
 		}
+		this.metrics?.leases.inc();
 		this.log.info("leased", { intent: leased.id, amount: leased.amount, mint: leased.tokenMintAddress });
 		try {
 			return await this.settleLeased(leased);
@@ -251,6 +254,12 @@ export class Settler {
 		}
 	}
 
+	private count(status: IntentState): void {
+		if (status === "SUBMITTED") this.metrics?.submissions.inc();
+		else if (status === "CONFIRMED" || status === "REJECTED") this.metrics?.settlements.inc({ outcome: status === "CONFIRMED" ? "confirmed" : "rejected" });
+		else if (status === "VERIFIED") this.metrics?.settlements.inc({ outcome: "returned" });
+	}
+
 	/**
 	 * One status update; a refusal (someone else moved it, the lease lapsed) is logged and answered
 	 * null, except SUBMISSION_LIVE, which `passLive` callers handle.
@@ -258,7 +267,9 @@ export class Settler {
 	private async report(record: MempoolIntent, status: IntentState, fields: ReportFields, passLive = false): Promise<MempoolIntent | null> {
 		const reason = fields.reason?.slice(0, MAX_REASON_LENGTH);
 		try {
-			return await this.node.updateStatus(record.id, { status, crankerPubkey: this.me, expectedVersion: record.stateVersion, ...fields, ...(reason ? { reason } : {}) });
+			const updated = await this.node.updateStatus(record.id, { status, crankerPubkey: this.me, expectedVersion: record.stateVersion, ...fields, ...(reason ? { reason } : {}) });
+			this.count(status);
+			return updated;
 		} catch (err) {
 			if (!isRefusal(err) || (passLive && (err as NodeApiError).type === "SUBMISSION_LIVE")) throw err;
 			this.log.warn(`the Node refused ${status}`, { intent: record.id, type: (err as NodeApiError).type });

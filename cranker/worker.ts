@@ -8,10 +8,13 @@ import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonica
 import { createSigner, verifySignature } from "../lib/ed25519";
 import { keypairSigningKey } from "../lib/http-signature";
 import type { MempoolIntent } from "../lib/intents";
+import type { TinStage } from "../lib/schemas";
 import { registryMemo, signMemoTransaction } from "../lib/settlement";
+import type { StageRequest } from "../lib/tin-operations";
 import { Chain } from "./chain";
 import type { CrankerConfig } from "./config";
 import type { Logger } from "./log";
+import { CrankerMetrics } from "./metrics";
 import { NodeApiError, NodeClient, type TinOperationWork } from "./node-client";
 import { Settler } from "./settler";
 
@@ -24,6 +27,7 @@ const SKIP_RELEASED_MS = 30_000;
 
 export class Cranker {
 	readonly pubkey: string;
+	readonly metrics = new CrankerMetrics();
 	private readonly node: NodeClient;
 	private readonly chain: Chain;
 	private readonly settler: Settler;
@@ -45,9 +49,9 @@ export class Cranker {
 		private readonly log: Logger
 	) {
 		this.pubkey = signer.address;
-		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair), 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }));
+		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair), 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }), this.metrics);
 		this.chain = new Chain(config.solanaRpcUrl, config.rpcTimeoutMs);
-		this.settler = new Settler(this.node, this.chain, signer, config, log, () => this.stopping);
+		this.settler = new Settler(this.node, this.chain, signer, config, log, () => this.stopping, this.metrics);
 		this.signHeartbeat = createSigner(config.keypair);
 	}
 
@@ -61,6 +65,11 @@ export class Cranker {
 		this.heartbeatLoop = this.every(this.config.heartbeatIntervalMs, () => this.heartbeat(), () => this.heartbeatsStopping);
 		if (this.config.roles.includes("settlement")) this.loops.push(this.settlementLoop());
 		if (this.config.roles.some(role => role === "verifier" || role === "submitter")) this.loops.push(this.every(this.config.pollIntervalMs, () => this.tinRound(), () => this.stopping));
+	}
+
+	/** Whether its latest heartbeat was accepted. */
+	get isOnline(): boolean {
+		return this.online;
 	}
 
 	/** Finishes (or releases) the work in hand, then returns. */
@@ -94,8 +103,10 @@ export class Cranker {
 			});
 			if (!this.online) this.log.info("online", { crankerPubkey: this.pubkey });
 			this.online = true;
+			this.metrics.heartbeats.inc({ result: "accepted" });
 		} catch (err) {
 			this.online = false;
+			this.metrics.heartbeats.inc({ result: "failed" });
 			this.log.warn("heartbeat not accepted", { error: (err as Error).message, type: (err as NodeApiError).type });
 		}
 	}
@@ -168,14 +179,14 @@ export class Cranker {
 	private async verifyOperation(op: TinOperationWork): Promise<void> {
 		const { request } = op;
 		const valid = verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature);
-		if (valid) await this.node.tinStage(op.id, "verified", { crankerPubkey: this.pubkey });
-		else await this.node.tinStage(op.id, "rejected", { crankerPubkey: this.pubkey, reason: "INVALID_SIGNATURE: the owner signature does not verify" });
+		if (valid) await this.moveTinStage(op.id, "verified", { crankerPubkey: this.pubkey });
+		else await this.moveTinStage(op.id, "rejected", { crankerPubkey: this.pubkey, reason: "INVALID_SIGNATURE: the owner signature does not verify" });
 		this.log.info(valid ? "TIN operation verified" : "TIN operation rejected", { operation: op.id });
 	}
 
 	private async commitFee(op: TinOperationWork): Promise<void> {
 		const feeAmount = op.intentType === "create" ? this.config.tinCreateFee : this.config.tinUpdateFee;
-		await this.node.tinStage(op.id, "fee-committed", { crankerPubkey: this.pubkey, feeAmount });
+		await this.moveTinStage(op.id, "fee-committed", { crankerPubkey: this.pubkey, feeAmount });
 		this.log.info("TIN fee committed", { operation: op.id, feeAmount });
 	}
 
@@ -184,21 +195,26 @@ export class Cranker {
 		if (op.status === "FEE_COMMITTED") {
 			const transaction = await signMemoTransaction(this.signer, registryMemo(op.operationId, op.request.routeCommitment), await this.chain.latestBlockhash());
 			const transactionSignature = getSignatureFromTransaction(transaction);
-			await this.node.tinStage(op.id, "submitted", { crankerPubkey: this.pubkey, transactionSignature });
+			await this.moveTinStage(op.id, "submitted", { crankerPubkey: this.pubkey, transactionSignature });
 			const outcome = await this.chain.send(transaction);
 			this.log.info("TIN operation submitted", { operation: op.id, transactionSignature, outcome: outcome.kind });
 			if (outcome.kind === "expired" || outcome.kind === "refused")
-				await this.node.tinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `NOT_LANDED: the registry transaction was ${outcome.kind}` });
+				await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `NOT_LANDED: the registry transaction was ${outcome.kind}` });
 			return;
 		}
 		const signature = op.transactionSignature!;
 		const state = await this.chain.signatureState(signature);
 		if (state.kind === "landed") {
-			await this.node.tinStage(op.id, "finalized", { crankerPubkey: this.pubkey, transactionSignature: signature });
+			await this.moveTinStage(op.id, "finalized", { crankerPubkey: this.pubkey, transactionSignature: signature });
 			this.log.info("TIN operation finalized", { operation: op.id });
 		} else if (state.kind === "failed") {
-			await this.node.tinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `ONCHAIN_FAILED: ${state.detail}` });
+			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `ONCHAIN_FAILED: ${state.detail}` });
 		}
+	}
+
+	private async moveTinStage(id: string, stage: TinStage, body: StageRequest): Promise<void> {
+		await this.node.tinStage(id, stage, body);
+		this.metrics.tinStages.inc({ stage });
 	}
 
 	// --- plumbing ---------------------------------------------------------------------------------

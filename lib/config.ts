@@ -75,6 +75,8 @@ export interface Config {
 	requestTimeoutMs: number;
 	/** Failed authentications on worker routes one client may make per minute before it gets 429. */
 	authFailuresPerMin: number;
+	/** METRICS_API_KEY: when set, GET /metrics in Prometheus form takes `Authorization: Bearer <key>`; null = public. */
+	metricsApiKey: string | null;
 }
 
 /** A configuration the process cannot start with: a message for the operator, so no stack trace. */
@@ -142,6 +144,14 @@ function base58Address(env: Env, key: string, fallback: string): string {
 	const raw = text(env, key);
 	if (raw == null) return fallback;
 	if (!isBase58OfLength(raw, 32)) throw new ConfigError(`${key} must be a base58 address (32 bytes), got "${raw}"`);
+	return raw;
+}
+
+/** A secret sent in an HTTP header: visible ASCII without spaces, long enough not to be guessed. */
+function headerSecret(env: Env, key: string): string | null {
+	const raw = text(env, key);
+	// The value itself never goes into the message.
+	if (raw !== null && !/^[\x21-\x7e]{16,}$/.test(raw)) throw new ConfigError(`${key} must be at least 16 visible ASCII characters without spaces`);
 	return raw;
 }
 
@@ -235,6 +245,7 @@ export function loadConfig(env: Env = process.env): Config {
 		blockhashLifetimeBlocks: integer(env, "BLOCKHASH_LIFETIME_BLOCKS", 300, 1),
 		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
-		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1)
+		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
+		metricsApiKey: headerSecret(env, "METRICS_API_KEY")
 	};
 }

@@ -2,13 +2,17 @@
  * Payment intents: the record the mempool keeps, its two views (SPEC §2.2, §2.3) and the state
  * machine of SPEC §2.4/§3 as one table. Pure: callers pass the time and what they looked up.
  */
-import type { PaymentAuthorizationFields } from "./canonical";
+import { Type, type Static } from "@sinclair/typebox";
 import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from "./chain-evidence";
 import { ServiceError, type RejectionReason } from "./errors";
+import { Address, Amount, Hex64, Identifier, IsoTime, Nonce, Nullable, Signature, Slot, StringEnum, Tin, Version, named } from "./wire-formats";
 
 export const INTENT_STATES = ["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED", "REJECTED"] as const;
-export type IntentState = (typeof INTENT_STATES)[number];
-export type PublicStatus = "pending" | "canceled" | "executed";
+export const PUBLIC_STATUSES = ["pending", "canceled", "executed"] as const;
+export const IntentStateSchema = StringEnum(INTENT_STATES, { $id: "IntentState", description: "Internal state of an intent" });
+export const PublicStatusSchema = StringEnum(PUBLIC_STATUSES, { $id: "PublicStatus", description: "What an intent's state means to its sender" });
+export type IntentState = Static<typeof IntentStateSchema>;
+export type PublicStatus = Static<typeof PublicStatusSchema>;
 
 export const PUBLIC_STATUS: Record<IntentState, PublicStatus> = {
 	RECEIVED: "pending",
@@ -25,38 +29,57 @@ export function statesOfStatus(status: string): IntentState[] {
 	return INTENT_STATES.filter(s => PUBLIC_STATUS[s] === status);
 }
 
-/** CreateIntentRequest (SPEC §2.1) as accepted by the schema. */
-export interface CreateIntentRequest extends PaymentAuthorizationFields {
-	senderAuthorizationMessage: string;
-	senderAuthorizationSignature: string;
-	recipientHash?: string;
-	transactionCommitment?: string;
-}
+/** CreateIntentRequest (SPEC §2.1) as accepted by the schema, and as the worker view repeats it. */
+export const CreateIntentRequestSchema = Type.Object(
+	{
+		paymentId: Identifier,
+		recipientTin: Tin,
+		recipientRouteCommitment: Hex64,
+		recipientRouteVersion: Version,
+		tokenMintAddress: Address,
+		senderWallet: Address,
+		senderAuthorizationMessage: Type.String({ maxLength: 4096 }),
+		senderAuthorizationSignature: Signature,
+		senderAuthorizationNonce: Nonce,
+		senderAuthorizationIssuedAt: IsoTime,
+		senderAuthorizationExpiresAt: IsoTime,
+		amount: Amount,
+		feeLimit: Amount,
+		expiresAtSlot: Slot,
+		senderFundingMode: Type.String({ maxLength: 64 }),
+		recipientHash: Type.Optional(Type.String({ maxLength: 64 })),
+		transactionCommitment: Type.Optional(Hex64)
+	},
+	{ additionalProperties: false }
+);
+export type CreateIntentRequest = Static<typeof CreateIntentRequestSchema>;
 
-export interface Lease {
-	crankerPubkey: string;
-	leasedAt: string;
-	expiresAt: string;
-}
+export const LeaseSchema = Type.Object({ crankerPubkey: Address, leasedAt: IsoTime, expiresAt: IsoTime }, named("Lease"));
+export type Lease = Static<typeof LeaseSchema>;
 
-export interface Submission {
-	transactionSignature: string;
-	submittedAt: string;
-	slot?: number;
-	/** The Cranker's word: the last block height at which the transaction's blockhash is valid. */
-	lastValidBlockHeight?: number;
-	/** The chain's block height as the Node read it when it took the report (with a chain configured). */
-	heightAtSubmission?: number;
-}
+export const SubmissionSchema = Type.Object(
+	{
+		transactionSignature: Signature,
+		submittedAt: IsoTime,
+		slot: Type.Optional(Slot),
+		lastValidBlockHeight: Type.Optional(Slot),
+		heightAtSubmission: Type.Optional(Slot)
+	},
+	named("Submission", "lastValidBlockHeight is the Cranker's word; heightAtSubmission the chain's block height as the Node read it when it took the report")
+);
+export type Submission = Static<typeof SubmissionSchema>;
 
-export interface HistoryEntry {
-	state: IntentState;
-	at: string;
-	by?: string;
-	reason?: string;
-	/** On a CONFIRMED entry: false when no chain was configured to check the Cranker's word (SPEC §2.4). */
-	onChainChecked?: boolean;
-}
+export const IntentHistoryEntrySchema = Type.Object(
+	{
+		state: IntentStateSchema,
+		at: IsoTime,
+		by: Type.Optional(Type.String({ description: "The Cranker, or verifier@<node> for a verdict; absent for the Node's sweeps" })),
+		reason: Type.Optional(Type.String()),
+		onChainChecked: Type.Optional(Type.Boolean({ description: "On a CONFIRMED entry: false when no chain was configured to check the Cranker's word" }))
+	},
+	named("IntentHistoryEntry")
+);
+export type HistoryEntry = Static<typeof IntentHistoryEntrySchema>;
 
 /** The stored document. Top-level scalars are the store's indexed fields. */
 export interface IntentRecord {
@@ -96,33 +119,46 @@ export interface IntentRecord {
 /** A record while a Cranker holds its lease. */
 export type LeasedIntentRecord = IntentRecord & { lease: Lease };
 
-export interface PublicMempoolIntent {
-	id: string;
-	paymentId: string;
-	status: PublicStatus;
-	receiverStatus: IntentState;
-	recipientTin: string;
-	tokenMintAddress: string;
-	amount: string;
-	feeLimit: string;
-	senderWallet: string;
-	expiresAt: string;
-	expiresAtSlot: number;
-	transactionCommitment: string;
-	createdAt: string;
-	updatedAt: string;
-	transactionSignature?: string;
-	rejectionReason?: string;
-	epoch: number;
-}
+const publicIntentFields = {
+	id: Type.String({ description: "int_ + 32 hex digits" }),
+	paymentId: Identifier,
+	status: PublicStatusSchema,
+	receiverStatus: IntentStateSchema,
+	recipientTin: Tin,
+	tokenMintAddress: Address,
+	amount: Amount,
+	feeLimit: Amount,
+	senderWallet: Address,
+	expiresAt: IsoTime,
+	expiresAtSlot: Slot,
+	transactionCommitment: Hex64,
+	createdAt: IsoTime,
+	updatedAt: IsoTime,
+	transactionSignature: Type.Optional(Signature),
+	rejectionReason: Type.Optional(Type.String()),
+	epoch: Version
+};
 
-export type MempoolIntent = CreateIntentRequest &
-	PublicMempoolIntent & {
-		stateVersion: number;
-		lease: Lease | null;
-		submission: Submission | null;
-		history: HistoryEntry[];
-	};
+/** The public view (SPEC §2.2): never the signature, the nonce, the route commitment or lease data. */
+export const PublicMempoolIntentSchema = Type.Object(publicIntentFields, named("PublicMempoolIntent"));
+export type PublicMempoolIntent = Static<typeof PublicMempoolIntentSchema>;
+
+/** The worker view (SPEC §2.3): the public fields, the submitted request flattened beside them, and the lease state. */
+export const MempoolIntentSchema = Type.Object(
+	{
+		...CreateIntentRequestSchema.properties,
+		...publicIntentFields,
+		stateVersion: Version,
+		lease: Nullable(LeaseSchema),
+		submission: Nullable(SubmissionSchema),
+		history: Type.Array(IntentHistoryEntrySchema)
+	},
+	named("MempoolIntent")
+);
+export type MempoolIntent = Static<typeof MempoolIntentSchema>;
+
+export const IntentWorkItemSchema = Type.Object({ intent: MempoolIntentSchema, leaseTtlMs: Type.Integer({ minimum: 1 }) }, named("IntentWorkItem"));
+export type IntentWorkItem = Static<typeof IntentWorkItemSchema>;
 
 export function toPublicView(record: IntentRecord): PublicMempoolIntent {
 	const { request } = record;

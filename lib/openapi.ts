@@ -1,8 +1,11 @@
 /**
- * The OpenAPI 3.1 document of the gateway, derived from its route table and the actions'
- * fastest-validator schemas, so the published contract is the one that is enforced.
- * Framework-free: the caller lists the operations; nothing here knows Moleculer.
+ * The OpenAPI 3.1 document of the gateway: its input from the route table and the actions'
+ * fastest-validator schemas, its answers from the TypeBox schemas the answers are typed with, so
+ * the published contract is the one that is enforced and built. Framework-free: the caller lists
+ * the operations; nothing here knows Moleculer.
  */
+import { ErrorBodySchema } from "./answers";
+import { ERROR_STATUS, type ErrorType } from "./errors";
 
 /** A JSON Schema 2020-12 object (OpenAPI 3.1's dialect), limited to the keywords produced here. */
 export interface JsonSchema {
@@ -28,34 +31,58 @@ export interface JsonSchema {
 	$ref?: string;
 }
 
+/** Any JSON Schema, such as a TypeBox schema; a sub-schema with `$id` is published as a named component. */
+export type AnswerSchema = object;
+
+export type Answer = {
+	description: string;
+	/** By media type; none for an answer without a body. */
+	content?: Record<string, AnswerSchema>;
+	headers?: Record<string, { description: string; schema: AnswerSchema }>;
+};
+
 export type Operation = {
 	method: string;
 	/** moleculer-web style, e.g. `/intents/:id/status`. */
 	path: string;
 	access: "public" | "worker";
+	/** A Cranker route: the request carries the Cranker's RFC 9421 signature besides the worker key. */
+	signed?: boolean;
 	/** The action behind the route; becomes the operationId. */
 	action: string;
 	/** The action's fastest-validator params schema. */
 	params?: Record<string, unknown>;
-	summary?: string;
+	tag: string;
+	summary: string;
+	description?: string;
+	/** Every success answer, by status. */
+	answers: Record<number, Answer>;
+	/** Every error type the route can answer; grouped by status (ERROR_STATUS). */
+	errors: readonly ErrorType[];
+	/** Instead of what `access` and `signed` imply: requirements of SECURITY_SCHEMES, any one of which admits. */
+	security?: Record<string, string[]>[];
 };
 
-export type ParameterObject = { name: string; in: "path" | "query"; required: boolean; schema: JsonSchema };
-type MediaContent = { "application/json": { schema: JsonSchema } };
+export type ParameterObject = { name: string; in: "path" | "query" | "header"; required: boolean; description?: string; schema: JsonSchema };
+type MediaContent = Record<string, { schema: AnswerSchema }>;
+type ResponseObject = { description: string; headers?: Record<string, { description: string; schema: AnswerSchema }>; content?: MediaContent };
 export type OperationObject = {
 	operationId: string;
-	summary?: string;
+	summary: string;
+	description?: string;
 	tags: string[];
-	security?: Record<string, string[]>[];
+	security: Record<string, string[]>[];
 	parameters?: ParameterObject[];
 	requestBody?: { required: boolean; content: MediaContent };
-	responses: Record<string, { description: string; content: MediaContent }>;
+	responses: Record<string, ResponseObject>;
 };
 export type OpenApiDocument = {
 	openapi: "3.1.0";
-	info: { title: string; version: string };
+	info: { title: string; version: string; description: string; license: { name: string; identifier: string } };
+	servers: { url: string; description: string }[];
+	tags: { name: string; description: string }[];
 	paths: Record<string, Record<string, OperationObject>>;
-	components: { schemas: Record<string, JsonSchema>; securitySchemes: Record<string, Record<string, string>> };
+	components: { schemas: Record<string, AnswerSchema>; securitySchemes: Record<string, Record<string, string>> };
 };
 
 type Rule = Record<string, unknown>;
@@ -167,29 +194,79 @@ export function paramsToObjectSchema(params: Record<string, unknown>): JsonSchem
 }
 
 const BODY_METHODS = new Set(["post", "put", "patch"]);
-const json = (schema: JsonSchema): MediaContent => ({ "application/json": { schema } });
+const json = (schema: AnswerSchema): MediaContent => ({ "application/json": { schema } });
 
-function errorSchema(): JsonSchema {
-	return {
-		type: "object",
-		description: "Every error body (SPEC §7); `code` is the HTTP status.",
-		required: ["name", "message", "code", "type"],
-		properties: {
-			name: { type: "string" },
-			message: { type: "string" },
-			code: { type: "integer" },
-			type: { type: "string" },
-			data: { type: ["object", "array"] }
-		}
-	};
+/** SPEC §6.1: the headers of a Cranker's request signature, all required. */
+const SIGNATURE_HEADERS: ParameterObject[] = [
+	{ name: "Signature", in: "header", required: true, description: "RFC 9421 signature `sig1=:<base64>:` by the Cranker named in crankerPubkey", schema: { type: "string", maxLength: 1024 } },
+	{
+		name: "Signature-Input",
+		in: "header",
+		required: true,
+		description: 'RFC 9421 `sig1=("@method" "@target-uri" "content-digest");created=<s>;keyid="<base58>";alg="ed25519"`',
+		schema: { type: "string", maxLength: 1024 }
+	},
+	{ name: "Content-Digest", in: "header", required: true, description: "RFC 9530 `sha-256=:<base64>:` of the body bytes as sent", schema: { type: "string", maxLength: 1024 } }
+];
+
+const SECURITY_SCHEMES = {
+	workerKey: { type: "apiKey", in: "header", name: "x-api-key", description: "One of WORKER_API_KEYS" },
+	crankerSignature: {
+		type: "apiKey",
+		in: "header",
+		name: "Signature",
+		description: "The Cranker's RFC 9421 request signature (with Signature-Input and Content-Digest), always together with x-api-key (docs/signing.md §6)"
+	},
+	metricsKey: { type: "http", scheme: "bearer", description: "METRICS_API_KEY, when it is set: required by the Prometheus text of GET /metrics" }
+};
+
+const RETRY_AFTER = { description: "Seconds to wait before retrying", schema: { type: "integer", minimum: 0 } };
+const ERROR_REF = { $ref: "#/components/schemas/Error" };
+
+/** The error answers of a route, one per status, each naming the error types it can carry. */
+function errorResponses(errors: readonly ErrorType[]): Record<string, ResponseObject> {
+	const byStatus = new Map<number, ErrorType[]>();
+	for (const type of new Set(errors)) byStatus.set(ERROR_STATUS[type], [...(byStatus.get(ERROR_STATUS[type]) ?? []), type]);
+	const responses: Record<string, ResponseObject> = {};
+	for (const [status, types] of [...byStatus].sort(([a], [b]) => a - b))
+		responses[status] = {
+			description: types.join(", "),
+			...(status === 429 || status === 503 ? { headers: { "Retry-After": RETRY_AFTER } } : {}),
+			content: json({ allOf: [ERROR_REF, { type: "object", properties: { code: { type: "integer", const: status }, type: { type: "string", enum: types } } }] })
+		};
+	return responses;
 }
 
-export function buildOpenApiDocument(input: { title: string; version: string; operations: Operation[] }): OpenApiDocument {
+/**
+ * Replaces every sub-schema carrying `$id` by a `$ref` to its entry in `components` (added once),
+ * so generated clients get named types. Values of `enum`, `const` and `default` are data, left as they are.
+ */
+function hoistNamedSchemas(schema: unknown, components: Record<string, AnswerSchema>): unknown {
+	if (Array.isArray(schema)) return schema.map(item => hoistNamedSchemas(item, components));
+	if (schema === null || typeof schema !== "object") return schema;
+	const out: Record<string, unknown> = {};
+	// Object.entries leaves out TypeBox's symbol-keyed markers.
+	for (const [key, value] of Object.entries(schema)) out[key] = key === "enum" || key === "const" || key === "default" ? value : hoistNamedSchemas(value, components);
+	if (typeof out.$id !== "string") return out;
+	const { $id: name, ...named } = out as { $id: string };
+	if (components[name] !== undefined && JSON.stringify(components[name]) !== JSON.stringify(named)) throw new Error(`Two different schemas are named ${name}`);
+	components[name] = named;
+	return { $ref: `#/components/schemas/${name}` };
+}
+
+export function buildOpenApiDocument(input: {
+	title: string;
+	version: string;
+	description: string;
+	tags: { name: string; description: string }[];
+	operations: Operation[];
+}): OpenApiDocument {
 	const paths: OpenApiDocument["paths"] = {};
+	const schemas: Record<string, AnswerSchema> = {};
+	hoistNamedSchemas(ErrorBodySchema, schemas);
 	const actionUses = new Map<string, number>();
 	for (const op of input.operations) actionUses.set(op.action, (actionUses.get(op.action) ?? 0) + 1);
 	const usedIds = new Set<string>();
-	const errorRef = (description: string) => ({ description, content: json({ $ref: "#/components/schemas/Error" }) });
 
 	for (const op of input.operations) {
 		const method = op.method.toLowerCase();
@@ -216,23 +293,31 @@ export function buildOpenApiDocument(input: { title: string; version: string; op
 			// GET/DELETE take their input from the query string (the gateway refuses a body on GET).
 			for (const name of fields) parameters.push({ name, in: "query", required: rest.required?.includes(name) ?? false, schema: rest.properties![name] });
 		}
+		if (op.signed) parameters.push(...SIGNATURE_HEADERS);
 
 		let operationId = (actionUses.get(op.action) ?? 0) > 1 ? `${op.action}_${method}` : op.action;
 		for (let n = 2; usedIds.has(operationId); n++) operationId = `${op.action}_${method}_${n}`;
 		usedIds.add(operationId);
 
+		const responses: Record<string, ResponseObject> = {};
+		for (const [status, answer] of Object.entries(op.answers))
+			responses[status] = {
+				description: answer.description,
+				...(answer.headers ? { headers: answer.headers } : {}),
+				...(answer.content ? { content: Object.fromEntries(Object.entries(answer.content).map(([type, schema]) => [type, { schema: hoistNamedSchemas(schema, schemas) as AnswerSchema }])) } : {})
+			};
+		Object.assign(responses, errorResponses(op.errors));
+
 		const operation: OperationObject = {
 			operationId,
-			...(op.summary ? { summary: op.summary } : {}),
-			tags: [op.access],
-			...(op.access === "worker" ? { security: [{ workerKey: [] }] } : {}),
+			summary: op.summary,
+			...(op.description ? { description: op.description } : {}),
+			tags: [op.tag],
+			// Public routes take no credentials: an empty requirement says so explicitly.
+			security: op.security ?? (op.access === "public" ? [] : [op.signed ? { workerKey: [], crankerSignature: [] } : { workerKey: [] }]),
 			...(parameters.length ? { parameters } : {}),
 			...(requestBody ? { requestBody } : {}),
-			responses: {
-				"200": { description: "OK", content: json({}) },
-				"4XX": errorRef("The request was refused"),
-				"5XX": errorRef("The service failed or is not ready")
-			}
+			responses
 		};
 		const item = (paths[path] ??= {});
 		if (item[method]) throw new Error(`Duplicate operation ${method.toUpperCase()} ${path}`);
@@ -241,11 +326,10 @@ export function buildOpenApiDocument(input: { title: string; version: string; op
 
 	return {
 		openapi: "3.1.0",
-		info: { title: input.title, version: input.version },
+		info: { title: input.title, version: input.version, description: input.description, license: { name: "Apache-2.0", identifier: "Apache-2.0" } },
+		servers: [{ url: "/", description: "The Node that serves this document" }],
+		tags: input.tags,
 		paths,
-		components: {
-			schemas: { Error: errorSchema() },
-			securitySchemes: { workerKey: { type: "apiKey", in: "header", name: "x-api-key" } }
-		}
+		components: { schemas, securitySchemes: SECURITY_SCHEMES }
 	};
 }

@@ -1,18 +1,38 @@
 /** One-time payout authorizations (SPEC §2.5), signed by the Node's authority key. */
+import { Type, type Static } from "@sinclair/typebox";
 import { buildPayoutMessage, payoutNullifier, type PayoutAuthorizationFields } from "./canonical";
 import { verifySignature } from "./ed25519";
 import type { LeasedIntentRecord } from "./intents";
+import { Address, Amount, Hex64, Identifier, IsoTime, Signature, Slot, Version, named } from "./wire-formats";
 
 /** An authorization lives at most this long, and never past the end of the lease. */
 export const PAYOUT_AUTHORIZATION_TTL_MS = 90_000;
 
-export interface PayoutAuthorization extends PayoutAuthorizationFields {
-	kind: "SVC_PAYOUT_AUTHORIZATION";
-	version: 1;
-	authorizationSigner: string;
-	authorizationMessage: string;
-	authorizationSignature: string;
-}
+/** The answer of POST /internal/settlement-authorizations/settlement: the payout message's fields, the message and its signature. */
+export const PayoutAuthorizationSchema = Type.Object(
+	{
+		kind: Type.Literal("SVC_PAYOUT_AUTHORIZATION"),
+		version: Type.Literal(1),
+		workId: Type.String({ maxLength: 64 }),
+		paymentId: Identifier,
+		crankerPubkey: Address,
+		tokenMintAddress: Address,
+		amount: Amount,
+		feeLimit: Amount,
+		recipientRouteCommitment: Hex64,
+		recipientRouteVersion: Version,
+		transactionCommitment: Hex64,
+		payoutNullifier: Hex64,
+		expiresAtSlot: Slot,
+		issuedAt: IsoTime,
+		expiresAt: IsoTime,
+		authorizationSigner: Address,
+		authorizationMessage: Type.String(),
+		authorizationSignature: Signature
+	},
+	named("PayoutAuthorization")
+);
+export type PayoutAuthorization = Static<typeof PayoutAuthorizationSchema>;
 
 export function buildPayoutAuthorization(
 	record: LeasedIntentRecord,

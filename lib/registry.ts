@@ -1,6 +1,8 @@
 /** Registry routes (SPEC §5): a TIN's active route, and the genesis seed file that imports them. */
+import { Type, type Static } from "@sinclair/typebox";
 import { HEX64_PATTERN, isBase58OfLength } from "./encoding";
 import { isValidTin } from "./tin";
+import { Hex64, IsoTime, Tin, Version, named } from "./wire-formats";
 
 export interface ActiveRoute {
 	tin: string;
@@ -24,7 +26,13 @@ export interface GenesisRoute extends ActiveRoute {
 }
 
 /** Public view of GET /registry/tins/{tin}. */
-export function toRouteView(route: RouteRecord): ActiveRoute & { active: boolean; updatedAt: string } {
+export const RegistryRouteSchema = Type.Object(
+	{ tin: Tin, routeCommitment: Hex64, routeVersion: Version, policyCommitment: Hex64, active: Type.Boolean(), updatedAt: IsoTime },
+	named("RegistryRoute", "A TIN's active route")
+);
+export type RegistryRoute = Static<typeof RegistryRouteSchema>;
+
+export function toRouteView(route: RouteRecord): RegistryRoute {
 	return {
 		tin: route.tin,
 		routeCommitment: route.routeCommitment,

@@ -2,18 +2,76 @@
  * TIN operations (SPEC §5): the record, its two views and the staged pipeline as one table, with
  * the role and lifecycle rules of each stage. Pure: callers pass the time and the Cranker's standing.
  */
-import type { TinOperationFields } from "./canonical";
+import { Type, type Static } from "@sinclair/typebox";
 import { isBase58OfLength } from "./encoding";
 import { ServiceError } from "./errors";
 import type { TinStage } from "./schemas";
+import { Address, Amount, Hex64, Identifier, IsoTime, Nullable, Signature, StringEnum, Tin, Version, named } from "./wire-formats";
 
 export const TIN_OPERATION_STATES = ["PENDING_VERIFICATION", "VERIFIED", "FEE_COMMITTED", "SUBMITTED", "FINALIZED", "FAILED", "REJECTED"] as const;
-export type TinOperationState = (typeof TIN_OPERATION_STATES)[number];
+export const TinOperationStateSchema = StringEnum(TIN_OPERATION_STATES, { $id: "TinOperationState" });
+export type TinOperationState = Static<typeof TinOperationStateSchema>;
 export const TERMINAL_TIN_STATES: readonly TinOperationState[] = ["FINALIZED", "FAILED", "REJECTED"];
+const IntentTypeSchema = StringEnum(["create", "update"]);
 
-export interface TinOperationRequest extends TinOperationFields {
-	ownerSignature: string;
-}
+/** CreateTinOperationRequest as accepted by the schema, and as the worker view repeats it. */
+export const TinOperationRequestSchema = Type.Object(
+	{
+		operationId: Identifier,
+		intentType: IntentTypeSchema,
+		tin: Type.Optional(Tin),
+		ownerWallet: Address,
+		routeCommitment: Hex64,
+		policyCommitment: Hex64,
+		ownerSignature: Signature,
+		issuedAt: IsoTime,
+		expiresAt: IsoTime
+	},
+	named("TinOperationRequest")
+);
+export type TinOperationRequest = Static<typeof TinOperationRequestSchema>;
+
+export const TinOperationHistoryEntrySchema = Type.Object(
+	{
+		status: TinOperationStateSchema,
+		at: IsoTime,
+		by: Type.Optional(Address),
+		reason: Type.Optional(Type.String()),
+		onChainChecked: Type.Optional(Type.Boolean({ description: "On the FINALIZED entry: false when no chain was configured to read the transaction" }))
+	},
+	named("TinOperationHistoryEntry")
+);
+
+const publicOperationFields = {
+	id: Type.String({ description: "top_ + 32 hex digits" }),
+	operationId: Identifier,
+	intentType: IntentTypeSchema,
+	tin: Tin,
+	status: TinOperationStateSchema,
+	routeVersion: Type.Optional(Version),
+	createdAt: IsoTime,
+	updatedAt: IsoTime,
+	failureReason: Type.Optional(Type.String())
+};
+
+export const PublicTinOperationSchema = Type.Object(publicOperationFields, named("PublicTinOperationRecord"));
+export type PublicTinOperation = Static<typeof PublicTinOperationSchema>;
+
+/** The worker view: the public fields, the submitted request, the history and who did what. */
+export const TinOperationViewSchema = Type.Object(
+	{
+		...publicOperationFields,
+		request: TinOperationRequestSchema,
+		history: Type.Array(TinOperationHistoryEntrySchema),
+		verifiedBy: Nullable(Address),
+		feeCommittedBy: Nullable(Address),
+		feeAmount: Nullable(Amount),
+		submittedBy: Nullable(Address),
+		transactionSignature: Nullable(Signature)
+	},
+	named("TinOperationRecord")
+);
+export type TinOperationView = Static<typeof TinOperationViewSchema>;
 
 export interface TinOperationRecord {
 	id: string;
@@ -25,8 +83,7 @@ export interface TinOperationRecord {
 	/** Canonical JSON digest of the request, for idempotency on operationId. */
 	requestDigest: string;
 	request: TinOperationRequest;
-	/** `onChainChecked` on the FINALIZED entry: false when no chain was configured to read the transaction. */
-	history: { status: TinOperationState; at: string; by?: string; reason?: string; onChainChecked?: boolean }[];
+	history: Static<typeof TinOperationHistoryEntrySchema>[];
 	verifiedBy: string | null;
 	feeCommittedBy: string | null;
 	feeAmount: string | null;
@@ -40,7 +97,7 @@ export interface TinOperationRecord {
 	updatedAt: string;
 }
 
-export function toPublicTinOperation(record: TinOperationRecord) {
+export function toPublicTinOperation(record: TinOperationRecord): PublicTinOperation {
 	return {
 		id: record.id,
 		operationId: record.operationId,
@@ -54,7 +111,7 @@ export function toPublicTinOperation(record: TinOperationRecord) {
 	};
 }
 
-export function toTinOperationView(record: TinOperationRecord) {
+export function toTinOperationView(record: TinOperationRecord): TinOperationView {
 	return {
 		...toPublicTinOperation(record),
 		request: record.request,

@@ -1,8 +1,10 @@
 /**
- * Runs a periodic sweep while the service runs: never two at once, errors logged rather than
- * thrown, and a sweep in progress finishes before the service stops.
+ * Runs a periodic sweep while the service runs: never two at once, errors logged and counted
+ * (scs_sweep_failures_total) rather than thrown, and a sweep in progress finishes before the
+ * service stops.
  */
 import type { Service, ServiceSchema } from "moleculer";
+import { sweepFailureMetrics } from "../services/metrics";
 
 export function sweeperMixin(name: string, intervalMs: number, sweep: () => Promise<unknown>): Partial<ServiceSchema> {
 	let timer: NodeJS.Timeout | null = null;
@@ -11,9 +13,13 @@ export function sweeperMixin(name: string, intervalMs: number, sweep: () => Prom
 	return {
 		started(this: Service) {
 			stopping = false;
+			const failures = sweepFailureMetrics(this.broker);
 			const tick = () => {
 				running = sweep()
-					.catch(err => this.logger.warn(`${name} sweep failed: ${(err as Error).message}`))
+					.catch(err => {
+						failures.inc({ sweep: name.replace(/ /g, "-") });
+						this.logger.warn(`${name} sweep failed: ${(err as Error).message}`);
+					})
 					.finally(() => {
 						if (!stopping) timer = setTimeout(tick, intervalMs);
 					});

@@ -3,6 +3,7 @@
  * message; each of its nonces can be consumed once, even by concurrent duplicate requests.
  */
 import type { Context, ServiceSchema } from "moleculer";
+import type { ThresholdAccessGrant } from "../lib/answers";
 import { buildThresholdAccessMessage } from "../lib/canonical";
 import type { Config } from "../lib/config";
 import { verifySignature } from "../lib/ed25519";
@@ -40,7 +41,7 @@ export function accessService(config: Config): ServiceSchema {
 			/** POST /threshold-access/nonces/consume */
 			consume: {
 				params: consumeNonceParams,
-				async handler(ctx: Context<{ wallet: string; nonce: string; issuedAt: string; signature: string }>) {
+				async handler(ctx: Context<{ wallet: string; nonce: string; issuedAt: string; signature: string }>): Promise<ThresholdAccessGrant> {
 					const { wallet, nonce, issuedAt, signature } = ctx.params;
 					const now = new Date();
 					if (Math.abs(now.getTime() - Date.parse(issuedAt)) > ACCESS_WINDOW_MS) throw new ServiceError("EXPIRED", "issuedAt is more than 5 minutes away from the Node's clock");

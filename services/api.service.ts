@@ -13,10 +13,12 @@ import type { Config } from "../lib/config";
 import { corsPolicy, decideCors } from "../lib/cors";
 import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
-import { buildOpenApiDocument, type Operation } from "../lib/openapi";
+import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
+import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
 import { WORK_PAGE, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import { isReady, markDraining } from "./health";
+import { httpMetrics, wantsPrometheus } from "./metrics";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
 const MAX_BODY_BYTES = 65_536;
@@ -49,7 +51,9 @@ function publicData(type: ErrorType, data: unknown): unknown {
 	if (type !== "VALIDATION_ERROR" || !Array.isArray(data)) return data;
 	return data.map(item => {
 		const { type: kind, field, message, expected, actual } = (item ?? {}) as Record<string, unknown>;
-		return Object.fromEntries(Object.entries({ type: kind, field, message, expected, actual }).filter(([, v]) => v !== undefined));
+		// fastest-validator names no field for keys a strict schema does not list: they are the fields.
+		const named = field ?? (kind === "objectStrict" ? actual : undefined);
+		return Object.fromEntries(Object.entries({ type: kind, field: named, message, expected, actual }).filter(([, v]) => v !== undefined));
 	});
 }
 
@@ -97,6 +101,20 @@ function accessLog(logger: Service["logger"], req: IncomingMessage, res: ServerR
 		const path = (req.url ?? "").split("?")[0];
 		const requestId = res.getHeader("x-request-id") ?? "-";
 		logger[level](`${req.method} ${path} ${res.statusCode} ${ms.toFixed(1)}ms request=${requestId}`);
+	});
+}
+
+/**
+ * Per-route request counts and durations when the answer is sent. `route` is the template the
+ * request matched (`/intents/:id`), never the raw URL, so the series stay few: a path no route
+ * has is `unmatched`.
+ */
+function countRequest(metrics: ReturnType<typeof httpMetrics>, routeOf: (req: IncomingMessage) => string, req: IncomingMessage, res: ServerResponse): void {
+	const endTimer = metrics.duration.startTimer();
+	res.once("finish", () => {
+		const labels = { method: req.method ?? "", route: routeOf(req) };
+		endTimer(labels);
+		metrics.requests.inc({ ...labels, status: String(res.statusCode) });
 	});
 }
 
@@ -148,6 +166,51 @@ const PUBLIC_ROUTES: Record<string, string> = {
 /** The health routes answer from the gateway itself, without an action. */
 const HEALTH_ROUTES = ["GET /health/live", "GET /health/ready"];
 
+/** The errors the gateway answers itself on a route, whatever its action: body, access, rate and readiness checks. */
+function gatewayErrors(access: "health" | "public" | "worker", method: string): ErrorType[] {
+	// Any request: a body declared too large is refused before routing; a failure of the gateway is a bare 500.
+	const errors: ErrorType[] = ["PAYLOAD_TOO_LARGE", "INTERNAL_ERROR"];
+	if (access === "health") return errors;
+	errors.push("VALIDATION_ERROR", "RATE_LIMITED", "NOT_READY", "SHUTTING_DOWN");
+	if (method !== "GET") errors.push("UNSUPPORTED_MEDIA_TYPE");
+	if (access === "worker") errors.push("UNAUTHORIZED", "FORBIDDEN");
+	return errors;
+}
+
+/**
+ * GET /openapi.json: every route of the tables above with its contract (lib/api-contract.ts), the
+ * gateway's own refusals, and the input schema its action validates with (`paramsOf`).
+ */
+export function openApiDocument(paramsOf: (action: string) => Record<string, unknown> | undefined): OpenApiDocument {
+	const operation = (access: "health" | "public" | "worker") => ([route, action]: [string, string]): Operation => {
+		const [method, path] = route.split(" ");
+		const contract = ROUTE_CONTRACTS[action];
+		if (!contract) throw new Error(`No contract for ${route} (${action}) in lib/api-contract.ts`);
+		const { errors, ...described } = contract;
+		return {
+			method,
+			path,
+			access: access === "worker" ? "worker" : "public",
+			signed: CRANKER_ACTIONS.has(action),
+			action,
+			params: paramsOf(action),
+			...described,
+			errors: [...gatewayErrors(access, method), ...errors]
+		};
+	};
+	return buildOpenApiDocument({
+		title: "Settlement Coordination Service",
+		version: "1",
+		description: "The off-chain coordination layer of a Solana payment network (docs/api.md). Every error has the body of the Error schema.",
+		tags: TAGS,
+		operations: [
+			...HEALTH_ROUTES.map(route => operation("health")([route, `api.${route.split("/").pop()}`])),
+			...Object.entries(PUBLIC_ROUTES).map(operation("public")),
+			...Object.entries(WORKER_ROUTES).map(operation("worker"))
+		]
+	});
+}
+
 /**
  * The gateway merges query, body and path into one params object; each route takes its input from
  * one place only, so a query field can never override (or smuggle past the schema of) a body field.
@@ -184,6 +247,26 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 
 	/** The URI a Cranker signed (`@target-uri`): behind a proxy, rebuilt from PUBLIC_BASE_URL. */
 	const targetUri = (req: Request) => `${config.publicBaseUrl ?? `http://${req.headers.host ?? ""}`}${req.originalUrl ?? req.url ?? ""}`;
+
+	/**
+	 * METRICS_API_KEY set: the Prometheus text of GET /metrics takes `Authorization: Bearer <key>`
+	 * (Prometheus's own bearer auth), compared in constant time; missing → 401, wrong → 403, and
+	 * failures count towards 429 as the worker key's do. The JSON figures stay public.
+	 */
+	const isMetricsKey = config.metricsApiKey ? createKeyChecker([config.metricsApiKey]) : null;
+	function assertMetricsKey(req: IncomingMessage, res: ServerResponse): void {
+		if (!isMetricsKey) return;
+		assertNotThrottled(req, res);
+		const [scheme, token] = (req.headers.authorization ?? "").split(" ");
+		if (scheme?.toLowerCase() !== "bearer" || !token) {
+			res.setHeader("WWW-Authenticate", 'Bearer realm="metrics"');
+			throw new ServiceError("UNAUTHORIZED", "The metrics in Prometheus form take Authorization: Bearer <METRICS_API_KEY>");
+		}
+		if (!isMetricsKey(token)) {
+			authFailures.fail(clientIp(req), Date.now());
+			throw new ServiceError("FORBIDDEN", "The metrics key is not valid");
+		}
+	}
 
 	/** A client past its failed authentications gets 429 until its window ends. */
 	function assertNotThrottled(req: IncomingMessage, res: ServerResponse): void {
@@ -275,8 +358,9 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					path: "/",
 					...common,
 					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: clientIp } : undefined,
-					onBeforeCall(ctx: Context<unknown, { worker?: boolean; accept?: string }>, _route: unknown, req: Request, res: ServerResponse) {
+					onBeforeCall(ctx: Context<unknown, { worker?: boolean; accept?: string }>, _route: unknown, req: Request, res: ServerResponse, alias?: { action?: string }) {
 						assertInputPlacement(req);
+						if (alias?.action === "network.metrics" && wantsPrometheus(req.query?.format, req.headers.accept)) assertMetricsKey(req, res);
 						const key = req.headers["x-api-key"];
 						if (typeof key === "string") {
 							// A key sent here is an authentication attempt like any other: wrong ones count.
@@ -331,21 +415,9 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			 */
 			openapi: {
 				params: { $$strict: true },
-				handler(this: Service) {
+				handler(this: Service): OpenApiDocument {
 					const params = new Map(this.broker.registry.getActionList({ skipInternal: true }).map(item => [item.name, (item.action as { params?: Record<string, unknown> } | undefined)?.params]));
-					const operation = (access: "public" | "worker") => ([route, action]: [string, string]): Operation => {
-						const [method, path] = route.split(" ");
-						return { method, path, access, action, params: params.get(action) };
-					};
-					return buildOpenApiDocument({
-						title: "Settlement Coordination Service",
-						version: "1",
-						operations: [
-							...HEALTH_ROUTES.map(route => operation("public")([route, `api.${route.split("/").pop()}`])),
-							...Object.entries(PUBLIC_ROUTES).map(operation("public")),
-							...Object.entries(WORKER_ROUTES).map(operation("worker"))
-						]
-					});
+					return openApiDocument(action => params.get(action));
 				}
 			}
 		},
@@ -380,13 +452,26 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			 * in 30 s, checked every second) and a front door: a body declared too large is refused
 			 * unread, and on SIGTERM new requests are refused while those in flight finish.
 			 */
-			createServer(this: Service & { server?: http.Server; httpHandler: http.RequestListener }) {
+			createServer(this: Service & { server?: http.Server; httpHandler: http.RequestListener; resolveAlias(url: string, method?: string): { alias: { fullPath: string } } | false }) {
 				if (this.server) return;
+				const metrics = httpMetrics(this.broker);
+				/** The template moleculer-web matched; for requests answered before it matched (a body refused, 413, 503), looked up. */
+				const routeOf = (req: Request & { $alias?: { fullPath?: string }; parsedUrl?: string }): string => {
+					if (req.$alias?.fullPath) return req.$alias.fullPath;
+					const path = req.parsedUrl ?? (req.originalUrl ?? req.url ?? "").split("?")[0].replace(/(.)\/$/, "$1");
+					try {
+						const found = this.resolveAlias(path, req.method);
+						return found ? found.alias.fullPath : "unmatched";
+					} catch {
+						return "unmatched"; // an undecodable path segment
+					}
+				};
 				this.server = http.createServer(
 					{ headersTimeout: config.headersTimeoutMs, requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs) },
 					(req, res) => {
 						const isHealth = req.url?.startsWith("/health/");
 						accessLog(this.logger, req, res, isHealth ? "debug" : "info");
+						countRequest(metrics, routeOf, req, res);
 						if (draining && !isHealth) {
 							res.shouldKeepAlive = false;
 							return sendJson(res, 503, new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance"), { connection: "close" });

@@ -4,6 +4,7 @@
  * heartbeat is younger than CRANKER_TTL_MS; records silent for CRANKER_RETENTION_MS are pruned.
  */
 import type { Context, ServiceSchema } from "moleculer";
+import type { CrankerHeartbeatRecord } from "../lib/answers";
 import { buildHeartbeatMessage } from "../lib/canonical";
 import type { Config } from "../lib/config";
 import { CrankerTotals } from "../lib/cranker-totals";
@@ -12,6 +13,7 @@ import { ServiceError } from "../lib/errors";
 import { MAX_CLOCK_SKEW_S, assertSignedBy } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
 import type { Collection } from "../lib/store";
+import { sweepMetrics } from "./metrics";
 import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
@@ -60,6 +62,7 @@ interface SeenSignature {
 export function crankersService(config: Config): ServiceSchema {
 	let crankers: Collection<CrankerDoc>;
 	let seenSignatures: Collection<SeenSignature>;
+	let sweeps: ReturnType<typeof sweepMetrics>;
 	const operators = new Set(config.crankerOperators);
 	// The figures of the Crankers online, kept running so the public routes answer without a scan.
 	// Every replica folds in the heartbeats stored since its last look, its own and the other
@@ -69,7 +72,7 @@ export function crankersService(config: Config): ServiceSchema {
 	let caughtUpTo = "";
 
 	const isOnline = (doc: CrankerDoc, nowMs: number) => Date.parse(doc.lastSeenAt) + config.crankerTtlMs > nowMs;
-	const toView = (doc: CrankerDoc, nowMs: number) => ({
+	const toView = (doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord => ({
 		crankerPubkey: doc.crankerPubkey,
 		roles: doc.roles,
 		liquidity: doc.liquidity,
@@ -105,8 +108,10 @@ export function crankersService(config: Config): ServiceSchema {
 	async function sweep(): Promise<void> {
 		const nowMs = Date.now();
 		await catchUp(nowMs);
-		await crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - config.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
-		await seenSignatures.removeWhere({ expiresAt: { lt: new Date(nowMs).toISOString() } }, PRUNE_BATCH);
+		const pruned = await crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - config.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
+		const forgotten = await seenSignatures.removeWhere({ expiresAt: { lt: new Date(nowMs).toISOString() } }, PRUNE_BATCH);
+		sweeps.inc({ sweep: "cranker-liveness", result: "pruned" }, pruned);
+		sweeps.inc({ sweep: "cranker-liveness", result: "signatures-forgotten" }, forgotten);
 	}
 
 	return {
@@ -203,6 +208,10 @@ export function crankersService(config: Config): ServiceSchema {
 					return totals.online;
 				}
 			}
+		},
+
+		created() {
+			sweeps = sweepMetrics(this.broker);
 		}
 	};
 }

@@ -11,23 +11,14 @@
  * same result and root; the first to store it wins, and the others answer the stored one.
  */
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
+import type { EpochCloseResult, EpochStatus } from "../lib/answers";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
 import type { Collection } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
+import { sweepMetrics } from "./metrics";
 import { callKey } from "./replay";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
-
-export interface EpochCloseResult {
-	epoch: number;
-	startedAt: string;
-	closedAt: string;
-	executed: number;
-	canceled: number;
-	volume: Record<string, string>;
-	root: string;
-	archived: number;
-}
 
 interface EpochDoc {
 	/** The epoch number as a string. */
@@ -50,6 +41,8 @@ const RESUME_AFTER_MS = 10 * 60_000;
 export function epochsService(config: Config): ServiceSchema {
 	let epochs: Collection<EpochDoc>;
 	let broker: ServiceBroker;
+	let sweeps: ReturnType<typeof sweepMetrics>;
+	const closed = () => sweeps.inc({ sweep: "epoch", result: "closed" });
 	/** Closes this process is finishing now: the minute check, or a repeat of the call, joins them. */
 	const inFlight = new Map<number, Promise<EpochCloseResult>>();
 	const ignoreRace = (err: unknown) => {
@@ -143,13 +136,16 @@ export function epochsService(config: Config): ServiceSchema {
 		const [last] = await epochs.list({ orderBy: ["epoch", "desc"], limit: 1 });
 		if (last.status !== "open") await openEpochNumber(last.epoch + 1, new Date().toISOString());
 		const newest = await openEpoch();
-		for (const stale of await epochs.list({ where: { status: "open", epoch: { lt: newest.epoch } } })) await closeEpoch(stale).catch(ignoreRace);
+		for (const stale of await epochs.list({ where: { status: "open", epoch: { lt: newest.epoch } } })) await closeEpoch(stale).then(closed, ignoreRace);
 		for (const closing of await epochs.list({ where: { status: "closing" } })) {
 			const abandoned = (atStart && config.store === "sqlite") || Date.parse(closing.closedAt ?? "") + RESUME_AFTER_MS < Date.now();
-			if (!inFlight.has(closing.epoch) && abandoned) await finishClose(closing);
+			if (!inFlight.has(closing.epoch) && abandoned) {
+				await finishClose(closing);
+				sweeps.inc({ sweep: "epoch", result: "resumed" });
+			}
 		}
 		const open = await openEpoch();
-		if (Date.parse(open.startedAt) + config.epochDurationMs <= Date.now()) await close(open.epoch).catch(ignoreRace);
+		if (Date.parse(open.startedAt) + config.epochDurationMs <= Date.now()) await close(open.epoch).then(closed, ignoreRace);
 	}
 
 	return {
@@ -183,9 +179,9 @@ export function epochsService(config: Config): ServiceSchema {
 			/** GET /epoch/status: EpochStatus over the intents the next close will archive. */
 			status: {
 				params: { $$strict: true },
-				async handler(ctx: Context) {
+				async handler(ctx: Context): Promise<EpochStatus> {
 					const { epoch, startedAt } = await openEpoch();
-					const totals = await ctx.call<{ intents: object; volume: object }>("mempool.epochTotals");
+					const totals = await ctx.call<Pick<EpochStatus, "intents" | "volume">>("mempool.epochTotals");
 					return { epoch, startedAt, ...totals };
 				}
 			},
@@ -202,6 +198,7 @@ export function epochsService(config: Config): ServiceSchema {
 
 		created() {
 			broker = this.broker;
+			sweeps = sweepMetrics(broker);
 		},
 
 		async started() {

@@ -8,6 +8,7 @@ import { crankersService } from "./crankers.service";
 import { epochsService } from "./epochs.service";
 import { markDraining } from "./health";
 import { mempoolService } from "./mempool.service";
+import { metricsService } from "./metrics";
 import { networkService } from "./network.service";
 import { payoutsService } from "./payouts.service";
 import { receiverService } from "./receiver.service";
@@ -34,6 +35,8 @@ export function createNode(config: Config, overrides: Partial<BrokerOptions> = {
 	if (unknown.length) throw new Error(`SERVICES names unknown service(s): ${unknown.join(", ")}; known: ${Object.keys(SERVICE_FACTORIES).join(", ")}`);
 	const broker = new ServiceBroker({ ...brokerOptions(config), ...overrides });
 	for (const name of names) broker.createService(SERVICE_FACTORIES[name](config));
+	// In every process, whatever it runs: the gateway gathers each process's own metrics from it.
+	broker.createService(metricsService());
 	return broker;
 }
 

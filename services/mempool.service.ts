@@ -7,6 +7,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Context, ServiceSchema } from "moleculer";
+import type { EpochStatus } from "../lib/answers";
 import { buildPaymentMessage } from "../lib/canonical";
 import { nodeChainReader } from "../lib/chain";
 import { readChain, type ChainObservation } from "../lib/chain-evidence";
@@ -34,6 +35,7 @@ import {
 	type IntentRecord,
 	type IntentState,
 	type PendingChainCheck,
+	type IntentWorkItem,
 	type UpdateStatusRequest
 } from "../lib/intents";
 import { WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
@@ -44,6 +46,7 @@ import { UNRECORDED_REJECTIONS, type VerificationResult } from "../lib/verificat
 import { intentTally, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
 import { byId, merkleRoot } from "../lib/merkle";
 import { storeMixin } from "../mixins/store.mixin";
+import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey, isOwnWrite } from "./replay";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 
@@ -74,7 +77,15 @@ const verifiedByParam = { type: "string", optional: true, max: 200 };
 /** A verifier's answer as the receiver passes it on: its result and who decided. */
 const verdictParam = { type: "object", props: { ...resultParam.props, verifiedBy: verifiedByParam } };
 
+/** The lease event a Cranker's move is, if any (a lapse is the sweep's: `expired`). */
+function leaseEvent(from: IntentState, to: IntentState): LeaseEvent | null {
+	if (to === "CRANKER_LEASED") return from === "CRANKER_LEASED" ? "renewed" : "granted";
+	return from === "CRANKER_LEASED" && to === "VERIFIED" ? "released" : null;
+}
+
 export function mempoolService(config: Config): ServiceSchema {
+	let leases: ReturnType<typeof leaseMetrics>;
+	let sweeps: ReturnType<typeof sweepMetrics>;
 	let intents: Collection<IntentRecord>;
 	let nonces: Collection<NonceDoc>;
 	let slots: SlotObserver;
@@ -150,6 +161,7 @@ export function mempoolService(config: Config): ServiceSchema {
 			due.push(...(await intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAtSlot: { lte: latestSlot } }, limit: SWEEP_BATCH })));
 		let expired = 0;
 		for (const record of due) if (isExpired(record, now.getTime(), latestSlot) && (await commit(record, expire(record, at)))) expired++;
+		sweeps.inc({ sweep: "intent-expiry", result: "expired" }, expired);
 		return expired;
 	}
 
@@ -162,6 +174,8 @@ export function mempoolService(config: Config): ServiceSchema {
 			const returned = applyMove(record, "lease-lapse", "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" });
 			if (await commit(record, { ...returned, lapsedLeases: (record.lapsedLeases ?? 0) + 1 })) released++;
 		}
+		leases.inc({ event: "expired" }, released);
+		sweeps.inc({ sweep: "lease-expiry", result: "returned" }, released);
 		return released;
 	}
 
@@ -275,7 +289,7 @@ export function mempoolService(config: Config): ServiceSchema {
 					limit: { type: "number", integer: true, min: 1, max: WORK_PAGE },
 					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
 				},
-				async handler(ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>) {
+				async handler(ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>): Promise<IntentWorkItem[]> {
 					const now = new Date();
 					const latestSlot = slots.latest();
 					const { limit: size, after } = ctx.params;
@@ -369,7 +383,11 @@ export function mempoolService(config: Config): ServiceSchema {
 					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await observeChain(record, decision.chainCheck), config.blockhashLifetimeBlocks);
 					else if (chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") next = withSubmissionHeight(next, Number(await readChain(() => chain.blockHeight())), config.blockhashLifetimeBlocks);
 					const written = await commit(record, next);
-					if (written) return toWorkerView(written);
+					if (written) {
+						const event = leaseEvent(record.state, written.state);
+						if (event) leases.inc({ event });
+						return toWorkerView(written);
+					}
 					const current = await mustGet(id);
 					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
 				}
@@ -400,7 +418,7 @@ export function mempoolService(config: Config): ServiceSchema {
 			 */
 			epochTotals: {
 				params: {},
-				async handler() {
+				async handler(): Promise<Pick<EpochStatus, "intents" | "volume">> {
 					const { live, liveVolume } = await totals();
 					return {
 						intents: { received: Object.values(live).reduce((sum, n) => sum + n, 0), executed: live.CONFIRMED, canceled: live.REJECTED },
@@ -461,6 +479,8 @@ export function mempoolService(config: Config): ServiceSchema {
 		},
 
 		created() {
+			leases = leaseMetrics(this.broker);
+			sweeps = sweepMetrics(this.broker);
 			slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
 		},
 

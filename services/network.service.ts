@@ -5,8 +5,11 @@
 import type { Context, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
+import type { EpochStatus, MempoolStatus, Metrics, NetworkOverview, SettlementNetwork } from "../lib/answers";
 import type { TotalsSnapshot } from "../lib/intent-totals";
 import { PUBLIC_STATUS, type IntentState, type PublicStatus } from "../lib/intents";
+import { AggregatorRegistry, Counter, Gauge, Registry } from "prom-client";
+import { histogramQuantile, wantsPrometheus, type MetricFamily } from "./metrics";
 
 const SECTIONS = ["epoch", "crankers", "counts"] as const;
 type Section = (typeof SECTIONS)[number];
@@ -18,38 +21,20 @@ interface CrankerSummary {
 	mints: Record<string, { liquidity: string; crankersOnline: number }>;
 }
 
-/** One receiver process's own figures: what never reaches the store. */
-interface ReceiverStats {
-	/** Bodies refused without leaving a record, such as forgeries (SPEC §2.1). */
-	unrecorded: number;
-	p50Ms: number;
-	p99Ms: number;
-}
+const VERIFICATIONS = "scs_verifications_total";
+const VERIFICATION_DURATION = "scs_verification_duration_seconds";
 
-interface Metrics {
-	uptimeSeconds: number;
-	startedAt: string;
-	intents: Record<IntentState, number>;
-	settled: { count: number; volume: Record<string, string> };
-	/**
-	 * verified and rejected come from the store, the same on every replica; unrecorded is summed
-	 * over the receivers running now, and the latencies are the slowest receiver's.
-	 */
-	verification: { verified: number; rejected: number; unrecorded: number; p50Ms: number; p99Ms: number };
-	leases: { active: number; expired: number };
-}
-
-/** Every receiver process's own figures, by node: a process that cannot answer is left out. */
-async function receiverStats(ctx: Context): Promise<Map<string, ReceiverStats>> {
+/** Every process's own metric families (services/metrics.ts), by node: a process that cannot answer in 2 s is left out. */
+async function processMetrics(ctx: Context, names?: string[]): Promise<Map<string, MetricFamily[]>> {
 	const nodes = ctx.broker.registry
 		.getServiceList({ onlyAvailable: true, withActions: false })
-		.filter(service => service.name === "receiver")
+		.filter(service => service.name === "metrics")
 		.map(service => service.nodeID)
 		.filter((nodeID): nodeID is string => typeof nodeID === "string");
 	const answers = await Promise.all(
 		[...new Set(nodes)].map(nodeID =>
-			ctx.call<ReceiverStats, object>("receiver.stats", {}, { nodeID, timeout: 2000 }).then(
-				stats => [nodeID, stats] as const,
+			ctx.call<MetricFamily[], object>("metrics.snapshot", names ? { names } : {}, { nodeID, timeout: 2000 }).then(
+				families => [nodeID, families] as const,
 				() => null
 			)
 		)
@@ -57,31 +42,60 @@ async function receiverStats(ctx: Context): Promise<Map<string, ReceiverStats>> 
 	return new Map(answers.filter(answer => answer !== null));
 }
 
-/** Prometheus text exposition (version 0.0.4) of the same figures. */
-function toPrometheus(metrics: Metrics, receivers: Map<string, ReceiverStats>): string {
-	const lines: string[] = [];
-	const metric = (name: string, type: "gauge" | "counter", help: string, samples: [labels: string, value: number | string][]) => {
-		lines.push(`# HELP scs_${name} ${help}`, `# TYPE scs_${name} ${type}`);
-		for (const [labels, value] of samples) lines.push(`scs_${name}${labels} ${value}`);
-	};
-	metric("uptime_seconds", "gauge", "Seconds since this node started.", [["", metrics.uptimeSeconds]]);
-	metric("intents", "gauge", "Live payment intents per internal state.", Object.entries(metrics.intents).map(([state, n]) => [`{state="${state}"}`, n]));
-	metric("settled_intents_total", "counter", "Payment intents settled (CONFIRMED).", [["", metrics.settled.count]]);
-	metric("settled_volume_base_units_total", "counter", "Settled amount per token mint, in base units.", Object.entries(metrics.settled.volume).map(([mint, v]) => [`{mint="${mint}"}`, v]));
-	metric("verifications_total", "counter", "Verification verdicts stored on intents.", [
-		['{outcome="verified"}', metrics.verification.verified],
-		['{outcome="rejected"}', metrics.verification.rejected]
-	]);
-	// Per process, labelled by node: Prometheus sums them (sum by (...)), and a restarted process
-	// starts its own series again instead of making a cluster total go down.
-	metric("unrecorded_rejections_total", "counter", "Bodies refused without a record (forgeries and the like), per receiver process.", [...receivers].map(([node, stats]) => [`{node="${node}"}`, stats.unrecorded]));
-	metric("verification_latency_ms", "gauge", "Verification latency percentiles over the latest verdicts, per receiver process.", [...receivers].flatMap(([node, stats]) => [
-		[`{node="${node}",quantile="0.5"}`, stats.p50Ms],
-		[`{node="${node}",quantile="0.99"}`, stats.p99Ms]
-	] as [string, number][]));
-	metric("leases_active", "gauge", "Leases held now.", [["", metrics.leases.active]]);
-	metric("leases_expired_total", "counter", "Leases returned by the expiry sweep.", [["", metrics.leases.expired]]);
-	return `${lines.join("\n")}\n`;
+/** The receivers' own verification figures: unrecorded bodies summed, and the slowest receiver's latency quantiles in ms. */
+function verificationFigures(perNode: Map<string, MetricFamily[]>): { unrecorded: number; p50Ms: number; p99Ms: number } {
+	let unrecorded = 0;
+	let p50 = 0;
+	let p99 = 0;
+	for (const families of perNode.values()) {
+		for (const family of families) {
+			if (family.name === VERIFICATIONS) unrecorded += family.values.filter(v => v.labels.outcome === "unrecorded").reduce((sum, v) => sum + Number(v.value), 0);
+			if (family.name !== VERIFICATION_DURATION) continue;
+			const buckets = family.values
+				.filter(v => v.metricName === `${VERIFICATION_DURATION}_bucket`)
+				.map(v => ({ le: v.labels.le === "+Inf" ? Infinity : Number(v.labels.le), count: Number(v.value) }));
+			p50 = Math.max(p50, histogramQuantile(0.5, buckets));
+			p99 = Math.max(p99, histogramQuantile(0.99, buckets));
+		}
+	}
+	const ms = (seconds: number) => Math.round(seconds * 100_000) / 100;
+	return { unrecorded, p50Ms: ms(p50), p99Ms: ms(p99) };
+}
+
+/** The store's figures, the same on every replica: in the Prometheus text once, without a node label. */
+async function clusterFamilies(totals: TotalsSnapshot, crankers: CrankerSummary): Promise<MetricFamily[]> {
+	const registers = [new Registry()];
+	const gauge = (name: string, help: string, labelNames: string[] = []) => new Gauge({ name, help, labelNames, registers });
+	const counter = (name: string, help: string, labelNames: string[] = []) => new Counter({ name, help, labelNames, registers });
+	const intents = gauge("scs_intents", "Live payment intents per internal state.", ["state"]);
+	for (const [state, n] of Object.entries(totals.live)) intents.set({ state }, n);
+	counter("scs_settled_intents_total", "Payment intents settled (CONFIRMED).").inc(totals.settled.count);
+	// Per mint: the settled mints are those Crankers chose to offer liquidity in, a short list.
+	const volume = counter("scs_settled_volume_base_units_total", "Settled amount per token mint, in base units.", ["mint"]);
+	for (const [mint, amount] of Object.entries(totals.settled.volume)) volume.inc({ mint }, Number(amount));
+	const verdicts = counter("scs_intent_verdicts_total", "Verification verdicts stored on intents, by verdict.", ["verdict"]);
+	verdicts.inc({ verdict: "verified" }, totals.verdicts.verified);
+	verdicts.inc({ verdict: "rejected" }, totals.verdicts.rejected);
+	gauge("scs_leases_active", "Leases held now.").set(totals.live.CRANKER_LEASED);
+	counter("scs_leases_expired_total", "Leases the expiry sweep returned.").inc(totals.lapsedLeases);
+	const online = gauge("scs_crankers_online", "Crankers online, by role.", ["role"]);
+	for (const [role, n] of Object.entries(crankers.byRole)) online.set({ role }, n);
+	gauge("scs_crankers_registered", "Cranker records stored, online or not.").set(crankers.total);
+	return (await registers[0].getMetricsAsJSON()) as unknown as MetricFamily[];
+}
+
+/** Prometheus text of the whole cluster: each process's families with its `node` label, and the store's figures once. */
+function prometheusText(perNode: Map<string, MetricFamily[]>, cluster: MetricFamily[]): Promise<string> {
+	const labelled = [...perNode].map(([node, families]) =>
+		families.map(family => ({
+			...family,
+			// Distinct node labels keep every series apart; `first` also keeps those prom-client would
+			// otherwise omit when aggregating (process_start_time_seconds).
+			aggregator: "first",
+			values: family.values.map(value => ({ ...value, value: Number(value.value), labels: { ...value.labels, node } }))
+		}))
+	);
+	return AggregatorRegistry.aggregate([...labelled, cluster]).metrics();
 }
 
 export function networkService(config: Config): ServiceSchema {
@@ -94,51 +108,51 @@ export function networkService(config: Config): ServiceSchema {
 			/** POST / */
 			status: {
 				params: { $$strict: true, include: { type: "array", items: { type: "enum", values: [...SECTIONS] }, unique: true, optional: true } },
-				async handler(ctx: Context<{ include?: Section[] }>) {
+				async handler(ctx: Context<{ include?: Section[] }>): Promise<MempoolStatus> {
 					const include = new Set(ctx.params.include ?? SECTIONS);
 					const [counts, epoch, crankersOnline] = await Promise.all([
 						include.has("counts") ? ctx.call<Record<IntentState, number>>("mempool.counts") : undefined,
-						include.has("epoch") ? ctx.call("epochs.status") : undefined,
+						include.has("epoch") ? ctx.call<EpochStatus>("epochs.status") : undefined,
 						include.has("crankers") ? ctx.call<number>("crankers.onlineCount") : undefined
 					]);
 					return { ok: true, healthy: ctx.broker.started, counts, epoch, crankersOnline };
 				}
 			},
 
-			/** GET /metrics (JSON), or Prometheus text with ?format=prometheus or `accept: text/plain`. */
+			/**
+			 * GET /metrics (JSON), or Prometheus text with ?format=prometheus or `accept: text/plain`:
+			 * the cluster's, whichever gateway answers (the gateway checks METRICS_API_KEY for the text).
+			 */
 			metrics: {
 				params: { $$strict: true, format: { type: "enum", values: ["json", "prometheus"], optional: true } },
-				async handler(ctx: Context<{ format?: "json" | "prometheus" }, { accept?: string; $responseType?: string }>) {
-					const [totals, receivers] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), receiverStats(ctx)]);
-					const own = [...receivers.values()];
+				async handler(ctx: Context<{ format?: "json" | "prometheus" }, { accept?: string; $responseType?: string }>): Promise<Metrics | string> {
+					const prometheus = wantsPrometheus(ctx.params.format, ctx.meta.accept);
+					const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, prometheus ? undefined : [VERIFICATIONS, VERIFICATION_DURATION])]);
+					if (prometheus) {
+						const crankers = await ctx.call<CrankerSummary>("crankers.summary");
+						ctx.meta.$responseType = Registry.PROMETHEUS_CONTENT_TYPE;
+						return prometheusText(perNode, await clusterFamilies(totals, crankers));
+					}
 					const metrics: Metrics = {
 						uptimeSeconds: Math.floor((Date.now() - startedAt.getTime()) / 1000),
 						startedAt: startedAt.toISOString(),
 						intents: totals.live,
 						settled: totals.settled,
-						verification: {
-							...totals.verdicts,
-							unrecorded: own.reduce((sum, stats) => sum + stats.unrecorded, 0),
-							p50Ms: Math.max(0, ...own.map(stats => stats.p50Ms)),
-							p99Ms: Math.max(0, ...own.map(stats => stats.p99Ms))
-						},
+						verification: { ...totals.verdicts, ...verificationFigures(perNode) },
 						leases: { active: totals.live.CRANKER_LEASED, expired: totals.lapsedLeases }
 					};
-					const prometheus = ctx.params.format === "prometheus" || (ctx.params.format === undefined && /\btext\/plain\b/.test(ctx.meta.accept ?? ""));
-					if (!prometheus) return metrics;
-					ctx.meta.$responseType = "text/plain; version=0.0.4; charset=utf-8";
-					return toPrometheus(metrics, receivers);
+					return metrics;
 				}
 			},
 
 			/** GET /network/overview */
 			overview: {
 				params: { $$strict: true },
-				async handler(ctx: Context) {
+				async handler(ctx: Context): Promise<NetworkOverview> {
 					const [crankers, counts, epoch] = await Promise.all([
 						ctx.call<CrankerSummary>("crankers.summary"),
 						ctx.call<Record<IntentState, number>>("mempool.counts"),
-						ctx.call("epochs.status")
+						ctx.call<EpochStatus>("epochs.status")
 					]);
 					const intents: Record<PublicStatus, number> = { pending: 0, executed: 0, canceled: 0 };
 					for (const [state, n] of Object.entries(counts)) intents[PUBLIC_STATUS[state as IntentState]] += n;
@@ -154,7 +168,7 @@ export function networkService(config: Config): ServiceSchema {
 			/** GET /settlement-networks: one entry per mint an online settlement Cranker offers liquidity in. */
 			settlementNetworks: {
 				params: { $$strict: true },
-				async handler(ctx: Context) {
+				async handler(ctx: Context): Promise<SettlementNetwork[]> {
 					// An owner that cannot answer is a registry that cannot be read.
 					await ctx.call("tin.check").catch(err => {
 						throw (err as ServiceError).type === "REGISTRY_INVALID" ? err : new ServiceError("REGISTRY_INVALID", "The registry cannot be read");

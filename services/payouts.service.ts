@@ -15,6 +15,7 @@ import { payoutAuthorizationParams } from "../lib/schemas";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import type { Collection } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
+import { payoutMetrics, type PayoutResult } from "./metrics";
 
 interface AuthorizationDoc {
 	/** The intent id: one authorization per intent, replaced only once it has expired. */
@@ -26,6 +27,7 @@ interface AuthorizationDoc {
 export function payoutsService(config: Config): ServiceSchema {
 	let authorizations: Collection<AuthorizationDoc>;
 	let signer: { publicKey: string; sign: (message: string) => string };
+	let metrics: ReturnType<typeof payoutMetrics>;
 
 	/**
 	 * The authorization for a leased record: the valid one again to its holder, or a fresh one. A
@@ -33,7 +35,7 @@ export function payoutsService(config: Config): ServiceSchema {
 	 * authorization cannot be revoked) and, since the mempool lets a submission go only when the
 	 * chain proves it can no longer land, no earlier submission can land then.
 	 */
-	async function issue(record: LeasedIntentRecord, ctx: Context): Promise<PayoutAuthorization> {
+	async function issue(record: LeasedIntentRecord, ctx: Context): Promise<{ authorization: PayoutAuthorization; result: PayoutResult }> {
 		const now = new Date();
 		const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
 		if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion)
@@ -41,17 +43,17 @@ export function payoutsService(config: Config): ServiceSchema {
 
 		const existing = await authorizations.get(record.id);
 		if (existing && Date.parse(existing.authorization.expiresAt) > now.getTime()) {
-			if (existing.authorization.crankerPubkey === record.lease.crankerPubkey) return existing.authorization;
+			if (existing.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: existing.authorization, result: "repeated" };
 			throw new ServiceError("INVALID_TRANSITION", "A payout authorization issued under an earlier lease is still valid", {
 				authorizationExpiresAt: existing.authorization.expiresAt
 			});
 		}
 		const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization: buildPayoutAuthorization(record, now, signer) };
 		const stored = existing ? await authorizations.update(record.id, { issuedAt: existing.issuedAt }, doc) : await authorizations.insert(doc);
-		if (stored) return doc.authorization;
+		if (stored) return { authorization: doc.authorization, result: "issued" };
 		// A concurrent request of the same holder stored one first: answer with that one.
 		const winner = await authorizations.get(record.id);
-		if (winner && winner.authorization.crankerPubkey === record.lease.crankerPubkey) return winner.authorization;
+		if (winner && winner.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: winner.authorization, result: "repeated" };
 		throw new ServiceError("VERSION_CONFLICT", "The authorization changed concurrently; ask again");
 	}
 
@@ -69,14 +71,29 @@ export function payoutsService(config: Config): ServiceSchema {
 			authorize: {
 				params: payoutAuthorizationParams,
 				async handler(ctx: Context<{ workId: string; crankerPubkey: string }, { crankerPubkey?: string }>) {
-					assertSignedBy(ctx.meta, ctx.params.crankerPubkey);
-					const record = await ctx.call<LeasedIntentRecord, object>("mempool.leaseForPayout", {
-						id: ctx.params.workId,
-						crankerPubkey: ctx.params.crankerPubkey
-					});
-					return issue(record, ctx);
+					const endTimer = metrics.duration.startTimer();
+					try {
+						assertSignedBy(ctx.meta, ctx.params.crankerPubkey);
+						const record = await ctx.call<LeasedIntentRecord, object>("mempool.leaseForPayout", {
+							id: ctx.params.workId,
+							crankerPubkey: ctx.params.crankerPubkey
+						});
+						const { authorization, result } = await issue(record, ctx);
+						metrics.results.inc({ result });
+						return authorization;
+					} catch (err) {
+						const code = Number((err as { code?: unknown }).code);
+						metrics.results.inc({ result: code >= 400 && code < 500 ? "refused" : "failed" });
+						throw err;
+					} finally {
+						endTimer();
+					}
 				}
 			}
+		},
+
+		created() {
+			metrics = payoutMetrics(this.broker);
 		},
 
 		async started() {

@@ -6,12 +6,14 @@
  * verifier or receiver that died left NODE_VERIFYING.
  */
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
+import type { WakeResult, WakeStatus } from "../lib/answers";
 import type { Config } from "../lib/config";
 import { ServiceError, rejectionError, type RejectionReason } from "../lib/errors";
 import { rejectedAtVerification, toPublicView, type CreateIntentRequest, type IntentRecord } from "../lib/intents";
 import { createIntentParams } from "../lib/schemas";
 import { UNRECORDED_REJECTIONS, type VerificationResult } from "../lib/verification";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
+import { sweepMetrics, verificationMetrics } from "./metrics";
 
 const SWEEP_BATCH = 200;
 /** How long a RECEIVED intent belongs to the submission that recorded it before the sweep takes it. */
@@ -22,31 +24,6 @@ const UNAVAILABLE = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQU
 /** A record after the sweep's verification: null once removed (a rejection that leaves no record). */
 type Outcome = { record: IntentRecord | null; verifierUnavailable: boolean };
 type Verdict = VerificationResult & { verifiedBy?: string };
-
-/**
- * This receiver's own figures since it started: latencies (verdict to stored outcome) and bodies
- * refused without a record. The verdict counts are the store's (mempool.totals), not a process's.
- */
-class VerificationStats {
-	/** Bodies refused that leave no record (SPEC §2.1: forgeries and the like), only this count. */
-	unrecorded = 0;
-	/** The latest latencies, a ring: percentiles describe recent behaviour, in bounded memory. */
-	private readonly window = new Float64Array(10_000);
-	private size = 0;
-	private next = 0;
-
-	record(ms: number): void {
-		this.window[this.next] = ms;
-		this.next = (this.next + 1) % this.window.length;
-		this.size = Math.min(this.size + 1, this.window.length);
-	}
-
-	snapshot(): { unrecorded: number; p50Ms: number; p99Ms: number } {
-		const sorted = this.window.slice(0, this.size).sort();
-		const at = (q: number) => (sorted.length ? Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] * 100) / 100 : 0);
-		return { unrecorded: this.unrecorded, p50Ms: at(0.5), p99Ms: at(0.99) };
-	}
-}
 
 export function receiverService(config: Config): ServiceSchema {
 	/** The verifier's verdict on a request; null when no verifier could answer in time. */
@@ -59,9 +36,13 @@ export function receiverService(config: Config): ServiceSchema {
 		}
 	}
 
+	/** This receiver's verdicts (the store counts every replica's: mempool.totals). */
 	function count(record: IntentRecord | null, startedAt: number): void {
-		if (!record) stats.unrecorded++;
-		else if (record.state === "VERIFIED" || record.state === "REJECTED") stats.record(performance.now() - startedAt);
+		if (!record) metrics.outcomes.inc({ outcome: "unrecorded" });
+		else if (record.state === "VERIFIED" || record.state === "REJECTED") {
+			metrics.outcomes.inc({ outcome: record.state === "VERIFIED" ? "verified" : "rejected" });
+			metrics.duration.observe((performance.now() - startedAt) / 1000);
+		}
 	}
 
 	/** The sweep's verification of a waiting record: claim, verify, complete. Never throws for an unavailable verifier. */
@@ -88,7 +69,8 @@ export function receiverService(config: Config): ServiceSchema {
 	}
 
 	let broker: ServiceBroker;
-	const stats = new VerificationStats();
+	let metrics: ReturnType<typeof verificationMetrics>;
+	let sweeps: ReturnType<typeof sweepMetrics>;
 
 	/** Current epoch number, cached briefly: it changes only when an epoch closes. */
 	let epochCache: { epoch: number; until: number } | null = null;
@@ -116,7 +98,7 @@ export function receiverService(config: Config): ServiceSchema {
 					// SPEC §2.1: only a signer holds a paymentId. Refused before idempotency, so a forgery
 					// under someone else's paymentId learns nothing of it and stores nothing.
 					if (verdict && !verdict.ok && UNRECORDED_REJECTIONS.has(verdict.reason)) {
-						stats.unrecorded++;
+						metrics.outcomes.inc({ outcome: "unrecorded" });
 						throw rejectionError(verdict.reason, { paymentId: request.paymentId }, verdict.detail);
 					}
 					const { record, created } = await ctx.call<{ record: IntentRecord; created: boolean }, object>("mempool.receive", {
@@ -132,16 +114,10 @@ export function receiverService(config: Config): ServiceSchema {
 				}
 			},
 
-			/** Internal: this receiver process's own figures for GET /metrics (called on every receiver node). */
-			stats: {
-				params: {},
-				handler: () => stats.snapshot()
-			},
-
 			/** POST /internal/wake: runs the verification sweep now. */
 			wake: {
 				params: {},
-				async handler() {
+				async handler(): Promise<WakeResult> {
 					const status = await sweep(0);
 					if (status.verifierUnavailable) throw new ServiceError("VERIFIER_UNAVAILABLE", "No verifier is available", status);
 					return { ok: true, status };
@@ -161,11 +137,13 @@ export function receiverService(config: Config): ServiceSchema {
 
 		created() {
 			broker = this.broker;
+			metrics = verificationMetrics(broker);
+			sweeps = sweepMetrics(broker);
 		}
 	};
 
 	/** Verifies what is waiting: shared by the periodic sweep and POST /internal/wake (which takes everything now). */
-	async function sweep(graceMs: number): Promise<{ picked: number; verified: number; rejected: number; pending: number; verifierUnavailable: boolean }> {
+	async function sweep(graceMs: number): Promise<WakeStatus> {
 		const status = { picked: 0, verified: 0, rejected: 0, pending: 0, verifierUnavailable: false };
 		if (!broker.registry.getActionEndpoints("verifier.verify")?.hasAvailable()) return { ...status, verifierUnavailable: true };
 		const now = Date.now();
@@ -184,6 +162,7 @@ export function receiverService(config: Config): ServiceSchema {
 			else if (outcome.record.state === "RECEIVED" || outcome.record.state === "NODE_VERIFYING") status.pending++;
 			else status.verified++;
 		}
+		for (const result of ["verified", "rejected", "pending"] as const) sweeps.inc({ sweep: "verification", result }, status[result]);
 		return status;
 	}
 }

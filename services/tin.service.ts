@@ -32,6 +32,7 @@ import {
 import type { Collection, Where } from "../lib/store";
 import { checkValidityWindow } from "../lib/verification";
 import { storeMixin } from "../mixins/store.mixin";
+import { sweepMetrics } from "./metrics";
 
 const ROUTES_COLLECTION = {
 	name: "registry_routes",
@@ -354,6 +355,7 @@ export function tinService(config: Config): ServiceSchema {
 				this.logger.info(`Registry seed ${config.registrySeedFile}: ${imported} new route(s) imported.`);
 			}
 			const finished = await reconcile();
+			sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);
 			if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) a previous run left half-done.`);
 		}
 	};

@@ -9,6 +9,7 @@ import type { CreateIntentRequest } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
 import { SlotObserver } from "../lib/slot-observer";
 import { verifyPaymentAuthorization, type VerificationResult } from "../lib/verification";
+import { verifierMetrics } from "./metrics";
 
 /** Routes change rarely; the TTL bounds how long a lost change event can leave a stale entry. */
 const ROUTE_CACHE_TTL_MS = 5000;
@@ -16,6 +17,7 @@ const ROUTE_CACHE_TTL_MS = 5000;
 export function verifierService(config: Config): ServiceSchema {
 	const routeCache = new Map<string, { route: ActiveRoute | null; until: number }>();
 	let slots: SlotObserver;
+	let checks: ReturnType<typeof verifierMetrics>;
 
 	async function routeOf(ctx: Context, tin: string): Promise<ActiveRoute | null> {
 		const cached = routeCache.get(tin);
@@ -41,6 +43,7 @@ export function verifierService(config: Config): ServiceSchema {
 						latestSlot: slots.latest(),
 						route: await routeOf(ctx, request.recipientTin)
 					});
+					checks.inc({ result: result.ok ? "ok" : "refused" });
 					return { ...result, verifiedBy: `verifier@${ctx.broker.nodeID}` };
 				}
 			}
@@ -56,6 +59,7 @@ export function verifierService(config: Config): ServiceSchema {
 		},
 
 		created() {
+			checks = verifierMetrics(this.broker);
 			slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
 		},
 

@@ -11,11 +11,14 @@ import { connect } from "nats";
 import { randomBytes } from "node:crypto";
 import { Cluster, natsServerAvailable } from "../../devkit/cluster";
 import { mongoUrlWithDatabase } from "../../lib/store/mongo-url";
+import os from "node:os";
+import { itWithPromtool, promtoolCheck } from "../helpers/promtool";
 
 jest.setTimeout(120_000);
 
 const route = newRoute();
-const describeWithNats = natsServerAvailable ? describe : describe.skip;
+// In CI a missing nats-server is a failure, not a skip (.ci/run installs it).
+const describeWithNats = natsServerAvailable || process.env.CI ? describe : describe.skip;
 const NATS_MAX_PAYLOAD = 512 * 1024;
 if (!natsServerAvailable) console.warn("Cluster tests NOT RUN: nats-server is not installed (.ci/run installs it with apt-get).");
 
@@ -78,6 +81,27 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		const used = new Set(records.map(verifierOf));
 		expect(used.size).toBe(3);
 		expect([...used].every(by => by?.startsWith("verifier@"))).toBe(true);
+	});
+
+	itWithPromtool("GET /metrics?format=prometheus on the gateway gathers every process's own series, labelled by node, and passes promtool", async () => {
+		expect((await submitAll(http, [signedIntent(senders[0], route)], 1))[0].status).toBe(201);
+		const response = await fetch(`${cluster.gateway.url}/metrics?format=prometheus`);
+		expect(response.status).toBe(200);
+		const text = await response.text();
+		const nodeOf = (process: { child: { pid?: number } }) => `${os.hostname()}-${process.child.pid}`;
+		const nodes = new Set([...text.matchAll(/^process_cpu_user_seconds_total\{node="([^"]+)"\}/gm)].map(match => match[1]));
+		expect(nodes).toEqual(new Set([cluster.owners, cluster.gateway, ...cluster.verifiers].map(nodeOf)));
+		// Each process's own families: the gateway's receiver counted the verdicts, the owners' mempool its sweeps.
+		const value = (series: string) => Number(text.split("\n").find(line => line.startsWith(`${series} `))?.slice(series.length + 1));
+		expect(value(`scs_verifications_total{outcome="verified",node="${nodeOf(cluster.gateway)}"}`)).toBeGreaterThan(0);
+		expect(value(`scs_sweep_results_total{sweep="intent-expiry",result="expired",node="${nodeOf(cluster.owners)}"}`)).toBe(0);
+		// The store's figures once, without a node; one HELP and TYPE per family whatever the number of nodes.
+		expect(text.match(/^scs_intents\{state="VERIFIED"\} \d+$/gm)).toHaveLength(1);
+		const types = text.split("\n").filter(line => line.startsWith("# TYPE "));
+		expect(new Set(types).size).toBe(types.length);
+		const { status, output } = promtoolCheck(text);
+		expect(output).toBe("");
+		expect(status).toBe(0);
 	});
 
 	it("a verifier killed with SIGKILL under load: no intent lost, none stuck, none verified twice", async () => {
@@ -156,7 +180,11 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		try {
 			const port = Number((await waitFor(() => /Health routes on port (\d+)/.exec(starting.log), 10_000, "the health port"))[1]);
 			expect((await fetch(`http://127.0.0.1:${port}/health/live`)).status).toBe(200);
-			expect((await fetch(`http://127.0.0.1:${port}/health/ready`)).status).toBe(503);
+			const ready = await fetch(`http://127.0.0.1:${port}/health/ready`);
+			// The gateway's answer, SPEC §7's shape: the probes read any process alike.
+			expect([ready.status, await ready.json()]).toEqual([503, expect.objectContaining({ type: "NOT_READY", code: 503 })]);
+			const unknown = await fetch(`http://127.0.0.1:${port}/metrics`);
+			expect([unknown.status, await unknown.json()]).toEqual([404, expect.objectContaining({ type: "NOT_FOUND", code: 404 })]);
 			expect(starting.child.exitCode).toBeNull();
 		} finally {
 			await starting.signal("SIGKILL");

@@ -16,6 +16,7 @@ import { sha256Hex } from "../../lib/encoding";
 import { iso, newWallet, uniqueId } from "../helpers/fixtures";
 import { worker } from "../helpers/node";
 import { creditAccountAddress } from "../../lib/settlement";
+import { itWithPromtool, promtoolCheck } from "../helpers/promtool";
 import { Harness, waitFor } from "./harness";
 
 const h = new Harness();
@@ -215,7 +216,8 @@ describe("Cranker process", () => {
 			[{ KEYPAIR_PATH: __filename }, /is not JSON/],
 			[{ NODE_URL: "" }, /NODE_URL is not set/],
 			// Without the Node's authority key it could not tell a forged payout authorization.
-			[{ NODE_AUTHORITY_PUBKEY: "" }, /NODE_AUTHORITY_PUBKEY is not set/]
+			[{ NODE_AUTHORITY_PUBKEY: "" }, /NODE_AUTHORITY_PUBKEY is not set/],
+			[{ CRANKER_METRICS_PORT: "70000" }, /CRANKER_METRICS_PORT must be a port 0–65535/]
 		];
 		for (const [env, message] of cases) {
 			const run = h.crankerProcess({ ...h.crankerEnv(key), ...env });
@@ -244,6 +246,39 @@ describe("Cranker process", () => {
 		const secret = JSON.stringify(JSON.parse(require("node:fs").readFileSync(key.file, "utf8")));
 		expect(run.output()).not.toContain(secret.slice(1, 40));
 		expect(run.output()).toContain("SIGTERM");
+	});
+});
+
+describe("Cranker metrics", () => {
+	itWithPromtool("serves /health and Prometheus /metrics on CRANKER_METRICS_PORT: promtool passes and its settlement counters move", async () => {
+		const mint = h.chain.createMint(6);
+		const run = h.crankerProcess(h.crankerEnv(await h.crankerKey(mint), { CRANKER_METRICS_PORT: "0", CRANKER_METRICS_HOST: "127.0.0.1" }));
+		const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);
+		const intent = await h.pay(mint, "4200");
+		await executed(intent.id);
+
+		const health = await fetch(`http://127.0.0.1:${port}/health`);
+		expect(health.status).toBe(200);
+		expect(await health.json()).toEqual({ status: "live", online: true });
+		const response = await fetch(`http://127.0.0.1:${port}/metrics`);
+		expect(response.status).toBe(200);
+		expect(response.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
+		const text = await response.text();
+		const value = (series: string) => Number(text.split("\n").find(line => line.startsWith(`${series} `))?.slice(series.length + 1));
+		expect(value("scs_cranker_leases_total")).toBeGreaterThanOrEqual(1);
+		expect(value("scs_cranker_settlements_submitted_total")).toBeGreaterThanOrEqual(1);
+		expect(value('scs_cranker_settlements_finished_total{outcome="confirmed"}')).toBeGreaterThanOrEqual(1);
+		expect(value('scs_cranker_heartbeats_total{result="accepted"}')).toBeGreaterThanOrEqual(1);
+		expect(value('scs_cranker_node_requests_total{method="PATCH",route="/intents/:id/status",status="200"}')).toBeGreaterThanOrEqual(3);
+		expect(value('scs_cranker_node_request_duration_seconds_count{method="POST",route="/internal/settlement-authorizations/settlement"}')).toBeGreaterThanOrEqual(1);
+		expect(value("process_cpu_user_seconds_total")).toBeGreaterThan(0);
+		expect(text).not.toContain(intent.id);
+		const { status, output } = promtoolCheck(text);
+		expect(output).toBe("");
+		expect(status).toBe(0);
+
+		run.child.kill("SIGTERM");
+		expect(await run.exited).toBe(0);
 	});
 });
 

@@ -11,6 +11,7 @@ import type { ServiceBroker } from "moleculer";
 import { loadConfig, type Config } from "../../lib/config";
 import { RequestSigner } from "../../lib/http-signature";
 import { createNode, stopNode } from "../../services";
+import { contractViolation } from "./contract";
 import { signingKey, type Wallet } from "./fixtures";
 
 export const API_KEY = "test-worker-key-0123456789";
@@ -58,6 +59,10 @@ export async function startNode(env: Record<string, string> = {}, dataDir = temp
 	return { url, config, broker, dataDir, http: httpClient(url), as: cranker => crankerClient(url, cranker), stop: () => stopNode(broker) };
 }
 
+/**
+ * Requests to a gateway. Every answer is checked against the OpenAPI document (./contract.ts): one
+ * it does not describe fails the request, and so the test that made it.
+ */
 export function httpClient(url: string, defaultHeaders: Record<string, string> = {}): Http {
 	return async (method, route, body, headers = {}) => {
 		const response = await fetch(url + route, {
@@ -66,6 +71,8 @@ export function httpClient(url: string, defaultHeaders: Record<string, string> =
 			body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body)
 		});
 		const text = await response.text();
+		const violation = contractViolation(method, route.split("?")[0], response.status, response.headers.get("content-type"), text);
+		if (violation) throw new Error(`Contract (docs/api.md, GET /openapi.json): ${method} ${route} answered ${response.status}: ${violation}\nbody: ${text.slice(0, 500)}`);
 		let parsed: unknown = text;
 		try {
 			parsed = JSON.parse(text);

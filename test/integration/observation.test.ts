@@ -65,10 +65,12 @@ describe("GET /metrics", () => {
 			expect(text).toContain('scs_intents{state="CONFIRMED"} 1');
 			expect(text).toContain("scs_settled_intents_total 1");
 			expect(text).toContain(`scs_settled_volume_base_units_total{mint="${MINT}"} 30`);
-			expect(text).toContain('scs_verifications_total{outcome="rejected"} 1');
-			expect(text).toMatch(/^scs_unrecorded_rejections_total\{node="[^"]+"\} 1$/m);
-			expect(text).toMatch(/^scs_verification_latency_ms\{node="[^"]+",quantile="0.99"\} [0-9.]+$/m);
+			expect(text).toContain('scs_intent_verdicts_total{verdict="rejected"} 1');
+			// The receiver's own figures, labelled with its process.
+			expect(text).toMatch(/^scs_verifications_total\{outcome="unrecorded",node="[^"]+"\} 1$/m);
+			expect(text).toMatch(/^scs_verification_duration_seconds_count\{node="[^"]+"\} 4$/m);
 			expect(text).toContain("# TYPE scs_leases_active gauge");
+			expect(text).toContain("# TYPE scs_verification_duration_seconds histogram");
 		}
 		expect((await node.http("GET", "/metrics?format=xml")).status).toBe(422);
 	});

@@ -1,4 +1,5 @@
-/** OpenAPI 3.1 document built from the route table and the fastest-validator schemas. */
+/** OpenAPI 3.1 document built from the route table, the fastest-validator schemas and the answers' schemas. */
+import { Type } from "@sinclair/typebox";
 import { buildOpenApiDocument, fastestToJsonSchema, paramsToObjectSchema, type OpenApiDocument, type Operation } from "../../lib/openapi";
 import { AMOUNT_PATTERN, IDENTIFIER_PATTERN } from "../../lib/encoding";
 import { INTENT_STATES } from "../../lib/intents";
@@ -71,33 +72,41 @@ describe("paramsToObjectSchema", () => {
 	});
 });
 
+const Thing = Type.Object({ id: Type.String() }, { $id: "Thing" });
+const answers = { 200: { description: "OK", content: { "application/json": Thing } } };
+/** An operation of the table, with the parts every one has. */
+const op = (operation: Omit<Operation, "tag" | "summary" | "answers" | "errors"> & Partial<Operation>): Operation => ({ tag: "t", summary: `${operation.method} ${operation.path}`, answers, errors: [], ...operation });
+
 const operations: Operation[] = [
-	{ method: "GET", path: "/intents", access: "worker", action: "mempool.list", params: { status: { type: "string", optional: true }, limit: limit() } },
-	{ method: "PATCH", path: "/intents/:id/status", access: "worker", action: "mempool.updateStatus", params: updateStatusParams },
-	{ method: "POST", path: "/crankers/heartbeat", access: "worker", action: "crankers.heartbeat", params: heartbeatParams },
-	{ method: "POST", path: "/internal/wake", access: "worker", action: "receiver.wake" },
-	{ method: "POST", path: "/intents", access: "public", action: "receiver.submit", params: createIntentParams, summary: "Submit a payment intent" },
-	{ method: "GET", path: "/intents/:id", access: "public", action: "mempool.view", params: { id: { type: "string", max: 64 } } },
-	{ method: "GET", path: "/registry/tins/:tin", access: "public", action: "tin.getRoute" },
-	{ method: "POST", path: "/", access: "public", action: "network.status" },
+	op({ method: "GET", path: "/intents", access: "worker", action: "mempool.list", params: { status: { type: "string", optional: true }, limit: limit() } }),
+	op({ method: "PATCH", path: "/intents/:id/status", access: "worker", signed: true, action: "mempool.updateStatus", params: updateStatusParams, errors: ["NOT_FOUND", "VERSION_CONFLICT", "INVALID_TRANSITION", "NOT_LEASE_HOLDER"] }),
+	op({ method: "POST", path: "/crankers/heartbeat", access: "worker", signed: true, action: "crankers.heartbeat", params: heartbeatParams }),
+	op({ method: "POST", path: "/internal/wake", access: "worker", action: "receiver.wake", errors: ["VERIFIER_UNAVAILABLE"] }),
+	op({ method: "POST", path: "/intents", access: "public", action: "receiver.submit", params: createIntentParams, summary: "Submit a payment intent" }),
+	op({ method: "GET", path: "/intents/:id", access: "public", action: "mempool.view", params: { id: { type: "string", max: 64 } } }),
+	op({ method: "GET", path: "/registry/tins/:tin", access: "public", action: "tin.getRoute" }),
+	op({ method: "POST", path: "/", access: "public", action: "network.status" }),
 	// The same action twice: operationIds must stay unique.
-	{ method: "GET", path: "/epoch/status", access: "public", action: "epochs.status" },
-	{ method: "POST", path: "/epoch/status", access: "public", action: "epochs.status" }
+	op({ method: "GET", path: "/epoch/status", access: "public", action: "epochs.status" }),
+	op({ method: "POST", path: "/epoch/status", access: "public", action: "epochs.status" }),
+	op({ method: "GET", path: "/metrics", access: "public", action: "network.metrics", security: [{}, { metricsKey: [] }] })
 ];
+const input = { title: "Settlement Coordination Service", version: "0.1.0", description: "d", tags: [{ name: "t", description: "T" }] };
 
 describe("buildOpenApiDocument", () => {
-	const doc = buildOpenApiDocument({ title: "Settlement Coordination Service", version: "0.1.0", operations });
+	const doc = buildOpenApiDocument({ ...input, operations });
 
 	it("has the OpenAPI 3.1 envelope", () => {
 		expect(doc.openapi).toBe("3.1.0");
-		expect(doc.info).toEqual({ title: "Settlement Coordination Service", version: "0.1.0" });
+		expect(doc.info).toEqual(expect.objectContaining({ title: "Settlement Coordination Service", version: "0.1.0", license: { name: "Apache-2.0", identifier: "Apache-2.0" } }));
+		expect(doc.servers).toEqual([expect.objectContaining({ url: "/" })]);
 		expect(JSON.parse(JSON.stringify(doc))).toEqual(doc);
 	});
 
 	it("turns :id segments into {id} path parameters, schema taken from params", () => {
 		expect(doc.paths["/intents/:id/status"]).toBeUndefined();
 		const patch = doc.paths["/intents/{id}/status"].patch;
-		expect(patch.parameters).toEqual([{ name: "id", in: "path", required: true, schema: { type: "string", maxLength: 64 } }]);
+		expect(patch.parameters?.[0]).toEqual({ name: "id", in: "path", required: true, schema: { type: "string", maxLength: 64 } });
 		// Without a params schema the path parameter is a plain string.
 		expect(doc.paths["/registry/tins/{tin}"].get.parameters).toEqual([{ name: "tin", in: "path", required: true, schema: { type: "string" } }]);
 	});
@@ -120,7 +129,7 @@ describe("buildOpenApiDocument", () => {
 		expect(submit.requestBody).toEqual({ required: true, content: { "application/json": { schema: paramsToObjectSchema(createIntentParams) } } });
 
 		const body = doc.paths["/intents/{id}/status"].patch.requestBody;
-		const schema = body?.content["application/json"].schema;
+		const schema = body?.content["application/json"].schema as { additionalProperties?: boolean; properties?: object; required?: string[] } | undefined;
 		expect(body?.required).toBe(true);
 		expect(schema?.additionalProperties).toBe(false);
 		expect(Object.keys(schema?.properties ?? {})).toEqual(["status", "crankerPubkey", "expectedVersion", "transactionSignature", "slot", "lastValidBlockHeight", "reason"]);
@@ -129,28 +138,32 @@ describe("buildOpenApiDocument", () => {
 		expect(doc.paths["/internal/wake"].post.requestBody).toBeUndefined();
 	});
 
-	it("secures worker operations with the x-api-key scheme only", () => {
-		expect(doc.components.securitySchemes.workerKey).toEqual({ type: "apiKey", in: "header", name: "x-api-key" });
-		for (const op of operations) {
-			const operation = doc.paths[op.path.replace(/:(\w+)/g, "{$1}")][op.method.toLowerCase()];
-			if (op.access === "worker") expect(operation.security).toEqual([{ workerKey: [] }]);
-			else expect(operation.security).toBeUndefined();
+	it("secures worker operations with x-api-key, signed ones with the key and the request signature together", () => {
+		expect(doc.components.securitySchemes.workerKey).toEqual(expect.objectContaining({ type: "apiKey", in: "header", name: "x-api-key" }));
+		for (const { path, method, access, signed, security } of operations) {
+			const operation = doc.paths[path.replace(/:(\w+)/g, "{$1}")][method.toLowerCase()];
+			const headers = operation.parameters?.filter(p => p.in === "header").map(p => p.name) ?? [];
+			expect(operation.security).toEqual(security ?? (access === "public" ? [] : signed ? [{ workerKey: [], crankerSignature: [] }] : [{ workerKey: [] }]));
+			expect(headers).toEqual(signed ? ["Signature", "Signature-Input", "Content-Digest"] : []);
 		}
 	});
 
-	it("answers 200 and the SPEC §7 error body for 4XX and 5XX", () => {
-		const error = doc.components.schemas.Error;
-		expect(error.required).toEqual(["name", "message", "code", "type"]);
-		expect(error.properties).toEqual({
-			name: { type: "string" },
-			message: { type: "string" },
-			code: { type: "integer" },
-			type: { type: "string" },
-			data: { type: ["object", "array"] }
+	it("answers the declared success bodies, named schemas as components, and each error status with its error types", () => {
+		const { responses } = doc.paths["/intents/{id}/status"].patch;
+		expect(responses["200"]).toEqual({ description: "OK", content: { "application/json": { schema: { $ref: "#/components/schemas/Thing" } } } });
+		expect(doc.components.schemas.Thing).toEqual({ type: "object", properties: { id: { type: "string" } }, required: ["id"] });
+		expect(Object.keys(responses)).toEqual(["200", "403", "404", "409"]);
+		expect(responses["409"].content?.["application/json"].schema).toEqual({
+			allOf: [{ $ref: "#/components/schemas/Error" }, { type: "object", properties: { code: { type: "integer", const: 409 }, type: { type: "string", enum: ["VERSION_CONFLICT", "INVALID_TRANSITION"] } } }]
 		});
-		const { responses } = doc.paths["/"].post;
-		expect(responses["200"]).toEqual({ description: "OK", content: { "application/json": { schema: {} } } });
-		for (const range of ["4XX", "5XX"]) expect(responses[range].content["application/json"].schema).toEqual({ $ref: "#/components/schemas/Error" });
+		expect(doc.paths["/internal/wake"].post.responses["503"].headers).toEqual({ "Retry-After": expect.anything() });
+		const error = doc.components.schemas.Error as { required: string[] };
+		expect(error.required).toEqual(["name", "message", "code", "type"]);
+	});
+
+	it("refuses two different schemas under one name", () => {
+		const other = op({ method: "GET", path: "/other", access: "public", action: "other.get", answers: { 200: { description: "OK", content: { "application/json": Type.Object({ n: Type.Number() }, { $id: "Thing" }) } } } });
+		expect(() => buildOpenApiDocument({ ...input, operations: [operations[0], other] })).toThrow("Two different schemas are named Thing");
 	});
 
 	it("uses the action as operationId, suffixed with the method when an action is used twice", () => {
@@ -163,11 +176,11 @@ describe("buildOpenApiDocument", () => {
 
 	it("refuses the same method and path twice", () => {
 		const twice = [operations[0], { ...operations[0], action: "other.list" }];
-		expect(() => buildOpenApiDocument({ title: "t", version: "1", operations: twice })).toThrow("Duplicate operation GET /intents");
+		expect(() => buildOpenApiDocument({ ...input, operations: twice })).toThrow("Duplicate operation GET /intents");
 	});
 
-	// No OpenAPI/JSON Schema validator (ajv, @apidevtools/…) is installed, so instead of the official
-	// 3.1 schema this checks the structural rules a validator would reject the document for.
+	// The served document is linted by Redocly (test/integration/openapi.test.ts); here, the structural
+	// rules a validator would reject this small table's document for.
 	it("is structurally valid OpenAPI 3.1", () => {
 		const methods = new Set(["get", "put", "post", "delete", "options", "head", "patch", "trace"]);
 		for (const [path, item] of Object.entries(doc.paths)) {

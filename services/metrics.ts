@@ -1,0 +1,167 @@
+/**
+ * Each process's own Prometheus metrics (prom-client). The process and Node.js runtime metrics
+ * belong to the process; the counters and histograms of a service live in a registry of its
+ * broker, so a process exposes only the families of the services it runs. The `metrics` service,
+ * in every process, answers its figures to the gateway, which renders the whole cluster's
+ * (network.metrics). Figures every replica reads alike from the store are not here: the network
+ * service adds them once per scrape.
+ */
+import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
+import { Counter, Histogram, Registry } from "prom-client";
+import { registerProcessMetrics } from "../lib/process-metrics";
+
+/** One metric family as `registry.getMetricsAsJSON()` gives it; NaN and ±Inf travel as strings (JSON has no such numbers). */
+export interface MetricFamily {
+	name: string;
+	help: string;
+	type: string;
+	aggregator: string;
+	values: { value: number | string; labels: Record<string, string | number>; metricName?: string }[];
+}
+
+/** Verification and authorization take milliseconds; an HTTP request up to the 30 s request limit. */
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+let runtime: Registry | null = null;
+/** The process and Node.js runtime metrics (standard `process_` and `nodejs_` names): one set per process. */
+function runtimeRegistry(): Registry {
+	if (!runtime) {
+		runtime = new Registry();
+		registerProcessMetrics(runtime);
+	}
+	return runtime;
+}
+
+const registries = new WeakMap<ServiceBroker, Registry>();
+/** The registry of the services this broker runs. */
+function serviceRegistry(broker: ServiceBroker): Registry {
+	let registry = registries.get(broker);
+	if (!registry) registries.set(broker, (registry = new Registry()));
+	return registry;
+}
+
+/** A family is registered once per broker, by whichever of its services asks first. */
+function counter<L extends string>(broker: ServiceBroker, name: string, help: string, labelNames: readonly L[], known: Partial<Record<L, string>>[] = []): Counter<L> {
+	const registry = serviceRegistry(broker);
+	const existing = registry.getSingleMetric(name) as Counter<L> | undefined;
+	if (existing) return existing;
+	const created = new Counter<L>({ name, help, labelNames, registers: [registry] });
+	// Known series start at 0, so rate() sees their first increment.
+	for (const labels of known) created.inc(labels, 0);
+	return created;
+}
+
+function histogram<L extends string>(broker: ServiceBroker, name: string, help: string, labelNames: readonly L[] = []): Histogram<L> {
+	const registry = serviceRegistry(broker);
+	return (registry.getSingleMetric(name) as Histogram<L> | undefined) ?? new Histogram<L>({ name, help, labelNames, buckets: LATENCY_BUCKETS, registers: [registry] });
+}
+
+const each = <L extends string>(label: L, values: readonly string[]) => values.map(value => ({ [label]: value }) as Record<L, string>);
+
+/** The gateway's requests, by route template (never the raw URL: `unmatched` for a path no route has). */
+export function httpMetrics(broker: ServiceBroker) {
+	return {
+		requests: counter(broker, "scs_http_requests_total", "HTTP requests answered by the gateway.", ["method", "route", "status"]),
+		duration: histogram(broker, "scs_http_request_duration_seconds", "Time from a request's arrival to its answer.", ["method", "route"])
+	};
+}
+
+const VERIFICATION_OUTCOMES = ["verified", "rejected", "unrecorded"] as const;
+
+/** The receiver's verdicts: at intake and in its sweep. `unrecorded`: bodies refused without a record (forgeries and the like). */
+export function verificationMetrics(broker: ServiceBroker) {
+	return {
+		outcomes: counter(broker, "scs_verifications_total", "Verdicts this receiver applied, by outcome.", ["outcome"], each("outcome", VERIFICATION_OUTCOMES)),
+		duration: histogram(broker, "scs_verification_duration_seconds", "Time from asking a verifier to the stored outcome, for verdicts that leave a record.")
+	};
+}
+
+/** A verifier's checks, by result: per node, how the shard ring spreads the work. */
+export function verifierMetrics(broker: ServiceBroker) {
+	return counter(broker, "scs_verifier_checks_total", "Payment authorizations this verifier checked, by result.", ["result"], each("result", ["ok", "refused"]));
+}
+
+const LEASE_EVENTS = ["granted", "renewed", "released", "expired"] as const;
+export type LeaseEvent = (typeof LEASE_EVENTS)[number];
+
+/** Leases as the mempool moves them: granted, renewed and released by Crankers, expired by the lease sweep. */
+export function leaseMetrics(broker: ServiceBroker) {
+	return counter(broker, "scs_lease_events_total", "Lease changes this mempool stored, by event.", ["event"], each("event", LEASE_EVENTS));
+}
+
+const PAYOUT_RESULTS = ["issued", "repeated", "refused", "failed"] as const;
+export type PayoutResult = (typeof PAYOUT_RESULTS)[number];
+
+/** Payout authorizations: a fresh one signed, the valid one repeated to its holder, a refusal (4xx) or a failure. */
+export function payoutMetrics(broker: ServiceBroker) {
+	return {
+		results: counter(broker, "scs_payout_authorizations_total", "Payout authorization requests, by result.", ["result"], each("result", PAYOUT_RESULTS)),
+		duration: histogram(broker, "scs_payout_authorization_duration_seconds", "Time to answer a payout authorization request.")
+	};
+}
+
+/** Sweeps that threw (a store or bus failure): each is logged, and retried at its next interval. */
+export function sweepFailureMetrics(broker: ServiceBroker) {
+	return counter(broker, "scs_sweep_failures_total", "Sweeps that failed, by sweep.", ["sweep"]);
+}
+
+/** What each periodic (or start-up) sweep did: `sweep` and `result` name a fixed set, see the callers. */
+export function sweepMetrics(broker: ServiceBroker) {
+	return counter(broker, "scs_sweep_results_total", "Items the sweeps handled, by sweep and result.", ["sweep", "result"]);
+}
+
+/** GET /metrics answers Prometheus text for ?format=prometheus, or for `accept: text/plain` without a format. */
+export function wantsPrometheus(format: unknown, accept: string | undefined): boolean {
+	return format === "prometheus" || (format === undefined && /\btext\/plain\b/.test(accept ?? ""));
+}
+
+/** This process's metrics in JSON, the families named in `names` or all of them. */
+async function snapshot(broker: ServiceBroker, names?: string[]): Promise<MetricFamily[]> {
+	const families = [...(await runtimeRegistry().getMetricsAsJSON()), ...(await serviceRegistry(broker).getMetricsAsJSON())] as unknown as MetricFamily[];
+	return families
+		.filter(family => !names || names.includes(family.name))
+		.map(family => ({ ...family, values: family.values.map(value => ({ ...value, value: Number.isFinite(value.value) ? value.value : String(value.value) })) }));
+}
+
+/** In every process: its own metrics, for the gateway's GET /metrics. */
+export function metricsService(): ServiceSchema {
+	return {
+		name: "metrics",
+		actions: {
+			/** Internal: this process's metric families (all, or those named). */
+			snapshot: {
+				params: { names: { type: "array", items: { type: "string", max: 200 }, max: 50, optional: true } },
+				handler(this: { broker: ServiceBroker }, ctx: Context<{ names?: string[] }>) {
+					return snapshot(this.broker, ctx.params.names);
+				}
+			}
+		},
+		created() {
+			// Process metrics from the start: counters of the process's lifetime (CPU, GC) then cover all of it.
+			runtimeRegistry();
+		}
+	};
+}
+
+/**
+ * The q-quantile of a histogram's buckets (cumulative counts by upper bound `le`), interpolated
+ * linearly within its bucket as Prometheus's histogram_quantile() does; 0 without observations.
+ */
+export function histogramQuantile(q: number, buckets: { le: number; count: number }[]): number {
+	const sorted = [...buckets].sort((a, b) => a.le - b.le);
+	const total = sorted[sorted.length - 1]?.count ?? 0;
+	if (total === 0) return 0;
+	const rank = q * total;
+	let lower = 0;
+	let below = 0;
+	for (const { le, count } of sorted) {
+		if (count >= rank) {
+			// The +Inf bucket has no upper bound: the highest finite one is the best estimate.
+			if (!Number.isFinite(le)) return lower;
+			return lower + ((le - lower) * (rank - below)) / Math.max(count - below, 1);
+		}
+		lower = le;
+		below = count;
+	}
+	return lower;
+}

@@ -33,7 +33,7 @@ export interface CrankerConfig {
 	tinUpdateFee: string;
 	/** GET /metrics and GET /health on this port (0: a free one); null: not served. */
 	metricsPort: number | null;
-	/** The address the metrics server binds: all interfaces by default, so Prometheus can reach it in a pod. */
+	/** The address the metrics server binds: this machine only by default (it has no auth); 0.0.0.0 in a pod, for Prometheus. */
 	metricsHost: string;
 }
 
@@ -138,7 +138,7 @@ Environment (defaults in brackets; the full list with comments is .env.example):
   BLOCKHASH_LIFETIME_SLOTS  how long a submission may still land [300]
   TIN_CREATE_FEE / TIN_UPDATE_FEE  the fees a submitter commits [50000 / 10000]
   CRANKER_METRICS_PORT      serve GET /metrics (Prometheus) and GET /health on this port; 0 = a free one [off]
-  CRANKER_METRICS_HOST      the address that server binds [0.0.0.0]
+  CRANKER_METRICS_HOST      the address that server binds; 0.0.0.0 in a pod, for Prometheus [127.0.0.1]
 Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with.
 `;
 
@@ -167,6 +167,7 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		tinCreateFee: String(integer(env, "TIN_CREATE_FEE", 50_000, 0)),
 		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0)),
 		metricsPort: optionalPort(env, "CRANKER_METRICS_PORT"),
-		metricsHost: env.CRANKER_METRICS_HOST?.trim() || "0.0.0.0"
+		// Unauthenticated: reachable from other machines only when the operator says so.
+		metricsHost: env.CRANKER_METRICS_HOST?.trim() || "127.0.0.1"
 	};
 }

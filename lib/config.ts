@@ -152,7 +152,18 @@ function headerSecret(env: Env, key: string): string | null {
 	const raw = text(env, key);
 	// The value itself never goes into the message.
 	if (raw !== null && !/^[\x21-\x7e]{16,}$/.test(raw)) throw new ConfigError(`${key} must be at least 16 visible ASCII characters without spaces`);
+	if (raw !== null && isPlaceholder(raw)) throw placeholderError(key);
 	return raw;
+}
+
+/** The example Secret's values (k8s/secret/settlement-secrets.example.yaml) all start so: one applied as-is is not a secret. */
+export function isPlaceholder(value: string): boolean {
+	return /^placeholder/i.test(value);
+}
+
+/** The refusal of a placeholder; like every secret's, it never repeats the value. */
+export function placeholderError(key: string): ConfigError {
+	return new ConfigError(`${key} holds a placeholder of the example Secret: set a real value (k8s/README.md, "The Secret")`);
 }
 
 /** MONGO_URL, refused when it weakens durability (see mongoUrlWeakenings) unless the operator says so. */

@@ -18,7 +18,8 @@ export type CorsDecision =
 
 /** Headers a browser app may send on the public routes, and read back. */
 const ALLOWED_HEADERS = "content-type, content-encoding, x-request-id";
-const EXPOSED_HEADERS = "x-request-id, retry-after, location, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset";
+// The rate-limit names are moleculer-web's own (X-Rate-Limit-Limit, -Remaining, -Reset).
+const EXPOSED_HEADERS = "x-request-id, retry-after, location, x-rate-limit-limit, x-rate-limit-remaining, x-rate-limit-reset";
 
 function matcher(route: string): { method: string; path: RegExp } {
 	const [method, path] = route.split(" ");

@@ -6,6 +6,7 @@
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
+import { isPlaceholder, placeholderError } from "./config";
 import { generateKeypair, keypairFromSecretKey, type Keypair } from "./ed25519";
 
 export const WORKER_KEYS_FILE = "worker-api-keys";
@@ -31,11 +32,16 @@ function writeSecretFile(file: string, content: string): boolean {
 }
 
 export function loadOrCreateWorkerKeys(configured: string[], dataDir: string): Loaded<string[]> {
-	if (configured.length) return { value: configured, source: "environment", generated: false };
+	if (configured.length) {
+		// The example Secret applied as-is: a key anyone reading the repository knows.
+		if (configured.some(isPlaceholder)) throw placeholderError("WORKER_API_KEYS");
+		return { value: configured, source: "environment", generated: false };
+	}
 	const file = path.join(dataDir, WORKER_KEYS_FILE);
 	const generated = writeSecretFile(file, `${randomBytes(32).toString("base64url")}\n`);
 	const keys = fs.readFileSync(file, "utf8").split(/\s+/).filter(Boolean);
 	if (!keys.length) throw new Error(`${file} holds no worker API key`);
+	if (keys.some(isPlaceholder)) throw placeholderError(file);
 	return { value: keys, source: file, generated };
 }
 

@@ -1,6 +1,7 @@
 /**
  * The application SDK (issue 4): the facade a sender's app uses to pay through the service. It runs
- * in a browser as well as in Node (fetch, TextEncoder and @noble only; never an API key), builds
+ * in a browser as well as in Node (web APIs only: fetch, TextEncoder, crypto.getRandomValues; its
+ * dependencies @noble/*, @scure/base, @solana/kit and @solana-program/*; never an API key), builds
  * the canonical message of SPEC §1 on the device and has it signed through a Signer.
  */
 import { ed25519 } from "@noble/curves/ed25519.js";
@@ -87,7 +88,7 @@ export interface PaymentAuthorization {
 export interface ClientOptions {
 	baseUrl: string;
 	fetch?: typeof fetch;
-	/** Attempts of submit() on network errors (the same body each time, so the service answers the same record). */
+	/** Attempts of submit() on network errors and 502/503/504 answers (the same body each time, so the service answers the same record). */
 	submitAttempts?: number;
 	/** Solana JSON-RPC endpoint for confirmOnChain(). */
 	solanaRpcUrl?: string;
@@ -100,8 +101,13 @@ export interface OnChainSettlement {
 }
 
 const FUNDING_MODE = "wallet_only_v2";
-/** How long the CORS probe of /health/live may take (see networkError). */
+/** How long each probe of /health/live may take (see networkError). */
 const PROBE_TIMEOUT_MS = 5000;
+/**
+ * Answers after which the same submission may succeed: a proxy that lost the service (502, 504), a
+ * service starting or draining (503). Like a network error, the intent may or may not exist.
+ */
+const RETRYABLE_STATUS = new Set([502, 503, 504]);
 const TERMINAL = new Set(["executed", "canceled"]);
 const utf8 = new TextEncoder();
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
@@ -184,9 +190,9 @@ export class SettlementClient {
 	}
 
 	/**
-	 * POST /intents. Network errors are retried with the same body: the service answers a replay
-	 * with the record it already holds, so a retry never creates a second intent. A CORS refusal
-	 * (see request()) is not retried: the answer would be the same.
+	 * POST /intents. Network errors and 502/503/504 answers are retried with the same body: the
+	 * service answers a replay with the record it already holds, so a retry never creates a second
+	 * intent. A CORS refusal (see networkError) is not retried: the answer would be the same.
 	 */
 	async submit(intent: CreateIntentRequest): Promise<PublicMempoolIntent> {
 		for (let attempt = 1; ; attempt++) {
@@ -194,7 +200,8 @@ export class SettlementClient {
 				return await this.request<PublicMempoolIntent>("POST", "/intents", intent);
 			} catch (err) {
 				const error = err as SettlementError;
-				if (error.type !== "NETWORK_ERROR" || isCorsRefusal(error) || attempt >= this.submitAttempts) throw err;
+				const retryable = error.type === "NETWORK_ERROR" ? !isCorsRefusal(error) : error.code !== null && RETRYABLE_STATUS.has(error.code);
+				if (!retryable || attempt >= this.submitAttempts) throw err;
 				await sleep(100 * 2 ** (attempt - 1));
 			}
 		}
@@ -257,21 +264,32 @@ export class SettlementClient {
 	}
 
 	/**
-	 * The NETWORK_ERROR for a fetch that threw. In a page calling another origin, a CORS refusal
-	 * and a network drop are the same opaque TypeError; a no-cors probe of /health/live tells them
-	 * apart: if the service answers it, the service is reachable and the browser refused the answer.
+	 * The NETWORK_ERROR for a fetch that threw. In a page calling another origin, a CORS refusal, a
+	 * network drop and an answer without CORS headers (a proxy's 502, say) are the same opaque
+	 * TypeError. Two probes of /health/live, which the service's CORS rules cover, tell them apart:
+	 * - in CORS mode: answered, so this origin is allowed and the failure was not CORS (retry);
+	 * - refused, but answered in no-cors mode: the service is reachable and refuses this origin;
+	 * - neither: the service is unreachable.
 	 */
 	private async networkError(path: string, err: Error): Promise<SettlementError> {
 		const pageOrigin = crossOriginPage(this.baseUrl);
 		if (pageOrigin !== null) {
 			// Bounded: a probe that hangs is an unreachable service, not a reason to hang submit().
-			const reachable = await this.fetch(`${this.baseUrl}/health/live`, { mode: "no-cors", signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) }).then(
-				() => true,
-				() => false
-			);
-			if (reachable)
+			const probe = (mode: "cors" | "no-cors") =>
+				this.fetch(`${this.baseUrl}/health/live`, { mode, signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) }).then(
+					() => true,
+					() => false
+				);
+			if (await probe("cors"))
 				return new SettlementError(
-					`request to ${path} was refused by the browser, most likely by CORS: the service at ${this.baseUrl} answers, but not to this page's origin ${pageOrigin} (is it in the service's CORS_ORIGINS?)`,
+					`request to ${path} failed: ${err.message} (the service at ${this.baseUrl} answers this page's origin, so not a CORS refusal: the connection or a proxy failed)`,
+					"NETWORK_ERROR",
+					null,
+					{ cors: false, origin: pageOrigin }
+				);
+			if (await probe("no-cors"))
+				return new SettlementError(
+					`request to ${path} was refused by the browser by CORS: the service at ${this.baseUrl} answers, but not to this page's origin ${pageOrigin} (is it in the service's CORS_ORIGINS?)`,
 					"NETWORK_ERROR",
 					null,
 					{ cors: true, origin: pageOrigin }
@@ -290,7 +308,7 @@ function crossOriginPage(baseUrl: string): string | null {
 	return target === location.origin ? null : location.origin;
 }
 
-/** A NETWORK_ERROR that the probe showed to be the browser's CORS refusal: retrying gets the same refusal. */
+/** A NETWORK_ERROR that the probes showed to be the browser's CORS refusal: retrying gets the same refusal. */
 function isCorsRefusal(error: SettlementError): boolean {
 	return (error.data as { cors?: boolean } | undefined)?.cors === true;
 }

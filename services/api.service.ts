@@ -18,7 +18,7 @@ import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../l
 import { WORK_PAGE, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import { isReady, markDraining } from "./health";
-import { httpMetrics, wantsPrometheus } from "./metrics";
+import { httpMetrics, metricsForm } from "./metrics";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
 const MAX_BODY_BYTES = 65_536;
@@ -94,11 +94,12 @@ function toWireError(err: WireError): ServiceError {
  * duration and the request id (the client's x-request-id, or the one generated and returned in
  * that header). Health probes only at debug: a probe every few seconds is not traffic.
  */
-function accessLog(logger: Service["logger"], req: IncomingMessage, res: ServerResponse, level: "info" | "debug"): void {
+function accessLog(logger: Service["logger"], req: Request, res: ServerResponse, level: "info" | "debug"): void {
 	const started = process.hrtime.bigint();
 	res.once("finish", () => {
 		const ms = Number(process.hrtime.bigint() - started) / 1e6;
-		const path = (req.url ?? "").split("?")[0];
+		// moleculer-web rewrites req.url relative to the route (/health/live → /live); originalUrl is the request's.
+		const path = (req.originalUrl ?? req.url ?? "").split("?")[0];
 		const requestId = res.getHeader("x-request-id") ?? "-";
 		logger[level](`${req.method} ${path} ${res.statusCode} ${ms.toFixed(1)}ms request=${requestId}`);
 	});
@@ -116,6 +117,14 @@ function countRequest(metrics: ReturnType<typeof httpMetrics>, routeOf: (req: In
 		endTimer(labels);
 		metrics.requests.inc({ ...labels, status: String(res.statusCode) });
 	});
+}
+
+/**
+ * The token of `Authorization: Bearer <token>` (scheme in any case, then one token of visible
+ * ASCII), or null for anything else: no header, another scheme, no token, or more than one.
+ */
+export function bearerToken(authorization: string | undefined): string | null {
+	return /^bearer +([\x21-\x7e]+)$/i.exec(authorization ?? "")?.[1] ?? null;
 }
 
 /** SPEC §4 worker routes (x-api-key), each to the action that serves it. */
@@ -235,6 +244,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	const inFlight = new Set<ServerResponse>();
 	let draining = false;
 	let drained: () => void = () => {};
+	/** GET /openapi.json as last built (about 110 KB): rebuilt only when the registry changes. */
+	let openApiCache: OpenApiDocument | null = null;
 
 	const clientIp = (req: IncomingMessage): string => {
 		if (config.trustProxy) {
@@ -250,15 +261,16 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 
 	/**
 	 * METRICS_API_KEY set: the Prometheus text of GET /metrics takes `Authorization: Bearer <key>`
-	 * (Prometheus's own bearer auth), compared in constant time; missing → 401, wrong → 403, and
-	 * failures count towards 429 as the worker key's do. The JSON figures stay public.
+	 * (Prometheus's own bearer auth), compared in constant time; missing or malformed (another
+	 * scheme, `Bearer <key> junk`) → 401, wrong key → 403, and wrong keys count towards 429 as the
+	 * worker key's do. The JSON figures stay public.
 	 */
 	const isMetricsKey = config.metricsApiKey ? createKeyChecker([config.metricsApiKey]) : null;
 	function assertMetricsKey(req: IncomingMessage, res: ServerResponse): void {
 		if (!isMetricsKey) return;
 		assertNotThrottled(req, res);
-		const [scheme, token] = (req.headers.authorization ?? "").split(" ");
-		if (scheme?.toLowerCase() !== "bearer" || !token) {
+		const token = bearerToken(req.headers.authorization);
+		if (token === null) {
 			res.setHeader("WWW-Authenticate", 'Bearer realm="metrics"');
 			throw new ServiceError("UNAUTHORIZED", "The metrics in Prometheus form take Authorization: Bearer <METRICS_API_KEY>");
 		}
@@ -340,7 +352,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						},
 						"GET /ready"(this: { broker: Context["broker"] }, _req: IncomingMessage, res: ServerResponse) {
 							const ready = isReady(this.broker);
-							sendJson(res, ready ? 200 : 503, ready ? { status: "ready" } : new ServiceError("NOT_READY", "The service is starting or stopping"));
+							sendJson(res, ready ? 200 : 503, ready ? { status: "ready" } : new ServiceError("NOT_READY", "The service is starting or stopping"), ready ? {} : { "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) });
 						}
 					}
 				},
@@ -358,9 +370,13 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					path: "/",
 					...common,
 					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: clientIp } : undefined,
-					onBeforeCall(ctx: Context<unknown, { worker?: boolean; accept?: string }>, _route: unknown, req: Request, res: ServerResponse, alias?: { action?: string }) {
+					onBeforeCall(ctx: Context<unknown, { worker?: boolean; metricsForm?: string }>, _route: unknown, req: Request, res: ServerResponse, alias?: { action?: string }) {
 						assertInputPlacement(req);
-						if (alias?.action === "network.metrics" && wantsPrometheus(req.query?.format, req.headers.accept)) assertMetricsKey(req, res);
+						if (alias?.action === "network.metrics") {
+							// Decided once, here: the key is checked for the very form the action then serves.
+							ctx.meta.metricsForm = metricsForm(req.query?.format, req.headers.accept);
+							if (ctx.meta.metricsForm === "prometheus") assertMetricsKey(req, res);
+						}
 						const key = req.headers["x-api-key"];
 						if (typeof key === "string") {
 							// A key sent here is an authentication attempt like any other: wrong ones count.
@@ -368,7 +384,6 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 							ctx.meta.worker = isWorkerKey(key);
 							if (!ctx.meta.worker) authFailures.fail(clientIp(req), Date.now());
 						}
-						ctx.meta.accept = req.headers.accept;
 					},
 					aliases: PUBLIC_ROUTES
 				}
@@ -376,7 +391,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 
 			onError(this: { logger: Context["broker"]["logger"] }, req: IncomingMessage, res: ServerResponse, err: Error) {
 				const error = toWireError(err as WireError);
-				if (error.code >= 500 && error.type === "INTERNAL_ERROR") this.logger.error(`Unhandled error on ${req.method} ${req.url}:`, err);
+				if (error.code >= 500 && error.type === "INTERNAL_ERROR") this.logger.error(`Unhandled error on ${req.method} ${(req as Request).originalUrl ?? req.url}:`, err);
 				if (error.type === "RATE_LIMITED" && !res.headersSent && !res.hasHeader("Retry-After")) {
 					// moleculer-web's memory store keeps the end of the current window on the route.
 					const route = (req as { $route?: { rateLimit?: { store?: { resetTime?: number } } } }).$route;
@@ -411,14 +426,25 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 
 			/**
 			 * GET /openapi.json: OpenAPI 3.1 of every route, built from the route tables above and the
-			 * parameter schemas the actions validate with, as the registry knows them now.
+			 * parameter schemas the actions validate with, as the registry knows them; built once, and
+			 * again after the registry changes ($services.changed below).
 			 */
 			openapi: {
 				params: { $$strict: true },
 				handler(this: Service): OpenApiDocument {
-					const params = new Map(this.broker.registry.getActionList({ skipInternal: true }).map(item => [item.name, (item.action as { params?: Record<string, unknown> } | undefined)?.params]));
-					return openApiDocument(action => params.get(action));
+					if (!openApiCache) {
+						const params = new Map(this.broker.registry.getActionList({ skipInternal: true }).map(item => [item.name, (item.action as { params?: Record<string, unknown> } | undefined)?.params]));
+						openApiCache = openApiDocument(action => params.get(action));
+					}
+					return openApiCache;
 				}
+			}
+		},
+
+		events: {
+			/** A service came, went or changed (here or on another node): its actions' schemas may differ. */
+			"$services.changed"() {
+				openApiCache = null;
 			}
 		},
 
@@ -472,20 +498,22 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						const isHealth = req.url?.startsWith("/health/");
 						accessLog(this.logger, req, res, isHealth ? "debug" : "info");
 						countRequest(metrics, routeOf, req, res);
-						if (draining && !isHealth) {
-							res.shouldKeepAlive = false;
-							return sendJson(res, 503, new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance"), { connection: "close" });
-						}
+						// First, so that every answer below carries it: a browser reads an answer without
+						// its CORS headers as an opaque network error, not as the 503 or 413 it is.
 						const cors = decideCors(corsRules, req.method ?? "", (req.url ?? "").split("?")[0], req.headers.origin, req.headers["access-control-request-method"] as string | undefined);
+						const closing: Record<string, string> = draining ? { connection: "close" } : {};
+						if (draining) res.shouldKeepAlive = false;
 						if (cors.kind === "preflight") {
 							// Answered here: a preflight never runs the action of the route it asks about.
 							if (cors.status === 204) {
-								res.writeHead(204, { ...cors.headers, "content-length": "0" });
+								res.writeHead(204, { ...cors.headers, ...closing, "content-length": "0" });
 								return void res.end();
 							}
-							return sendJson(res, 403, new ServiceError("FORBIDDEN", "Cross-origin requests are not allowed here"), cors.headers);
+							return sendJson(res, 403, new ServiceError("FORBIDDEN", "Cross-origin requests are not allowed here"), { ...cors.headers, ...closing });
 						}
 						if (cors.kind === "actual") for (const [name, value] of Object.entries(cors.headers)) res.setHeader(name, value);
+						if (draining && !isHealth)
+							return sendJson(res, 503, new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance"), { ...closing, "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) });
 						if (Number(req.headers["content-length"] ?? 0) > MAX_BODY_BYTES) {
 							res.shouldKeepAlive = false;
 							return sendJson(res, 413, new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`), { connection: "close" });

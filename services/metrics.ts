@@ -110,17 +110,60 @@ export function sweepMetrics(broker: ServiceBroker) {
 	return counter(broker, "scs_sweep_results_total", "Items the sweeps handled, by sweep and result.", ["sweep", "result"]);
 }
 
-/** GET /metrics answers Prometheus text for ?format=prometheus, or for `accept: text/plain` without a format. */
-export function wantsPrometheus(format: unknown, accept: string | undefined): boolean {
-	return format === "prometheus" || (format === undefined && /\btext\/plain\b/.test(accept ?? ""));
+export type MetricsForm = "prometheus" | "json";
+
+/** One media range of an Accept header: `type/subtype` in lower case, and its weight. */
+function mediaRanges(accept: string): { range: string; q: number }[] {
+	const ranges: { range: string; q: number }[] = [];
+	for (const part of accept.split(",")) {
+		const [range, ...params] = part.split(";").map(s => s.trim().toLowerCase());
+		if (!range) continue;
+		const qParam = params.find(p => p.startsWith("q="));
+		const q = qParam === undefined ? 1 : Number(qParam.slice(2));
+		// A weight that is not one (RFC 9110 §12.4.2) says nothing: the range is left out.
+		if (qParam !== undefined && (qParam.length < 3 || !Number.isFinite(q) || q < 0 || q > 1)) continue;
+		ranges.push({ range, q });
+	}
+	return ranges;
 }
 
-/** This process's metrics in JSON, the families named in `names` or all of them. */
+/** The weight Accept gives a type: that of its most specific matching range (`ranges` most specific first), 0 if none matches. */
+function weight(accepted: { range: string; q: number }[], ranges: readonly string[]): number {
+	for (const range of ranges) {
+		const matching = accepted.filter(a => a.range === range);
+		if (matching.length) return Math.max(...matching.map(a => a.q));
+	}
+	return 0;
+}
+
+/**
+ * Which form GET /metrics answers: Prometheus text for `?format=prometheus`; any other format is
+ * JSON (or refused by the action's schema); without one, Prometheus text only when Accept weighs
+ * text/plain above 0 and strictly above application/json, for which the ranges application/(any)
+ * and (any)/(any) count. So Prometheus's own Accept (text/plain;version=0.0.4;q=0.3, then any type
+ * at q=0.2) gets text, and curl's (any type) JSON.
+ */
+export function metricsForm(format: unknown, accept: string | undefined): MetricsForm {
+	if (format !== undefined) return format === "prometheus" ? "prometheus" : "json";
+	const accepted = mediaRanges(accept ?? "");
+	const text = weight(accepted, ["text/plain", "text/*"]);
+	const json = weight(accepted, ["application/json", "application/*", "*/*"]);
+	return text > 0 && text > json ? "prometheus" : "json";
+}
+
+/**
+ * This process's metrics in JSON: all of them, or only the families named, read from the
+ * services' registry alone (the public JSON figures never need the runtime metrics, whose
+ * collection reads /proc on every call).
+ */
 async function snapshot(broker: ServiceBroker, names?: string[]): Promise<MetricFamily[]> {
-	const families = [...(await runtimeRegistry().getMetricsAsJSON()), ...(await serviceRegistry(broker).getMetricsAsJSON())] as unknown as MetricFamily[];
-	return families
-		.filter(family => !names || names.includes(family.name))
-		.map(family => ({ ...family, values: family.values.map(value => ({ ...value, value: Number.isFinite(value.value) ? value.value : String(value.value) })) }));
+	const registry = serviceRegistry(broker);
+	const families = (
+		names
+			? await Promise.all(names.map(name => registry.getSingleMetric(name)?.get()).filter(family => family !== undefined))
+			: [...(await runtimeRegistry().getMetricsAsJSON()), ...(await registry.getMetricsAsJSON())]
+	) as unknown as MetricFamily[];
+	return families.map(family => ({ ...family, values: family.values.map(value => ({ ...value, value: Number.isFinite(value.value) ? value.value : String(value.value) })) }));
 }
 
 /** In every process: its own metrics, for the gateway's GET /metrics. */

@@ -9,7 +9,7 @@ import type { EpochStatus, MempoolStatus, Metrics, NetworkOverview, SettlementNe
 import type { TotalsSnapshot } from "../lib/intent-totals";
 import { PUBLIC_STATUS, type IntentState, type PublicStatus } from "../lib/intents";
 import { AggregatorRegistry, Counter, Gauge, Registry } from "prom-client";
-import { histogramQuantile, wantsPrometheus, type MetricFamily } from "./metrics";
+import { histogramQuantile, type MetricFamily, type MetricsForm } from "./metrics";
 
 const SECTIONS = ["epoch", "crankers", "counts"] as const;
 type Section = (typeof SECTIONS)[number];
@@ -120,13 +120,14 @@ export function networkService(config: Config): ServiceSchema {
 			},
 
 			/**
-			 * GET /metrics (JSON), or Prometheus text with ?format=prometheus or `accept: text/plain`:
-			 * the cluster's, whichever gateway answers (the gateway checks METRICS_API_KEY for the text).
+			 * GET /metrics (JSON), or Prometheus text: the cluster's, whichever gateway answers. The
+			 * gateway decides the form (metricsForm: ?format, else Accept) and checks METRICS_API_KEY
+			 * for the text; this reads only its decision, so what is served is what was authorized.
 			 */
 			metrics: {
 				params: { $$strict: true, format: { type: "enum", values: ["json", "prometheus"], optional: true } },
-				async handler(ctx: Context<{ format?: "json" | "prometheus" }, { accept?: string; $responseType?: string }>): Promise<Metrics | string> {
-					const prometheus = wantsPrometheus(ctx.params.format, ctx.meta.accept);
+				async handler(ctx: Context<{ format?: "json" | "prometheus" }, { metricsForm?: MetricsForm; $responseType?: string }>): Promise<Metrics | string> {
+					const prometheus = ctx.meta.metricsForm === "prometheus";
 					const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, prometheus ? undefined : [VERIFICATIONS, VERIFICATION_DURATION])]);
 					if (prometheus) {
 						const crankers = await ctx.call<CrankerSummary>("crankers.summary");

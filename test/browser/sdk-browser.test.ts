@@ -3,7 +3,8 @@
  * from another origin than the API's, and the page signs and submits an intent through the SDK,
  * bundled for the browser with esbuild, against the real service. Between the page and the
  * service a transparent proxy records every request the browser sends (preflights included), so
- * the test sees what crossed the wire: the preflight's 204, a CORS refusal's single attempt.
+ * the test sees what crossed the wire: the preflight's 204, a CORS refusal's single attempt, the
+ * retry after an answer the proxy gave without CORS headers (a 502 it makes up on request).
  */
 import { build } from "esbuild";
 import fs from "node:fs";
@@ -14,6 +15,7 @@ import { gzipSync } from "node:zlib";
 import { chromium, type Browser, type Page } from "playwright-core";
 import type { GenesisRoute } from "../../lib/registry";
 import { MINT, newRoute, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import type { Service } from "moleculer";
 import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
 
 /** The SDK as the page sees it: the global the IIFE bundle defines. */
@@ -57,6 +59,8 @@ describeInBrowser("the SDK in headless Chromium", () => {
 	/** The API as the browser reaches it: the proxy in front of the service. */
 	let api: string;
 	const seen: Seen[] = [];
+	/** How many of the next POST /intents the proxy answers itself: 502, without CORS headers, as a load balancer that lost the service does. */
+	let badGateways = 0;
 
 	beforeAll(async () => {
 		const result = await build({ entryPoints: [path.resolve(__dirname, "../../sdk/index.ts")], bundle: true, platform: "browser", format: "iife", globalName: "SettlementSDK", target: "es2022", minify: true, write: false, logLevel: "warning" });
@@ -78,6 +82,12 @@ describeInBrowser("the SDK in headless Chromium", () => {
 		const proxy = http.createServer((req, res) => {
 			const entry: Seen = { method: req.method ?? "", path: req.url ?? "", origin: req.headers.origin, status: 0 };
 			seen.push(entry);
+			if (badGateways > 0 && req.method === "POST" && req.url === "/intents") {
+				badGateways--;
+				entry.status = 502;
+				req.resume();
+				return void res.writeHead(502, { "content-type": "text/html" }).end("<h1>502 Bad Gateway</h1>");
+			}
 			const upstream = http.request(node.url + req.url, { method: req.method, headers: req.headers }, answer => {
 				entry.status = answer.statusCode ?? 0;
 				res.writeHead(entry.status, answer.headers);
@@ -188,15 +198,20 @@ describeInBrowser("the SDK in headless Chromium", () => {
 		const refusal = { name: "SettlementError", type: "NETWORK_ERROR", code: null, data: { cors: true, origin: otherOrigin } };
 		expect(result.resolved).toMatchObject(refusal);
 		expect(result.submitted).toMatchObject(refusal);
-		expect(result.submitted!.message).toMatch(/refused by the browser, most likely by CORS: .* answers, .* CORS_ORIGINS/);
+		expect(result.submitted!.message).toMatch(/refused by the browser by CORS: .* answers, .* CORS_ORIGINS/);
 		expect(result.submitted!.message).toContain(otherOrigin);
 		// One preflight, refused, and no POST: the SDK did not retry (submitAttempts is 3). Each
-		// failure cost one no-cors probe of /health/live, which is what told CORS from a network drop.
+		// failure cost two probes of /health/live: in CORS mode (refused to this origin, so it may be
+		// CORS), then no-cors (answered, so the service is reachable: it is CORS).
+		const probes = [
+			{ method: "GET", path: "/health/live", origin: otherOrigin, status: 200 }, // answered, without CORS headers for this origin
+			{ method: "GET", path: "/health/live", origin: undefined, status: 200 } // a no-cors GET carries no Origin
+		];
 		expect(since(mark)).toEqual([
 			{ method: "GET", path: `/registry/tins/${route.tin}`, origin: otherOrigin, status: 200 },
-			{ method: "GET", path: "/health/live", origin: undefined, status: 200 }, // a no-cors GET carries no Origin
+			...probes,
 			{ method: "OPTIONS", path: "/intents", origin: otherOrigin, status: 403 },
-			{ method: "GET", path: "/health/live", origin: undefined, status: 200 }
+			...probes
 		]);
 		const listed = (await node.http("GET", "/intents?limit=500", undefined, worker)).body as { paymentId: string }[];
 		expect(listed.filter(intent => intent.paymentId === fields.paymentId)).toEqual([]);
@@ -231,9 +246,75 @@ describeInBrowser("the SDK in headless Chromium", () => {
 			},
 			{ unreachable, route, fields }
 		);
-		expect(result.calls).toEqual(Array(3).fill(["POST /intents cors", "GET /health/live no-cors"]).flat());
+		expect(result.calls).toEqual(Array(3).fill(["POST /intents cors", "GET /health/live cors", "GET /health/live no-cors"]).flat());
 		expect(result.error).toMatchObject({ type: "NETWORK_ERROR", data: { cors: false, origin: allowedOrigin } });
 		expect(result.error!.message).toMatch(/unreachable from this page/);
 		await page.context().close();
+	});
+
+	it("from an allowed origin, an error answer without CORS headers (a proxy's 502) is retried with the same body: not a CORS refusal", async () => {
+		const page = await openPage(allowedOrigin);
+		const fields = paymentFields();
+		const mark = seen.length;
+		badGateways = 1;
+		const result = await page.evaluate(
+			async ({ api, route, fields }) => {
+				const { LocalKeypairSigner, SettlementClient } = (globalThis as unknown as { SettlementSDK: Sdk }).SettlementSDK;
+				const client = new SettlementClient({ baseUrl: api, submitAttempts: 3 });
+				const intent = await client.signPayment(LocalKeypairSigner.generate(), { ...fields, recipientTin: route.tin, route });
+				return client.submit(intent).then(
+					record => ({ record, error: null }),
+					(err: { type: string; message: string; data?: unknown }) => ({ record: null, error: { type: err.type, message: err.message, data: err.data } })
+				);
+			},
+			{ api, route, fields }
+		);
+		expect(badGateways).toBe(0);
+		expect(result.error).toBeNull();
+		expect(result.record).toMatchObject({ paymentId: fields.paymentId, status: "pending" });
+		// The 502 reached the page as an opaque TypeError; the CORS-mode probe was answered, so the
+		// origin is allowed and the SDK retried. (Preflights, which Chromium may cache, left out.)
+		expect(since(mark).filter(request => request.method !== "OPTIONS")).toEqual([
+			{ method: "POST", path: "/intents", origin: allowedOrigin, status: 502 },
+			{ method: "GET", path: "/health/live", origin: allowedOrigin, status: 200 },
+			{ method: "POST", path: "/intents", origin: allowedOrigin, status: 201 }
+		]);
+		const listed = (await node.http("GET", "/intents?limit=500", undefined, worker)).body as { paymentId: string }[];
+		expect(listed.filter(intent => intent.paymentId === fields.paymentId)).toHaveLength(1);
+		await page.context().close();
+	});
+
+	it("from an allowed origin, a draining service's 503 SHUTTING_DOWN is readable (CORS headers) and submit retries it", async () => {
+		const draining = await startNode({ CORS_ORIGINS: allowedOrigin });
+		try {
+			await (draining.broker.getLocalService("api") as unknown as Service & { drain(): Promise<void> }).drain();
+			const page = await openPage(allowedOrigin);
+			const fields = paymentFields();
+			const result = await page.evaluate(
+				async ({ url, route, fields }) => {
+					const { LocalKeypairSigner, SettlementClient } = (globalThis as unknown as { SettlementSDK: Sdk }).SettlementSDK;
+					const calls: string[] = [];
+					const counting: typeof fetch = async (input, init) => {
+						const answer = await fetch(input, init);
+						calls.push(`${init?.method ?? "GET"} ${new URL(String(input)).pathname} ${answer.status}`);
+						return answer;
+					};
+					const client = new SettlementClient({ baseUrl: url, fetch: counting, submitAttempts: 3 });
+					const intent = await client.signPayment(LocalKeypairSigner.generate(), { ...fields, recipientTin: route.tin, route });
+					const error = await client.submit(intent).then(
+						() => null,
+						(err: { type: string; code: number | null }) => ({ type: err.type, code: err.code })
+					);
+					return { calls, error };
+				},
+				{ url: draining.url, route, fields }
+			);
+			// Read as the service's answer, not a network error: no probe, and every attempt used.
+			expect(result.error).toEqual({ type: "SHUTTING_DOWN", code: 503 });
+			expect(result.calls).toEqual(Array(3).fill("POST /intents 503"));
+			await page.context().close();
+		} finally {
+			await draining.stop();
+		}
 	});
 });

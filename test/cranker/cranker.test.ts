@@ -252,8 +252,10 @@ describe("Cranker process", () => {
 describe("Cranker metrics", () => {
 	itWithPromtool("serves /health and Prometheus /metrics on CRANKER_METRICS_PORT: promtool passes and its settlement counters move", async () => {
 		const mint = h.chain.createMint(6);
-		const run = h.crankerProcess(h.crankerEnv(await h.crankerKey(mint), { CRANKER_METRICS_PORT: "0", CRANKER_METRICS_HOST: "127.0.0.1" }));
+		// No CRANKER_METRICS_HOST: the unauthenticated server binds this machine only unless told otherwise.
+		const run = h.crankerProcess(h.crankerEnv(await h.crankerKey(mint), { CRANKER_METRICS_PORT: "0" }));
 		const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);
+		expect(run.output()).toMatch(/"message":"metrics and health served".*"host":"127\.0\.0\.1"/);
 		const intent = await h.pay(mint, "4200");
 		await executed(intent.id);
 

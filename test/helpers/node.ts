@@ -11,7 +11,7 @@ import type { ServiceBroker } from "moleculer";
 import { loadConfig, type Config } from "../../lib/config";
 import { RequestSigner } from "../../lib/http-signature";
 import { createNode, stopNode } from "../../services";
-import { contractViolation } from "./contract";
+import { contractViolation, type ContractOptions } from "./contract";
 import { signingKey, type Wallet } from "./fixtures";
 
 export const API_KEY = "test-worker-key-0123456789";
@@ -33,7 +33,8 @@ export interface HttpResponse<T = any> {
 	headers: Headers;
 }
 
-export type Http = (method: string, path: string, body?: unknown, headers?: Record<string, string>) => Promise<HttpResponse>;
+/** `options`: what the contract check (./contract.ts) lets through, such as a 500 a test provokes on purpose. */
+export type Http = (method: string, path: string, body?: unknown, headers?: Record<string, string>, options?: ContractOptions) => Promise<HttpResponse>;
 
 export function tempDir(prefix = "scs-test-"): string {
 	return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
@@ -64,14 +65,14 @@ export async function startNode(env: Record<string, string> = {}, dataDir = temp
  * it does not describe fails the request, and so the test that made it.
  */
 export function httpClient(url: string, defaultHeaders: Record<string, string> = {}): Http {
-	return async (method, route, body, headers = {}) => {
+	return async (method, route, body, headers = {}, options = {}) => {
 		const response = await fetch(url + route, {
 			method,
 			headers: { ...(body !== undefined ? { "content-type": "application/json" } : {}), ...defaultHeaders, ...headers },
 			body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body)
 		});
 		const text = await response.text();
-		const violation = contractViolation(method, route.split("?")[0], response.status, response.headers.get("content-type"), text);
+		const violation = contractViolation({ method, path: route.split("?")[0], status: response.status, headers: response.headers, text }, options);
 		if (violation) throw new Error(`Contract (docs/api.md, GET /openapi.json): ${method} ${route} answered ${response.status}: ${violation}\nbody: ${text.slice(0, 500)}`);
 		let parsed: unknown = text;
 		try {
@@ -91,11 +92,11 @@ const signers = new Map<string, RequestSigner>();
 /** An Http that signs every request as `cranker` (SPEC §6.1), with the worker key; `headers` override. */
 export function crankerClient(url: string, cranker: Wallet, apiKey = API_KEY): Http {
 	const http = httpClient(url);
-	return async (method, route, body, headers = {}) => {
+	return async (method, route, body, headers = {}, options = {}) => {
 		const text = body === undefined ? "" : typeof body === "string" ? body : JSON.stringify(body);
 		let signer = signers.get(cranker.address);
 		if (!signer) signers.set(cranker.address, (signer = new RequestSigner(signingKey(cranker))));
 		const signature = await signer.sign({ method, url: url + route, body: text });
-		return http(method, route, body === undefined ? undefined : text, { "x-api-key": apiKey, ...signature, ...headers });
+		return http(method, route, body === undefined ? undefined : text, { "x-api-key": apiKey, ...signature, ...headers }, options);
 	};
 }

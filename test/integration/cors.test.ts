@@ -4,6 +4,8 @@
  * CORS; without CORS_ORIGINS no route does. A real browser's view of the same rules is
  * test/browser/sdk-browser.test.ts (Debian Chromium).
  */
+import net from "node:net";
+import type { Service } from "moleculer";
 import type { GenesisRoute } from "../../lib/registry";
 import { newRoute, newWallet, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
@@ -16,7 +18,8 @@ let route: GenesisRoute;
 beforeAll(async () => {
 	const dataDir = tempDir();
 	route = newRoute();
-	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), CORS_ORIGINS: `${APP},http://localhost:5173` }, dataDir);
+	// Rate limited (generously): its x-rate-limit-* headers must be readable by the page.
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), CORS_ORIGINS: `${APP},http://localhost:5173`, RATE_LIMIT_PER_MIN: "100000" }, dataDir);
 	closed = await startNode();
 });
 afterAll(async () => {
@@ -73,4 +76,61 @@ test("an origin not allowed, or no CORS_ORIGINS at all: no CORS headers anywhere
 	const closedPreflight = await preflight(closed, "/intents", "POST");
 	expect(closedPreflight.status).toBe(403);
 	expect(closedPreflight.headers.get("access-control-allow-origin")).toBeNull();
+});
+
+test("the page may read every header an answer carries for it: request id, location and moleculer-web's x-rate-limit-*", async () => {
+	const submitted = await fetch(`${node.url}/intents`, { method: "POST", headers: { origin: APP, "content-type": "application/json" }, body: JSON.stringify(signedIntent(newWallet(), route)) });
+	expect(submitted.status).toBe(201);
+	const exposed = (submitted.headers.get("access-control-expose-headers") ?? "").split(",").map(name => name.trim());
+	const rateLimit = [...submitted.headers.keys()].filter(name => name.startsWith("x-rate-limit"));
+	expect(rateLimit.sort()).toEqual(["x-rate-limit-limit", "x-rate-limit-remaining", "x-rate-limit-reset"]);
+	for (const name of [...rateLimit, "x-request-id", "location"]) expect({ name, exposed: exposed.includes(name) }).toEqual({ name, exposed: true });
+});
+
+/** One request written by hand (fetch would send the body it declares); the raw answer, up to the close. */
+function rawRequest(target: TestNode, head: string): Promise<string> {
+	const { port } = new URL(target.url);
+	return new Promise((resolve, reject) => {
+		const socket = net.connect(Number(port), "127.0.0.1", () => socket.write(head));
+		let answer = "";
+		socket.on("data", chunk => (answer += chunk.toString("latin1")));
+		socket.on("end", () => resolve(answer));
+		socket.on("error", reject);
+	});
+}
+
+test("a body declared too large is refused (413) with the CORS headers, so the page reads the refusal", async () => {
+	const answer = await rawRequest(node, `POST /intents HTTP/1.1\r\nhost: x\r\norigin: ${APP}\r\ncontent-type: application/json\r\ncontent-length: 70000\r\n\r\n`);
+	expect(answer).toMatch(/^HTTP\/1\.1 413 /);
+	expect(answer).toMatch(new RegExp(`\r\naccess-control-allow-origin: ${APP.replace(/\./g, "\\.")}\r\n`, "i"));
+	expect(answer).toMatch(/"type":"PAYLOAD_TOO_LARGE"/);
+	// Not for an origin that is not allowed.
+	const other = await rawRequest(node, `POST /intents HTTP/1.1\r\nhost: x\r\norigin: https://evil.example\r\ncontent-type: application/json\r\ncontent-length: 70000\r\n\r\n`);
+	expect(other).toMatch(/^HTTP\/1\.1 413 /);
+	expect(other).not.toMatch(/access-control-allow-origin/i);
+});
+
+test("while draining: new requests get 503 SHUTTING_DOWN with the CORS headers and retry-after; preflights and health still answer", async () => {
+	const draining = await startNode({ CORS_ORIGINS: APP });
+	try {
+		await (draining.broker.getLocalService("api") as unknown as Service & { drain(): Promise<void> }).drain();
+		const refused = await draining.http("POST", "/intents", signedIntent(newWallet(), route), { origin: APP });
+		expect(refused.status).toBe(503);
+		expect(refused.body).toMatchObject({ type: "SHUTTING_DOWN", code: 503 });
+		expect(refused.headers.get("access-control-allow-origin")).toBe(APP);
+		expect(refused.headers.get("access-control-expose-headers")).toContain("retry-after");
+		expect(refused.headers.get("retry-after")).toBe("1");
+		expect(refused.headers.get("connection")).toBe("close");
+		const asked = await preflight(draining, "/intents", "POST");
+		expect(asked.status).toBe(204);
+		expect(asked.headers.get("access-control-allow-origin")).toBe(APP);
+		const live = await fetch(`${draining.url}/health/live`, { headers: { origin: APP } });
+		expect(live.status).toBe(200);
+		expect(live.headers.get("access-control-allow-origin")).toBe(APP);
+		const ready = await draining.http("GET", "/health/ready");
+		expect(ready.status).toBe(503);
+		expect(ready.headers.get("retry-after")).toBe("1");
+	} finally {
+		await draining.stop();
+	}
 });

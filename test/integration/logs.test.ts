@@ -41,6 +41,15 @@ test("one access line per request at info, with the client's x-request-id, which
 	expect(proc.output()).not.toMatch(/GET \/health\/ready 200/);
 });
 
+test("access lines name the path as requested, also on routes moleculer-web rewrites (the health routes, at debug)", async () => {
+	const { proc, url } = await start({ LOG_LEVEL: "debug" });
+	expect((await fetch(`${url}/health/live?probe=1`)).status).toBe(200);
+	const line = await waitFor(() => proc.output().split("\n").find(l => / GET \/health\/live 200 /.test(l)), 5000, "the health access line");
+	expect(line).toMatch(/DEBUG .*GET \/health\/live 200 \d+\.\dms request=\S+$/);
+	// Never the route-relative path moleculer-web leaves in req.url.
+	expect(proc.output()).not.toMatch(/ GET \/live \d{3} /);
+});
+
 test("LOG_FORMAT=json: every line is one JSON object with an ISO time", async () => {
 	const { proc, url } = await start({ LOG_FORMAT: "json" });
 	await fetch(`${url}/epoch/status`);

@@ -3,9 +3,11 @@
  * `promtool check metrics`, requests are counted per route template, the verification, lease,
  * payout and sweep figures move, and METRICS_API_KEY guards the text (never the JSON).
  */
+import { Registry } from "prom-client";
 import { ConfigError, loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
-import { histogramQuantile } from "../../services/metrics";
+import { bearerToken } from "../../services/api.service";
+import { histogramQuantile, metricsForm } from "../../services/metrics";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 import { itWithPromtool, promtoolCheck } from "../helpers/promtool";
@@ -125,6 +127,12 @@ describe("METRICS_API_KEY", () => {
 			expect(missing.body).toEqual({ name: "UnauthorizedError", message: expect.any(String), code: 401, type: "UNAUTHORIZED" });
 			expect(missing.headers.get("www-authenticate")).toMatch(/^Bearer/);
 		}
+		// Exactly `Bearer <token>`: anything after the token makes the header malformed, a 401 like a missing one.
+		for (const authorization of [`Bearer ${METRICS_KEY} junk`, `Bearer ${METRICS_KEY} ${METRICS_KEY}`, "Bearer", METRICS_KEY]) {
+			const malformed = await guarded.http("GET", "/metrics?format=prometheus", undefined, { authorization });
+			expect({ authorization, status: malformed.status }).toEqual({ authorization, status: 401 });
+		}
+		expect(await scrape(guarded, { authorization: `bearer ${METRICS_KEY}` })).toMatch(/^# TYPE scs_intents gauge$/m);
 		const wrong = await guarded.http("GET", "/metrics?format=prometheus", undefined, { authorization: `Bearer ${METRICS_KEY}x` });
 		expect(wrong.status).toBe(403);
 		expect(wrong.body).toEqual({ name: "ForbiddenError", message: expect.any(String), code: 403, type: "FORBIDDEN" });
@@ -146,6 +154,82 @@ describe("METRICS_API_KEY", () => {
 			expect(status).toBe(200);
 			expect(body).toMatchObject({ intents: expect.any(Object), verification: expect.any(Object) });
 		}
+	});
+
+	it("serves exactly the form the gateway authorized: JSON, public, whenever Accept does not prefer text", async () => {
+		const asks: [string, Record<string, string>][] = [
+			["/metrics", { accept: "application/json;q=0.9, text/plain;q=0.1" }],
+			["/metrics", { accept: "text/plain;q=0" }],
+			["/metrics", { accept: "*/*" }],
+			["/metrics?format=json", { accept: "text/plain" }]
+		];
+		for (const [path, headers] of asks) {
+			const answer = await guarded.http("GET", path, undefined, headers);
+			expect({ path, headers, status: answer.status, type: answer.headers.get("content-type") }).toEqual({ path, headers, status: 200, type: "application/json; charset=utf-8" });
+			expect(answer.body).toMatchObject({ intents: expect.any(Object) });
+		}
+		// Prometheus's own Accept, with the key: the text.
+		const text = await guarded.http("GET", "/metrics", undefined, { accept: "text/plain;version=0.0.4;q=0.3,*/*;q=0.2", authorization: `Bearer ${METRICS_KEY}` });
+		expect(text.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8");
+		expect(text.body).toMatch(/^# TYPE scs_intents gauge$/m);
+	});
+});
+
+describe("GET /metrics JSON reads only the families it shows", () => {
+	it("never collects the process and runtime metrics (a readdir of /proc/self/fd and more per call)", async () => {
+		const reads = jest.spyOn(Registry.prototype, "getMetricsAsJSON");
+		try {
+			expect((await node.http("GET", "/metrics")).body.verification).toMatchObject({ unrecorded: 1 });
+			// The one registry holding the runtime metrics is never asked for all its families.
+			const runtimeReads = reads.mock.contexts.filter(registry => (registry as Registry).getSingleMetric("process_cpu_user_seconds_total") !== undefined);
+			expect(runtimeReads).toHaveLength(0);
+			// The Prometheus text does read them: the spy sees what it should.
+			await scrape();
+			expect(reads.mock.contexts.filter(registry => (registry as Registry).getSingleMetric("process_cpu_user_seconds_total") !== undefined).length).toBeGreaterThan(0);
+		} finally {
+			reads.mockRestore();
+		}
+	});
+});
+
+describe("metricsForm (GET /metrics: Prometheus text or JSON)", () => {
+	it("?format decides when given", () => {
+		expect(metricsForm("prometheus", "application/json")).toBe("prometheus");
+		expect(metricsForm("json", "text/plain")).toBe("json");
+		// Another value is JSON here, and refused by the action's schema.
+		expect(metricsForm("xml", "text/plain")).toBe("json");
+		expect(metricsForm(["prometheus", "json"], "text/plain")).toBe("json");
+	});
+
+	it("without it, text only when text/plain weighs more than 0 and strictly more than JSON", () => {
+		const cases: [string | undefined, "prometheus" | "json"][] = [
+			[undefined, "json"],
+			["", "json"],
+			["*/*", "json"], // curl
+			["application/json", "json"],
+			["text/plain", "prometheus"],
+			["TEXT/PLAIN; charset=utf-8", "prometheus"],
+			["text/plain;version=0.0.4;q=0.3,*/*;q=0.2", "prometheus"], // Prometheus 2
+			["application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2", "prometheus"],
+			["application/json;q=0.9, text/plain;q=0.1", "json"],
+			["text/plain;q=0", "json"],
+			["text/plain;q=0.5, application/*;q=0.5", "json"], // a tie is JSON
+			["text/plain;q=0.5, application/*;q=0.4", "prometheus"],
+			["text/*", "prometheus"],
+			["text/html, */*;q=0.8", "json"], // a browser
+			["text/plain;q=2", "json"], // not a weight: the range says nothing
+			["text/plain;q=abc, application/json;q=0.1", "json"]
+		];
+		for (const [accept, form] of cases) expect({ accept, form: metricsForm(undefined, accept) }).toEqual({ accept, form });
+	});
+});
+
+describe("bearerToken (Authorization of the Prometheus text)", () => {
+	it("takes exactly `Bearer <token>`, the scheme in any case", () => {
+		expect(bearerToken("Bearer abc.DEF-123")).toBe("abc.DEF-123");
+		expect(bearerToken("bearer abc")).toBe("abc");
+		expect(bearerToken("BEARER  abc")).toBe("abc");
+		for (const malformed of [undefined, "", "Bearer", "Bearer ", "Bearer abc junk", "Basic abc", "Bearerabc", "abc", "Bearer abc\tjunk"]) expect({ malformed, token: bearerToken(malformed) }).toEqual({ malformed, token: null });
 	});
 });
 

@@ -10,6 +10,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import ts from "typescript";
 import { ERROR_STATUS } from "../../lib/errors";
+import { networkService } from "../../services/network.service";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 
 const ROOT = path.join(__dirname, "../..");
@@ -30,6 +31,13 @@ beforeAll(async () => {
 });
 afterAll(() => node.stop());
 
+async function waitUntil(check: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+	for (const deadline = Date.now() + timeoutMs; !(await check()); ) {
+		if (Date.now() > deadline) throw new Error("the condition did not hold in time");
+		await new Promise(resolve => setTimeout(resolve, 20));
+	}
+}
+
 /** moleculer-web's `:name` segments in OpenAPI's `{name}` form. */
 const openApiPath = (route: string) => route.replace(/:([A-Za-z_]\w*)/g, "{$1}");
 const operations = () => Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([route, ops]) => Object.entries(ops).map(([method, op]) => ({ route, method, op })));
@@ -42,6 +50,32 @@ describe("GET /openapi.json", () => {
 		const served = api.aliases.map(alias => `${alias.method} ${openApiPath(alias.fullPath)}`);
 		expect(new Set(documented)).toEqual(new Set(served));
 		expect(documented).toHaveLength(served.length);
+	});
+
+	it("is built once and rebuilt when the registry changes, still documenting exactly the routes served", async () => {
+		const served = () => {
+			const api = node.broker.getLocalService("api") as unknown as { aliases: { method: string; fullPath: string }[] };
+			return new Set(api.aliases.map(alias => `${alias.method} ${openApiPath(alias.fullPath)}`));
+		};
+		const documented = (document: any) => new Set(Object.entries(document.paths as Record<string, object>).flatMap(([route, ops]) => Object.keys(ops).map(method => `${method.toUpperCase()} ${route}`)));
+		const metricsParams = async () => ((await node.http("GET", "/openapi.json")).body.paths["/metrics"].get.parameters ?? []).map((p: { name: string }) => p.name);
+		expect((await node.http("GET", "/openapi.json")).body).toEqual(doc);
+		expect(await metricsParams()).toEqual(["format"]);
+		// Built once: a local call answers the very object the last one did.
+		const built = await node.broker.call("api.openapi");
+		expect(await node.broker.call("api.openapi")).toBe(built);
+		// The network service goes: its actions' schemas leave the registry, and the document follows.
+		const network = node.broker.getLocalService("network")!;
+		await node.broker.destroyService(network);
+		await waitUntil(async () => (await metricsParams()).length === 0);
+		expect(documented((await node.http("GET", "/openapi.json")).body)).toEqual(served());
+		// It comes back: so do they.
+		node.broker.createService(networkService(node.config));
+		await waitUntil(async () => (await metricsParams()).length === 1);
+		expect(await node.broker.call("api.openapi")).not.toBe(built);
+		const rebuilt = (await node.http("GET", "/openapi.json")).body;
+		expect(documented(rebuilt)).toEqual(served());
+		expect(rebuilt).toEqual(doc);
 	});
 
 	it("takes each operation's input from the schema its action validates with", () => {

@@ -93,6 +93,34 @@ describe("SettlementClient", () => {
 		expect(calls).toEqual(["POST /intents", "POST /intents", "POST /intents"]);
 	});
 
+	it("retries a 503 (a draining service) with the same body, but never a refusal such as a 4xx", async () => {
+		const draining = await startNode();
+		try {
+			await (draining.broker.getLocalService("api") as unknown as { drain(): Promise<void> }).drain();
+			const statuses: number[] = [];
+			const counting: typeof fetch = async (input, init) => {
+				const answer = await fetch(input, init);
+				statuses.push(answer.status);
+				return answer;
+			};
+			const drained = new SettlementClient({ baseUrl: draining.url, fetch: counting, submitAttempts: 3 });
+			const intent = await drained.signPayment(LocalKeypairSigner.generate(), payment(await client.resolveTin(route.tin)));
+			expect(await drained.submit(intent).catch(err => err)).toMatchObject({ name: "SettlementError", type: "SHUTTING_DOWN", code: 503 });
+			expect(statuses).toEqual([503, 503, 503]);
+		} finally {
+			await draining.stop();
+		}
+		const refusals: number[] = [];
+		const once = new SettlementClient({ baseUrl: node.url, submitAttempts: 3, fetch: async (input, init) => {
+			const answer = await fetch(input, init);
+			refusals.push(answer.status);
+			return answer;
+		} });
+		const refused = await once.signPayment(LocalKeypairSigner.generate(), payment({ ...(await client.resolveTin(route.tin)), routeVersion: 7 }));
+		await expect(once.submit(refused)).rejects.toMatchObject({ name: "SettlementError" });
+		expect(refusals).toHaveLength(1);
+	});
+
 	it("throws the service's error type for a refused intent", async () => {
 		const signer = LocalKeypairSigner.generate();
 		const intent = await client.signPayment(signer, payment({ ...(await client.resolveTin(route.tin)), routeVersion: 7 }));

@@ -1,6 +1,9 @@
 /** Environment configuration: the SPEC's defaults and refusal of bad values. */
+import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { ConfigError, loadConfig } from "../../lib/config";
+import { loadOrCreateWorkerKeys } from "../../lib/secrets";
 
 describe("loadConfig defaults (empty environment)", () => {
 	const config = loadConfig({});
@@ -146,5 +149,40 @@ describe("LOG_LEVEL", () => {
 		for (const level of ["fatal", "error", "warn", "info", "debug", "trace"]) expect(loadConfig({ LOG_LEVEL: level }).logLevel).toBe(level);
 		expect(() => loadConfig({ LOG_LEVEL: "bogus" })).toThrow(ConfigError);
 		expect(() => loadConfig({ LOG_LEVEL: "bogus" })).toThrow(/LOG_LEVEL/);
+	});
+});
+
+describe("the example Secret's placeholders (k8s/secret/settlement-secrets.example.yaml)", () => {
+	const placeholder = "PLACEHOLDER-replace-with-openssl-rand-hex-32";
+	const refusal = (run: () => unknown): Error => {
+		try {
+			run();
+		} catch (err) {
+			return err as Error;
+		}
+		throw new Error("not refused");
+	};
+
+	it("METRICS_API_KEY: a ConfigError that names the variable and never repeats the value", () => {
+		const error = refusal(() => loadConfig({ METRICS_API_KEY: placeholder }));
+		expect(error).toBeInstanceOf(ConfigError);
+		expect(error.message).toMatch(/^METRICS_API_KEY holds a placeholder of the example Secret/);
+		expect(error.message).not.toContain("replace-with");
+		expect(loadConfig({ METRICS_API_KEY: "a-real-metrics-key-0123456789" }).metricsApiKey).toBe("a-real-metrics-key-0123456789");
+	});
+
+	it("WORKER_API_KEYS: refused when any key is one, from the environment or the key file; the value is never repeated", () => {
+		const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "scs-config-"));
+		for (const keys of [[placeholder], ["a-real-worker-key-0123456789", "placeholder-lower-case-too-0123"]]) {
+			const error = refusal(() => loadOrCreateWorkerKeys(keys, dataDir));
+			expect(error).toBeInstanceOf(ConfigError);
+			expect(error.message).toMatch(/^WORKER_API_KEYS holds a placeholder of the example Secret/);
+			expect(error.message).not.toContain("replace-with");
+		}
+		fs.writeFileSync(path.join(dataDir, "worker-api-keys"), `${placeholder}\n`);
+		const fromFile = refusal(() => loadOrCreateWorkerKeys([], dataDir));
+		expect(fromFile).toBeInstanceOf(ConfigError);
+		expect(fromFile.message).not.toContain("replace-with");
+		expect(loadOrCreateWorkerKeys(["a-real-worker-key-0123456789"], dataDir).value).toEqual(["a-real-worker-key-0123456789"]);
 	});
 });

@@ -1,5 +1,6 @@
 /** The Cranker's configuration: environment variables and `--roles`, read once at start. */
 import fs from "node:fs";
+import { parseArgs } from "node:util";
 import { address, type Address } from "@solana/kit";
 import { keypairFromSecretKey, type Keypair } from "../lib/ed25519";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "../lib/settlement";
@@ -99,14 +100,32 @@ export function loadKeypairFile(file: string): Keypair {
 	}
 }
 
-function parseRoles(argv: readonly string[]): CrankerRole[] {
-	const index = argv.findIndex(arg => arg === "--roles" || arg.startsWith("--roles="));
-	if (index === -1) return ["settlement"];
-	const value = argv[index].includes("=") ? argv[index].slice("--roles=".length) : argv[index + 1];
-	const roles = (value ?? "").split(",").map(role => role.trim()).filter(Boolean);
+/** `--roles a,b`: the Cranker's roles (settlement when not given). */
+function parseRoles(value: string | undefined): CrankerRole[] {
+	if (value === undefined) return ["settlement"];
+	const roles = value.split(",").map(role => role.trim()).filter(Boolean);
 	const unknown = roles.filter(role => !(CRANKER_ROLES as readonly string[]).includes(role));
-	if (!roles.length || unknown.length) throw new CrankerConfigError(`--roles takes a comma-separated list of ${CRANKER_ROLES.join(", ")}; got "${value ?? ""}"`);
+	if (!roles.length || unknown.length) throw new CrankerConfigError(`--roles takes a comma-separated list of ${CRANKER_ROLES.join(", ")}; got "${value}"`);
 	return [...new Set(roles)] as CrankerRole[];
+}
+
+export interface CrankerCli {
+	help: boolean;
+	version: boolean;
+	roles: CrankerRole[];
+}
+
+/** The command line, with node:util's parser: an unknown option or a stray argument is a configuration error. */
+export function parseCli(argv: readonly string[]): CrankerCli {
+	let values: { roles?: string; help?: boolean; version?: boolean };
+	try {
+		({ values } = parseArgs({ args: [...argv], options: { roles: { type: "string" }, help: { type: "boolean", short: "h" }, version: { type: "boolean" } }, strict: true, allowPositionals: false }));
+	} catch (err) {
+		throw new CrankerConfigError(`${(err as Error).message} (npm run cranker -- --help)`);
+	}
+	// --help and --version answer whatever else the line holds.
+	if (values.help || values.version) return { help: values.help ?? false, version: values.version ?? false, roles: [] };
+	return { help: false, version: false, roles: parseRoles(values.roles) };
 }
 
 /**
@@ -157,7 +176,7 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		nodeUrl: url(env, "NODE_URL"),
 		workerApiKey: workerKey(env),
 		solanaRpcUrl: url(env, "SOLANA_RPC_URL"),
-		roles: parseRoles(argv),
+		roles: parseCli(argv).roles,
 		settlementProgramId: programId ? checkedAddress("SETTLEMENT_PROGRAM_ID", programId) : DEFAULT_SETTLEMENT_PROGRAM_ID,
 		nodeAuthorityPubkey: checkedAddress("NODE_AUTHORITY_PUBKEY", required(env, "NODE_AUTHORITY_PUBKEY")),
 		pollIntervalMs: integer(env, "POLL_INTERVAL_MS", 1000, 10),

@@ -4,7 +4,7 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { CrankerConfigError, USAGE, loadCrankerConfig } from "./config";
+import { CrankerConfigError, USAGE, loadCrankerConfig, parseCli } from "./config";
 import { createLogger } from "./log";
 import { startMetricsServer } from "./metrics";
 import { Cranker } from "./worker";
@@ -19,17 +19,11 @@ function version(): string {
 }
 
 async function main(): Promise<void> {
-	const args = process.argv.slice(2);
-	if (args.includes("--help") || args.includes("-h")) {
-		process.stdout.write(USAGE);
-		return;
-	}
-	if (args.includes("--version")) {
-		process.stdout.write(`${version()}\n`);
-		return;
-	}
 	let config;
 	try {
+		const cli = parseCli(process.argv.slice(2));
+		if (cli.help) return void process.stdout.write(USAGE);
+		if (cli.version) return void process.stdout.write(`${version()}\n`);
 		config = loadCrankerConfig();
 	} catch (err) {
 		if (!(err instanceof CrankerConfigError)) throw err;

@@ -4,7 +4,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { generateKeypair } from "../../lib/ed25519";
-import { loadCrankerConfig } from "../../cranker/config";
+import { loadCrankerConfig, parseCli } from "../../cranker/config";
 
 const entry = path.resolve(__dirname, "../../dist/cranker/index.js");
 const run = (...args: string[]) => spawnSync(process.execPath, [entry, ...args], { env: { PATH: process.env.PATH ?? "" }, encoding: "utf8", timeout: 10_000 });
@@ -44,4 +44,13 @@ test("the worker key is WORKER_API_KEY, or the first key of the server's WORKER_
 	expect(key({ WORKER_API_KEYS: " first , second" })).toBe("first");
 	expect(key({ WORKER_API_KEY: "single", WORKER_API_KEYS: "first" })).toBe("single");
 	expect(key({})).toMatch(/WORKER_API_KEY \(or WORKER_API_KEYS\) is not set/);
+});
+
+test("the command line is parsed strictly: an unknown option or a stray argument exits 2 and names it", () => {
+	const unknown = run("--rolez", "settlement");
+	expect([unknown.status, unknown.stderr]).toEqual([2, expect.stringMatching(/--rolez/)]);
+	const stray = run("settlement");
+	expect([stray.status, stray.stderr]).toEqual([2, expect.stringMatching(/settlement/)]);
+	expect(parseCli(["--roles=verifier,submitter,verifier"]).roles).toEqual(["verifier", "submitter"]);
+	expect(parseCli([]).roles).toEqual(["settlement"]);
 });

@@ -2,6 +2,7 @@
  * The one place environment variables are read. Every variable has a default that serves the
  * embedded mode; secrets left unset are generated into DATA_DIR on first start (see secrets.ts).
  */
+import os from "node:os";
 import path from "node:path";
 import { address, type Address } from "@solana/kit";
 import { isBase58OfLength } from "./encoding";
@@ -39,6 +40,10 @@ export interface Config {
 	crankerOperators: string[];
 	nodeAuthorityKeypairPath: string | null;
 	verifyTimeoutMs: number;
+	/** VERIFY_THREADS: worker threads solving the ed25519 equation of intents; 0 = on the event loop. */
+	verifyThreads: number;
+	/** STORE_COMMIT_WINDOW_MS: SQLite group commit window; 0 = one commit per event-loop turn. */
+	storeCommitWindowMs: number;
 	rateLimitPerMin: number;
 	trustProxy: boolean;
 	logLevel: string;
@@ -237,6 +242,9 @@ export function loadConfig(env: Env = process.env): Config {
 		crankerOperators: list(env, "CRANKER_OPERATORS"),
 		nodeAuthorityKeypairPath: text(env, "NODE_AUTHORITY_KEYPAIR_PATH"),
 		verifyTimeoutMs,
+		// One core for the event loop, the others for verification; at least one thread.
+		verifyThreads: integer(env, "VERIFY_THREADS", Math.max(1, os.availableParallelism() - 1), 0),
+		storeCommitWindowMs: integer(env, "STORE_COMMIT_WINDOW_MS", 1, 0),
 		rateLimitPerMin: integer(env, "RATE_LIMIT_PER_MIN", 600, 0),
 		trustProxy: flag(env, "TRUST_PROXY"),
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),

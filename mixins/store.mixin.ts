@@ -46,14 +46,15 @@ function storeBoundary(this: Service, ctx: Context, err: unknown): never {
 	throw new ServiceError("INTERNAL_ERROR", "Internal error");
 }
 
-export function storeMixin(config: Config, owner: string, onOpen: (store: Store) => Promise<void>): Partial<ServiceSchema> {
+/** `onOpen` runs as the service (`this`), once its store is open and before it counts as started. */
+export function storeMixin<S = Service>(config: Config, owner: string, onOpen: (this: S, store: Store) => Promise<void>): Partial<ServiceSchema> {
 	let store: Store | null = null;
 	return {
 		hooks: { error: { "*": storeBoundary } },
 		async started(this: Service) {
 			if (config.store === "sqlite" && this.broker.transit) await refuseSqliteTwin(this);
-			store = await openStore({ kind: config.store, dataDir: config.dataDir, mongoUrl: config.mongoUrl, allowWeakDurability: config.mongoAllowWeakDurability, owner });
-			await onOpen(store);
+			store = await openStore({ kind: config.store, dataDir: config.dataDir, mongoUrl: config.mongoUrl, allowWeakDurability: config.mongoAllowWeakDurability, owner, commitWindowMs: config.storeCommitWindowMs });
+			await onOpen.call(this as unknown as S, store);
 		},
 		async stopped() {
 			await store?.close();

@@ -5,7 +5,7 @@ import type { Store } from "./port";
 import { SqliteStore } from "./sqlite";
 
 export { mongoDatabaseName, mongoUrlWeakenings } from "./mongo-url";
-export { StoreUnavailableError } from "./port";
+export { StoreUnavailableError, UniqueConflictError } from "./port";
 export type { Collection, CollectionSpec, Condition, Doc, FieldValue, ListQuery, Store, Tally, Where } from "./port";
 
 export interface StoreOptions {
@@ -16,10 +16,12 @@ export interface StoreOptions {
 	allowWeakDurability?: boolean;
 	/** The owning service: names its SQLite file. In MongoDB the owners share one database and keep distinct collection names. */
 	owner: string;
+	/** SQLite: how long a group of writes waits for more before its one commit (0: the end of the event-loop turn). */
+	commitWindowMs?: number;
 }
 
 export async function openStore(options: StoreOptions): Promise<Store> {
-	if (options.kind === "sqlite") return new SqliteStore(path.join(options.dataDir, `${options.owner}.sqlite`));
+	if (options.kind === "sqlite") return new SqliteStore(path.join(options.dataDir, `${options.owner}.sqlite`), options.commitWindowMs);
 	if (!options.mongoUrl) throw new Error("the mongodb store needs MONGO_URL");
 	return MongoStore.connect(options.mongoUrl, mongoDatabaseName(options.mongoUrl), options.allowWeakDurability ?? false);
 }

@@ -25,6 +25,7 @@ import {
 } from "mongodb";
 import {
 	StoreUnavailableError,
+	UniqueConflictError,
 	assertCursor,
 	assertDeclared,
 	assertWhere,
@@ -342,11 +343,17 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		if (next.id !== id) throw new Error("update cannot change a document's id");
 		const { _id, ...replacement } = this.toStored(next);
 		const filter = { $and: [{ _id }, this.filter(expected)] };
-		if (!this.spec.tally) return (await guarded(() => this.collection.replaceOne(filter, replacement))).matchedCount === 1;
-		return this.withTally(async session => {
-			const before = await this.collection.findOneAndReplace(filter, replacement, { session, returnDocument: "before" });
-			return { result: before !== null, before: before && this.fromStored(before), after: before && next };
-		});
+		try {
+			if (!this.spec.tally) return (await guarded(() => this.collection.replaceOne(filter, replacement))).matchedCount === 1;
+			return await this.withTally(async session => {
+				const before = await this.collection.findOneAndReplace(filter, replacement, { session, returnDocument: "before" });
+				return { result: before !== null, before: before && this.fromStored(before), after: before && next };
+			});
+		} catch (err) {
+			// The replacement took a unique value another document holds: nothing was written (a transaction's write aborts it whole).
+			if (err instanceof MongoServerError && err.code === DUPLICATE_KEY) throw new UniqueConflictError(this.spec.name, err);
+			throw err;
+		}
 	}
 
 	/** deleteOne with the expectation in its filter, atomic for the same reason as `update`. */
@@ -390,7 +397,8 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 			const field = key(query.orderBy[0]);
 			const beyond = query.orderBy[1] === "desc" ? "$lt" : "$gt";
 			const { value, id } = query.after;
-			filter = { $and: [filter, { $or: [{ [field]: { [beyond]: value } }, { [field]: value, _id: { [beyond]: id } }] }] } as Filter<Stored>;
+			// The inclusive bound is what the index scan starts from; the $or drops the ties already listed.
+			filter = { $and: [filter, { [field]: { [`${beyond}e`]: value } }, { $or: [{ [field]: { [beyond]: value } }, { [field]: value, _id: { [beyond]: id } }] }] } as Filter<Stored>;
 		}
 		const cursor = this.collection.find(filter);
 		if (query.orderBy) {
@@ -399,6 +407,10 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 			// _id breaks ties so that equal timestamps still list in a stable order (every index ends in it).
 			const order = direction === "desc" ? -1 : 1;
 			cursor.sort({ [key(field)]: order, _id: order });
+			// The index servingIndex names, whatever the planner's trial would pick (an index on a
+			// range condition, then a blocking sort of every match).
+			const served = servingIndex(this.spec, query.where, query.orderBy);
+			if (served.length > 1) cursor.hint(`i_${served.join("_")}`);
 		}
 		if (limit !== undefined) cursor.limit(limit);
 		return (await guarded(() => cursor.toArray())).map(doc => this.fromStored(doc));

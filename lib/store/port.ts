@@ -74,7 +74,8 @@ export interface Collection<T extends Doc> {
 	findOne(where: Where): Promise<T | null>;
 	/**
 	 * Compare-and-set: replaces document `id` with `next` only while it matches `expected`.
-	 * True when it was replaced; false when it is missing or no longer matches.
+	 * True when it was replaced; false when it is missing or no longer matches. Throws
+	 * UniqueConflictError (nothing written) when `next` takes a unique value another document holds.
 	 */
 	update(id: string, expected: Where, next: T): Promise<boolean>;
 	/**
@@ -99,6 +100,20 @@ export interface Store {
 	readonly kind: "sqlite" | "mongodb";
 	collection<T extends Doc>(spec: CollectionSpec<T>): Promise<Collection<T>>;
 	close(): Promise<void>;
+}
+
+/**
+ * An update refused because its document would take a value of a unique group (CollectionSpec.unique)
+ * that another document holds. Nothing was written; the caller decides what the conflict means.
+ */
+export class UniqueConflictError extends Error {
+	constructor(
+		readonly collection: string,
+		override readonly cause?: unknown
+	) {
+		super(`${collection}: the update would take a unique value another document holds`);
+		this.name = "UniqueConflictError";
+	}
 }
 
 /**

@@ -4,14 +4,15 @@
  *
  * Durability: WAL with synchronous=FULL, so a write is on disk (fsynced) before its promise
  * resolves, and survives a power loss, not only a crashed process. Group commit pays for it: the
- * writes of one event-loop turn share one transaction, committed (and fsynced) once at the end of
- * the turn, and each write's promise resolves only after that commit. Per-commit overhead, not
- * the B-tree work, was most of the cost of three commits per intent.
+ * writes of one commit window (STORE_COMMIT_WINDOW_MS, or one event-loop turn) share one
+ * transaction, committed (and fsynced) once, and each write's promise resolves only after that
+ * commit. Per-commit overhead, not the B-tree work, was most of the cost of several commits per
+ * intent.
  */
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { StoreUnavailableError, assertCursor, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -81,7 +82,12 @@ interface GroupMember {
 	afterRollback(): void;
 }
 
-/** One transaction per event-loop turn for every write on a connection (see the file comment). */
+/**
+ * One transaction for every write on a connection within a commit window (see the file comment):
+ * `windowMs` after the group's first write, or at the end of its event-loop turn when 0. A window
+ * of a millisecond or two keeps groups large at moderate load, where one fsync per turn would
+ * serve only a few writes each.
+ */
 class GroupCommit {
 	private waiting: { resolve: () => void; reject: (err: unknown) => void }[] = [];
 	private scheduled = false;
@@ -90,7 +96,10 @@ class GroupCommit {
 	private readonly release: Database.Statement;
 	private readonly rollback: Database.Statement;
 
-	constructor(private readonly db: Database.Database) {
+	constructor(
+		private readonly db: Database.Database,
+		private readonly windowMs: number
+	) {
 		this.savepoint = db.prepare("SAVEPOINT write");
 		this.release = db.prepare("RELEASE write");
 		this.rollback = db.prepare("ROLLBACK TO write");
@@ -111,7 +120,8 @@ class GroupCommit {
 			if (!this.db.inTransaction) this.db.exec("BEGIN IMMEDIATE");
 			if (!this.scheduled) {
 				this.scheduled = true;
-				setImmediate(() => this.commit());
+				if (this.windowMs > 0) setTimeout(() => this.commit(), this.windowMs);
+				else setImmediate(() => this.commit());
 			}
 			if (atomic) this.savepoint.run();
 			try {
@@ -159,6 +169,22 @@ class GroupCommit {
 		}
 		for (const waiter of batch) waiter.resolve();
 	}
+}
+
+/** A listed row before its document is parsed: what orders it, and the document's text. */
+interface ListRow {
+	sortValue?: string | number | null;
+	id: string;
+	doc: string;
+}
+
+/** SQLite's order for one column's values: NULL, then numbers, then text (the ASCII keys we sort by compare alike in both). */
+function compareKeys(a: string | number | null | undefined, b: string | number | null | undefined): number {
+	if (a === b) return 0;
+	if (a === null || a === undefined) return -1;
+	if (b === null || b === undefined) return 1;
+	if (typeof a !== typeof b) return typeof a === "number" ? -1 : 1;
+	return a < b ? -1 : 1;
 }
 
 /** The column that keeps a row's contribution to its collection's tally. */
@@ -326,6 +352,20 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		return this.statement(sql);
 	}
 
+	/**
+	 * A list statement, the first time its shape is used: an index must serve it (servingIndex),
+	 * and SQLite's own plan must agree: no sort of the matching rows (a temp B-tree), and an ordered
+	 * list walks an index, so that reading `limit` rows costs O(limit), not O(stored).
+	 */
+	private listQuery(sql: string, args: unknown[], where: Where = {}, orderBy?: ListQuery["orderBy"]): Database.Statement {
+		if (this.statements.has(sql)) return this.statement(sql);
+		servingIndex(this.spec, where, orderBy);
+		const plan = (this.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...args) as { detail: string }[]).map(row => row.detail);
+		if (plan.some(step => step.includes("TEMP B-TREE") || (orderBy !== undefined && new RegExp(`^SCAN ${this.spec.name}$`).test(step))))
+			throw new Error(`${this.spec.name}: SQLite would sort or scan for this list (${plan.join("; ")}): ${sql}`);
+		return this.statement(sql);
+	}
+
 	async insert(doc: T): Promise<boolean> {
 		const contribution = this.spec.tally ? this.contribution(doc) : null;
 		const row = [doc.id, ...this.row(doc), ...(contribution !== null ? [contribution] : []), JSON.stringify(doc)];
@@ -355,7 +395,14 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const row = [...this.row(next), ...(contribution !== null ? [contribution] : []), JSON.stringify(next)];
 		return this.group.run(() => {
 			const before = contribution !== null ? this.storedContribution(id) : null;
-			const updated = stmt.run(...row, ...args, id).changes === 1;
+			let updated: boolean;
+			try {
+				updated = stmt.run(...row, ...args, id).changes === 1;
+			} catch (err) {
+				// One statement: SQLite undid it whole and the group's transaction goes on.
+				if ((err as { code?: string }).code === "SQLITE_CONSTRAINT_UNIQUE") throw new UniqueConflictError(this.spec.name, err);
+				throw err;
+			}
 			if (updated && before) this.applyTally(before, contribution);
 			return updated;
 		});
@@ -398,24 +445,51 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
+		return guarded(() => this.listRows(query).map(row => JSON.parse(row.doc) as T));
+	}
+
+	/**
+	 * The rows of a list, in order. An ordered list with `in` on a field is one index walk per
+	 * value, merged: SQLite would otherwise read every row of every value and sort them.
+	 */
+	private listRows(query: ListQuery): ListRow[] {
+		const split = query.orderBy && Object.entries(query.where ?? {}).find(([, c]) => isComparison(c) && "in" in c && c.in.length > 1);
+		if (!split) return this.listStatement(query);
+		const [field, condition] = split as [string, { in: readonly FieldValue[] }];
+		const parts = condition.in.map(value => this.listRows({ ...query, where: { ...query.where, [field]: value } }));
+		const sign = query.orderBy![1] === "desc" ? -1 : 1;
+		const merged = parts.flat().sort((a, b) => sign * (compareKeys(a.sortValue, b.sortValue) || compareKeys(a.id, b.id)));
+		return query.limit === undefined ? merged : merged.slice(0, Math.max(0, Math.floor(query.limit)));
+	}
+
+	private listStatement(query: ListQuery): ListRow[] {
 		const { sql, args } = compileWhere(this.spec, query.where);
 		assertCursor(this.spec, query);
-		let text = `SELECT doc FROM ${this.table}${sql}`;
+		const sortColumn = query.orderBy ? `${quote(query.orderBy[0])} AS sortValue, ` : "";
+		// An ordered list walks the index servingIndex names, whatever SQLite's estimates would pick
+		// (it prefers an index on a range condition and then sorts every match).
+		if (query.orderBy) assertDeclared(this.spec, [query.orderBy[0]]);
+		const key = query.orderBy ? servingIndex(this.spec, query.where, query.orderBy) : null;
+		const indexed = key && key.length > 1 && key[key.length - 1] === "id" ? ` INDEXED BY ${quote(`${this.spec.name}_i_${key.join("_")}`)}` : "";
+		let text = `SELECT ${sortColumn}id, doc FROM ${this.table}${indexed}${sql}`;
 		if (query.orderBy) {
 			assertDeclared(this.spec, [query.orderBy[0]]);
 			const column = quote(query.orderBy[0]);
 			// id breaks ties so that equal timestamps still list in a stable order.
 			const direction = query.orderBy[1] === "desc" ? "DESC" : "ASC";
 			if (query.after) {
-				const beyond = direction === "DESC" ? "<" : ">";
-				text += `${sql ? " AND" : " WHERE"} (${column} ${beyond} ? OR (${column} = ? AND id ${beyond} ?))`;
-				args.push(query.after.value, query.after.value, query.after.id);
+				// A row value, which SQLite matches on the index; the same condition spelled with OR
+				// makes it merge two index searches and sort what they find.
+				text += `${sql ? " AND" : " WHERE"} (${column}, id) ${direction === "DESC" ? "<" : ">"} (?, ?)`;
+				args.push(query.after.value, query.after.id);
 			}
-			text += ` ORDER BY ${column} ${direction}, id ${direction}`;
+			text += query.orderBy[0] === "id" ? ` ORDER BY id ${direction}` : ` ORDER BY ${column} ${direction}, id ${direction}`;
 		}
-		if (query.limit !== undefined) text += ` LIMIT ${Math.max(0, Math.floor(query.limit))}`;
-		const stmt = this.query(text, query.where, query.orderBy);
-		return guarded(() => (stmt.all(...args) as { doc: string }[]).map(r => JSON.parse(r.doc) as T));
+		if (query.limit !== undefined) {
+			text += " LIMIT ?";
+			args.push(Math.max(0, Math.floor(query.limit)));
+		}
+		return this.listQuery(text, args, query.where, query.orderBy).all(...args) as ListRow[];
 	}
 
 	async count(where?: Where): Promise<number> {
@@ -448,13 +522,14 @@ export class SqliteStore implements Store {
 	private readonly db: Database.Database;
 	private readonly group: GroupCommit;
 
-	constructor(file: string) {
+	/** `commitWindowMs`: how long a group of writes stays open for more before its one commit (fsync). */
+	constructor(file: string, commitWindowMs = 0) {
 		fs.mkdirSync(path.dirname(file), { recursive: true });
 		this.db = new Database(file);
 		this.db.pragma("journal_mode = WAL");
 		this.db.pragma("synchronous = FULL");
 		this.db.pragma("busy_timeout = 5000");
-		this.group = new GroupCommit(this.db);
+		this.group = new GroupCommit(this.db, commitWindowMs);
 	}
 
 	async collection<T extends Doc>(spec: CollectionSpec<T>): Promise<Collection<T>> {

@@ -72,12 +72,17 @@ export interface PaymentMessage {
 	transactionCommitment: string;
 }
 
-export function buildPaymentMessage(fields: PaymentAuthorizationFields): PaymentMessage {
+/**
+ * The message and commitment of these fields. `hash` is SHA-256 as lowercase hex: the portable one
+ * by default (browsers, the SDK); the server passes node:crypto's (lib/digest.ts), about four times
+ * faster.
+ */
+export function buildPaymentMessage(fields: PaymentAuthorizationFields, hash: (text: string) => string = sha256Hex): PaymentMessage {
 	const body = canonicalMessage(
 		PAYMENT_HEADER,
 		PAYMENT_KEYS.map(([key, field]) => [key, fields[field]] as const)
 	);
-	const transactionCommitment = sha256Hex(body);
+	const transactionCommitment = hash(body);
 	return { message: `${body}\ntransactionCommitment: ${transactionCommitment}`, transactionCommitment };
 }
 

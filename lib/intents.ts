@@ -114,6 +114,12 @@ export interface IntentRecord {
 	verdict?: "VERIFIED" | "REJECTED";
 	/** How many times the lease sweep returned a lapsed lease (a Cranker's own release is not one). */
 	lapsedLeases?: number;
+	/**
+	 * `<senderWallet>:<nonce>` while the intent holds its sender's nonce (SPEC §1: from the verdict
+	 * VERIFIED on, until it is REJECTED), else null. A unique index on it is the nonce rule: one
+	 * holder at a time, freed by a rejection. Every move keeps it right (applyMove).
+	 */
+	nonceKey?: string | null;
 }
 
 /** A record while a Cranker holds its lease. */
@@ -253,9 +259,16 @@ export const EXPIRABLE_STATES: readonly IntentState[] = [...new Set(TRANSITIONS.
 
 type MoveChanges = Partial<Pick<IntentRecord, "lease" | "submission" | "rejectionReason" | "rejectionDetail">> & { by?: string; reason?: string; onChainChecked?: boolean };
 
+/** The states in which an intent holds its sender's nonce: verified, and not (yet) rejected. */
+const NONCE_HOLDING_STATES: ReadonlySet<IntentState> = new Set(["VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED"]);
+
+export function nonceKeyOf(request: Pick<CreateIntentRequest, "senderWallet" | "senderAuthorizationNonce">): string {
+	return `${request.senderWallet}:${request.senderAuthorizationNonce}`;
+}
+
 /**
  * Applies a move the table allows for `on` (INVALID_TRANSITION otherwise): the next record, with
- * stateVersion +1 (except a renewal) and a history entry.
+ * stateVersion +1 (except a renewal), a history entry, and its hold on the sender's nonce.
  */
 export function applyMove(record: IntentRecord, on: Trigger, to: IntentState, at: string, changes: MoveChanges = {}): IntentRecord {
 	if (!TRANSITIONS.some(t => t.from === record.state && t.to === to && t.on === on))
@@ -263,6 +276,7 @@ export function applyMove(record: IntentRecord, on: Trigger, to: IntentState, at
 	const { by, reason, onChainChecked, ...fields } = changes;
 	const next: IntentRecord = { ...record, ...fields, state: to, updatedAt: at };
 	next.leaseExpiresAt = next.lease?.expiresAt ?? null;
+	next.nonceKey = NONCE_HOLDING_STATES.has(to) ? nonceKeyOf(record.request) : null;
 	if (on !== "renew") {
 		next.stateVersion = record.stateVersion + 1;
 		const entry: HistoryEntry = { state: to, at };

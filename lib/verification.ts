@@ -51,35 +51,45 @@ export function checkValidityWindow(issuedAtIso: string, expiresAtIso: string, n
 /** Verifies on this thread: the whole of SPEC §1 but the nonce. */
 export function verifyPaymentAuthorization(request: CreateIntentRequest, context: VerificationContext): VerificationResult {
 	const binding = messageBinding(request);
-	if (!binding.ok) return binding;
+	if (!binding.ok) return { ok: false, reason: binding.reason, detail: binding.detail };
 	if (!verifySignature(request.senderWallet, binding.message, request.senderAuthorizationSignature)) return INVALID_SIGNATURE;
 	return contextChecks(request, context);
 }
 
-/** The same checks in the same order, the signature equation solved by `verify` (a VerifyPool, off this thread). */
+/**
+ * The same checks in the same order, as the verifier runs them: the signature equation solved by
+ * `verify` (a VerifyPool, off this thread), the message hashed by `hash` (node:crypto's on the
+ * server), and the request's transactionCommitment answered with the verdict, so that nothing
+ * builds the message a second time.
+ */
 export async function verifyPaymentAuthorizationWith(
-	verify: (address: string, message: string, signature: string) => Promise<boolean>,
+	verify: (address: string, message: string, signature: string) => boolean | Promise<boolean>,
 	request: CreateIntentRequest,
-	context: () => VerificationContext
-): Promise<VerificationResult> {
-	const binding = messageBinding(request);
-	if (!binding.ok) return binding;
-	if (!(await verify(request.senderWallet, binding.message, request.senderAuthorizationSignature))) return INVALID_SIGNATURE;
+	context: () => VerificationContext,
+	hash?: (text: string) => string
+): Promise<VerificationResult & { transactionCommitment: string }> {
+	const binding = messageBinding(request, hash);
+	const { transactionCommitment } = binding;
+	if (!binding.ok) return { ok: false, reason: binding.reason, detail: binding.detail, transactionCommitment };
+	if (!(await verify(request.senderWallet, binding.message, request.senderAuthorizationSignature))) return { ...INVALID_SIGNATURE, transactionCommitment };
 	// Read after the signature: the time and the slot are those of the verdict.
-	return contextChecks(request, context());
+	return { ...contextChecks(request, context()), transactionCommitment };
 }
 
 const INVALID_SIGNATURE = refuse("INVALID_SIGNATURE", "senderAuthorizationSignature is not senderWallet's signature of the message");
 
+type Binding = { transactionCommitment: string } & ({ ok: true; message: string } | { ok: false; reason: RejectionReason; detail: string });
+
 /** The message binds the request's fields, and the funding mode is one we settle. */
-function messageBinding(request: CreateIntentRequest): { ok: true; message: string } | { ok: false; reason: RejectionReason; detail: string } {
-	const { message, transactionCommitment } = buildPaymentMessage(request);
-	if (request.senderAuthorizationMessage !== message) return { ok: false, reason: "INVALID_MESSAGE", detail: "senderAuthorizationMessage is not the canonical message of the request fields" };
+function messageBinding(request: CreateIntentRequest, hash?: (text: string) => string): Binding {
+	const { message, transactionCommitment } = buildPaymentMessage(request, hash);
+	const refuse = (reason: RejectionReason, detail: string): Binding => ({ ok: false, reason, detail, transactionCommitment });
+	if (request.senderAuthorizationMessage !== message) return refuse("INVALID_MESSAGE", "senderAuthorizationMessage is not the canonical message of the request fields");
 	if (request.transactionCommitment !== undefined && request.transactionCommitment !== transactionCommitment)
-		return { ok: false, reason: "INVALID_MESSAGE", detail: "transactionCommitment is not the commitment of the request fields" };
-	if (request.recipientHash !== undefined && request.recipientHash !== request.recipientTin) return { ok: false, reason: "INVALID_MESSAGE", detail: "recipientHash must equal recipientTin" };
-	if (request.senderFundingMode !== SUPPORTED_FUNDING_MODE) return { ok: false, reason: "UNSUPPORTED_FUNDING_MODE", detail: `senderFundingMode must be ${SUPPORTED_FUNDING_MODE}` };
-	return { ok: true, message };
+		return refuse("INVALID_MESSAGE", "transactionCommitment is not the commitment of the request fields");
+	if (request.recipientHash !== undefined && request.recipientHash !== request.recipientTin) return refuse("INVALID_MESSAGE", "recipientHash must equal recipientTin");
+	if (request.senderFundingMode !== SUPPORTED_FUNDING_MODE) return refuse("UNSUPPORTED_FUNDING_MODE", `senderFundingMode must be ${SUPPORTED_FUNDING_MODE}`);
+	return { ok: true, message, transactionCommitment };
 }
 
 /** After the signature: the time window, the slot, the route. */

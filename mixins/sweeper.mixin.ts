@@ -6,7 +6,8 @@
 import type { Service, ServiceSchema } from "moleculer";
 import { sweepFailureMetrics } from "../services/metrics";
 
-export function sweeperMixin(name: string, intervalMs: number, sweep: () => Promise<unknown>): Partial<ServiceSchema> {
+/** `sweep` runs as the service (`this`). */
+export function sweeperMixin<S = Service>(name: string, intervalMs: number, sweep: (this: S) => Promise<unknown>): Partial<ServiceSchema> {
 	let timer: NodeJS.Timeout | null = null;
 	let running: Promise<unknown> = Promise.resolve();
 	let stopping = false;
@@ -14,10 +15,13 @@ export function sweeperMixin(name: string, intervalMs: number, sweep: () => Prom
 		started(this: Service) {
 			stopping = false;
 			const failures = sweepFailureMetrics(this.broker);
+			const sweepLabel = { sweep: name.replace(/ /g, "-") };
+			// Present from the start at 0, so that rate() sees the first failure.
+			failures.inc(sweepLabel, 0);
 			const tick = () => {
-				running = sweep()
+				running = sweep.call(this as unknown as S)
 					.catch(err => {
-						failures.inc({ sweep: name.replace(/ /g, "-") });
+						failures.inc(sweepLabel);
 						this.logger.warn(`${name} sweep failed: ${(err as Error).message}`);
 					})
 					.finally(() => {

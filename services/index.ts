@@ -15,8 +15,8 @@ import { receiverService } from "./receiver.service";
 import { tinService } from "./tin.service";
 import { verifierService } from "./verifier.service";
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each factory types its own settings
-export const SERVICE_FACTORIES: Record<string, (config: Config) => ServiceSchema<any>> = {
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each factory types its own settings, methods and `this`
+export const SERVICE_FACTORIES: Record<string, (config: Config) => ServiceSchema<any, any, any, any>> = {
 	api: apiService,
 	receiver: receiverService,
 	verifier: verifierService,

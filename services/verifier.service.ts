@@ -1,34 +1,50 @@
 /**
- * verifier: pure verification of signed payment authorizations (SPEC §1). Stateless and
- * horizontally scaled; callers reach it with the Shard strategy keyed by the sender's wallet, so a
- * sender's intents stay on one verifier (and its key cache) while the pool grows.
+ * verifier: verification of signed payment authorizations (SPEC §1). Stateless and horizontally
+ * scaled; callers reach it with the Shard strategy keyed by the sender's wallet, so a sender's
+ * intents stay on one verifier (and its key caches) while the pool grows. The ed25519 equation is
+ * solved on VERIFY_THREADS worker threads (lib/verify-pool.ts), off the event loop that takes
+ * requests; the strict checks and the rest of SPEC §1 run here.
  */
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { CreateIntentRequest } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
 import { SlotObserver } from "../lib/slot-observer";
-import { verifyPaymentAuthorization, type VerificationResult } from "../lib/verification";
+import { sha256HexNative } from "../lib/digest";
+import { verifySignature } from "../lib/ed25519";
+import { verifyPaymentAuthorizationWith, type VerificationContext, type VerificationResult } from "../lib/verification";
+import { VerifyPool } from "../lib/verify-pool";
 import { verifierMetrics } from "./metrics";
 
 /** Routes change rarely; the TTL bounds how long a lost change event can leave a stale entry. */
 const ROUTE_CACHE_TTL_MS = 5000;
 
-export function verifierService(config: Config): ServiceSchema {
-	const routeCache = new Map<string, { route: ActiveRoute | null; until: number }>();
-	let slots: SlotObserver;
-	let checks: ReturnType<typeof verifierMetrics>;
+/** A verdict, who gave it, and the request's transactionCommitment (computed here once, stored by the mempool). */
+export type VerifierAnswer = VerificationResult & { verifiedBy: string; transactionCommitment: string };
 
-	async function routeOf(ctx: Context, tin: string): Promise<ActiveRoute | null> {
-		const cached = routeCache.get(tin);
-		if (cached && cached.until > Date.now()) return cached.route;
-		const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
-		routeCache.set(tin, { route, until: Date.now() + ROUTE_CACHE_TTL_MS });
-		return route;
-	}
+interface VerifierSettings {
+	verifyThreads: number;
+}
 
+interface VerifierVars {
+	routeCache: Map<string, { route: ActiveRoute | null; until: number }>;
+	slots: SlotObserver;
+	/** Null with VERIFY_THREADS=0: the equation is solved on the event loop. */
+	pool: VerifyPool | null;
+	checks: ReturnType<typeof verifierMetrics>;
+}
+
+interface VerifierMethods {
+	routeOf(ctx: Context, tin: string): Promise<ActiveRoute | null>;
+	decide(request: CreateIntentRequest, context: () => VerificationContext): Promise<VerificationResult & { transactionCommitment: string }>;
+}
+
+type VerifierThis = Service<VerifierSettings> & VerifierVars & VerifierMethods;
+
+export function verifierService(config: Config): ServiceSchema<VerifierSettings, VerifierMethods, VerifierVars, VerifierThis> {
 	return {
 		name: "verifier",
+		settings: { verifyThreads: config.verifyThreads },
 
 		actions: {
 			verify: {
@@ -36,15 +52,12 @@ export function verifierService(config: Config): ServiceSchema {
 				strategyOptions: { shardKey: "request.senderWallet" },
 				// Shape-checked at intake by the receiver (createIntentParams), the only caller.
 				params: { request: "object" },
-				async handler(ctx: Context<{ request: CreateIntentRequest }>): Promise<VerificationResult & { verifiedBy: string }> {
+				async handler(this: VerifierThis, ctx: Context<{ request: CreateIntentRequest }>): Promise<VerifierAnswer> {
 					const { request } = ctx.params;
-					const result = verifyPaymentAuthorization(request, {
-						nowMs: Date.now(),
-						latestSlot: slots.latest(),
-						route: await routeOf(ctx, request.recipientTin)
-					});
-					checks.inc({ result: result.ok ? "ok" : "refused" });
-					return { ...result, verifiedBy: `verifier@${ctx.broker.nodeID}` };
+					const route = await this.routeOf(ctx, request.recipientTin);
+					const answer = await this.decide(request, () => ({ nowMs: Date.now(), latestSlot: this.slots.latest(), route }));
+					this.checks.inc({ result: answer.ok ? "ok" : "refused" });
+					return { ...answer, verifiedBy: `verifier@${ctx.broker.nodeID}` };
 				}
 			}
 		},
@@ -52,23 +65,43 @@ export function verifierService(config: Config): ServiceSchema {
 		events: {
 			"registry.routeChanged": {
 				params: { tin: "string" },
-				handler(ctx: Context<{ tin: string }>) {
-					routeCache.delete(ctx.params.tin);
+				handler(this: VerifierThis, ctx: Context<{ tin: string }>) {
+					this.routeCache.delete(ctx.params.tin);
 				}
 			}
 		},
 
-		created() {
-			checks = verifierMetrics(this.broker);
-			slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
+		methods: {
+			async routeOf(this: VerifierThis, ctx, tin) {
+				const cached = this.routeCache.get(tin);
+				if (cached && cached.until > Date.now()) return cached.route;
+				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
+				this.routeCache.set(tin, { route, until: Date.now() + ROUTE_CACHE_TTL_MS });
+				return route;
+			},
+
+			decide(this: VerifierThis, request, context) {
+				const { pool } = this;
+				return verifyPaymentAuthorizationWith(pool ? (...args) => pool.verify(...args) : verifySignature, request, context, sha256HexNative);
+			}
+		} satisfies VerifierMethods & ThisType<VerifierThis>,
+
+		created(this: VerifierThis) {
+			this.routeCache = new Map();
+			this.checks = verifierMetrics(this.broker);
+			this.slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
+			this.pool = null;
 		},
 
-		async started() {
-			await slots.start();
+		async started(this: VerifierThis) {
+			if (this.settings.verifyThreads > 0) this.pool = new VerifyPool(this.settings.verifyThreads);
+			await this.slots.start();
 		},
 
-		stopped() {
-			slots.stop();
+		async stopped(this: VerifierThis) {
+			this.slots.stop();
+			await this.pool?.close();
+			this.pool = null;
 		}
 	};
 }

@@ -6,6 +6,7 @@
  */
 import type { Context } from "moleculer";
 import type { GenesisRoute } from "../../lib/registry";
+import { requestDigest } from "../../lib/digest";
 import { newRoute, newWallet, signedAccessProof, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 
@@ -57,11 +58,11 @@ describe("a repeated call gets the first call's answer", () => {
 
 	test("mempool.receive: the retry of the call that recorded the intent answers created", async () => {
 		const request = signedIntent(newWallet(), route);
-		const epoch = 1;
-		const [first, retry] = await twice(caller(), "mempool.receive", { request, epoch });
+		const intake = { request, epoch: 1, requestDigest: requestDigest(request) };
+		const [first, retry] = await twice(caller(), "mempool.receive", intake);
 		expect(first).toMatchObject({ ok: true, value: { created: true } });
 		expect(retry).toStrictEqual(first);
-		const [other] = await twice(caller(), "mempool.receive", { request, epoch });
+		const [other] = await twice(caller(), "mempool.receive", intake);
 		expect(other).toMatchObject({ ok: true, value: { created: false } });
 	});
 

@@ -4,6 +4,7 @@ import type { CreateIntentRequest } from "../../lib/intents";
 import type { ActiveRoute } from "../../lib/registry";
 import { verifyPaymentAuthorization, verifyPaymentAuthorizationWith, type VerificationContext, type VerificationResult } from "../../lib/verification";
 import { VerifyPool } from "../../lib/verify-pool";
+import { sha256HexNative } from "../../lib/digest";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 
 const NOW = Date.parse("2026-11-21T18:00:00.000Z");
@@ -198,8 +199,10 @@ describe("verifyPaymentAuthorizationWith a VerifyPool (the equation on a worker 
 		const pool = new VerifyPool(1);
 		try {
 			expect(decided.length).toBeGreaterThan(20);
-			const pooled = await Promise.all(decided.map(([req, ctx]) => verifyPaymentAuthorizationWith((...args) => pool.verify(...args), req, () => ctx)));
-			expect(pooled).toEqual(decided.map(([, , result]) => result));
+			const pooled = await Promise.all(decided.map(([req, ctx]) => verifyPaymentAuthorizationWith((...args) => pool.verify(...args), req, () => ctx, sha256HexNative)));
+			expect(pooled.map(({ transactionCommitment, ...result }) => result)).toEqual(decided.map(([, , result]) => result));
+			// The commitment answered with each verdict is the request's own, whatever the verdict.
+			expect(pooled.map(answer => answer.transactionCommitment)).toEqual(decided.map(([req]) => buildPaymentMessage(req).transactionCommitment));
 		} finally {
 			await pool.close();
 		}

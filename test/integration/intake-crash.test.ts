@@ -1,0 +1,61 @@
+/**
+ * Verify first, store once (SPEC §2.1): a submission is verified, then stored in one insert. A
+ * process killed between the two leaves nothing and answered nothing, so the client's retry of the
+ * same body is safe. The insert is held back by another writer on the mempool's real SQLite file
+ * (as a stalled disk would), then the process is killed (SIGKILL) and started again on the same
+ * DATA_DIR.
+ */
+import Database from "better-sqlite3";
+import path from "node:path";
+import { freePort, spawnScript, waitFor, type ScriptProcess } from "../../devkit/process";
+import { newRoute, newWallet, signedIntent, writeSeedFile } from "../helpers/fixtures";
+import { API_KEY, httpClient, tempDir, worker } from "../helpers/node";
+
+const ROOT = path.resolve(__dirname, "../..");
+
+async function start(dataDir: string, seedFile: string): Promise<{ proc: ScriptProcess; url: string }> {
+	const port = await freePort();
+	const proc = spawnScript(path.join(ROOT, "dist/index.js"), { PORT: String(port), DATA_DIR: dataDir, WORKER_API_KEYS: API_KEY, REGISTRY_SEED_FILE: seedFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0" });
+	const url = `http://127.0.0.1:${port}`;
+	await waitFor(async () => (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200, 20_000, "the service to be ready", 50);
+	return { proc, url };
+}
+
+test("killed between the verification and the insert: no record, no answer, and the retry of the same body is 201", async () => {
+	const dataDir = tempDir();
+	const route = newRoute();
+	const seedFile = writeSeedFile(dataDir, [route]);
+	const request = signedIntent(newWallet(), route);
+
+	const first = await start(dataDir, seedFile);
+	const holder = new Database(path.join(dataDir, "mempool.sqlite"));
+	holder.exec("BEGIN IMMEDIATE");
+	try {
+		const answer = fetch(`${first.url}/intents`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request) }).then(
+			response => `answered ${response.status}`,
+			() => "no answer"
+		);
+		// The insert, which comes only after the verdict, now waits for the file: SQLite's busy wait
+		// (busy_timeout, 5 s) holds the process's event loop, so its health route stops answering.
+		await waitFor(async () => (await fetch(`${first.url}/health/live`, { signal: AbortSignal.timeout(300) }).catch(() => null)) === null, 4000, "the insert to wait for the file", 20);
+		first.proc.child.kill("SIGKILL");
+		await first.proc.exited;
+		expect(await answer).toBe("no answer");
+	} finally {
+		holder.exec("ROLLBACK");
+		holder.close();
+	}
+
+	const second = await start(dataDir, seedFile);
+	try {
+		const http = httpClient(second.url);
+		expect((await http("GET", "/intents?limit=500", undefined, worker)).body).toEqual([]);
+		const retry = await http("POST", "/intents", request);
+		expect(retry.status).toBe(201);
+		expect(retry.body).toMatchObject({ paymentId: request.paymentId, receiverStatus: "VERIFIED" });
+		expect((await http("GET", "/metrics")).body.intents.VERIFIED).toBe(1);
+	} finally {
+		second.proc.child.kill("SIGTERM");
+		await second.proc.exited;
+	}
+});

@@ -1,0 +1,144 @@
+/**
+ * The mempool service alone, on a real SQLite file: a broker with just this service (its
+ * neighbours are not needed for intake and verification), called as the receiver calls it.
+ * Intake is one insert, in the verdict's state; the nonce rule is the unique index on nonceKey.
+ */
+import Database from "better-sqlite3";
+import path from "node:path";
+import { ServiceBroker } from "moleculer";
+import { loadConfig } from "../../lib/config";
+import { requestDigest } from "../../lib/digest";
+import type { Verdict } from "../../lib/intake";
+import type { CreateIntentRequest, IntentRecord } from "../../lib/intents";
+import { openStore } from "../../lib/store";
+import { INTENTS_COLLECTION, mempoolService, type IntakeOutcome, type WaitingIntent } from "../../services/mempool.service";
+import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+import { tempDir } from "../helpers/node";
+
+const route = newRoute();
+const VERIFIED: Verdict = { ok: true, verifiedBy: "verifier@test" };
+
+async function startMempool(dataDir = tempDir()) {
+	const broker = new ServiceBroker({ logger: false });
+	broker.createService(mempoolService(loadConfig({ DATA_DIR: dataDir, SWEEP_INTERVAL_MS: "60000" })));
+	await broker.start();
+	const receive = (request: CreateIntentRequest, verdict?: Verdict) => broker.call<IntakeOutcome, object>("mempool.receive", { request, epoch: 1, requestDigest: requestDigest(request), ...(verdict ? { verdict } : {}) });
+	const rows = () => {
+		const db = new Database(path.join(dataDir, "mempool.sqlite"), { readonly: true });
+		try {
+			return (db.prepare("SELECT doc FROM intents").all() as { doc: string }[]).map(row => JSON.parse(row.doc) as IntentRecord);
+		} finally {
+			db.close();
+		}
+	};
+	return { broker, dataDir, receive, rows };
+}
+
+describe("intake: one insert, in the verdict's state", () => {
+	let mempool: Awaited<ReturnType<typeof startMempool>>;
+	beforeAll(async () => (mempool = await startMempool()));
+	afterAll(() => mempool.broker.stop());
+
+	test("a verified request is stored once as VERIFIED, holding its nonce, with the history of the claim and the verdict", async () => {
+		const request = signedIntent(newWallet(), route);
+		const outcome = await mempool.receive(request, VERIFIED);
+		expect(outcome).toMatchObject({ created: true, view: { paymentId: request.paymentId, receiverStatus: "VERIFIED", status: "pending" } });
+		expect(outcome.rejection).toBeUndefined();
+		const [stored] = mempool.rows().filter(row => row.paymentId === request.paymentId);
+		expect(stored).toMatchObject({ state: "VERIFIED", stateVersion: 3, verdict: "VERIFIED", nonceKey: `${request.senderWallet}:${request.senderAuthorizationNonce}` });
+		expect(stored.history.map(entry => [entry.state, entry.by])).toEqual([
+			["RECEIVED", undefined],
+			["NODE_VERIFYING", undefined],
+			["VERIFIED", "verifier@test"]
+		]);
+	});
+
+	test("the same body again answers the record (created false); another body under the paymentId is 409", async () => {
+		const request = signedIntent(newWallet(), route);
+		const first = await mempool.receive(request, VERIFIED);
+		expect(await mempool.receive(request, VERIFIED)).toEqual({ ...first, created: false });
+		const other = signedIntent(newWallet(), route, { paymentId: request.paymentId });
+		await expect(mempool.receive(other, VERIFIED)).rejects.toMatchObject({ type: "IDEMPOTENCY_CONFLICT", data: { paymentId: request.paymentId } });
+		expect(mempool.rows().filter(row => row.paymentId === request.paymentId)).toHaveLength(1);
+	});
+
+	test("a verified request whose nonce another intent holds is stored REJECTED NONCE_REUSED, holding nothing", async () => {
+		const sender = newWallet();
+		const holder = signedIntent(sender, route);
+		await mempool.receive(holder, VERIFIED);
+		const reuse = signedIntent(sender, route, { senderAuthorizationNonce: holder.senderAuthorizationNonce });
+		const outcome = await mempool.receive(reuse, VERIFIED);
+		expect(outcome).toMatchObject({ created: true, view: { receiverStatus: "REJECTED", rejectionReason: "NONCE_REUSED" }, rejection: { reason: "NONCE_REUSED", paymentId: reuse.paymentId } });
+		expect(mempool.rows().find(row => row.paymentId === reuse.paymentId)).toMatchObject({ state: "REJECTED", nonceKey: null, verdict: "REJECTED" });
+	});
+
+	test("a recorded refusal holds no nonce: the sender's next verified request with it is VERIFIED", async () => {
+		const sender = newWallet();
+		const refused = signedIntent(sender, route);
+		const outcome = await mempool.receive(refused, { ok: false, reason: "UNKNOWN_TIN", detail: "not in the registry", verifiedBy: "verifier@test" });
+		expect(outcome.rejection).toMatchObject({ reason: "UNKNOWN_TIN", detail: "not in the registry" });
+		const next = signedIntent(sender, route, { senderAuthorizationNonce: refused.senderAuthorizationNonce });
+		expect((await mempool.receive(next, VERIFIED)).view.receiverStatus).toBe("VERIFIED");
+	});
+
+	test("without a verdict it is RECEIVED (the 202 path); the sweep's claim and verdict take it to VERIFIED, or NONCE_REUSED when the nonce went meanwhile", async () => {
+		const sender = newWallet();
+		const waiting = signedIntent(sender, route);
+		expect((await mempool.receive(waiting)).view.receiverStatus).toBe("RECEIVED");
+		const rival = signedIntent(sender, route, { senderAuthorizationNonce: waiting.senderAuthorizationNonce });
+		expect((await mempool.receive(rival, VERIFIED)).view.receiverStatus).toBe("VERIFIED");
+
+		const [received] = mempool.rows().filter(row => row.paymentId === waiting.paymentId);
+		const claimed = await mempool.broker.call<WaitingIntent | null, object>("mempool.claimForVerification", { id: received.id, expectedVersion: 1 });
+		expect(claimed).toMatchObject({ id: received.id, state: "NODE_VERIFYING", stateVersion: 2, request: waiting });
+		expect(await mempool.broker.call("mempool.claimForVerification", { id: received.id, expectedVersion: 1 })).toBeNull();
+		// The unique index refuses the second holder: the verdict becomes NONCE_REUSED.
+		expect(await mempool.broker.call("mempool.completeVerification", { id: received.id, expectedVersion: 2, verdict: VERIFIED })).toBe("REJECTED");
+		expect(mempool.rows().find(row => row.id === received.id)).toMatchObject({ rejectionReason: "NONCE_REUSED", nonceKey: null });
+
+		const free = signedIntent(newWallet(), route);
+		await mempool.receive(free);
+		const freeRecord = mempool.rows().find(row => row.paymentId === free.paymentId)!;
+		await mempool.broker.call("mempool.claimForVerification", { id: freeRecord.id, expectedVersion: 1 });
+		expect(await mempool.broker.call("mempool.completeVerification", { id: freeRecord.id, expectedVersion: 2, verdict: VERIFIED })).toBe("VERIFIED");
+	});
+
+	test("an unsigned body found by the sweep is removed: its paymentId is free again", async () => {
+		const request = signedIntent(newWallet(), route);
+		await mempool.receive(request);
+		const { id } = mempool.rows().find(row => row.paymentId === request.paymentId)!;
+		await mempool.broker.call("mempool.claimForVerification", { id, expectedVersion: 1 });
+		expect(await mempool.broker.call("mempool.completeVerification", { id, expectedVersion: 2, verdict: { ok: false, reason: "INVALID_SIGNATURE", detail: "forged" } })).toBeNull();
+		expect(mempool.rows().find(row => row.paymentId === request.paymentId)).toBeUndefined();
+	});
+});
+
+test("nonces consumed before they were a field of the intent move onto their holders at start", async () => {
+	const dataDir = tempDir();
+	const sender = newWallet();
+	const holder = signedIntent(sender, route);
+	// A store as the previous version left it: a VERIFIED intent without nonceKey, its nonce in consumed_nonces.
+	{
+		const { broker, rows } = await startMempool(dataDir);
+		await broker.call("mempool.receive", { request: holder, epoch: 1, requestDigest: requestDigest(holder), verdict: VERIFIED });
+		await broker.stop();
+		const [record] = rows();
+		const store = await openStore({ kind: "sqlite", dataDir, mongoUrl: null, owner: "mempool" });
+		const intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
+		await intents.update(record.id, { stateVersion: record.stateVersion }, { ...record, nonceKey: undefined });
+		const legacy = await store.collection<{ id: string; intentId: string }>({ name: "consumed_nonces", fields: { intentId: "text" } });
+		await legacy.insert({ id: `${sender.address}:${holder.senderAuthorizationNonce}`, intentId: record.id });
+		await store.close();
+	}
+	const mempool = await startMempool(dataDir);
+	try {
+		expect(mempool.rows()[0].nonceKey).toBe(`${sender.address}:${holder.senderAuthorizationNonce}`);
+		const reuse = signedIntent(sender, route, { senderAuthorizationNonce: holder.senderAuthorizationNonce });
+		expect((await mempool.receive(reuse, VERIFIED)).rejection?.reason).toBe("NONCE_REUSED");
+		const db = new Database(path.join(dataDir, "mempool.sqlite"), { readonly: true });
+		expect(db.prepare("SELECT COUNT(*) AS n FROM consumed_nonces").get()).toEqual({ n: 0 });
+		db.close();
+	} finally {
+		await mempool.broker.stop();
+	}
+});

@@ -1,0 +1,71 @@
+/**
+ * The verifier alone, with a stand-in for the one thing it asks another service (tin: a TIN's
+ * route). The equation on worker threads (VERIFY_THREADS) answers as on the event loop, and each
+ * verdict carries the request's transactionCommitment, computed once.
+ */
+import { ServiceBroker, type Context } from "moleculer";
+import { buildPaymentMessage } from "../../lib/canonical";
+import { loadConfig } from "../../lib/config";
+import type { CreateIntentRequest } from "../../lib/intents";
+import type { ActiveRoute } from "../../lib/registry";
+import { verifierService, type VerifierAnswer } from "../../services/verifier.service";
+import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+
+const route = newRoute();
+let routeVersion = route.routeVersion;
+let resolves = 0;
+
+async function startVerifier(threads: string) {
+	const broker = new ServiceBroker({ logger: false });
+	broker.createService({
+		name: "tin",
+		actions: {
+			resolve: (ctx: Context<{ tin: string }>): ActiveRoute | null => {
+				resolves++;
+				return ctx.params.tin === route.tin ? { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion, policyCommitment: route.policyCommitment } : null;
+			}
+		}
+	});
+	broker.createService(verifierService(loadConfig({ VERIFY_THREADS: threads })));
+	await broker.start();
+	return { broker, verify: (request: CreateIntentRequest) => broker.call<VerifierAnswer, object>("verifier.verify", { request }) };
+}
+
+test("VERIFY_THREADS=2 and 0 give the same verdicts, each with the request's transactionCommitment", async () => {
+	const [pooled, inline] = await Promise.all([startVerifier("2"), startVerifier("0")]);
+	try {
+		const wallet = newWallet();
+		const good = signedIntent(wallet, route);
+		const cases = [
+			good,
+			{ ...good, senderAuthorizationSignature: newWallet().sign(good.senderAuthorizationMessage) },
+			{ ...good, amount: "7" },
+			signedIntent(wallet, newRoute()),
+			signedIntent(wallet, route, { senderAuthorizationExpiresAt: new Date(Date.now() - 1000).toISOString() })
+		];
+		const answers = await Promise.all(cases.map(pooled.verify));
+		expect(answers.map(answer => (answer.ok ? "OK" : answer.reason))).toEqual(["OK", "INVALID_SIGNATURE", "INVALID_MESSAGE", "UNKNOWN_TIN", "EXPIRED"]);
+		expect(await Promise.all(cases.map(inline.verify))).toEqual(answers.map(answer => ({ ...answer, verifiedBy: expect.stringMatching(/^verifier@/) })));
+		expect(answers.map(answer => answer.transactionCommitment)).toEqual(cases.map(request => buildPaymentMessage(request).transactionCommitment));
+	} finally {
+		await Promise.all([pooled.broker.stop(), inline.broker.stop()]);
+	}
+});
+
+test("routes are cached, and a registry.routeChanged event drops the TIN's entry", async () => {
+	const verifier = await startVerifier("1");
+	try {
+		const wallet = newWallet();
+		resolves = 0;
+		expect((await verifier.verify(signedIntent(wallet, route))).ok).toBe(true);
+		expect((await verifier.verify(signedIntent(wallet, route))).ok).toBe(true);
+		expect(resolves).toBe(1);
+		routeVersion++;
+		verifier.broker.broadcastLocal("registry.routeChanged", { tin: route.tin });
+		expect(await verifier.verify(signedIntent(wallet, route))).toMatchObject({ ok: false, reason: "ROUTE_MISMATCH" });
+		expect(resolves).toBe(2);
+	} finally {
+		routeVersion = route.routeVersion;
+		await verifier.broker.stop();
+	}
+});

@@ -1,0 +1,97 @@
+/**
+ * Every ordered list walks an index (SQLite adapter): the mempool's list shapes on 3,000 intents
+ * answer exactly what a full filter-and-sort of every document answers, an `in` list is one index
+ * walk per value merged, and a list SQLite could only serve by sorting the matches is refused at
+ * its first use instead of costing O(stored) on every call.
+ */
+import Database from "better-sqlite3";
+import path from "node:path";
+import type { IntentRecord, IntentState } from "../../lib/intents";
+import { openStore, type Collection, type ListQuery, type Store } from "../../lib/store";
+import { INTENTS_COLLECTION } from "../../services/mempool.service";
+import { tempDir } from "../helpers/node";
+
+const STATES: IntentState[] = ["RECEIVED", "VERIFIED", "CRANKER_LEASED", "CONFIRMED", "REJECTED"];
+let store: Store;
+let intents: Collection<IntentRecord>;
+const all: IntentRecord[] = [];
+const dataDir = tempDir();
+
+/** A deterministic spread of states, times (with ties) and archive flags. */
+function record(i: number): IntentRecord {
+	const at = (minutes: number) => new Date(Date.UTC(2026, 10, 23, 0, minutes)).toISOString();
+	return {
+		id: `int_${String((i * 7919) % 10007).padStart(6, "0")}_${i}`,
+		paymentId: `pay_${i}`,
+		state: STATES[(i * 31) % STATES.length],
+		stateVersion: 1,
+		senderWallet: "w",
+		requestDigest: "d",
+		transactionCommitment: "c",
+		epoch: 1,
+		createdAt: at(Math.floor(i / 3)),
+		updatedAt: at(i),
+		expiresAt: at((i * 13) % 2000),
+		expiresAtSlot: i,
+		leaseExpiresAt: null,
+		nonceKey: null,
+		...(i % 4 === 0 ? { archivedIn: 1 } : {}),
+		request: { tokenMintAddress: "mint", amount: "1" } as IntentRecord["request"],
+		lease: null,
+		submission: null,
+		history: []
+	};
+}
+
+beforeAll(async () => {
+	store = await openStore({ kind: "sqlite", dataDir, mongoUrl: null, owner: "mempool" });
+	intents = await store.collection(INTENTS_COLLECTION);
+	for (let i = 0; i < 3000; i++) {
+		all.push(record(i));
+		await intents.insert(all[i]);
+	}
+});
+afterAll(() => store.close());
+
+/** The reference answer: every document filtered and sorted in memory. */
+function reference(filter: (r: IntentRecord) => boolean, field: "createdAt", direction: "asc" | "desc", limit: number, after?: { value: string; id: string }): string[] {
+	const sign = direction === "asc" ? 1 : -1;
+	const key = (r: IntentRecord) => [r[field], r.id] as const;
+	return all
+		.filter(filter)
+		.filter(r => !after || sign * (key(r)[0] === after.value ? (r.id < after.id ? -1 : r.id > after.id ? 1 : 0) : key(r)[0] < after.value ? -1 : 1) > 0)
+		.sort((a, b) => sign * (a[field] === b[field] ? (a.id < b.id ? -1 : 1) : a[field] < b[field] ? -1 : 1))
+		.slice(0, limit)
+		.map(r => r.id);
+}
+
+const ids = async (query: ListQuery) => (await intents.list(query)).map(r => r.id);
+
+test("the work list (state, then createdAt) walks its index past a range on expiresAt, pages by cursor included", async () => {
+	const now = new Date(Date.UTC(2026, 10, 23, 0, 600)).toISOString();
+	const live = (r: IntentRecord) => r.state === "VERIFIED" && r.expiresAt > now;
+	const first = await ids({ where: { state: "VERIFIED", expiresAt: { gt: now } }, orderBy: ["createdAt", "asc"], limit: 100 });
+	expect(first).toEqual(reference(live, "createdAt", "asc", 100));
+	const last = all.find(r => r.id === first[99])!;
+	const after = { value: last.createdAt, id: last.id };
+	expect(await ids({ where: { state: "VERIFIED", expiresAt: { gt: now } }, orderBy: ["createdAt", "asc"], limit: 100, after })).toEqual(reference(live, "createdAt", "asc", 100, after));
+});
+
+test("a list over several states is one index walk per state, merged in order (newest first, cursor included)", async () => {
+	const pending = (r: IntentRecord) => r.archivedIn === undefined && ["RECEIVED", "VERIFIED", "CRANKER_LEASED"].includes(r.state);
+	const where = { archivedIn: null, state: { in: ["RECEIVED", "VERIFIED", "CRANKER_LEASED"] } };
+	const page = await ids({ where, orderBy: ["createdAt", "desc"], limit: 50 });
+	expect(page).toEqual(reference(pending, "createdAt", "desc", 50));
+	const last = all.find(r => r.id === page[49])!;
+	const after = { value: last.createdAt, id: last.id };
+	expect(await ids({ where, orderBy: ["createdAt", "desc"], limit: 500, after })).toEqual(reference(pending, "createdAt", "desc", 500, after));
+	expect(await ids({ where: { archivedIn: null }, orderBy: ["createdAt", "desc"], limit: 500 })).toEqual(reference(r => r.archivedIn === undefined, "createdAt", "desc", 500));
+});
+
+test("a list whose index is gone is refused at its first use, not served by sorting every match", async () => {
+	const db = new Database(path.join(dataDir, "mempool.sqlite"));
+	db.exec(`DROP INDEX "intents_i_archivedIn_state_createdAt_id"`);
+	db.close();
+	// A shape not listed before (archivedIn = ?, not IS NULL): its statement is prepared now.
+	await expect(intents.list({ where: { archivedIn: 1, state: "CONFIRMED" }, orderBy: ["createdAt", "desc"], limit: 5 })).rejects.toThrow(/no such index/);
+});

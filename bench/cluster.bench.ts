@@ -1,59 +1,53 @@
 /**
- * End-to-end POST /intents throughput of the distributed layout on this machine: nats-server, an
- * owners process, a gateway process (api, receiver, network) and 1, then 2, verifier processes.
- * The load is bench/intents.bench.ts pointed at the cluster's gateway (BENCH_URL), so both runs
- * use the same generator; the result is each figure and their ratio (2 verifiers / 1 verifier).
+ * POST /intents through the distributed layout on this machine: nats-server, an owners process, a
+ * gateway process (api, receiver, network) and 1, then 2, verifier processes, with the generator
+ * of bench:intents. For each process role it reports the CPU spent per accepted intent (from
+ * /proc, over the measured phase only): what the bus and the hops cost, and which role would cap
+ * the rate on a machine with a core per process.
  *
  *   npm run bench:cluster                     # COUNT=5000 CONCURRENCY=32 WARMUP=500
  *   COUNT=20000 CONCURRENCY=64 npm run bench:cluster
  *
  * Needs `nats-server` on PATH. Results: bench/results/cluster-<timestamp>.json and a table.
  */
-import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { Cluster, natsServerAvailable } from "../devkit/cluster";
 import { sha256Hex } from "../lib/encoding";
 import { tinFromSequence } from "../lib/tin";
-import { Cluster, natsServerAvailable } from "../devkit/cluster";
+import { BodyFactory, cpuSeconds, fmt, runClosed, summarize, type Route } from "./load";
 
 const root = path.resolve(__dirname, "..", "..");
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
+const COUNT = env("COUNT", 5000);
+const CONCURRENCY = env("CONCURRENCY", 32);
+const WARMUP = env("WARMUP", 500);
 
-/** Runs the intents benchmark against `url` and answers what its results file says. */
-function runLoad(url: string, seedFile: string, workerApiKey: string): Promise<{ intentsPerSec: number; p50: number; p99: number; notAccepted: number; file: string }> {
-	return new Promise((resolve, reject) => {
-		const child = spawn(process.execPath, [path.join(root, "dist/bench/intents.bench.js")], {
-			env: {
-				...process.env,
-				BENCH_URL: url,
-				BENCH_SEED_FILE: seedFile,
-				WORKER_API_KEY: workerApiKey,
-				COUNT: String(env("COUNT", 5000)),
-				CONCURRENCY: String(env("CONCURRENCY", 32)),
-				WARMUP: String(env("WARMUP", 500)),
-				VERIFY_SECONDS: "1"
-			},
-			stdio: ["ignore", "pipe", "inherit"]
-		});
-		let output = "";
-		child.stdout.on("data", chunk => (output += chunk));
-		child.on("exit", code => {
-			const file = /results: (\S+)/.exec(output)?.[1];
-			if (code !== 0 || !file) return reject(new Error(`intents benchmark exited ${code}:\n${output}`));
-			const results = JSON.parse(fs.readFileSync(path.resolve(file), "utf8"));
-			resolve({ intentsPerSec: results.intentsPerSec, p50: results.latencyMs.p50, p99: results.latencyMs.p99, notAccepted: results.notAccepted, file });
-		});
-	});
+interface Run {
+	verifiers: number;
+	perSecond: number;
+	p50: number;
+	p99: number;
+	notAccepted: number;
+	/** CPU µs per accepted intent, by role (all verifier processes together). */
+	cpuMicros: Record<"gateway" | "owners" | "verifiers" | "nats-server", number>;
 }
 
-async function measure(verifiers: number, seedFile: string) {
-	const workerApiKey = randomBytes(24).toString("hex");
-	const cluster = new Cluster({ verifiers, seedFile, workerApiKey, root });
+async function measure(verifiers: number, seedFile: string, bodies: BodyFactory): Promise<Run> {
+	const cluster = new Cluster({ verifiers, seedFile, workerApiKey: randomBytes(24).toString("hex"), root });
 	try {
 		await cluster.start();
-		return await runLoad(cluster.gateway.url, seedFile, workerApiKey);
+		const target = { url: cluster.gateway.url, path: "/intents", expected: 201 };
+		await runClosed(target, bodies.take(WARMUP), CONCURRENCY);
+		const roles = { gateway: [cluster.gateway.child.pid!], owners: [cluster.owners.child.pid!], verifiers: cluster.verifiers.map(v => v.child.pid!), "nats-server": [cluster.nats.pid!] };
+		const cpu = () => Object.fromEntries(Object.entries(roles).map(([role, pids]) => [role, pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]));
+		const before = cpu();
+		const phase = summarize(await runClosed(target, bodies.take(COUNT), CONCURRENCY));
+		const after = cpu();
+		const cpuMicros = Object.fromEntries(Object.keys(roles).map(role => [role, ((after[role] - before[role]) * 1e6) / Math.max(1, phase.accepted)])) as Run["cpuMicros"];
+		return { verifiers, perSecond: phase.perSecond, p50: phase.p50, p99: phase.p99, notAccepted: phase.notAccepted, cpuMicros };
 	} finally {
 		await cluster.stop();
 	}
@@ -61,22 +55,31 @@ async function measure(verifiers: number, seedFile: string) {
 
 async function main(): Promise<void> {
 	if (!natsServerAvailable) throw new Error("nats-server is not on PATH (Debian: apt-get install nats-server)");
+	const route: Route = { tin: tinFromSequence(123_456_789), routeCommitment: sha256Hex("bench route"), routeVersion: 1, policyCommitment: sha256Hex("bench policy") };
 	const seedFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "scs-bench-cluster-")), "seed.json");
-	fs.writeFileSync(seedFile, JSON.stringify([{ tin: tinFromSequence(123_456_789), routeCommitment: sha256Hex("bench route"), routeVersion: 1, policyCommitment: sha256Hex("bench policy") }]));
+	fs.writeFileSync(seedFile, JSON.stringify([route]));
+	const bodies = new BodyFactory(route, 256);
 
-	const one = await measure(1, seedFile);
-	const two = await measure(2, seedFile);
-	const ratio = two.intentsPerSec / one.intentsPerSec;
-	const results = { benchmark: "cluster", at: new Date().toISOString(), count: env("COUNT", 5000), concurrency: env("CONCURRENCY", 32), oneVerifier: one, twoVerifiers: two, ratio, cores: os.availableParallelism(), node: process.version };
+	const runs = [await measure(1, seedFile, bodies), await measure(2, seedFile, bodies)];
+	const at = new Date().toISOString();
+	const machine = `${os.cpus()[0]?.model?.trim() ?? "unknown CPU"} × ${os.availableParallelism()}, ${process.version}`;
 	const dir = path.join(root, "bench", "results");
 	fs.mkdirSync(dir, { recursive: true });
-	const file = path.join(dir, `cluster-${results.at.replace(/[:.]/g, "-")}.json`);
-	fs.writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
-	const fmt = (n: number) => n.toLocaleString("en-US", { maximumFractionDigits: 1 });
-	console.log("\n| verifier processes | intents/s | p50 ms | p99 ms | not 201 |\n|---:|---:|---:|---:|---:|");
-	console.log(`| 1 | ${fmt(one.intentsPerSec)} | ${fmt(one.p50)} | ${fmt(one.p99)} | ${one.notAccepted} |`);
-	console.log(`| 2 | ${fmt(two.intentsPerSec)} | ${fmt(two.p50)} | ${fmt(two.p99)} | ${two.notAccepted} |`);
-	console.log(`\nratio 2/1 = ${ratio.toFixed(3)} (${os.availableParallelism()} cores shared by nats-server, 4–5 Node processes and the load generator)\nresults: ${path.relative(process.cwd(), file)}`);
+	const file = path.join(dir, `cluster-${at.replace(/[:.]/g, "-")}.json`);
+	fs.writeFileSync(file, `${JSON.stringify({ benchmark: "cluster", at, machine, count: COUNT, concurrency: CONCURRENCY, runs }, null, 2)}\n`);
+
+	const total = (run: Run) => Object.values(run.cpuMicros).reduce((sum, micros) => sum + micros, 0);
+	/** With a core per process, the busiest process caps the rate: 1 s of its CPU over its µs per intent. */
+	const corePerProcess = (run: Run) => 1e6 / Math.max(run.cpuMicros.gateway, run.cpuMicros.owners, run.cpuMicros["nats-server"], run.cpuMicros.verifiers / run.verifiers);
+	const lines = [
+		"| verifier processes | intents/s | p50 ms | p99 ms | not 201 | CPU µs/intent: gateway | owners | verifiers | nats-server | total | a core per process: intents/s |",
+		"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	];
+	for (const run of runs)
+		lines.push(
+			`| ${run.verifiers} | ${fmt(run.perSecond)} | ${fmt(run.p50, 1)} | ${fmt(run.p99, 1)} | ${run.notAccepted} | ${fmt(run.cpuMicros.gateway)} | ${fmt(run.cpuMicros.owners)} | ${fmt(run.cpuMicros.verifiers)} | ${fmt(run.cpuMicros["nats-server"])} | ${fmt(total(run))} | ${fmt(corePerProcess(run))} |`
+		);
+	console.log(`\n${lines.join("\n")}\n\nratio 2/1 verifiers = ${(runs[1].perSecond / runs[0].perSecond).toFixed(2)} (${os.availableParallelism()} cores shared by nats-server, ${2 + runs[1].verifiers} Node processes and the load generator)\nmachine: ${machine}\nresults: ${path.relative(process.cwd(), file)}`);
 }
 
 main().catch(err => {

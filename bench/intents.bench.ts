@@ -18,6 +18,7 @@
  *   WALLETS (256)             distinct sender wallets
  *   VERIFY_SECONDS (2)        duration of the raw verification measurement
  *   LEAN (1)                  0 leaves the lean ideal out
+ *   SERVICE_ENV               settings for the service, `NAME=value,NAME=value` (VERIFY_THREADS=0, say)
  *   BENCH_URL                 an already-started service instead (its pid is unknown: no CPU figure);
  *                             BENCH_SEED_FILE is the registry seed it was started with, BENCH_TIN a TIN of it
  *
@@ -44,6 +45,7 @@ const OPTIONS = {
 	wallets: "256",
 	verify_seconds: "2",
 	lean: "1",
+	service_env: "",
 	bench_url: "",
 	bench_seed_file: "",
 	bench_tin: ""
@@ -100,13 +102,13 @@ async function startProcess(name: string, script: string, args: string[], env: R
 }
 
 /** A fresh target with its own data directory, so every phase starts from the same empty store. */
-async function startTarget(kind: "service" | "lean", seedFile: string): Promise<RunningTarget> {
+async function startTarget(kind: "service" | "lean", seedFile: string, serviceEnv: Record<string, string>): Promise<RunningTarget> {
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `scs-bench-${kind}-`));
 	const port = await freePort();
 	const url = `http://127.0.0.1:${port}`;
 	const target =
 		kind === "service"
-			? await startProcess("service", path.join(root, "dist", "index.js"), [], { PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile, WORKER_API_KEYS: randomBytes(24).toString("hex"), RATE_LIMIT_PER_MIN: "0", LOG_LEVEL: "warn" }, url)
+			? await startProcess("service", path.join(root, "dist", "index.js"), [], { PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile, WORKER_API_KEYS: randomBytes(24).toString("hex"), RATE_LIMIT_PER_MIN: "0", LOG_LEVEL: "warn", ...serviceEnv }, url)
 			: await startProcess("lean ideal", path.join(root, "bench", "lean-ideal.js"), [String(port), dataDir, seedFile], { LEAN_VERIFY_WORKERS: "1", PROJECT_DIR: root }, url);
 	const stop = target.stop;
 	target.stop = async () => {
@@ -215,6 +217,7 @@ async function main(): Promise<number> {
 		fs.writeFileSync(seedFile, JSON.stringify([route]));
 	}
 	const bodies = new BodyFactory(route, positiveInt("WALLETS", options.wallets));
+	const serviceEnv = Object.fromEntries(options.service_env.split(",").filter(Boolean).map(pair => pair.split("=").map(part => part.trim()) as [string, string]));
 	const target = { path: "/intents", expected: 201 };
 
 	const rows: Measured[] = [];
@@ -230,7 +233,7 @@ async function main(): Promise<number> {
 	// Closed loop at each concurrency, the targets alternating so that drift hits both alike.
 	for (const concurrency of concurrencies)
 		for (const kind of kinds) {
-			const running = await startTarget(kind, seedFile);
+			const running = await startTarget(kind, seedFile, serviceEnv);
 			try {
 				if (warmup) await runClosed({ ...target, url: running.url }, bodies.take(warmup), concurrency);
 				log(`${running.name}, concurrency ${concurrency} …`);
@@ -243,7 +246,7 @@ async function main(): Promise<number> {
 	for (const kind of kinds) {
 		const best = Math.max(...rows.filter(row => row.target === (kind === "service" ? "service" : "lean ideal")).map(row => row.perSecond));
 		const rate = Math.max(1, Math.round(best / 2));
-		const running = await startTarget(kind, seedFile);
+		const running = await startTarget(kind, seedFile, serviceEnv);
 		try {
 			if (warmup) await runPaced({ ...target, url: running.url }, bodies.take(warmup), rate);
 			log(`${running.name}, paced at ${rate}/s …`);

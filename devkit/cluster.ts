@@ -31,6 +31,11 @@ export class NatsServer {
 		return `nats://127.0.0.1:${this.port}`;
 	}
 
+	/** The server's process id while it runs (the cluster benchmark reads its CPU). */
+	get pid(): number | undefined {
+		return this.child?.pid;
+	}
+
 	async start(): Promise<void> {
 		let output = "";
 		const args = ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir, "--user", this.user, "--pass", this.password];
@@ -130,7 +135,8 @@ export class Cluster {
 		await this.nats.start();
 		this.owners = this.node("owners", { SERVICES: "mempool,payouts,crankers,tin,epochs,access", REGISTRY_SEED_FILE: this.options.seedFile });
 		await this.owners.ready();
-		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier" }));
+		// As k8s/42-verifier.yaml runs them: a core each, verifying on the event loop.
+		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier", VERIFY_THREADS: "0" }));
 		await Promise.all(this.verifiers.map(verifier => verifier.ready()));
 		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", WORKER_API_KEYS: this.options.workerApiKey }).ready();
 	}

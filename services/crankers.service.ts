@@ -17,6 +17,7 @@ import { sweepMetrics } from "./metrics";
 import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
+import { internal } from "./internal";
 
 const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
@@ -167,7 +168,7 @@ export function crankersService(config: Config): ServiceSchema {
 			 * Internal, from the gateway: records a verified request signature, once. The same
 			 * signature again within its validity window is a replay (SPEC §6.1).
 			 */
-			admitSignature: {
+			admitSignature: internal({
 				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true } },
 				async handler(ctx: Context<{ keyid: string; signature: string; created: number }>): Promise<true> {
 					const { keyid, signature, created } = ctx.params;
@@ -176,38 +177,38 @@ export function crankersService(config: Config): ServiceSchema {
 						throw new ServiceError("FORBIDDEN", "This request signature was used before", { reason: "replayed" });
 					return true;
 				}
-			},
+			}),
 
 			/**
 			 * Internal: the Cranker side of the observation routes: counts, online Crankers per role,
 			 * and per mint the liquidity and number of online settlement Crankers offering it.
 			 */
-			summary: {
+			summary: internal({
 				params: {},
 				async handler() {
 					totals.expire(onlineCutoff(Date.now()));
 					return { ...totals.snapshot(), total: Number((await crankers.tally()).records ?? 0n) };
 				}
-			},
+			}),
 
 			/** Internal: whether a Cranker is online (and an allowed operator) and which roles it has. */
-			standing: {
+			standing: internal({
 				params: { crankerPubkey: address() },
 				async handler(ctx: Context<{ crankerPubkey: string }>): Promise<{ online: boolean; roles: CrankerRole[] }> {
 					const doc = await crankers.get(ctx.params.crankerPubkey);
 					const online = !!doc && isOnline(doc, Date.now()) && isOperator(doc.crankerPubkey);
 					return { online, roles: doc?.roles ?? [] };
 				}
-			},
+			}),
 
 			/** Internal: how many Crankers are online now. */
-			onlineCount: {
+			onlineCount: internal({
 				params: {},
 				handler(): number {
 					totals.expire(onlineCutoff(Date.now()));
 					return totals.online;
 				}
-			}
+			})
 		},
 
 		created() {

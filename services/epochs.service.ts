@@ -19,6 +19,7 @@ import { storeMixin } from "../mixins/store.mixin";
 import { sweepMetrics } from "./metrics";
 import { callKey } from "./replay";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
+import { internal } from "./internal";
 
 interface EpochDoc {
 	/** The epoch number as a string. */
@@ -168,13 +169,13 @@ export function epochsService(config: Config): ServiceSchema {
 
 		actions: {
 			/** Internal: the open epoch. */
-			current: {
+			current: internal({
 				params: {},
 				async handler(): Promise<{ epoch: number; startedAt: string }> {
 					const { epoch, startedAt } = await openEpoch();
 					return { epoch, startedAt };
 				}
-			},
+			}),
 
 			/** GET /epoch/status: EpochStatus over the intents the next close will archive. */
 			status: {

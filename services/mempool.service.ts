@@ -54,6 +54,7 @@ import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey } from "./replay";
+import { internal } from "./internal";
 
 export const INTENTS_COLLECTION = {
 	name: "intents",
@@ -177,7 +178,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * earlier submission (idempotency on paymentId). A different body under the same paymentId
 			 * is 409.
 			 */
-			receive: {
+			receive: internal({
 				params: {
 					request: "object",
 					epoch: { type: "number", integer: true, min: 1 },
@@ -187,7 +188,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				handler(this: MempoolThis, ctx: Context<Parameters<MempoolMethods["receive"]>[0]>) {
 					return this.receive(ctx.params, callKey(ctx));
 				}
-			},
+			}),
 
 			/** GET /intents/{id}: the public view, or the worker view for a caller with a worker key. */
 			view: {
@@ -216,7 +217,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * oldest first, after the intent `after` (the last of the previous page). Pages stay far
 			 * below NATS's 1 MB message limit; the gateway joins them (api.intentWork).
 			 */
-			workPage: {
+			workPage: internal({
 				params: {
 					limit: { type: "number", integer: true, min: 1, max: WORK_PAGE },
 					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
@@ -228,13 +229,13 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const records = await this.intents.list({ where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
 					return records.map(record => ({ intent: toWorkerView(record), leaseTtlMs: this.settings.leaseTtlMs }));
 				}
-			},
+			}),
 
 			/**
 			 * Internal: intents waiting for verification: RECEIVED since before `receivedBefore`, or
 			 * NODE_VERIFYING since before `staleBefore` (whoever was verifying them is gone).
 			 */
-			pendingVerification: {
+			pendingVerification: internal({
 				params: { receivedBefore: { type: "string" }, staleBefore: { type: "string" }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
 				async handler(this: MempoolThis, ctx: Context<{ receivedBefore: string; staleBefore: string; limit: number }>): Promise<WaitingIntent[]> {
 					const { receivedBefore, staleBefore, limit: size } = ctx.params;
@@ -244,10 +245,10 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					]);
 					return [...received, ...stale].map(waitingIntent);
 				}
-			},
+			}),
 
 			/** Internal: RECEIVED → NODE_VERIFYING. Null when another verifier claimed it first. */
-			claimForVerification: {
+			claimForVerification: internal({
 				params: { id: recordRef, expectedVersion: version },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; expectedVersion: number }>): Promise<WaitingIntent | null> {
 					const record = await this.intents.get(ctx.params.id);
@@ -255,20 +256,20 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const claimed = await this.commit(record, applyMove(record, "claim", "NODE_VERIFYING", new Date().toISOString()));
 					return claimed && waitingIntent(claimed);
 				}
-			},
+			}),
 
 			/** Internal: a sweep's verdict on an intent it claimed; the state it ends in, or null once removed as unsigned. */
-			completeVerification: {
+			completeVerification: internal({
 				params: { id: recordRef, expectedVersion: version, verdict: verdictParam },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; expectedVersion: number; verdict: Verdict }>): Promise<IntentState | null> {
 					const record = await this.intents.get(ctx.params.id);
 					if (!record || record.state !== "NODE_VERIFYING" || record.stateVersion !== ctx.params.expectedVersion) return record?.state ?? null;
 					return (await this.applyVerdict(record, ctx.params.verdict))?.state ?? null;
 				}
-			},
+			}),
 
 			/** Internal: NODE_VERIFYING → RECEIVED when no verifier answered; a sweep retries it. */
-			returnToReceived: {
+			returnToReceived: internal({
 				params: { id: recordRef, expectedVersion: version },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; expectedVersion: number }>): Promise<IntentState> {
 					const record = await this.mustGet(ctx.params.id);
@@ -276,7 +277,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const back = await this.commit(record, applyMove(record, "verifier-timeout", "RECEIVED", new Date().toISOString(), { reason: "VERIFIER_UNAVAILABLE" }));
 					return (back ?? (await this.mustGet(record.id))).state;
 				}
-			},
+			}),
 
 			/**
 			 * PATCH /intents/{id}/status (a signed Cranker request): the lease rules of SPEC §2.4 on one
@@ -324,26 +325,26 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * Internal, for a payout authorization (SPEC §2.5): the record, when `crankerPubkey` holds
 			 * its live lease and the intent has not expired; the lease rules' refusal otherwise.
 			 */
-			leaseForPayout: {
+			leaseForPayout: internal({
 				params: { id: recordRef, crankerPubkey: address() },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; crankerPubkey: string }>): Promise<IntentRecord> {
 					const record = await this.mustGet(ctx.params.id);
 					leaseForPayout(record, ctx.params.crankerPubkey, Date.now(), this.slots.latest());
 					return record;
 				}
-			},
+			}),
 
 			/**
 			 * Internal: the figures of EpochStatus (SPEC §8). Every live intent belongs to the open
 			 * epoch or an earlier one, so they are the live totals.
 			 */
-			epochTotals: {
+			epochTotals: internal({
 				params: {},
 				async handler(this: MempoolThis): Promise<Pick<EpochStatus, "intents" | "volume">> {
 					const { live, liveVolume } = await this.totals();
 					return { intents: { received: Object.values(live).reduce((sum, n) => sum + n, 0), executed: live.CONFIRMED, canceled: live.REJECTED }, volume: liveVolume };
 				}
-			},
+			}),
 
 			/**
 			 * Internal: flags up to `limit` live terminal intents of epoch `epoch` or earlier, last
@@ -353,7 +354,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * finishing the same close archive the same intents. Archived intents stay in this
 			 * store, so paymentId idempotency and nonce ownership outlive the epoch.
 			 */
-			archiveTerminal: {
+			archiveTerminal: internal({
 				params: { epoch: { type: "number", integer: true, min: 1 }, changedBefore: { type: "string", max: 40 }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
 				async handler(this: MempoolThis, ctx: Context<{ epoch: number; changedBefore: string; limit: number }>): Promise<number> {
 					const { epoch, changedBefore, limit: size } = ctx.params;
@@ -361,10 +362,10 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					for (const record of due) await this.intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch });
 					return due.length;
 				}
-			},
+			}),
 
 			/** Internal: what epoch `epoch` archived: counts, volume and the Merkle root of its executed intents. */
-			archiveSummary: {
+			archiveSummary: internal({
 				params: { epoch: { type: "number", integer: true, min: 1 } },
 				async handler(this: MempoolThis, ctx: Context<{ epoch: number }>) {
 					const byState = await this.intents.countBy("state", { archivedIn: ctx.params.epoch });
@@ -378,26 +379,26 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						root: merkleRoot(executed.map(record => record.transactionCommitment))
 					};
 				}
-			},
+			}),
 
 			/**
 			 * Internal: every figure of the intents (lib/intent-totals.ts), from the store. A lease
 			 * that lapsed counts as active until the sweep returns it, within SWEEP_INTERVAL_MS.
 			 */
-			totals: {
+			totals: internal({
 				params: {},
 				handler(this: MempoolThis) {
 					return this.totals();
 				}
-			},
+			}),
 
 			/** Internal: number of live intents per state (every state present, zero included). */
-			counts: {
+			counts: internal({
 				params: {},
 				async handler(this: MempoolThis): Promise<Record<IntentState, number>> {
 					return (await this.totals()).live;
 				}
-			}
+			})
 		},
 
 		methods: {

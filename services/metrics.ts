@@ -9,6 +9,7 @@
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
 import { Counter, Histogram, Registry } from "prom-client";
 import { registerProcessMetrics } from "../lib/process-metrics";
+import { internal } from "./internal";
 
 /** One metric family as `registry.getMetricsAsJSON()` gives it; NaN and ±Inf travel as strings (JSON has no such numbers). */
 export interface MetricFamily {
@@ -172,12 +173,12 @@ export function metricsService(): ServiceSchema {
 		name: "metrics",
 		actions: {
 			/** Internal: this process's metric families (all, or those named). */
-			snapshot: {
+			snapshot: internal({
 				params: { names: { type: "array", items: { type: "string", max: 200 }, max: 50, optional: true } },
 				handler(this: { broker: ServiceBroker }, ctx: Context<{ names?: string[] }>) {
 					return snapshot(this.broker, ctx.params.names);
 				}
-			}
+			})
 		},
 		created() {
 			// Process metrics from the start: counters of the process's lifetime (CPU, GC) then cover all of it.

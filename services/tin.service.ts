@@ -33,6 +33,7 @@ import type { Collection, Where } from "../lib/store";
 import { checkValidityWindow } from "../lib/verification";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweepMetrics } from "./metrics";
+import { internal } from "./internal";
 
 const ROUTES_COLLECTION = {
 	name: "registry_routes",
@@ -263,16 +264,16 @@ export function tinService(config: Config): ServiceSchema {
 
 		actions: {
 			/** Internal: the active route of a TIN, or null. */
-			resolve: {
+			resolve: internal({
 				params: { tin: tin() },
 				async handler(ctx: Context<{ tin: string }>): Promise<ActiveRoute | null> {
 					const route = await activeRoute(ctx.params.tin);
 					return route && { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion: route.routeVersion, policyCommitment: route.policyCommitment };
 				}
-			},
+			}),
 
 			/** Internal: proves the registry can be read (one bounded read); 503 REGISTRY_INVALID otherwise. */
-			check: {
+			check: internal({
 				params: {},
 				async handler(): Promise<true> {
 					try {
@@ -282,7 +283,7 @@ export function tinService(config: Config): ServiceSchema {
 						throw new ServiceError("REGISTRY_INVALID", "The registry cannot be read");
 					}
 				}
-			},
+			}),
 
 			/** GET /registry/tins/{tin} */
 			getRoute: {

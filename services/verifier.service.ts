@@ -15,6 +15,7 @@ import { verifySignature } from "../lib/ed25519";
 import { verifyPaymentAuthorizationWith, type VerificationContext, type VerificationResult } from "../lib/verification";
 import { VerifyPool } from "../lib/verify-pool";
 import { verifierMetrics } from "./metrics";
+import { internal } from "./internal";
 
 /** Routes change rarely; the TTL bounds how long a lost change event can leave a stale entry. */
 const ROUTE_CACHE_TTL_MS = 5000;
@@ -47,7 +48,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 		settings: { verifyThreads: config.verifyThreads },
 
 		actions: {
-			verify: {
+			verify: internal({
 				strategy: "Shard",
 				strategyOptions: { shardKey: "request.senderWallet" },
 				// Shape-checked at intake by the receiver (createIntentParams), the only caller.
@@ -59,7 +60,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 					this.checks.inc({ result: answer.ok ? "ok" : "refused" });
 					return { ...answer, verifiedBy: `verifier@${ctx.broker.nodeID}` };
 				}
-			}
+			})
 		},
 
 		events: {

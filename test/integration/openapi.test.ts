@@ -184,3 +184,27 @@ function responseBodies(source: string): { name: string; status: number; unknown
 		)
 	);
 }
+
+describe("internal actions (services/internal.ts)", () => {
+	it("every action the gateway does not route is internal, and the gateway refuses to run one even when a route names it", async () => {
+		const api = node.broker.getLocalService("api") as unknown as { aliases: { action?: string }[] };
+		const routed = new Set(api.aliases.map(alias => alias.action));
+		const actions = node.broker.registry.getActionList({ skipInternal: true }) as { name: string; action?: { visibility?: string } }[];
+		// moleculer-web's own route management (api.addRoute …) is its own business.
+		const unrouted = actions.filter(item => !routed.has(item.name) && !item.name.startsWith("api."));
+		expect(unrouted.filter(item => item.action?.visibility !== "public").map(item => item.name)).toEqual([]);
+		expect(unrouted.map(item => item.name)).toEqual(expect.arrayContaining(["mempool.receive", "verifier.verify", "crankers.standing", "tin.resolve"]));
+
+		const gateway = node.broker.getLocalService("api") as unknown as { addRoute(route: object): void; removeRoute(path: string): void };
+		gateway.addRoute({ path: "/exposed", aliases: { "GET totals": "mempool.totals", "GET epoch": "epochs.status" }, mappingPolicy: "restrict" });
+		try {
+			// moleculer-web answers as for a service that is not there: the action never runs.
+			const answer = await fetch(`${node.url}/exposed/totals`);
+			expect([answer.status, ((await answer.json()) as { type: string }).type]).toEqual([503, "NOT_READY"]);
+			// The same route runs a published action (raw fetch: these paths are not in the document).
+			expect((await fetch(`${node.url}/exposed/epoch`)).status).toBe(200);
+		} finally {
+			gateway.removeRoute("/exposed");
+		}
+	});
+});

@@ -1,13 +1,13 @@
 /**
  * Every ordered list walks an index (SQLite adapter): the mempool's list shapes on 3,000 intents
  * answer exactly what a full filter-and-sort of every document answers, an `in` list is one index
- * walk per value merged, and a list SQLite could only serve by sorting the matches is refused at
- * its first use instead of costing O(stored) on every call.
+ * walk per value merged, and the plan check that refuses, at a list shape's first use, a plan that
+ * would sort every match tells such plans from index walks.
  */
 import Database from "better-sqlite3";
-import path from "node:path";
 import type { IntentRecord, IntentState } from "../../lib/intents";
 import { openStore, type Collection, type ListQuery, type Store } from "../../lib/store";
+import { sortsOrScans } from "../../lib/store/sqlite";
 import { INTENTS_COLLECTION } from "../../services/mempool.service";
 import { tempDir } from "../helpers/node";
 
@@ -88,10 +88,18 @@ test("a list over several states is one index walk per state, merged in order (n
 	expect(await ids({ where: { archivedIn: null }, orderBy: ["createdAt", "desc"], limit: 500 })).toEqual(reference(r => r.archivedIn === undefined, "createdAt", "desc", 500));
 });
 
-test("a list whose index is gone is refused at its first use, not served by sorting every match", async () => {
-	const db = new Database(path.join(dataDir, "mempool.sqlite"));
-	db.exec(`DROP INDEX "intents_i_archivedIn_state_createdAt_id"`);
+test("the plan check tells SQLite's sorting and scanning plans from index walks", () => {
+	const db = new Database(":memory:");
+	db.exec(`CREATE TABLE t (id TEXT PRIMARY KEY, state TEXT, createdAt TEXT, doc TEXT); CREATE INDEX t_i_state_createdAt_id ON t (state, createdAt, id)`);
+	const plan = (sql: string) => (db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all("VERIFIED", 50) as { detail: string }[]).map(row => row.detail);
+	const walk = plan(`SELECT doc FROM t INDEXED BY t_i_state_createdAt_id WHERE state = ? ORDER BY createdAt ASC, id ASC LIMIT ?`);
+	const sorted = plan(`SELECT doc FROM t WHERE state = ? ORDER BY doc ASC LIMIT ?`);
+	const scanned = plan(`SELECT doc FROM t WHERE doc = ? ORDER BY createdAt LIMIT ?`);
 	db.close();
-	// A shape not listed before (archivedIn = ?, not IS NULL): its statement is prepared now.
-	await expect(intents.list({ where: { archivedIn: 1, state: "CONFIRMED" }, orderBy: ["createdAt", "desc"], limit: 5 })).rejects.toThrow(/no such index/);
+	expect(sortsOrScans(walk, "t", true)).toBe(false);
+	expect(sortsOrScans(sorted, "t", true)).toBe(true);
+	expect(scanned.join(";")).toMatch(/SCAN t|TEMP B-TREE/);
+	expect(sortsOrScans(scanned, "t", true)).toBe(true);
+	// An unordered bounded read of a small collection may scan it.
+	expect(sortsOrScans(["SCAN t"], "t", false)).toBe(false);
 });

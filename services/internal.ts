@@ -1,0 +1,12 @@
+/**
+ * The one rule for actions that only our own services call, never a route of the gateway:
+ * - visibility "public": callable over the broker, but moleculer-web refuses to run it, so no
+ *   route can expose it, even by mistake;
+ * - params checked for shape only: what reaches them was validated in full where it entered (the
+ *   gateway's route schemas, lib/schemas.ts), and a second full check of a signed request costs
+ *   more than its signature check.
+ * test/integration/openapi.test.ts checks that every action the gateway does not route is internal.
+ */
+export function internal<A extends object>(action: A): A & { visibility: "public" } {
+	return { ...action, visibility: "public" };
+}

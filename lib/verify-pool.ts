@@ -6,7 +6,7 @@
  * as one message per worker.
  */
 import { Worker } from "node:worker_threads";
-import { strictSignatureEquation } from "./ed25519";
+import { strictSignatureEquation, verifySignature } from "./ed25519";
 
 /** One job on the wire: the key's 32 bytes (a worker keeps its own key objects), the message, the signature. */
 type Job = [id: number, address: string, key: Uint8Array, message: string | Uint8Array, signature: Uint8Array];
@@ -35,40 +35,28 @@ parentPort.on("message", jobs => {
 });`;
 
 export class VerifyPool {
-	private readonly workers: Worker[];
-	private readonly waiting = new Map<number, { resolve(ok: boolean): void; reject(err: Error): void }>();
-	private batch: Job[] = [];
+	private readonly workers: Worker[] = [];
+	/** Jobs sent and not answered, with the worker that has them. */
+	private readonly waiting = new Map<number, { resolve(ok: boolean): void; job: Job; worker: number }>();
+	private batch: { job: Job; resolve(ok: boolean): void }[] = [];
 	private flushScheduled = false;
 	private nextId = 0;
 	private nextWorker = 0;
-	private failure: Error | null = null;
+	private closed = false;
 
 	constructor(readonly threads: number) {
 		if (!Number.isInteger(threads) || threads < 1) throw new Error(`a verify pool needs at least one thread, not ${threads}`);
-		this.workers = Array.from({ length: threads }, () => {
-			const worker = new Worker(WORKER_SOURCE, { eval: true, name: "ed25519-verify" });
-			// Idle workers must not keep a stopping process alive.
-			worker.unref();
-			worker.on("message", (verdicts: [number, boolean][]) => {
-				for (const [id, ok] of verdicts) {
-					this.waiting.get(id)?.resolve(ok);
-					this.waiting.delete(id);
-				}
-			});
-			worker.on("error", err => this.fail(err));
-			return worker;
-		});
+		for (let index = 0; index < threads; index++) this.workers.push(this.startWorker(index));
 	}
 
 	/** verifySignature's verdict, the equation solved on a worker thread. */
 	verify(address: string, message: string | Uint8Array, signature: string | Uint8Array): Promise<boolean> {
-		if (this.failure) return Promise.reject(this.failure);
 		const equation = strictSignatureEquation(address, signature);
 		if (!equation) return Promise.resolve(false);
-		return new Promise((resolve, reject) => {
-			const id = this.nextId++;
-			this.waiting.set(id, { resolve, reject });
-			this.batch.push([id, address, equation.key.raw, message, equation.signature]);
+		const job: Job = [this.nextId++, address, equation.key.raw, message, equation.signature];
+		if (this.closed) return Promise.resolve(verifyOnThisThread(job));
+		return new Promise(resolve => {
+			this.batch.push({ job, resolve });
 			if (!this.flushScheduled) {
 				this.flushScheduled = true;
 				setImmediate(() => this.flush());
@@ -76,24 +64,70 @@ export class VerifyPool {
 		});
 	}
 
+	/** Stops the workers; a job still waiting is verified on this thread. */
 	async close(): Promise<void> {
+		this.closed = true;
+		this.flush();
 		await Promise.all(this.workers.map(worker => worker.terminate()));
+		this.settleOnThisThread(() => true);
+	}
+
+	private startWorker(index: number): Worker {
+		const worker = new Worker(WORKER_SOURCE, { eval: true, name: "ed25519-verify" });
+		worker.on("message", (verdicts: [number, boolean][]) => {
+			for (const [id, ok] of verdicts) {
+				this.waiting.get(id)?.resolve(ok);
+				this.waiting.delete(id);
+			}
+			this.idleUnlessBusy(index);
+		});
+		// A worker that fails (out of memory, a crash) takes no verdict with it: its jobs are verified
+		// here, never answered as forgeries or as errors, and a new worker takes its place.
+		const replace = () => {
+			if (this.closed || this.workers[index] !== worker) return;
+			this.settleOnThisThread(pending => pending.worker === index);
+			this.workers[index] = this.startWorker(index);
+		};
+		worker.on("error", replace);
+		worker.on("exit", replace);
+		// After the listeners (adding one refs the worker again): an idle pool keeps no process alive,
+		// a busy one does (flush refs a worker it sends jobs to).
+		worker.unref();
+		return worker;
+	}
+
+	private idleUnlessBusy(index: number): void {
+		for (const pending of this.waiting.values()) if (pending.worker === index) return;
+		this.workers[index].unref();
 	}
 
 	/** This turn's jobs, split evenly over the workers. */
 	private flush(): void {
 		this.flushScheduled = false;
-		const jobs = this.batch;
+		const batch = this.batch;
 		this.batch = [];
-		const share = Math.ceil(jobs.length / this.workers.length);
-		for (let i = 0; i < jobs.length; i += share) this.workers[this.nextWorker++ % this.workers.length].postMessage(jobs.slice(i, i + share));
+		if (!batch.length) return;
+		if (this.closed) return batch.forEach(({ job, resolve }) => resolve(verifyOnThisThread(job)));
+		const share = Math.ceil(batch.length / this.workers.length);
+		for (let i = 0; i < batch.length; i += share) {
+			const index = this.nextWorker++ % this.workers.length;
+			const part = batch.slice(i, i + share);
+			for (const { job, resolve } of part) this.waiting.set(job[0], { resolve, job, worker: index });
+			this.workers[index].ref();
+			this.workers[index].postMessage(part.map(({ job }) => job));
+		}
 	}
 
-	/** A worker that dies takes its jobs with it: they fail as errors, never as forgeries. */
-	private fail(err: Error): void {
-		this.failure = err;
-		const waiting = [...this.waiting.values()];
-		this.waiting.clear();
-		for (const { reject } of waiting) reject(err);
+	private settleOnThisThread(which: (pending: { worker: number }) => boolean): void {
+		for (const [id, pending] of this.waiting)
+			if (which(pending)) {
+				this.waiting.delete(id);
+				pending.resolve(verifyOnThisThread(pending.job));
+			}
 	}
+}
+
+/** The equation on the calling thread: what a worker would have answered. */
+function verifyOnThisThread([, address, , message, signature]: Job): boolean {
+	return verifySignature(address, message, signature);
 }

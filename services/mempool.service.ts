@@ -417,13 +417,18 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					at: new Date().toISOString(),
 					intakeCall
 				};
-				const record = verdict ? decidedRecord(intake, verdict) : receivedRecord(intake);
-				if (await this.intents.insert(record)) return this.answerFor(record, true);
-				if (record.nonceKey && !(await this.intents.findOne({ paymentId: request.paymentId }))) {
-					const refused = decidedRecord(intake, { ...NONCE_REUSED, verifiedBy: verdict?.verifiedBy });
-					if (await this.intents.insert(refused)) return this.answerFor(refused, true);
+				// A refusal that leaves no record is the receiver's to answer; one reaching here is a bug, not data.
+				if (verdict && !verdict.ok && UNRECORDED_REJECTIONS.has(verdict.reason)) throw new ServiceError("INTERNAL_ERROR", "an unrecorded refusal was handed to the mempool");
+				let record = verdict ? decidedRecord(intake, verdict) : receivedRecord(intake);
+				let existing: IntentRecord | null = null;
+				// A few rounds: the record holding the paymentId may be removed in between (an unsigned
+				// RECEIVED one the sweep found), and then this one may take it.
+				for (let round = 0; round < 3 && !existing; round++) {
+					if (await this.intents.insert(record)) return this.answerFor(record, true);
+					existing = await this.intents.findOne({ paymentId: request.paymentId });
+					// Not the paymentId: the nonce, which only a VERIFIED record holds.
+					if (!existing && record.nonceKey) record = decidedRecord(intake, { ...NONCE_REUSED, verifiedBy: verdict?.verifiedBy });
 				}
-				const existing = await this.intents.findOne({ paymentId: request.paymentId });
 				if (!existing) throw new ServiceError("INTERNAL_ERROR", "paymentId collision without a record");
 				if (existing.requestDigest !== requestDigest)
 					// No record id here: whoever guessed a paymentId must not learn another sender's intent.
@@ -503,7 +508,14 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				let released = 0;
 				for (const record of lapsed) {
 					const returned = applyMove(record, "lease-lapse", "VERIFIED", at, { lease: null, reason: "LEASE_EXPIRED" });
-					if (await this.commit(record, { ...returned, lapsedLeases: (record.lapsedLeases ?? 0) + 1 })) released++;
+					try {
+						if (await this.commit(record, { ...returned, lapsedLeases: (record.lapsedLeases ?? 0) + 1 })) released++;
+					} catch (err) {
+						// Its nonce went to another intent (only after an older replica ran beside this version):
+						// that one record stays leased and is logged; the batch goes on.
+						if (!(err instanceof UniqueConflictError)) throw err;
+						this.logger.error(`Intent ${record.id} cannot return to VERIFIED: another intent holds its nonce.`);
+					}
 				}
 				this.leases.inc({ event: "expired" }, released);
 				this.sweeps.inc({ sweep: "lease-expiry", result: "returned" }, released);
@@ -530,7 +542,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						const holder = await this.intents.get(intentId);
 						if (holder && holder.state !== "REJECTED" && holder.nonceKey !== id)
 							try {
-								if (await this.intents.update(holder.id, { stateVersion: holder.stateVersion, state: holder.state }, { ...holder, nonceKey: id })) moved++;
+								// The whole compare-and-set of a move (commit): a renewal keeps stateVersion, an archive sets archivedIn.
+								const expected = { state: holder.state, stateVersion: holder.stateVersion, leaseExpiresAt: holder.leaseExpiresAt, archivedIn: holder.archivedIn ?? null };
+								if (await this.intents.update(holder.id, expected, { ...holder, nonceKey: id })) moved++;
 							} catch (err) {
 								// Taken meanwhile by an intent this version verified: only while an older replica still ran (k8s/README.md, first upgrade).
 								if (!(err instanceof UniqueConflictError)) throw err;

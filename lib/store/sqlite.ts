@@ -457,10 +457,14 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	 * value, merged: SQLite would otherwise read every row of every value and sort them.
 	 */
 	private listRows(query: ListQuery): ListRow[] {
+		// `in` nothing matches nothing (SQLite would plan a sort of no rows).
+		assertWhere(this.spec, query.where ?? {});
+		if (Object.values(query.where ?? {}).some(c => isComparison(c) && "in" in c && c.in.length === 0)) return [];
 		const split = query.orderBy && Object.entries(query.where ?? {}).find(([, c]) => isComparison(c) && "in" in c && c.in.length > 1);
 		if (!split) return this.listStatement(query);
 		const [field, condition] = split as [string, { in: readonly FieldValue[] }];
-		const parts = condition.in.map(value => this.listRows({ ...query, where: { ...query.where, [field]: value } }));
+		// Each value once, as MongoDB's $in matches each document once.
+		const parts = [...new Set(condition.in)].map(value => this.listRows({ ...query, where: { ...query.where, [field]: value } }));
 		const sign = query.orderBy![1] === "desc" ? -1 : 1;
 		const merged = parts.flat().sort((a, b) => sign * (compareKeys(a.sortValue, b.sortValue) || compareKeys(a.id, b.id)));
 		return query.limit === undefined ? merged : merged.slice(0, Math.max(0, Math.floor(query.limit)));

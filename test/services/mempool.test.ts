@@ -103,6 +103,12 @@ describe("intake: one insert, in the verdict's state", () => {
 		expect(await mempool.broker.call("mempool.completeVerification", { id: freeRecord.id, expectedVersion: 2, verdict: VERIFIED })).toBe("VERIFIED");
 	});
 
+	test("a refusal that leaves no record is never stored, even if a caller hands it over", async () => {
+		const request = signedIntent(newWallet(), route);
+		await expect(mempool.receive(request, { ok: false, reason: "INVALID_SIGNATURE", detail: "forged" })).rejects.toMatchObject({ type: "INTERNAL_ERROR" });
+		expect(mempool.rows().find(row => row.paymentId === request.paymentId)).toBeUndefined();
+	});
+
 	test("an unsigned body found by the sweep is removed: its paymentId is free again", async () => {
 		const request = signedIntent(newWallet(), route);
 		await mempool.receive(request);

@@ -551,6 +551,14 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				expect(ids(await items.list({ orderBy }))).toEqual(expected);
 			});
 
+			test("an ordered list with in: the values' documents merged in order, each once, limit and cursor included", async () => {
+				const open_or_done = { status: { in: ["open", "done", "open"] } } as const;
+				expect(ids(await items.list({ where: open_or_done, orderBy: ["rank", "desc"] }))).toEqual(["a", "c", "b"]);
+				expect(ids(await items.list({ where: open_or_done, orderBy: ["rank", "asc"], limit: 2 }))).toEqual(["b", "c"]);
+				expect(ids(await items.list({ where: open_or_done, orderBy: ["rank", "asc"], after: { value: 1, id: "b" } }))).toEqual(["c", "a"]);
+				expect(ids(await items.list({ where: { status: { in: [] } }, orderBy: ["rank", "asc"], limit: 5 }))).toEqual([]);
+			});
+
 			test("after: keyset pages through ties, in both directions, each document once", async () => {
 				const ranked = { rank: { ne: null } } as const;
 				const pages = async (direction: "asc" | "desc") => {

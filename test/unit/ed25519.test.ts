@@ -3,6 +3,7 @@
  * the RFC 8032 §7.1 test vectors, and strict verification's known answers (small-order points,
  * ed25519-speccheck, the bug report's forgery, S ≥ L).
  */
+import { spawnSync } from "node:child_process";
 import nodeCrypto, { createHash, createPublicKey, randomBytes, verify as cryptoVerify } from "node:crypto";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { createSigner, generateKeypair, keypairFromSecretKey, verifySignature } from "../../lib/ed25519";
@@ -454,5 +455,50 @@ describe("VerifyPool: the equation on worker threads, the strict checks unchange
 		});
 		const verdicts = await Promise.all(jobs.map(job => pool.verify(job.address, job.message, job.signature)));
 		expect(verdicts).toEqual(jobs.map((_, i) => i % 5 !== 0));
+	});
+
+	/** 200 jobs, one in four tampered, and what they must answer. */
+	function jobs() {
+		const wallets = Array.from({ length: 4 }, nobleWallet);
+		return Array.from({ length: 200 }, (_, i) => {
+			const message = `${MESSAGE} ~${i}`;
+			return { address: wallets[i % 4].address, message, signature: wallets[i % 4].sign(i % 4 === 0 ? `${message}?` : message), ok: i % 4 !== 0 };
+		});
+	}
+
+	it("a worker that dies mid-batch is replaced, and the jobs it had are verified on the calling thread, never refused", async () => {
+		const own = new VerifyPool(2);
+		try {
+			const batch = jobs();
+			const verdicts = Promise.all(batch.map(job => own.verify(job.address, job.message, job.signature)));
+			// The batch goes out at the end of this turn; then one worker dies with its share.
+			await new Promise(resolve => setImmediate(resolve));
+			await (own as unknown as { workers: { terminate(): Promise<number> }[] }).workers[0].terminate();
+			expect(await verdicts).toEqual(batch.map(job => job.ok));
+			const again = jobs();
+			expect(await Promise.all(again.map(job => own.verify(job.address, job.message, job.signature)))).toEqual(again.map(job => job.ok));
+		} finally {
+			await own.close();
+		}
+	});
+
+	it("close() answers the jobs still waiting, and later ones are verified on the calling thread", async () => {
+		const own = new VerifyPool(1);
+		const batch = jobs();
+		const verdicts = Promise.all(batch.map(job => own.verify(job.address, job.message, job.signature)));
+		await own.close();
+		expect(await verdicts).toEqual(batch.map(job => job.ok));
+		expect(await own.verify(batch[1].address, batch[1].message, batch[1].signature)).toBe(true);
+	});
+
+	it("an idle pool keeps no process alive", () => {
+		// A real signature, so that the job crosses to a worker and back.
+		const script = `
+			const { VerifyPool } = require(${JSON.stringify(require.resolve("../../dist/lib/verify-pool.js"))});
+			const { generateKeypair, createSigner } = require(${JSON.stringify(require.resolve("../../dist/lib/ed25519.js"))});
+			const keypair = generateKeypair();
+			new VerifyPool(2).verify(keypair.publicKey, "m", createSigner(keypair)("m")).then(ok => console.log("verdict", ok));`;
+		const run = spawnSync(process.execPath, ["-e", script], { encoding: "utf8", timeout: 10_000 });
+		expect([run.status, run.signal, run.stdout.trim()]).toEqual([0, null, "verdict true"]);
 	});
 });

@@ -188,6 +188,9 @@ async function guarded<R>(operation: () => Promise<R>): Promise<R> {
 	}
 }
 
+/** The name of the plain index on `key` (an index group followed by id), as created and as hinted. */
+const indexName = (key: readonly string[]) => `i_${key.join("_")}`;
+
 /** The indexes a collection needs: its unique groups, and each index group followed by _id (servingIndex's rule). */
 export function indexDescriptions(spec: CollectionSpec): IndexDescription[] {
 	// _id is unique by itself, and so is any group that contains it.
@@ -200,7 +203,7 @@ export function indexDescriptions(spec: CollectionSpec): IndexDescription[] {
 			unique: true,
 			partialFilterExpression: Object.fromEntries(group.map(field => [field, PRESENT[spec.fields[field]]]))
 		})),
-		...(spec.indexes ?? []).map(group => ({ name: `i_${group.join("_")}_id`, key: keys([...group, "id"]) }))
+		...(spec.indexes ?? []).map(group => ({ name: indexName([...group, "id"]), key: keys([...group, "id"]) }))
 	];
 }
 
@@ -230,7 +233,8 @@ function translate(condition: Condition): unknown {
 
 class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	private readonly tallies: MongoCollection<TallyShard>;
-	private readonly checkedShapes = new Set<string>();
+	/** The index serving each query shape met so far (servingIndex, checked once per shape). */
+	private readonly servingKeys = new Map<string, readonly string[]>();
 
 	constructor(
 		private readonly client: MongoClient,
@@ -242,11 +246,11 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	/** Checks once per query shape that an index serves it (servingIndex). */
-	private served(where: Where = {}, orderBy?: ListQuery["orderBy"]): void {
+	private served(where: Where = {}, orderBy?: ListQuery["orderBy"]): readonly string[] {
 		const shape = JSON.stringify([Object.entries(where).map(([field, c]) => [field, isComparison(c) ? Object.keys(c)[0] : "eq"]), orderBy?.[0]]);
-		if (this.checkedShapes.has(shape)) return;
-		servingIndex(this.spec, where, orderBy);
-		this.checkedShapes.add(shape);
+		let key = this.servingKeys.get(shape);
+		if (!key) this.servingKeys.set(shape, (key = servingIndex(this.spec, where, orderBy)));
+		return key;
 	}
 
 	/**
@@ -388,7 +392,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 
 	async list(query: ListQuery = {}): Promise<T[]> {
 		let filter = this.filter(query.where);
-		this.served(query.where, query.orderBy);
+		const served = this.served(query.where, query.orderBy);
 		assertCursor(this.spec, query);
 		const limit = query.limit === undefined ? undefined : Math.max(0, Math.floor(query.limit));
 		// MongoDB reads a limit of 0 as "no limit".
@@ -409,8 +413,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 			cursor.sort({ [key(field)]: order, _id: order });
 			// The index servingIndex names, whatever the planner's trial would pick (an index on a
 			// range condition, then a blocking sort of every match).
-			const served = servingIndex(this.spec, query.where, query.orderBy);
-			if (served.length > 1) cursor.hint(`i_${served.join("_")}`);
+			if (served.length > 1) cursor.hint(indexName(served));
 		}
 		if (limit !== undefined) cursor.limit(limit);
 		return (await guarded(() => cursor.toArray())).map(doc => this.fromStored(doc));

@@ -171,6 +171,11 @@ class GroupCommit {
 	}
 }
 
+/** The name of a collection's unique ("u") or plain ("i") index on `group`, as created and as named in INDEXED BY. */
+function indexName(collection: string, kind: "u" | "i", group: readonly string[]): string {
+	return `${collection}_${kind}_${group.join("_")}`;
+}
+
 /** Whether an EXPLAIN QUERY PLAN reads every match to sort it (a temp B-tree), or, for an ordered list, scans the table without an index. */
 export function sortsOrScans(plan: readonly string[], table: string, ordered: boolean): boolean {
 	return plan.some(step => step.includes("TEMP B-TREE") || (ordered && step === `SCAN ${table}`));
@@ -211,6 +216,8 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	private readonly tallyTable: string;
 	/** Compiled statements per query shape: the hot paths repeat a handful of shapes. */
 	private readonly statements = new Map<string, Database.Statement>();
+	/** List statements by everything after their FROM (listQuery). */
+	private readonly lists = new Map<string, Database.Statement>();
 
 	constructor(
 		private readonly db: Database.Database,
@@ -226,17 +233,16 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const tallyColumn = spec.tally ? [`${TALLY_COLUMN} TEXT`] : [];
 		db.exec(`CREATE TABLE IF NOT EXISTS ${this.table} (id TEXT PRIMARY KEY, ${[...columnDefs, ...tallyColumn, "doc TEXT NOT NULL"].join(", ")})`);
 		this.addMissingColumns();
-		const indexName = (kind: string, group: readonly string[]) => `${spec.name}_${kind}_${group.join("_")}`;
 		const wanted = new Set<string>();
 		for (const group of spec.unique ?? []) {
-			wanted.add(indexName("u", group));
-			db.exec(`CREATE UNIQUE INDEX IF NOT EXISTS ${quote(indexName("u", group))} ON ${this.table} (${group.map(quote).join(", ")})`);
+			wanted.add(indexName(spec.name, "u", group));
+			db.exec(`CREATE UNIQUE INDEX IF NOT EXISTS ${quote(indexName(spec.name, "u", group))} ON ${this.table} (${group.map(quote).join(", ")})`);
 		}
 		// Each index ends in id, the tie-break of every ordered list, so it serves the order as well.
 		for (const group of spec.indexes ?? []) {
 			const key = [...group, "id"];
-			wanted.add(indexName("i", key));
-			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(indexName("i", key))} ON ${this.table} (${key.map(quote).join(", ")})`);
+			wanted.add(indexName(spec.name, "i", key));
+			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(indexName(spec.name, "i", key))} ON ${this.table} (${key.map(quote).join(", ")})`);
 		}
 		// Plain indexes an earlier version declared cost every write and serve nothing now. Unique
 		// ones stay: one may belong to a newer version (a rollback), and without it duplicates get in.
@@ -358,16 +364,23 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	/**
-	 * A list statement, the first time its shape is used: an index must serve it (servingIndex),
-	 * and SQLite's own plan must agree: no sort of the matching rows (a temp B-tree), and an ordered
-	 * list walks an index, so that reading `limit` rows costs O(limit), not O(stored).
+	 * The statement of a list, by everything after its FROM (`tail`), prepared the first time its
+	 * shape is used: an index must serve it (servingIndex), an ordered list walks exactly that index
+	 * (INDEXED BY: left to its estimates, SQLite prefers an index on a range condition and then
+	 * sorts every match), and SQLite's own plan must agree: no sort of the matching rows and no
+	 * scan of the table, so that reading `limit` rows costs O(limit), not O(stored).
 	 */
-	private listQuery(sql: string, args: unknown[], where: Where = {}, orderBy?: ListQuery["orderBy"]): Database.Statement {
-		if (this.statements.has(sql)) return this.statement(sql);
-		servingIndex(this.spec, where, orderBy);
+	private listQuery(tail: string, args: unknown[], query: ListQuery): Database.Statement {
+		let stmt = this.lists.get(tail);
+		if (stmt) return stmt;
+		const { where = {}, orderBy } = query;
+		const key = servingIndex(this.spec, where, orderBy);
+		const indexed = orderBy && key.length > 1 && key[key.length - 1] === "id" ? ` INDEXED BY ${quote(indexName(this.spec.name, "i", key))}` : "";
+		const sql = `SELECT ${orderBy ? `${quote(orderBy[0])} AS sortValue, ` : ""}id, doc FROM ${this.table}${indexed}${tail}`;
 		const plan = (this.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...args) as { detail: string }[]).map(row => row.detail);
 		if (sortsOrScans(plan, this.spec.name, orderBy !== undefined)) throw new Error(`${this.spec.name}: SQLite would sort or scan for this list (${plan.join("; ")}): ${sql}`);
-		return this.statement(sql);
+		this.lists.set(tail, (stmt = this.db.prepare(sql)));
+		return stmt;
 	}
 
 	async insert(doc: T): Promise<boolean> {
@@ -473,13 +486,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	private listStatement(query: ListQuery): ListRow[] {
 		const { sql, args } = compileWhere(this.spec, query.where);
 		assertCursor(this.spec, query);
-		const sortColumn = query.orderBy ? `${quote(query.orderBy[0])} AS sortValue, ` : "";
-		// An ordered list walks the index servingIndex names, whatever SQLite's estimates would pick
-		// (it prefers an index on a range condition and then sorts every match).
-		if (query.orderBy) assertDeclared(this.spec, [query.orderBy[0]]);
-		const key = query.orderBy ? servingIndex(this.spec, query.where, query.orderBy) : null;
-		const indexed = key && key.length > 1 && key[key.length - 1] === "id" ? ` INDEXED BY ${quote(`${this.spec.name}_i_${key.join("_")}`)}` : "";
-		let text = `SELECT ${sortColumn}id, doc FROM ${this.table}${indexed}${sql}`;
+		let text = sql;
 		if (query.orderBy) {
 			assertDeclared(this.spec, [query.orderBy[0]]);
 			const column = quote(query.orderBy[0]);
@@ -497,7 +504,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 			text += " LIMIT ?";
 			args.push(Math.max(0, Math.floor(query.limit)));
 		}
-		return this.listQuery(text, args, query.where, query.orderBy).all(...args) as ListRow[];
+		return this.listQuery(text, args, query).all(...args) as ListRow[];
 	}
 
 	async count(where?: Where): Promise<number> {

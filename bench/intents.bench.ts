@@ -30,12 +30,12 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { freePort, spawnScript, waitFor, type ScriptProcess } from "../devkit/process";
+import { freePort } from "../devkit/process";
 import { verifySignature } from "../lib/ed25519";
 import { decodeBase58 } from "../lib/encoding";
 import type { CreateIntentRequest } from "../lib/intents";
 import { tinFromSequence } from "../lib/tin";
-import { BodyFactory, cpuSeconds, fmt, runClosed, runPaced, summarize, type PhaseResult, type Route, type Summary } from "./load";
+import { BodyFactory, cpuSeconds, fmt, runClosed, runPaced, startProcess, summarize, type PhaseResult, type RunningTarget, type Route, type Summary } from "./load";
 
 const OPTIONS = {
 	concurrencies: "16,32,64",
@@ -68,38 +68,6 @@ function positiveInt(name: string, raw: string): number {
 }
 
 const root = path.resolve(__dirname, "..", "..");
-
-interface RunningTarget {
-	name: string;
-	url: string;
-	/** The process whose CPU is counted; null for an external service. */
-	pid: number | null;
-	stop(): Promise<void>;
-}
-
-async function startProcess(name: string, script: string, args: string[], env: Record<string, string>, url: string): Promise<RunningTarget> {
-	const proc: ScriptProcess = spawnScript(script, env, args, name);
-	try {
-		await waitFor(async () => {
-			if (proc.child.exitCode !== null) throw new Error(`${name} exited with ${proc.child.exitCode}:\n${proc.output().slice(-3000)}`);
-			return (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200;
-		}, 30_000, `${name} to be ready`, 100);
-	} catch (err) {
-		proc.child.kill("SIGKILL");
-		throw err;
-	}
-	return {
-		name,
-		url,
-		pid: proc.child.pid!,
-		async stop() {
-			if (proc.child.exitCode === null) proc.child.kill("SIGTERM");
-			const timer = setTimeout(() => proc.child.kill("SIGKILL"), 15_000);
-			await proc.exited;
-			clearTimeout(timer);
-		}
-	};
-}
 
 /** A fresh target with its own data directory, so every phase starts from the same empty store. */
 async function startTarget(kind: "service" | "lean", seedFile: string, serviceEnv: Record<string, string>): Promise<RunningTarget> {

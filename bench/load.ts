@@ -2,12 +2,13 @@
  * The pieces every benchmark shares: signed bodies built before timing starts, one HTTP load
  * generator (closed loop at a fixed concurrency, or paced at a fixed rate), percentiles, and the
  * CPU a target process spent, read from /proc so that any process (ours, the lean yardstick,
- * nats-server) is measured the same way.
+ * nats-server) is measured the same way; and a target started as a process, once it is ready.
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
+import { spawnScript, waitFor, type ScriptProcess } from "../devkit/process";
 import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
 import { createSigner, generateKeypair } from "../lib/ed25519";
 import { encodeBase58 } from "../lib/encoding";
@@ -224,3 +225,36 @@ export function cpuSeconds(pid: number): number {
 }
 
 export const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits }) : "n/a");
+
+export interface RunningTarget {
+	name: string;
+	url: string;
+	/** The process whose CPU is counted; null for an external service. */
+	pid: number | null;
+	stop(): Promise<void>;
+}
+
+/** `node <script>` with `env`, once its /health/ready answers 200 (both targets serve it). */
+export async function startProcess(name: string, script: string, args: string[], env: Record<string, string>, url: string): Promise<RunningTarget> {
+	const proc: ScriptProcess = spawnScript(script, env, args, name);
+	try {
+		await waitFor(async () => {
+			if (proc.child.exitCode !== null) throw new Error(`${name} exited with ${proc.child.exitCode}:\n${proc.output().slice(-3000)}`);
+			return (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200;
+		}, 30_000, `${name} to be ready`, 100);
+	} catch (err) {
+		proc.child.kill("SIGKILL");
+		throw err;
+	}
+	return {
+		name,
+		url,
+		pid: proc.child.pid!,
+		async stop() {
+			if (proc.child.exitCode === null) proc.child.kill("SIGTERM");
+			const timer = setTimeout(() => proc.child.kill("SIGKILL"), 15_000);
+			await proc.exited;
+			clearTimeout(timer);
+		}
+	};
+}

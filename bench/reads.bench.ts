@@ -17,12 +17,12 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { freePort, spawnScript, waitFor } from "../devkit/process";
+import { freePort } from "../devkit/process";
 import { buildTinOperationMessage } from "../lib/canonical";
 import { createSigner, generateKeypair } from "../lib/ed25519";
 import { sha256Hex } from "../lib/encoding";
 import { tinFromSequence } from "../lib/tin";
-import { BodyFactory, fmt, runClosed, summarize, type Route } from "./load";
+import { BodyFactory, fmt, runClosed, startProcess, summarize, type Route } from "./load";
 
 const root = path.resolve(__dirname, "..", "..");
 
@@ -65,14 +65,10 @@ async function main(): Promise<void> {
 	const workerKey = randomBytes(24).toString("hex");
 	const port = await freePort();
 	const url = `http://127.0.0.1:${port}`;
-	const service = spawnScript(path.join(root, "dist", "index.js"), { PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile, WORKER_API_KEYS: workerKey, RATE_LIMIT_PER_MIN: "0", LOG_LEVEL: "warn" }, [], "service");
+	const service = await startProcess("service", path.join(root, "dist", "index.js"), [], { PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile, WORKER_API_KEYS: workerKey, RATE_LIMIT_PER_MIN: "0", LOG_LEVEL: "warn" }, url);
 	const log = (line: string) => process.stderr.write(`${line}\n`);
 	const rows: { stored: number; list: string; limit: number; p50: number; p99: number; items: number }[] = [];
 	try {
-		await waitFor(async () => {
-			if (service.child.exitCode !== null) throw new Error(`the service exited:\n${service.output()}`);
-			return (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200;
-		}, 30_000, "the service to be ready");
 		const intents = new BodyFactory(route, 256);
 		let stored = 0;
 		for (const size of sizes) {
@@ -97,8 +93,7 @@ async function main(): Promise<void> {
 				}
 		}
 	} finally {
-		if (service.child.exitCode === null) service.child.kill("SIGTERM");
-		await service.exited;
+		await service.stop();
 		fs.rmSync(dataDir, { recursive: true, force: true });
 	}
 

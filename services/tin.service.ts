@@ -10,8 +10,8 @@ import { buildTinOperationMessage } from "../lib/canonical";
 import { nodeChainReader } from "../lib/chain";
 import { judgeChainEvidence, readChain, type ChainObservation } from "../lib/chain-evidence";
 import { ConfigError, type Config } from "../lib/config";
+import { requestDigest } from "../lib/digest";
 import { verifySignature } from "../lib/ed25519";
-import { canonicalJson, sha256Hex } from "../lib/encoding";
 import { ServiceError } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
@@ -169,9 +169,9 @@ export function tinService(config: Config): ServiceSchema {
 			throw new ServiceError("VALIDATION_ERROR", "tin is absent for a create and required for an update", [
 				{ type: "tin", field: "tin", message: "The 'tin' field is absent for a create and required for an update." }
 			]);
-		const requestDigest = sha256Hex(canonicalJson(request));
+		const digest = requestDigest(request);
 		const existing = await operations.findOne({ operationId: request.operationId });
-		if (existing) return replay(ctx, existing, requestDigest);
+		if (existing) return replay(ctx, existing, digest);
 
 		if (!verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature))
 			throw new ServiceError("INVALID_SIGNATURE", "ownerSignature is not ownerWallet's signature of the operation message");
@@ -191,7 +191,7 @@ export function tinService(config: Config): ServiceSchema {
 			intentType: request.intentType,
 			tin: request.tin ?? (await allocateTin()),
 			status: "PENDING_VERIFICATION",
-			requestDigest,
+			requestDigest: digest,
 			request,
 			history: [{ status: "PENDING_VERIFICATION", at }],
 			verifiedBy: null,
@@ -207,7 +207,7 @@ export function tinService(config: Config): ServiceSchema {
 			return toPublicTinOperation(record);
 		}
 		// A concurrent submission of the same operationId won; its TIN (if any) stays burned, never reused.
-		return replay(ctx, (await operations.findOne({ operationId: request.operationId }))!, requestDigest);
+		return replay(ctx, (await operations.findOne({ operationId: request.operationId }))!, digest);
 	}
 
 	function replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string) {

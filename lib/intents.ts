@@ -262,7 +262,7 @@ type MoveChanges = Partial<Pick<IntentRecord, "lease" | "submission" | "rejectio
 /** The states in which an intent holds its sender's nonce: verified, and not (yet) rejected. */
 const NONCE_HOLDING_STATES: ReadonlySet<IntentState> = new Set(["VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED"]);
 
-export function nonceKeyOf(request: Pick<CreateIntentRequest, "senderWallet" | "senderAuthorizationNonce">): string {
+function nonceKeyOf(request: Pick<CreateIntentRequest, "senderWallet" | "senderAuthorizationNonce">): string {
 	return `${request.senderWallet}:${request.senderAuthorizationNonce}`;
 }
 

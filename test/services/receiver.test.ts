@@ -30,11 +30,11 @@ async function startIntake(withVerifier = true) {
 	if (withVerifier) broker.createService(verifierService(config));
 	broker.createService(receiverService(config));
 	await broker.start();
-	const meta: { $statusCode?: number; $location?: string } = {};
+	/** As the gateway calls it: the status and location come back in the call's meta. */
 	const submit = async (request: object) => {
-		const ctx = { meta: {} as typeof meta };
-		const view = await broker.call<PublicMempoolIntent, object>("receiver.submit", request, { meta: ctx.meta });
-		return { view, status: ctx.meta.$statusCode, location: ctx.meta.$location };
+		const meta: { $statusCode?: number; $location?: string } = {};
+		const view = await broker.call<PublicMempoolIntent, object>("receiver.submit", request, { meta });
+		return { view, status: meta.$statusCode, location: meta.$location };
 	};
 	return { broker, config, submit, calls };
 }

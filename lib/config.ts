@@ -82,6 +82,17 @@ export interface Config {
 	authFailuresPerMin: number;
 	/** METRICS_API_KEY: when set, GET /metrics in Prometheus form takes `Authorization: Bearer <key>`; null = public. */
 	metricsApiKey: string | null;
+	/** EVENT_RETENTION_MS: events (the outbox of state changes) older than this are pruned. */
+	eventRetentionMs: number;
+	/** EVENT_HEARTBEAT_MS: the comment line every open event stream gets, so that proxies keep it open. */
+	eventHeartbeatMs: number;
+	/** EVENT_STREAMS_MAX and EVENT_STREAMS_PER_IP: open event streams per gateway process, and per client IP in it. */
+	eventStreamsMax: number;
+	eventStreamsPerIp: number;
+	/** WEBHOOK_ALLOW_PRIVATE: webhook URLs may resolve to private, loopback and link-local addresses. */
+	webhookAllowPrivate: boolean;
+	/** WEBHOOK_RETRY_FOR_MS: how long a failing delivery is retried before its subscription is disabled. */
+	webhookRetryForMs: number;
 }
 
 /** A configuration the process cannot start with: a message for the operator, so no stack trace. */
@@ -265,6 +276,12 @@ export function loadConfig(env: Env = process.env): Config {
 		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
-		metricsApiKey: headerSecret(env, "METRICS_API_KEY")
+		metricsApiKey: headerSecret(env, "METRICS_API_KEY"),
+		eventRetentionMs: integer(env, "EVENT_RETENTION_MS", 7 * 24 * 60 * 60 * 1000, 1),
+		eventHeartbeatMs: integer(env, "EVENT_HEARTBEAT_MS", 15_000, 10),
+		eventStreamsMax: integer(env, "EVENT_STREAMS_MAX", 1000, 1),
+		eventStreamsPerIp: integer(env, "EVENT_STREAMS_PER_IP", 20, 1),
+		webhookAllowPrivate: flag(env, "WEBHOOK_ALLOW_PRIVATE"),
+		webhookRetryForMs: integer(env, "WEBHOOK_RETRY_FOR_MS", 24 * 60 * 60 * 1000, 1)
 	};
 }

@@ -6,6 +6,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from "./chain-evidence";
 import { ServiceError, type RejectionReason } from "./errors";
 import { Address, Amount, Hex64, Identifier, IsoTime, Nonce, Nullable, Signature, Slot, StringEnum, Tin, Version, named } from "./wire-formats";
+import type { OutboxEvent } from "./store/port";
 
 export const INTENT_STATES = ["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED", "REJECTED"] as const;
 export const PUBLIC_STATUSES = ["pending", "canceled", "executed"] as const;
@@ -188,6 +189,27 @@ export function toPublicView(record: IntentRecord): PublicMempoolIntent {
 	if (record.state === "CONFIRMED" && record.submission) view.transactionSignature = record.submission.transactionSignature;
 	if (record.state === "REJECTED" && record.rejectionReason) view.rejectionReason = record.rejectionReason;
 	return view;
+}
+
+/** The type of the outbox event an intent's state change writes (webhooks and SSE streams carry it). */
+export const INTENT_EVENT_TYPE = "intent.status_changed";
+
+/** What an intent's event carries: the previous and new state, and the public view after the change. */
+export interface IntentEventData {
+	[key: string]: unknown;
+	previousState: IntentState | null;
+	state: IntentState;
+	view: PublicMempoolIntent;
+}
+
+/**
+ * The outbox event of a write from `previous` (null: the record is new) to `next`; none when the
+ * state stays (a lease renewal, an archiving): events announce state changes.
+ */
+export function intentEvent(previous: IntentRecord | null, next: IntentRecord): OutboxEvent | undefined {
+	if (previous && previous.state === next.state) return undefined;
+	const data: IntentEventData = { previousState: previous?.state ?? null, state: next.state, view: toPublicView(next) };
+	return { subject: next.id, type: INTENT_EVENT_TYPE, at: next.updatedAt, data };
 }
 
 const REQUEST_FIELDS = Object.keys(CreateIntentRequestSchema.properties) as (keyof CreateIntentRequest)[];

@@ -6,6 +6,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { isBase58OfLength } from "./encoding";
 import { ServiceError } from "./errors";
 import type { TinStage } from "./schemas";
+import type { OutboxEvent } from "./store/port";
 import { Address, Amount, Hex64, Identifier, IsoTime, Nullable, Signature, StringEnum, Tin, Version, named } from "./wire-formats";
 
 export const TIN_OPERATION_STATES = ["PENDING_VERIFICATION", "VERIFIED", "FEE_COMMITTED", "SUBMITTED", "FINALIZED", "FAILED", "REJECTED"] as const;
@@ -109,6 +110,15 @@ export function toPublicTinOperation(record: TinOperationRecord): PublicTinOpera
 		updatedAt: record.updatedAt,
 		...(record.failureReason !== undefined ? { failureReason: record.failureReason } : {})
 	};
+}
+
+/** The type of the outbox event a TIN operation's status change writes. */
+export const TIN_OPERATION_EVENT_TYPE = "tin_operation.status_changed";
+
+/** The outbox event of a write from `previous` (null: new) to `next`; none when the status stays (a finalization's mark). */
+export function tinOperationEvent(previous: TinOperationRecord | null, next: TinOperationRecord): OutboxEvent | undefined {
+	if (previous && previous.status === next.status) return undefined;
+	return { subject: next.id, type: TIN_OPERATION_EVENT_TYPE, at: next.updatedAt, data: { previousState: previous?.status ?? null, state: next.status, view: toPublicTinOperation(next) } };
 }
 
 export function toTinOperationView(record: TinOperationRecord): TinOperationView {

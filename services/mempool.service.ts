@@ -27,6 +27,7 @@ import {
 	applyMove,
 	decideStatusUpdate,
 	expire,
+	intentEvent,
 	isExpired,
 	leaseForPayout,
 	rejectedAtVerification,
@@ -50,6 +51,7 @@ import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, type Collection, type CollectionSpec, type Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS } from "../lib/verification";
+import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
@@ -78,7 +80,9 @@ export const INTENTS_COLLECTION = {
 	// so (state, createdAt) serves them as well as the work list; the public list and the epoch close
 	// go by (archivedIn, …).
 	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["archivedIn", "createdAt"], ["archivedIn", "state", "createdAt"]],
-	tally: intentTally
+	tally: intentTally,
+	// Each state change writes its event in the same write (intentEvent): SSE streams and webhooks read them.
+	outbox: true
 } satisfies CollectionSpec<IntentRecord>;
 
 /** Before nonces were a field of the intent: `<senderWallet>:<nonce>` → the intent holding it. Read once, to migrate. */
@@ -127,6 +131,8 @@ interface MempoolVars {
 	chain: ChainReader | null;
 	leases: ReturnType<typeof leaseMetrics>;
 	sweeps: ReturnType<typeof sweepMetrics>;
+	/** Tells the gateways that new intent events are committed (coalesced: see eventNotifier). */
+	notifyEvents: () => void;
 }
 
 type MempoolThis = Service<MempoolSettings> & MempoolVars & MempoolMethods;
@@ -168,7 +174,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			}),
 			sweeperMixin<MempoolThis>("lease expiry", config.sweepIntervalMs, function (this: MempoolThis) {
 				return this.releaseLapsedLeases();
-			})
+			}),
+			outboxMixin<MempoolThis>("intents", config.eventRetentionMs, config.sweepIntervalMs, service => service.intents)
 		],
 
 		actions: {
@@ -424,7 +431,10 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				// A few rounds: the record holding the paymentId may be removed in between (an unsigned
 				// RECEIVED one the sweep found), and then this one may take it.
 				for (let round = 0; round < 3 && !existing; round++) {
-					if (await this.intents.insert(record)) return this.answerFor(record, true);
+					if (await this.intents.insert(record, intentEvent(null, record))) {
+						this.notifyEvents();
+						return this.answerFor(record, true);
+					}
 					existing = await this.intents.findOne({ paymentId: request.paymentId });
 					// Not the paymentId: the nonce, which only a VERIFIED record holds.
 					if (!existing && record.nonceKey) record = decidedRecord(intake, { ...NONCE_REUSED, verifiedBy: verdict?.verifiedBy });
@@ -454,7 +464,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 */
 			async commit(this: MempoolThis, current, next) {
 				const written = restamped(current, next, new Date().toISOString());
-				const done = await this.intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, written);
+				const event = intentEvent(current, written);
+				const done = await this.intents.update(current.id, { state: current.state, stateVersion: current.stateVersion, leaseExpiresAt: current.leaseExpiresAt }, written, event);
+				if (done && event) this.notifyEvents();
 				return done ? written : null;
 			},
 
@@ -561,6 +573,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			this.chain = nodeChainReader(config.solanaRpcUrl);
 			this.leases = leaseMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);
+			this.notifyEvents = eventNotifier(this.broker, "intents");
 			this.slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
 		},
 

@@ -22,6 +22,7 @@ import {
 	TIN_OPERATION_STATES,
 	applyStage,
 	decideStage,
+	tinOperationEvent,
 	toPublicTinOperation,
 	toTinOperationView,
 	type CrankerStanding,
@@ -31,6 +32,7 @@ import {
 } from "../lib/tin-operations";
 import type { Collection, Where } from "../lib/store";
 import { checkValidityWindow } from "../lib/verification";
+import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweepMetrics } from "./metrics";
 import { internal } from "./internal";
@@ -47,7 +49,9 @@ const OPERATIONS_COLLECTION = {
 	unique: [["operationId"]],
 	// One per filter of the public list (status, intent_type, both, neither), each ending in its order,
 	// and one for a submitter's registry work: anyone can add operations, so no read may scan them.
-	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"], ["feeCommittedBy", "status", "createdAt"]]
+	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"], ["feeCommittedBy", "status", "createdAt"]],
+	// Each status change writes its event in the same write (tinOperationEvent).
+	outbox: true
 } as const;
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
@@ -66,6 +70,8 @@ export function tinService(config: Config): ServiceSchema {
 	let operations: Collection<TinOperationRecord>;
 	let sequence: Collection<SequenceDoc>;
 	let broker: Context["broker"];
+	/** Tells the gateways that new TIN operation events are committed (coalesced: see eventNotifier). */
+	let notifyEvents: () => void = () => {};
 	const policy = { allowSingleCrankerTins: config.allowSingleCrankerTins, createFee: config.tinCreateFee, updateFee: config.tinUpdateFee };
 	const chain = nodeChainReader(config.solanaRpcUrl);
 
@@ -147,7 +153,8 @@ export function tinService(config: Config): ServiceSchema {
 		const route = (await routes.get(marked.tin))!;
 		const done: TinOperationRecord = { ...finalized, routeVersion: route.routeVersion };
 		delete done.finalizing;
-		if (!(await operations.update(marked.id, { status: "SUBMITTED", finalizing: marked.finalizing ?? null }, done))) return mustGetOperation(marked.id);
+		if (!(await operations.update(marked.id, { status: "SUBMITTED", finalizing: marked.finalizing ?? null }, done, tinOperationEvent(marked, done)))) return mustGetOperation(marked.id);
+		notifyEvents();
 		broker.broadcast("registry.routeChanged", { tin: marked.tin });
 		return done;
 	}
@@ -202,7 +209,8 @@ export function tinService(config: Config): ServiceSchema {
 			createdAt: at,
 			updatedAt: at
 		};
-		if (await operations.insert(record)) {
+		if (await operations.insert(record, tinOperationEvent(null, record))) {
+			notifyEvents();
 			ctx.meta.$statusCode = 201;
 			return toPublicTinOperation(record);
 		}
@@ -238,7 +246,10 @@ export function tinService(config: Config): ServiceSchema {
 			return toTinOperationView(await finalize(record, { ...decision.next, history }));
 		}
 		// `finalizing: null` keeps every other stage off an operation whose finalization has begun.
-		if (await operations.update(record.id, { status: record.status, finalizing: null }, decision.next)) return toTinOperationView(decision.next);
+		if (await operations.update(record.id, { status: record.status, finalizing: null }, decision.next, tinOperationEvent(record, decision.next))) {
+			notifyEvents();
+			return toTinOperationView(decision.next);
+		}
 		throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: (await mustGetOperation(id)).status });
 	}
 
@@ -259,7 +270,8 @@ export function tinService(config: Config): ServiceSchema {
 				routes = await store.collection<RouteRecord>(ROUTES_COLLECTION);
 				operations = await store.collection<TinOperationRecord>(OPERATIONS_COLLECTION);
 				sequence = await store.collection<SequenceDoc>({ name: "tin_sequence", fields: { next: "integer" } });
-			})
+			}),
+			outboxMixin("tin_operations", config.eventRetentionMs, config.sweepIntervalMs, () => operations)
 		],
 
 		actions: {
@@ -348,6 +360,7 @@ export function tinService(config: Config): ServiceSchema {
 
 		created() {
 			broker = this.broker;
+			notifyEvents = eventNotifier(broker, "tin_operations");
 		},
 
 		async started() {

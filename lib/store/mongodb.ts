@@ -28,6 +28,7 @@ import {
 	UniqueConflictError,
 	assertCursor,
 	assertDeclared,
+	assertOutbox,
 	assertWhere,
 	batchSize,
 	isComparison,
@@ -37,9 +38,12 @@ import {
 	type CollectionSpec,
 	type Condition,
 	type Doc,
+	type EventQuery,
 	type FieldValue,
 	type ListQuery,
+	type OutboxEvent,
 	type Store,
+	type StoredEvent,
 	type Where
 } from "./port";
 
@@ -231,8 +235,24 @@ function translate(condition: Condition): unknown {
 	return { [OPERATORS[op]]: value };
 }
 
+/** An outbox event as stored: its sequence number is the _id. */
+interface EventDoc extends Document {
+	_id: number;
+	subject: string;
+	type: string;
+	at: string;
+	data: Record<string, unknown>;
+}
+
+function fromEventDoc({ _id, subject, type, at, data }: EventDoc): StoredEvent {
+	return { seq: _id, subject, type, at, data };
+}
+
 class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	private readonly tallies: MongoCollection<TallyShard>;
+	private readonly eventLog: MongoCollection<EventDoc>;
+	/** Per collection, the last sequence number handed out (`{ _id: collection, seq }`). */
+	private readonly sequences: MongoCollection<{ _id: string; seq: number }>;
 	/** The index serving each query shape met so far (servingIndex, checked once per shape). */
 	private readonly servingKeys = new Map<string, readonly string[]>();
 
@@ -243,6 +263,19 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		private readonly spec: CollectionSpec<T>
 	) {
 		this.tallies = db.collection<TallyShard>(`${spec.name}__tally`);
+		this.eventLog = db.collection<EventDoc>(`${spec.name}__events`);
+		this.sequences = db.collection<{ _id: string; seq: number }>("__sequences");
+	}
+
+	/** The event log's indexes: per subject in order, and by time for pruning. */
+	async prepareOutbox(): Promise<void> {
+		if (!this.spec.outbox) return;
+		await guarded(() =>
+			this.eventLog.createIndexes([
+				{ name: "subject_seq", key: { subject: 1, _id: 1 } },
+				{ name: "at_seq", key: { at: 1, _id: 1 } }
+			])
+		);
 	}
 
 	/** Checks once per query shape that an index serves it (servingIndex). */
@@ -254,14 +287,21 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	/**
-	 * Runs a write that changes the tally in one transaction with the tally's update. The replica
-	 * set (required, see DURABLE_OPTIONS) makes it atomic; withTransaction retries a transient
-	 * conflict. `write` answers the document replaced (or null) and the one written (or null).
+	 * Runs a write that changes the tally in one transaction with the tally's update and its outbox
+	 * event. The replica set (required, see DURABLE_OPTIONS) makes it atomic; withTransaction
+	 * retries a transient conflict. `write` answers the document replaced (or null) and the one
+	 * written (or null: nothing written, and no event).
 	 */
-	private async withTally<R>(write: (session: ClientSession) => Promise<{ result: R; before: T | null; after: T | null }>): Promise<R> {
+	private async withTally<R>(write: (session: ClientSession) => Promise<{ result: R; before: T | null; after: T | null }>, event?: OutboxEvent): Promise<R> {
 		return guarded(() =>
 			inTransaction(this.client, async session => {
 					const { result, before, after } = await write(session);
+					// The counter document serializes the writers of events: one that took a number
+					// commits before the next can take one, so numbers become visible in order.
+					if (event && after !== null) {
+						const counter = await this.sequences.findOneAndUpdate({ _id: this.spec.name }, { $inc: { seq: 1 } }, { session, upsert: true, returnDocument: "after" });
+						await this.eventLog.insertOne({ _id: counter!.seq, subject: event.subject, type: event.type, at: event.at, data: event.data }, { session });
+					}
 					const change = tallyChange(this.spec, before, after);
 					if (change.size) {
 						const inc = Object.fromEntries([...change].map(([name, delta]) => [`sums.${name}`, Decimal128.fromString(delta.toString())]));
@@ -313,11 +353,12 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		return { id: _id, ...rest } as unknown as T;
 	}
 
-	async insert(doc: T): Promise<boolean> {
+	async insert(doc: T, event?: OutboxEvent): Promise<boolean> {
+		assertOutbox(this.spec, event);
 		const stored = this.toStored(doc);
 		try {
-			if (!this.spec.tally) await guarded(() => this.collection.insertOne(stored));
-			else await this.withTally(async session => ({ result: await this.collection.insertOne(stored, { session }), before: null, after: doc }));
+			if (!this.spec.tally && !event) await guarded(() => this.collection.insertOne(stored));
+			else await this.withTally(async session => ({ result: await this.collection.insertOne(stored, { session }), before: null, after: doc }), event);
 			return true;
 		} catch (error) {
 			if (error instanceof MongoServerError && error.code === DUPLICATE_KEY) return false;
@@ -343,16 +384,17 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	 * $set) also drops the fields `next` no longer has, like SQLite's rewrite of the whole row.
 	 * With a tally, findOneAndReplace in the tally's transaction, for the document it replaced.
 	 */
-	async update(id: string, expected: Where, next: T): Promise<boolean> {
+	async update(id: string, expected: Where, next: T, event?: OutboxEvent): Promise<boolean> {
 		if (next.id !== id) throw new Error("update cannot change a document's id");
+		assertOutbox(this.spec, event);
 		const { _id, ...replacement } = this.toStored(next);
 		const filter = { $and: [{ _id }, this.filter(expected)] };
 		try {
-			if (!this.spec.tally) return (await guarded(() => this.collection.replaceOne(filter, replacement))).matchedCount === 1;
+			if (!this.spec.tally && !event) return (await guarded(() => this.collection.replaceOne(filter, replacement))).matchedCount === 1;
 			return await this.withTally(async session => {
 				const before = await this.collection.findOneAndReplace(filter, replacement, { session, returnDocument: "before" });
 				return { result: before !== null, before: before && this.fromStored(before), after: before && next };
-			});
+			}, event);
 		} catch (err) {
 			// The replacement took a unique value another document holds: nothing was written (a transaction's write aborts it whole).
 			if (err instanceof MongoServerError && err.code === DUPLICATE_KEY) throw new UniqueConflictError(this.spec.name, err);
@@ -434,6 +476,30 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		return Object.fromEntries(groups.map(g => [String(typeof g._id === "boolean" ? Number(g._id) : g._id), g.n]));
 	}
 
+	async events(query: EventQuery): Promise<StoredEvent[]> {
+		assertOutbox(this.spec, "read");
+		const limit = Math.max(0, Math.floor(query.limit));
+		if (limit === 0) return [];
+		const filter = { _id: { $gt: query.after }, ...(query.subject !== undefined ? { subject: query.subject } : {}) };
+		const found = await guarded(() => this.eventLog.find(filter).sort({ _id: 1 }).limit(limit).toArray());
+		return found.map(fromEventDoc);
+	}
+
+	async latestEvent(subject?: string): Promise<StoredEvent | null> {
+		assertOutbox(this.spec, "read");
+		const found = await guarded(() => this.eventLog.find(subject !== undefined ? { subject } : {}).sort({ _id: -1 }).limit(1).toArray());
+		return found.length ? fromEventDoc(found[0]) : null;
+	}
+
+	async pruneEvents(before: string, limit: number): Promise<number> {
+		assertOutbox(this.spec, "read");
+		const size = batchSize(limit);
+		if (size === 0) return 0;
+		const batch = await guarded(() => this.eventLog.find({ at: { $lt: before } }, { projection: { _id: 1 } }).sort({ at: 1, _id: 1 }).limit(size).toArray());
+		if (!batch.length) return 0;
+		return (await guarded(() => this.eventLog.deleteMany({ _id: { $in: batch.map(doc => doc._id) } }))).deletedCount;
+	}
+
 	async tally(): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
 		const shards = await guarded(() => this.tallies.find({ _id: { $ne: SEEDED } }).toArray());
@@ -513,6 +579,7 @@ export class MongoStore implements Store {
 				});
 		const store = new MongoStoreCollection<T>(this.client, collection, this.db, spec);
 		await store.seedTally();
+		await store.prepareOutbox();
 		return store;
 	}
 

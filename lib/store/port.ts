@@ -44,6 +44,34 @@ export interface CollectionSpec<T extends Doc = any> {
 	indexes?: readonly (readonly string[])[];
 	/** What a document adds to the collection's tally (see Tally); keys absent count 0. */
 	tally?: (doc: T) => Tally;
+	/** The collection keeps an event log (an outbox): writes may carry an OutboxEvent (see insert, update). */
+	outbox?: boolean;
+}
+
+/**
+ * A change to announce, written in the same atomic write as the document it describes (a
+ * transactional outbox): no change without its event, no event without its change.
+ */
+export interface OutboxEvent {
+	/** The document the event is about. */
+	subject: string;
+	type: string;
+	/** When the change happened (ISO time): what retention prunes by. */
+	at: string;
+	data: Record<string, unknown>;
+}
+
+/** An event as stored: `seq` increases with each event of the collection, in commit order. */
+export interface StoredEvent extends OutboxEvent {
+	seq: number;
+}
+
+export interface EventQuery {
+	/** Events after this sequence number (0: from the first kept). */
+	after: number;
+	/** Only the events of one document. */
+	subject?: string;
+	limit: number;
 }
 
 export interface ListQuery {
@@ -68,16 +96,20 @@ export function assertCursor(spec: CollectionSpec, query: ListQuery): void {
 }
 
 export interface Collection<T extends Doc> {
-	/** Inserts a new document; false (and nothing written) when `id` or a unique group is taken. */
-	insert(doc: T): Promise<boolean>;
+	/**
+	 * Inserts a new document; false (and nothing written) when `id` or a unique group is taken.
+	 * `event` (outbox collections only) is written with it, atomically, or not at all.
+	 */
+	insert(doc: T, event?: OutboxEvent): Promise<boolean>;
 	get(id: string): Promise<T | null>;
 	findOne(where: Where): Promise<T | null>;
 	/**
 	 * Compare-and-set: replaces document `id` with `next` only while it matches `expected`.
 	 * True when it was replaced; false when it is missing or no longer matches. Throws
 	 * UniqueConflictError (nothing written) when `next` takes a unique value another document holds.
+	 * `event` (outbox collections only) is written with it, atomically, or not at all.
 	 */
-	update(id: string, expected: Where, next: T): Promise<boolean>;
+	update(id: string, expected: Where, next: T, event?: OutboxEvent): Promise<boolean>;
 	/**
 	 * Compare-and-set delete: deletes document `id` only while it matches `expected` (whatever it
 	 * holds when omitted). True when it was deleted; false when it is missing or no longer matches.
@@ -94,6 +126,17 @@ export interface Collection<T extends Doc> {
 	countBy(field: string, where?: Where): Promise<Record<string, number>>;
 	/** The collection's tally (CollectionSpec.tally): nonzero sums only. */
 	tally(): Promise<Record<string, bigint>>;
+	/** Committed events after `query.after`, oldest first (outbox collections). */
+	events(query: EventQuery): Promise<StoredEvent[]>;
+	/** The newest committed event of `subject`, or of the collection; null when there is none. */
+	latestEvent(subject?: string): Promise<StoredEvent | null>;
+	/** Deletes at most `limit` events from before `before` (ISO time), oldest first; answers how many. */
+	pruneEvents(before: string, limit: number): Promise<number>;
+}
+
+/** Refuses an event (or a read of events) on a collection that keeps none: an event would be silently lost. */
+export function assertOutbox(spec: CollectionSpec, event: OutboxEvent | "read" | undefined): void {
+	if (event !== undefined && !spec.outbox) throw new Error(`${spec.name} keeps no event log (CollectionSpec.outbox)`);
 }
 
 export interface Store {

@@ -12,7 +12,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { StoreUnavailableError, UniqueConflictError, assertCursor, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, type Collection, type CollectionSpec, type Doc, type FieldValue, type ListQuery, type Store, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -79,6 +79,7 @@ function compileWhere(spec: CollectionSpec, where: Where = {}): { sql: string; a
 /** What a collection does at its group's edges: flush what it kept for the commit, or drop it on a rollback. */
 interface GroupMember {
 	beforeCommit(): void;
+	afterCommit(): void;
 	afterRollback(): void;
 }
 
@@ -167,6 +168,7 @@ class GroupCommit {
 			for (const waiter of batch) waiter.reject(storeError(err));
 			return;
 		}
+		for (const member of this.members) member.afterCommit();
 		for (const waiter of batch) waiter.resolve();
 	}
 }
@@ -197,6 +199,18 @@ function compareKeys(a: string | number | null | undefined, b: string | number |
 	return a < b ? -1 : 1;
 }
 
+interface EventRow {
+	seq: number;
+	subject: string;
+	type: string;
+	at: string;
+	data: string;
+}
+
+function storedEvent(row: EventRow): StoredEvent {
+	return { seq: row.seq, subject: row.subject, type: row.type, at: row.at, data: JSON.parse(row.data) as Record<string, unknown> };
+}
+
 /** The column that keeps a row's contribution to its collection's tally. */
 const TALLY_COLUMN = "_tally";
 
@@ -218,6 +232,13 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	private readonly statements = new Map<string, Database.Statement>();
 	/** List statements by everything after their FROM (listQuery). */
 	private readonly lists = new Map<string, Database.Statement>();
+	private readonly eventsTable: string;
+	/**
+	 * The newest event of a committed group. Reads on this connection see the open group's writes,
+	 * which may still roll back: events past this are not announced until their commit.
+	 */
+	private committedSeq = 0;
+	private eventsWritten = false;
 
 	constructor(
 		private readonly db: Database.Database,
@@ -252,7 +273,25 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const all = ["id", ...this.columns, ...(spec.tally ? [TALLY_COLUMN] : []), "doc"];
 		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${this.table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
 		this.getStmt = db.prepare(`SELECT doc FROM ${this.table} WHERE id = ?`);
-		if (spec.tally) group.join(this);
+		this.eventsTable = quote(`${spec.name}__events`);
+		if (spec.outbox) {
+			// AUTOINCREMENT: a number is never handed out twice, even after the newest events are pruned.
+			db.exec(`CREATE TABLE IF NOT EXISTS ${this.eventsTable} (seq INTEGER PRIMARY KEY AUTOINCREMENT, subject TEXT NOT NULL, type TEXT NOT NULL, at TEXT NOT NULL, data TEXT NOT NULL)`);
+			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(`${spec.name}__events_subject`)} ON ${this.eventsTable} (subject, seq)`);
+			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(`${spec.name}__events_at`)} ON ${this.eventsTable} (at, seq)`);
+			this.committedSeq = this.maxSeq();
+		}
+		if (spec.tally || spec.outbox) group.join(this);
+	}
+
+	private maxSeq(): number {
+		return (this.statement(`SELECT COALESCE(MAX(seq), 0) AS seq FROM ${this.eventsTable}`).get() as { seq: number }).seq;
+	}
+
+	/** Inside a write that happened: its event, in the same transaction. */
+	private writeEvent(event: OutboxEvent): void {
+		this.statement(`INSERT INTO ${this.eventsTable} (subject, type, at, data) VALUES (?, ?, ?, ?)`).run(event.subject, event.type, event.at, JSON.stringify(event.data));
+		this.eventsWritten = true;
 	}
 
 	/** A field declared after the table was created gets its column, filled from the documents. */
@@ -322,6 +361,12 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		}
 	}
 
+	afterCommit(): void {
+		if (!this.eventsWritten) return;
+		this.eventsWritten = false;
+		this.committedSeq = this.maxSeq();
+	}
+
 	beforeCommit(): void {
 		if (!this.pending.size) return;
 		const changes = this.pending;
@@ -331,6 +376,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 
 	afterRollback(): void {
 		this.pending = new Map();
+		this.eventsWritten = false;
 	}
 
 	private current(id: string): T | null {
@@ -383,14 +429,16 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		return stmt;
 	}
 
-	async insert(doc: T): Promise<boolean> {
+	async insert(doc: T, event?: OutboxEvent): Promise<boolean> {
+		assertOutbox(this.spec, event);
 		const contribution = this.spec.tally ? this.contribution(doc) : null;
 		const row = [doc.id, ...this.row(doc), ...(contribution !== null ? [contribution] : []), JSON.stringify(doc)];
 		return this.group.run(() => {
 			const inserted = this.insertStmt.run(...row).changes === 1;
+			if (inserted && event) this.writeEvent(event);
 			if (inserted && contribution !== null) this.applyTally(new Map(), contribution);
 			return inserted;
-		});
+		}, event !== undefined);
 	}
 
 	async get(id: string): Promise<T | null> {
@@ -402,8 +450,9 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		return doc ?? null;
 	}
 
-	async update(id: string, expected: Where, next: T): Promise<boolean> {
+	async update(id: string, expected: Where, next: T, event?: OutboxEvent): Promise<boolean> {
 		if (next.id !== id) throw new Error("update cannot change a document's id");
+		assertOutbox(this.spec, event);
 		const { sql, args } = compileWhere(this.spec, expected);
 		const contribution = this.spec.tally ? this.contribution(next) : null;
 		const assignments = [...this.columns, ...(contribution !== null ? [TALLY_COLUMN] : []), "doc"].map(c => `${quote(c)} = ?`).join(", ");
@@ -420,9 +469,10 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 				if ((err as { code?: string }).code === "SQLITE_CONSTRAINT_UNIQUE") throw new UniqueConflictError(this.spec.name, err);
 				throw err;
 			}
+			if (updated && event) this.writeEvent(event);
 			if (updated && before) this.applyTally(before, contribution);
 			return updated;
-		});
+		}, event !== undefined);
 	}
 
 	async remove(id: string, expected: Where = {}): Promise<boolean> {
@@ -520,6 +570,29 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const stmt = this.query(`SELECT ${column} AS k, COUNT(*) AS n FROM ${this.table}${sql} GROUP BY ${column}`, where);
 		const rows = guarded(() => stmt.all(...args) as { k: string | number | null; n: number }[]);
 		return Object.fromEntries(rows.map(r => [String(r.k), r.n]));
+	}
+
+	async events(query: EventQuery): Promise<StoredEvent[]> {
+		assertOutbox(this.spec, "read");
+		const bySubject = query.subject !== undefined;
+		const stmt = this.statement(`SELECT seq, subject, type, at, data FROM ${this.eventsTable} WHERE ${bySubject ? "subject = ? AND " : ""}seq > ? AND seq <= ? ORDER BY seq LIMIT ?`);
+		const args = [...(bySubject ? [query.subject] : []), query.after, this.committedSeq, Math.max(0, Math.floor(query.limit))];
+		return guarded(() => (stmt.all(...args) as EventRow[]).map(storedEvent));
+	}
+
+	async latestEvent(subject?: string): Promise<StoredEvent | null> {
+		assertOutbox(this.spec, "read");
+		const stmt = this.statement(`SELECT seq, subject, type, at, data FROM ${this.eventsTable} WHERE ${subject !== undefined ? "subject = ? AND " : ""}seq <= ? ORDER BY seq DESC LIMIT 1`);
+		const row = guarded(() => stmt.get(...(subject !== undefined ? [subject] : []), this.committedSeq) as EventRow | undefined);
+		return row ? storedEvent(row) : null;
+	}
+
+	async pruneEvents(before: string, limit: number): Promise<number> {
+		assertOutbox(this.spec, "read");
+		const size = batchSize(limit);
+		if (size === 0) return 0;
+		const stmt = this.statement(`DELETE FROM ${this.eventsTable} WHERE seq IN (SELECT seq FROM ${this.eventsTable} WHERE at < ? ORDER BY at, seq LIMIT ?)`);
+		return this.group.run(() => stmt.run(before, size).changes);
 	}
 
 	async tally(): Promise<Record<string, bigint>> {

@@ -259,6 +259,65 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			});
 		});
 
+		describe("outbox", () => {
+			const logged = (name: string): CollectionSpec<Item> => ({ ...itemSpec(name), outbox: true });
+			const event = (subject: string, state: string, at = "2026-01-01T00:00:00.000Z") => ({ subject, type: "item.changed", at, data: { state } });
+
+			test("writes an event with each write that happened, numbered in order, and none with a write refused", async () => {
+				const items = await store.collection<Item>(logged(`items_${++collections}`));
+				expect(await items.latestEvent()).toBeNull();
+				expect(await items.insert({ id: "a", status: "open", version: 1 }, event("a", "open"))).toBe(true);
+				expect(await items.insert({ id: "b", status: "open", version: 1 }, event("b", "open"))).toBe(true);
+				expect(await items.insert({ id: "a", status: "open", version: 1 }, event("a", "again"))).toBe(false);
+				expect(await items.update("a", { version: 1 }, { id: "a", status: "done", version: 2 }, event("a", "done"))).toBe(true);
+				expect(await items.update("a", { version: 1 }, { id: "a", status: "lost", version: 2 }, event("a", "lost"))).toBe(false);
+				const all = await items.events({ after: 0, limit: 10 });
+				expect(all.map(e => [e.subject, e.data.state])).toStrictEqual([["a", "open"], ["b", "open"], ["a", "done"]]);
+				expect(all.map(e => e.seq)).toStrictEqual([...all.map(e => e.seq)].sort((x, y) => x - y));
+				expect(new Set(all.map(e => e.seq)).size).toBe(3);
+				expect((await items.events({ after: all[0].seq, limit: 1 })).map(e => e.seq)).toStrictEqual([all[1].seq]);
+				expect((await items.events({ after: 0, subject: "a", limit: 10 })).map(e => e.data.state)).toStrictEqual(["open", "done"]);
+				expect((await items.latestEvent("a"))?.data).toStrictEqual({ state: "done" });
+				expect((await items.latestEvent("b"))?.seq).toBe(all[1].seq);
+				expect((await items.latestEvent())?.seq).toBe(all[2].seq);
+				expect(await items.latestEvent("nobody")).toBeNull();
+			});
+
+			test("a write that fails writes no event, and an event is refused where no log is kept", async () => {
+				const items = await store.collection<Item>(logged(`items_${++collections}`));
+				await items.insert({ id: "a", paymentId: "p1", version: 1 }, event("a", "one"));
+				await items.insert({ id: "b", paymentId: "p2", version: 1 }, event("b", "one"));
+				await expect(items.update("b", { version: 1 }, { id: "b", paymentId: "p1", version: 2 }, event("b", "two"))).rejects.toThrow(UniqueConflictError);
+				expect((await items.events({ after: 0, limit: 10 })).map(e => e.subject)).toStrictEqual(["a", "b"]);
+				const plain = await fresh();
+				await expect(plain.insert({ id: "a" }, event("a", "one"))).rejects.toThrow(/event log/);
+				expect(await plain.get("a")).toBeNull();
+			});
+
+			test("racing updates write one event", async () => {
+				const items = await store.collection<Item>(logged(`items_${++collections}`));
+				await items.insert({ id: "a", status: "open", version: 1 }, event("a", "open"));
+				const wins = await Promise.all(Array.from({ length: 6 }, (_, i) => items.update("a", { version: 1 }, { id: "a", status: `s${i}`, version: 2 }, event("a", `s${i}`))));
+				expect(wins.filter(Boolean)).toHaveLength(1);
+				const events = await items.events({ after: 0, subject: "a", limit: 10 });
+				expect(events.map(e => e.data.state)).toStrictEqual(["open", (await items.get("a"))!.status]);
+			});
+
+			test("prunes events older than a time, in bounded batches, and never reuses a number", async () => {
+				const items = await store.collection<Item>(logged(`items_${++collections}`));
+				for (let i = 0; i < 5; i++) await items.insert({ id: `old${i}` }, event(`old${i}`, "open", `2026-01-0${i + 1}T00:00:00.000Z`));
+				await items.insert({ id: "new" }, event("new", "open", "2026-02-01T00:00:00.000Z"));
+				expect(await items.pruneEvents("2026-01-15T00:00:00.000Z", 2)).toBe(2);
+				expect((await items.events({ after: 0, limit: 10 })).map(e => e.subject)).toStrictEqual(["old2", "old3", "old4", "new"]);
+				expect(await items.pruneEvents("2026-01-15T00:00:00.000Z", 10)).toBe(3);
+				expect(await items.pruneEvents("2026-01-15T00:00:00.000Z", 10)).toBe(0);
+				const before = (await items.latestEvent())!.seq;
+				expect(await items.pruneEvents("2027-01-01T00:00:00.000Z", 10)).toBe(1);
+				await items.insert({ id: "next" }, event("next", "open"));
+				expect((await items.latestEvent())!.seq).toBeGreaterThan(before);
+			});
+		});
+
 		describe("update", () => {
 			test("replaces the document while it matches the expectation", async () => {
 				const items = await fresh();

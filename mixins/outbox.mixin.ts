@@ -1,0 +1,87 @@
+/**
+ * The owner's side of an event log (lib/store's OutboxEvent: each state change and its event are
+ * one write): the reads that SSE streams and webhook deliveries page through, the retention sweep,
+ * and the `events.appended` notice, so that readers learn of new events without polling for them.
+ */
+import type { Context, Service, ServiceBroker, ServiceSchema } from "moleculer";
+import type { Collection, Doc, StoredEvent } from "../lib/store";
+import { sweepMetrics } from "../services/metrics";
+import { internal } from "../services/internal";
+import { sweeperMixin } from "./sweeper.mixin";
+
+/** The event logs: one per owning collection, each numbered on its own. */
+export const EVENT_STREAMS = ["intents", "tin_operations"] as const;
+export type EventStream = (typeof EVENT_STREAMS)[number];
+
+/** Events per read: a page stays far below NATS's 1 MB message limit (an event is about 1 KB). */
+export const EVENT_PAGE = 200;
+
+/** Events pruned per batch, and batches per sweep: the sweep's cost per run is bounded. */
+const PRUNE_BATCH = 500;
+const PRUNE_BATCHES_PER_SWEEP = 20;
+
+/** How long notices of one stream are gathered into one: at full load, one message per window, not one per intent. */
+const NOTICE_WINDOW_MS = 5;
+
+/** The notice: `stream` has events newer than the last notice (read them with `<owner>.events`). */
+export interface EventsAppended {
+	stream: EventStream;
+}
+
+/**
+ * A notifier that broadcasts `events.appended` for `stream` at most once per NOTICE_WINDOW_MS,
+ * after the writes it announces were committed (callers call it after their write resolved).
+ */
+export function eventNotifier(broker: ServiceBroker, stream: EventStream): () => void {
+	let pending = false;
+	return () => {
+		if (pending) return;
+		pending = true;
+		setTimeout(() => {
+			pending = false;
+			broker.broadcast("events.appended", { stream } satisfies EventsAppended);
+		}, NOTICE_WINDOW_MS).unref();
+	};
+}
+
+/**
+ * Actions `events` and `latestEvent` (internal), and the retention sweep, over the collection
+ * `log(this)` answers once the service's store is open.
+ */
+export function outboxMixin<S>(stream: EventStream, retentionMs: number, sweepIntervalMs: number, log: (service: S) => Collection<Doc>): Partial<ServiceSchema> {
+	return {
+		mixins: [
+			sweeperMixin<S>(`${stream} event retention`, Math.max(sweepIntervalMs, 1000), async function (this: S) {
+				const before = new Date(Date.now() - retentionMs).toISOString();
+				let pruned = 0;
+				for (let batch = 0; batch < PRUNE_BATCHES_PER_SWEEP; batch++) {
+					const removed = await log(this).pruneEvents(before, PRUNE_BATCH);
+					pruned += removed;
+					if (removed < PRUNE_BATCH) break;
+				}
+				if (pruned) sweepMetrics((this as unknown as Service).broker).inc({ sweep: `${stream}-event-retention`, result: "pruned" }, pruned);
+			})
+		],
+		actions: {
+			/** Internal: committed events after `after`, oldest first; of one record with `subject`. */
+			events: internal({
+				params: {
+					after: { type: "number", integer: true, min: 0 },
+					subject: { type: "string", max: 80, optional: true },
+					limit: { type: "number", integer: true, min: 1, max: EVENT_PAGE }
+				},
+				handler(this: Service, ctx: Context<{ after: number; subject?: string; limit: number }>): Promise<StoredEvent[]> {
+					return log(this as unknown as S).events(ctx.params);
+				}
+			}),
+
+			/** Internal: the newest committed event (of one record with `subject`), or null. */
+			latestEvent: internal({
+				params: { subject: { type: "string", max: 80, optional: true } },
+				handler(this: Service, ctx: Context<{ subject?: string }>): Promise<StoredEvent | null> {
+					return log(this as unknown as S).latestEvent(ctx.params.subject);
+				}
+			})
+		}
+	};
+}

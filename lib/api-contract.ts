@@ -98,6 +98,22 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		answers: ok(Type.Array(IntentWorkItemSchema)),
 		errors: []
 	},
+	"api.intentEvents": {
+		tag: "intents",
+		summary: "Follow an intent's status (server-sent events)",
+		description:
+			"An `event: status` with the intent's public view (PublicMempoolIntent) as `data`, first for its current state, then for each change; `id` is the change's sequence number, which `Last-Event-ID` resumes after, on any replica. The stream closes after a terminal state. A comment line every EVENT_HEARTBEAT_MS (15 s) keeps proxies from closing it. Streams per client IP and per gateway are limited (429).",
+		answers: { 200: { description: "The event stream", content: { "text/event-stream": Type.String({ description: "`id: <seq>`, `event: status`, `data: <PublicMempoolIntent JSON>`" }) } } },
+		errors: ["NOT_FOUND"]
+	},
+	"api.events": {
+		tag: "intents",
+		summary: "Follow every intent and TIN operation change (server-sent events)",
+		description:
+			"One event per state change, `event:` its type (`intent.status_changed` or `tin_operation.status_changed`), `data:` `{ seq, type, subject, at, previousState, state, view }`. From now, or after `Last-Event-ID` (`<intents seq>-<tin_operations seq>`, as sent in `id`). `types` and `states` (comma-separated) filter. A Cranker follows `types=intent.status_changed&states=VERIFIED` to learn of new work without polling.",
+		answers: { 200: { description: "The event stream", content: { "text/event-stream": Type.String({ description: "`id: <intents>-<tin_operations>`, `event: <type>`, `data: <event JSON>`" }) } } },
+		errors: []
+	},
 	"mempool.updateStatus": {
 		tag: "intents",
 		summary: "Move an intent (a Cranker's status update)",

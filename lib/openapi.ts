@@ -61,6 +61,8 @@ export type Operation = {
 	errors: readonly ErrorType[];
 	/** Instead of what `access` and `signed` imply: requirements of SECURITY_SCHEMES, any one of which admits. */
 	security?: Record<string, string[]>[];
+	/** Request headers the route reads (besides those of its access). */
+	headers?: ParameterObject[];
 };
 
 export type ParameterObject = { name: string; in: "path" | "query" | "header"; required: boolean; description?: string; schema: JsonSchema };
@@ -294,6 +296,7 @@ export function buildOpenApiDocument(input: {
 			for (const name of fields) parameters.push({ name, in: "query", required: rest.required?.includes(name) ?? false, schema: rest.properties![name] });
 		}
 		if (op.signed) parameters.push(...SIGNATURE_HEADERS);
+		if (op.headers) parameters.push(...op.headers);
 
 		let operationId = (actionUses.get(op.action) ?? 0) > 1 ? `${op.action}_${method}` : op.action;
 		for (let n = 2; usedIds.has(operationId); n++) operationId = `${op.action}_${method}_${n}`;

@@ -5,7 +5,7 @@
  */
 import type { Context, Service, ServiceBroker, ServiceSchema } from "moleculer";
 import type { Collection, Doc, StoredEvent } from "../lib/store";
-import { sweepMetrics } from "../services/metrics";
+import { eventMetrics, sweepMetrics } from "../services/metrics";
 import { internal } from "../services/internal";
 import { sweeperMixin } from "./sweeper.mixin";
 
@@ -29,12 +29,15 @@ export interface EventsAppended {
 }
 
 /**
- * A notifier that broadcasts `events.appended` for `stream` at most once per NOTICE_WINDOW_MS,
- * after the writes it announces were committed (callers call it after their write resolved).
+ * Called after each committed write that carried an event: counts it, and broadcasts
+ * `events.appended` for `stream` at most once per NOTICE_WINDOW_MS.
  */
 export function eventNotifier(broker: ServiceBroker, stream: EventStream): () => void {
 	let pending = false;
+	const written = eventMetrics(broker);
+	written.inc({ stream }, 0);
 	return () => {
+		written.inc({ stream });
 		if (pending) return;
 		pending = true;
 		setTimeout(() => {

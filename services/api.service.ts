@@ -17,6 +17,8 @@ import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
 import { WORK_PAGE, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
+import type { EventsAppended } from "../mixins/outbox.mixin";
+import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
 import { httpMetrics, metricsForm } from "./metrics";
 
@@ -172,6 +174,16 @@ const PUBLIC_ROUTES: Record<string, string> = {
 	"GET /openapi.json": "api.openapi"
 };
 
+/**
+ * Event streams (server-sent events), answered by the gateway itself from the owners' event logs
+ * (services/event-streams.ts); the name stands for the operation in the OpenAPI document.
+ */
+const STREAM_ROUTES = {
+	public: { "GET /intents/:id/events": "api.intentEvents" },
+	worker: { "GET /events": "api.events" }
+} as const;
+const STREAM_PARAMS: Record<string, Record<string, unknown>> = { "api.intentEvents": INTENT_STREAM_PARAMS, "api.events": EVENT_STREAM_PARAMS };
+
 /** The health routes answer from the gateway itself, without an action. */
 const HEALTH_ROUTES = ["GET /health/live", "GET /health/ready"];
 
@@ -202,7 +214,8 @@ export function openApiDocument(paramsOf: (action: string) => Record<string, unk
 			access: access === "worker" ? "worker" : "public",
 			signed: CRANKER_ACTIONS.has(action),
 			action,
-			params: paramsOf(action),
+			params: STREAM_PARAMS[action] ?? paramsOf(action),
+			...(action in STREAM_PARAMS ? { headers: [LAST_EVENT_ID] } : {}),
 			...described,
 			errors: [...gatewayErrors(access, method), ...errors]
 		};
@@ -214,8 +227,8 @@ export function openApiDocument(paramsOf: (action: string) => Record<string, unk
 		tags: TAGS,
 		operations: [
 			...HEALTH_ROUTES.map(route => operation("health")([route, `api.${route.split("/").pop()}`])),
-			...Object.entries(PUBLIC_ROUTES).map(operation("public")),
-			...Object.entries(WORKER_ROUTES).map(operation("worker"))
+			...Object.entries({ ...PUBLIC_ROUTES, ...STREAM_ROUTES.public }).map(operation("public")),
+			...Object.entries({ ...WORKER_ROUTES, ...STREAM_ROUTES.worker }).map(operation("worker"))
 		]
 	});
 }
@@ -239,7 +252,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	let isWorkerKey: (candidate: string) => boolean = () => false;
 	const authFailures = new FailureThrottle(config.authFailuresPerMin);
 	// CORS_ORIGINS: the browser apps that may call the public routes (and the health routes the SDK reads).
-	const corsRules = corsPolicy(config.corsOrigins, [...Object.keys(PUBLIC_ROUTES), ...HEALTH_ROUTES]);
+	const corsRules = corsPolicy(config.corsOrigins, [...Object.keys(PUBLIC_ROUTES), ...Object.keys(STREAM_ROUTES.public), ...HEALTH_ROUTES]);
+	/** The SSE routes' server side, created with the broker. */
+	let streams: EventStreams;
+	/** A stream route's alias: it answers the request itself; a refusal before the stream opens is answered by onError. */
+	const streamAlias = (serve: "serveIntent" | "serveAll") => (req: Request, res: ServerResponse, next: (err?: unknown) => void) => void streams[serve](req, res).catch(next);
 	/** Requests being answered now; on SIGTERM those not yet answered are told the connection closes. */
 	const inFlight = new Set<ServerResponse>();
 	let draining = false;
@@ -362,7 +379,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					path: "/",
 					...common,
 					authorization: true,
-					aliases: WORKER_ROUTES
+					aliases: { ...WORKER_ROUTES, "GET /events": streamAlias("serveAll") }
 				},
 				{
 					// Public routes: rate limited per client IP.
@@ -385,7 +402,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 							if (!ctx.meta.worker) authFailures.fail(clientIp(req), Date.now());
 						}
 					},
-					aliases: PUBLIC_ROUTES
+					aliases: { ...PUBLIC_ROUTES, "GET /intents/:id/events": streamAlias("serveIntent") }
 				}
 			],
 
@@ -445,6 +462,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			/** A service came, went or changed (here or on another node): its actions' schemas may differ. */
 			"$services.changed"() {
 				openApiCache = null;
+			},
+
+			/** An owner committed new events: the streams that follow its log read them. */
+			"events.appended"(ctx: Context<EventsAppended>) {
+				streams.notify(ctx.params.stream);
 			}
 		},
 
@@ -535,6 +557,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			async drain(this: Service & { server?: http.Server }) {
 				draining = true;
 				markDraining(this.broker);
+				// Streams never finish by themselves: ended now, their clients reconnect to another replica.
+				streams.closeAll();
 				for (const res of inFlight) if (!res.headersSent) res.setHeader("connection", "close");
 				if (inFlight.size) {
 					const done = new Promise<void>(resolve => (drained = resolve));
@@ -545,6 +569,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		},
 
 		created() {
+			streams = eventStreams(this.broker, config, clientIp);
 			const keys = loadOrCreateWorkerKeys(config.workerApiKeys, config.dataDir);
 			isWorkerKey = createKeyChecker(keys.value);
 			if (keys.generated) this.logger.info(`Generated a worker API key into ${keys.source}.`);

@@ -7,7 +7,7 @@
  * service adds them once per scrape.
  */
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
-import { Counter, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { registerProcessMetrics } from "../lib/process-metrics";
 import { internal } from "./internal";
 
@@ -55,6 +55,25 @@ function counter<L extends string>(broker: ServiceBroker, name: string, help: st
 function histogram<L extends string>(broker: ServiceBroker, name: string, help: string, labelNames: readonly L[] = []): Histogram<L> {
 	const registry = serviceRegistry(broker);
 	return (registry.getSingleMetric(name) as Histogram<L> | undefined) ?? new Histogram<L>({ name, help, labelNames, buckets: LATENCY_BUCKETS, registers: [registry] });
+}
+
+/** A gauge the process sets itself (collected with its registry, like the counters). */
+function liveGauge<L extends string>(broker: ServiceBroker, name: string, help: string, labelNames: readonly L[]): Gauge<L> {
+	const registry = serviceRegistry(broker);
+	return (registry.getSingleMetric(name) as Gauge<L> | undefined) ?? new Gauge<L>({ name, help, labelNames, registers: [registry] });
+}
+
+/** The event logs (outbox): events the owners of this process committed, by stream. */
+export function eventMetrics(broker: ServiceBroker) {
+	return counter(broker, "scs_events_written_total", "Events committed to the event logs, by stream.", ["stream"]);
+}
+
+/** The gateway's open event streams (SSE), by route, and the time from an event's change to its sending. */
+export function eventStreamMetrics(broker: ServiceBroker) {
+	return {
+		open: liveGauge(broker, "scs_event_streams_open", "Event streams (SSE) open on this gateway, by route.", ["route"]),
+		lag: histogram(broker, "scs_event_stream_lag_seconds", "Time from a state change to its event being sent on a live stream.")
+	};
 }
 
 const each = <L extends string>(label: L, values: readonly string[]) => values.map(value => ({ [label]: value }) as Record<L, string>);

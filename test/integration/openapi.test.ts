@@ -105,7 +105,8 @@ describe("GET /openapi.json", () => {
 			// GET /metrics: public, but its Prometheus text takes METRICS_API_KEY when that is set.
 			const security = signed.includes(name) ? [{ workerKey: [], crankerSignature: [] }] : workerRoutes.has(name) ? [{ workerKey: [] }] : name === "GET /metrics" ? [{}, { metricsKey: [] }] : [];
 			expect({ name, security: op.security }).toEqual({ name, security });
-			expect({ name, headers }).toEqual({ name, headers: signed.includes(name) ? ["Signature:true", "Signature-Input:true", "Content-Digest:true"] : [] });
+			const streams = ["GET /intents/{id}/events", "GET /events"];
+			expect({ name, headers }).toEqual({ name, headers: signed.includes(name) ? ["Signature:true", "Signature-Input:true", "Content-Digest:true"] : streams.includes(name) ? ["Last-Event-ID:false"] : [] });
 		}
 		expect(doc.servers).toEqual([expect.objectContaining({ url: "/" })]);
 	});

@@ -1,0 +1,134 @@
+/**
+ * A gateway's view of the event logs (the outbox each owner keeps, lib/store OutboxEvent): one
+ * reader per stream follows the log and hands each new event to every caught-up subscriber, so
+ * a thousand listeners cost one read per notice, not a thousand. A subscriber that starts behind
+ * (Last-Event-ID, or a record's current state) pages through the log itself until it reaches
+ * the shared position, then joins it: no gap and no duplicate, whichever replica it reconnects to,
+ * since every replica reads the same log. Pure: reading is injected.
+ */
+import type { StoredEvent } from "./store/port";
+
+/** Reads a log: committed events after `after` (of one record with `subject`), oldest first. */
+export type LogReader = (query: { after: number; subject?: string; limit: number }) => Promise<StoredEvent[]>;
+
+/** A subscriber of one stream; `deliver` gets each event once, in order. */
+export interface FeedSubscriber {
+	/** Events of this record only (the log is read by subject while it catches up). */
+	readonly subject?: string;
+	/** The position after which it wants events (a Last-Event-ID, or the seq of the state it was shown). */
+	position: number;
+	/**
+	 * False: stop (the subscriber closed); nothing more is delivered. Synchronous, so that order
+	 * holds. `live`: from the shared reader, as it was committed (not read while catching up).
+	 */
+	deliver(event: StoredEvent, live: boolean): boolean;
+	/** Between the pages it reads while catching up: waits until what it was sent has drained. */
+	drained(): Promise<void>;
+}
+
+export class StreamFeed {
+	/** The newest event handed to the caught-up subscribers (null: not read yet). */
+	private position: number | null = null;
+	private started: Promise<void> | null = null;
+	/** Caught-up subscribers of every event, and of one record's, by subject. */
+	private readonly everyone = new Set<FeedSubscriber>();
+	private readonly bySubject = new Map<string, Set<FeedSubscriber>>();
+	private reading: Promise<void> | null = null;
+	private readAgain = false;
+
+	constructor(
+		private readonly read: LogReader,
+		private readonly latestSeq: () => Promise<number>,
+		private readonly pageSize: number,
+		private readonly onError: (err: unknown) => void
+	) {}
+
+	/** Where the log ends now, as this feed knows it (reads it the first time). */
+	async head(): Promise<number> {
+		this.started ??= this.latestSeq().then(
+			seq => void (this.position ??= seq),
+			err => {
+				this.started = null;
+				throw err;
+			}
+		);
+		await this.started;
+		return this.position!;
+	}
+
+	private get idle(): boolean {
+		return this.everyone.size === 0 && this.bySubject.size === 0;
+	}
+
+	/** New events may be committed: read them (once at a time; a notice during a read reads again). */
+	wake(): void {
+		if (this.position === null || this.idle) return;
+		if (this.reading) {
+			this.readAgain = true;
+			return;
+		}
+		this.reading = this.follow()
+			.catch(this.onError)
+			.finally(() => (this.reading = null));
+	}
+
+	private async follow(): Promise<void> {
+		do {
+			this.readAgain = false;
+			for (;;) {
+				const events = await this.read({ after: this.position!, limit: this.pageSize });
+				for (const event of events) {
+					this.position = event.seq;
+					for (const subscriber of this.everyone) this.handOver(subscriber, event);
+					for (const subscriber of this.bySubject.get(event.subject) ?? []) this.handOver(subscriber, event);
+				}
+				if (events.length < this.pageSize) break;
+			}
+		} while (this.readAgain);
+	}
+
+	private handOver(subscriber: FeedSubscriber, event: StoredEvent): void {
+		// It may have read past the shared position while catching up.
+		if (event.seq <= subscriber.position) return;
+		subscriber.position = event.seq;
+		if (!subscriber.deliver(event, true)) this.leave(subscriber);
+	}
+
+	/**
+	 * Delivers to `subscriber` every event after its position, then every new one, until it answers
+	 * false or leaves. Catching up, it reads the log itself; it joins the shared reader once it has
+	 * everything up to the reader's position (checked and joined in one synchronous step).
+	 */
+	async subscribe(subscriber: FeedSubscriber): Promise<void> {
+		for (;;) {
+			const shared = await this.head();
+			const events = await this.read({ after: subscriber.position, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
+			for (const event of events) {
+				subscriber.position = event.seq;
+				if (!subscriber.deliver(event, false)) return;
+			}
+			await subscriber.drained();
+			if (events.length === this.pageSize) continue;
+			// The read began after `shared` was known: it saw every event of the subject up to there.
+			subscriber.position = Math.max(subscriber.position, shared);
+			if (subscriber.position >= this.position!) {
+				if (subscriber.subject === undefined) this.everyone.add(subscriber);
+				else {
+					let subscribers = this.bySubject.get(subscriber.subject);
+					if (!subscribers) this.bySubject.set(subscriber.subject, (subscribers = new Set()));
+					subscribers.add(subscriber);
+				}
+				return;
+			}
+		}
+	}
+
+	leave(subscriber: FeedSubscriber): void {
+		if (subscriber.subject === undefined) this.everyone.delete(subscriber);
+		else {
+			const subscribers = this.bySubject.get(subscriber.subject);
+			subscribers?.delete(subscriber);
+			if (subscribers?.size === 0) this.bySubject.delete(subscriber.subject);
+		}
+	}
+}

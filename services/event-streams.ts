@@ -1,0 +1,266 @@
+/**
+ * The gateway's event streams (server-sent events), read from the owners' event logs through
+ * lib/event-feed.ts, so that any gateway replica serves any stream and a client reconnecting
+ * elsewhere with Last-Event-ID misses nothing:
+ *   GET /intents/{id}/events (public): the intent's state, then each change; closes after a terminal state.
+ *   GET /events (worker key): every intent and TIN operation event from Last-Event-ID or from now,
+ *   filtered by `types` and `states`.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { Errors, type ServiceBroker } from "moleculer";
+import type { Config } from "../lib/config";
+import { ServiceError } from "../lib/errors";
+import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
+import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, type PublicMempoolIntent } from "../lib/intents";
+import type { StoredEvent } from "../lib/store";
+import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-operations";
+import { EVENT_PAGE, type EventStream } from "../mixins/outbox.mixin";
+import { eventStreamMetrics } from "./metrics";
+
+/** The owner whose log each stream is. */
+const OWNERS: Record<EventStream, string> = { intents: "mempool", tin_operations: "tin" };
+const EVENT_TYPES: Record<EventStream, string> = { intents: INTENT_EVENT_TYPE, tin_operations: TIN_OPERATION_EVENT_TYPE };
+
+/** A stream whose client reads slower than this much is closed; it reconnects with Last-Event-ID. */
+const MAX_BUFFERED_BYTES = 1 << 20;
+/** A notice can be lost (a bus hiccup): the logs are read this often anyway while streams are open. */
+const FALLBACK_READ_MS = 1000;
+/** How long a client waits before reconnecting (the SSE `retry:` field), and after a 429. */
+const RECONNECT_MS = 2000;
+
+export const INTENT_STREAM_PARAMS = { $$strict: true, id: { type: "string", max: 64 } };
+export const EVENT_STREAM_PARAMS = {
+	$$strict: true,
+	types: { type: "string", optional: true, max: 200, pattern: /^[a-z_.]+(,[a-z_.]+)*$/ },
+	states: { type: "string", optional: true, max: 400, pattern: /^[A-Z_]+(,[A-Z_]+)*$/ }
+};
+/** The request header that resumes a stream: for GET /intents/{id}/events a sequence number, for GET /events `<intents>-<tin_operations>`. */
+export const LAST_EVENT_ID = { name: "Last-Event-ID", in: "header" as const, required: false, description: "The `id` of the last event received: the stream resumes after it", schema: { type: "string", maxLength: 40 } };
+
+type Request = IncomingMessage & { $params?: Record<string, unknown>; query?: Record<string, unknown> };
+
+/** One open SSE response. */
+class SseConnection {
+	closed = false;
+	private readonly closers: (() => void)[] = [];
+
+	constructor(private readonly res: ServerResponse) {
+		res.writeHead(200, {
+			"content-type": "text/event-stream; charset=utf-8",
+			"cache-control": "no-cache, no-transform",
+			// nginx buffers responses unless told not to; a buffered stream is no stream.
+			"x-accel-buffering": "no"
+		});
+		res.write(`retry: ${RECONNECT_MS}\n\n`);
+		res.once("close", () => this.end());
+	}
+
+	/** Writes one event; false once the stream is closed, or closed now because its reader lags too far behind. */
+	send(event: string, data: unknown, id?: string): boolean {
+		if (this.closed) return false;
+		this.res.write(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+		if (this.res.writableLength > MAX_BUFFERED_BYTES) this.end();
+		return !this.closed;
+	}
+
+	comment(text: string): void {
+		if (!this.closed) this.res.write(`: ${text}\n\n`);
+	}
+
+	drained(): Promise<void> {
+		if (this.closed || !this.res.writableNeedDrain) return Promise.resolve();
+		return new Promise(resolve => {
+			const done = () => {
+				this.res.off("drain", done);
+				this.res.off("close", done);
+				resolve();
+			};
+			this.res.on("drain", done);
+			this.res.on("close", done);
+		});
+	}
+
+	onceClosed(closer: () => void): void {
+		if (this.closed) closer();
+		else this.closers.push(closer);
+	}
+
+	end(): void {
+		if (this.closed) return;
+		this.closed = true;
+		this.res.end();
+		for (const closer of this.closers.splice(0)) closer();
+	}
+}
+
+/** Header values are strings; a repeated header is refused rather than guessed at. */
+function lastEventId(req: IncomingMessage, pattern: RegExp): string | null {
+	const values = req.headersDistinct["last-event-id"];
+	if (!values) return null;
+	if (values.length !== 1 || !pattern.test(values[0])) throw new ServiceError("VALIDATION_ERROR", "Last-Event-ID is not an id this stream sent", [{ type: "lastEventId", field: "Last-Event-ID", message: "The Last-Event-ID header must be the id of an event of this stream." }]);
+	return values[0];
+}
+
+function list(raw: unknown): string[] | null {
+	return typeof raw === "string" ? raw.split(",") : null;
+}
+
+export interface EventStreams {
+	/** The owner of `stream` committed new events. */
+	notify(stream: EventStream): void;
+	serveIntent(req: Request, res: ServerResponse): Promise<void>;
+	serveAll(req: Request, res: ServerResponse): Promise<void>;
+	/** Ends every open stream (the gateway is draining): clients reconnect elsewhere. */
+	closeAll(): void;
+}
+
+export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (req: IncomingMessage) => string): EventStreams {
+	const metrics = eventStreamMetrics(broker);
+	const feeds = Object.fromEntries(
+		(Object.keys(OWNERS) as EventStream[]).map(stream => [
+			stream,
+			new StreamFeed(
+				query => broker.call<StoredEvent[], object>(`${OWNERS[stream]}.events`, query),
+				async () => (await broker.call<StoredEvent | null, object>(`${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0,
+				EVENT_PAGE,
+				err => broker.logger.warn(`Reading the ${stream} event log failed: ${(err as Error).message}`)
+			)
+		])
+	) as Record<EventStream, StreamFeed>;
+	const open = new Set<SseConnection>();
+	const perIp = new Map<string, number>();
+	let timers: NodeJS.Timeout[] = [];
+	// The broker's validator: the same rules and messages as every action's params.
+	const validator = broker.validator!;
+	const validate = { intent: validator.compile(INTENT_STREAM_PARAMS), all: validator.compile(EVENT_STREAM_PARAMS) };
+
+	function check(compiled: (params: Record<string, unknown>) => unknown, params: Record<string, unknown>): void {
+		const result = compiled(params);
+		if (result !== true) throw new Errors.ValidationError("Parameters validation error!", "VALIDATION_ERROR", result as object);
+	}
+
+	function wakeAll(): void {
+		for (const feed of Object.values(feeds)) feed.wake();
+	}
+
+	/** Opens a stream within the limits (per client IP and per process), or refuses it with 429. */
+	function connect(req: IncomingMessage, res: ServerResponse, route: string): SseConnection {
+		const ip = clientIp(req);
+		if (open.size >= config.eventStreamsMax || (perIp.get(ip) ?? 0) >= config.eventStreamsPerIp) {
+			res.setHeader("Retry-After", String(RECONNECT_MS / 1000));
+			throw new ServiceError("RATE_LIMITED", open.size >= config.eventStreamsMax ? "This gateway has as many event streams open as it serves; retry later or elsewhere" : "Too many event streams open from this address");
+		}
+		const connection = new SseConnection(res);
+		connection.onceClosed(() => {
+			open.delete(connection);
+			const left = (perIp.get(ip) ?? 1) - 1;
+			if (left > 0) perIp.set(ip, left);
+			else perIp.delete(ip);
+			metrics.open.dec({ route });
+			if (open.size === 0) {
+				for (const timer of timers) clearInterval(timer);
+				timers = [];
+			}
+		});
+		open.add(connection);
+		perIp.set(ip, (perIp.get(ip) ?? 0) + 1);
+		metrics.open.inc({ route });
+		if (timers.length === 0)
+			timers = [
+				setInterval(() => {
+					for (const stream of open) stream.comment("heartbeat");
+				}, config.eventHeartbeatMs).unref(),
+				setInterval(wakeAll, FALLBACK_READ_MS).unref()
+			];
+		return connection;
+	}
+
+	/** Follows `feed` for `subscriber` until the connection closes. */
+	async function follow(feed: StreamFeed, connection: SseConnection, subscriber: FeedSubscriber): Promise<void> {
+		await feed.subscribe(subscriber);
+		// Also when it closed while catching up, after its last delivery.
+		connection.onceClosed(() => feed.leave(subscriber));
+	}
+
+	/** Live events only: a replay after Last-Event-ID is late by design. */
+	const observeLag = (event: StoredEvent, live: boolean) => live && metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000);
+
+	return {
+		notify(stream) {
+			feeds[stream].wake();
+		},
+
+		async serveIntent(req, res) {
+			const params: Record<string, unknown> = { id: req.$params?.id };
+			check(validate.intent, params);
+			const id = params.id as string;
+			const resumeAt = lastEventId(req, /^\d{1,15}$/);
+			// The current state: the intent's newest event, or (a record older than the event log) its view.
+			const latest = await broker.call<StoredEvent | null, object>("mempool.latestEvent", { subject: id });
+			const view = latest ? null : await broker.call<PublicMempoolIntent, object>("mempool.view", { id });
+			const connection = connect(req, res, "/intents/:id/events");
+			const isTerminal = (state: unknown) => TERMINAL_STATES.includes(state as IntentState);
+			let position = resumeAt !== null ? Number(resumeAt) : 0;
+			if (resumeAt === null) {
+				if (latest) connection.send("status", latest.data.view, String(latest.seq));
+				else connection.send("status", view);
+				position = latest?.seq ?? 0;
+				const state = latest ? latest.data.state : view!.receiverStatus;
+				if (isTerminal(state)) return connection.end();
+			}
+			await follow(feeds.intents, connection, {
+				subject: id,
+				position,
+				deliver(event, live) {
+					observeLag(event, live);
+					if (!connection.send("status", event.data.view, String(event.seq))) return false;
+					if (!isTerminal(event.data.state)) return true;
+					connection.end();
+					return false;
+				},
+				drained: () => connection.drained()
+			});
+		},
+
+		async serveAll(req, res) {
+			const query: Record<string, unknown> = { ...(req.query ?? {}) };
+			check(validate.all, query);
+			const types = list(query.types) ?? Object.values(EVENT_TYPES);
+			const states = list(query.states);
+			const unknownType = types.find(type => !Object.values(EVENT_TYPES).includes(type));
+			const knownStates: readonly string[] = [...INTENT_STATES, ...TIN_OPERATION_STATES];
+			const unknownState = states?.find(state => !knownStates.includes(state));
+			if (unknownType !== undefined || unknownState !== undefined)
+				throw new ServiceError("VALIDATION_ERROR", `Unknown ${unknownType !== undefined ? "event type" : "state"} ${unknownType ?? unknownState}`, [
+					{ type: "enumValue", field: unknownType !== undefined ? "types" : "states", message: unknownType !== undefined ? `The 'types' field takes ${Object.values(EVENT_TYPES).join(", ")}.` : "The 'states' field takes intent and TIN operation states." }
+				]);
+			const resumeAt = lastEventId(req, /^\d{1,15}-\d{1,15}$/);
+			const streams = (Object.keys(EVENT_TYPES) as EventStream[]).filter(stream => types.includes(EVENT_TYPES[stream]));
+			const positions: Record<EventStream, number> = resumeAt !== null ? { intents: Number(resumeAt.split("-")[0]), tin_operations: Number(resumeAt.split("-")[1]) } : { intents: 0, tin_operations: 0 };
+			// From now: where each log ends as the stream opens.
+			if (resumeAt === null) for (const stream of streams) positions[stream] = await feeds[stream].head();
+			const connection = connect(req, res, "/events");
+			const wanted = states && new Set(states);
+			await Promise.all(
+				streams.map(stream => {
+					const subscriber: FeedSubscriber = {
+						position: positions[stream],
+						deliver(event, live) {
+							positions[stream] = event.seq;
+							if (wanted && !wanted.has(event.data.state as string)) return !connection.closed;
+							observeLag(event, live);
+							return connection.send(event.type, { seq: event.seq, type: event.type, subject: event.subject, at: event.at, ...event.data }, `${positions.intents}-${positions.tin_operations}`);
+						},
+						drained: () => connection.drained()
+					};
+					return follow(feeds[stream], connection, subscriber);
+				})
+			);
+		},
+
+		closeAll() {
+			for (const connection of open) connection.end();
+		}
+	};
+}
+

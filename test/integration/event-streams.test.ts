@@ -1,0 +1,185 @@
+/**
+ * The event streams over HTTP (server-sent events) against the real gateway: an intent's own
+ * stream (current state first, each change, closed after a terminal state, resumed with
+ * Last-Event-ID), the worker stream of every change with its filters, and the limits.
+ */
+import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, walletOf, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { openStream, type SseStream } from "../helpers/sse";
+
+jest.setTimeout(30_000);
+
+const route = newRoute();
+let node: TestNode;
+const cranker = newWallet();
+const opened: SseStream[] = [];
+const open = async (path: string, headers: Record<string, string> = {}) => {
+	const stream = await openStream(`${node.url}${path}`, headers);
+	opened.push(stream);
+	return stream;
+};
+const workerHeaders = { "x-api-key": API_KEY };
+const iso = (offsetMs: number) => new Date(Date.now() + offsetMs).toISOString();
+
+async function submit(sender: Wallet = newWallet(), fields = {}): Promise<string> {
+	const { status, body } = await node.http("POST", "/intents", signedIntent(sender, route, fields));
+	expect(status).toBe(201);
+	return body.id;
+}
+
+const lease = (id: string, expectedVersion: number) => {
+	const body = { status: "CRANKER_LEASED", crankerPubkey: cranker.address, expectedVersion };
+	return node.as(walletOf(cranker.address))("PATCH", `/intents/${id}/status`, body);
+};
+
+beforeAll(async () => {
+	const dir = tempDir();
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), EVENT_HEARTBEAT_MS: "100", EVENT_STREAMS_PER_IP: "4" }, dir);
+	expect((await node.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker))).status).toBe(200);
+});
+afterEach(() => {
+	for (const stream of opened.splice(0)) stream.close();
+});
+afterAll(() => node?.stop());
+
+describe("GET /intents/{id}/events", () => {
+	it("sends the current state first, then each change, and closes after a terminal state", async () => {
+		const id = await submit(newWallet(), { senderAuthorizationExpiresAt: iso(1500) });
+		const stream = await open(`/intents/${id}/events`);
+		expect(stream.status).toBe(200);
+		expect(stream.headers["content-type"]).toBe("text/event-stream; charset=utf-8");
+		const [current] = await stream.waitFor(1);
+		expect(current).toMatchObject({ event: "status", data: { id, receiverStatus: "VERIFIED", status: "pending" } });
+		expect(current.id).toMatch(/^\d+$/);
+		// The public view only: nothing of the signature, the nonce or the lease.
+		expect(Object.keys(current.data)).not.toEqual(expect.arrayContaining(["senderAuthorizationSignature"]));
+		expect((await lease(id, 3)).status).toBe(200);
+		// The authorization expires while leased: the sweep rejects it (terminal), and the stream ends.
+		const events = await stream.waitFor(3);
+		expect(events.map(e => e.data.receiverStatus)).toEqual(["VERIFIED", "CRANKER_LEASED", "REJECTED"]);
+		expect(events[2].data).toMatchObject({ status: "canceled", rejectionReason: "EXPIRED" });
+		const ids = events.map(e => Number(e.id));
+		expect([...ids].sort((a, b) => a - b)).toEqual(ids);
+		await stream.whenEnded();
+		expect(stream.events).toHaveLength(3);
+
+		// Resumed after the first event: the changes after it, nothing before, then closed.
+		const resumed = await open(`/intents/${id}/events`, { "last-event-id": events[0].id! });
+		await resumed.whenEnded();
+		expect(resumed.events.map(e => [e.id, e.data.receiverStatus])).toEqual(events.slice(1).map(e => [e.id, e.data.receiverStatus]));
+		// A terminal intent: its state, then the end.
+		const again = await open(`/intents/${id}/events`);
+		await again.whenEnded();
+		expect(again.events.map(e => [e.id, e.data.receiverStatus])).toEqual([[events[2].id, "REJECTED"]]);
+	});
+
+	it("keeps an idle stream open with heartbeat comments", async () => {
+		const stream = await open(`/intents/${await submit()}/events`);
+		await stream.waitFor(1);
+		const deadline = Date.now() + 5000;
+		while (stream.comments.filter(c => c === "heartbeat").length < 2 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 20));
+		expect(stream.comments.filter(c => c === "heartbeat").length).toBeGreaterThanOrEqual(2);
+		expect(stream.ended).toBe(false);
+	});
+
+	it("refuses an unknown intent (404), a malformed Last-Event-ID (422), and changes nothing", async () => {
+		const unknown = await open("/intents/int_00000000000000000000000000000000/events");
+		expect(unknown).toMatchObject({ status: 404, body: { type: "NOT_FOUND" } });
+		const id = await submit();
+		for (const bad of ["x", "1-2", "-1", "1".repeat(16)]) {
+			const refused = await open(`/intents/${id}/events`, { "last-event-id": bad });
+			expect(refused).toMatchObject({ status: 422, body: { type: "VALIDATION_ERROR", data: [{ field: "Last-Event-ID" }] } });
+		}
+		const tooLong = await open(`/intents/${"a".repeat(65)}/events`);
+		expect(tooLong).toMatchObject({ status: 422, body: { type: "VALIDATION_ERROR", data: [{ field: "id" }] } });
+	});
+
+	it("limits streams per client IP: 429 past the limit, a slot again once one closes", async () => {
+		const id = await submit();
+		const streams = await Promise.all(Array.from({ length: 4 }, () => open(`/intents/${id}/events`)));
+		expect(streams.map(s => s.status)).toEqual([200, 200, 200, 200]);
+		const refused = await open(`/intents/${id}/events`);
+		expect(refused).toMatchObject({ status: 429, body: { type: "RATE_LIMITED" } });
+		expect(refused.headers["retry-after"]).toBeDefined();
+		streams[0].close();
+		const deadline = Date.now() + 5000;
+		let admitted: SseStream;
+		do admitted = await open(`/intents/${id}/events`);
+		while (admitted.status === 429 && Date.now() < deadline && (await new Promise(resolve => setTimeout(resolve, 50)), true));
+		expect(admitted.status).toBe(200);
+	});
+});
+
+describe("GET /events", () => {
+	it("needs the worker key", async () => {
+		expect(await open("/events")).toMatchObject({ status: 401, body: { type: "UNAUTHORIZED" } });
+		expect(await open("/events", { "x-api-key": "wrong-key-0123456789abcdef" })).toMatchObject({ status: 403, body: { type: "FORBIDDEN" } });
+	});
+
+	it("streams every change from now, filtered by type and state, and resumes after Last-Event-ID without a gap", async () => {
+		const verified = await open("/events?types=intent.status_changed&states=VERIFIED", workerHeaders);
+		const everything = await open("/events", workerHeaders);
+		const ids = [await submit(), await submit(), await submit()];
+		const operation = await node.http("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "create" }));
+		expect(operation.status).toBe(201);
+		expect((await lease(ids[0], 3)).status).toBe(200);
+
+		const seen = await verified.waitFor(3);
+		expect(seen.map(e => e.data.subject)).toEqual(ids);
+		expect(seen.every(e => e.event === "intent.status_changed" && e.data.state === "VERIFIED" && e.data.previousState === null)).toBe(true);
+		expect(seen[0].data.view).toMatchObject({ id: ids[0], receiverStatus: "VERIFIED" });
+
+		const all = await everything.waitFor(5);
+		expect(all.map(e => [e.event, e.data.subject, e.data.state])).toEqual(
+			expect.arrayContaining([
+				["intent.status_changed", ids[0], "VERIFIED"],
+				["tin_operation.status_changed", operation.body.id, "PENDING_VERIFICATION"],
+				["intent.status_changed", ids[0], "CRANKER_LEASED"]
+			])
+		);
+		for (const event of all) expect(event.id).toMatch(/^\d+-\d+$/);
+		// Nothing filtered out reached the filtered stream.
+		await new Promise(resolve => setTimeout(resolve, 300));
+		expect(verified.events).toHaveLength(3);
+
+		// Resumed after the first event: exactly the rest, each log in its order (the two logs
+		// interleave as they are read, so the combined ids may differ).
+		const resumed = await open("/events", { ...workerHeaders, "last-event-id": all[0].id! });
+		await resumed.waitFor(all.length - 1);
+		const perLog = (events: typeof all) => ["intent.status_changed", "tin_operation.status_changed"].map(type => events.filter(e => e.event === type).map(e => e.data.seq));
+		expect(perLog(resumed.events)).toEqual(perLog(all.slice(1)));
+		for (const events of [all, resumed.events]) {
+			const positions = events.map(e => e.id!.split("-").map(Number));
+			for (let i = 1; i < positions.length; i++) expect(positions[i][0] >= positions[i - 1][0] && positions[i][1] >= positions[i - 1][1]).toBe(true);
+		}
+	});
+
+	it("refuses unknown filters and ids with 422", async () => {
+		for (const [query, field] of [["types=intent.created", "types"], ["states=SETTLED", "states"], ["color=red", "color"]] as const) {
+			const refused = await open(`/events?${query}`, workerHeaders);
+			expect(refused).toMatchObject({ status: 422, body: { type: "VALIDATION_ERROR", data: [expect.objectContaining({ field })] } });
+		}
+		expect(await open("/events", { ...workerHeaders, "last-event-id": "12" })).toMatchObject({ status: 422, body: { data: [{ field: "Last-Event-ID" }] } });
+	});
+
+	it("ends open streams when the gateway drains, so that clients reconnect elsewhere", async () => {
+		const dir = tempDir();
+		const other = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]) }, dir);
+		const stream = await openStream(`${other.url}/events`, workerHeaders);
+		expect(stream.status).toBe(200);
+		await other.stop();
+		await stream.whenEnded(5000);
+	});
+});
+
+describe("the streams' figures", () => {
+	it("counts open streams and events written in /metrics", async () => {
+		const stream = await open("/events", workerHeaders);
+		await submit();
+		await stream.waitFor(1);
+		const text = (await node.http("GET", "/metrics?format=prometheus", undefined, worker)).body as string;
+		expect(text).toMatch(/^scs_event_streams_open\{route="\/events",node="[^"]+"\} [1-9]/m);
+		expect(text).toMatch(/^scs_events_written_total\{stream="intents",node="[^"]+"\} [1-9]/m);
+		expect(text).toMatch(/^scs_event_stream_lag_seconds_count\{node="[^"]+"\} [1-9]/m);
+	});
+});

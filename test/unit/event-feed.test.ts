@@ -1,0 +1,147 @@
+/**
+ * lib/event-feed.ts: subscribers that join while the log grows, from any position, get every
+ * event after it exactly once and in order, whether they caught up alone or through the shared
+ * reader, and the shared reader reads once per notice however many subscribers there are.
+ */
+import { StreamFeed, type FeedSubscriber } from "../../lib/event-feed";
+import type { StoredEvent } from "../../lib/store";
+
+/** An event log whose reads answer a turn later, so that appends and reads interleave. */
+class Log {
+	readonly events: StoredEvent[] = [];
+	reads = 0;
+
+	append(subject: string): void {
+		this.events.push({ seq: this.events.length + 1, subject, type: "t", at: new Date().toISOString(), data: { n: this.events.length + 1 } });
+	}
+
+	read = async ({ after, subject, limit }: { after: number; subject?: string; limit: number }) => {
+		this.reads++;
+		// The log is read at once, and the answer takes a while to come back (as over the bus),
+		// longer for some: the shared reader and a catching-up subscriber overtake each other.
+		const found = this.events.filter(e => e.seq > after && (subject === undefined || e.subject === subject)).slice(0, limit);
+		for (let turns = this.reads % 4; turns >= 0; turns--) await new Promise(resolve => setImmediate(resolve));
+		return found;
+	};
+
+	latest = async () => this.events.length;
+}
+
+function collector(position: number, subject?: string) {
+	const received: number[] = [];
+	const subscriber: FeedSubscriber & { received: number[] } = {
+		subject,
+		position,
+		received,
+		deliver: event => (received.push(event.seq), true),
+		drained: () => Promise.resolve()
+	};
+	return subscriber;
+}
+
+const tick = () => new Promise(resolve => setImmediate(resolve));
+
+describe("StreamFeed", () => {
+	it("gives every subscriber each event after its position once, in order, while the log grows", async () => {
+		const log = new Log();
+		const feed = new StreamFeed(log.read, log.latest, 3, err => {
+			throw err;
+		});
+		for (let i = 0; i < 5; i++) log.append(`s${i % 2}`);
+		const subscribers = Array.from({ length: 60 }, (_, i) => collector(i % 7, i % 3 === 0 ? undefined : `s${i % 2}`));
+		const starts = new Map(subscribers.map(s => [s, s.position]));
+		const joins: Promise<void>[] = [];
+		for (let round = 0; round < 120; round++) {
+			log.append(`s${round % 2}`);
+			if (round % 3 === 0) log.append("s0");
+			feed.wake();
+			// Each joins at another point, while the shared reader is reading.
+			if (round % 2 === 0 && round / 2 < subscribers.length) joins.push(feed.subscribe(subscribers[round / 2]));
+			await tick();
+		}
+		await Promise.all(joins);
+		// The last events: read by the shared reader.
+		for (let i = 0; i < 3; i++) {
+			feed.wake();
+			await new Promise(resolve => setTimeout(resolve, 5));
+		}
+		for (const subscriber of subscribers)
+			expect(subscriber.received).toEqual(log.events.filter(e => e.seq > starts.get(subscriber)! && (subscriber.subject === undefined || e.subject === subscriber.subject)).map(e => e.seq));
+	});
+
+	it("a subscriber whose catch-up read is overtaken by the shared reader reads again: nothing falls between", async () => {
+		const events: StoredEvent[] = [];
+		const append = () => events.push({ seq: events.length + 1, subject: "a", type: "t", at: new Date().toISOString(), data: {} });
+		let held: (() => void) | null = null;
+		let holdNext = false;
+		const read = async ({ after, limit }: { after: number; limit: number }) => {
+			const found = events.filter(e => e.seq > after).slice(0, limit);
+			if (holdNext) {
+				holdNext = false;
+				await new Promise<void>(resolve => (held = resolve));
+			}
+			return found;
+		};
+		const feed = new StreamFeed(read, async () => events.length, 10, err => {
+			throw err;
+		});
+		for (let i = 0; i < 3; i++) append();
+		const live = collector(3);
+		await feed.subscribe(live);
+		// B's read sees events 1–3, and its answer is slow to come back…
+		const late = collector(0);
+		holdNext = true;
+		const joined = feed.subscribe(late);
+		await tick();
+		expect(held).not.toBeNull();
+		// …while 4 and 5 are committed and handed to the caught-up subscribers.
+		append();
+		append();
+		feed.wake();
+		await new Promise(resolve => setTimeout(resolve, 5));
+		expect(live.received).toEqual([4, 5]);
+		held!();
+		await joined;
+		append();
+		feed.wake();
+		await new Promise(resolve => setTimeout(resolve, 5));
+		expect(late.received).toEqual([1, 2, 3, 4, 5, 6]);
+		expect(live.received).toEqual([4, 5, 6]);
+	});
+
+	it("reads once per notice for any number of caught-up subscribers, and stops delivering to one that leaves", async () => {
+		const log = new Log();
+		const feed = new StreamFeed(log.read, log.latest, 10, err => {
+			throw err;
+		});
+		const subscribers = Array.from({ length: 100 }, () => collector(0));
+		await Promise.all(subscribers.map(s => feed.subscribe(s)));
+		log.reads = 0;
+		log.append("a");
+		log.append("b");
+		feed.wake();
+		await new Promise(resolve => setTimeout(resolve, 10));
+		expect(log.reads).toBe(1);
+		for (const subscriber of subscribers) expect(subscriber.received).toEqual([1, 2]);
+		feed.leave(subscribers[0]);
+		log.append("c");
+		feed.wake();
+		await new Promise(resolve => setTimeout(resolve, 10));
+		expect(subscribers[0].received).toEqual([1, 2]);
+		expect(subscribers[1].received).toEqual([1, 2, 3]);
+	});
+
+	it("drops a subscriber whose delivery answers false", async () => {
+		const log = new Log();
+		const feed = new StreamFeed(log.read, log.latest, 10, err => {
+			throw err;
+		});
+		const received: number[] = [];
+		await feed.subscribe({ position: 0, deliver: event => (received.push(event.seq), false), drained: () => Promise.resolve() });
+		log.append("a");
+		log.append("b");
+		feed.wake();
+		await new Promise(resolve => setTimeout(resolve, 10));
+		expect(received).toEqual([1]);
+	});
+});

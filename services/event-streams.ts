@@ -55,10 +55,10 @@ class SseConnection {
 		res.once("close", () => this.end());
 	}
 
-	/** Writes one event; false once the stream is closed, or closed now because its reader lags too far behind. */
-	send(event: string, data: unknown, id?: string): boolean {
+	/** Writes one event (`data`: JSON text); false once the stream is closed, or closed now because its reader lags too far behind. */
+	send(event: string, data: string, id?: string): boolean {
 		if (this.closed) return false;
-		this.res.write(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+		this.res.write(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${data}\n\n`);
 		if (this.res.writableLength > MAX_BUFFERED_BYTES) this.end();
 		return !this.closed;
 	}
@@ -182,6 +182,17 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		connection.onceClosed(() => feed.leave(subscriber));
 	}
 
+	// Each event's `data` is serialized once, however many streams send it.
+	const views = new WeakMap<StoredEvent, string>();
+	const bodies = new WeakMap<StoredEvent, string>();
+	const cached = (cache: WeakMap<StoredEvent, string>, event: StoredEvent, build: () => unknown) => {
+		let text = cache.get(event);
+		if (text === undefined) cache.set(event, (text = JSON.stringify(build())));
+		return text;
+	};
+	const viewOf = (event: StoredEvent) => cached(views, event, () => event.data.view);
+	const bodyOf = (event: StoredEvent) => cached(bodies, event, () => ({ seq: event.seq, type: event.type, subject: event.subject, at: event.at, ...event.data }));
+
 	/** Live events only: a replay after Last-Event-ID is late by design. */
 	const observeLag = (event: StoredEvent, live: boolean) => live && metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000);
 
@@ -202,8 +213,8 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const isTerminal = (state: unknown) => TERMINAL_STATES.includes(state as IntentState);
 			let position = resumeAt !== null ? Number(resumeAt) : 0;
 			if (resumeAt === null) {
-				if (latest) connection.send("status", latest.data.view, String(latest.seq));
-				else connection.send("status", view);
+				if (latest) connection.send("status", viewOf(latest), String(latest.seq));
+				else connection.send("status", JSON.stringify(view));
 				position = latest?.seq ?? 0;
 				const state = latest ? latest.data.state : view!.receiverStatus;
 				if (isTerminal(state)) return connection.end();
@@ -213,7 +224,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 				position,
 				deliver(event, live) {
 					observeLag(event, live);
-					if (!connection.send("status", event.data.view, String(event.seq))) return false;
+					if (!connection.send("status", viewOf(event), String(event.seq))) return false;
 					if (!isTerminal(event.data.state)) return true;
 					connection.end();
 					return false;
@@ -249,7 +260,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 							positions[stream] = event.seq;
 							if (wanted && !wanted.has(event.data.state as string)) return !connection.closed;
 							observeLag(event, live);
-							return connection.send(event.type, { seq: event.seq, type: event.type, subject: event.subject, at: event.at, ...event.data }, `${positions.intents}-${positions.tin_operations}`);
+							return connection.send(event.type, bodyOf(event), `${positions.intents}-${positions.tin_operations}`);
 						},
 						drained: () => connection.drained()
 					};

@@ -37,7 +37,7 @@ export const EVENT_STREAM_PARAMS = {
 /** The request header that resumes a stream: for GET /intents/{id}/events a sequence number, for GET /events `<intents>-<tin_operations>`. */
 export const LAST_EVENT_ID = { name: "Last-Event-ID", in: "header" as const, required: false, description: "The `id` of the last event received: the stream resumes after it", schema: { type: "string", maxLength: 40 } };
 
-type Request = IncomingMessage & { $params?: Record<string, unknown>; query?: Record<string, unknown> };
+type Request = IncomingMessage & { $params?: Record<string, unknown> };
 
 /** One open SSE response. */
 class SseConnection {
@@ -202,7 +202,8 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		},
 
 		async serveIntent(req, res) {
-			const params: Record<string, unknown> = { id: req.$params?.id };
+			// The path's id and the query, as for every route: anything else is refused (strict).
+			const params: Record<string, unknown> = { ...(req.$params ?? {}) };
 			check(validate.intent, params);
 			const id = params.id as string;
 			const resumeAt = lastEventId(req, /^\d{1,15}$/);
@@ -234,7 +235,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		},
 
 		async serveAll(req, res) {
-			const query: Record<string, unknown> = { ...(req.query ?? {}) };
+			const query: Record<string, unknown> = { ...(req.$params ?? {}) };
 			check(validate.all, query);
 			const types = list(query.types) ?? Object.values(EVENT_TYPES);
 			const states = list(query.states);

@@ -92,6 +92,11 @@ describe("GET /intents/{id}/events", () => {
 		}
 		const tooLong = await open(`/intents/${"a".repeat(65)}/events`);
 		expect(tooLong).toMatchObject({ status: 422, body: { type: "VALIDATION_ERROR", data: [{ field: "id" }] } });
+		// The path names the intent; the query can neither add fields nor name another.
+		for (const query of ["since=1", `id=${id}`]) {
+			const refused = await open(`/intents/int_00000000000000000000000000000000/events?${query}`);
+			expect(refused.status).toBe(query.startsWith("id=") ? 404 : 422);
+		}
 	});
 
 	it("limits streams per client IP: 429 past the limit, a slot again once one closes", async () => {

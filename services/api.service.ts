@@ -178,10 +178,8 @@ const PUBLIC_ROUTES: Record<string, string> = {
  * Event streams (server-sent events), answered by the gateway itself from the owners' event logs
  * (services/event-streams.ts); the name stands for the operation in the OpenAPI document.
  */
-const STREAM_ROUTES = {
-	public: { "GET /intents/:id/events": "api.intentEvents" },
-	worker: { "GET /events": "api.events" }
-} as const;
+const PUBLIC_STREAM_ROUTES: Record<string, string> = { "GET /intents/:id/events": "api.intentEvents" };
+const WORKER_STREAM_ROUTES: Record<string, string> = { "GET /events": "api.events" };
 const STREAM_PARAMS: Record<string, Record<string, unknown>> = { "api.intentEvents": INTENT_STREAM_PARAMS, "api.events": EVENT_STREAM_PARAMS };
 
 /** The health routes answer from the gateway itself, without an action. */
@@ -227,8 +225,8 @@ export function openApiDocument(paramsOf: (action: string) => Record<string, unk
 		tags: TAGS,
 		operations: [
 			...HEALTH_ROUTES.map(route => operation("health")([route, `api.${route.split("/").pop()}`])),
-			...Object.entries({ ...PUBLIC_ROUTES, ...STREAM_ROUTES.public }).map(operation("public")),
-			...Object.entries({ ...WORKER_ROUTES, ...STREAM_ROUTES.worker }).map(operation("worker"))
+			...Object.entries({ ...PUBLIC_ROUTES, ...PUBLIC_STREAM_ROUTES }).map(operation("public")),
+			...Object.entries({ ...WORKER_ROUTES, ...WORKER_STREAM_ROUTES }).map(operation("worker"))
 		]
 	});
 }
@@ -252,7 +250,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	let isWorkerKey: (candidate: string) => boolean = () => false;
 	const authFailures = new FailureThrottle(config.authFailuresPerMin);
 	// CORS_ORIGINS: the browser apps that may call the public routes (and the health routes the SDK reads).
-	const corsRules = corsPolicy(config.corsOrigins, [...Object.keys(PUBLIC_ROUTES), ...Object.keys(STREAM_ROUTES.public), ...HEALTH_ROUTES]);
+	const corsRules = corsPolicy(config.corsOrigins, [...Object.keys(PUBLIC_ROUTES), ...Object.keys(PUBLIC_STREAM_ROUTES), ...HEALTH_ROUTES]);
 	/** The SSE routes' server side, created with the broker. */
 	let streams: EventStreams;
 	/** A stream route's alias: it answers the request itself; a refusal before the stream opens is answered by onError. */

@@ -758,8 +758,8 @@ describe("k8s/ manifests: the app reaches NATS and MongoDB with credentials from
 describe("k8s/ manifests: the gateway's exposure", () => {
 	const gateway = get("apps/v1", "Deployment", "gateway");
 	const ingress = get("networking.k8s.io/v1", "Ingress", "gateway");
-	const workerRoutes = routesOf("WORKER_ROUTES");
-	const publicRoutes = [...routesOf("PUBLIC_ROUTES"), ...routesOf("HEALTH_ROUTES")];
+	const workerRoutes = [...routesOf("WORKER_ROUTES"), ...routesOf("WORKER_STREAM_ROUTES")];
+	const publicRoutes = [...routesOf("PUBLIC_ROUTES"), ...routesOf("PUBLIC_STREAM_ROUTES"), ...routesOf("HEALTH_ROUTES")];
 
 	it.each(["gateway", "gateway-internal"])("has the ClusterIP Service %s (80 → 3000) on the gateway pods", name => {
 		const service = get("v1", "Service", name);
@@ -783,7 +783,8 @@ describe("k8s/ manifests: the gateway's exposure", () => {
 
 	it("reads the route tables of services/api.service.ts (the checks below are not vacuous)", () => {
 		expect(workerRoutes).toEqual(expect.arrayContaining(["GET /intent-work", "PATCH /intents/:id/status", "POST /epoch/close", "GET /tin-operations/fee-work"]));
-		expect(publicRoutes).toEqual(expect.arrayContaining(["POST /intents", "GET /metrics", "GET /health/ready"]));
+		expect(publicRoutes).toEqual(expect.arrayContaining(["POST /intents", "GET /metrics", "GET /health/ready", "GET /intents/:id/events"]));
+		expect(workerRoutes).toContain("GET /events");
 	});
 
 	it("routes every public route but GET /metrics", () => {

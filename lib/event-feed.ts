@@ -29,7 +29,6 @@ export interface FeedSubscriber {
 export class StreamFeed {
 	/** The newest event handed to the caught-up subscribers (null: not read yet). */
 	private position: number | null = null;
-	private started: Promise<void> | null = null;
 	/** Caught-up subscribers of every event, and of one record's, by subject. */
 	private readonly everyone = new Set<FeedSubscriber>();
 	private readonly bySubject = new Map<string, Set<FeedSubscriber>>();
@@ -43,17 +42,22 @@ export class StreamFeed {
 		private readonly onError: (err: unknown) => void
 	) {}
 
-	/** Where the log ends now, as this feed knows it (reads it the first time). */
+	/**
+	 * Where the log ends now: the shared reader's position while it follows the log; otherwise
+	 * read from the owner (a position left by earlier subscribers would replay what came since as
+	 * "now", and have the next reader page through all of it).
+	 */
 	async head(): Promise<number> {
-		this.started ??= this.latestSeq().then(
-			seq => void (this.position ??= seq),
-			err => {
-				this.started = null;
-				throw err;
-			}
-		);
-		await this.started;
+		if (this.position === null || this.unfollowed) {
+			const seq = await this.latestSeq();
+			if (this.position === null || this.unfollowed) this.position = Math.max(this.position ?? 0, seq);
+		}
 		return this.position!;
+	}
+
+	/** Nobody caught up, and no read under way: the shared position is nobody's. */
+	private get unfollowed(): boolean {
+		return this.idle && this.reading === null;
 	}
 
 	private get idle(): boolean {

@@ -131,6 +131,28 @@ describe("StreamFeed", () => {
 		expect(subscribers[1].received).toEqual([1, 2, 3]);
 	});
 
+	it("once nobody follows the log, now is where the log ends, not where its last follower left it", async () => {
+		const log = new Log();
+		const feed = new StreamFeed(log.read, log.latest, 10, err => {
+			throw err;
+		});
+		const first = collector(await feed.head());
+		await feed.subscribe(first);
+		feed.leave(first);
+		for (let i = 0; i < 500; i++) log.append("a");
+		log.reads = 0;
+		const now = await feed.head();
+		expect(now).toBe(500);
+		const next = collector(now);
+		await feed.subscribe(next);
+		log.append("b");
+		feed.wake();
+		await new Promise(resolve => setTimeout(resolve, 20));
+		expect(next.received).toEqual([501]);
+		// One read to catch up, one by the shared reader: none through the 500 before.
+		expect(log.reads).toBe(2);
+	});
+
 	it("drops a subscriber whose delivery answers false", async () => {
 		const log = new Log();
 		const feed = new StreamFeed(log.read, log.latest, 10, err => {

@@ -25,9 +25,10 @@ import type { Answer } from "./openapi";
 import { PayoutAuthorizationSchema } from "./payout";
 import { RegistryRouteSchema } from "./registry";
 import { PublicTinOperationSchema, TinOperationViewSchema } from "./tin-operations";
+import { CreatedWebhookSubscriptionSchema, WebhookSubscriptionSchema } from "./webhooks";
 
 export interface RouteContract {
-	tag: "health" | "intents" | "crankers" | "tin-operations" | "epochs" | "observation";
+	tag: "health" | "intents" | "crankers" | "tin-operations" | "epochs" | "observation" | "webhooks";
 	summary: string;
 	description?: string;
 	answers: Record<number, Answer>;
@@ -55,7 +56,8 @@ export const TAGS: { name: RouteContract["tag"]; description: string }[] = [
 	{ name: "crankers", description: "Cranker admission" },
 	{ name: "tin-operations", description: "TIN operations and the registry" },
 	{ name: "epochs", description: "Epochs and their Merkle roots" },
-	{ name: "observation", description: "Status, metrics, threshold access and this document" }
+	{ name: "observation", description: "Status, metrics, threshold access and this document" },
+	{ name: "webhooks", description: "Subscriptions to state changes, delivered per Standard Webhooks (docs/webhooks.md)" }
 ];
 
 export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
@@ -208,5 +210,28 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		answers: ok(ThresholdAccessGrantSchema),
 		errors: ["EXPIRED", "INVALID_SIGNATURE", "NONCE_REUSED"]
 	},
-	"api.openapi": { tag: "observation", summary: "This OpenAPI 3.1 document", answers: ok(OpenApiDocumentSchema), errors: [] }
+	"api.openapi": { tag: "observation", summary: "This OpenAPI 3.1 document", answers: ok(OpenApiDocumentSchema), errors: [] },
+
+	"webhooks.create": {
+		tag: "webhooks",
+		summary: "Subscribe a URL to events",
+		description:
+			"Delivers the events of the given types (and filter) committed from now on. The url must be http or https without credentials, and resolve to public addresses only (unless WEBHOOK_ALLOW_PRIVATE): 422 naming `url` otherwise. The answer holds the signing secret, never shown again.",
+		answers: {
+			201: {
+				...json("Subscribed; delivering from the latest event of each stream", CreatedWebhookSubscriptionSchema),
+				headers: { Location: { description: "/webhooks/{id} of the new subscription", schema: Type.String() } }
+			}
+		},
+		errors: []
+	},
+	"webhooks.list": { tag: "webhooks", summary: "List webhook subscriptions", description: "Newest first, with their delivery state; never a secret.", answers: ok(Type.Array(WebhookSubscriptionSchema)), errors: [] },
+	"webhooks.get": {
+		tag: "webhooks",
+		summary: "Read a webhook subscription and its delivery state",
+		description: "Enabled or disabled, the cursor in each stream, the event being retried and the recent failures; never the secret.",
+		answers: ok(WebhookSubscriptionSchema),
+		errors: ["NOT_FOUND"]
+	},
+	"webhooks.remove": { tag: "webhooks", summary: "Delete a webhook subscription", description: "Answers the subscription as it was; nothing is delivered for it after its attempt in flight.", answers: ok(WebhookSubscriptionSchema, "Deleted"), errors: ["NOT_FOUND"] }
 };

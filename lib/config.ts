@@ -93,6 +93,10 @@ export interface Config {
 	webhookAllowPrivate: boolean;
 	/** WEBHOOK_RETRY_FOR_MS: how long a failing delivery is retried before its subscription is disabled. */
 	webhookRetryForMs: number;
+	/** WEBHOOK_RETRY_BASE_MS: the wait after a delivery's first failure, doubled after each next one (jittered, at most 1 h). */
+	webhookRetryBaseMs: number;
+	/** WEBHOOK_TIMEOUT_MS: one delivery attempt, from the DNS lookup to the answer's status; a delivery lease lasts three of them. */
+	webhookTimeoutMs: number;
 }
 
 /** A configuration the process cannot start with: a message for the operator, so no stack trace. */
@@ -282,6 +286,8 @@ export function loadConfig(env: Env = process.env): Config {
 		eventStreamsMax: integer(env, "EVENT_STREAMS_MAX", 1000, 1),
 		eventStreamsPerIp: integer(env, "EVENT_STREAMS_PER_IP", 20, 1),
 		webhookAllowPrivate: flag(env, "WEBHOOK_ALLOW_PRIVATE"),
-		webhookRetryForMs: integer(env, "WEBHOOK_RETRY_FOR_MS", 24 * 60 * 60 * 1000, 1)
+		webhookRetryForMs: integer(env, "WEBHOOK_RETRY_FOR_MS", 24 * 60 * 60 * 1000, 1),
+		webhookRetryBaseMs: integer(env, "WEBHOOK_RETRY_BASE_MS", 5000, 1),
+		webhookTimeoutMs: integer(env, "WEBHOOK_TIMEOUT_MS", 10_000, 100)
 	};
 }

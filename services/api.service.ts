@@ -146,7 +146,11 @@ const WORKER_ROUTES: Record<string, string> = {
 	"POST /tin-operations/:id/submitted": "tin.submitted",
 	"POST /tin-operations/:id/finalized": "tin.finalized",
 	"POST /tin-operations/:id/failed": "tin.failed",
-	"POST /tin-operations/:id/rejected": "tin.rejected"
+	"POST /tin-operations/:id/rejected": "tin.rejected",
+	"POST /webhooks": "webhooks.create",
+	"GET /webhooks": "webhooks.list",
+	"GET /webhooks/:id": "webhooks.get",
+	"DELETE /webhooks/:id": "webhooks.remove"
 };
 
 /** The worker routes that act as a Cranker: they carry its request signature (SPEC §6.1). */

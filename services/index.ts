@@ -14,6 +14,8 @@ import { payoutsService } from "./payouts.service";
 import { receiverService } from "./receiver.service";
 import { tinService } from "./tin.service";
 import { verifierService } from "./verifier.service";
+import { webhookDeliveryService } from "./webhook-delivery.service";
+import { webhooksService } from "./webhooks.service";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- each factory types its own settings, methods and `this`
 export const SERVICE_FACTORIES: Record<string, (config: Config) => ServiceSchema<any, any, any, any>> = {
@@ -26,7 +28,9 @@ export const SERVICE_FACTORIES: Record<string, (config: Config) => ServiceSchema
 	tin: tinService,
 	epochs: epochsService,
 	network: networkService,
-	access: accessService
+	access: accessService,
+	webhooks: webhooksService,
+	"webhook-delivery": webhookDeliveryService
 };
 
 export function createNode(config: Config, overrides: Partial<BrokerOptions> = {}): ServiceBroker {
@@ -45,7 +49,7 @@ export function createNode(config: Config, overrides: Partial<BrokerOptions> = {
  * then the services that call others, then the owners they call. Moleculer's own stop would stop
  * them all at once, closing an owner's store under a request that still needs it.
  */
-const STOP_TIERS = [["api"], ["receiver", "payouts", "network", "epochs"], ["verifier"]];
+const STOP_TIERS = [["api"], ["receiver", "payouts", "network", "epochs", "webhook-delivery"], ["verifier"]];
 
 export async function stopNode(broker: ServiceBroker): Promise<void> {
 	markDraining(broker);

@@ -52,9 +52,9 @@ function counter<L extends string>(broker: ServiceBroker, name: string, help: st
 	return created;
 }
 
-function histogram<L extends string>(broker: ServiceBroker, name: string, help: string, labelNames: readonly L[] = []): Histogram<L> {
+function histogram<L extends string>(broker: ServiceBroker, name: string, help: string, labelNames: readonly L[] = [], buckets = LATENCY_BUCKETS): Histogram<L> {
 	const registry = serviceRegistry(broker);
-	return (registry.getSingleMetric(name) as Histogram<L> | undefined) ?? new Histogram<L>({ name, help, labelNames, buckets: LATENCY_BUCKETS, registers: [registry] });
+	return (registry.getSingleMetric(name) as Histogram<L> | undefined) ?? new Histogram<L>({ name, help, labelNames, buckets, registers: [registry] });
 }
 
 /** A gauge the process sets itself (collected with its registry, like the counters). */
@@ -117,6 +117,18 @@ export function payoutMetrics(broker: ServiceBroker) {
 	return {
 		results: counter(broker, "scs_payout_authorizations_total", "Payout authorization requests, by result.", ["result"], each("result", PAYOUT_RESULTS)),
 		duration: histogram(broker, "scs_payout_authorization_duration_seconds", "Time to answer a payout authorization request.")
+	};
+}
+
+const WEBHOOK_OUTCOMES = ["delivered", "failed", "disabled"] as const;
+/** A delivery waits for its retries (up to WEBHOOK_RETRY_FOR_MS, 24 h by default), not only for its request. */
+const WEBHOOK_LAG_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600];
+
+/** Webhook attempts by this delivery worker: delivered (2xx), failed (retried later), disabled (failed past the retry window). */
+export function webhookMetrics(broker: ServiceBroker) {
+	return {
+		attempts: counter(broker, "scs_webhook_deliveries_total", "Webhook delivery attempts, by outcome.", ["outcome"], each("outcome", WEBHOOK_OUTCOMES)),
+		lag: histogram(broker, "scs_webhook_delivery_lag_seconds", "Time from an event to its successful webhook delivery, retries included.", [], WEBHOOK_LAG_BUCKETS)
 	};
 }
 

@@ -360,9 +360,9 @@ describe("k8s/ manifests: the objects of the deployment", () => {
 
 	it.each([
 		["gateway", "api"],
-		["intake", "receiver,network"],
+		["intake", "receiver,network,webhook-delivery"],
 		["verifier", "verifier"],
-		["owners", "mempool,payouts,crankers,tin,epochs,access"]
+		["owners", "mempool,payouts,crankers,tin,epochs,access,webhooks"]
 	])("has the Deployment %s (SERVICES=%s, 2 replicas, the service image)", (name, services) => {
 		const deployment = get("apps/v1", "Deployment", name);
 		expect(deployment.spec!.replicas).toBe(2);

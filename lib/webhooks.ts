@@ -1,0 +1,368 @@
+/**
+ * Webhooks per the Standard Webhooks specification (standardwebhooks.com): the subscription
+ * record and its views, the input schema, the signature, the retry schedule, which events a
+ * subscription takes, and which addresses a delivery may reach (no private networks: SSRF).
+ * Framework-free; the webhooks service owns the records, webhook-delivery sends them.
+ */
+import { createHmac, randomBytes } from "node:crypto";
+import type { LookupAddress } from "node:dns";
+import net from "node:net";
+import { Type, type Static } from "@sinclair/typebox";
+import { INTENT_EVENT_TYPE } from "./intents";
+import { address, limit, tin } from "./schemas";
+import { TIN_OPERATION_EVENT_TYPE } from "./tin-operations";
+import { Address, Count, IsoTime, Nullable, StringEnum, Tin, named } from "./wire-formats";
+
+export const WEBHOOK_EVENT_TYPES = [INTENT_EVENT_TYPE, TIN_OPERATION_EVENT_TYPE] as const;
+export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
+
+/** The event log each type comes from (the outbox of its owner), each numbered on its own. */
+export type WebhookStream = "intents" | "tin_operations";
+export const STREAM_OF: Record<WebhookEventType, WebhookStream> = { [INTENT_EVENT_TYPE]: "intents", [TIN_OPERATION_EVENT_TYPE]: "tin_operations" };
+
+/** The store field holding a subscription's cursor in each stream: null when it does not take that stream. */
+export const CURSOR_FIELD = { intents: "intentsCursor", tin_operations: "tinOperationsCursor" } as const satisfies Record<WebhookStream, string>;
+
+type WebhookFilter = { senderWallet: string } | { tins: string[] };
+
+/** Failures kept on a subscription for GET /webhooks/{id}: the most recent ones. */
+export const MAX_FAILURES_KEPT = 20;
+/** Longest wait between two attempts, however many failed. */
+export const MAX_BACKOFF_MS = 60 * 60 * 1000;
+/** TINs one filter may name. */
+const MAX_FILTER_TINS = 100;
+const MAX_URL_LENGTH = 2048;
+const ID_PATTERN = /^wh_[0-9a-f]{32}$/;
+
+// ---------------------------------------------------------------------------------------------
+// The record and its views
+
+interface WebhookFailure {
+	at: string;
+	webhookId: string;
+	attempt: number;
+	/** The HTTP status answered, null when none was (refused address, timeout, connection error). */
+	status: number | null;
+	error: string;
+}
+
+/** The failing streak: since its first failure, no event was delivered. */
+interface WebhookRetry {
+	webhookId: string;
+	eventType: string;
+	/** First failure of the streak: the retry window (WEBHOOK_RETRY_FOR_MS) runs from here. */
+	firstFailureAt: string;
+	/** Attempts of `webhookId` so far. */
+	attempts: number;
+	nextAttemptAt: string | null;
+	lastError: string;
+}
+
+export interface WebhookRecord {
+	id: string;
+	url: string;
+	eventTypes: WebhookEventType[];
+	filter: WebhookFilter | null;
+	/** `whsec_<base64>`: answered once, at creation; delivery signs with it. */
+	secret: string;
+	createdAt: string;
+	state: "enabled" | "disabled";
+	/** Last event handled (delivered or not taken) per stream; null for a stream not subscribed. */
+	intentsCursor: number | null;
+	tinOperationsCursor: number | null;
+	/**
+	 * Compare-and-set field: every write goes from `version` to `version + 1`, so the holder of a
+	 * lease is whoever wrote last; a write on a stale version (a lapsed lease) changes nothing.
+	 */
+	version: number;
+	leasedBy: string | null;
+	leaseExpiresAt: string | null;
+	/**
+	 * null: idle, taken by a delivery worker as soon as it is behind a stream. Set: not before this
+	 * time, whether leased (its expiry) or waiting for a retry (the next attempt).
+	 */
+	notBefore: string | null;
+	delivered: number;
+	retry: WebhookRetry | null;
+	disabledAt: string | null;
+	disabledReason: string | null;
+	failures: WebhookFailure[];
+}
+
+export const WEBHOOKS_COLLECTION = {
+	name: "webhooks",
+	fields: { createdAt: "text", state: "text", notBefore: "text", version: "integer", intentsCursor: "integer", tinOperationsCursor: "integer" },
+	// GET /webhooks (newest first); the delivery workers' two questions: which retries or lapsed
+	// leases are due (by notBefore), which idle subscriptions are behind a stream (by its cursor).
+	indexes: [["createdAt"], ["state", "notBefore"], ["state", "notBefore", "intentsCursor"], ["state", "notBefore", "tinOperationsCursor"]]
+} as const;
+
+const WebhookEventTypeSchema = StringEnum(WEBHOOK_EVENT_TYPES);
+
+const WebhookFilterSchema = Type.Union([
+	Type.Object({ senderWallet: Address }, { additionalProperties: false, description: "Intent events of this sender" }),
+	Type.Object({ tins: Type.Array(Tin, { minItems: 1, maxItems: MAX_FILTER_TINS }) }, { additionalProperties: false, description: "Intent events to these recipient TINs, and operations on these TINs" })
+]);
+
+const subscriptionFields = {
+	id: Type.String({ description: "wh_ + 32 hex digits" }),
+	url: Type.String({ maxLength: MAX_URL_LENGTH }),
+	eventTypes: Type.Array(WebhookEventTypeSchema, { minItems: 1 }),
+	filter: Nullable(WebhookFilterSchema),
+	createdAt: IsoTime,
+	state: StringEnum(["enabled", "disabled"] as const),
+	cursors: Type.Object(
+		{ intents: Type.Optional(Count), tin_operations: Type.Optional(Count) },
+		{ additionalProperties: false, description: "The last event handled in each stream it takes (seq)" }
+	),
+	delivered: Count,
+	retry: Nullable(
+		Type.Object(
+			{
+				webhookId: Type.String(),
+				eventType: Type.String(),
+				firstFailureAt: IsoTime,
+				attempts: Count,
+				nextAttemptAt: Nullable(IsoTime),
+				lastError: Type.String()
+			},
+			{ additionalProperties: false, description: "Failing since firstFailureAt: the event being retried; null while deliveries succeed" }
+		)
+	),
+	disabledAt: Nullable(IsoTime),
+	disabledReason: Nullable(Type.String()),
+	failures: Type.Array(
+		Type.Object(
+			{ at: IsoTime, webhookId: Type.String(), attempt: Count, status: Nullable(Type.Integer({ minimum: 100, maximum: 599 })), error: Type.String() },
+			{ additionalProperties: false }
+		),
+		{ maxItems: MAX_FAILURES_KEPT, description: "The most recent failed attempts, oldest first" }
+	)
+};
+
+export const WebhookSubscriptionSchema = Type.Object(subscriptionFields, named("WebhookSubscription", "A subscription and its delivery state; never its secret"));
+export type WebhookSubscription = Static<typeof WebhookSubscriptionSchema>;
+
+export const CreatedWebhookSubscriptionSchema = Type.Object(
+	{ ...subscriptionFields, secret: Type.String({ pattern: "^whsec_[A-Za-z0-9+/]+={0,2}$", description: "The signing secret: answered here only, never again" }) },
+	named("CreatedWebhookSubscription")
+);
+export type CreatedWebhookSubscription = Static<typeof CreatedWebhookSubscriptionSchema>;
+
+export function toWebhookView(record: WebhookRecord): WebhookSubscription {
+	const cursors: WebhookSubscription["cursors"] = {};
+	if (record.intentsCursor !== null) cursors.intents = record.intentsCursor;
+	if (record.tinOperationsCursor !== null) cursors.tin_operations = record.tinOperationsCursor;
+	return {
+		id: record.id,
+		url: record.url,
+		eventTypes: record.eventTypes,
+		filter: record.filter,
+		createdAt: record.createdAt,
+		state: record.state,
+		cursors,
+		delivered: record.delivered,
+		retry: record.retry,
+		disabledAt: record.disabledAt,
+		disabledReason: record.disabledReason,
+		failures: record.failures
+	};
+}
+
+export const newWebhookId = () => `wh_${randomBytes(16).toString("hex")}`;
+export const isWebhookId = (id: string) => ID_PATTERN.test(id);
+
+// ---------------------------------------------------------------------------------------------
+// Input
+
+export const createWebhookParams = {
+	$$strict: true,
+	url: { type: "string", min: 1, max: MAX_URL_LENGTH, description: "http or https, without credentials; must not reach a private address" },
+	eventTypes: { type: "array", min: 1, max: WEBHOOK_EVENT_TYPES.length, unique: true, items: { type: "enum", values: [...WEBHOOK_EVENT_TYPES] } },
+	filter: {
+		type: "object",
+		optional: true,
+		strict: true,
+		description: "One of senderWallet (intent events only) or tins",
+		props: {
+			senderWallet: { ...address(), optional: true },
+			tins: { type: "array", optional: true, min: 1, max: MAX_FILTER_TINS, unique: true, items: tin() }
+		}
+	}
+};
+
+export const listWebhooksParams = { $$strict: true, limit: limit() };
+export const webhookRefParams = { $$strict: true, id: { type: "string", max: 64 } };
+
+/** What is wrong with a filter for these event types, or null. */
+export function filterProblem(eventTypes: readonly WebhookEventType[], filter: { senderWallet?: string; tins?: string[] } | undefined): string | null {
+	if (filter === undefined) return null;
+	const kinds = Object.keys(filter).filter(key => filter[key as keyof typeof filter] !== undefined);
+	if (kinds.length !== 1) return "A filter holds exactly one of senderWallet and tins.";
+	if (filter.senderWallet !== undefined && eventTypes.some(type => type !== INTENT_EVENT_TYPE)) return `A senderWallet filter takes only ${INTENT_EVENT_TYPE} events.`;
+	return null;
+}
+
+/** Whether a subscription takes this event: its type, then its filter. */
+export function takesEvent(subscription: Pick<WebhookRecord, "eventTypes" | "filter">, event: { type: string; data: Record<string, unknown> }): boolean {
+	if (!(subscription.eventTypes as readonly string[]).includes(event.type)) return false;
+	const { filter } = subscription;
+	if (!filter) return true;
+	const view = (event.data.view ?? {}) as { senderWallet?: unknown; recipientTin?: unknown; tin?: unknown };
+	if ("senderWallet" in filter) return event.type === INTENT_EVENT_TYPE && view.senderWallet === filter.senderWallet;
+	const tinOf = event.type === INTENT_EVENT_TYPE ? view.recipientTin : view.tin;
+	return typeof tinOf === "string" && filter.tins.includes(tinOf);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signing (Standard Webhooks: symmetric, v1)
+
+const SECRET_PREFIX = "whsec_";
+
+/** A new signing secret: 32 random bytes, `whsec_<base64>`. */
+export function newSecret(): string {
+	return SECRET_PREFIX + randomBytes(32).toString("base64");
+}
+
+/** `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed with the secret's bytes. */
+export function signPayload(secret: string, webhookId: string, timestampS: number, body: string): string {
+	if (!secret.startsWith(SECRET_PREFIX)) throw new Error("a webhook secret starts with whsec_");
+	const key = Buffer.from(secret.slice(SECRET_PREFIX.length), "base64");
+	return `v1,${createHmac("sha256", key).update(`${webhookId}.${timestampS}.${body}`).digest("base64")}`;
+}
+
+/** Stable per event: every retry of it, to every subscription, carries the same id (receivers dedupe on it). */
+export const webhookIdOf = (stream: WebhookStream, seq: number) => `evt_${stream}_${seq}`;
+
+/** The body of a delivery: Standard Webhooks' `{ type, timestamp, data }`, timestamp being the event's. */
+export const payloadOf = (event: { type: string; at: string; data: Record<string, unknown> }) => JSON.stringify({ type: event.type, timestamp: event.at, data: event.data });
+
+export function webhookHeaders(secret: string, webhookId: string, timestampS: number, body: string): Record<string, string> {
+	return {
+		"content-type": "application/json",
+		"webhook-id": webhookId,
+		"webhook-timestamp": String(timestampS),
+		"webhook-signature": signPayload(secret, webhookId, timestampS, body)
+	};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries
+
+/**
+ * The wait before attempt `attempt + 1` after `attempt` failures: base × 2^(attempt−1), at most
+ * MAX_BACKOFF_MS, then jittered to between half and all of it, so subscriptions failing together
+ * (one receiver down) do not retry in step.
+ */
+export function backoffMs(attempt: number, baseMs: number, random: () => number = Math.random): number {
+	const ceiling = Math.min(MAX_BACKOFF_MS, baseMs * 2 ** Math.min(Math.max(attempt - 1, 0), 40));
+	return Math.round(ceiling / 2 + (ceiling / 2) * random());
+}
+
+/**
+ * After a failed attempt: when to try again, or null to disable the subscription. The retry
+ * window runs `retryForMs` from the streak's first failure; the last attempt falls at its end.
+ */
+export function nextAttemptAt(firstFailureMs: number, nowMs: number, attempt: number, baseMs: number, retryForMs: number, random?: () => number): number | null {
+	const end = firstFailureMs + retryForMs;
+	if (nowMs >= end) return null;
+	return Math.min(nowMs + backoffMs(attempt, baseMs, random), end);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where a delivery may go (SSRF)
+
+/** Special-purpose ranges (IANA registries); an IPv4-mapped IPv6 address is checked against the IPv4 ones. */
+const SPECIAL = new net.BlockList();
+for (const [prefix, bits] of [
+	["0.0.0.0", 8], // "this network", unspecified
+	["10.0.0.0", 8],
+	["100.64.0.0", 10], // CGNAT
+	["127.0.0.0", 8],
+	["169.254.0.0", 16], // link-local, cloud metadata
+	["172.16.0.0", 12],
+	["192.0.0.0", 24],
+	["192.0.2.0", 24],
+	["192.88.99.0", 24],
+	["192.168.0.0", 16],
+	["198.18.0.0", 15],
+	["198.51.100.0", 24],
+	["203.0.113.0", 24],
+	["224.0.0.0", 4], // multicast
+	["240.0.0.0", 4] // reserved, broadcast
+] as const)
+	SPECIAL.addSubnet(prefix, bits, "ipv4");
+// Inside global unicast (2000::/3): Teredo, ORCHID and the like, documentation, 6to4 (which embeds IPv4).
+for (const [prefix, bits] of [["2001::", 23], ["2001:db8::", 32], ["2002::", 16], ["3fff::", 20]] as const) SPECIAL.addSubnet(prefix, bits, "ipv6");
+
+/** IPv6 outside global unicast is never public: unspecified, loopback, unique-local, link-local, multicast, NAT64, … */
+const GLOBAL_UNICAST = new net.BlockList();
+GLOBAL_UNICAST.addSubnet("2000::", 3, "ipv6");
+const IPV4_MAPPED = new net.BlockList();
+IPV4_MAPPED.addSubnet("::ffff:0:0", 96, "ipv6");
+
+/** Whether a delivery may connect to this IP address (anything that is not an address: no). */
+export function isPublicAddress(ip: string): boolean {
+	const family = net.isIP(ip);
+	if (family === 4) return !SPECIAL.check(ip, "ipv4");
+	if (family !== 6 || ip.includes("%")) return false;
+	if (IPV4_MAPPED.check(ip, "ipv6")) return !SPECIAL.check(ip, "ipv6");
+	return GLOBAL_UNICAST.check(ip, "ipv6") && !SPECIAL.check(ip, "ipv6");
+}
+
+/** The URL's host as an address or a name (URL keeps IPv6 literals in brackets). */
+const hostOf = (url: URL) => url.hostname.replace(/^\[(.*)\]$/, "$1");
+
+/** What is wrong with a webhook URL's form, or null (where it resolves is checked by resolveTarget). */
+export function urlProblem(raw: string): string | null {
+	let url: URL;
+	try {
+		url = new URL(raw);
+	} catch {
+		return "The url must be an absolute http or https URL.";
+	}
+	if (url.protocol !== "http:" && url.protocol !== "https:") return "The url must be http or https.";
+	if (url.username || url.password) return "The url must not hold credentials.";
+	if (url.hash) return "The url must not hold a fragment.";
+	if (!hostOf(url)) return "The url must name a host.";
+	return null;
+}
+
+type Lookup = (hostname: string) => Promise<LookupAddress[]>;
+
+/**
+ * The addresses a delivery to `url` may connect to, or why none: an address literal is checked as
+ * it is, a name after resolution, and every address it resolves to must be public (an answer
+ * mixing one private address in is refused whole). allowPrivate (WEBHOOK_ALLOW_PRIVATE) skips the check.
+ */
+export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Lookup): Promise<{ addresses: LookupAddress[] } | { problem: string }> {
+	const host = hostOf(url);
+	const family = net.isIP(host);
+	let addresses: LookupAddress[];
+	if (family) addresses = [{ address: host, family }];
+	else
+		try {
+			addresses = await lookup(host);
+		} catch (err) {
+			return { problem: `The host ${host} does not resolve (${(err as { code?: string }).code ?? "lookup failed"}).` };
+		}
+	if (!addresses.length) return { problem: `The host ${host} does not resolve.` };
+	const refused = allowPrivate ? [] : addresses.filter(({ address: ip }) => !isPublicAddress(ip));
+	// A few of them: a name may resolve to any number of addresses, and the message is stored.
+	if (refused.length) return { problem: `The url reaches a private, loopback, link-local or otherwise non-public address (${refused.slice(0, 3).map(a => a.address).join(", ")}).` };
+	return { addresses };
+}
+
+type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+
+/**
+ * A `lookup` for http.request that answers only `addresses` (those resolveTarget checked), so the
+ * connection goes where the check looked, whatever the DNS answers by then (no rebinding).
+ * With `all` (Node's happy eyeballs) every checked address, else the first.
+ */
+export function pinnedLookup(addresses: readonly LookupAddress[]) {
+	return (_hostname: string, options: { all?: boolean }, callback: LookupCallback): void => {
+		if (options.all) callback(null, addresses.map(({ address: ip, family }) => ({ address: ip, family })));
+		else callback(null, addresses[0].address, addresses[0].family);
+	};
+}

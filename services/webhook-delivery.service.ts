@@ -1,0 +1,247 @@
+/**
+ * webhook-delivery: stateless delivery workers (docs/webhooks.md); run as many as you like, in
+ * any processes. A worker leases subscriptions from their owner (webhooks.claim, a compare-and-set
+ * there), reads the events after a subscription's cursor from the streams' owners, POSTs those it
+ * takes in order, signed per Standard Webhooks, and moves the cursor only after a 2xx. The lease
+ * keeps two workers off one subscription; the durable cursor makes a crash cost a repeat at most
+ * (at-least-once). Wakes on `events.appended` and on a periodic sweep, which also finds due retries
+ * and the leases of workers that died.
+ */
+import { randomBytes } from "node:crypto";
+import { promises as dns } from "node:dns";
+import http from "node:http";
+import https from "node:https";
+import { performance } from "node:perf_hooks";
+import type { Service, ServiceBroker, ServiceSchema } from "moleculer";
+import type { Config } from "../lib/config";
+import type { StoredEvent } from "../lib/store";
+import { CURSOR_FIELD, STREAM_OF, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type WebhookStream } from "../lib/webhooks";
+import { EVENT_PAGE } from "../mixins/outbox.mixin";
+import { sweeperMixin } from "../mixins/sweeper.mixin";
+import { webhookMetrics } from "./metrics";
+import { EVENT_OWNER, type WebhookLease } from "./webhooks.service";
+
+/** Subscriptions one worker delivers at once (each in order, on its own). */
+const MAX_ACTIVE = 8;
+/** An attempt starts only while the lease outlasts its timeout by this much, or after a renewal. */
+const LEASE_MARGIN_MS = 5000;
+/** Of a failed answer's body, what is kept for lastError; the rest is never read. */
+const ERROR_BODY_CHARS = 200;
+/** Notices of new events (up to one per stream every 5 ms) wake a worker at most this often. */
+const NOTICE_COALESCE_MS = 20;
+const USER_AGENT = "settlement-coordination-service-webhooks/1";
+
+type Attempt = { ok: true } | { ok: false; status: number | null; error: string };
+
+/** Printable ASCII only, bounded: a receiver's answer ends up in GET /webhooks/{id}. */
+const printable = (text: string) => text.replace(/[^\x20-\x7e]+/g, " ").trim().slice(0, ERROR_BODY_CHARS);
+
+/**
+ * One POST, within `timeoutMs` from the DNS lookup to the status line: the host's addresses are
+ * checked (resolveTarget) and the connection goes to those only (pinnedLookup); no keep-alive, no
+ * redirect followed, at most ERROR_BODY_CHARS of a failed answer read, nothing of a 2xx.
+ */
+async function postWebhook(url: URL, headers: Record<string, string>, body: string, allowPrivate: boolean, timeoutMs: number): Promise<Attempt> {
+	const timeout = AbortSignal.timeout(timeoutMs);
+	const timedOut = `no answer within ${timeoutMs} ms`;
+	const expired = new Promise<{ problem: string }>(resolve => timeout.addEventListener("abort", () => resolve({ problem: timedOut })));
+	const target = await Promise.race([resolveTarget(url, allowPrivate, host => dns.lookup(host, { all: true, verbatim: true })), expired]);
+	if ("problem" in target) return { ok: false, status: null, error: printable(target.problem) };
+	return new Promise<Attempt>(resolve => {
+		const options = {
+			method: "POST",
+			headers: { ...headers, "content-length": String(Buffer.byteLength(body)), "user-agent": USER_AGENT },
+			agent: false,
+			lookup: pinnedLookup(target.addresses),
+			signal: timeout
+		};
+		const request = (url.protocol === "https:" ? https : http).request(url, options, response => {
+			const status = response.statusCode ?? 0;
+			if (status >= 200 && status < 300) {
+				response.destroy();
+				return resolve({ ok: true });
+			}
+			let text = "";
+			response.setEncoding("utf8");
+			response.on("data", (chunk: string) => {
+				text += chunk;
+				if (text.length >= ERROR_BODY_CHARS) response.destroy();
+			});
+			response.on("error", () => {}); // a destroyed or timed-out answer: what was read is enough
+			response.on("close", () => {
+				const redirect = status >= 300 && status < 400 ? " (redirects are not followed)" : "";
+				resolve({ ok: false, status: status >= 100 && status <= 599 ? status : null, error: printable(`HTTP ${status}${redirect}: ${text}`) });
+			});
+		});
+		request.on("error", (err: NodeJS.ErrnoException) => resolve({ ok: false, status: null, error: timeout.aborted ? timedOut : printable(`request failed: ${err.code ?? err.message}`) }));
+		request.end(body);
+	});
+}
+
+/** The streams a subscription takes, the one of its failing event first (that event is retried before any other). */
+function streamsOf(subscription: WebhookLease["subscription"]): WebhookStream[] {
+	const streams = [...new Set(subscription.eventTypes.map(type => STREAM_OF[type]))];
+	const failing = subscription.retry ? STREAM_OF[subscription.retry.eventType as keyof typeof STREAM_OF] : undefined;
+	return failing ? [failing, ...streams.filter(stream => stream !== failing)] : streams;
+}
+
+export function webhookDeliveryService(config: Config): ServiceSchema {
+	let broker: ServiceBroker;
+	let logger: Service["logger"];
+	let metrics: ReturnType<typeof webhookMetrics>;
+	/** This worker as a lease holder: its node and a tag of this start. */
+	let worker = "";
+	const active = new Map<string, Promise<void>>();
+	let pass: Promise<void> | null = null;
+	let again = false;
+	let stopping = false;
+	let noticed: NodeJS.Timeout | null = null;
+
+	/** Each stream's latest event, of the streams whose owner answers now (the others wait for a later pass). */
+	async function heads(): Promise<Partial<Record<WebhookStream, number>>> {
+		const found: Partial<Record<WebhookStream, number>> = {};
+		await Promise.all(
+			(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
+				const latest = await broker.call<StoredEvent | null, object>(`${EVENT_OWNER[stream]}.latestEvent`, {}).catch(() => undefined);
+				if (latest !== undefined) found[stream] = latest?.seq ?? 0;
+			})
+		);
+		return found;
+	}
+
+	/** Leases what has work, as far as there is room, and starts delivering each. */
+	async function claim(): Promise<void> {
+		const room = MAX_ACTIVE - active.size;
+		if (room <= 0 || stopping) return;
+		const streamHeads = await heads();
+		const leasedAt = performance.now();
+		const leases = await broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: worker, heads: streamHeads, limit: room });
+		for (const lease of leases) {
+			const { id } = lease.subscription;
+			const delivery = deliver(lease, leasedAt)
+				.catch(err => logger.warn(`Webhook ${id}: delivery stopped, resumed once its lease lapses: ${(err as Error).message}`))
+				.finally(() => {
+					active.delete(id);
+					if (!stopping) wake().catch(() => {});
+				});
+			active.set(id, delivery);
+		}
+	}
+
+	/** A pass now, or right after the one running: a notice that comes during a pass is not lost. */
+	function wake(): Promise<void> {
+		if (pass) {
+			again = true;
+			return pass;
+		}
+		pass = (async () => {
+			do {
+				again = false;
+				await claim();
+			} while (again && !stopping);
+		})().finally(() => (pass = null));
+		return pass;
+	}
+
+	/** Delivers one leased subscription until it is caught up, an attempt fails, the lease is lost or the worker stops. */
+	async function deliver({ subscription, leaseTtlMs }: WebhookLease, leasedAt: number): Promise<void> {
+		const { id } = subscription;
+		const url = new URL(subscription.url);
+		let version = subscription.version;
+		// Counted from before the claim was asked: the owner's expiry can only be later.
+		let leaseEnds = leasedAt + leaseTtlMs;
+		/** Records progress (and renews the lease); false when the lease is lost. */
+		const advance = async (stream: WebhookStream, seq: number, delivered: boolean): Promise<boolean> => {
+			const asked = performance.now();
+			const next = await broker.call<number | null, object>("webhooks.advance", { id, version, stream, seq, delivered });
+			if (next === null) return false;
+			version = next;
+			leaseEnds = asked + leaseTtlMs;
+			return true;
+		};
+
+		for (const stream of streamsOf(subscription)) {
+			let cursor = subscription[CURSOR_FIELD[stream]] ?? 0;
+			let recorded = cursor;
+			for (let more = true; more && !stopping; ) {
+				const page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
+				more = page.length === EVENT_PAGE;
+				for (const event of page) {
+					if (stopping) break;
+					if (!takesEvent(subscription, event)) {
+						cursor = event.seq;
+						continue;
+					}
+					// Never an attempt the lease might not outlast: its next holder could be sending the same event.
+					if (leaseEnds - performance.now() < config.webhookTimeoutMs + LEASE_MARGIN_MS) {
+						if (!(await advance(stream, cursor, false))) return;
+						recorded = cursor;
+					}
+					const webhookId = webhookIdOf(stream, event.seq);
+					const body = payloadOf(event);
+					const result = await postWebhook(url, webhookHeaders(subscription.secret, webhookId, Math.floor(Date.now() / 1000), body), body, config.webhookAllowPrivate, config.webhookTimeoutMs);
+					if (!result.ok) {
+						const failed = await broker.call<{ disabled: boolean } | null, object>("webhooks.fail", {
+							id,
+							version,
+							stream,
+							seq: cursor,
+							webhookId,
+							eventType: event.type,
+							status: result.status,
+							error: result.error
+						});
+						metrics.attempts.inc({ outcome: failed?.disabled ? "disabled" : "failed" });
+						if (failed?.disabled) logger.warn(`Webhook ${id} disabled: its deliveries failed for longer than WEBHOOK_RETRY_FOR_MS (last: ${result.error})`);
+						return; // the lease went with the failure: the retry is the owner's schedule
+					}
+					metrics.attempts.inc({ outcome: "delivered" });
+					metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000);
+					if (!(await advance(stream, event.seq, true))) return;
+					cursor = recorded = event.seq;
+				}
+				// Events it does not take: the cursor moves past them, so no later pass reads them again.
+				if (cursor > recorded) {
+					if (!(await advance(stream, cursor, false))) return;
+					recorded = cursor;
+				}
+			}
+		}
+		await broker.call("webhooks.release", { id, version });
+	}
+
+	return {
+		name: "webhook-delivery",
+		mixins: [sweeperMixin("webhook delivery", config.sweepIntervalMs, () => wake())],
+
+		events: {
+			/** New events in a stream: deliver them now rather than at the next sweep. */
+			"events.appended"() {
+				if (noticed || stopping) return;
+				noticed = setTimeout(() => {
+					noticed = null;
+					wake().catch(err => logger.debug(`Webhook delivery pass failed; the sweep retries: ${(err as Error).message}`));
+				}, NOTICE_COALESCE_MS);
+			}
+		},
+
+		created(this: Service) {
+			broker = this.broker;
+			logger = this.logger;
+			metrics = webhookMetrics(this.broker);
+		},
+
+		started(this: Service) {
+			stopping = false;
+			worker = `${this.broker.nodeID}/${randomBytes(4).toString("hex")}`;
+		},
+
+		/** Attempts in flight finish (each within WEBHOOK_TIMEOUT_MS); their subscriptions are released for another worker. */
+		async stopped() {
+			stopping = true;
+			if (noticed) clearTimeout(noticed);
+			await pass?.catch(() => {});
+			await Promise.all(active.values());
+		}
+	};
+}

@@ -1,0 +1,265 @@
+/**
+ * lib/webhooks.ts: the signature against the Standard Webhooks reference library, the retry
+ * schedule's bounds, which addresses and URLs a delivery may reach, the lookup that pins a
+ * connection to the checked addresses, and which events a subscription takes.
+ */
+import { createHmac } from "node:crypto";
+import fs from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import path from "node:path";
+import { Webhook } from "standardwebhooks";
+import {
+	MAX_BACKOFF_MS,
+	backoffMs,
+	filterProblem,
+	isPublicAddress,
+	newSecret,
+	nextAttemptAt,
+	payloadOf,
+	pinnedLookup,
+	resolveTarget,
+	signPayload,
+	takesEvent,
+	urlProblem,
+	webhookHeaders,
+	webhookIdOf
+} from "../../lib/webhooks";
+
+describe("signing (Standard Webhooks v1)", () => {
+	const event = { type: "intent.status_changed", at: "2026-11-21T18:00:00.000Z", data: { previousState: null, state: "VERIFIED", view: { id: "int_1" } } };
+
+	it("a new secret is whsec_ and the base64 of 32 random bytes, never twice the same", () => {
+		const secret = newSecret();
+		expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+		expect(Buffer.from(secret.slice(6), "base64")).toHaveLength(32);
+		expect(newSecret()).not.toBe(secret);
+	});
+
+	it("the reference library verifies every header set we send, and signs the same bytes", () => {
+		const secret = newSecret();
+		const body = payloadOf(event);
+		const timestamp = Math.floor(Date.now() / 1000);
+		const headers = webhookHeaders(secret, webhookIdOf("intents", 42), timestamp, body);
+		expect(headers).toMatchObject({ "content-type": "application/json", "webhook-id": "evt_intents_42", "webhook-timestamp": String(timestamp) });
+		const library = new Webhook(secret);
+		expect(library.verify(body, headers)).toEqual({ type: event.type, timestamp: event.at, data: event.data });
+		expect(library.sign("evt_intents_42", new Date(timestamp * 1000), body)).toBe(headers["webhook-signature"]);
+	});
+
+	it("is HMAC-SHA256 of id.timestamp.body keyed with the decoded secret, and nothing else verifies", () => {
+		const secret = `whsec_${Buffer.alloc(24, 7).toString("base64")}`;
+		const body = '{"a":1}';
+		const expected = createHmac("sha256", Buffer.alloc(24, 7)).update(`evt_tin_operations_1.1700000000.${body}`).digest("base64");
+		expect(signPayload(secret, "evt_tin_operations_1", 1700000000, body)).toBe(`v1,${expected}`);
+
+		const timestamp = Math.floor(Date.now() / 1000);
+		const headers = webhookHeaders(secret, "evt_intents_1", timestamp, body);
+		const library = new Webhook(secret);
+		expect(() => library.verify('{"a":2}', headers)).toThrow();
+		expect(() => library.verify(body, { ...headers, "webhook-id": "evt_intents_2" })).toThrow();
+		expect(() => library.verify(body, { ...headers, "webhook-timestamp": String(timestamp + 1) })).toThrow();
+		expect(() => new Webhook(newSecret()).verify(body, headers)).toThrow();
+		expect(() => signPayload("not-a-secret", "x", 1, body)).toThrow();
+	});
+
+	it("the body is { type, timestamp, data } of the event", () => {
+		expect(JSON.parse(payloadOf(event))).toEqual({ type: event.type, timestamp: event.at, data: event.data });
+	});
+
+	it("the node:crypto verification of docs/webhooks.md accepts our deliveries and nothing altered", () => {
+		const docs = fs.readFileSync(path.join(__dirname, "../../docs/webhooks.md"), "utf8");
+		const code = /^```js example:webhooks\.verify\n([\s\S]*?)\n```$/m.exec(docs)?.[1];
+		expect(code).toBeDefined();
+		const verifyWebhook = new Function("require", `${code}\nreturn verifyWebhook;`)(require) as (secret: string, headers: Record<string, string>, body: string) => unknown;
+		const secret = newSecret();
+		const body = payloadOf(event);
+		const headers = webhookHeaders(secret, "evt_intents_7", Math.floor(Date.now() / 1000), body);
+		expect(verifyWebhook(secret, headers, body)).toEqual(JSON.parse(body));
+		// Several signatures (a rotation): any valid v1 one does.
+		expect(verifyWebhook(secret, { ...headers, "webhook-signature": `v1,AAAA ${headers["webhook-signature"]}` }, body)).toEqual(JSON.parse(body));
+		expect(() => verifyWebhook(secret, headers, body.replace("VERIFIED", "REJECTED"))).toThrow(/signature/);
+		expect(() => verifyWebhook(newSecret(), headers, body)).toThrow(/signature/);
+		expect(() => verifyWebhook(secret, { ...headers, "webhook-id": "evt_intents_8" }, body)).toThrow(/signature/);
+		const old = Math.floor(Date.now() / 1000) - 600;
+		expect(() => verifyWebhook(secret, webhookHeaders(secret, "evt_intents_7", old, body), body)).toThrow(/timestamp/);
+		const { "webhook-signature": _, ...unsigned } = headers;
+		expect(() => verifyWebhook(secret, unsigned, body)).toThrow(/missing/);
+	});
+});
+
+describe("retry schedule", () => {
+	const BASE = 5000;
+
+	it("waits between half and all of base × 2^(attempt−1), never more than an hour", () => {
+		for (let attempt = 1; attempt <= 60; attempt++) {
+			const ceiling = Math.min(MAX_BACKOFF_MS, BASE * 2 ** (attempt - 1));
+			expect(backoffMs(attempt, BASE, () => 0)).toBe(Math.round(ceiling / 2));
+			expect(backoffMs(attempt, BASE, () => 0.999999)).toBeLessThanOrEqual(ceiling);
+			for (let i = 0; i < 20; i++) {
+				const wait = backoffMs(attempt, BASE);
+				expect(wait).toBeGreaterThanOrEqual(Math.round(ceiling / 2));
+				expect(wait).toBeLessThanOrEqual(ceiling);
+			}
+		}
+		expect(backoffMs(1, BASE, () => 0.5)).toBe(3750);
+		expect(backoffMs(1000, BASE, () => 1)).toBe(MAX_BACKOFF_MS);
+	});
+
+	it("retries until the window from the streak's first failure ends, the last attempt at its end, then disables", () => {
+		const first = 1_000_000;
+		const day = 24 * 60 * 60 * 1000;
+		expect(nextAttemptAt(first, first, 1, BASE, day, () => 1)).toBe(first + BASE);
+		// Near the end: the next attempt is the window's end, not past it.
+		expect(nextAttemptAt(first, first + day - 1000, 30, BASE, day, () => 1)).toBe(first + day);
+		expect(nextAttemptAt(first, first + day, 31, BASE, day)).toBeNull();
+		expect(nextAttemptAt(first, first + day + 1, 31, BASE, day)).toBeNull();
+	});
+});
+
+describe("addresses a delivery may reach", () => {
+	it.each([
+		"127.0.0.1",
+		"127.255.255.254",
+		"0.0.0.0",
+		"10.0.0.1",
+		"10.255.255.255",
+		"172.16.0.1",
+		"172.31.255.255",
+		"192.168.1.1",
+		"169.254.169.254",
+		"100.64.0.1",
+		"100.127.255.255",
+		"192.0.0.8",
+		"192.0.2.1",
+		"198.18.0.1",
+		"198.51.100.7",
+		"203.0.113.9",
+		"224.0.0.1",
+		"239.255.255.250",
+		"240.0.0.1",
+		"255.255.255.255",
+		"::",
+		"::1",
+		"::ffff:127.0.0.1",
+		"::ffff:10.0.0.1",
+		"::ffff:169.254.169.254",
+		"::ffff:7f00:1",
+		"::127.0.0.1",
+		"64:ff9b::a00:1",
+		"fc00::1",
+		"fd12:3456::1",
+		"fe80::1",
+		"fe80::1%eth0",
+		"fec0::1",
+		"ff02::1",
+		"2001:db8::1",
+		"2001::1",
+		"2002:7f00:1::1",
+		"3fff::1",
+		"localhost",
+		"example.com",
+		""
+	])("refuses %s", ip => {
+		expect(isPublicAddress(ip)).toBe(false);
+	});
+
+	it.each(["8.8.8.8", "1.1.1.1", "93.184.215.14", "172.32.0.1", "100.128.0.1", "::ffff:8.8.8.8", "2606:4700:4700::1111", "2a00:1450:4001:80b::200e"])("admits %s", ip => {
+		expect(isPublicAddress(ip)).toBe(true);
+	});
+});
+
+describe("webhook URLs", () => {
+	it("takes http and https only, without credentials or fragment", () => {
+		expect(urlProblem("https://hooks.example.com/in?x=1")).toBeNull();
+		expect(urlProblem("http://hooks.example.com:8080/")).toBeNull();
+		expect(urlProblem("ftp://hooks.example.com/")).toMatch(/http or https/);
+		expect(urlProblem("file:///etc/passwd")).toMatch(/http or https/);
+		expect(urlProblem("javascript:alert(1)")).toMatch(/http or https/);
+		expect(urlProblem("hooks.example.com/in")).toMatch(/absolute/);
+		expect(urlProblem("https://user:pass@hooks.example.com/")).toMatch(/credentials/);
+		expect(urlProblem("https://user@hooks.example.com/")).toMatch(/credentials/);
+		expect(urlProblem("https://hooks.example.com/#frag")).toMatch(/fragment/);
+	});
+
+	const resolvesTo = (...addresses: string[]) => async () => addresses.map(address => ({ address, family: address.includes(":") ? 6 : 4 }));
+
+	it("checks a literal as it is (any spelling the URL parser takes) and a name after resolution, every address", async () => {
+		const never = async () => {
+			throw new Error("a literal is not looked up");
+		};
+		for (const url of ["http://127.0.0.1/", "http://2130706433/", "http://0x7f.1/", "http://0177.0.0.1/", "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://169.254.169.254/latest/meta-data/"])
+			expect({ url, result: await resolveTarget(new URL(url), false, never) }).toEqual({ url, result: { problem: expect.stringMatching(/non-public/) } });
+		expect(await resolveTarget(new URL("https://8.8.8.8/"), false, never)).toEqual({ addresses: [{ address: "8.8.8.8", family: 4 }] });
+
+		expect(await resolveTarget(new URL("https://hooks.example.com/"), false, resolvesTo("93.184.215.14"))).toEqual({ addresses: [{ address: "93.184.215.14", family: 4 }] });
+		// One private address among public ones: refused whole, the connection could go there.
+		expect(await resolveTarget(new URL("https://rebind.example.com/"), false, resolvesTo("93.184.215.14", "10.0.0.5"))).toEqual({ problem: expect.stringMatching(/10\.0\.0\.5/) });
+		expect(await resolveTarget(new URL("https://hooks.example.com/"), false, resolvesTo())).toEqual({ problem: expect.stringMatching(/does not resolve/) });
+		// However many addresses a name has, the stored message names a few.
+		const many = Array.from({ length: 500 }, (_, i) => `10.0.${i >> 8}.${i & 255}`);
+		const refused = (await resolveTarget(new URL("https://many.example.com/"), false, resolvesTo(...many))) as { problem: string };
+		expect(refused.problem).toMatch(/\(10\.0\.0\.0, 10\.0\.0\.1, 10\.0\.0\.2\)\.$/);
+		const nxdomain = async () => {
+			throw Object.assign(new Error("not found"), { code: "ENOTFOUND" });
+		};
+		expect(await resolveTarget(new URL("https://nowhere.invalid/"), false, nxdomain)).toEqual({ problem: expect.stringMatching(/ENOTFOUND/) });
+		// WEBHOOK_ALLOW_PRIVATE: resolved, not refused.
+		expect(await resolveTarget(new URL("http://localhost/"), true, resolvesTo("127.0.0.1"))).toEqual({ addresses: [{ address: "127.0.0.1", family: 4 }] });
+	});
+
+	it("the pinned lookup answers the checked addresses only: a request to a name connects there, whatever the DNS says", async () => {
+		const lookup = pinnedLookup([
+			{ address: "127.0.0.1", family: 4 },
+			{ address: "::1", family: 6 }
+		]);
+		const one = await new Promise(resolve => lookup("anything.example", {}, (err, address, family) => resolve({ err, address, family })));
+		expect(one).toEqual({ err: null, address: "127.0.0.1", family: 4 });
+		const all = await new Promise(resolve => lookup("anything.example", { all: true }, (err, address) => resolve({ err, address })));
+		expect(all).toEqual({ err: null, address: [{ address: "127.0.0.1", family: 4 }, { address: "::1", family: 6 }] });
+
+		const server = http.createServer((req, res) => res.end(req.headers.host));
+		await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+		try {
+			const { port } = server.address() as AddressInfo;
+			const answer = await new Promise<string>((resolve, reject) => {
+				const request = http.request(`http://no-such-host.invalid:${port}/`, { lookup: pinnedLookup([{ address: "127.0.0.1", family: 4 }]), agent: false }, response => {
+					let text = "";
+					response.on("data", chunk => (text += chunk)).on("end", () => resolve(text));
+				});
+				request.on("error", reject).end();
+			});
+			expect(answer).toBe(`no-such-host.invalid:${port}`);
+		} finally {
+			server.close();
+		}
+	});
+});
+
+describe("which events a subscription takes", () => {
+	const intent = (senderWallet: string, recipientTin: string) => ({ type: "intent.status_changed", data: { view: { senderWallet, recipientTin } } });
+	const operation = (tin: string) => ({ type: "tin_operation.status_changed", data: { view: { tin } } });
+
+	it("by type, then by sender or by TIN (an intent's recipient, an operation's own)", () => {
+		const both = { eventTypes: ["intent.status_changed", "tin_operation.status_changed"] as const };
+		expect(takesEvent({ ...both, eventTypes: [...both.eventTypes], filter: null }, intent("A", "1000000008"))).toBe(true);
+		expect(takesEvent({ eventTypes: ["tin_operation.status_changed"], filter: null }, intent("A", "1000000008"))).toBe(false);
+		expect(takesEvent({ eventTypes: ["intent.status_changed"], filter: { senderWallet: "A" } }, intent("A", "1"))).toBe(true);
+		expect(takesEvent({ eventTypes: ["intent.status_changed"], filter: { senderWallet: "A" } }, intent("B", "1"))).toBe(false);
+		const byTin = { eventTypes: [...both.eventTypes], filter: { tins: ["1000000008"] } };
+		expect(takesEvent(byTin, intent("A", "1000000008"))).toBe(true);
+		expect(takesEvent(byTin, intent("A", "1000000016"))).toBe(false);
+		expect(takesEvent(byTin, operation("1000000008"))).toBe(true);
+		expect(takesEvent(byTin, operation("1000000016"))).toBe(false);
+		expect(takesEvent(byTin, { type: "tin_operation.status_changed", data: {} })).toBe(false);
+	});
+
+	it("a filter holds one criterion; senderWallet only for intent events", () => {
+		expect(filterProblem(["intent.status_changed"], undefined)).toBeNull();
+		expect(filterProblem(["intent.status_changed"], { senderWallet: "A" })).toBeNull();
+		expect(filterProblem(["intent.status_changed", "tin_operation.status_changed"], { tins: ["1000000008"] })).toBeNull();
+		expect(filterProblem(["intent.status_changed"], {})).toMatch(/exactly one/);
+		expect(filterProblem(["intent.status_changed"], { senderWallet: "A", tins: ["1000000008"] })).toMatch(/exactly one/);
+		expect(filterProblem(["intent.status_changed", "tin_operation.status_changed"], { senderWallet: "A" })).toMatch(/senderWallet/);
+	});
+});

@@ -151,7 +151,7 @@ Environment (defaults in brackets; the full list with comments is .env.example):
   SOLANA_RPC_URL            the chain's JSON-RPC (required)
   NODE_AUTHORITY_PUBKEY     the Node's authority public key, from its start-up log (required)
   SETTLEMENT_PROGRAM_ID     the settlement program [the service's default]
-  POLL_INTERVAL_MS          work polling [1000]
+  POLL_INTERVAL_MS          work polling [1000]; at least 5 s apart while the Node's event stream is up
   HEARTBEAT_INTERVAL_MS     heartbeats [10000]
   RPC_TIMEOUT_MS            each RPC call [10000]
   BLOCKHASH_LIFETIME_SLOTS  how long a submission may still land [300]

@@ -88,6 +88,32 @@ export class NodeClient {
 		return this.request("POST", `/tin-operations/:id/${stage}`, `/tin-operations/${encodeURIComponent(id)}/${stage}`, body, this.retryForMs, true);
 	}
 
+	/**
+	 * GET /events (the worker key; not a signed route) from `lastEventId` ("": from now): the body
+	 * once the Node answers 200 text/event-stream. Not retried: the caller reconnects with backoff.
+	 * Any other answer is a NodeApiError with its status (0: no answer).
+	 */
+	async eventStream(query: string, lastEventId: string, signal: AbortSignal): Promise<ReadableStream<Uint8Array>> {
+		const endTimer = this.metrics?.nodeRequestDuration.startTimer({ method: "GET", route: "/events" });
+		let status = "error";
+		try {
+			const response = await fetch(`${this.baseUrl}/events?${query}`, {
+				headers: { "x-api-key": this.apiKey, accept: "text/event-stream", ...(lastEventId ? { "last-event-id": lastEventId } : {}) },
+				signal
+			});
+			status = String(response.status);
+			if (response.ok && response.body && response.headers.get("content-type")?.startsWith("text/event-stream")) return response.body;
+			const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
+			throw new NodeApiError(payload?.message ?? `HTTP ${response.status}`, response.status, payload?.type ?? "HTTP_ERROR", payload?.data);
+		} catch (err) {
+			if (err instanceof NodeApiError) throw err;
+			throw new NodeApiError(`GET /events failed: ${(err as Error).message}`, 0, "NODE_UNAVAILABLE");
+		} finally {
+			endTimer?.();
+			this.metrics?.nodeRequests.inc({ method: "GET", route: "/events", status });
+		}
+	}
+
 	/** `route` is the path's template (`/intents/:id`): the metrics' label, never an id. */
 	private async request<T>(method: string, route: string, path: string, body?: unknown, retryForMs = this.retryForMs, signed = false): Promise<T> {
 		const deadline = Date.now() + retryForMs;

@@ -1,15 +1,19 @@
 /**
  * The Cranker's loops: signed heartbeats with its liquidity, settlement work (role `settlement`)
  * and the TIN pipeline's stages (roles `verifier` and `submitter`). One piece of work at a time
- * per loop; `stop()` lets the current piece finish (or release its lease) and returns.
+ * per loop; `stop()` lets the current piece finish (or release its lease) and returns. A settlement
+ * Cranker also follows the Node's VERIFIED events (GET /events), each of which has it look for work
+ * at once; polling stays, slower while the stream is up, for what no event announces (a skipped
+ * intent's turn, new liquidity, orphans) and for when the stream is down.
  */
 import { createKeyPairSignerFromBytes, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
 import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonical";
 import { createSigner, verifySignature } from "../lib/ed25519";
 import { keypairSigningKey } from "../lib/http-signature";
-import type { MempoolIntent } from "../lib/intents";
+import { INTENT_EVENT_TYPE, type MempoolIntent } from "../lib/intents";
 import type { TinStage } from "../lib/schemas";
 import { registryMemo, signMemoTransaction } from "../lib/settlement";
+import { SseParser, readEvents } from "../lib/sse";
 import type { StageRequest } from "../lib/tin-operations";
 import { Chain } from "./chain";
 import type { CrankerConfig } from "./config";
@@ -20,10 +24,18 @@ import { Settler } from "./settler";
 
 export const CRANKER_VERSION = "0.1.0";
 
-/** How often the settlement loop also looks for SUBMITTED intents whose Cranker vanished. */
+/** How often the settlement loop also looks for SUBMITTED intents whose Cranker vanished, in POLL_INTERVAL_MS. */
 const ORPHAN_CHECK_EVERY = 5;
 /** How long an intent this Cranker released is left to others. */
 const SKIP_RELEASED_MS = 30_000;
+/** The events that announce settlement work: an intent became VERIFIED (new, released, dropped or its lease lapsed). */
+const WORK_EVENTS = `types=${INTENT_EVENT_TYPE}&states=VERIFIED`;
+/** While the event stream is up, /intent-work is polled no more often than this (POLL_INTERVAL_MS when longer). */
+const STREAM_POLL_INTERVAL_MS = 5000;
+/** A stream silent this long is taken for dead and reopened: the Node sends a heartbeat every EVENT_HEARTBEAT_MS (15 s by default). */
+const STREAM_IDLE_MS = 45_000;
+/** Reconnections back off from the Node's `retry:` (1 s without one), doubling up to this. */
+const STREAM_MAX_BACKOFF_MS = 30_000;
 
 export class Cranker {
 	readonly pubkey: string;
@@ -41,6 +53,16 @@ export class Cranker {
 	private readonly skipUntil = new Map<string, number>();
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];
+	/** The event stream is open: polling slows down. */
+	private streamUp = false;
+	/** The open event stream's connection, aborted by stop() or when it falls silent. */
+	private stream: AbortController | null = null;
+	/** A VERIFIED event arrived during the settlement round in hand: the next round starts at once. */
+	private workAnnounced = false;
+	/** Ends the settlement loop's sleep. */
+	private wakeSettlement: () => void = () => {};
+	/** When the settlement loop next looks for orphans: by time, as rounds come at the pace of events. */
+	private nextOrphanCheck = 0;
 	private heartbeatLoop: Promise<void> = Promise.resolve();
 
 	private constructor(
@@ -63,7 +85,7 @@ export class Cranker {
 		// The origin only: a URL can carry credentials.
 		this.log.info("cranker starting", { crankerPubkey: this.pubkey, roles: this.config.roles, node: new URL(this.config.nodeUrl).origin });
 		this.heartbeatLoop = this.every(this.config.heartbeatIntervalMs, () => this.heartbeat(), () => this.heartbeatsStopping);
-		if (this.config.roles.includes("settlement")) this.loops.push(this.settlementLoop());
+		if (this.config.roles.includes("settlement")) this.loops.push(this.settlementLoop(), this.followWorkEvents());
 		if (this.config.roles.some(role => role === "verifier" || role === "submitter")) this.loops.push(this.every(this.config.pollIntervalMs, () => this.tinRound(), () => this.stopping));
 	}
 
@@ -75,6 +97,7 @@ export class Cranker {
 	/** Finishes (or releases) the work in hand, then returns. */
 	async stop(): Promise<void> {
 		this.stopping = true;
+		this.stream?.abort();
 		for (const wake of this.sleepers) wake();
 		await Promise.all(this.loops);
 		this.heartbeatsStopping = true;
@@ -101,8 +124,12 @@ export class Cranker {
 				sentAt,
 				signature: this.signHeartbeat(buildHeartbeatMessage({ crankerPubkey: this.pubkey, roles, sentAt }))
 			});
-			if (!this.online) this.log.info("online", { crankerPubkey: this.pubkey });
-			this.online = true;
+			if (!this.online) {
+				this.log.info("online", { crankerPubkey: this.pubkey });
+				this.online = true;
+				// Work may have been announced while it could not take it.
+				this.wakeSettlement();
+			}
 			this.metrics.heartbeats.inc({ result: "accepted" });
 		} catch (err) {
 			this.online = false;
@@ -114,17 +141,70 @@ export class Cranker {
 	// --- settlement -------------------------------------------------------------------------------
 
 	private async settlementLoop(): Promise<void> {
-		for (let round = 1; !this.stopping; round++) {
+		while (!this.stopping) {
 			let worked = false;
+			this.workAnnounced = false;
 			try {
 				if (this.online) {
 					worked = await this.settleNext();
-					if (round % ORPHAN_CHECK_EVERY === 0) await this.settler.finishOrphans();
+					if (Date.now() >= this.nextOrphanCheck) {
+						this.nextOrphanCheck = Date.now() + ORPHAN_CHECK_EVERY * this.config.pollIntervalMs;
+						await this.settler.finishOrphans();
+					}
 				}
 			} catch (err) {
 				this.log.warn("settlement round failed; retrying", { error: (err as Error).message });
 			}
-			if (!worked) await this.sleep(this.config.pollIntervalMs);
+			const pollMs = this.streamUp ? Math.max(this.config.pollIntervalMs, STREAM_POLL_INTERVAL_MS) : this.config.pollIntervalMs;
+			if (!worked && !this.workAnnounced) await this.sleep(pollMs, undefined, wake => (this.wakeSettlement = wake));
+		}
+	}
+
+	/**
+	 * Follows the Node's VERIFIED events until stop(), reconnecting with Last-Event-ID (so that an
+	 * event committed while it was away is still delivered) and backoff. A failure only logs: the
+	 * polling goes on without it.
+	 */
+	private async followWorkEvents(): Promise<void> {
+		const parser = new SseParser();
+		for (let failures = 0; !this.stopping; failures++) {
+			const connection = (this.stream = new AbortController());
+			let idle: NodeJS.Timeout | undefined;
+			const heard = () => {
+				clearTimeout(idle);
+				idle = setTimeout(() => connection.abort(new Error(`no data for ${STREAM_IDLE_MS} ms`)), STREAM_IDLE_MS);
+			};
+			let failure: unknown = null;
+			try {
+				heard();
+				const body = await this.node.eventStream(WORK_EVENTS, parser.lastEventId, connection.signal);
+				this.streamUp = true;
+				failures = 0;
+				this.log.info("following the Node's event stream", { resumedAfter: parser.lastEventId || null });
+				// Every chunk counts as a sign of life, the heartbeat comments included.
+				const watched = body.pipeThrough(
+					new TransformStream<Uint8Array, Uint8Array>({
+						transform(chunk, controller) {
+							heard();
+							controller.enqueue(chunk);
+						}
+					})
+				);
+				for await (const event of readEvents(watched, parser)) {
+					if (event.type !== INTENT_EVENT_TYPE) continue;
+					this.workAnnounced = true;
+					this.wakeSettlement();
+				}
+			} catch (err) {
+				failure = connection.signal.aborted && connection.signal.reason instanceof Error ? connection.signal.reason : err;
+			} finally {
+				clearTimeout(idle);
+				this.streamUp = false;
+			}
+			if (this.stopping) break;
+			const retryInMs = Math.min((parser.retry ?? 1000) * 2 ** failures, STREAM_MAX_BACKOFF_MS);
+			this.log.warn("event stream down; polling every POLL_INTERVAL_MS until it is back", { error: failure === null ? "ended by the Node" : (failure as Error).message, retryInMs });
+			await this.sleep(retryInMs);
 		}
 	}
 
@@ -228,7 +308,8 @@ export class Cranker {
 		}
 	}
 
-	private sleep(ms: number, done: () => boolean = () => this.stopping): Promise<void> {
+	/** `onWake` receives what ends this sleep early (stop() ends every sleep). */
+	private sleep(ms: number, done: () => boolean = () => this.stopping, onWake?: (wake: () => void) => void): Promise<void> {
 		if (done()) return Promise.resolve();
 		return new Promise(resolve => {
 			const wake = () => {
@@ -238,6 +319,7 @@ export class Cranker {
 			};
 			const timer = setTimeout(wake, ms);
 			this.sleepers.add(wake);
+			onWake?.(wake);
 		});
 	}
 }

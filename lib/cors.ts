@@ -16,8 +16,8 @@ export type CorsDecision =
 	| { kind: "preflight"; status: 204 | 403; headers: Record<string, string> }
 	| { kind: "actual"; headers: Record<string, string> };
 
-/** Headers a browser app may send on the public routes, and read back. */
-const ALLOWED_HEADERS = "content-type, content-encoding, x-request-id";
+/** Headers a browser app may send on the public routes (last-event-id: resuming an event stream), and read back. */
+const ALLOWED_HEADERS = "content-type, content-encoding, x-request-id, last-event-id";
 // The rate-limit names are moleculer-web's own (X-Rate-Limit-Limit, -Remaining, -Reset).
 const EXPOSED_HEADERS = "x-request-id, retry-after, location, x-rate-limit-limit, x-rate-limit-remaining, x-rate-limit-reset";
 

@@ -1,8 +1,9 @@
 /**
  * The application SDK (issue 4): the facade a sender's app uses to pay through the service. It runs
- * in a browser as well as in Node (web APIs only: fetch, TextEncoder, crypto.getRandomValues; its
- * dependencies @noble/*, @scure/base, @solana/kit and @solana-program/*; never an API key), builds
- * the canonical message of SPEC §1 on the device and has it signed through a Signer.
+ * in a browser as well as in Node (web APIs only: fetch, TextEncoder/TextDecoder, AbortController,
+ * crypto.getRandomValues; its dependencies @noble/*, @scure/base, @solana/kit and @solana-program/*;
+ * never an API key), builds the canonical message of SPEC §1 on the device and has it signed
+ * through a Signer.
  */
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi } from "@solana/kit";
@@ -11,6 +12,7 @@ import { encodeBase58 } from "../lib/encoding";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
 import { readEncodedSettlementTransaction, settlementMismatches, type ExpectedSettlement } from "../lib/settlement";
+import { SseParser, readEvents } from "../lib/sse";
 
 // The domain types an app handles through the SDK, so that it can name them.
 export type { PaymentAuthorizationFields } from "../lib/canonical";
@@ -111,6 +113,18 @@ const RETRYABLE_STATUS = new Set([502, 503, 504]);
 const TERMINAL = new Set(["executed", "canceled"]);
 const utf8 = new TextEncoder();
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+/** Like sleep, but over as soon as `signal` aborts (or at once if it has). */
+const pause = (ms: number, signal: AbortSignal) =>
+	new Promise<void>(resolve => {
+		if (signal.aborted) return resolve();
+		const done = () => {
+			clearTimeout(timer);
+			signal.removeEventListener("abort", done);
+			resolve();
+		};
+		const timer = setTimeout(done, ms);
+		signal.addEventListener("abort", done);
+	});
 
 function randomToken(bytes: number): string {
 	const buffer = new Uint8Array(bytes);
@@ -212,14 +226,74 @@ export class SettlementClient {
 		return this.request("GET", `/intents/${encodeURIComponent(id)}`);
 	}
 
-	/** Polls with backoff (100 ms doubling to 2 s) until the intent is executed or canceled, or `timeoutMs` passes. */
+	/**
+	 * Resolves once the intent is executed or canceled, told by its event stream (GET /intents/{id}/events),
+	 * or by polling GET /intents/{id} where there is none. Past `timeoutMs`: TIMEOUT, the last record seen in `data.intent`.
+	 */
 	async waitForStatus(id: string, options: { timeoutMs: number }): Promise<PublicMempoolIntent> {
+		// Where no stream can be had (a fetch without a streaming body, a service without the route,
+		// a network or CORS refusal, 429), it polls with backoff, 100 ms doubling to 2 s.
 		const deadline = Date.now() + options.timeoutMs;
-		for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
-			const intent = await this.getIntent(id);
-			if (TERMINAL.has(intent.status)) return intent;
-			if (Date.now() + delay > deadline) throw new SettlementError(`intent ${id} is still ${intent.receiverStatus} after ${options.timeoutMs} ms`, "TIMEOUT", null, { intent });
-			await sleep(delay);
+		const stop = new AbortController();
+		const timer = setTimeout(() => stop.abort(), options.timeoutMs);
+		let last: PublicMempoolIntent | undefined;
+		const timeout = () =>
+			new SettlementError(`intent ${id} is ${last ? `still ${last.receiverStatus}` : "not executed or canceled"} after ${options.timeoutMs} ms`, "TIMEOUT", null, last && { intent: last });
+		try {
+			const streamed = await this.streamStatus(id, stop.signal, view => (last = view));
+			if (streamed) return streamed;
+			if (stop.signal.aborted) throw timeout();
+			for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
+				last = await this.getIntent(id);
+				if (TERMINAL.has(last.status)) return last;
+				if (Date.now() + delay > deadline) throw timeout();
+				await sleep(delay);
+			}
+		} finally {
+			clearTimeout(timer);
+			stop.abort(); // the stream still open, if any
+		}
+	}
+
+	/** The terminal view from the event stream; null once `signal` aborts, or with no stream to be had. */
+	private async streamStatus(id: string, signal: AbortSignal, seen: (view: PublicMempoolIntent) => void): Promise<PublicMempoolIntent | null> {
+		// A stream that ends or drops before a terminal state is resumed with Last-Event-ID after the
+		// delay the service asked for (`retry:`), also through network errors and 5xx answers while
+		// the service restarts; a refusal of the first request, or any other answer, means no stream.
+		// A failed reconnection is tried next without Last-Event-ID: a simple request, which a service
+		// that does not allow that header to this page still answers (with the current state first).
+		const parser = new SseParser();
+		for (let streamed = false, failed = 0; ; await pause(parser.retry ?? 1000, signal)) {
+			if (signal.aborted) return null;
+			let response: Response;
+			try {
+				response = await this.fetch(`${this.baseUrl}/intents/${encodeURIComponent(id)}/events`, {
+					headers: { accept: "text/event-stream", ...(parser.lastEventId && failed % 2 === 0 ? { "last-event-id": parser.lastEventId } : {}) },
+					signal
+				});
+			} catch {
+				if (!streamed) return null;
+				failed++;
+				continue;
+			}
+			if (!response.ok || !response.body || !response.headers.get("content-type")?.startsWith("text/event-stream")) {
+				void response.body?.cancel().catch(() => {});
+				if (!streamed || !RETRYABLE_STATUS.has(response.status)) return null;
+				failed++;
+				continue;
+			}
+			streamed = true;
+			failed = 0;
+			try {
+				for await (const event of readEvents(response.body, parser)) {
+					if (event.type !== "status") continue;
+					const view = JSON.parse(event.data) as PublicMempoolIntent;
+					seen(view);
+					if (TERMINAL.has(view.status)) return view;
+				}
+			} catch {
+				// A dropped connection (or the abort): resumed, or ended, by the loop.
+			}
 		}
 	}
 

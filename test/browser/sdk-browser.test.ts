@@ -4,7 +4,9 @@
  * bundled for the browser with esbuild, against the real service. Between the page and the
  * service a transparent proxy records every request the browser sends (preflights included), so
  * the test sees what crossed the wire: the preflight's 204, a CORS refusal's single attempt, the
- * retry after an answer the proxy gave without CORS headers (a 502 it makes up on request).
+ * retry after an answer the proxy gave without CORS headers (a 502 it makes up on request), and
+ * waitForStatus on the intent's event stream: resolved by it, resumed after a cut with Last-Event-ID
+ * (a preflighted header), or replaced by polling when the stream is refused.
  */
 import { build } from "esbuild";
 import fs from "node:fs";
@@ -14,7 +16,7 @@ import path from "node:path";
 import { gzipSync } from "node:zlib";
 import { chromium, type Browser, type Page } from "playwright-core";
 import type { GenesisRoute } from "../../lib/registry";
-import { MINT, newRoute, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import { MINT, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile } from "../helpers/fixtures";
 import type { Service } from "moleculer";
 import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
 
@@ -29,7 +31,7 @@ const haveChromium = fs.existsSync(CHROMIUM);
 if (!haveChromium && !process.env.CI) console.warn(`SDK browser test NOT RUN: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
 const describeInBrowser = haveChromium || process.env.CI ? describe : describe.skip;
 
-/** What the SDK costs an app, @solana/kit included (~45 KB gzip today): the RPC client and transaction decoding of confirmOnChain are most of it. */
+/** What the SDK costs an app, @solana/kit included (~46 KB gzip today): the RPC client and transaction decoding of confirmOnChain are most of it. */
 const BROWSER_GZIP_BUDGET = 64 * 1024;
 
 interface Seen {
@@ -37,6 +39,7 @@ interface Seen {
 	path: string;
 	origin: string | undefined;
 	status: number;
+	lastEventId: string | undefined;
 }
 
 async function listen(server: http.Server): Promise<string> {
@@ -61,6 +64,13 @@ describeInBrowser("the SDK in headless Chromium", () => {
 	const seen: Seen[] = [];
 	/** How many of the next POST /intents the proxy answers itself: 502, without CORS headers, as a load balancer that lost the service does. */
 	let badGateways = 0;
+	/** The proxy refuses event streams itself (502, no CORS headers), as one that does not pass them on. */
+	let refuseStreams = false;
+	/** The proxy's preflight answers leave last-event-id out of the allowed headers, as a service that does not allow it. */
+	let refuseLastEventId = false;
+	/** Event streams the proxy is passing on now: a test can cut them. */
+	const streams = new Set<http.ServerResponse>();
+	const settler = newWallet();
 
 	beforeAll(async () => {
 		const result = await build({ entryPoints: [path.resolve(__dirname, "../../sdk/index.ts")], bundle: true, platform: "browser", format: "iife", globalName: "SettlementSDK", target: "es2022", minify: true, write: false, logLevel: "warning" });
@@ -77,23 +87,35 @@ describeInBrowser("the SDK in headless Chromium", () => {
 
 		const dataDir = tempDir();
 		route = newRoute();
-		node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), CORS_ORIGINS: allowedOrigin }, dataDir);
+		// One event stream per client IP: a test holding one makes the page's refused (429).
+		node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), CORS_ORIGINS: allowedOrigin, EVENT_STREAMS_PER_IP: "1" }, dataDir);
 
 		const proxy = http.createServer((req, res) => {
-			const entry: Seen = { method: req.method ?? "", path: req.url ?? "", origin: req.headers.origin, status: 0 };
+			const entry: Seen = { method: req.method ?? "", path: req.url ?? "", origin: req.headers.origin, status: 0, lastEventId: req.headers["last-event-id"] as string | undefined };
 			seen.push(entry);
-			if (badGateways > 0 && req.method === "POST" && req.url === "/intents") {
-				badGateways--;
+			const stream = req.method === "GET" && /\/events$/.test(req.url ?? "");
+			if ((badGateways > 0 && req.method === "POST" && req.url === "/intents") || (refuseStreams && stream)) {
+				if (!stream) badGateways--;
 				entry.status = 502;
 				req.resume();
 				return void res.writeHead(502, { "content-type": "text/html" }).end("<h1>502 Bad Gateway</h1>");
 			}
 			const upstream = http.request(node.url + req.url, { method: req.method, headers: req.headers }, answer => {
 				entry.status = answer.statusCode ?? 0;
+				const allowed = answer.headers["access-control-allow-headers"];
+				if (refuseLastEventId && allowed) answer.headers["access-control-allow-headers"] = allowed.replace(/,\s*last-event-id/, "");
 				res.writeHead(entry.status, answer.headers);
 				answer.pipe(res);
 			});
 			upstream.on("error", err => res.destroy(err));
+			if (stream) {
+				streams.add(res);
+				// A page that closes its stream closes the proxy's to the service too.
+				res.on("close", () => {
+					streams.delete(res);
+					upstream.destroy();
+				});
+			}
 			req.pipe(upstream);
 		});
 		servers.push(proxy);
@@ -282,6 +304,134 @@ describeInBrowser("the SDK in headless Chromium", () => {
 		const listed = (await node.http("GET", "/intents?limit=500", undefined, worker)).body as { paymentId: string }[];
 		expect(listed.filter(intent => intent.paymentId === fields.paymentId)).toHaveLength(1);
 		await page.context().close();
+	});
+
+	/** An intent the service verified (signed and submitted from Node: the page only waits for it). */
+	async function verifiedIntent(): Promise<string> {
+		const { status, body } = await node.http("POST", "/intents", signedIntent(newWallet(), route));
+		expect(status).toBe(201);
+		return body.id;
+	}
+
+	/** The settling Cranker's moves of a VERIFIED intent (version 3), the last one terminal. */
+	const MOVES = [
+		["CRANKER_LEASED", 3],
+		["SUBMITTED", 4],
+		["CONFIRMED", 5]
+	] as const;
+	async function move(id: string, [status, expectedVersion]: (typeof MOVES)[number]): Promise<void> {
+		// Online (a heartbeat younger than CRANKER_TTL_MS) for the lease and what follows it.
+		if (status === "CRANKER_LEASED") expect((await node.as(settler)("POST", "/crankers/heartbeat", signedHeartbeat(settler))).status).toBe(200);
+		const answer = await node.as(settler)("PATCH", `/intents/${id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: "5".repeat(87), lastValidBlockHeight: 1_000_000 });
+		expect(answer.status).toBe(200);
+	}
+
+	async function until(probe: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+		for (const deadline = Date.now() + timeoutMs; !probe(); await new Promise(resolve => setTimeout(resolve, 25))) if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+	}
+
+	/** The page's waitForStatus, started now; its outcome (a record, or the error's type) when it ends. */
+	function waitInPage(page: Page, id: string, timeoutMs: number) {
+		return page.evaluate(
+			async ({ api, id, timeoutMs }) => {
+				const { SettlementClient } = (globalThis as unknown as { SettlementSDK: Sdk }).SettlementSDK;
+				return new SettlementClient({ baseUrl: api }).waitForStatus(id, { timeoutMs }).then(
+					intent => ({ status: intent.status, receiverStatus: intent.receiverStatus, error: null }),
+					(err: { type: string; message: string }) => ({ status: null, receiverStatus: null, error: `${err.type}: ${err.message}` })
+				);
+			},
+			{ api, id, timeoutMs }
+		);
+	}
+
+	const streamOpened = (mark: number, id: string) => () => seen.slice(mark).some(request => request.method === "GET" && request.path === `/intents/${id}/events` && request.status === 200);
+
+	it("waitForStatus follows the intent's event stream from an allowed origin and resolves once it is executed, without polling", async () => {
+		const page = await openPage(allowedOrigin);
+		const id = await verifiedIntent();
+		const mark = seen.length;
+		const outcome = waitInPage(page, id, 15_000);
+		await until(streamOpened(mark, id), "the page's event stream");
+		for (const step of MOVES) await move(id, step);
+		expect(await outcome).toEqual({ status: "executed", receiverStatus: "CONFIRMED", error: null });
+		// A simple request (accept is safelisted): no preflight, and nothing else.
+		expect(since(mark)).toEqual([{ method: "GET", path: `/intents/${id}/events`, origin: allowedOrigin, status: 200 }]);
+		await page.context().close();
+	});
+
+	/** Starts the page's wait, has the lease reach it, cuts its stream and settles the intent while it waits to reconnect (`retry: 2000`). */
+	async function cutWhileSettling(page: Page, id: string) {
+		const mark = seen.length;
+		const outcome = waitInPage(page, id, 15_000);
+		await until(streamOpened(mark, id), "the page's event stream");
+		await move(id, MOVES[0]);
+		await new Promise(resolve => setTimeout(resolve, 300)); // the lease's event reaches the page
+		expect(streams.size).toBe(1);
+		for (const res of streams) res.socket?.destroy();
+		await move(id, MOVES[1]);
+		await move(id, MOVES[2]);
+		return outcome;
+	}
+
+	it("waitForStatus resumes a cut stream with Last-Event-ID: a preflighted header, which the service allows", async () => {
+		const page = await openPage(allowedOrigin);
+		const id = await verifiedIntent();
+		const mark = seen.length;
+		expect(await cutWhileSettling(page, id)).toEqual({ status: "executed", receiverStatus: "CONFIRMED", error: null });
+		expect(since(mark)).toEqual([
+			{ method: "GET", path: `/intents/${id}/events`, origin: allowedOrigin, status: 200 },
+			{ method: "OPTIONS", path: `/intents/${id}/events`, origin: allowedOrigin, status: 204 },
+			{ method: "GET", path: `/intents/${id}/events`, origin: allowedOrigin, status: 200 }
+		]);
+		expect(seen.slice(mark).map(request => request.lastEventId)).toEqual([undefined, undefined, expect.stringMatching(/^\d+$/)]);
+		await page.context().close();
+	});
+
+	it("waitForStatus reconnects without Last-Event-ID where the service does not allow that header to the page, and still resolves", async () => {
+		const page = await openPage(allowedOrigin);
+		const id = await verifiedIntent();
+		const mark = seen.length;
+		refuseLastEventId = true;
+		try {
+			expect(await cutWhileSettling(page, id)).toEqual({ status: "executed", receiverStatus: "CONFIRMED", error: null });
+		} finally {
+			refuseLastEventId = false;
+		}
+		// The browser refused the resumption after its preflight; the next try, a simple request, got the current state.
+		expect(since(mark)).toEqual([
+			{ method: "GET", path: `/intents/${id}/events`, origin: allowedOrigin, status: 200 },
+			{ method: "OPTIONS", path: `/intents/${id}/events`, origin: allowedOrigin, status: 204 },
+			{ method: "GET", path: `/intents/${id}/events`, origin: allowedOrigin, status: 200 }
+		]);
+		expect(seen.slice(mark).map(request => request.lastEventId)).toEqual([undefined, undefined, undefined]);
+		await page.context().close();
+	});
+
+	it.each([
+		["the service refuses the stream (429: the one stream this IP may open is held)", "429"],
+		["a proxy refuses it without CORS headers (an opaque failure in the page)", "opaque"]
+	] as const)("waitForStatus polls when %s", async (_, refusal) => {
+		const page = await openPage(allowedOrigin);
+		const id = await verifiedIntent();
+		await until(() => streams.size === 0, "no stream open through the proxy");
+		const held = new AbortController();
+		if (refusal === "429") expect((await fetch(`${node.url}/intents/${await verifiedIntent()}/events`, { signal: held.signal })).status).toBe(200);
+		refuseStreams = refusal === "opaque";
+		try {
+			const mark = seen.length;
+			const outcome = waitInPage(page, id, 15_000);
+			await until(() => seen.slice(mark).some(request => request.path === `/intents/${id}`), "the first poll");
+			for (const step of MOVES) await move(id, step);
+			expect(await outcome).toEqual({ status: "executed", receiverStatus: "CONFIRMED", error: null });
+			const requests = since(mark);
+			expect(requests[0]).toEqual({ method: "GET", path: `/intents/${id}/events`, origin: allowedOrigin, status: refusal === "429" ? 429 : 502 });
+			expect(requests.slice(1).length).toBeGreaterThanOrEqual(2);
+			expect(requests.slice(1)).toEqual(requests.slice(1).map(() => ({ method: "GET", path: `/intents/${id}`, origin: allowedOrigin, status: 200 })));
+		} finally {
+			refuseStreams = false;
+			held.abort();
+			await page.context().close();
+		}
 	});
 
 	it("from an allowed origin, a draining service's 503 SHUTTING_DOWN is readable (CORS headers) and submit retries it", async () => {

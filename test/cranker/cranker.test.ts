@@ -72,7 +72,8 @@ describe("Cranker settling payments", () => {
 	it("two Crankers racing for the same intent: one lease, one settlement, the other is told it lost", async () => {
 		const mint = h.chain.createMint(6);
 		const settlers = await Promise.all([0, 1].map(async () => {
-			const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)));
+			// No argv: by default it reads the process's, which is jest's own command line here.
+			const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)), []);
 			const node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair));
 			const heartbeat = { crankerPubkey: config.keypair.publicKey, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString() };
 			await node.heartbeat({ ...heartbeat, signature: createSigner(config.keypair)(buildHeartbeatMessage(heartbeat)) });
@@ -282,6 +283,47 @@ describe("Cranker metrics", () => {
 		run.child.kill("SIGTERM");
 		expect(await run.exited).toBe(0);
 	});
+});
+
+describe("Cranker following the Node's event stream", () => {
+	/** The Node's open GET /events streams (scs_event_streams_open). */
+	async function eventStreamsOpen(): Promise<number> {
+		const { body } = await h.node.http("GET", "/metrics?format=prometheus");
+		const line = (body as string).split("\n").find(l => l.startsWith("scs_event_streams_open{") && l.includes('route="/events"'));
+		return line ? Number(line.split(" ").at(-1)) : 0;
+	}
+
+	it("with POLL_INTERVAL_MS at 60 s still takes a new intent within seconds, also one made VERIFIED while a Node restart had cut the stream (resumed with Last-Event-ID)", async () => {
+		const mint = h.chain.createMint(6);
+		const run = h.crankerProcess(h.crankerEnv(await h.crankerKey(mint), { POLL_INTERVAL_MS: "60000", CRANKER_METRICS_PORT: "0" }));
+		const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);
+		const online = async () => ((await (await fetch(`http://127.0.0.1:${port}/health`)).json()) as { online: boolean }).online;
+		const following = () => run.output().match(/"message":"following the Node's event stream"/g)?.length ?? 0;
+		await waitFor(async () => following() === 1 && (await online()), 10_000, "the Cranker online and following the stream");
+		// Its polls so far happened before this intent existed; the next is a minute away.
+		const first = await h.pay(mint, "700");
+		const startedAt = Date.now();
+		await executed(first.id, 10_000);
+		expect(Date.now() - startedAt).toBeLessThan(5000);
+
+		// Down long enough for its reconnections to back off (2 s, then 4 s, then 8 s): up again and
+		// online while its stream is still down, the next intent's VERIFIED event reaches it only
+		// through the replay after its Last-Event-ID.
+		await h.restartNode(7000);
+		await waitFor(online, 10_000, "the Cranker online again");
+		const second = await h.pay(mint, "800");
+		expect(await eventStreamsOpen()).toBe(0);
+		expect(following()).toBe(1);
+		await executed(second.id, 20_000);
+		expect(following()).toBe(2);
+		expect(run.output()).toMatch(/"message":"following the Node's event stream".*"resumedAfter":"\d+-\d+"/);
+		expect(run.output()).toMatch(/"message":"event stream down; polling every POLL_INTERVAL_MS until it is back"/);
+		expect(await settlementsOf(second.id)).toHaveLength(1);
+
+		// stop() closes the stream too: a clean exit.
+		run.child.kill("SIGTERM");
+		expect(await run.exited).toBe(0);
+	}, 60_000);
 });
 
 describe("Cranker TIN roles", () => {

@@ -18,7 +18,7 @@ const root = path.resolve(__dirname, "../..");
 const sdk = path.join(root, "sdk");
 const PACKAGE = "@settlement-coordination/sdk";
 
-/** Budgets, with room over today's figures (tarball ~33 KB, ESM bundle ~5.3 KB gzip): a jump means a dependency or a lib/ module got inlined. */
+/** Budgets, with room over today's figures (tarball ~44 KB, ESM bundle ~6.9 KB gzip): a jump means a dependency or a lib/ module got inlined. */
 const TARBALL_BUDGET = 48 * 1024;
 const ESM_GZIP_BUDGET = 8 * 1024;
 

@@ -1,0 +1,77 @@
+/**
+ * Server-sent events (the WHATWG `text/event-stream` format) read over a fetch body, for the SDK
+ * (browsers and Node) and the Cranker. Fetch streaming instead of EventSource: Node has no
+ * EventSource, and fetch lets the caller send headers (the worker key), read a refusal's status
+ * (429, 404) and abort. Web APIs only, as the SDK bundles this file.
+ */
+
+export interface SseEvent {
+	/** `event:`; "message" when the event named none. */
+	type: string;
+	/** Its `data:` lines, joined by "\n". */
+	data: string;
+	/** The stream's last `id:` so far (an event without one keeps the previous), "" if none. */
+	id: string;
+}
+
+/** An incremental parser: decoded text goes in, in chunks cut anywhere; whole events come out. */
+export class SseParser {
+	/** The Last-Event-ID to reconnect with ("" if none). */
+	lastEventId = "";
+	/** The `retry:` delay, in ms. */
+	retry: number | null = null;
+	private pending = "";
+	private started = false;
+	private afterCr = false;
+	private type = "";
+	private data: string | null = null;
+
+	push(chunk: string): SseEvent[] {
+		if (!chunk) return [];
+		// afterCr: the last chunk ended with CR, so an LF opening this one ends the same line.
+		let text = this.pending + (this.afterCr && chunk.startsWith("\n") ? chunk.slice(1) : chunk);
+		this.afterCr = chunk.endsWith("\r");
+		// One byte order mark may open the stream.
+		if (!this.started && text) {
+			this.started = true;
+			if (text.startsWith("\uFEFF")) text = text.slice(1);
+		}
+		const lines = text.split(/\r\n|\r|\n/);
+		this.pending = lines.pop()!;
+		const events: SseEvent[] = [];
+		for (const line of lines) {
+			if (line === "") {
+				// A blank line dispatches; one without data lines is no event.
+				if (this.data !== null) events.push({ type: this.type || "message", data: this.data, id: this.lastEventId });
+				this.type = "";
+				this.data = null;
+				continue;
+			}
+			const colon = line.indexOf(":");
+			if (colon === 0) continue; // a comment (a heartbeat)
+			const field = colon < 0 ? line : line.slice(0, colon);
+			const value = colon < 0 ? "" : line.slice(line[colon + 1] === " " ? colon + 2 : colon + 1);
+			if (field === "event") this.type = value;
+			else if (field === "data") this.data = this.data === null ? value : `${this.data}\n${value}`;
+			else if (field === "id" && !value.includes("\0")) this.lastEventId = value;
+			else if (field === "retry" && /^\d+$/.test(value)) this.retry = Number(value);
+		}
+		return events;
+	}
+}
+
+/**
+ * The events of `body` until it ends, an event at a time. Leaving the loop early cancels the body,
+ * so that a consumer done with the stream leaves no connection open. An event the stream ended in
+ * the middle of is dropped, as the format wants.
+ */
+export async function* readEvents(body: ReadableStream<Uint8Array>, parser: SseParser): AsyncGenerator<SseEvent> {
+	const reader = body.getReader();
+	// The parser strips the one byte order mark the format allows; the decoder must leave it.
+	const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
+	try {
+		for (let read = await reader.read(); !read.done; read = await reader.read()) yield* parser.push(decoder.decode(read.value, { stream: true }));
+	} finally {
+		await reader.cancel().catch(() => {});
+	}
+}

@@ -1,0 +1,228 @@
+/**
+ * waitForStatus over the intent's event stream (GET /intents/{id}/events) against the real
+ * service: resolved by the stream without polling, resumed with Last-Event-ID after a cut
+ * connection and across a Node restart, aborted at its timeout, and polling where no stream can
+ * be had (429, an unknown intent's 404). EVENT_STREAMS_PER_IP is 1, so a stream left open by a
+ * test would refuse the next one: every test also waits for the Node to count none open.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { LocalKeypairSigner, SettlementClient, type PublicMempoolIntent } from "../../sdk";
+import type { GenesisRoute } from "../../lib/registry";
+import { MINT, newRoute, newWallet, signedHeartbeat, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import { startNode, tempDir, type TestNode } from "../helpers/node";
+
+let node: TestNode;
+const route: GenesisRoute = newRoute();
+const settler = newWallet();
+const dataDir = tempDir();
+const env = { REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), EVENT_STREAMS_PER_IP: "1" };
+
+beforeAll(async () => {
+	node = await startNode(env, dataDir);
+});
+afterAll(() => node.stop());
+
+const wait = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+async function until<T>(probe: () => Promise<T> | T, what: string, timeoutMs = 10_000): Promise<T> {
+	const deadline = Date.now() + timeoutMs;
+	for (;;) {
+		const value = await probe();
+		if (value) return value;
+		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+		await wait(25);
+	}
+}
+
+interface Call {
+	method: string;
+	path: string;
+	/** "error": the fetch threw (nothing listening). */
+	status: number | "error";
+	lastEventId: string | null;
+}
+
+/** A fetch for the SDK that records each request it makes and how it was answered. */
+function recordingFetch(): { calls: Call[]; fetch: typeof fetch } {
+	const calls: Call[] = [];
+	return {
+		calls,
+		fetch: async (input, init) => {
+			const call: Call = { method: init?.method ?? "GET", path: new URL(String(input)).pathname, status: "error", lastEventId: new Headers(init?.headers).get("last-event-id") };
+			calls.push(call);
+			const answer = await fetch(input, init);
+			call.status = answer.status;
+			return answer;
+		}
+	};
+}
+
+async function submitted(): Promise<PublicMempoolIntent> {
+	const client = new SettlementClient({ baseUrl: node.url });
+	const resolved = await client.resolveTin(route.tin);
+	const intent = await client.signPayment(LocalKeypairSigner.generate(), { paymentId: uniqueId(), recipientTin: route.tin, route: resolved, tokenMintAddress: MINT, amount: "1250", feeLimit: "5000", expiresAtSlot: 9_000_000 });
+	return client.submit(intent);
+}
+
+/** The settling Cranker's next move of a VERIFIED intent (version 3): lease, submit, confirm. */
+const MOVES = [
+	["CRANKER_LEASED", 3],
+	["SUBMITTED", 4],
+	["CONFIRMED", 5]
+] as const;
+async function move(id: string, [status, expectedVersion]: (typeof MOVES)[number]): Promise<void> {
+	// Online (a heartbeat younger than CRANKER_TTL_MS) for the lease and what follows it.
+	if (status === "CRANKER_LEASED") expect((await node.as(settler)("POST", "/crankers/heartbeat", signedHeartbeat(settler))).status).toBe(200);
+	const answer = await node.as(settler)("PATCH", `/intents/${id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: "5".repeat(87), lastValidBlockHeight: 1_000_000 });
+	expect(answer.status).toBe(200);
+}
+
+/** scs_event_streams_open of the intent route, as the Node's Prometheus text reports it. */
+async function openStreams(): Promise<number> {
+	const { body } = await node.http("GET", "/metrics?format=prometheus");
+	const line = (body as string).split("\n").find(l => l.startsWith("scs_event_streams_open{") && l.includes('route="/intents/:id/events"'));
+	return line ? Number(line.split(" ").at(-1)) : 0;
+}
+const noStreamOpen = () => until(async () => (await openStreams()) === 0, "no event stream open");
+
+afterEach(() => noStreamOpen());
+
+describe("waitForStatus over the event stream", () => {
+	it("resolves from the stream when the intent is executed: one request, no polling", async () => {
+		const intent = await submitted();
+		const { calls, fetch } = recordingFetch();
+		const waiting = new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 10_000 });
+		await until(async () => (await openStreams()) === 1, "the SDK's stream");
+		for (const step of MOVES) await move(intent.id, step);
+		expect(await waiting).toMatchObject({ id: intent.id, status: "executed", receiverStatus: "CONFIRMED", transactionSignature: "5".repeat(87) });
+		expect(calls).toEqual([{ method: "GET", path: `/intents/${intent.id}/events`, status: 200, lastEventId: null }]);
+	});
+
+	it("resolves at once for an intent already canceled: the stream's first event is its current state", async () => {
+		const intent = await submitted();
+		await move(intent.id, MOVES[0]);
+		const rejected = await node.as(settler)("PATCH", `/intents/${intent.id}/status`, { status: "REJECTED", crankerPubkey: settler.address, expectedVersion: 4, reason: "ONCHAIN_FAILED: test" });
+		expect(rejected.status).toBe(200);
+		const { calls, fetch } = recordingFetch();
+		expect(await new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 5000 })).toMatchObject({ id: intent.id, status: "canceled", receiverStatus: "REJECTED" });
+		expect(calls.map(call => `${call.path} ${call.status}`)).toEqual([`/intents/${intent.id}/events 200`]);
+	});
+
+	it("times out with TIMEOUT and the last state it was sent, and closes its stream", async () => {
+		const intent = await submitted();
+		const { calls, fetch } = recordingFetch();
+		const startedAt = Date.now();
+		const error = await new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 700 }).catch(err => err);
+		// At its timeout, not after the stream's reconnection delay (2 s) or a poll's backoff.
+		expect(Date.now() - startedAt).toBeGreaterThanOrEqual(700);
+		expect(Date.now() - startedAt).toBeLessThan(1500);
+		expect(error).toMatchObject({ name: "SettlementError", type: "TIMEOUT", code: null, data: { intent: { id: intent.id, status: "pending", receiverStatus: "VERIFIED" } } });
+		expect(error.message).toBe(`intent ${intent.id} is still VERIFIED after 700 ms`);
+		expect(calls.map(call => `${call.path} ${call.status}`)).toEqual([`/intents/${intent.id}/events 200`]);
+		// The Node sees the connection closed (afterEach waits for it; here, promptly).
+		await until(async () => (await openStreams()) === 0, "the stream closed", 2000);
+	});
+
+	it("after a cut connection, resumes with Last-Event-ID: only the changes it missed, no current state again", async () => {
+		const intent = await submitted();
+		// A proxy between the SDK and the Node that copies what the Node streams and can cut the client's connection.
+		const streamed: string[] = [];
+		const clients = new Set<http.ServerResponse>();
+		const proxy = http.createServer((req, res) => {
+			const index = streamed.push("") - 1;
+			const upstream = http.request(node.url + req.url, { method: req.method, headers: req.headers }, answer => {
+				res.writeHead(answer.statusCode ?? 502, answer.headers);
+				answer.on("data", (chunk: Buffer) => (streamed[index] += chunk.toString()));
+				answer.pipe(res);
+			});
+			clients.add(res);
+			res.on("close", () => {
+				clients.delete(res);
+				upstream.destroy();
+			});
+			req.pipe(upstream);
+		});
+		await new Promise<void>(resolve => proxy.listen(0, "127.0.0.1", resolve));
+		try {
+			const { calls, fetch } = recordingFetch();
+			const waiting = new SettlementClient({ baseUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, fetch }).waitForStatus(intent.id, { timeoutMs: 15_000 });
+			await until(() => streamed[0]?.includes('"receiverStatus":"VERIFIED"'), "the current state");
+			await move(intent.id, MOVES[0]);
+			await until(() => streamed[0].includes('"receiverStatus":"CRANKER_LEASED"'), "the lease");
+			await wait(200); // delivered to the SDK as well
+			for (const res of clients) res.socket?.destroy();
+			// While it waits to reconnect (the stream's `retry: 2000`), the intent settles.
+			await move(intent.id, MOVES[1]);
+			await move(intent.id, MOVES[2]);
+			expect(await waiting).toMatchObject({ id: intent.id, status: "executed", receiverStatus: "CONFIRMED" });
+
+			const ids = (text: string) => [...text.matchAll(/^id: (\d+)$/gm)].map(([, id]) => id);
+			const states = (text: string) => [...text.matchAll(/"receiverStatus":"([A-Z_]+)"/g)].map(([, state]) => state);
+			expect(streamed).toHaveLength(2);
+			expect(states(streamed[0])).toEqual(["VERIFIED", "CRANKER_LEASED"]);
+			expect(states(streamed[1])).toEqual(["SUBMITTED", "CONFIRMED"]);
+			expect(calls).toEqual([
+				{ method: "GET", path: `/intents/${intent.id}/events`, status: 200, lastEventId: null },
+				{ method: "GET", path: `/intents/${intent.id}/events`, status: 200, lastEventId: ids(streamed[0]).at(-1) }
+			]);
+			expect(Number(ids(streamed[1])[0])).toBeGreaterThan(Number(ids(streamed[0]).at(-1)));
+		} finally {
+			proxy.closeAllConnections();
+			await new Promise(resolve => proxy.close(resolve));
+		}
+	});
+
+	it("follows the intent across a Node restart on the same DATA_DIR: reconnects through the refused connections, resumes, resolves", async () => {
+		const intent = await submitted();
+		await move(intent.id, MOVES[0]);
+		const { calls, fetch } = recordingFetch();
+		const baseUrl = node.url;
+		const waiting = new SettlementClient({ baseUrl, fetch }).waitForStatus(intent.id, { timeoutMs: 20_000 });
+		await until(async () => (await openStreams()) === 1, "the SDK's stream");
+		await node.stop();
+		await wait(2500); // at least one reconnection finds nothing listening
+		node = await startNode({ ...env, PORT: new URL(baseUrl).port }, dataDir);
+		await until(() => calls.length > 2 && calls.at(-1)!.status === 200, "the reconnection to the restarted Node");
+		for (const step of MOVES.slice(1)) await move(intent.id, step);
+		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
+
+		expect(calls.every(call => call.path === `/intents/${intent.id}/events`)).toBe(true);
+		expect(calls[0]).toMatchObject({ status: 200, lastEventId: null });
+		expect(calls.slice(1, -1).map(call => call.status)).toContain("error");
+		// The reconnections named the last event it had, the lease (the stream's first event was its
+		// current state), every other one: after a failed one, the next goes without Last-Event-ID.
+		const resumedAt = calls[1].lastEventId;
+		expect(resumedAt).toMatch(/^\d+$/);
+		expect(calls.slice(1).map(call => call.lastEventId)).toEqual(calls.slice(1).map((_, i) => (i % 2 === 0 ? resumedAt : null)));
+	}, 40_000);
+});
+
+describe("waitForStatus without a stream: it polls", () => {
+	it("when the Node refuses the stream (429: EVENT_STREAMS_PER_IP is 1 and another is open)", async () => {
+		const other = await submitted();
+		const held = new AbortController();
+		const holder = await fetch(`${node.url}/intents/${other.id}/events`, { signal: held.signal });
+		expect(holder.status).toBe(200);
+		try {
+			const intent = await submitted();
+			const { calls, fetch } = recordingFetch();
+			const waiting = new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 10_000 });
+			await until(() => calls.some(call => call.path === `/intents/${intent.id}`), "the first poll");
+			for (const step of MOVES) await move(intent.id, step);
+			expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
+			expect(calls[0]).toEqual({ method: "GET", path: `/intents/${intent.id}/events`, status: 429, lastEventId: null });
+			expect(calls.slice(1).length).toBeGreaterThanOrEqual(2);
+			expect(calls.slice(1).every(call => call.path === `/intents/${intent.id}` && call.status === 200)).toBe(true);
+		} finally {
+			held.abort();
+		}
+	});
+
+	it("for an unknown intent: the stream's 404, then the poll's NOT_FOUND, as without streams", async () => {
+		const { calls, fetch } = recordingFetch();
+		const error = await new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus("no_such_intent", { timeoutMs: 5000 }).catch(err => err);
+		expect(error).toMatchObject({ name: "SettlementError", type: "NOT_FOUND", code: 404 });
+		expect(calls.map(call => `${call.path} ${call.status}`)).toEqual(["/intents/no_such_intent/events 404", "/intents/no_such_intent 404"]);
+	});
+});

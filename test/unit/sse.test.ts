@@ -1,0 +1,94 @@
+/** lib/sse.ts: the text/event-stream parser the SDK and the Cranker share, against the WHATWG rules. */
+import { SseParser, readEvents, type SseEvent } from "../../lib/sse";
+
+const parse = (...chunks: string[]): { events: SseEvent[]; parser: SseParser } => {
+	const parser = new SseParser();
+	return { events: chunks.flatMap(chunk => parser.push(chunk)), parser };
+};
+
+/** A byte stream that hands out `chunks` and records whether it was cancelled. */
+function byteStream(chunks: Uint8Array[]): { stream: ReadableStream<Uint8Array>; cancelled: () => boolean } {
+	let cancelled = false;
+	let next = 0;
+	const stream = new ReadableStream<Uint8Array>({
+		pull(controller) {
+			if (next < chunks.length) controller.enqueue(chunks[next++]);
+			else controller.close();
+		},
+		cancel() {
+			cancelled = true;
+		}
+	});
+	return { stream, cancelled: () => cancelled };
+}
+
+describe("SseParser", () => {
+	it("reads the service's events: id, event, data, the retry field and heartbeat comments", () => {
+		const { events, parser } = parse('retry: 2000\n\nid: 7\nevent: status\ndata: {"a":1}\n\n: heartbeat\n\nid: 9\nevent: status\ndata: {"a":2}\n\n');
+		expect(events).toEqual([
+			{ type: "status", data: '{"a":1}', id: "7" },
+			{ type: "status", data: '{"a":2}', id: "9" }
+		]);
+		expect(parser).toMatchObject({ lastEventId: "9", retry: 2000 });
+	});
+
+	it("joins data lines with \\n, and takes CRLF, CR and LF alike as line ends", () => {
+		expect(parse("data: one\r\ndata: two\rdata: three\n\r\n").events).toEqual([{ type: "message", data: "one\ntwo\nthree", id: "" }]);
+	});
+
+	it("gives the same events however the text is cut into chunks, a CRLF cut in two included", () => {
+		const text = "\uFEFFid: 1\r\nevent: a\r\ndata: x\r\ndata:y\r\n\r\n: c\r\rdata\r\rid: 2\ndata:  z\n\n";
+		const whole = parse(text).events;
+		expect(whole).toEqual([
+			{ type: "a", data: "x\ny", id: "1" },
+			{ type: "message", data: "", id: "1" },
+			{ type: "message", data: " z", id: "2" }
+		]);
+		for (let cut = 0; cut <= text.length; cut++) expect(parse(text.slice(0, cut), text.slice(cut)).events).toEqual(whole);
+		expect(parse(...text.split("")).events).toEqual(whole);
+		// A CR ending a chunk and an LF opening the next end one line, not two: no empty line dispatched between.
+		expect(parse("data: a\r", "\ndata: b\n\n").events).toEqual([{ type: "message", data: "a\nb", id: "" }]);
+		// Two CRs, one a chunk, are two line ends: the second dispatches.
+		expect(parse("data: a\r", "\r").events).toEqual([{ type: "message", data: "a", id: "" }]);
+	});
+
+	it("strips one byte order mark at the start of the stream, no more", () => {
+		expect(parse("\uFEFFdata: a\n\n").events).toEqual([{ type: "message", data: "a", id: "" }]);
+		// A second one makes the field name "\uFEFFdata", which is ignored.
+		expect(parse("\uFEFF\uFEFFdata: a\n\n").events).toEqual([]);
+		expect(parse("data: a\n\n\uFEFFdata: b\n\n").events).toEqual([{ type: "message", data: "a", id: "" }]);
+	});
+
+	it("dispatches nothing for a block without data, and forgets its event name", () => {
+		expect(parse("event: status\n\ndata: a\n\n").events).toEqual([{ type: "message", data: "a", id: "" }]);
+	});
+
+	it("keeps the last id across events, ignores one with a NUL, and an empty id resets it", () => {
+		const { events } = parse("id: 5\ndata: a\n\ndata: b\n\nid: 6\0\ndata: c\n\nid\ndata: d\n\n");
+		expect(events.map(event => event.id)).toEqual(["5", "5", "5", ""]);
+	});
+
+	it("takes retry only as digits, and ignores unknown fields", () => {
+		expect(parse("retry: 1500\nretry: 2s\nfoo: bar\ndata: a\n\n").parser.retry).toBe(1500);
+		expect(parse("retry: x\n").parser.retry).toBeNull();
+	});
+});
+
+describe("readEvents", () => {
+	it("decodes UTF-8 cut anywhere and drops the event the stream ended in", async () => {
+		const bytes = new TextEncoder().encode('id: 1\ndata: {"name":"Zoë €"}\n\nid: 2\ndata: cut off');
+		const { stream, cancelled } = byteStream([...bytes].map(byte => Uint8Array.of(byte)));
+		const parser = new SseParser();
+		const events: SseEvent[] = [];
+		for await (const event of readEvents(stream, parser)) events.push(event);
+		expect(events).toEqual([{ type: "message", data: '{"name":"Zoë €"}', id: "1" }]);
+		expect(parser.lastEventId).toBe("2");
+		expect(cancelled()).toBe(false); // it ended by itself
+	});
+
+	it("cancels the body when the consumer stops early: no connection left open", async () => {
+		const { stream, cancelled } = byteStream([new TextEncoder().encode("data: a\n\ndata: b\n\n"), new TextEncoder().encode("data: c\n\n")]);
+		for await (const event of readEvents(stream, new SseParser())) if (event.data === "a") break;
+		expect(cancelled()).toBe(true);
+	});
+});

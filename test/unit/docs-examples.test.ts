@@ -315,15 +315,16 @@ describe("docs/api.md", () => {
 	const lines = api.split("\n");
 	const source = read("services/api.service.ts");
 
-	/** The `METHOD /path` entries of a route table of the gateway's source, paths in {param} form. */
+	/** The `METHOD /path` entries of a route table of the gateway's source (on one line or several), paths in {param} form. */
 	function routesOf(table: string): Map<string, string> {
-		const block = new RegExp(`const ${table}[^=]*=\\s*\\{([\\s\\S]*?)\\n\\};`).exec(source)?.[1];
+		const block = new RegExp(`const ${table}[^=]*=\\s*\\{([\\s\\S]*?)\\};`).exec(source)?.[1];
 		if (!block) throw new Error(`${table} not found in services/api.service.ts`);
 		return new Map([...block.matchAll(/"([A-Z]+ \/[^"]*)":\s*"([^"]+)"/g)].map(([, route, action]) => [route.replace(/:(\w+)/g, "{$1}"), action]));
 	}
 
-	const publicRoutes = routesOf("PUBLIC_ROUTES");
-	const workerRoutes = routesOf("WORKER_ROUTES");
+	// The server-sent event routes have tables of their own.
+	const publicRoutes = new Map([...routesOf("PUBLIC_ROUTES"), ...routesOf("PUBLIC_STREAM_ROUTES")]);
+	const workerRoutes = new Map([...routesOf("WORKER_ROUTES"), ...routesOf("WORKER_STREAM_ROUTES")]);
 	const healthRoutes = [.../const HEALTH_ROUTES = \[([^\]]*)\]/.exec(source)![1].matchAll(/"([A-Z]+ \/[^"]*)"/g)].map(([, route]) => route);
 	const crankerBlock = /const CRANKER_ACTIONS[\s\S]*?\]\);/.exec(source)![0];
 	const signedActions = new Set([
@@ -338,6 +339,8 @@ describe("docs/api.md", () => {
 		expect(publicRoutes.size).toBeGreaterThan(10);
 		expect(workerRoutes.size).toBeGreaterThan(10);
 		expect(healthRoutes).toEqual(["GET /health/live", "GET /health/ready"]);
+		expect(publicRoutes.get("GET /intents/{id}/events")).toBe("api.intentEvents");
+		expect(workerRoutes.get("GET /events")).toBe("api.events");
 		expect(signedActions.size).toBe(9);
 	});
 

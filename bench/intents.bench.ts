@@ -18,6 +18,9 @@
  *   WALLETS (256)             distinct sender wallets
  *   VERIFY_SECONDS (2)        duration of the raw verification measurement
  *   LEAN (1)                  0 leaves the lean ideal out
+ *   LISTENERS (100)           SSE listeners (GET /events, each sent every new VERIFIED intent) for the
+ *                             listener pair: the service at concurrency 32 without and with them,
+ *                             alternating, and the delay from each state change to its arrival; 0 skips
  *   SERVICE_ENV               settings for the service, `NAME=value,NAME=value` (VERIFY_THREADS=0, say)
  *   BENCH_URL                 an already-started service instead (its pid is unknown: no CPU figure);
  *                             BENCH_SEED_FILE is the registry seed it was started with, BENCH_TIN a TIN of it
@@ -25,6 +28,7 @@
  * Results: bench/results/intents-<timestamp>.json and Markdown tables on stdout. Exits 1 when a
  * target cannot start, 2 when more than 1 % of a phase's measured requests were not 201.
  */
+import { fork } from "node:child_process";
 import { createPublicKey, verify as cryptoVerify, randomBytes, type KeyObject } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -45,6 +49,7 @@ const OPTIONS = {
 	wallets: "256",
 	verify_seconds: "2",
 	lean: "1",
+	listeners: "100",
 	service_env: "",
 	bench_url: "",
 	bench_seed_file: "",
@@ -164,6 +169,37 @@ function table(rows: Measured[], rawPerSec: number): string[] {
 	return lines;
 }
 
+/** The concurrency of the listener pair: the issue's reference load. */
+const LISTENER_CONCURRENCY = 32;
+
+interface ListenerFigures {
+	events: number;
+	p50: number;
+	p99: number;
+	max: number;
+	/** CPU the listeners' process spent (µs) per intent of the phase: it shares the cores with the service. */
+	cpuMicrosPerIntent?: number;
+}
+
+const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
+
+/** SSE listeners in a child process (bench/sse-listeners.ts), open before the phase starts. */
+async function startListeners(url: string, workerKey: string, count: number): Promise<{ pid: number; stop(): Promise<ListenerFigures> }> {
+	const child = fork(path.join(__dirname, "sse-listeners.js"), [url, workerKey, String(count)], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
+	await new Promise<void>((resolve, reject) => {
+		child.once("message", () => resolve());
+		child.once("exit", code => reject(new Error(`the SSE listeners exited (${code}) before all were open`)));
+	});
+	return {
+		pid: child.pid!,
+		stop: () =>
+			new Promise<ListenerFigures>(resolve => {
+				child.once("message", figures => resolve(figures as ListenerFigures));
+				child.send("stop");
+			})
+	};
+}
+
 async function main(): Promise<number> {
 	const options = readOptions();
 	const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -224,6 +260,32 @@ async function main(): Promise<number> {
 		}
 	}
 
+	const listeners = Number(options.listeners) || 0;
+	const attached: ListenerFigures[] = [];
+	if (listeners && !options.bench_url) {
+		// The same settings for both phases: only the listeners differ.
+		const workerKey = randomBytes(24).toString("hex");
+		const env = { ...serviceEnv, WORKER_API_KEYS: workerKey, EVENT_STREAMS_PER_IP: String(listeners + 10) };
+		for (let round = 0; round < 2; round++)
+			for (const withListeners of [false, true]) {
+				const running = await startTarget("service", seedFile, env);
+				const group = withListeners ? await startListeners(running.url, workerKey, listeners) : null;
+				try {
+					if (warmup) await runClosed({ ...target, url: running.url }, bodies.take(warmup), LISTENER_CONCURRENCY);
+					log(`service, concurrency ${LISTENER_CONCURRENCY}, ${withListeners ? `${listeners} SSE listeners` : "no listeners"} (round ${round + 1}) …`);
+					const listenerCpu = group ? cpuSeconds(group.pid) : 0;
+					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, () => runClosed({ ...target, url: running.url }, bodies.take(count), LISTENER_CONCURRENCY));
+					rows.push(row);
+					if (group) {
+						const spent = cpuSeconds(group.pid) - listenerCpu;
+						attached.push({ ...(await group.stop()), cpuMicrosPerIntent: (spent * 1e6) / row.accepted });
+					}
+				} finally {
+					await running.stop();
+				}
+			}
+	}
+
 	log("measuring raw ed25519 verification …");
 	const verifies = verifiesPerSecond(bodies.samples, positiveInt("VERIFY_SECONDS", options.verify_seconds));
 	const rawPerSec = verifies.raw;
@@ -239,6 +301,7 @@ async function main(): Promise<number> {
 		count,
 		warmup,
 		rawVerifiesPerSec: rawPerSec,
+		sseListeners: attached,
 		strictVerifiesPerSec: verifies.strict,
 		rows,
 		// The first row, in the shape bench:cluster reads.
@@ -252,6 +315,19 @@ async function main(): Promise<number> {
 	fs.writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
 
 	const out = ["", ...table(rows, rawPerSec), "", `ed25519 verify, 1 thread: raw ${fmt(rawPerSec)}/s, strict (SPEC §0 checks, as the service runs them) ${fmt(verifies.strict)}/s: the strict checks cost ${fmt(1e6 / verifies.strict - 1e6 / rawPerSec, 1)} µs per verification`, `machine: ${machine} (the load generator shares the cores)`, `results: ${path.relative(process.cwd(), file) || file}`];
+	if (attached.length) {
+		const of = (label: string, figure: (row: Measured) => number) => mean(rows.filter(row => row.load === label).map(figure));
+		const withSse = `c=${LISTENER_CONCURRENCY} +${listeners} SSE`;
+		const without = `c=${LISTENER_CONCURRENCY} no SSE`;
+		const rate = (label: string) => of(label, row => row.perSecond);
+		const cpu = (label: string) => of(label, row => row.cpuMicrosPerRequest ?? NaN);
+		out.splice(
+			-2,
+			0,
+			`${listeners} SSE listeners (GET /events, each sent every new intent): ${fmt(rate(withSse))} intents/s against ${fmt(rate(without))} without (÷ ${fmt(rate(withSse) / rate(without), 2)}, mean of ${attached.length} alternating runs); service CPU ${fmt(cpu(withSse))} against ${fmt(cpu(without))} µs per intent (÷ ${fmt(cpu(withSse) / cpu(without), 2)}); the listeners' own process ${fmt(mean(attached.map(a => a.cpuMicrosPerIntent ?? NaN)))} µs per intent on the same cores`,
+			`state change → event received by a listener: p50 ${fmt(mean(attached.map(a => a.p50)), 1)} ms, p99 ${fmt(mean(attached.map(a => a.p99)), 1)} ms (${fmt(mean(attached.map(a => a.events)))} events received per run)`
+		);
+	}
 	for (const row of rows) for (const [status, samples] of Object.entries(row.errorSamples)) out.push(`${row.target} ${row.load}: ${row.statuses[status]} × ${status}, e.g. ${samples[0]}`);
 	process.stdout.write(`${out.join("\n")}\n`);
 	const failing = rows.filter(row => row.notAccepted > (row.accepted + row.notAccepted) * 0.01);

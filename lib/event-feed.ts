@@ -17,11 +17,8 @@ export interface FeedSubscriber {
 	readonly subject?: string;
 	/** The position after which it wants events (a Last-Event-ID, or the seq of the state it was shown). */
 	position: number;
-	/**
-	 * False: stop (the subscriber closed); nothing more is delivered. Synchronous, so that order
-	 * holds. `live`: from the shared reader, as it was committed (not read while catching up).
-	 */
-	deliver(event: StoredEvent, live: boolean): boolean;
+	/** False: stop (the subscriber closed); nothing more is delivered. Synchronous, so that order holds. */
+	deliver(event: StoredEvent): boolean;
 	/** Between the pages it reads while catching up: waits until what it was sent has drained. */
 	drained(): Promise<void>;
 }
@@ -39,7 +36,9 @@ export class StreamFeed {
 		private readonly read: LogReader,
 		private readonly latestSeq: () => Promise<number>,
 		private readonly pageSize: number,
-		private readonly onError: (err: unknown) => void
+		private readonly onError: (err: unknown) => void,
+		/** Each event the shared reader hands to caught-up subscribers, once (for its delay, say). */
+		private readonly onLive: (event: StoredEvent) => void = () => {}
 	) {}
 
 	/**
@@ -83,6 +82,7 @@ export class StreamFeed {
 				const events = await this.read({ after: this.position!, limit: this.pageSize });
 				for (const event of events) {
 					this.position = event.seq;
+					this.onLive(event);
 					for (const subscriber of this.everyone) this.handOver(subscriber, event);
 					for (const subscriber of this.bySubject.get(event.subject) ?? []) this.handOver(subscriber, event);
 				}
@@ -95,7 +95,7 @@ export class StreamFeed {
 		// It may have read past the shared position while catching up.
 		if (event.seq <= subscriber.position) return;
 		subscriber.position = event.seq;
-		if (!subscriber.deliver(event, true)) this.leave(subscriber);
+		if (!subscriber.deliver(event)) this.leave(subscriber);
 	}
 
 	/**
@@ -109,7 +109,7 @@ export class StreamFeed {
 			const events = await this.read({ after: subscriber.position, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
 			for (const event of events) {
 				subscriber.position = event.seq;
-				if (!subscriber.deliver(event, false)) return;
+				if (!subscriber.deliver(event)) return;
 			}
 			await subscriber.drained();
 			if (events.length === this.pageSize) continue;

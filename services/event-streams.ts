@@ -43,6 +43,8 @@ type Request = IncomingMessage & { $params?: Record<string, unknown> };
 class SseConnection {
 	closed = false;
 	private readonly closers: (() => void)[] = [];
+	/** Events sent this turn, written together at its end (flush). */
+	private pending: string[] = [];
 
 	constructor(private readonly res: ServerResponse) {
 		res.writeHead(200, {
@@ -58,16 +60,32 @@ class SseConnection {
 	/** Writes one event (`data`: JSON text); false once the stream is closed, or closed now because its reader lags too far behind. */
 	send(event: string, data: string, id?: string): boolean {
 		if (this.closed) return false;
-		this.res.write(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${data}\n\n`);
-		if (this.res.writableLength > MAX_BUFFERED_BYTES) this.end();
-		return !this.closed;
+		// The events of one turn (a page the reader hands out) leave in one write, not one each:
+		// with a hundred streams, a write per event per stream was most of the gateway's work.
+		if (this.pending.length === 0)
+			process.nextTick(() => {
+				this.flush();
+				if (this.res.writableLength > MAX_BUFFERED_BYTES) this.end();
+			});
+		this.pending.push(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${data}\n\n`);
+		return true;
+	}
+
+	private flush(): void {
+		if (this.closed || this.pending.length === 0) return;
+		const text = this.pending.join("");
+		this.pending = [];
+		this.res.write(text);
 	}
 
 	comment(text: string): void {
-		if (!this.closed) this.res.write(`: ${text}\n\n`);
+		if (this.closed) return;
+		this.flush();
+		this.res.write(`: ${text}\n\n`);
 	}
 
 	drained(): Promise<void> {
+		this.flush();
 		if (this.closed || !this.res.writableNeedDrain) return Promise.resolve();
 		return new Promise(resolve => {
 			const done = () => {
@@ -87,6 +105,7 @@ class SseConnection {
 
 	end(): void {
 		if (this.closed) return;
+		this.flush();
 		this.closed = true;
 		this.res.end();
 		for (const closer of this.closers.splice(0)) closer();
@@ -123,7 +142,9 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 				query => broker.call<StoredEvent[], object>(`${OWNERS[stream]}.events`, query),
 				async () => (await broker.call<StoredEvent | null, object>(`${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0,
 				EVENT_PAGE,
-				err => broker.logger.warn(`Reading the ${stream} event log failed: ${(err as Error).message}`)
+				err => broker.logger.warn(`Reading the ${stream} event log failed: ${(err as Error).message}`),
+				// Events as they come, once each: a replay after Last-Event-ID is late by design.
+				event => metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000)
 			)
 		])
 	) as Record<EventStream, StreamFeed>;
@@ -193,8 +214,6 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	const viewOf = (event: StoredEvent) => cached(views, event, () => event.data.view);
 	const bodyOf = (event: StoredEvent) => cached(bodies, event, () => ({ seq: event.seq, type: event.type, subject: event.subject, at: event.at, ...event.data }));
 
-	/** Live events only: a replay after Last-Event-ID is late by design. */
-	const observeLag = (event: StoredEvent, live: boolean) => live && metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000);
 
 	return {
 		notify(stream) {
@@ -223,8 +242,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			await follow(feeds.intents, connection, {
 				subject: id,
 				position,
-				deliver(event, live) {
-					observeLag(event, live);
+				deliver(event) {
 					if (!connection.send("status", viewOf(event), String(event.seq))) return false;
 					if (!isTerminal(event.data.state)) return true;
 					connection.end();
@@ -257,10 +275,9 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 				streams.map(stream => {
 					const subscriber: FeedSubscriber = {
 						position: positions[stream],
-						deliver(event, live) {
+						deliver(event) {
 							positions[stream] = event.seq;
 							if (wanted && !wanted.has(event.data.state as string)) return !connection.closed;
-							observeLag(event, live);
 							return connection.send(event.type, bodyOf(event), `${positions.intents}-${positions.tin_operations}`);
 						},
 						drained: () => connection.drained()

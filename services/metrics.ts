@@ -72,7 +72,7 @@ export function eventMetrics(broker: ServiceBroker) {
 export function eventStreamMetrics(broker: ServiceBroker) {
 	return {
 		open: liveGauge(broker, "scs_event_streams_open", "Event streams (SSE) open on this gateway, by route.", ["route"]),
-		lag: histogram(broker, "scs_event_stream_lag_seconds", "Time from a state change to its event being sent on a live stream.")
+		lag: histogram(broker, "scs_event_stream_lag_seconds", "Time from a state change to its event being handed to the live streams of this gateway.")
 	};
 }
 

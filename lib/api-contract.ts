@@ -105,7 +105,10 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		summary: "Follow an intent's status (server-sent events)",
 		description:
 			"An `event: status` with the intent's public view (PublicMempoolIntent) as `data`, first for its current state, then for each change; `id` is the change's sequence number, which `Last-Event-ID` resumes after, on any replica. The stream closes after a terminal state. A comment line every EVENT_HEARTBEAT_MS (15 s) keeps proxies from closing it. Streams per client IP and per gateway are limited (429).",
-		answers: { 200: { description: "The event stream", content: { "text/event-stream": Type.String({ description: "`id: <seq>`, `event: status`, `data: <PublicMempoolIntent JSON>`" }) } } },
+		answers: {
+			200: { description: "The event stream", content: { "text/event-stream": Type.String({ description: "`id: <seq>`, `event: status`, `data: <PublicMempoolIntent JSON>`" }) } },
+			204: { description: "Resumed after the intent's terminal change: nothing will follow (an EventSource stops reconnecting)" }
+		},
 		errors: ["NOT_FOUND"]
 	},
 	"api.events": {

@@ -202,12 +202,17 @@ export interface IntentEventData {
 	view: PublicMempoolIntent;
 }
 
+/** States whose record is not verified yet: what it says is the sender's claim, maybe a forgery's. */
+const UNVERIFIED: ReadonlySet<IntentState> = new Set(["RECEIVED", "NODE_VERIFYING"]);
+
 /**
  * The outbox event of a write from `previous` (null: the record is new) to `next`; none when the
- * state stays (a lease renewal, an archiving): events announce state changes.
+ * state stays (a lease renewal, an archiving): events announce state changes. None before the
+ * verdict either: an unverified record may be a forgery, removed once its signature fails, and
+ * webhooks and streams must never carry what nobody signed. An intent's first event is its verdict.
  */
 export function intentEvent(previous: IntentRecord | null, next: IntentRecord): OutboxEvent | undefined {
-	if (previous && previous.state === next.state) return undefined;
+	if ((previous && previous.state === next.state) || UNVERIFIED.has(next.state)) return undefined;
 	const data: IntentEventData = { previousState: previous?.state ?? null, state: next.state, view: toPublicView(next) };
 	return { subject: next.id, type: INTENT_EVENT_TYPE, at: next.updatedAt, data };
 }

@@ -18,7 +18,7 @@ import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../l
 import { WORK_PAGE, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import type { EventsAppended } from "../mixins/outbox.mixin";
-import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, type EventStreams } from "./event-streams";
+import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
 import { httpMetrics, metricsForm } from "./metrics";
 
@@ -257,8 +257,15 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	const corsRules = corsPolicy(config.corsOrigins, [...Object.keys(PUBLIC_ROUTES), ...Object.keys(PUBLIC_STREAM_ROUTES), ...HEALTH_ROUTES]);
 	/** The SSE routes' server side, created with the broker. */
 	let streams: EventStreams;
-	/** A stream route's alias: it answers the request itself; a refusal before the stream opens is answered by onError. */
-	const streamAlias = (serve: "serveIntent" | "serveAll") => (req: Request, res: ServerResponse, next: (err?: unknown) => void) => void streams[serve](req, res).catch(next);
+	/**
+	 * A stream route's alias: it answers the request itself; a refusal before the stream opens is
+	 * answered by onError, and nothing is for a client that left before.
+	 */
+	const streamAlias = (serve: "serveIntent" | "serveAll") => (req: Request, res: ServerResponse, next: (err?: unknown) => void) =>
+		void streams[serve](req, res).catch(err => {
+			if (isClientGone(err) || res.headersSent) res.destroy();
+			else next(err);
+		});
 	/** Requests being answered now; on SIGTERM those not yet answered are told the connection closes. */
 	const inFlight = new Set<ServerResponse>();
 	let draining = false;

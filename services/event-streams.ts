@@ -7,6 +7,7 @@
  *   filtered by `types` and `states`.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import net from "node:net";
 import { Errors, type ServiceBroker } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
@@ -38,6 +39,7 @@ export const EVENT_STREAM_PARAMS = {
 export const LAST_EVENT_ID = { name: "Last-Event-ID", in: "header" as const, required: false, description: "The `id` of the last event received: the stream resumes after it", schema: { type: "string", maxLength: 40 } };
 
 type Request = IncomingMessage & { $params?: Record<string, unknown> };
+type StreamAccess = "public" | "worker";
 
 /** One open SSE response. */
 class SseConnection {
@@ -58,8 +60,13 @@ class SseConnection {
 	}
 
 	/** Writes one event (`data`: JSON text); false once the stream is closed, or closed now because its reader lags too far behind. */
+	/** Closed here, or ended or destroyed under it (a failure answered after it opened). */
+	private get gone(): boolean {
+		return this.closed || this.res.writableEnded || this.res.destroyed;
+	}
+
 	send(event: string, data: string, id?: string): boolean {
-		if (this.closed) return false;
+		if (this.gone) return false;
 		// The events of one turn (a page the reader hands out) leave in one write, not one each:
 		// with a hundred streams, a write per event per stream was most of the gateway's work.
 		if (this.pending.length === 0)
@@ -72,21 +79,21 @@ class SseConnection {
 	}
 
 	private flush(): void {
-		if (this.closed || this.pending.length === 0) return;
+		if (this.gone || this.pending.length === 0) return;
 		const text = this.pending.join("");
 		this.pending = [];
 		this.res.write(text);
 	}
 
 	comment(text: string): void {
-		if (this.closed) return;
+		if (this.gone) return;
 		this.flush();
 		this.res.write(`: ${text}\n\n`);
 	}
 
 	drained(): Promise<void> {
 		this.flush();
-		if (this.closed || !this.res.writableNeedDrain) return Promise.resolve();
+		if (this.gone || !this.res.writableNeedDrain) return Promise.resolve();
 		return new Promise(resolve => {
 			const done = () => {
 				this.res.off("drain", done);
@@ -107,18 +114,36 @@ class SseConnection {
 		if (this.closed) return;
 		this.flush();
 		this.closed = true;
-		this.res.end();
+		if (!this.res.writableEnded) this.res.end();
 		for (const closer of this.closers.splice(0)) closer();
 	}
 }
+
+const badLastEventId = () =>
+	new ServiceError("VALIDATION_ERROR", "Last-Event-ID is not an id this stream sent", [{ type: "lastEventId", field: "Last-Event-ID", message: "The Last-Event-ID header must be the id of an event of this stream." }]);
 
 /** Header values are strings; a repeated header is refused rather than guessed at. */
 function lastEventId(req: IncomingMessage, pattern: RegExp): string | null {
 	const values = req.headersDistinct["last-event-id"];
 	if (!values) return null;
-	if (values.length !== 1 || !pattern.test(values[0])) throw new ServiceError("VALIDATION_ERROR", "Last-Event-ID is not an id this stream sent", [{ type: "lastEventId", field: "Last-Event-ID", message: "The Last-Event-ID header must be the id of an event of this stream." }]);
+	if (values.length !== 1 || !pattern.test(values[0])) throw badLastEventId();
 	return values[0];
 }
+
+/** Who a stream limit counts against: an IPv4 address, or an IPv6 /64 (one host usually holds a whole /64). */
+export function clientKey(ip: string): string {
+	if (!net.isIPv6(ip) || /^::ffff:\d+\.\d+\.\d+\.\d+$/i.test(ip)) return ip;
+	const [head, tail = ""] = ip.split("::");
+	const left = head ? head.split(":") : [];
+	const right = ip.includes("::") ? (tail ? tail.split(":") : []) : [];
+	const groups = [...left, ...Array<string>(8 - left.length - right.length).fill("0"), ...right];
+	return `${groups.slice(0, 4).map(group => parseInt(group, 16).toString(16)).join(":")}::/64`;
+}
+
+/** The client left before its stream opened: nothing to answer. */
+class ClientGone extends Error {}
+
+export const isClientGone = (err: unknown) => err instanceof ClientGone;
 
 function list(raw: unknown): string[] | null {
 	return typeof raw === "string" ? raw.split(",") : null;
@@ -149,8 +174,10 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		])
 	) as Record<EventStream, StreamFeed>;
 	const open = new Set<SseConnection>();
-	const perIp = new Map<string, number>();
+	/** Streams open per access (public and worker: anonymous streams cannot use up the Crankers' room) and per client. */
+	const budgets: Record<StreamAccess, { open: number; perClient: Map<string, number> }> = { public: { open: 0, perClient: new Map() }, worker: { open: 0, perClient: new Map() } };
 	let timers: NodeJS.Timeout[] = [];
+	let closing = false;
 	// The broker's validator: the same rules and messages as every action's params.
 	const validator = broker.validator!;
 	const validate = { intent: validator.compile(INTENT_STREAM_PARAMS), all: validator.compile(EVENT_STREAM_PARAMS) };
@@ -160,23 +187,44 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		if (result !== true) throw new Errors.ValidationError("Parameters validation error!", "VALIDATION_ERROR", result as object);
 	}
 
+	/**
+	 * An intent with no event yet (not verified: its first event is its verdict) may be removed
+	 * instead (a forgery found by the verification sweep), with no event to end its stream: its
+	 * stream checks every heartbeat that it is still there, until its first event.
+	 */
+	function watchUnverified(connection: SseConnection, id: string): void {
+		const timer = setInterval(async () => {
+			const latest = await broker.call<StoredEvent | null, object>("mempool.latestEvent", { subject: id }).catch(() => undefined);
+			if (latest) return clearInterval(timer);
+			if (latest === null) await broker.call("mempool.view", { id }).catch((err: { type?: string }) => err.type === "NOT_FOUND" && connection.end());
+		}, config.eventHeartbeatMs).unref();
+		connection.onceClosed(() => clearInterval(timer));
+	}
+
 	function wakeAll(): void {
 		for (const feed of Object.values(feeds)) feed.wake();
 	}
 
-	/** Opens a stream within the limits (per client IP and per process), or refuses it with 429. */
-	function connect(req: IncomingMessage, res: ServerResponse, route: string): SseConnection {
-		const ip = clientIp(req);
-		if (open.size >= config.eventStreamsMax || (perIp.get(ip) ?? 0) >= config.eventStreamsPerIp) {
+	/**
+	 * Opens a stream within the limits (per client and per process, for its access), or refuses it
+	 * with 429. `client` was taken when the request came, before any await: a socket closed since
+	 * has no address, and its stream would never see its close.
+	 */
+	function connect(res: ServerResponse, route: string, access: StreamAccess, client: string): SseConnection {
+		if (res.destroyed || res.writableEnded) throw new ClientGone();
+		if (closing) throw new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance");
+		const budget = budgets[access];
+		if (budget.open >= config.eventStreamsMax || (budget.perClient.get(client) ?? 0) >= config.eventStreamsPerIp) {
 			res.setHeader("Retry-After", String(RECONNECT_MS / 1000));
-			throw new ServiceError("RATE_LIMITED", open.size >= config.eventStreamsMax ? "This gateway has as many event streams open as it serves; retry later or elsewhere" : "Too many event streams open from this address");
+			throw new ServiceError("RATE_LIMITED", budget.open >= config.eventStreamsMax ? "This gateway has as many event streams open as it serves; retry later or elsewhere" : "Too many event streams open from this address");
 		}
 		const connection = new SseConnection(res);
 		connection.onceClosed(() => {
 			open.delete(connection);
-			const left = (perIp.get(ip) ?? 1) - 1;
-			if (left > 0) perIp.set(ip, left);
-			else perIp.delete(ip);
+			budget.open--;
+			const left = (budget.perClient.get(client) ?? 1) - 1;
+			if (left > 0) budget.perClient.set(client, left);
+			else budget.perClient.delete(client);
 			metrics.open.dec({ route });
 			if (open.size === 0) {
 				for (const timer of timers) clearInterval(timer);
@@ -184,7 +232,8 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			}
 		});
 		open.add(connection);
-		perIp.set(ip, (perIp.get(ip) ?? 0) + 1);
+		budget.open++;
+		budget.perClient.set(client, (budget.perClient.get(client) ?? 0) + 1);
 		metrics.open.inc({ route });
 		if (timers.length === 0)
 			timers = [
@@ -196,9 +245,17 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		return connection;
 	}
 
-	/** Follows `feed` for `subscriber` until the connection closes. */
+	/**
+	 * Follows `feed` for `subscriber` until the connection closes. A failure once the stream is open
+	 * (an owner that cannot be read) ends the stream: its client resumes with Last-Event-ID.
+	 */
 	async function follow(feed: StreamFeed, connection: SseConnection, subscriber: FeedSubscriber): Promise<void> {
-		await feed.subscribe(subscriber);
+		try {
+			await feed.subscribe(subscriber);
+		} catch (err) {
+			broker.logger.warn(`An event stream failed while catching up, and was closed: ${(err as Error).message}`);
+			connection.end();
+		}
 		// Also when it closed while catching up, after its last delivery.
 		connection.onceClosed(() => feed.leave(subscriber));
 	}
@@ -226,12 +283,20 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			check(validate.intent, params);
 			const id = params.id as string;
 			const resumeAt = lastEventId(req, /^\d{1,15}$/);
-			// The current state: the intent's newest event, or (a record older than the event log) its view.
+			const client = clientKey(clientIp(req));
+			// The current state: the intent's newest event, or (not verified yet, or its events pruned) its view.
 			const latest = await broker.call<StoredEvent | null, object>("mempool.latestEvent", { subject: id });
 			const view = latest ? null : await broker.call<PublicMempoolIntent, object>("mempool.view", { id });
-			const connection = connect(req, res, "/intents/:id/events");
 			const isTerminal = (state: unknown) => TERMINAL_STATES.includes(state as IntentState);
+			if (resumeAt !== null && latest) {
+				if (Number(resumeAt) > latest.seq) throw badLastEventId();
+				// Resumed after its last change, a terminal one: nothing will ever follow. 204 tells an
+				// EventSource to stop reconnecting.
+				if (Number(resumeAt) === latest.seq && isTerminal(latest.data.state)) return void res.writeHead(204).end();
+			}
+			const connection = connect(res, "/intents/:id/events", "public", client);
 			let position = resumeAt !== null ? Number(resumeAt) : 0;
+			if (!latest) watchUnverified(connection, id);
 			if (resumeAt === null) {
 				if (latest) connection.send("status", viewOf(latest), String(latest.seq));
 				else connection.send("status", JSON.stringify(view));
@@ -265,11 +330,16 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 					{ type: "enumValue", field: unknownType !== undefined ? "types" : "states", message: unknownType !== undefined ? `The 'types' field takes ${Object.values(EVENT_TYPES).join(", ")}.` : "The 'states' field takes intent and TIN operation states." }
 				]);
 			const resumeAt = lastEventId(req, /^\d{1,15}-\d{1,15}$/);
+			const client = clientKey(clientIp(req));
 			const streams = (Object.keys(EVENT_TYPES) as EventStream[]).filter(stream => types.includes(EVENT_TYPES[stream]));
 			const positions: Record<EventStream, number> = resumeAt !== null ? { intents: Number(resumeAt.split("-")[0]), tin_operations: Number(resumeAt.split("-")[1]) } : { intents: 0, tin_operations: 0 };
-			// From now: where each log ends as the stream opens.
-			if (resumeAt === null) for (const stream of streams) positions[stream] = await feeds[stream].head();
-			const connection = connect(req, res, "/events");
+			for (const stream of streams) {
+				// From now: where each log ends as the stream opens. Resumed: never past where it ends
+				// (asked of the owner: this replica's reader may be a moment behind another's).
+				if (resumeAt === null) positions[stream] = await feeds[stream].head();
+				else if (positions[stream] > 0 && positions[stream] > ((await broker.call<StoredEvent | null, object>(`${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0)) throw badLastEventId();
+			}
+			const connection = connect(res, "/events", "worker", client);
 			const wanted = states && new Set(states);
 			await Promise.all(
 				streams.map(stream => {
@@ -288,6 +358,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		},
 
 		closeAll() {
+			closing = true;
 			for (const connection of open) connection.end();
 		}
 	};

@@ -11,6 +11,7 @@ import { connect } from "nats";
 import { randomBytes } from "node:crypto";
 import { Cluster, natsServerAvailable } from "../../devkit/cluster";
 import { mongoUrlWithDatabase } from "../../lib/store/mongo-url";
+import net from "node:net";
 import os from "node:os";
 import { itWithPromtool, promtoolCheck } from "../helpers/promtool";
 import { openStream, type SseEvent } from "../helpers/sse";
@@ -227,6 +228,26 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			own.close();
 		}
 		await second.signal("SIGTERM");
+	});
+
+	it("a client that hangs up while its stream opens (the gateway awaiting the owners over NATS) leaves no stream slot taken", async () => {
+		const gateway = await cluster.node("gateway-3", { SERVICES: "api,network", WORKER_API_KEYS: API_KEY, EVENT_STREAMS_MAX: "3", EVENT_STREAMS_PER_IP: "3" }).ready();
+		const [{ id }] = await submitAll(http, intentsOf(1).slice(0, 1), 1);
+		const { hostname, port } = new URL(gateway.url);
+		for (let i = 0; i < 20; i++)
+			await new Promise<void>(resolve => {
+				const socket = net.connect(Number(port), hostname, () => {
+					socket.write(`GET /intents/${id}/events HTTP/1.1\r\nHost: ${hostname}\r\n\r\n`);
+					setImmediate(() => socket.destroy());
+				});
+				socket.on("close", () => resolve());
+				socket.on("error", () => resolve());
+			});
+		await new Promise(resolve => setTimeout(resolve, 500));
+		const streams = await Promise.all(Array.from({ length: 3 }, () => openStream(`${gateway.url}/intents/${id}/events`)));
+		expect(streams.map(s => s.status)).toEqual([200, 200, 200]);
+		for (const stream of streams) stream.close();
+		await gateway.signal("SIGTERM");
 	});
 
 	it("GET /intent-work?limit=500 of the largest intents crosses the bus in pages", async () => {

@@ -72,6 +72,12 @@ describe("GET /intents/{id}/events", () => {
 		const again = await open(`/intents/${id}/events`);
 		await again.whenEnded();
 		expect(again.events.map(e => [e.id, e.data.receiverStatus])).toEqual([[events[2].id, "REJECTED"]]);
+		// Resumed after its terminal change: 204, nothing to follow (an EventSource stops reconnecting),
+		// and no stream left open; past its last change: not an id it sent.
+		const done = await open(`/intents/${id}/events`, { "last-event-id": events[2].id! });
+		expect(done).toMatchObject({ status: 204, ended: true });
+		const beyond = await open(`/intents/${id}/events`, { "last-event-id": String(Number(events[2].id) + 1) });
+		expect(beyond).toMatchObject({ status: 422, body: { data: [{ field: "Last-Event-ID" }] } });
 	});
 
 	it("keeps an idle stream open with heartbeat comments, past the request time limits", async () => {
@@ -165,6 +171,8 @@ describe("GET /events", () => {
 			expect(refused).toMatchObject({ status: 422, body: { type: "VALIDATION_ERROR", data: [expect.objectContaining({ field })] } });
 		}
 		expect(await open("/events", { ...workerHeaders, "last-event-id": "12" })).toMatchObject({ status: 422, body: { data: [{ field: "Last-Event-ID" }] } });
+		// Past the end of a log: an id it never sent (its stream would skip every event up to there).
+		expect(await open("/events", { ...workerHeaders, "last-event-id": "999999999-0" })).toMatchObject({ status: 422, body: { data: [{ field: "Last-Event-ID" }] } });
 	});
 
 	it("ends open streams when the gateway drains, so that clients reconnect elsewhere", async () => {
@@ -217,6 +225,94 @@ describe("retention", () => {
 			own.close();
 		} finally {
 			await short.stop();
+		}
+	});
+});
+
+describe("budgets", () => {
+	it("counts public and worker streams apart: anonymous streams cannot take the Crankers' room", async () => {
+		const dir = tempDir();
+		const small = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), EVENT_STREAMS_MAX: "2" }, dir);
+		const streams: SseStream[] = [];
+		try {
+			const { body } = await small.http("POST", "/intents", signedIntent(newWallet(), route));
+			for (let i = 0; i < 2; i++) streams.push(await openStream(`${small.url}/intents/${body.id}/events`));
+			expect(streams.map(s => s.status)).toEqual([200, 200]);
+			expect(await openStream(`${small.url}/intents/${body.id}/events`)).toMatchObject({ status: 429, body: { type: "RATE_LIMITED" } });
+			const cranker = await openStream(`${small.url}/events`, workerHeaders);
+			streams.push(cranker);
+			expect(cranker.status).toBe(200);
+		} finally {
+			for (const stream of streams) stream.close();
+			await small.stop();
+		}
+	});
+});
+
+describe("unverified intents", () => {
+	it("write no event until their verdict: a forgery removed by the sweep never reaches a stream, and its own stream ends", async () => {
+		const dataDir = tempDir();
+		const env = { REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SWEEP_INTERVAL_MS: "600000", VERIFY_TIMEOUT_MS: "300", EVENT_HEARTBEAT_MS: "100" };
+		const sender = newWallet();
+		const genuine = signedIntent(sender, route);
+		// A forgery in the sender's name: unverifiable while no verifier runs, so recorded RECEIVED.
+		const forged = { ...signedIntent(sender, route, { amount: "999999999999" }), senderAuthorizationSignature: newWallet().sign("x") };
+		const withoutVerifier = await startNode({ ...env, SERVICES: "api,receiver,mempool,payouts,crankers,tin,epochs,network" }, dataDir);
+		let ids: string[];
+		try {
+			const answers = [await withoutVerifier.http("POST", "/intents", genuine), await withoutVerifier.http("POST", "/intents", forged)];
+			expect(answers.map(a => [a.status, a.body.receiverStatus])).toEqual([[202, "RECEIVED"], [202, "RECEIVED"]]);
+			ids = answers.map(a => a.body.id);
+		} finally {
+			await withoutVerifier.stop();
+		}
+		const full = await startNode(env, dataDir);
+		const streams: SseStream[] = [];
+		try {
+			const all = await openStream(`${full.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
+			const [genuineStream, forgedStream] = await Promise.all(ids.map(id => openStream(`${full.url}/intents/${id}/events`)));
+			streams.push(all, genuineStream, forgedStream);
+			// Their current view, without an id: no event exists for them.
+			for (const stream of [genuineStream, forgedStream]) expect((await stream.waitFor(1))[0]).toMatchObject({ id: undefined, data: { receiverStatus: "RECEIVED" } });
+			await new Promise(resolve => setTimeout(resolve, 300));
+			expect(all.events).toEqual([]);
+			expect((await full.http("POST", "/internal/wake", undefined, worker)).body.status).toMatchObject({ verified: 1, rejected: 1 });
+			// The verdict is the genuine intent's first event; the forgery is gone, and its stream with it.
+			const [verdict] = await all.waitFor(1);
+			expect(verdict.data).toMatchObject({ subject: ids[0], previousState: "NODE_VERIFYING", state: "VERIFIED" });
+			expect((await genuineStream.waitFor(2))[1]).toMatchObject({ id: expect.stringMatching(/^\d+$/), data: { id: ids[0], receiverStatus: "VERIFIED" } });
+			await forgedStream.whenEnded(5000);
+			await new Promise(resolve => setTimeout(resolve, 300));
+			expect(all.events.map(e => e.data.subject)).toEqual([ids[0]]);
+		} finally {
+			for (const stream of streams) stream.close();
+			await full.stop();
+		}
+	});
+});
+
+describe("failures after a stream opened", () => {
+	it("an owner that cannot be read once a stream opened ends that stream; the gateway lives on", async () => {
+		const dir = tempDir();
+		const failing = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), EVENT_HEARTBEAT_MS: "20" }, dir);
+		try {
+			await failing.http("POST", "/intents", signedIntent(newWallet(), route));
+			const other = await openStream(`${failing.url}/events?types=tin_operation.status_changed`, workerHeaders);
+			expect(other.status).toBe(200);
+			await failing.broker.destroyService(failing.broker.getLocalService("mempool")!);
+			// Resumed from the start: the stream opens before its first read of the intents' log, which fails.
+			const stream = await openStream(`${failing.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
+			expect(stream.status).toBe(200);
+			await stream.whenEnded(5000);
+			// Heartbeats go on every 20 ms for the stream still open: none writes to the ended one.
+			const before = other.comments.length;
+			await new Promise(resolve => setTimeout(resolve, 300));
+			expect(other.comments.length).toBeGreaterThan(before + 3);
+			expect(other.ended).toBe(false);
+			other.close();
+			expect((await fetch(`${failing.url}/health/live`)).status).toBe(200);
+		} finally {
+			await failing.stop();
 		}
 	});
 });

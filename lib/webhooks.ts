@@ -289,7 +289,8 @@ for (const [prefix, bits] of [
 	["198.51.100.0", 24],
 	["203.0.113.0", 24],
 	["224.0.0.0", 4], // multicast
-	["240.0.0.0", 4] // reserved, broadcast
+	["240.0.0.0", 4], // reserved, broadcast
+	["168.63.129.16", 32] // Azure's host endpoint (metadata, DNS, health): public-range, yet the host's own
 ] as const)
 	SPECIAL.addSubnet(prefix, bits, "ipv4");
 // Inside global unicast (2000::/3): Teredo, ORCHID and the like, documentation, 6to4 (which embeds IPv4).

@@ -21,8 +21,14 @@ import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { webhookMetrics } from "./metrics";
 import { EVENT_OWNER, type WebhookLease } from "./webhooks.service";
 
-/** Subscriptions one worker delivers at once (each in order, on its own). */
-const MAX_ACTIVE = 8;
+/**
+ * Subscriptions one worker delivers at once (each in order, on its own): room for many slow
+ * receivers (an attempt may take WEBHOOK_TIMEOUT_MS) beside the quick ones.
+ */
+const MAX_ACTIVE = 32;
+/** A lease is given back after this many events or this long, so that a busy subscription cannot keep its slot while others wait. */
+const SLICE_EVENTS = 100;
+const SLICE_MS = 30_000;
 /** An attempt starts only while the lease outlasts its timeout by this much, or after a renewal. */
 const LEASE_MARGIN_MS = 5000;
 /** Of a failed answer's body, what is kept for lastError; the rest is never read. */
@@ -160,14 +166,20 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 			return true;
 		};
 
+		const sliceEnds = performance.now() + SLICE_MS;
+		let sent = 0;
+		const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
 		for (const stream of streamsOf(subscription)) {
 			let cursor = subscription[CURSOR_FIELD[stream]] ?? 0;
 			let recorded = cursor;
-			for (let more = true; more && !stopping; ) {
+			for (let more = true; more && !stopping && !sliceOver(); ) {
 				const page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
 				more = page.length === EVENT_PAGE;
 				for (const event of page) {
-					if (stopping) break;
+					if (stopping || sliceOver()) {
+						more = false;
+						break;
+					}
 					if (!takesEvent(subscription, event)) {
 						cursor = event.seq;
 						continue;
@@ -195,6 +207,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 						if (failed?.disabled) logger.warn(`Webhook ${id} disabled: its deliveries failed for longer than WEBHOOK_RETRY_FOR_MS (last: ${result.error})`);
 						return; // the lease went with the failure: the retry is the owner's schedule
 					}
+					sent++;
 					metrics.attempts.inc({ outcome: "delivered" });
 					metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000);
 					if (!(await advance(stream, event.seq, true))) return;

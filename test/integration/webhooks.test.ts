@@ -269,6 +269,36 @@ describe("webhooks (one node, WEBHOOK_ALLOW_PRIVATE for a local receiver)", () =
 	});
 });
 
+describe("slow receivers", () => {
+	it("do not hold up a quick one: nine subscriptions, eight of them answering in 1.5 s, and the ninth gets its event at once", async () => {
+		const route = newRoute();
+		const dir = tempDir();
+		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), WEBHOOK_ALLOW_PRIVATE: "true" }, dir);
+		const slow = await new Receiver().start();
+		const quick = await new Receiver().start();
+		slow.delayMs = 1500;
+		try {
+			for (let i = 0; i < 8; i++) await subscribe(node.http, slow, `/slow${i}`, { eventTypes: [INTENT] });
+			await subscribe(node.http, quick, "/quick", { eventTypes: [INTENT] });
+			const sender = newWallet();
+			// Two events: the slow ones are busy with the first while the second comes.
+			await submitIntent(node.http, sender, route);
+			await waitFor(() => quick.delivered("/quick").length >= 1 || null, 5000, "the first quick delivery");
+			const second = Date.now();
+			await submitIntent(node.http, sender, route);
+			await waitFor(() => quick.delivered("/quick").length >= 2 || null, 5000, "the second quick delivery");
+			expect(Date.now() - second).toBeLessThan(1000);
+			await waitFor(() => Array.from({ length: 8 }, (_, i) => slow.delivered(`/slow${i}`).length).every(n => n === 2) || null, 15_000, "every slow delivery");
+			expect(slow.unverified).toEqual([]);
+			expect(quick.unverified).toEqual([]);
+		} finally {
+			await node.stop();
+			await slow.stop();
+			await quick.stop();
+		}
+	});
+});
+
 describe("a receiver failing past WEBHOOK_RETRY_FOR_MS", () => {
 	it("disables the subscription; its failures stay readable, and nothing more is sent", async () => {
 		const route = newRoute();
@@ -427,8 +457,8 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 		const receiver = await new Receiver().start();
 		receiver.delayMs = 20;
 		try {
-			// More subscriptions than one worker delivers at once (8): both must take some.
-			const paths = Array.from({ length: 12 }, (_, i) => `/sub-${i}`);
+			// More subscriptions than one worker delivers at once (32): both must take some.
+			const paths = Array.from({ length: 40 }, (_, i) => `/sub-${i}`);
 			for (const p of paths) await subscribe(client, receiver, p, { eventTypes: [INTENT] });
 			const senders = Array.from({ length: 4 }, () => newWallet());
 			const ids: string[] = [];

@@ -481,13 +481,14 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		const limit = Math.max(0, Math.floor(query.limit));
 		if (limit === 0) return [];
 		const filter = { _id: { $gt: query.after }, ...(query.subject !== undefined ? { subject: query.subject } : {}) };
-		const found = await guarded(() => this.eventLog.find(filter).sort({ _id: 1 }).limit(limit).toArray());
+		// One record's events by its index, as the lists are hinted: the planner might walk _id instead.
+		const found = await guarded(() => this.eventLog.find(filter).sort({ _id: 1 }).hint(query.subject !== undefined ? "subject_seq" : { _id: 1 }).limit(limit).toArray());
 		return found.map(fromEventDoc);
 	}
 
 	async latestEvent(subject?: string): Promise<StoredEvent | null> {
 		assertOutbox(this.spec, "read");
-		const found = await guarded(() => this.eventLog.find(subject !== undefined ? { subject } : {}).sort({ _id: -1 }).limit(1).toArray());
+		const found = await guarded(() => this.eventLog.find(subject !== undefined ? { subject } : {}).sort({ _id: -1 }).hint(subject !== undefined ? "subject_seq" : { _id: 1 }).limit(1).toArray());
 		return found.length ? fromEventDoc(found[0]) : null;
 	}
 

@@ -334,7 +334,8 @@ describe("POST /internal/settlement-authorizations/settlement", () => {
 	it("refuses with 422 when the intent expired while leased, before any sweep ran", async () => {
 		// Sweeps off: the authorization check itself must notice the expiry.
 		const dataDir = tempDir();
-		const quiet = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SWEEP_INTERVAL_MS: "600000", LEASE_TTL_MS: "1500" }, dataDir);
+		// The lease outlasts the authorization's 700 ms by far, even on a loaded machine.
+		const quiet = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SWEEP_INTERVAL_MS: "600000", LEASE_TTL_MS: "3000" }, dataDir);
 		try {
 			const asA = quiet.as(crankerA);
 			expect((await asA("POST", "/crankers/heartbeat", signedHeartbeat(crankerA))).status).toBe(200);
@@ -348,7 +349,7 @@ describe("POST /internal/settlement-authorizations/settlement", () => {
 			// With no sweep to return it, a lapsed lease is refused as such.
 			const lapsing = (await quiet.http("POST", "/intents", signedIntent(sender, route))).body;
 			await asA("PATCH", `/intents/${lapsing.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
-			await wait(1600);
+			await wait(3100);
 			const late = await asA("PATCH", `/intents/${lapsing.id}/status`, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 			expect(late.body).toMatchObject({ code: 409, type: "LEASE_EXPIRED" });
 			const noAuthorization = await asA("POST", "/internal/settlement-authorizations/settlement", { workId: lapsing.id, crankerPubkey: crankerA.address });

@@ -41,6 +41,11 @@ function collector(position: number, subject?: string) {
 
 const tick = () => new Promise(resolve => setImmediate(resolve));
 
+/** Waits (a few seconds at most) until `done`, however slow the machine. */
+async function until(done: () => boolean): Promise<void> {
+	for (const deadline = Date.now() + 5000; !done() && Date.now() < deadline; ) await new Promise(resolve => setTimeout(resolve, 5));
+}
+
 describe("StreamFeed", () => {
 	it("gives every subscriber each event after its position once, in order, while the log grows", async () => {
 		const log = new Log();
@@ -61,10 +66,11 @@ describe("StreamFeed", () => {
 		}
 		await Promise.all(joins);
 		// The last events: read by the shared reader.
-		for (let i = 0; i < 3; i++) {
-			feed.wake();
-			await new Promise(resolve => setTimeout(resolve, 5));
-		}
+		const expected = (subscriber: ReturnType<typeof collector>) => log.events.filter(e => e.seq > starts.get(subscriber)! && (subscriber.subject === undefined || e.subject === subscriber.subject)).map(e => e.seq);
+		feed.wake();
+		await until(() => subscribers.every(subscriber => subscriber.received.length >= expected(subscriber).length));
+		// Time for any duplicate to arrive too.
+		await new Promise(resolve => setTimeout(resolve, 50));
 		for (const subscriber of subscribers)
 			expect(subscriber.received).toEqual(log.events.filter(e => e.seq > starts.get(subscriber)! && (subscriber.subject === undefined || e.subject === subscriber.subject)).map(e => e.seq));
 	});
@@ -98,15 +104,52 @@ describe("StreamFeed", () => {
 		append();
 		append();
 		feed.wake();
-		await new Promise(resolve => setTimeout(resolve, 5));
+		await until(() => live.received.length === 2);
 		expect(live.received).toEqual([4, 5]);
 		held!();
 		await joined;
 		append();
 		feed.wake();
-		await new Promise(resolve => setTimeout(resolve, 5));
+		await until(() => late.received.length >= 6 && live.received.length >= 3);
 		expect(late.received).toEqual([1, 2, 3, 4, 5, 6]);
 		expect(live.received).toEqual([4, 5, 6]);
+	});
+
+	it("a subscriber that caught up past the shared reader's read in flight gets those events once", async () => {
+		const events: StoredEvent[] = [];
+		const append = () => events.push({ seq: events.length + 1, subject: "a", type: "t", at: new Date().toISOString(), data: {} });
+		let held: (() => void) | null = null;
+		let holdNext = false;
+		const read = async ({ after, limit }: { after: number; limit: number }) => {
+			const found = events.filter(e => e.seq > after).slice(0, limit);
+			if (holdNext) {
+				holdNext = false;
+				await new Promise<void>(resolve => (held = resolve));
+			}
+			return found;
+		};
+		const feed = new StreamFeed(read, async () => events.length, 10, err => {
+			throw err;
+		});
+		for (let i = 0; i < 3; i++) append();
+		const live = collector(3);
+		await feed.subscribe(live);
+		// The shared reader reads 4 and 5, and its answer is slow to come back…
+		append();
+		append();
+		holdNext = true;
+		feed.wake();
+		await tick();
+		expect(held).not.toBeNull();
+		// …while a new subscriber reads 1–5 itself and joins.
+		const late = collector(0);
+		await feed.subscribe(late);
+		expect(late.received).toEqual([1, 2, 3, 4, 5]);
+		held!();
+		await until(() => live.received.length === 2);
+		await tick();
+		expect(live.received).toEqual([4, 5]);
+		expect(late.received).toEqual([1, 2, 3, 4, 5]);
 	});
 
 	it("reads once per notice for any number of caught-up subscribers, and stops delivering to one that leaves", async () => {
@@ -120,13 +163,13 @@ describe("StreamFeed", () => {
 		log.append("a");
 		log.append("b");
 		feed.wake();
-		await new Promise(resolve => setTimeout(resolve, 10));
+		await until(() => subscribers.every(s => s.received.length === 2));
 		expect(log.reads).toBe(1);
 		for (const subscriber of subscribers) expect(subscriber.received).toEqual([1, 2]);
 		feed.leave(subscribers[0]);
 		log.append("c");
 		feed.wake();
-		await new Promise(resolve => setTimeout(resolve, 10));
+		await until(() => subscribers[1].received.length === 3);
 		expect(subscribers[0].received).toEqual([1, 2]);
 		expect(subscribers[1].received).toEqual([1, 2, 3]);
 	});
@@ -147,7 +190,7 @@ describe("StreamFeed", () => {
 		await feed.subscribe(next);
 		log.append("b");
 		feed.wake();
-		await new Promise(resolve => setTimeout(resolve, 20));
+		await until(() => next.received.length === 1);
 		expect(next.received).toEqual([501]);
 		// One read to catch up, one by the shared reader: none through the 500 before.
 		expect(log.reads).toBe(2);
@@ -163,7 +206,9 @@ describe("StreamFeed", () => {
 		log.append("a");
 		log.append("b");
 		feed.wake();
-		await new Promise(resolve => setTimeout(resolve, 10));
+		await until(() => received.length >= 1);
+		// Had it stayed, the second would follow in the same read.
+		await tick();
 		expect(received).toEqual([1]);
 	});
 });

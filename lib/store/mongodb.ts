@@ -271,10 +271,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	async prepareOutbox(): Promise<void> {
 		if (!this.spec.outbox) return;
 		await guarded(() =>
-			this.eventLog.createIndexes([
-				{ name: "subject_seq", key: { subject: 1, _id: 1 } },
-				{ name: "at_seq", key: { at: 1, _id: 1 } }
-			])
+			this.eventLog.createIndexes([{ name: "subject_seq", key: { subject: 1, _id: 1 } }])
 		);
 	}
 
@@ -496,9 +493,13 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		assertOutbox(this.spec, "read");
 		const size = batchSize(limit);
 		if (size === 0) return 0;
-		const batch = await guarded(() => this.eventLog.find({ at: { $lt: before } }, { projection: { _id: 1 } }).sort({ at: 1, _id: 1 }).limit(size).toArray());
-		if (!batch.length) return 0;
-		return (await guarded(() => this.eventLog.deleteMany({ _id: { $in: batch.map(doc => doc._id) } }))).deletedCount;
+		// As on SQLite: the run of the oldest events (by number) from before `before`, never the newest.
+		const oldest = await guarded(() => this.eventLog.find({}, { projection: { _id: 1, at: 1 } }).sort({ _id: 1 }).limit(size + 1).toArray());
+		const candidates = oldest.length > size ? oldest.slice(0, size) : oldest.slice(0, -1);
+		const stale = candidates.findIndex(doc => doc.at >= before);
+		const upTo = stale === -1 ? candidates.length : stale;
+		if (upTo === 0) return 0;
+		return (await guarded(() => this.eventLog.deleteMany({ _id: { $lte: candidates[upTo - 1]._id } }))).deletedCount;
 	}
 
 	async tally(): Promise<Record<string, bigint>> {

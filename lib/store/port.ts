@@ -130,7 +130,10 @@ export interface Collection<T extends Doc> {
 	events(query: EventQuery): Promise<StoredEvent[]>;
 	/** The newest committed event of `subject`, or of the collection; null when there is none. */
 	latestEvent(subject?: string): Promise<StoredEvent | null>;
-	/** Deletes at most `limit` events from before `before` (ISO time), oldest first; answers how many. */
+	/**
+	 * Deletes at most `limit` of the oldest events, those from before `before` (ISO time) up to the
+	 * first that is not, and never the newest (so that no number is handed out twice); answers how many.
+	 */
 	pruneEvents(before: string, limit: number): Promise<number>;
 }
 

@@ -275,10 +275,11 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		this.getStmt = db.prepare(`SELECT doc FROM ${this.table} WHERE id = ?`);
 		this.eventsTable = quote(`${spec.name}__events`);
 		if (spec.outbox) {
-			// AUTOINCREMENT: a number is never handed out twice, even after the newest events are pruned.
-			db.exec(`CREATE TABLE IF NOT EXISTS ${this.eventsTable} (seq INTEGER PRIMARY KEY AUTOINCREMENT, subject TEXT NOT NULL, type TEXT NOT NULL, at TEXT NOT NULL, data TEXT NOT NULL)`);
+			// The rowid numbers the events: the next is the newest + 1, and pruning never takes the
+			// newest (pruneEvents), so no number is handed out twice. (AUTOINCREMENT would do the same
+			// with a write to sqlite_sequence per event.) One index: a record's events; pruning walks seq.
+			db.exec(`CREATE TABLE IF NOT EXISTS ${this.eventsTable} (seq INTEGER PRIMARY KEY, subject TEXT NOT NULL, type TEXT NOT NULL, at TEXT NOT NULL, data TEXT NOT NULL)`);
 			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(`${spec.name}__events_subject`)} ON ${this.eventsTable} (subject, seq)`);
-			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(`${spec.name}__events_at`)} ON ${this.eventsTable} (at, seq)`);
 			this.committedSeq = this.maxSeq();
 		}
 		if (spec.tally || spec.outbox) group.join(this);
@@ -591,8 +592,16 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		assertOutbox(this.spec, "read");
 		const size = batchSize(limit);
 		if (size === 0) return 0;
-		const stmt = this.statement(`DELETE FROM ${this.eventsTable} WHERE seq IN (SELECT seq FROM ${this.eventsTable} WHERE at < ? ORDER BY at, seq LIMIT ?)`);
-		return this.group.run(() => stmt.run(before, size).changes);
+		// The oldest events, by seq (an event's time follows its number, within a commit window):
+		// the run of them from before `before`, never the newest.
+		const oldest = this.statement(`SELECT seq, at FROM ${this.eventsTable} WHERE seq < (SELECT MAX(seq) FROM ${this.eventsTable}) ORDER BY seq LIMIT ?`);
+		const remove = this.statement(`DELETE FROM ${this.eventsTable} WHERE seq <= ?`);
+		return this.group.run(() => {
+			const rows = oldest.all(size) as { seq: number; at: string }[];
+			const stale = rows.findIndex(row => row.at >= before);
+			const upTo = stale === -1 ? rows.length : stale;
+			return upTo === 0 ? 0 : remove.run(rows[upTo - 1].seq).changes;
+		});
 	}
 
 	async tally(): Promise<Record<string, bigint>> {

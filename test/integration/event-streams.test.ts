@@ -198,30 +198,32 @@ describe("the streams' figures", () => {
 });
 
 describe("retention", () => {
-	it("prunes events older than EVENT_RETENTION_MS on the owners' sweep", async () => {
+	it("prunes events older than EVENT_RETENTION_MS on the owners' sweep, all but the newest", async () => {
 		const dir = tempDir();
 		const short = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), EVENT_RETENTION_MS: "200" }, dir);
 		try {
-			const { status, body } = await short.http("POST", "/intents", signedIntent(newWallet(), route));
-			expect(status).toBe(201);
+			const first = (await short.http("POST", "/intents", signedIntent(newWallet(), route))).body;
+			const second = (await short.http("POST", "/intents", signedIntent(newWallet(), route))).body;
 			const kept = await openStream(`${short.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
-			expect((await kept.waitFor(1))[0].data.subject).toBe(body.id);
+			expect((await kept.waitFor(2)).map(e => e.data.subject)).toEqual([first.id, second.id]);
 			kept.close();
 			// The retention sweep runs at most once a second.
+			const pruned = /scs_sweep_results_total\{sweep="intents-event-retention",result="pruned",node="[^"]+"\} 1/;
 			const deadline = Date.now() + 5000;
 			let text = "";
-			while (!/scs_sweep_results_total\{sweep="intents-event-retention",result="pruned",node="[^"]+"\} 1/.test(text) && Date.now() < deadline) {
+			while (!pruned.test(text) && Date.now() < deadline) {
 				await new Promise(resolve => setTimeout(resolve, 200));
 				text = (await short.http("GET", "/metrics?format=prometheus")).body;
 			}
-			expect(text).toMatch(/scs_sweep_results_total\{sweep="intents-event-retention",result="pruned",node="[^"]+"\} 1/);
+			expect(text).toMatch(pruned);
+			// The newest stays, so that its number is never handed out again.
 			const replay = await openStream(`${short.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
 			await new Promise(resolve => setTimeout(resolve, 300));
 			replay.close();
-			expect(replay.events).toEqual([]);
+			expect(replay.events.map(e => e.data.subject)).toEqual([second.id]);
 			// The intent itself stays; its stream shows its state without an event id.
-			const own = await openStream(`${short.url}/intents/${body.id}/events`);
-			expect((await own.waitFor(1))[0]).toMatchObject({ id: undefined, data: { id: body.id, receiverStatus: "VERIFIED" } });
+			const own = await openStream(`${short.url}/intents/${first.id}/events`);
+			expect((await own.waitFor(1))[0]).toMatchObject({ id: undefined, data: { id: first.id, receiverStatus: "VERIFIED" } });
 			own.close();
 		} finally {
 			await short.stop();

@@ -59,12 +59,15 @@ class SseConnection {
 		res.once("close", () => this.end());
 	}
 
-	/** Writes one event (`data`: JSON text); false once the stream is closed, or closed now because its reader lags too far behind. */
 	/** Closed here, or ended or destroyed under it (a failure answered after it opened). */
 	private get gone(): boolean {
 		return this.closed || this.res.writableEnded || this.res.destroyed;
 	}
 
+	/**
+	 * Queues one event (`data`: JSON text) for the end of this turn; false once the stream is
+	 * closed (a reader lagging 1 MiB behind is closed at that flush).
+	 */
 	send(event: string, data: string, id?: string): boolean {
 		if (this.gone) return false;
 		// The events of one turn (a page the reader hands out) leave in one write, not one each:

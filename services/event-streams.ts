@@ -69,6 +69,11 @@ class SseConnection {
 	 * closed (a reader lagging 1 MiB behind is closed at that flush).
 	 */
 	send(event: string, data: string, id?: string): boolean {
+		return this.sendFrame(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${data}\n\n`);
+	}
+
+	/** Queues one whole event, as `frame` built it (shared by the streams at the same place). */
+	sendFrame(frame: string): boolean {
 		if (this.gone) return false;
 		// The events of one turn (a page the reader hands out) leave in one write, not one each:
 		// with a hundred streams, a write per event per stream was most of the gateway's work.
@@ -77,7 +82,7 @@ class SseConnection {
 				this.flush();
 				if (this.res.writableLength > MAX_BUFFERED_BYTES) this.end();
 			});
-		this.pending.push(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${data}\n\n`);
+		this.pending.push(frame);
 		return true;
 	}
 
@@ -273,6 +278,15 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	};
 	const viewOf = (event: StoredEvent) => cached(views, event, () => event.data.view);
 	const bodyOf = (event: StoredEvent) => cached(bodies, event, () => ({ seq: event.seq, type: event.type, subject: event.subject, at: event.at, ...event.data }));
+	// The worker stream's whole event, by its id: the streams that follow both logs live send the same.
+	const frames = new WeakMap<StoredEvent, { id: string; frame: string }>();
+	const frameOf = (event: StoredEvent, id: string) => {
+		const known = frames.get(event);
+		if (known?.id === id) return known.frame;
+		const frame = `id: ${id}\nevent: ${event.type}\ndata: ${bodyOf(event)}\n\n`;
+		frames.set(event, { id, frame });
+		return frame;
+	};
 
 
 	return {
@@ -351,7 +365,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 						deliver(event) {
 							positions[stream] = event.seq;
 							if (wanted && !wanted.has(event.data.state as string)) return !connection.closed;
-							return connection.send(event.type, bodyOf(event), `${positions.intents}-${positions.tin_operations}`);
+							return connection.sendFrame(frameOf(event, `${positions.intents}-${positions.tin_operations}`));
 						},
 						drained: () => connection.drained()
 					};

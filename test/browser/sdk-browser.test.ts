@@ -16,9 +16,9 @@ import path from "node:path";
 import { gzipSync } from "node:zlib";
 import { chromium, type Browser, type Page } from "playwright-core";
 import type { GenesisRoute } from "../../lib/registry";
-import { MINT, newRoute, newWallet, signedHeartbeat, signedIntent, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import { MINT, newRoute, newWallet, signedIntent, uniqueId, writeSeedFile } from "../helpers/fixtures";
 import type { Service } from "moleculer";
-import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { API_KEY, SETTLEMENT_MOVES, settlementMove, startNode, tempDir, worker, type TestNode } from "../helpers/node";
 
 /** The SDK as the page sees it: the global the IIFE bundle defines. */
 type Sdk = typeof import("../../sdk");
@@ -313,18 +313,7 @@ describeInBrowser("the SDK in headless Chromium", () => {
 		return body.id;
 	}
 
-	/** The settling Cranker's moves of a VERIFIED intent (version 3), the last one terminal. */
-	const MOVES = [
-		["CRANKER_LEASED", 3],
-		["SUBMITTED", 4],
-		["CONFIRMED", 5]
-	] as const;
-	async function move(id: string, [status, expectedVersion]: (typeof MOVES)[number]): Promise<void> {
-		// Online (a heartbeat younger than CRANKER_TTL_MS) for the lease and what follows it.
-		if (status === "CRANKER_LEASED") expect((await node.as(settler)("POST", "/crankers/heartbeat", signedHeartbeat(settler))).status).toBe(200);
-		const answer = await node.as(settler)("PATCH", `/intents/${id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: "5".repeat(87), lastValidBlockHeight: 1_000_000 });
-		expect(answer.status).toBe(200);
-	}
+	const move = (id: string, step: (typeof SETTLEMENT_MOVES)[number]) => settlementMove(node, settler, id, step);
 
 	async function until(probe: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
 		for (const deadline = Date.now() + timeoutMs; !probe(); await new Promise(resolve => setTimeout(resolve, 25))) if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
@@ -352,7 +341,7 @@ describeInBrowser("the SDK in headless Chromium", () => {
 		const mark = seen.length;
 		const outcome = waitInPage(page, id, 15_000);
 		await until(streamOpened(mark, id), "the page's event stream");
-		for (const step of MOVES) await move(id, step);
+		for (const step of SETTLEMENT_MOVES) await move(id, step);
 		expect(await outcome).toEqual({ status: "executed", receiverStatus: "CONFIRMED", error: null });
 		// A simple request (accept is safelisted): no preflight, and nothing else.
 		expect(since(mark)).toEqual([{ method: "GET", path: `/intents/${id}/events`, origin: allowedOrigin, status: 200 }]);
@@ -364,12 +353,12 @@ describeInBrowser("the SDK in headless Chromium", () => {
 		const mark = seen.length;
 		const outcome = waitInPage(page, id, 15_000);
 		await until(streamOpened(mark, id), "the page's event stream");
-		await move(id, MOVES[0]);
+		await move(id, SETTLEMENT_MOVES[0]);
 		await new Promise(resolve => setTimeout(resolve, 300)); // the lease's event reaches the page
 		expect(streams.size).toBe(1);
 		for (const res of streams) res.socket?.destroy();
-		await move(id, MOVES[1]);
-		await move(id, MOVES[2]);
+		await move(id, SETTLEMENT_MOVES[1]);
+		await move(id, SETTLEMENT_MOVES[2]);
 		return outcome;
 	}
 
@@ -421,7 +410,7 @@ describeInBrowser("the SDK in headless Chromium", () => {
 			const mark = seen.length;
 			const outcome = waitInPage(page, id, 15_000);
 			await until(() => seen.slice(mark).some(request => request.path === `/intents/${id}`), "the first poll");
-			for (const step of MOVES) await move(id, step);
+			for (const step of SETTLEMENT_MOVES) await move(id, step);
 			expect(await outcome).toEqual({ status: "executed", receiverStatus: "CONFIRMED", error: null });
 			const requests = since(mark);
 			expect(requests[0]).toEqual({ method: "GET", path: `/intents/${id}/events`, origin: allowedOrigin, status: refusal === "429" ? 429 : 502 });

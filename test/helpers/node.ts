@@ -10,9 +10,10 @@ import path from "node:path";
 import type { ServiceBroker } from "moleculer";
 import { loadConfig, type Config } from "../../lib/config";
 import { RequestSigner } from "../../lib/http-signature";
+import { freePort, spawnScript, waitFor, type ScriptProcess } from "../../devkit/process";
 import { createNode, stopNode } from "../../services";
 import { contractViolation, type ContractOptions } from "./contract";
-import { signingKey, type Wallet } from "./fixtures";
+import { signedHeartbeat, signingKey, type Wallet } from "./fixtures";
 
 export const API_KEY = "test-worker-key-0123456789";
 
@@ -99,4 +100,30 @@ export function crankerClient(url: string, cranker: Wallet, apiKey = API_KEY): H
 		const signature = await signer.sign({ method, url: url + route, body: text });
 		return http(method, route, body === undefined ? undefined : text, { "x-api-key": apiKey, ...signature, ...headers }, options);
 	};
+}
+
+/**
+ * The built service as a process of its own (`node dist/index.js`) on a free port, once it is
+ * ready: for the tests that kill it (SIGKILL) and start it again on the same DATA_DIR.
+ */
+export async function spawnService(env: Record<string, string>): Promise<{ proc: ScriptProcess; url: string }> {
+	const port = await freePort();
+	const proc = spawnScript(path.resolve(__dirname, "../../dist/index.js"), { ...env, PORT: String(port) });
+	const url = `http://127.0.0.1:${port}`;
+	await waitFor(async () => (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200, 20_000, "the service to be ready", 50);
+	return { proc, url };
+}
+
+/** A settling Cranker's moves of a VERIFIED intent (version 3), the last one terminal. */
+export const SETTLEMENT_MOVES = [
+	["CRANKER_LEASED", 3],
+	["SUBMITTED", 4],
+	["CONFIRMED", 5]
+] as const;
+
+/** One of SETTLEMENT_MOVES by `settler`, through the real routes; the lease after a heartbeat, so that it is online. */
+export async function settlementMove(node: TestNode, settler: Wallet, id: string, [status, expectedVersion]: (typeof SETTLEMENT_MOVES)[number]): Promise<void> {
+	if (status === "CRANKER_LEASED") expect((await node.as(settler)("POST", "/crankers/heartbeat", signedHeartbeat(settler))).status).toBe(200);
+	const answer = await node.as(settler)("PATCH", `/intents/${id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: "5".repeat(87), lastValidBlockHeight: 1_000_000 });
+	expect(answer.status).toBe(200);
 }

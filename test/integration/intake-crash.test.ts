@@ -7,19 +7,12 @@
  */
 import Database from "better-sqlite3";
 import path from "node:path";
-import { freePort, spawnScript, waitFor, type ScriptProcess } from "../../devkit/process";
+import { waitFor } from "../../devkit/process";
 import { newRoute, newWallet, signedIntent, writeSeedFile } from "../helpers/fixtures";
-import { API_KEY, httpClient, tempDir, worker } from "../helpers/node";
+import { API_KEY, httpClient, spawnService, tempDir, worker } from "../helpers/node";
 
-const ROOT = path.resolve(__dirname, "../..");
-
-async function start(dataDir: string, seedFile: string): Promise<{ proc: ScriptProcess; url: string }> {
-	const port = await freePort();
-	const proc = spawnScript(path.join(ROOT, "dist/index.js"), { PORT: String(port), DATA_DIR: dataDir, WORKER_API_KEYS: API_KEY, REGISTRY_SEED_FILE: seedFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0" });
-	const url = `http://127.0.0.1:${port}`;
-	await waitFor(async () => (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200, 20_000, "the service to be ready", 50);
-	return { proc, url };
-}
+/** The service as a process on `dataDir`, as the crash tests start it (again). */
+const start = (dataDir: string, seedFile: string) => spawnService({ DATA_DIR: dataDir, WORKER_API_KEYS: API_KEY, REGISTRY_SEED_FILE: seedFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0" });
 
 test("killed between the verification and the insert: no record, no answer, and the retry of the same body is 201", async () => {
 	const dataDir = tempDir();

@@ -4,22 +4,15 @@
  * their events; after a restart on the same DATA_DIR, every record's changes are in the log, and
  * every event in the log is a change a record shows: none lost, none invented.
  */
-import path from "node:path";
-import { freePort, spawnScript, waitFor, type ScriptProcess } from "../../devkit/process";
+import { waitFor } from "../../devkit/process";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
-import { API_KEY, crankerClient, httpClient, tempDir, worker } from "../helpers/node";
+import { API_KEY, crankerClient, httpClient, spawnService, tempDir, worker } from "../helpers/node";
 import { openStream } from "../helpers/sse";
 
 jest.setTimeout(60_000);
-const ROOT = path.resolve(__dirname, "../..");
 
-async function start(dataDir: string, seedFile: string): Promise<{ proc: ScriptProcess; url: string }> {
-	const port = await freePort();
-	const proc = spawnScript(path.join(ROOT, "dist/index.js"), { PORT: String(port), DATA_DIR: dataDir, WORKER_API_KEYS: API_KEY, REGISTRY_SEED_FILE: seedFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0" });
-	const url = `http://127.0.0.1:${port}`;
-	await waitFor(async () => (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200, 20_000, "the service to be ready", 50);
-	return { proc, url };
-}
+/** The service as a process on `dataDir`, as the crash tests start it (again). */
+const start = (dataDir: string, seedFile: string) => spawnService({ DATA_DIR: dataDir, WORKER_API_KEYS: API_KEY, REGISTRY_SEED_FILE: seedFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0" });
 
 test("killed in a burst of changes: after the restart, every change has its event and every event its change", async () => {
 	const dataDir = tempDir();

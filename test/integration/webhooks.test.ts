@@ -6,20 +6,18 @@
  */
 import http, { type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
-import path from "node:path";
 import type { ServiceBroker } from "moleculer";
 import { Webhook } from "standardwebhooks";
 import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
-import { freePort, spawnScript, waitFor, type ScriptProcess } from "../../devkit/process";
+import { freePort, waitFor, type ScriptProcess } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
 import { SERVICE_FACTORIES, createNode, stopNode } from "../../services";
 import { newRoute, newWallet, signedIntent, signedTinOperation, writeSeedFile, type Wallet } from "../helpers/fixtures";
-import { API_KEY, httpClient, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
+import { API_KEY, httpClient, spawnService, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
 
 jest.setTimeout(60_000);
 
-const ROOT = path.resolve(__dirname, "../..");
 const INTENT = "intent.status_changed";
 const OPERATION = "tin_operation.status_changed";
 
@@ -485,14 +483,6 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 });
 
 describe("a process killed (SIGKILL) during a delivery", () => {
-	async function start(env: Record<string, string>): Promise<{ proc: ScriptProcess; url: string }> {
-		const port = await freePort();
-		const proc = spawnScript(path.join(ROOT, "dist/index.js"), { ...env, PORT: String(port) });
-		const url = `http://127.0.0.1:${port}`;
-		await waitFor(async () => (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200, 20_000, "the service to be ready", 50);
-		return { proc, url };
-	}
-
 	it("delivers the event after the restart, from the durable cursor; the secret is never logged", async () => {
 		const dir = tempDir();
 		const route = newRoute();
@@ -510,7 +500,7 @@ describe("a process killed (SIGKILL) during a delivery", () => {
 		const receiver = await new Receiver().start();
 		const held = new Promise<void>(resolve => (receiver.onHold = resolve));
 		receiver.answer = () => "hold";
-		let first: { proc: ScriptProcess; url: string } | null = await start(env);
+		let first: { proc: ScriptProcess; url: string } | null = await spawnService(env);
 		let second: { proc: ScriptProcess; url: string } | null = null;
 		try {
 			const sub = await subscribe(httpClient(first.url), receiver, "/crash", { eventTypes: [INTENT] });
@@ -522,7 +512,7 @@ describe("a process killed (SIGKILL) during a delivery", () => {
 			first = null;
 			receiver.answer = () => 200;
 
-			second = await start(env);
+			second = await spawnService(env);
 			// Once the dead worker's lease lapses (3 × WEBHOOK_TIMEOUT_MS), a worker of the new process takes it.
 			const [delivery] = await waitFor(() => receiver.delivered("/crash").length > 0 && receiver.delivered("/crash"), 20_000, "the delivery after the restart");
 			expect(delivery).toMatchObject({ webhookId: `evt_intents_${sub.cursors.intents + 1}`, body: { data: { view: { id } } } });

@@ -9,8 +9,8 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { LocalKeypairSigner, SettlementClient, type PublicMempoolIntent } from "../../sdk";
 import type { GenesisRoute } from "../../lib/registry";
-import { MINT, newRoute, newWallet, signedHeartbeat, uniqueId, writeSeedFile } from "../helpers/fixtures";
-import { startNode, tempDir, type TestNode } from "../helpers/node";
+import { MINT, newRoute, newWallet, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import { SETTLEMENT_MOVES, settlementMove, startNode, tempDir, type TestNode } from "../helpers/node";
 
 let node: TestNode;
 const route: GenesisRoute = newRoute();
@@ -65,18 +65,7 @@ async function submitted(): Promise<PublicMempoolIntent> {
 	return client.submit(intent);
 }
 
-/** The settling Cranker's next move of a VERIFIED intent (version 3): lease, submit, confirm. */
-const MOVES = [
-	["CRANKER_LEASED", 3],
-	["SUBMITTED", 4],
-	["CONFIRMED", 5]
-] as const;
-async function move(id: string, [status, expectedVersion]: (typeof MOVES)[number]): Promise<void> {
-	// Online (a heartbeat younger than CRANKER_TTL_MS) for the lease and what follows it.
-	if (status === "CRANKER_LEASED") expect((await node.as(settler)("POST", "/crankers/heartbeat", signedHeartbeat(settler))).status).toBe(200);
-	const answer = await node.as(settler)("PATCH", `/intents/${id}/status`, { status, crankerPubkey: settler.address, expectedVersion, transactionSignature: "5".repeat(87), lastValidBlockHeight: 1_000_000 });
-	expect(answer.status).toBe(200);
-}
+const move = (id: string, step: (typeof SETTLEMENT_MOVES)[number]) => settlementMove(node, settler, id, step);
 
 /** scs_event_streams_open of the intent route, as the Node's Prometheus text reports it. */
 async function openStreams(): Promise<number> {
@@ -94,14 +83,14 @@ describe("waitForStatus over the event stream", () => {
 		const { calls, fetch } = recordingFetch();
 		const waiting = new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 10_000 });
 		await until(async () => (await openStreams()) === 1, "the SDK's stream");
-		for (const step of MOVES) await move(intent.id, step);
+		for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
 		expect(await waiting).toMatchObject({ id: intent.id, status: "executed", receiverStatus: "CONFIRMED", transactionSignature: "5".repeat(87) });
 		expect(calls).toEqual([{ method: "GET", path: `/intents/${intent.id}/events`, status: 200, lastEventId: null }]);
 	});
 
 	it("resolves at once for an intent already canceled: the stream's first event is its current state", async () => {
 		const intent = await submitted();
-		await move(intent.id, MOVES[0]);
+		await move(intent.id, SETTLEMENT_MOVES[0]);
 		const rejected = await node.as(settler)("PATCH", `/intents/${intent.id}/status`, { status: "REJECTED", crankerPubkey: settler.address, expectedVersion: 4, reason: "ONCHAIN_FAILED: test" });
 		expect(rejected.status).toBe(200);
 		const { calls, fetch } = recordingFetch();
@@ -148,13 +137,13 @@ describe("waitForStatus over the event stream", () => {
 			const { calls, fetch } = recordingFetch();
 			const waiting = new SettlementClient({ baseUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, fetch }).waitForStatus(intent.id, { timeoutMs: 15_000 });
 			await until(() => streamed[0]?.includes('"receiverStatus":"VERIFIED"'), "the current state");
-			await move(intent.id, MOVES[0]);
+			await move(intent.id, SETTLEMENT_MOVES[0]);
 			await until(() => streamed[0].includes('"receiverStatus":"CRANKER_LEASED"'), "the lease");
 			await wait(200); // delivered to the SDK as well
 			for (const res of clients) res.socket?.destroy();
 			// While it waits to reconnect (the stream's `retry: 2000`), the intent settles.
-			await move(intent.id, MOVES[1]);
-			await move(intent.id, MOVES[2]);
+			await move(intent.id, SETTLEMENT_MOVES[1]);
+			await move(intent.id, SETTLEMENT_MOVES[2]);
 			expect(await waiting).toMatchObject({ id: intent.id, status: "executed", receiverStatus: "CONFIRMED" });
 
 			const ids = (text: string) => [...text.matchAll(/^id: (\d+)$/gm)].map(([, id]) => id);
@@ -175,7 +164,7 @@ describe("waitForStatus over the event stream", () => {
 
 	it("follows the intent across a Node restart on the same DATA_DIR: reconnects through the refused connections, resumes, resolves", async () => {
 		const intent = await submitted();
-		await move(intent.id, MOVES[0]);
+		await move(intent.id, SETTLEMENT_MOVES[0]);
 		const { calls, fetch } = recordingFetch();
 		const baseUrl = node.url;
 		const waiting = new SettlementClient({ baseUrl, fetch }).waitForStatus(intent.id, { timeoutMs: 20_000 });
@@ -184,7 +173,7 @@ describe("waitForStatus over the event stream", () => {
 		await wait(2500); // at least one reconnection finds nothing listening
 		node = await startNode({ ...env, PORT: new URL(baseUrl).port }, dataDir);
 		await until(() => calls.length > 2 && calls.at(-1)!.status === 200, "the reconnection to the restarted Node");
-		for (const step of MOVES.slice(1)) await move(intent.id, step);
+		for (const step of SETTLEMENT_MOVES.slice(1)) await move(intent.id, step);
 		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
 
 		expect(calls.every(call => call.path === `/intents/${intent.id}/events`)).toBe(true);
@@ -209,7 +198,7 @@ describe("waitForStatus without a stream: it polls", () => {
 			const { calls, fetch } = recordingFetch();
 			const waiting = new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 10_000 });
 			await until(() => calls.some(call => call.path === `/intents/${intent.id}`), "the first poll");
-			for (const step of MOVES) await move(intent.id, step);
+			for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
 			expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
 			expect(calls[0]).toEqual({ method: "GET", path: `/intents/${intent.id}/events`, status: 429, lastEventId: null });
 			expect(calls.slice(1).length).toBeGreaterThanOrEqual(2);

@@ -27,6 +27,28 @@ class Log {
 	latest = async () => this.events.length;
 }
 
+/** A log whose next read, once `holdNext` is set, is taken at once and answered only when `held` is called. */
+class HeldLog {
+	readonly events: StoredEvent[] = [];
+	holdNext = false;
+	held: (() => void) | null = null;
+
+	append(): void {
+		this.events.push({ seq: this.events.length + 1, subject: "a", type: "t", at: new Date().toISOString(), data: {} });
+	}
+
+	read = async ({ after, limit }: { after: number; limit: number }) => {
+		const found = this.events.filter(e => e.seq > after).slice(0, limit);
+		if (this.holdNext) {
+			this.holdNext = false;
+			await new Promise<void>(resolve => (this.held = resolve));
+		}
+		return found;
+	};
+
+	latest = async () => this.events.length;
+}
+
 function collector(position: number, subject?: string) {
 	const received: number[] = [];
 	const subscriber: FeedSubscriber & { received: number[] } = {
@@ -76,39 +98,28 @@ describe("StreamFeed", () => {
 	});
 
 	it("a subscriber whose catch-up read is overtaken by the shared reader reads again: nothing falls between", async () => {
-		const events: StoredEvent[] = [];
-		const append = () => events.push({ seq: events.length + 1, subject: "a", type: "t", at: new Date().toISOString(), data: {} });
-		let held: (() => void) | null = null;
-		let holdNext = false;
-		const read = async ({ after, limit }: { after: number; limit: number }) => {
-			const found = events.filter(e => e.seq > after).slice(0, limit);
-			if (holdNext) {
-				holdNext = false;
-				await new Promise<void>(resolve => (held = resolve));
-			}
-			return found;
-		};
-		const feed = new StreamFeed(read, async () => events.length, 10, err => {
+		const log = new HeldLog();
+		const feed = new StreamFeed(log.read, log.latest, 10, err => {
 			throw err;
 		});
-		for (let i = 0; i < 3; i++) append();
+		for (let i = 0; i < 3; i++) log.append();
 		const live = collector(3);
 		await feed.subscribe(live);
 		// B's read sees events 1–3, and its answer is slow to come back…
 		const late = collector(0);
-		holdNext = true;
+		log.holdNext = true;
 		const joined = feed.subscribe(late);
 		await tick();
-		expect(held).not.toBeNull();
+		expect(log.held).not.toBeNull();
 		// …while 4 and 5 are committed and handed to the caught-up subscribers.
-		append();
-		append();
+		log.append();
+		log.append();
 		feed.wake();
 		await until(() => live.received.length === 2);
 		expect(live.received).toEqual([4, 5]);
-		held!();
+		log.held!();
 		await joined;
-		append();
+		log.append();
 		feed.wake();
 		await until(() => late.received.length >= 6 && live.received.length >= 3);
 		expect(late.received).toEqual([1, 2, 3, 4, 5, 6]);
@@ -116,36 +127,25 @@ describe("StreamFeed", () => {
 	});
 
 	it("a subscriber that caught up past the shared reader's read in flight gets those events once", async () => {
-		const events: StoredEvent[] = [];
-		const append = () => events.push({ seq: events.length + 1, subject: "a", type: "t", at: new Date().toISOString(), data: {} });
-		let held: (() => void) | null = null;
-		let holdNext = false;
-		const read = async ({ after, limit }: { after: number; limit: number }) => {
-			const found = events.filter(e => e.seq > after).slice(0, limit);
-			if (holdNext) {
-				holdNext = false;
-				await new Promise<void>(resolve => (held = resolve));
-			}
-			return found;
-		};
-		const feed = new StreamFeed(read, async () => events.length, 10, err => {
+		const log = new HeldLog();
+		const feed = new StreamFeed(log.read, log.latest, 10, err => {
 			throw err;
 		});
-		for (let i = 0; i < 3; i++) append();
+		for (let i = 0; i < 3; i++) log.append();
 		const live = collector(3);
 		await feed.subscribe(live);
 		// The shared reader reads 4 and 5, and its answer is slow to come back…
-		append();
-		append();
-		holdNext = true;
+		log.append();
+		log.append();
+		log.holdNext = true;
 		feed.wake();
 		await tick();
-		expect(held).not.toBeNull();
+		expect(log.held).not.toBeNull();
 		// …while a new subscriber reads 1–5 itself and joins.
 		const late = collector(0);
 		await feed.subscribe(late);
 		expect(late.received).toEqual([1, 2, 3, 4, 5]);
-		held!();
+		log.held!();
 		await until(() => live.received.length === 2);
 		await tick();
 		expect(live.received).toEqual([4, 5]);

@@ -26,6 +26,8 @@ const EVENT_TYPES: Record<EventStream, string> = { intents: INTENT_EVENT_TYPE, t
 const MAX_BUFFERED_BYTES = 1 << 20;
 /** A notice can be lost (a bus hiccup): the logs are read this often anyway while streams are open. */
 const FALLBACK_READ_MS = 1000;
+/** A stream writes at most once per this many ms: what came meanwhile leaves in one write. */
+const FLUSH_WINDOW_MS = 25;
 /** How long a client waits before reconnecting (the SSE `retry:` field), and after a 429. */
 const RECONNECT_MS = 2000;
 
@@ -41,14 +43,60 @@ export const LAST_EVENT_ID = { name: "Last-Event-ID", in: "header" as const, req
 type Request = IncomingMessage & { $params?: Record<string, unknown> };
 type StreamAccess = "public" | "worker";
 
+/** Queued events as one buffer; `parts` tells whether another stream's can be reused. */
+interface Batch {
+	parts: readonly Buffer[];
+	bytes: Buffer;
+}
+
+function batchOf(parts: Buffer[], previous: Batch | null): Batch {
+	if (previous && previous.parts.length === parts.length && previous.parts.every((part, i) => part === parts[i])) return previous;
+	return { parts, bytes: parts.length === 1 ? parts[0] : Buffer.concat(parts) };
+}
+
+/**
+ * Writes the streams' queued events in rounds, at most one per FLUSH_WINDOW_MS. A write to a
+ * socket costs a system call (on loopback the receiver's kernel work too) whatever it carries:
+ * with a hundred busy streams, a write per event per stream was most of the gateway's work. The
+ * first event after a quiet spell leaves at once; a busy log's wait for the next round. Streams
+ * queued the same events (every firehose stream) write one shared buffer.
+ */
+class WriteRounds {
+	private readonly queued = new Set<SseConnection>();
+	private lastRound = 0;
+
+	queue(connection: SseConnection): void {
+		if (this.queued.size === 0) {
+			const wait = this.lastRound + FLUSH_WINDOW_MS - performance.now();
+			if (wait > 0) setTimeout(() => this.run(), wait);
+			else process.nextTick(() => this.run());
+		}
+		this.queued.add(connection);
+	}
+
+	private run(): void {
+		this.lastRound = performance.now();
+		const round = [...this.queued];
+		this.queued.clear();
+		let previous: Batch | null = null;
+		for (const connection of round) {
+			previous = connection.flush(previous) ?? previous;
+			connection.endIfBehind();
+		}
+	}
+}
+
 /** One open SSE response. */
 class SseConnection {
 	closed = false;
 	private readonly closers: (() => void)[] = [];
-	/** Events sent this turn, written together at its end (flush). */
-	private pending: string[] = [];
+	/** Events queued for the next write round. */
+	private pending: Buffer[] = [];
 
-	constructor(private readonly res: ServerResponse) {
+	constructor(
+		private readonly res: ServerResponse,
+		private readonly rounds: WriteRounds
+	) {
 		res.writeHead(200, {
 			"content-type": "text/event-stream; charset=utf-8",
 			"cache-control": "no-cache, no-transform",
@@ -65,38 +113,40 @@ class SseConnection {
 	}
 
 	/**
-	 * Queues one event (`data`: JSON text) for the end of this turn; false once the stream is
-	 * closed (a reader lagging 1 MiB behind is closed at that flush).
+	 * Queues one event (`data`: JSON text) for the next write round; false once the stream is
+	 * closed (a reader lagging 1 MiB behind is closed at that round).
 	 */
 	send(event: string, data: string, id?: string): boolean {
-		return this.sendFrame(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${data}\n\n`);
+		return this.sendFrame(Buffer.from(`${id !== undefined ? `id: ${id}\n` : ""}event: ${event}\ndata: ${data}\n\n`));
 	}
 
-	/** Queues one whole event, as `frame` built it (shared by the streams at the same place). */
-	sendFrame(frame: string): boolean {
+	/** Queues one whole event, as `frame` built it (encoded once, shared by the streams at the same place). */
+	sendFrame(frame: Buffer): boolean {
 		if (this.gone) return false;
-		// The events of one turn (a page the reader hands out) leave in one write, not one each:
-		// with a hundred streams, a write per event per stream was most of the gateway's work.
-		if (this.pending.length === 0)
-			process.nextTick(() => {
-				this.flush();
-				if (this.res.writableLength > MAX_BUFFERED_BYTES) this.end();
-			});
+		if (this.pending.length === 0) this.rounds.queue(this);
 		this.pending.push(frame);
 		return true;
 	}
 
-	private flush(): void {
-		if (this.gone || this.pending.length === 0) return;
-		const text = this.pending.join("");
+	/** Writes what is queued, as `previous` if it is the same events; answers the batch written. */
+	flush(previous: Batch | null = null): Batch | undefined {
+		if (this.gone || this.pending.length === 0) return undefined;
+		const batch = batchOf(this.pending, previous);
 		this.pending = [];
-		this.res.write(text);
+		this.res.write(batch.bytes);
+		return batch;
 	}
 
+	/** A reader this far behind is closed: it reconnects with Last-Event-ID. */
+	endIfBehind(): void {
+		if (this.res.writableLength > MAX_BUFFERED_BYTES) this.end();
+	}
+
+	/** Writes a comment now, after what is queued (one write). */
 	comment(text: string): void {
 		if (this.gone) return;
+		this.pending.push(Buffer.from(`: ${text}\n\n`));
 		this.flush();
-		this.res.write(`: ${text}\n\n`);
 	}
 
 	drained(): Promise<void> {
@@ -182,6 +232,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		])
 	) as Record<EventStream, StreamFeed>;
 	const open = new Set<SseConnection>();
+	const rounds = new WriteRounds();
 	/** Streams open per access (public and worker: anonymous streams cannot use up the Crankers' room) and per client. */
 	const budgets: Record<StreamAccess, { open: number; perClient: Map<string, number> }> = { public: { open: 0, perClient: new Map() }, worker: { open: 0, perClient: new Map() } };
 	let timers: NodeJS.Timeout[] = [];
@@ -226,7 +277,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			res.setHeader("Retry-After", String(RECONNECT_MS / 1000));
 			throw new ServiceError("RATE_LIMITED", budget.open >= config.eventStreamsMax ? "This gateway has as many event streams open as it serves; retry later or elsewhere" : "Too many event streams open from this address");
 		}
-		const connection = new SseConnection(res);
+		const connection = new SseConnection(res, rounds);
 		connection.onceClosed(() => {
 			open.delete(connection);
 			budget.open--;
@@ -279,11 +330,11 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	const viewOf = (event: StoredEvent) => cached(views, event, () => event.data.view);
 	const bodyOf = (event: StoredEvent) => cached(bodies, event, () => ({ seq: event.seq, type: event.type, subject: event.subject, at: event.at, ...event.data }));
 	// The worker stream's whole event, by its id: the streams that follow both logs live send the same.
-	const frames = new WeakMap<StoredEvent, { id: string; frame: string }>();
+	const frames = new WeakMap<StoredEvent, { id: string; frame: Buffer }>();
 	const frameOf = (event: StoredEvent, id: string) => {
 		const known = frames.get(event);
 		if (known?.id === id) return known.frame;
-		const frame = `id: ${id}\nevent: ${event.type}\ndata: ${bodyOf(event)}\n\n`;
+		const frame = Buffer.from(`id: ${id}\nevent: ${event.type}\ndata: ${bodyOf(event)}\n\n`);
 		frames.set(event, { id, frame });
 		return frame;
 	};

@@ -19,6 +19,8 @@ export interface SseStream {
 	comments: string[];
 	/** True once the server ended the response. */
 	ended: boolean;
+	/** How many reads the body arrived in (about how many writes the server made). */
+	chunks: number;
 	/** Resolves once `count` events arrived (or rejects after `timeoutMs`). */
 	waitFor(count: number, timeoutMs?: number): Promise<SseEvent[]>;
 	/** Resolves when the server ends the stream. */
@@ -36,6 +38,7 @@ export function openStream(url: string, headers: Record<string, string> = {}): P
 				events: [],
 				comments: [],
 				ended: false,
+				chunks: 0,
 				waitFor: (count, timeoutMs = 10_000) => until(() => stream.events.length >= count, timeoutMs, `${count} events (got ${stream.events.length})`).then(() => stream.events.slice(0, count)),
 				whenEnded: (timeoutMs = 10_000) => until(() => stream.ended, timeoutMs, "the end of the stream"),
 				close: () => req.destroy()
@@ -52,6 +55,7 @@ export function openStream(url: string, headers: Record<string, string> = {}): P
 				return;
 			}
 			res.on("data", (chunk: string) => {
+				stream.chunks++;
 				text += chunk;
 				let end: number;
 				while ((end = text.indexOf("\n\n")) >= 0) {

@@ -165,6 +165,20 @@ describe("GET /events", () => {
 		}
 	});
 
+	it("writes busy streams in rounds, at most one write per 25 ms, the same events to every stream", async () => {
+		const streams = [await open("/events", workerHeaders), await open("/events", workerHeaders)];
+		const before = streams.map(stream => stream.chunks);
+		const started = performance.now();
+		// One intent after another: each is committed and announced on its own, about every 10 ms.
+		for (let i = 0; i < 30; i++) await submit();
+		for (const stream of streams) await stream.waitFor(30);
+		const elapsed = performance.now() - started;
+		// A round every 25 ms, a heartbeat every 100 ms (one write each), and one round to spare.
+		const allowed = Math.ceil(elapsed / 25) + Math.ceil(elapsed / 100) + 1;
+		for (const [i, stream] of streams.entries()) expect(stream.chunks - before[i]).toBeLessThanOrEqual(allowed);
+		expect(streams[1].events).toEqual(streams[0].events);
+	});
+
 	it("refuses unknown filters and ids with 422", async () => {
 		for (const [query, field] of [["types=intent.created", "types"], ["states=SETTLED", "states"], ["color=red", "color"]] as const) {
 			const refused = await open(`/events?${query}`, workerHeaders);

@@ -177,6 +177,8 @@ interface ListenerFigures {
 	p50: number;
 	p99: number;
 	max: number;
+	/** The fewest and most bytes one listener received: equal when none missed an event. */
+	bytes: { fewest: number; most: number };
 	/** CPU the listeners' process spent (µs) per intent of the phase: it shares the cores with the service. */
 	cpuMicrosPerIntent?: number;
 }
@@ -325,7 +327,7 @@ async function main(): Promise<number> {
 			-2,
 			0,
 			`${listeners} SSE listeners (GET /events, each sent every new intent): ${fmt(rate(withSse))} intents/s against ${fmt(rate(without))} without (÷ ${fmt(rate(withSse) / rate(without), 2)}, mean of ${attached.length} alternating runs); service CPU ${fmt(cpu(withSse))} against ${fmt(cpu(without))} µs per intent (÷ ${fmt(cpu(withSse) / cpu(without), 2)}); the listeners' own process ${fmt(mean(attached.map(a => a.cpuMicrosPerIntent ?? NaN)))} µs per intent on the same cores`,
-			`state change → event received by a listener: p50 ${fmt(mean(attached.map(a => a.p50)), 1)} ms, p99 ${fmt(mean(attached.map(a => a.p99)), 1)} ms (${fmt(mean(attached.map(a => a.events)))} events received per run)`
+			`state change → event received by a listener: p50 ${fmt(mean(attached.map(a => a.p50)), 1)} ms, p99 ${fmt(mean(attached.map(a => a.p99)), 1)} ms (${fmt(mean(attached.map(a => a.events)))} events received per listener and run; ${attached.every(a => a.bytes.fewest === a.bytes.most) ? "every listener received the same bytes" : `LISTENERS DIFFER: ${attached.map(a => `${a.bytes.fewest}–${a.bytes.most}`).join(", ")} bytes`})`
 		);
 	}
 	for (const row of rows) for (const [status, samples] of Object.entries(row.errorSamples)) out.push(`${row.target} ${row.load}: ${row.statuses[status]} × ${status}, e.g. ${samples[0]}`);

@@ -226,7 +226,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 				headers: { Location: { description: "/webhooks/{id} of the new subscription", schema: Type.String() } }
 			}
 		},
-		errors: []
+		errors: ["LIMIT_REACHED"]
 	},
 	"webhooks.list": { tag: "webhooks", summary: "List webhook subscriptions", description: "Newest first, with their delivery state; never a secret.", answers: ok(Type.Array(WebhookSubscriptionSchema)), errors: [] },
 	"webhooks.get": {

@@ -97,6 +97,8 @@ export interface Config {
 	webhookRetryBaseMs: number;
 	/** WEBHOOK_TIMEOUT_MS: one delivery attempt, from the DNS lookup to the answer's status; a delivery lease lasts three of them. */
 	webhookTimeoutMs: number;
+	/** WEBHOOKS_MAX: webhook subscriptions the deployment keeps; past it, POST /webhooks is 409 LIMIT_REACHED. */
+	webhooksMax: number;
 }
 
 /** A configuration the process cannot start with: a message for the operator, so no stack trace. */
@@ -288,6 +290,7 @@ export function loadConfig(env: Env = process.env): Config {
 		webhookAllowPrivate: flag(env, "WEBHOOK_ALLOW_PRIVATE"),
 		webhookRetryForMs: integer(env, "WEBHOOK_RETRY_FOR_MS", 24 * 60 * 60 * 1000, 1),
 		webhookRetryBaseMs: integer(env, "WEBHOOK_RETRY_BASE_MS", 5000, 1),
-		webhookTimeoutMs: integer(env, "WEBHOOK_TIMEOUT_MS", 10_000, 100)
+		webhookTimeoutMs: integer(env, "WEBHOOK_TIMEOUT_MS", 10_000, 100),
+		webhooksMax: integer(env, "WEBHOOKS_MAX", 100, 1)
 	};
 }

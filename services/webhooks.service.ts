@@ -64,6 +64,8 @@ const leaseParams = { id: { type: "string", max: 64 }, version: { type: "number"
 export function webhooksService(config: Config): ServiceSchema {
 	let webhooks: Collection<WebhookRecord>;
 	const leaseTtlMs = LEASE_ATTEMPTS * config.webhookTimeoutMs;
+	/** Creations, one at a time: the count and the insert of one are not split by another's. */
+	let creating: Promise<unknown> = Promise.resolve();
 	const lookup = (host: string) => dns.lookup(host, { all: true, verbatim: true });
 
 	async function mustGet(id: string): Promise<WebhookRecord> {
@@ -139,7 +141,13 @@ export function webhooksService(config: Config): ServiceSchema {
 						disabledReason: null,
 						failures: []
 					};
-					if (!(await webhooks.insert(record))) throw new Error("a new webhook id was taken");
+					const created = creating.then(async () => {
+						if ((await webhooks.count()) >= config.webhooksMax)
+							throw new ServiceError("LIMIT_REACHED", `This deployment keeps at most ${config.webhooksMax} webhook subscriptions (WEBHOOKS_MAX); delete one first`);
+						if (!(await webhooks.insert(record))) throw new Error("a new webhook id was taken");
+					});
+					creating = created.catch(() => undefined);
+					await created;
 					ctx.meta.$statusCode = 201;
 					ctx.meta.$location = `/webhooks/${record.id}`;
 					return { ...toWebhookView(record), secret: record.secret };

@@ -297,6 +297,26 @@ describe("slow receivers", () => {
 	});
 });
 
+describe("WEBHOOKS_MAX", () => {
+	it("keeps at most that many subscriptions, five asked for at once: 409 LIMIT_REACHED past it, room again after a delete", async () => {
+		const dir = tempDir();
+		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [newRoute()]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOKS_MAX: "3" }, dir);
+		try {
+			const create = (i: number) => node.http("POST", "/webhooks", { url: `http://127.0.0.1:9/hook${i}`, eventTypes: [INTENT] }, worker);
+			const answers = await Promise.all([0, 1, 2, 3, 4].map(create));
+			expect(answers.map(answer => answer.status).sort()).toEqual([201, 201, 201, 409, 409]);
+			for (const refused of answers.filter(answer => answer.status === 409)) expect(refused.body).toMatchObject({ type: "LIMIT_REACHED" });
+			const kept = await node.http("GET", "/webhooks", undefined, worker);
+			expect(kept.body).toHaveLength(3);
+			expect((await node.http("DELETE", `/webhooks/${kept.body[0].id}`, undefined, worker)).status).toBe(200);
+			expect((await create(5)).status).toBe(201);
+			expect((await create(6)).status).toBe(409);
+		} finally {
+			await node.stop();
+		}
+	});
+});
+
 describe("a receiver failing past WEBHOOK_RETRY_FOR_MS", () => {
 	it("disables the subscription; its failures stay readable, and nothing more is sent", async () => {
 		const route = newRoute();

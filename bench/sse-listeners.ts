@@ -4,11 +4,11 @@
  * every event to every listener; the first MEASURED of them also read each event's delay from its
  * state change (`at`) to its arrival, the others only count the bytes. On "stop" from the parent
  * it answers { events, p50, p99, max } in ms (over the measured listeners) and the fewest and most
- * bytes a listener received (equal when none missed anything), and exits.
+ * body bytes a listener received (equal when none missed anything), and exits.
  *
  *   node dist/bench/sse-listeners.js <url> <worker key> <count>
  */
-import http from "node:http";
+import net from "node:net";
 
 /**
  * Listeners that parse what they receive. Parsing all hundred streams took this process about as
@@ -18,18 +18,24 @@ import http from "node:http";
 const MEASURED = 10;
 const FRAME_END = Buffer.from("\n\n");
 const AT = Buffer.from('"at":"');
+const CRLF = Buffer.from("\r\n");
+/** The last events of a phase are still on their way when its last answer arrives: wait for a quiet spell. */
+const QUIET_MS = 300;
 
 const [url, apiKey, countText] = process.argv.slice(2);
 const count = Number(countText);
+const target = new URL(url);
 const delays: number[] = [];
 const received: number[] = [];
-const requests: http.ClientRequest[] = [];
+const sockets: net.Socket[] = [];
 let opened = 0;
+let lastData = Date.now();
 
-function measureDelays(res: http.IncomingMessage): void {
+/** Each event's delay, from the body as it comes (frames may span reads). */
+function delayReader(): (body: Buffer) => void {
 	let rest: Buffer = Buffer.alloc(0);
-	res.on("data", (chunk: Buffer) => {
-		const bytes = rest.length ? Buffer.concat([rest, chunk]) : chunk;
+	return body => {
+		const bytes = rest.length ? Buffer.concat([rest, body]) : body;
 		const now = Date.now();
 		let start = 0;
 		let end: number;
@@ -39,36 +45,68 @@ function measureDelays(res: http.IncomingMessage): void {
 			start = end + FRAME_END.length;
 		}
 		rest = bytes.subarray(start);
-	});
+	};
 }
 
-for (let i = 0; i < count; i++) {
-	const req = http.get(`${url}/events?types=intent.status_changed&states=VERIFIED`, { headers: { "x-api-key": apiKey, accept: "text/event-stream" }, agent: false }, res => {
-		if (res.statusCode !== 200) {
-			process.stderr.write(`listener ${i}: HTTP ${res.statusCode}\n`);
-			process.exit(1);
+/**
+ * One listener over a plain socket, without node:http's parser and streams in the way: the status
+ * line and headers, then the chunked body, handed to `onBody` without its framing.
+ */
+function listen(i: number, onBody: (body: Buffer) => void): void {
+	const socket = net.connect(Number(target.port), target.hostname, () =>
+		socket.write(`GET /events?types=intent.status_changed&states=VERIFIED HTTP/1.1\r\nhost: ${target.host}\r\nx-api-key: ${apiKey}\r\naccept: text/event-stream\r\n\r\n`)
+	);
+	let buffered: Buffer = Buffer.alloc(0);
+	let headers = true;
+	/** Body bytes still due in the current chunk; -1: a chunk-size line is next. */
+	let due = -1;
+	socket.on("data", (chunk: Buffer) => {
+		lastData = Date.now();
+		let bytes = buffered.length ? Buffer.concat([buffered, chunk]) : chunk;
+		if (headers) {
+			const end = bytes.indexOf("\r\n\r\n");
+			if (end < 0) return void (buffered = bytes);
+			const status = bytes.toString("latin1", 0, bytes.indexOf(CRLF));
+			if (!status.startsWith("HTTP/1.1 200")) {
+				process.stderr.write(`listener ${i}: ${status}\n`);
+				process.exit(1);
+			}
+			headers = false;
+			if (++opened === count) process.send?.({ ready: true });
+			bytes = bytes.subarray(end + 4);
 		}
-		if (++opened === count) process.send?.({ ready: true });
-		received[i] = 0;
-		res.on("data", (chunk: Buffer) => {
-			received[i] += chunk.length;
-			lastData = Date.now();
-		});
-		if (i < MEASURED) measureDelays(res);
+		let at = 0;
+		while (at < bytes.length) {
+			if (due < 0) {
+				const end = bytes.indexOf(CRLF, at);
+				if (end < 0) break;
+				due = parseInt(bytes.toString("latin1", at, end), 16) + CRLF.length;
+				at = end + CRLF.length;
+				continue;
+			}
+			const take = Math.min(due, bytes.length - at);
+			// The chunk's closing CRLF is not body.
+			const body = bytes.subarray(at, at + Math.min(take, Math.max(0, due - CRLF.length)));
+			received[i] += body.length;
+			if (body.length) onBody(body);
+			due -= take;
+			at += take;
+			if (due === 0) due = -1;
+		}
+		buffered = bytes.subarray(at);
 	});
-	req.on("error", () => undefined);
-	requests.push(req);
+	socket.on("error", () => undefined);
+	received[i] = 0;
+	sockets.push(socket);
 }
 
-/** The last events of a phase are still on their way when its last answer arrives: wait for a quiet spell. */
-const QUIET_MS = 300;
-let lastData = Date.now();
+for (let i = 0; i < count; i++) listen(i, i < MEASURED ? delayReader() : () => {});
 
 process.on("message", async message => {
 	if (message !== "stop") return;
 	const deadline = Date.now() + 5000;
 	while (Date.now() - lastData < QUIET_MS && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 50));
-	for (const req of requests) req.destroy();
+	for (const socket of sockets) socket.destroy();
 	const sorted = delays.sort((a, b) => a - b);
 	const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 	process.send?.(

@@ -179,6 +179,20 @@ describe("GET /events", () => {
 		expect(streams[1].events).toEqual(streams[0].events);
 	});
 
+	it("gives each stream its own events when streams with different filters are written in one round", async () => {
+		const leased = await submit();
+		const verifiedOnly = await open("/events?states=VERIFIED", workerHeaders);
+		const leasedOnly = await open("/events?states=CRANKER_LEASED", workerHeaders);
+		// Two changes at once: one event for each stream, most likely read in one page and written in one round.
+		const [created] = await Promise.all([submit(), lease(leased, 3).then(answer => expect(answer.status).toBe(200))]);
+		const [verified] = await verifiedOnly.waitFor(1);
+		const [lease1] = await leasedOnly.waitFor(1);
+		expect([verified.data.subject, verified.data.state]).toEqual([created, "VERIFIED"]);
+		expect([lease1.data.subject, lease1.data.state]).toEqual([leased, "CRANKER_LEASED"]);
+		await new Promise(resolve => setTimeout(resolve, 100));
+		expect([verifiedOnly.events.length, leasedOnly.events.length]).toEqual([1, 1]);
+	});
+
 	it("refuses unknown filters and ids with 422", async () => {
 		for (const [query, field] of [["types=intent.created", "types"], ["states=SETTLED", "states"], ["color=red", "color"]] as const) {
 			const refused = await open(`/events?${query}`, workerHeaders);

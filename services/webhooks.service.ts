@@ -64,8 +64,6 @@ const leaseParams = { id: { type: "string", max: 64 }, version: { type: "number"
 export function webhooksService(config: Config): ServiceSchema {
 	let webhooks: Collection<WebhookRecord>;
 	const leaseTtlMs = LEASE_ATTEMPTS * config.webhookTimeoutMs;
-	/** Creations, one at a time: the count and the insert of one are not split by another's. */
-	let creating: Promise<unknown> = Promise.resolve();
 	const lookup = (host: string) => dns.lookup(host, { all: true, verbatim: true });
 
 	async function mustGet(id: string): Promise<WebhookRecord> {
@@ -141,13 +139,16 @@ export function webhooksService(config: Config): ServiceSchema {
 						disabledReason: null,
 						failures: []
 					};
-					const created = creating.then(async () => {
-						if ((await webhooks.count()) >= config.webhooksMax)
-							throw new ServiceError("LIMIT_REACHED", `This deployment keeps at most ${config.webhooksMax} webhook subscriptions (WEBHOOKS_MAX); delete one first`);
-						if (!(await webhooks.insert(record))) throw new Error("a new webhook id was taken");
-					});
-					creating = created.catch(() => undefined);
-					await created;
+					const full = () => new ServiceError("LIMIT_REACHED", `This deployment keeps at most ${config.webhooksMax} webhook subscriptions (WEBHOOKS_MAX); delete one first`);
+					if ((await webhooks.count()) >= config.webhooksMax) throw full();
+					// Stored, then counted: of creations racing on any number of owner replicas, the
+					// last to count sees every one kept, so the kept never outnumber WEBHOOKS_MAX
+					// (a race at the limit can refuse one more than needed, never admit one).
+					if (!(await webhooks.insert(record))) throw new Error("a new webhook id was taken");
+					if ((await webhooks.count()) > config.webhooksMax) {
+						await webhooks.remove(record.id);
+						throw full();
+					}
 					ctx.meta.$statusCode = 201;
 					ctx.meta.$location = `/webhooks/${record.id}`;
 					return { ...toWebhookView(record), secret: record.secret };

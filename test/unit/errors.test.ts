@@ -40,9 +40,10 @@ describe("ERROR_STATUS", () => {
 		expect(ERROR_STATUS[type as keyof typeof ERROR_STATUS]).toBe(status);
 	});
 
-	it("adds only the 422 EVIDENCE_INCONSISTENT of §2.5 and the 500 INTERNAL_ERROR", () => {
+	it("adds only the 422 EVIDENCE_INCONSISTENT of §2.5, the 500 INTERNAL_ERROR, and the 409 LIMIT_REACHED of the webhook routes (not in the SPEC)", () => {
 		const extra = Object.keys(ERROR_STATUS).filter(type => !(type in SPEC_TABLE));
-		expect(extra.sort()).toEqual(["EVIDENCE_INCONSISTENT", "INTERNAL_ERROR"]);
+		expect(extra.sort()).toEqual(["EVIDENCE_INCONSISTENT", "INTERNAL_ERROR", "LIMIT_REACHED"]);
+		expect(ERROR_STATUS.LIMIT_REACHED).toBe(409);
 		expect(ERROR_STATUS.EVIDENCE_INCONSISTENT).toBe(422);
 	});
 });

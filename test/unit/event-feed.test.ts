@@ -49,6 +49,23 @@ class HeldLog {
 	latest = async () => this.events.length;
 }
 
+/** A feed of `log`, in pages of `pageSize`, that fails the test on a read error. */
+function feedOf(log: { read: Log["read"] | HeldLog["read"]; latest: () => Promise<number> }, pageSize = 10): StreamFeed {
+	return new StreamFeed(log.read, log.latest, pageSize, err => {
+		throw err;
+	});
+}
+
+/** A held log of 3 events, and a subscriber caught up with them through its feed. */
+async function followedHeldLog() {
+	const log = new HeldLog();
+	const feed = feedOf(log);
+	for (let i = 0; i < 3; i++) log.append();
+	const live = collector(3);
+	await feed.subscribe(live);
+	return { log, feed, live };
+}
+
 function collector(position: number, subject?: string) {
 	const received: number[] = [];
 	const subscriber: FeedSubscriber & { received: number[] } = {
@@ -71,9 +88,7 @@ async function until(done: () => boolean): Promise<void> {
 describe("StreamFeed", () => {
 	it("gives every subscriber each event after its position once, in order, while the log grows", async () => {
 		const log = new Log();
-		const feed = new StreamFeed(log.read, log.latest, 3, err => {
-			throw err;
-		});
+		const feed = feedOf(log, 3);
 		for (let i = 0; i < 5; i++) log.append(`s${i % 2}`);
 		const subscribers = Array.from({ length: 60 }, (_, i) => collector(i % 7, i % 3 === 0 ? undefined : `s${i % 2}`));
 		const starts = new Map(subscribers.map(s => [s, s.position]));
@@ -93,18 +108,11 @@ describe("StreamFeed", () => {
 		await until(() => subscribers.every(subscriber => subscriber.received.length >= expected(subscriber).length));
 		// Time for any duplicate to arrive too.
 		await new Promise(resolve => setTimeout(resolve, 50));
-		for (const subscriber of subscribers)
-			expect(subscriber.received).toEqual(log.events.filter(e => e.seq > starts.get(subscriber)! && (subscriber.subject === undefined || e.subject === subscriber.subject)).map(e => e.seq));
+		for (const subscriber of subscribers) expect(subscriber.received).toEqual(expected(subscriber));
 	});
 
 	it("a subscriber whose catch-up read is overtaken by the shared reader reads again: nothing falls between", async () => {
-		const log = new HeldLog();
-		const feed = new StreamFeed(log.read, log.latest, 10, err => {
-			throw err;
-		});
-		for (let i = 0; i < 3; i++) log.append();
-		const live = collector(3);
-		await feed.subscribe(live);
+		const { log, feed, live } = await followedHeldLog();
 		// B's read sees events 1–3, and its answer is slow to come back…
 		const late = collector(0);
 		log.holdNext = true;
@@ -127,13 +135,7 @@ describe("StreamFeed", () => {
 	});
 
 	it("a subscriber that caught up past the shared reader's read in flight gets those events once", async () => {
-		const log = new HeldLog();
-		const feed = new StreamFeed(log.read, log.latest, 10, err => {
-			throw err;
-		});
-		for (let i = 0; i < 3; i++) log.append();
-		const live = collector(3);
-		await feed.subscribe(live);
+		const { log, feed, live } = await followedHeldLog();
 		// The shared reader reads 4 and 5, and its answer is slow to come back…
 		log.append();
 		log.append();
@@ -154,9 +156,7 @@ describe("StreamFeed", () => {
 
 	it("reads once per notice for any number of caught-up subscribers, and stops delivering to one that leaves", async () => {
 		const log = new Log();
-		const feed = new StreamFeed(log.read, log.latest, 10, err => {
-			throw err;
-		});
+		const feed = feedOf(log);
 		const subscribers = Array.from({ length: 100 }, () => collector(0));
 		await Promise.all(subscribers.map(s => feed.subscribe(s)));
 		log.reads = 0;
@@ -176,9 +176,7 @@ describe("StreamFeed", () => {
 
 	it("once nobody follows the log, now is where the log ends, not where its last follower left it", async () => {
 		const log = new Log();
-		const feed = new StreamFeed(log.read, log.latest, 10, err => {
-			throw err;
-		});
+		const feed = feedOf(log);
 		const first = collector(await feed.head());
 		await feed.subscribe(first);
 		feed.leave(first);
@@ -198,9 +196,7 @@ describe("StreamFeed", () => {
 
 	it("drops a subscriber whose delivery answers false", async () => {
 		const log = new Log();
-		const feed = new StreamFeed(log.read, log.latest, 10, err => {
-			throw err;
-		});
+		const feed = feedOf(log);
 		const received: number[] = [];
 		await feed.subscribe({ position: 0, deliver: event => (received.push(event.seq), false), drained: () => Promise.resolve() });
 		log.append("a");

@@ -140,6 +140,7 @@ export function webhooksService(config: Config): ServiceSchema {
 						failures: []
 					};
 					const full = () => new ServiceError("LIMIT_REACHED", `This deployment keeps at most ${config.webhooksMax} webhook subscriptions (WEBHOOKS_MAX); delete one first`);
+					// Full already: refused without storing anything.
 					if ((await webhooks.count()) >= config.webhooksMax) throw full();
 					// Stored, then counted: of creations racing on any number of owner replicas, the
 					// last to count sees every one kept, so the kept never outnumber WEBHOOKS_MAX

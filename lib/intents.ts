@@ -165,7 +165,18 @@ export const MempoolIntentSchema = Type.Object(
 export type MempoolIntent = Static<typeof MempoolIntentSchema>;
 
 export const IntentWorkItemSchema = Type.Object({ intent: MempoolIntentSchema, leaseTtlMs: Type.Integer({ minimum: 1 }) }, named("IntentWorkItem"));
-export type IntentWorkItem = Static<typeof IntentWorkItemSchema>;
+
+/** A page of GET /intent-work from the mempool to the gateway: the worker views' JSON texts, and the last one's place (the next page's cursor). */
+export interface WorkPage {
+	intents: string[];
+	leaseTtlMs: number;
+	last: { createdAt: string; id: string } | null;
+}
+
+/** The JSON text of a GET /intent-work item (IntentWorkItemSchema) around its worker view's text. */
+export function workItemText(workerView: string, leaseTtlMs: number): string {
+	return `{"intent":${workerView},"leaseTtlMs":${leaseTtlMs}}`;
+}
 
 export function toPublicView(record: IntentRecord): PublicMempoolIntent {
 	const { request } = record;

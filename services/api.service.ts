@@ -15,6 +15,8 @@ import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
+import { workItemText, type WorkPage } from "../lib/intents";
+import { answersJsonText, jsonArray } from "../lib/json-text";
 import { WORK_PAGE, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import type { EventsAppended } from "../mixins/outbox.mixin";
@@ -434,21 +436,20 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			 * GET /intent-work: the mempool's work pages joined here, so that no list of up to 500
 			 * intents crosses the bus in one message (NATS refuses messages over 1 MB).
 			 */
-			intentWork: {
+			intentWork: answersJsonText({
 				params: { $$strict: true, limit: limit() },
-				async handler(ctx: Context<{ limit: number }>) {
-					type Work = { intent: { id: string; createdAt: string } };
-					const work: Work[] = [];
-					while (work.length < ctx.params.limit) {
-						const size = Math.min(WORK_PAGE, ctx.params.limit - work.length);
-						const last = work[work.length - 1]?.intent;
-						const page = await ctx.call<Work[], object>("mempool.workPage", { limit: size, ...(last ? { after: { createdAt: last.createdAt, id: last.id } } : {}) });
-						work.push(...page);
-						if (page.length < size) break;
+				async handler(ctx: Context<{ limit: number }>): Promise<string> {
+					const items: string[] = [];
+					for (let after: WorkPage["last"] = null; items.length < ctx.params.limit; ) {
+						const size = Math.min(WORK_PAGE, ctx.params.limit - items.length);
+						const page: WorkPage = await ctx.call<WorkPage, object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) });
+						for (const intent of page.intents) items.push(workItemText(intent, page.leaseTtlMs));
+						if (page.intents.length < size) break;
+						after = page.last;
 					}
-					return work;
+					return jsonArray(items);
 				}
-			},
+			}),
 
 			/**
 			 * GET /openapi.json: OpenAPI 3.1 of every route, built from the route tables above and the

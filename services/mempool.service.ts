@@ -40,12 +40,13 @@ import {
 	type CreateIntentRequest,
 	type IntentRecord,
 	type IntentState,
-	type IntentWorkItem,
+	type WorkPage,
 	type PendingChainCheck,
 	type PublicMempoolIntent,
 	type UpdateStatusRequest
 } from "../lib/intents";
 import { byId, merkleRoot } from "../lib/merkle";
+import { answersJsonText, jsonArray } from "../lib/json-text";
 import { WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
@@ -82,7 +83,9 @@ export const INTENTS_COLLECTION = {
 	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["archivedIn", "createdAt"], ["archivedIn", "state", "createdAt"]],
 	tally: intentTally,
 	// Each state change writes its event in the same write (intentEvent): SSE streams and webhooks read them.
-	outbox: true
+	outbox: true,
+	// What GET /intents and GET /intent-work answer for each intent, kept as text by every write.
+	views: { public: { version: 1, build: toPublicView }, worker: { version: 1, build: toWorkerView } }
 } satisfies CollectionSpec<IntentRecord>;
 
 /** Before nonces were a field of the intent: `<senderWallet>:<nonce>` → the intent holding it. Read once, to migrate. */
@@ -206,35 +209,37 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				}
 			},
 
-			/** GET /intents?status=&limit=: newest first. */
-			list: {
+			/** GET /intents?status=&limit=: newest first, as JSON text (the kept public views). */
+			list: answersJsonText({
 				params: {
 					$$strict: true,
 					status: { type: "enum", values: [...INTENT_STATES, ...new Set(Object.values(PUBLIC_STATUS))], optional: true },
 					limit: limit()
 				},
-				async handler(this: MempoolThis, ctx: Context<{ status?: string; limit: number }>) {
+				async handler(this: MempoolThis, ctx: Context<{ status?: string; limit: number }>): Promise<string> {
 					const where: Where = { archivedIn: null, ...(ctx.params.status ? { state: { in: statesOfStatus(ctx.params.status) } } : {}) };
-					return (await this.intents.list({ where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(toPublicView);
+					return jsonArray((await this.intents.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json));
 				}
-			},
+			}),
 
 			/**
 			 * Internal, for GET /intent-work: one page of VERIFIED intents that have not expired,
-			 * oldest first, after the intent `after` (the last of the previous page). Pages stay far
-			 * below NATS's 1 MB message limit; the gateway joins them (api.intentWork).
+			 * oldest first, after the intent `after` (the last of the previous page), as the JSON
+			 * texts of their worker views. Pages stay far below NATS's 1 MB message limit; the gateway
+			 * joins them (api.intentWork).
 			 */
 			workPage: internal({
 				params: {
 					limit: { type: "number", integer: true, min: 1, max: WORK_PAGE },
 					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
 				},
-				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>): Promise<IntentWorkItem[]> {
+				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>): Promise<WorkPage> {
 					const latestSlot = this.slots.latest();
 					const { limit: size, after } = ctx.params;
 					const where: Where = { state: "VERIFIED", expiresAt: { gt: new Date().toISOString() }, ...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}) };
-					const records = await this.intents.list({ where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
-					return records.map(record => ({ intent: toWorkerView(record), leaseTtlMs: this.settings.leaseTtlMs }));
+					const rows = await this.intents.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
+					const last = rows[rows.length - 1];
+					return { intents: rows.map(row => row.json), leaseTtlMs: this.settings.leaseTtlMs, last: last ? { createdAt: String(last.order), id: last.id } : null };
 				}
 			}),
 

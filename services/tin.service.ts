@@ -15,6 +15,7 @@ import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
+import { answersJsonText, jsonArray } from "../lib/json-text";
 import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
 import { readRegistrySubmission } from "../lib/settlement";
 import { tinFromSequence } from "../lib/tin";
@@ -51,7 +52,9 @@ const OPERATIONS_COLLECTION = {
 	// and one for a submitter's registry work: anyone can add operations, so no read may scan them.
 	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"], ["feeCommittedBy", "status", "createdAt"]],
 	// Each status change writes its event in the same write (tinOperationEvent).
-	outbox: true
+	outbox: true,
+	// What the public list and the work lists answer for each operation, kept as text by every write.
+	views: { public: { version: 1, build: toPublicTinOperation }, worker: { version: 1, build: toTinOperationView } }
 } as const;
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
@@ -253,9 +256,9 @@ export function tinService(config: Config): ServiceSchema {
 		throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: (await mustGetOperation(id)).status });
 	}
 
-	/** The worker lists: oldest first. */
-	async function workList(where: Where, limitTo: number) {
-		return (await operations.list({ where, orderBy: ["createdAt", "asc"], limit: limitTo })).map(toTinOperationView);
+	/** The worker lists: oldest first, as JSON text (the kept worker views). */
+	async function workList(where: Where, limitTo: number): Promise<string> {
+		return jsonArray((await operations.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: limitTo })).map(row => row.json));
 	}
 
 	const stageActions = Object.fromEntries(
@@ -311,18 +314,18 @@ export function tinService(config: Config): ServiceSchema {
 			submitOperation: { params: createTinOperationParams, handler: submit },
 
 			/** GET /tin-operations?status=&intent_type=&limit= (newest first) */
-			listOperations: {
+			listOperations: answersJsonText({
 				params: {
 					$$strict: true,
 					status: { type: "enum", values: [...TIN_OPERATION_STATES], optional: true },
 					intent_type: { type: "enum", values: ["create", "update"], optional: true },
 					limit: limit()
 				},
-				async handler(ctx: Context<{ status?: TinOperationState; intent_type?: string; limit: number }>) {
+				async handler(ctx: Context<{ status?: TinOperationState; intent_type?: string; limit: number }>): Promise<string> {
 					const where: Where = { ...(ctx.params.status ? { status: ctx.params.status } : {}), ...(ctx.params.intent_type ? { intentType: ctx.params.intent_type } : {}) };
-					return (await operations.list({ where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(toPublicTinOperation);
+					return jsonArray((await operations.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json));
 				}
-			},
+			}),
 
 			/** GET /tin-operations/{id} */
 			getOperation: {
@@ -331,28 +334,28 @@ export function tinService(config: Config): ServiceSchema {
 			},
 
 			/** GET /tin-operations/verification-work */
-			verificationWork: {
+			verificationWork: answersJsonText({
 				params: { $$strict: true, limit: limit() },
 				handler: (ctx: Context<{ limit: number }>) => workList({ status: "PENDING_VERIFICATION" }, ctx.params.limit)
-			},
+			}),
 
 			/** GET /tin-operations/fee-work?operator_pubkey= : VERIFIED, without those the operator verified. */
-			feeWork: {
+			feeWork: answersJsonText({
 				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
 				handler(ctx: Context<{ limit: number; operator_pubkey?: string }>) {
 					const operator = ctx.params.operator_pubkey;
 					return workList({ status: "VERIFIED", ...(operator ? { verifiedBy: { ne: operator } } : {}) }, ctx.params.limit);
 				}
-			},
+			}),
 
 			/** GET /tin-operations/registry-work?operator_pubkey= : FEE_COMMITTED and SUBMITTED, only the operator's fees. */
-			registryWork: {
+			registryWork: answersJsonText({
 				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
 				handler(ctx: Context<{ limit: number; operator_pubkey?: string }>) {
 					const operator = ctx.params.operator_pubkey;
 					return workList({ status: { in: ["FEE_COMMITTED", "SUBMITTED"] }, ...(operator ? { feeCommittedBy: operator } : {}) }, ctx.params.limit);
 				}
-			},
+			}),
 
 			/** POST /tin-operations/{id}/<stage> */
 			...stageActions

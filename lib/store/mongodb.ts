@@ -34,6 +34,10 @@ import {
 	isComparison,
 	servingIndex,
 	tallyChange,
+	VIEW_PREFIX,
+	viewKey,
+	viewOf,
+	viewTexts,
 	type Collection,
 	type CollectionSpec,
 	type Condition,
@@ -44,6 +48,7 @@ import {
 	type OutboxEvent,
 	type Store,
 	type StoredEvent,
+	type ViewRow,
 	type Where
 } from "./port";
 
@@ -343,11 +348,18 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		// Same rule as the SQLite columns: a declared field must stay queryable and orderable.
 		for (const field of Object.keys(this.spec.fields))
 			if (rest[field] !== null && typeof rest[field] === "object") throw new Error(`${this.spec.name}.${field} must be a scalar`);
-		return { ...rest, _id: id };
+		const stored: Stored = { ...rest, _id: id };
+		// The views' texts, in the document itself: one write keeps them and the document alike.
+		const texts = viewTexts(this.spec, doc);
+		Object.keys(this.spec.views ?? {}).forEach((name, i) => (stored[viewKey(name, this.spec.views![name])] = texts[i]));
+		return stored;
 	}
 
 	private fromStored({ _id, ...rest }: Stored): T {
-		return { id: _id, ...rest } as unknown as T;
+		const doc: Record<string, unknown> = { id: _id };
+		// Any view text, of this version or of another.
+		for (const field in rest) if (!field.startsWith(VIEW_PREFIX)) doc[field] = rest[field];
+		return doc as T;
 	}
 
 	async insert(doc: T, event?: OutboxEvent): Promise<boolean> {
@@ -430,12 +442,34 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
+		const cursor = this.listCursor(query);
+		return cursor ? (await guarded(() => cursor.toArray())).map(doc => this.fromStored(doc)) : [];
+	}
+
+	async listViews(name: string, query: ListQuery = {}): Promise<ViewRow[]> {
+		const view = viewOf(this.spec, name);
+		const field = viewKey(name, view);
+		const order = query.orderBy ? key(query.orderBy[0]) : null;
+		const texts = this.listCursor(query)?.project<Stored>({ [field]: 1, ...(order ? { [order]: 1 } : {}) });
+		if (!texts) return [];
+		let rows = await guarded(() => texts.toArray());
+		// Some were written before this view's version: the list again, whole, to build theirs.
+		if (rows.some(row => typeof row[field] !== "string")) rows = await guarded(() => this.listCursor(query)!.toArray());
+		return rows.map(row => ({
+			id: row._id,
+			order: order ? ((row[order] as FieldValue | undefined) ?? null) : null,
+			json: typeof row[field] === "string" ? (row[field] as string) : JSON.stringify(view.build(this.fromStored(row)))
+		}));
+	}
+
+	/** The cursor of a list, or null when it lists nothing (a limit of 0). */
+	private listCursor(query: ListQuery) {
 		let filter = this.filter(query.where);
 		const served = this.served(query.where, query.orderBy);
 		assertCursor(this.spec, query);
 		const limit = query.limit === undefined ? undefined : Math.max(0, Math.floor(query.limit));
 		// MongoDB reads a limit of 0 as "no limit".
-		if (limit === 0) return [];
+		if (limit === 0) return null;
 		if (query.after && query.orderBy) {
 			const field = key(query.orderBy[0]);
 			const beyond = query.orderBy[1] === "desc" ? "$lt" : "$gt";
@@ -455,7 +489,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 			if (served.length > 1) cursor.hint(indexName(served));
 		}
 		if (limit !== undefined) cursor.limit(limit);
-		return (await guarded(() => cursor.toArray())).map(doc => this.fromStored(doc));
+		return cursor;
 	}
 
 	async count(where?: Where): Promise<number> {

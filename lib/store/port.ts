@@ -46,6 +46,48 @@ export interface CollectionSpec<T extends Doc = any> {
 	tally?: (doc: T) => Tally;
 	/** The collection keeps an event log (an outbox): writes may carry an OutboxEvent (see insert, update). */
 	outbox?: boolean;
+	/** Views the store keeps serialized beside each document, for listViews (see ViewSpec). */
+	views?: Readonly<Record<string, ViewSpec<T>>>;
+}
+
+/**
+ * A view of a document that a list route answers: the store keeps its JSON text beside the
+ * document, built in the same write, so that a list of views costs its bytes, not a parse and a
+ * serialization of every document per read. `version` names what `build` gives: change it with
+ * the build, and documents written before are built from their document at read until their next
+ * write, so that no list ever answers a stale shape.
+ */
+export interface ViewSpec<T> {
+	version: number;
+	build: (doc: T) => unknown;
+}
+
+/** A listed view: its document's id, the value of the list's ordered field (the next page's cursor), and the view's JSON text. */
+export interface ViewRow {
+	id: string;
+	order: FieldValue;
+	json: string;
+}
+
+/** What the place of every view's text starts with: never a field of a document itself. */
+export const VIEW_PREFIX = "_view_";
+
+/** Where an adapter keeps a view's text: a new version gets a new place, which documents written before lack. */
+export function viewKey(name: string, view: ViewSpec<never>): string {
+	if (!/^[A-Za-z][A-Za-z0-9]*$/.test(name) || !Number.isInteger(view.version) || view.version < 1) throw new Error(`bad view ${name} v${view.version}`);
+	return `${VIEW_PREFIX}${name}_v${view.version}`;
+}
+
+/** The view texts of a document, in the order of its spec's views. */
+export function viewTexts<T extends Doc>(spec: CollectionSpec<T>, doc: T): string[] {
+	return Object.values(spec.views ?? {}).map(view => JSON.stringify(view.build(doc)));
+}
+
+/** A spec's view by name: an undeclared one is a bug, never a silent empty list. */
+export function viewOf<T extends Doc>(spec: CollectionSpec<T>, name: string): ViewSpec<T> {
+	const view = spec.views?.[name];
+	if (!view || !Object.hasOwn(spec.views!, name)) throw new Error(`${spec.name}: view "${name}" is not declared`);
+	return view;
 }
 
 /**
@@ -121,6 +163,8 @@ export interface Collection<T extends Doc> {
 	 */
 	removeWhere(where: Where, limit: number): Promise<number>;
 	list(query?: ListQuery): Promise<T[]>;
+	/** The same documents as `list(query)`, as the JSON texts of one of the spec's views. */
+	listViews(view: string, query?: ListQuery): Promise<ViewRow[]>;
 	count(where?: Where): Promise<number>;
 	/** Number of documents per value of `field`. */
 	countBy(field: string, where?: Where): Promise<Record<string, number>>;

@@ -12,7 +12,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, viewKey, viewOf, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type ViewRow, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -183,12 +183,16 @@ export function sortsOrScans(plan: readonly string[], table: string, ordered: bo
 	return plan.some(step => step.includes("TEMP B-TREE") || (ordered && step === `SCAN ${table}`));
 }
 
-/** A listed row before its document is parsed: what orders it, and the document's text. */
+/** A listed row before its document is parsed: what orders it, and the document's text (or a view's, see listViews). */
 interface ListRow {
 	sortValue?: string | number | null;
 	id: string;
-	doc: string;
+	doc: string | null;
+	view?: string | null;
 }
+
+/** What a list reads of each row besides its order and id: the document. */
+const DOC = "doc";
 
 /** SQLite's order for one column's values: NULL, then numbers, then text (the ASCII keys we sort by compare alike in both). */
 function compareKeys(a: string | number | null | undefined, b: string | number | null | undefined): number {
@@ -225,12 +229,14 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	 */
 	private pending = new Map<string, bigint>();
 	private readonly columns: string[];
+	/** The columns of the spec's views (viewKey), in its order. */
+	private readonly viewColumns: string[];
 	private readonly insertStmt: Database.Statement;
 	private readonly getStmt: Database.Statement<[string], { doc: string }>;
 	private readonly tallyTable: string;
 	/** Compiled statements per query shape: the hot paths repeat a handful of shapes. */
 	private readonly statements = new Map<string, Database.Statement>();
-	/** List statements by everything after their FROM (listQuery). */
+	/** List statements by what they read and everything after their FROM (listQuery). */
 	private readonly lists = new Map<string, Database.Statement>();
 	private readonly eventsTable: string;
 	/**
@@ -248,11 +254,12 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		this.table = quote(spec.name);
 		this.tallyTable = quote(`${spec.name}__tally`);
 		this.columns = Object.keys(spec.fields);
+		this.viewColumns = Object.entries(spec.views ?? {}).map(([name, view]) => viewKey(name, view));
 		const columnDefs = this.columns.map(c => `${quote(c)} ${spec.fields[c] === "text" ? "TEXT" : "INTEGER"}`);
 		// With a tally, each row keeps its document's contribution (`_tally`, JSON), so that a write
 		// reads that small column for what it replaces instead of parsing the whole document.
 		const tallyColumn = spec.tally ? [`${TALLY_COLUMN} TEXT`] : [];
-		db.exec(`CREATE TABLE IF NOT EXISTS ${this.table} (id TEXT PRIMARY KEY, ${[...columnDefs, ...tallyColumn, "doc TEXT NOT NULL"].join(", ")})`);
+		db.exec(`CREATE TABLE IF NOT EXISTS ${this.table} (id TEXT PRIMARY KEY, ${[...columnDefs, ...tallyColumn, "doc TEXT NOT NULL", ...this.viewColumns.map(c => `${quote(c)} TEXT`)].join(", ")})`);
 		this.addMissingColumns();
 		const wanted = new Set<string>();
 		for (const group of spec.unique ?? []) {
@@ -270,7 +277,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const existing = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL").all(spec.name) as { name: string }[];
 		for (const { name } of existing) if (name.startsWith(`${spec.name}_i_`) && !wanted.has(name)) db.exec(`DROP INDEX ${quote(name)}`);
 		if (spec.tally) db.exec(`CREATE TABLE IF NOT EXISTS ${this.tallyTable} (key TEXT PRIMARY KEY, value TEXT NOT NULL)`);
-		const all = ["id", ...this.columns, ...(spec.tally ? [TALLY_COLUMN] : []), "doc"];
+		const all = ["id", ...this.columns, ...(spec.tally ? [TALLY_COLUMN] : []), "doc", ...this.viewColumns];
 		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${this.table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
 		this.getStmt = db.prepare(`SELECT doc FROM ${this.table} WHERE id = ?`);
 		this.eventsTable = quote(`${spec.name}__events`);
@@ -299,6 +306,10 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	private addMissingColumns(): void {
 		const present = new Set((this.db.prepare(`PRAGMA table_info(${this.table})`).all() as { name: string }[]).map(column => column.name));
 		if (this.spec.tally && !present.has(TALLY_COLUMN)) this.db.exec(`ALTER TABLE ${this.table} ADD COLUMN ${TALLY_COLUMN} TEXT`);
+		// A view's column starts empty: listViews builds the view of a row without one from its document.
+		for (const column of this.viewColumns.filter(c => !present.has(c))) this.db.exec(`ALTER TABLE ${this.table} ADD COLUMN ${quote(column)} TEXT`);
+		// A view version no longer declared is never read again, and stale from the next write on.
+		for (const column of present) if (column.startsWith(VIEW_PREFIX) && !this.viewColumns.includes(column)) this.db.exec(`ALTER TABLE ${this.table} DROP COLUMN ${quote(column)}`);
 		for (const column of this.columns.filter(c => !present.has(c)))
 			// One transaction: a crash between the two would leave the column empty for good.
 			this.db.transaction(() => {
@@ -411,29 +422,29 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	/**
-	 * The statement of a list, by everything after its FROM (`tail`), prepared the first time its
+	 * The statement of a list, by what it reads of each row (`select`) and everything after its FROM (`tail`), prepared the first time its
 	 * shape is used: an index must serve it (servingIndex), an ordered list walks exactly that index
 	 * (INDEXED BY: left to its estimates, SQLite prefers an index on a range condition and then
 	 * sorts every match), and SQLite's own plan must agree: no sort of the matching rows and no
 	 * scan of the table, so that reading `limit` rows costs O(limit), not O(stored).
 	 */
-	private listQuery(tail: string, args: unknown[], query: ListQuery): Database.Statement {
-		let stmt = this.lists.get(tail);
+	private listQuery(select: string, tail: string, args: unknown[], query: ListQuery): Database.Statement {
+		let stmt = this.lists.get(select + tail);
 		if (stmt) return stmt;
 		const { where = {}, orderBy } = query;
 		const key = servingIndex(this.spec, where, orderBy);
 		const indexed = orderBy && key.length > 1 && key[key.length - 1] === "id" ? ` INDEXED BY ${quote(indexName(this.spec.name, "i", key))}` : "";
-		const sql = `SELECT ${orderBy ? `${quote(orderBy[0])} AS sortValue, ` : ""}id, doc FROM ${this.table}${indexed}${tail}`;
+		const sql = `SELECT ${orderBy ? `${quote(orderBy[0])} AS sortValue, ` : ""}id, ${select} FROM ${this.table}${indexed}${tail}`;
 		const plan = (this.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...args) as { detail: string }[]).map(row => row.detail);
 		if (sortsOrScans(plan, this.spec.name, orderBy !== undefined)) throw new Error(`${this.spec.name}: SQLite would sort or scan for this list (${plan.join("; ")}): ${sql}`);
-		this.lists.set(tail, (stmt = this.db.prepare(sql)));
+		this.lists.set(select + tail, (stmt = this.db.prepare(sql)));
 		return stmt;
 	}
 
 	async insert(doc: T, event?: OutboxEvent): Promise<boolean> {
 		assertOutbox(this.spec, event);
 		const contribution = this.spec.tally ? this.contribution(doc) : null;
-		const row = [doc.id, ...this.row(doc), ...(contribution !== null ? [contribution] : []), JSON.stringify(doc)];
+		const row = [doc.id, ...this.row(doc), ...(contribution !== null ? [contribution] : []), JSON.stringify(doc), ...viewTexts(this.spec, doc)];
 		return this.group.run(() => {
 			const inserted = this.insertStmt.run(...row).changes === 1;
 			if (inserted && event) this.writeEvent(event);
@@ -456,10 +467,10 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		assertOutbox(this.spec, event);
 		const { sql, args } = compileWhere(this.spec, expected);
 		const contribution = this.spec.tally ? this.contribution(next) : null;
-		const assignments = [...this.columns, ...(contribution !== null ? [TALLY_COLUMN] : []), "doc"].map(c => `${quote(c)} = ?`).join(", ");
+		const assignments = [...this.columns, ...(contribution !== null ? [TALLY_COLUMN] : []), "doc", ...this.viewColumns].map(c => `${quote(c)} = ?`).join(", ");
 		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
 		const stmt = this.statement(`UPDATE ${this.table} SET ${assignments}${condition}`);
-		const row = [...this.row(next), ...(contribution !== null ? [contribution] : []), JSON.stringify(next)];
+		const row = [...this.row(next), ...(contribution !== null ? [contribution] : []), JSON.stringify(next), ...viewTexts(this.spec, next)];
 		return this.group.run(() => {
 			const before = contribution !== null ? this.storedContribution(id) : null;
 			let updated: boolean;
@@ -513,28 +524,38 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
-		return guarded(() => this.listRows(query).map(row => JSON.parse(row.doc) as T));
+		return guarded(() => this.listRows(query, DOC).map(row => JSON.parse(row.doc!) as T));
+	}
+
+	async listViews(name: string, query: ListQuery = {}): Promise<ViewRow[]> {
+		const view = viewOf(this.spec, name);
+		const column = quote(viewKey(name, view));
+		// The document only for a row written before this view's version: its view is built now.
+		const select = `${column} AS view, iif(${column} IS NULL, doc, NULL) AS doc`;
+		return guarded(() =>
+			this.listRows(query, select).map(row => ({ id: row.id, order: row.sortValue ?? null, json: row.view ?? JSON.stringify(view.build(JSON.parse(row.doc!) as T)) }))
+		);
 	}
 
 	/**
 	 * The rows of a list, in order. An ordered list with `in` on a field is one index walk per
 	 * value, merged: SQLite would otherwise read every row of every value and sort them.
 	 */
-	private listRows(query: ListQuery): ListRow[] {
+	private listRows(query: ListQuery, select: string): ListRow[] {
 		// `in` nothing matches nothing (SQLite would plan a sort of no rows).
 		assertWhere(this.spec, query.where ?? {});
 		if (Object.values(query.where ?? {}).some(c => isComparison(c) && "in" in c && c.in.length === 0)) return [];
 		const split = query.orderBy && Object.entries(query.where ?? {}).find(([, c]) => isComparison(c) && "in" in c && c.in.length > 1);
-		if (!split) return this.listStatement(query);
+		if (!split) return this.listStatement(query, select);
 		const [field, condition] = split as [string, { in: readonly FieldValue[] }];
 		// Each value once, as MongoDB's $in matches each document once.
-		const parts = [...new Set(condition.in)].map(value => this.listRows({ ...query, where: { ...query.where, [field]: value } }));
+		const parts = [...new Set(condition.in)].map(value => this.listRows({ ...query, where: { ...query.where, [field]: value } }, select));
 		const sign = query.orderBy![1] === "desc" ? -1 : 1;
 		const merged = parts.flat().sort((a, b) => sign * (compareKeys(a.sortValue, b.sortValue) || compareKeys(a.id, b.id)));
 		return query.limit === undefined ? merged : merged.slice(0, Math.max(0, Math.floor(query.limit)));
 	}
 
-	private listStatement(query: ListQuery): ListRow[] {
+	private listStatement(query: ListQuery, select: string): ListRow[] {
 		const { sql, args } = compileWhere(this.spec, query.where);
 		assertCursor(this.spec, query);
 		let text = sql;
@@ -555,7 +576,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 			text += " LIMIT ?";
 			args.push(Math.max(0, Math.floor(query.limit)));
 		}
-		return this.listQuery(text, args, query).all(...args) as ListRow[];
+		return this.listQuery(select, text, args, query).all(...args) as ListRow[];
 	}
 
 	async count(where?: Where): Promise<number> {

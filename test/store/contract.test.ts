@@ -568,6 +568,63 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			});
 		});
 
+		describe("views", () => {
+			const freshName = () => `views_${++collections}`;
+			/** Items with one view, `summary`: what a list route would answer for each. */
+			const viewSpec = (name: string, version: number, build: (doc: Item) => unknown): CollectionSpec<Item> => ({ ...itemSpec(name), views: { summary: { version, build } } });
+			const v1 = (doc: Item) => ({ id: doc.id, label: `${doc.status}#${doc.rank}` });
+			const v2 = (doc: Item) => ({ key: doc.id, rank: doc.rank });
+
+			test("lists each document's view text as list orders them, with the order's value for paging", async () => {
+				const name = freshName();
+				const items = await store.collection<Item>(viewSpec(name, 1, v1));
+				for (const [id, status, rank] of [["a", "open", 3], ["b", "open", 1], ["c", "done", 2], ["d", "open", 2]] as const) await items.insert({ id, status, rank });
+				const query = { where: { status: "open" }, orderBy: ["rank", "asc"] } as const;
+				const rows = await items.listViews("summary", query);
+				expect(rows.map(row => row.id)).toStrictEqual(ids(await items.list(query)));
+				expect(rows).toStrictEqual([
+					{ id: "b", order: 1, json: '{"id":"b","label":"open#1"}' },
+					{ id: "d", order: 2, json: '{"id":"d","label":"open#2"}' },
+					{ id: "a", order: 3, json: '{"id":"a","label":"open#3"}' }
+				]);
+				// The next page starts after the last row's order and id; `in` lists each value's walk merged.
+				expect((await items.listViews("summary", { ...query, limit: 5, after: { value: 2, id: "d" } })).map(row => row.id)).toStrictEqual(["a"]);
+				expect((await items.listViews("summary", { where: { status: { in: ["open", "done"] } }, orderBy: ["rank", "desc"], limit: 3 })).map(row => row.id)).toStrictEqual(["a", "d", "c"]);
+				expect(await items.listViews("summary", { ...query, limit: 0 })).toStrictEqual([]);
+				// The view's text is never part of the document.
+				expect(await items.get("a")).toStrictEqual({ id: "a", status: "open", rank: 3 });
+				expect(await items.list({ where: { status: "done" } })).toStrictEqual([{ id: "c", status: "done", rank: 2 }]);
+			});
+
+			test("an update rewrites the view with the document, and a refused one leaves both", async () => {
+				const name = freshName();
+				const items = await store.collection<Item>(viewSpec(name, 1, v1));
+				await items.insert({ id: "a", status: "open", rank: 1, version: 1 });
+				expect(await items.update("a", { version: 1 }, { id: "a", status: "done", rank: 7, version: 2 })).toBe(true);
+				expect(await items.update("a", { version: 1 }, { id: "a", status: "lost", rank: 9, version: 2 })).toBe(false);
+				expect((await items.listViews("summary", { where: { status: "done" } })).map(row => row.json)).toStrictEqual(['{"id":"a","label":"done#7"}']);
+			});
+
+			test("a new version of a view is built from the documents written before it, until their next write", async () => {
+				const name = freshName();
+				const before = await store.collection<Item>(viewSpec(name, 1, v1));
+				await before.insert({ id: "a", status: "open", rank: 1, version: 1 });
+				await before.insert({ id: "b", status: "open", rank: 2, version: 1 });
+				const after = await store.collection<Item>(viewSpec(name, 2, v2));
+				await after.update("b", { version: 1 }, { id: "b", status: "open", rank: 5, version: 2 });
+				await after.insert({ id: "c", status: "open", rank: 6, version: 1 });
+				const rows = await after.listViews("summary", { where: { status: "open" }, orderBy: ["rank", "asc"] });
+				expect(rows.map(row => row.json)).toStrictEqual(['{"key":"a","rank":1}', '{"key":"b","rank":5}', '{"key":"c","rank":6}']);
+				expect(await after.get("a")).toStrictEqual({ id: "a", status: "open", rank: 1, version: 1 });
+			});
+
+			test("an undeclared view is an error, not an empty list", async () => {
+				const items = await fresh();
+				await items.insert({ id: "a", status: "open", rank: 1 });
+				await expect(items.listViews("summary", {})).rejects.toThrow(/view "summary" is not declared/);
+			});
+		});
+
 		describe("queries", () => {
 			const docs: Item[] = [
 				{ id: "a", status: "open", rank: 3, active: true },

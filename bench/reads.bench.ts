@@ -3,6 +3,8 @@
  * many TIN operations) through its own POST routes, and at each size the lists a Cranker and an
  * operator read are timed one request at a time. A list served by an index that ends with its
  * sort key costs O(limit), whatever is stored: the p99 stays flat from the first size to the last.
+ * Each row is also timed against a bare node:http process answering the very same bytes
+ * (bench/bare-answer.ts), with the same client: the floor of sending that answer on this machine.
  *
  *   npm run bench:reads                          # 10,000 then 100,000 intents
  *   npm run bench:reads -- --sizes 10000,50000,100000 --reads 500
@@ -67,7 +69,10 @@ async function main(): Promise<void> {
 	const url = `http://127.0.0.1:${port}`;
 	const service = await startProcess("service", path.join(root, "dist", "index.js"), [], { PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile, WORKER_API_KEYS: workerKey, RATE_LIMIT_PER_MIN: "0", LOG_LEVEL: "warn" }, url);
 	const log = (line: string) => process.stderr.write(`${line}\n`);
-	const rows: { stored: number; list: string; limit: number; p50: number; p99: number; items: number }[] = [];
+	const barePort = await freePort();
+	const bareUrl = `http://127.0.0.1:${barePort}`;
+	const bare = await startProcess("bare answer", path.join(root, "dist", "bench", "bare-answer.js"), [], { PORT: String(barePort) }, bareUrl);
+	const rows: { stored: number; list: string; limit: number; p50: number; p99: number; items: number; bytes: number; bareP50: number; bareP99: number }[] = [];
 	try {
 		const intents = new BodyFactory(route, 256);
 		let stored = 0;
@@ -84,16 +89,21 @@ async function main(): Promise<void> {
 			for (const list of LISTS)
 				for (const limit of LIMITS) {
 					const target = { url, path: `${list}?limit=${limit}`, expected: 200, headers: { "x-api-key": workerKey } };
-					const sample = await fetch(url + target.path, { headers: target.headers }).then(res => res.json() as Promise<unknown[]>);
+					const sample = await fetch(url + target.path, { headers: target.headers }).then(res => res.text());
+					const items = (JSON.parse(sample) as unknown[]).length;
+					await fetch(`${bareUrl}/answer`, { method: "PUT", body: sample });
+					const floor = { url: bareUrl, path: "/answer", expected: 200 };
 					await runClosed(target, Array(20).fill(null), 1);
+					await runClosed(floor, Array(20).fill(null), 1);
 					const timed = summarize(await runClosed(target, Array(reads).fill(null), 1), 200);
-					if (timed.notAccepted) throw new Error(`GET ${target.path} answered other than 200`);
-					rows.push({ stored: size, list, limit, p50: timed.p50, p99: timed.p99, items: Array.isArray(sample) ? sample.length : 0 });
-					log(`${fmt(size)} stored: GET ${target.path} p99 ${fmt(timed.p99, 2)} ms`);
+					const bareTimed = summarize(await runClosed(floor, Array(reads).fill(null), 1), 200);
+					if (timed.notAccepted || bareTimed.notAccepted) throw new Error(`GET ${target.path} answered other than 200`);
+					rows.push({ stored: size, list, limit, p50: timed.p50, p99: timed.p99, items, bytes: Buffer.byteLength(sample), bareP50: bareTimed.p50, bareP99: bareTimed.p99 });
+					log(`${fmt(size)} stored: GET ${target.path} p99 ${fmt(timed.p99, 2)} ms (the same bytes from bare node:http: ${fmt(bareTimed.p99, 2)} ms)`);
 				}
 		}
 	} finally {
-		await service.stop();
+		await Promise.all([service.stop(), bare.stop()]);
 		fs.rmSync(dataDir, { recursive: true, force: true });
 	}
 
@@ -105,11 +115,17 @@ async function main(): Promise<void> {
 	fs.writeFileSync(file, `${JSON.stringify({ benchmark: "reads", at, machine, reads, rows }, null, 2)}\n`);
 	const first = sizes[0];
 	const last = sizes[sizes.length - 1];
-	const lines = [`| list | limit | items | ${sizes.map(n => `p99 ms at ${fmt(n)}`).join(" | ")} | p50 ms at ${fmt(last)} | p99 ${fmt(last)} ÷ ${fmt(first)} |`, `|---|---:|---:|${sizes.map(() => "---:").join("|")}|---:|---:|`];
+	const lines = [
+		`| list | limit | items | KB | ${sizes.map(n => `p99 ms at ${fmt(n)}`).join(" | ")} | p50 ms at ${fmt(last)} | p99 ${fmt(last)} ÷ ${fmt(first)} | bare node:http, same bytes: p50 / p99 ms | p99 ÷ bare |`,
+		`|---|---:|---:|---:|${sizes.map(() => "---:").join("|")}|---:|---:|---:|---:|`
+	];
 	for (const list of LISTS)
 		for (const limit of LIMITS) {
 			const at = (n: number) => rows.find(row => row.stored === n && row.list === list && row.limit === limit)!;
-			lines.push(`| GET ${list} | ${limit} | ${at(last).items} | ${sizes.map(n => fmt(at(n).p99, 2)).join(" | ")} | ${fmt(at(last).p50, 2)} | ${fmt(at(last).p99 / at(first).p99, 2)} |`);
+			const final = at(last);
+			lines.push(
+				`| GET ${list} | ${limit} | ${final.items} | ${fmt(final.bytes / 1000)} | ${sizes.map(n => fmt(at(n).p99, 2)).join(" | ")} | ${fmt(final.p50, 2)} | ${fmt(final.p99 / at(first).p99, 2)} | ${fmt(final.bareP50, 2)} / ${fmt(final.bareP99, 2)} | ${fmt(final.p99 / final.bareP99, 2)} |`
+			);
 		}
 	process.stdout.write(`\n${lines.join("\n")}\n\nmachine: ${machine}; one request at a time, ${reads} timed per row\nresults: ${path.relative(process.cwd(), file)}\n`);
 }

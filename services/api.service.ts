@@ -7,7 +7,7 @@
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import bodyParser from "body-parser";
 import { Errors, type Context, type Service, type ServiceSchema } from "moleculer";
-import ApiGateway, { type ApiSettingsSchema } from "moleculer-web";
+import ApiGateway, { type ApiSettingsSchema, type IncomingRequest } from "moleculer-web";
 import { FailureThrottle } from "../lib/auth-throttle";
 import type { Config } from "../lib/config";
 import { corsPolicy, decideCors } from "../lib/cors";
@@ -16,7 +16,7 @@ import { verifyRequestSignature } from "../lib/http-signature";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
 import { workItemText, type WorkPage } from "../lib/intents";
-import { answersJsonText, jsonArray } from "../lib/json-text";
+import { answersJsonTexts, jsonArrayBuffer } from "../lib/json-text";
 import { WORK_PAGE, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import type { EventsAppended } from "../mixins/outbox.mixin";
@@ -352,7 +352,18 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			const refusal = bodyError(err as WireError, req);
 			next(new Errors.MoleculerClientError(refusal.message, refusal.code, refusal.type, refusal.data));
 		});
-	const common = { mappingPolicy: "restrict" as const, bodyParsers: false, use: [jsonBody], mergeParams: true, logging: true, autoAliases: false };
+	const common = {
+		mappingPolicy: "restrict" as const,
+		bodyParsers: false,
+		use: [jsonBody],
+		mergeParams: true,
+		logging: true,
+		autoAliases: false,
+		/** A list's item texts (answersJsonTexts) leave as one JSON array, encoded once. */
+		onAfterCall(_ctx: Context, _route: unknown, req: IncomingRequest, _res: ServerResponse, data: unknown) {
+			return (req.$action as { answersJsonTexts?: boolean } | undefined)?.answersJsonTexts && Array.isArray(data) ? jsonArrayBuffer(data as string[]) : data;
+		}
+	};
 
 	return {
 		name: "api",
@@ -436,9 +447,9 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			 * GET /intent-work: the mempool's work pages joined here, so that no list of up to 500
 			 * intents crosses the bus in one message (NATS refuses messages over 1 MB).
 			 */
-			intentWork: answersJsonText({
+			intentWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit() },
-				async handler(ctx: Context<{ limit: number }>): Promise<string> {
+				async handler(ctx: Context<{ limit: number }>): Promise<string[]> {
 					const items: string[] = [];
 					for (let after: WorkPage["last"] = null; items.length < ctx.params.limit; ) {
 						const size = Math.min(WORK_PAGE, ctx.params.limit - items.length);
@@ -447,7 +458,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						if (page.intents.length < size) break;
 						after = page.last;
 					}
-					return jsonArray(items);
+					return items;
 				}
 			}),
 

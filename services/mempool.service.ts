@@ -46,7 +46,7 @@ import {
 	type UpdateStatusRequest
 } from "../lib/intents";
 import { byId, merkleRoot } from "../lib/merkle";
-import { answersJsonText, jsonArray } from "../lib/json-text";
+import { answersJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
@@ -209,16 +209,16 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				}
 			},
 
-			/** GET /intents?status=&limit=: newest first, as JSON text (the kept public views). */
-			list: answersJsonText({
+			/** GET /intents?status=&limit=: newest first, the kept public views' JSON texts. */
+			list: answersJsonTexts({
 				params: {
 					$$strict: true,
 					status: { type: "enum", values: [...INTENT_STATES, ...new Set(Object.values(PUBLIC_STATUS))], optional: true },
 					limit: limit()
 				},
-				async handler(this: MempoolThis, ctx: Context<{ status?: string; limit: number }>): Promise<string> {
+				async handler(this: MempoolThis, ctx: Context<{ status?: string; limit: number }>): Promise<string[]> {
 					const where: Where = { archivedIn: null, ...(ctx.params.status ? { state: { in: statesOfStatus(ctx.params.status) } } : {}) };
-					return jsonArray((await this.intents.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json));
+					return (await this.intents.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json);
 				}
 			}),
 

@@ -15,7 +15,7 @@ import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
-import { answersJsonText, jsonArray } from "../lib/json-text";
+import { answersJsonTexts } from "../lib/json-text";
 import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
 import { readRegistrySubmission } from "../lib/settlement";
 import { tinFromSequence } from "../lib/tin";
@@ -256,9 +256,9 @@ export function tinService(config: Config): ServiceSchema {
 		throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: (await mustGetOperation(id)).status });
 	}
 
-	/** The worker lists: oldest first, as JSON text (the kept worker views). */
-	async function workList(where: Where, limitTo: number): Promise<string> {
-		return jsonArray((await operations.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: limitTo })).map(row => row.json));
+	/** The worker lists: oldest first, the kept worker views' JSON texts. */
+	async function workList(where: Where, limitTo: number): Promise<string[]> {
+		return (await operations.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: limitTo })).map(row => row.json);
 	}
 
 	const stageActions = Object.fromEntries(
@@ -314,16 +314,16 @@ export function tinService(config: Config): ServiceSchema {
 			submitOperation: { params: createTinOperationParams, handler: submit },
 
 			/** GET /tin-operations?status=&intent_type=&limit= (newest first) */
-			listOperations: answersJsonText({
+			listOperations: answersJsonTexts({
 				params: {
 					$$strict: true,
 					status: { type: "enum", values: [...TIN_OPERATION_STATES], optional: true },
 					intent_type: { type: "enum", values: ["create", "update"], optional: true },
 					limit: limit()
 				},
-				async handler(ctx: Context<{ status?: TinOperationState; intent_type?: string; limit: number }>): Promise<string> {
+				async handler(ctx: Context<{ status?: TinOperationState; intent_type?: string; limit: number }>): Promise<string[]> {
 					const where: Where = { ...(ctx.params.status ? { status: ctx.params.status } : {}), ...(ctx.params.intent_type ? { intentType: ctx.params.intent_type } : {}) };
-					return jsonArray((await operations.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json));
+					return (await operations.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json);
 				}
 			}),
 
@@ -334,13 +334,13 @@ export function tinService(config: Config): ServiceSchema {
 			},
 
 			/** GET /tin-operations/verification-work */
-			verificationWork: answersJsonText({
+			verificationWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit() },
 				handler: (ctx: Context<{ limit: number }>) => workList({ status: "PENDING_VERIFICATION" }, ctx.params.limit)
 			}),
 
 			/** GET /tin-operations/fee-work?operator_pubkey= : VERIFIED, without those the operator verified. */
-			feeWork: answersJsonText({
+			feeWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
 				handler(ctx: Context<{ limit: number; operator_pubkey?: string }>) {
 					const operator = ctx.params.operator_pubkey;
@@ -349,7 +349,7 @@ export function tinService(config: Config): ServiceSchema {
 			}),
 
 			/** GET /tin-operations/registry-work?operator_pubkey= : FEE_COMMITTED and SUBMITTED, only the operator's fees. */
-			registryWork: answersJsonText({
+			registryWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
 				handler(ctx: Context<{ limit: number; operator_pubkey?: string }>) {
 					const operator = ctx.params.operator_pubkey;

@@ -298,6 +298,10 @@ describe("GET /intents (worker)", () => {
 		expect(listed.status).toBe(200);
 		expect(listed.body.map((i: { id: string }) => i.id)).toEqual([b.id, a.id]);
 		expect(listed.body[0]).not.toHaveProperty("senderAuthorizationSignature");
+		// The kept views' texts, sent as one JSON array: each item is the record's public view as it is now.
+		expect(listed.headers.get("content-type")).toBe("application/json; charset=utf-8");
+		expect(Number(listed.headers.get("content-length"))).toBeGreaterThan(0);
+		expect(listed.body).toStrictEqual([(await node.http("GET", `/intents/${b.id}`)).body, (await node.http("GET", `/intents/${a.id}`)).body]);
 
 		const canceled = await node.http("GET", "/intents?status=canceled&limit=500", undefined, worker);
 		expect(canceled.body.length).toBeGreaterThan(0);

@@ -6,6 +6,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { isBase58OfLength } from "./encoding";
 import { ServiceError } from "./errors";
 import type { TinStage } from "./schemas";
+import type { RouteRecord } from "./registry";
 import type { OutboxEvent } from "./store/port";
 import { Address, Amount, Hex64, Identifier, IsoTime, Nullable, Signature, StringEnum, Tin, Version, named } from "./wire-formats";
 
@@ -96,6 +97,46 @@ export interface TinOperationRecord {
 	finalizing?: string;
 	createdAt: string;
 	updatedAt: string;
+}
+
+/** A submitted operation as first stored: PENDING_VERIFICATION, no stage taken yet. */
+export function newTinOperation(id: string, request: TinOperationRequest, tin: string, requestDigest: string, at: string): TinOperationRecord {
+	return {
+		id,
+		operationId: request.operationId,
+		intentType: request.intentType,
+		tin,
+		status: "PENDING_VERIFICATION",
+		requestDigest,
+		request,
+		history: [{ status: "PENDING_VERIFICATION", at }],
+		verifiedBy: null,
+		feeCommittedBy: null,
+		feeAmount: null,
+		submittedBy: null,
+		transactionSignature: null,
+		createdAt: at,
+		updatedAt: at
+	};
+}
+
+/**
+ * The route a finalization writes: the next version of the TIN's route (the first, for a create),
+ * naming the operation, so that a resumed finalization sees it already written. The owner stays.
+ */
+export function finalizedRoute(current: RouteRecord | null, operation: TinOperationRecord, at: string): RouteRecord {
+	const { request } = operation;
+	return {
+		id: operation.tin,
+		tin: operation.tin,
+		routeCommitment: request.routeCommitment,
+		routeVersion: (current?.routeVersion ?? 0) + 1,
+		policyCommitment: request.policyCommitment,
+		ownerWallet: current?.ownerWallet ?? request.ownerWallet,
+		active: true,
+		updatedAt: at,
+		lastOperationId: operation.id
+	};
 }
 
 export function toPublicTinOperation(record: TinOperationRecord): PublicTinOperation {

@@ -1,0 +1,92 @@
+/**
+ * The tin service alone, on a real SQLite file: a broker with just this service and a stand-in
+ * for the one neighbour it asks (crankers.standing), called as the gateway calls it. The gateway
+ * has checked each stage request's signature; here the meta says whose it was.
+ */
+import { ServiceBroker, type Context } from "moleculer";
+import { loadConfig } from "../../lib/config";
+import { tinFromSequence } from "../../lib/tin";
+import type { CrankerStanding, PublicTinOperation, TinOperationView } from "../../lib/tin-operations";
+import type { ActiveRoute } from "../../lib/registry";
+import { tinService } from "../../services/tin.service";
+import { newWallet, signedTinOperation, uniqueId } from "../helpers/fixtures";
+import { tempDir } from "../helpers/node";
+
+const FEE = "50000";
+const verifier = newWallet().address;
+const submitter = newWallet().address;
+const signature = () => newWallet().sign(new TextEncoder().encode(uniqueId("tx")));
+
+async function startTin() {
+	const broker = new ServiceBroker({ logger: false });
+	const standings = new Map<string, CrankerStanding>([
+		[verifier, { online: true, roles: ["verifier"] }],
+		[submitter, { online: true, roles: ["submitter"] }]
+	]);
+	broker.createService({
+		name: "crankers",
+		actions: { standing: (ctx: Context<{ crankerPubkey: string }>) => standings.get(ctx.params.crankerPubkey) ?? { online: false, roles: [] } }
+	});
+	broker.createService(tinService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", TIN_CREATE_FEE: FEE })));
+	await broker.start();
+	const submit = (body: object) => {
+		const meta: { $statusCode?: number } = {};
+		return broker.call<PublicTinOperation, object>("tin.submitOperation", body, { meta }).then(view => ({ view, status: meta.$statusCode }));
+	};
+	const stage = (action: string, id: string, crankerPubkey: string, fields: object = {}) =>
+		broker.call<TinOperationView, object>(`tin.${action}`, { id, crankerPubkey, ...fields }, { meta: { crankerPubkey } });
+	const list = async (action: string, params: object = {}) => ((await broker.call<string[], object>(`tin.${action}`, { limit: 500, ...params })) as string[]).map(text => JSON.parse(text) as { id: string; status: string });
+	return { broker, submit, stage, list };
+}
+
+describe("tin service", () => {
+	let tin: Awaited<ReturnType<typeof startTin>>;
+	beforeAll(async () => (tin = await startTin()));
+	afterAll(() => tin.broker.stop());
+
+	test("a create gets the next TIN of the sequence; the same body again is answered 200, another body under its operationId 409", async () => {
+		const owner = newWallet();
+		const body = signedTinOperation(owner, { intentType: "create" });
+		const first = await tin.submit(body);
+		expect(first).toMatchObject({ status: 201, view: { operationId: body.operationId, status: "PENDING_VERIFICATION", tin: tinFromSequence(100_000_000) } });
+		expect(await tin.submit(body)).toStrictEqual({ status: 200, view: first.view });
+		const other = signedTinOperation(owner, { intentType: "create", operationId: body.operationId });
+		await expect(tin.submit(other)).rejects.toMatchObject({ type: "IDEMPOTENCY_CONFLICT" });
+		const next = await tin.submit(signedTinOperation(newWallet(), { intentType: "create" }));
+		expect(next.view.tin).toBe(tinFromSequence(100_000_001));
+	});
+
+	test("the stages move an operation through the work lists, and finalizing makes its route live", async () => {
+		const owner = newWallet();
+		const { view } = await tin.submit(signedTinOperation(owner, { intentType: "create" }));
+		const id = view.id;
+		const inList = async (action: string, params?: object) => (await tin.list(action, params)).some(item => item.id === id);
+		expect(await inList("verificationWork")).toBe(true);
+		expect(await tin.broker.call("tin.resolve", { tin: view.tin })).toBeNull();
+
+		await tin.stage("verified", id, verifier);
+		expect(await inList("verificationWork")).toBe(false);
+		expect(await inList("feeWork")).toBe(true);
+		expect(await inList("feeWork", { operator_pubkey: verifier })).toBe(false);
+		await expect(tin.stage("feeCommitted", id, verifier, { feeAmount: FEE })).rejects.toMatchObject({ type: "CRANKER_NOT_ALLOWED" });
+
+		await tin.stage("feeCommitted", id, submitter, { feeAmount: FEE });
+		expect(await inList("registryWork", { operator_pubkey: submitter })).toBe(true);
+		const transactionSignature = signature();
+		await tin.stage("submitted", id, submitter, { transactionSignature });
+		const finalized = await tin.stage("finalized", id, submitter, { transactionSignature });
+		expect(finalized).toMatchObject({ id, status: "FINALIZED", routeVersion: 1 });
+		// The same move by the same Cranker again changes nothing.
+		expect(await tin.stage("finalized", id, submitter, { transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+		expect(await tin.broker.call<ActiveRoute | null, object>("tin.resolve", { tin: view.tin })).toMatchObject({ tin: view.tin, routeVersion: 1 });
+		expect(await inList("registryWork", { operator_pubkey: submitter })).toBe(false);
+		const [newest] = await tin.list("listOperations", { status: "FINALIZED" });
+		expect(newest).toMatchObject({ id, status: "FINALIZED" });
+	});
+
+	test("a stage that skips ahead is refused as a transition, and an unknown operation is not found", async () => {
+		const { view } = await tin.submit(signedTinOperation(newWallet(), { intentType: "create" }));
+		await expect(tin.stage("submitted", view.id, submitter, { transactionSignature: signature() })).rejects.toMatchObject({ type: "INVALID_TRANSITION" });
+		await expect(tin.stage("verified", "top_missing", verifier)).rejects.toMatchObject({ type: "NOT_FOUND" });
+	});
+});

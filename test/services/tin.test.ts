@@ -15,7 +15,7 @@ import { tempDir } from "../helpers/node";
 const FEE = "50000";
 const verifier = newWallet().address;
 const submitter = newWallet().address;
-const signature = () => newWallet().sign(new TextEncoder().encode(uniqueId("tx")));
+const signature = () => newWallet().sign(uniqueId("tx"));
 
 async function startTin() {
 	const broker = new ServiceBroker({ logger: false });

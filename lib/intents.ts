@@ -165,6 +165,7 @@ export const MempoolIntentSchema = Type.Object(
 export type MempoolIntent = Static<typeof MempoolIntentSchema>;
 
 export const IntentWorkItemSchema = Type.Object({ intent: MempoolIntentSchema, leaseTtlMs: Type.Integer({ minimum: 1 }) }, named("IntentWorkItem"));
+export type IntentWorkItem = Static<typeof IntentWorkItemSchema>;
 
 /** A page of GET /intent-work from the mempool to the gateway: the worker views' JSON texts, and the last one's place (the next page's cursor). */
 export interface WorkPage {
@@ -173,9 +174,14 @@ export interface WorkPage {
 	last: { createdAt: string; id: string } | null;
 }
 
-/** The JSON text of a GET /intent-work item (IntentWorkItemSchema) around its worker view's text. */
-export function workItemText(workerView: string, leaseTtlMs: number): string {
-	return `{"intent":${workerView},"leaseTtlMs":${leaseTtlMs}}`;
+/**
+ * A page's GET /intent-work items as JSON text (IntentWorkItemSchema), and its last item's place.
+ * A mempool of an earlier version (a rolling update runs both) answers the items whole.
+ */
+export function workPageTexts(page: WorkPage | IntentWorkItem[]): { texts: string[]; last: WorkPage["last"] } {
+	if (!Array.isArray(page)) return { texts: page.intents.map(intent => `{"intent":${intent},"leaseTtlMs":${page.leaseTtlMs}}`), last: page.last };
+	const last = page[page.length - 1]?.intent;
+	return { texts: page.map(item => JSON.stringify(item)), last: last ? { createdAt: last.createdAt, id: last.id } : null };
 }
 
 export function toPublicView(record: IntentRecord): PublicMempoolIntent {

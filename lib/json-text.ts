@@ -7,12 +7,26 @@
 export const JSON_TEXT = "application/json; charset=utf-8";
 
 /**
- * An action whose handler answers the JSON texts of a list's items: the gateway sends them as one
- * JSON array (jsonArrayBuffer). moleculer-web reads `responseType` from the action's definition,
- * and a definition, with its `answersJsonTexts`, reaches every node.
+ * An action whose handler answers the JSON texts of a list's items to a caller that takes them
+ * (forCaller): the gateway sends them as one JSON array (jsonArrayBuffer). moleculer-web reads
+ * `responseType` from the action's definition, and a definition, with its `answersJsonTexts`,
+ * reaches every node.
  */
 export function answersJsonTexts<A extends object>(action: A): A & { responseType: string; answersJsonTexts: true } {
 	return Object.assign(action, { responseType: JSON_TEXT, answersJsonTexts: true as const });
+}
+
+/** What a caller that takes JSON texts says in its call's meta. */
+export interface TakesJsonTexts {
+	jsonTexts?: boolean;
+}
+
+/**
+ * The items as the caller takes them: their texts for a gateway of this version, which says so in
+ * its meta, the parsed objects for one of an earlier version (a rolling update runs both).
+ */
+export function forCaller(texts: string[], meta: TakesJsonTexts): string[] | unknown[] {
+	return meta.jsonTexts ? texts : texts.map(text => JSON.parse(text) as unknown);
 }
 
 /**

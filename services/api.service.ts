@@ -15,8 +15,8 @@ import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
-import { workItemText, type WorkPage } from "../lib/intents";
-import { answersJsonTexts, jsonArrayBuffer } from "../lib/json-text";
+import { workPageTexts, type IntentWorkItem, type WorkPage } from "../lib/intents";
+import { answersJsonTexts, jsonArrayBuffer, type TakesJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import type { EventsAppended } from "../mixins/outbox.mixin";
@@ -359,9 +359,12 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		mergeParams: true,
 		logging: true,
 		autoAliases: false,
-		/** A list's item texts (answersJsonTexts) leave as one JSON array, encoded once. */
+		// This gateway takes a list's items as their JSON texts (forCaller) ...
+		callOptions: { meta: { jsonTexts: true } satisfies TakesJsonTexts },
+		/** ... and sends them as one JSON array, encoded once; an owner of an earlier version answers objects. */
 		onAfterCall(_ctx: Context, _route: unknown, req: IncomingRequest, _res: ServerResponse, data: unknown) {
-			return (req.$action as { answersJsonTexts?: boolean } | undefined)?.answersJsonTexts && Array.isArray(data) ? jsonArrayBuffer(data as string[]) : data;
+			const texts = (req.$action as { answersJsonTexts?: boolean } | undefined)?.answersJsonTexts && Array.isArray(data) && typeof data[0] !== "object";
+			return texts ? jsonArrayBuffer(data as string[]) : data;
 		}
 	};
 
@@ -453,10 +456,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 					const items: string[] = [];
 					for (let after: WorkPage["last"] = null; items.length < ctx.params.limit; ) {
 						const size = Math.min(WORK_PAGE, ctx.params.limit - items.length);
-						const page: WorkPage = await ctx.call<WorkPage, object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) });
-						for (const intent of page.intents) items.push(workItemText(intent, page.leaseTtlMs));
-						if (page.intents.length < size) break;
-						after = page.last;
+						const page = await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) }, { meta: { jsonTexts: true } satisfies TakesJsonTexts });
+						const { texts, last } = workPageTexts(page);
+						items.push(...texts);
+						if (texts.length < size) break;
+						after = last;
 					}
 					return items;
 				}

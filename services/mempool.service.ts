@@ -40,13 +40,15 @@ import {
 	type CreateIntentRequest,
 	type IntentRecord,
 	type IntentState,
+	type IntentWorkItem,
+	type MempoolIntent,
 	type WorkPage,
 	type PendingChainCheck,
 	type PublicMempoolIntent,
 	type UpdateStatusRequest
 } from "../lib/intents";
 import { byId, merkleRoot } from "../lib/merkle";
-import { answersJsonTexts } from "../lib/json-text";
+import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
@@ -85,7 +87,9 @@ export const INTENTS_COLLECTION = {
 	// Each state change writes its event in the same write (intentEvent): SSE streams and webhooks read them.
 	outbox: true,
 	// What GET /intents and GET /intent-work answer for each intent, kept as text by every write.
-	views: { public: { version: 1, build: toPublicView }, worker: { version: 1, build: toWorkerView } }
+	views: { public: { version: 1, build: toPublicView }, worker: { version: 1, build: toWorkerView } },
+	// Every move bumps stateVersion but a lease renewal, which moves updatedAt (and the lease's expiry with it).
+	viewStamp: ["stateVersion", "updatedAt"]
 } satisfies CollectionSpec<IntentRecord>;
 
 /** Before nonces were a field of the intent: `<senderWallet>:<nonce>` → the intent holding it. Read once, to migrate. */
@@ -216,9 +220,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					status: { type: "enum", values: [...INTENT_STATES, ...new Set(Object.values(PUBLIC_STATUS))], optional: true },
 					limit: limit()
 				},
-				async handler(this: MempoolThis, ctx: Context<{ status?: string; limit: number }>): Promise<string[]> {
+				async handler(this: MempoolThis, ctx: Context<{ status?: string; limit: number }, TakesJsonTexts>) {
 					const where: Where = { archivedIn: null, ...(ctx.params.status ? { state: { in: statesOfStatus(ctx.params.status) } } : {}) };
-					return (await this.intents.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json);
+					return forCaller((await this.intents.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json), ctx.meta);
 				}
 			}),
 
@@ -233,11 +237,13 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					limit: { type: "number", integer: true, min: 1, max: WORK_PAGE },
 					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
 				},
-				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>): Promise<WorkPage> {
+				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }, TakesJsonTexts>): Promise<WorkPage | IntentWorkItem[]> {
 					const latestSlot = this.slots.latest();
 					const { limit: size, after } = ctx.params;
 					const where: Where = { state: "VERIFIED", expiresAt: { gt: new Date().toISOString() }, ...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}) };
 					const rows = await this.intents.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
+					// A gateway of an earlier version takes the items whole.
+					if (!ctx.meta.jsonTexts) return rows.map(row => ({ intent: JSON.parse(row.json) as MempoolIntent, leaseTtlMs: this.settings.leaseTtlMs }));
 					const last = rows[rows.length - 1];
 					return { intents: rows.map(row => row.json), leaseTtlMs: this.settings.leaseTtlMs, last: last ? { createdAt: String(last.order), id: last.id } : null };
 				}

@@ -15,7 +15,7 @@ import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
-import { answersJsonTexts } from "../lib/json-text";
+import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
 import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
 import { readRegistrySubmission } from "../lib/settlement";
 import { tinFromSequence } from "../lib/tin";
@@ -57,7 +57,9 @@ const OPERATIONS_COLLECTION = {
 	// Each status change writes its event in the same write (tinOperationEvent).
 	outbox: true,
 	// What the public list and the work lists answer for each operation, kept as text by every write.
-	views: { public: { version: 1, build: toPublicTinOperation }, worker: { version: 1, build: toTinOperationView } }
+	views: { public: { version: 1, build: toPublicTinOperation }, worker: { version: 1, build: toTinOperationView } },
+	// Every stage that changes a view moves the status (marking a finalization changes no view).
+	viewStamp: ["status"]
 } as const;
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
@@ -102,7 +104,7 @@ interface TinMethods {
 	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	reconcile(): Promise<number>;
 	observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null>;
-	workList(where: Where, limit: number): Promise<string[]>;
+	workList(where: Where, limit: number, meta: TakesJsonTexts): Promise<string[] | unknown[]>;
 }
 
 type TinThis = Service<TinSettings> & TinVars & TinMethods;
@@ -185,9 +187,9 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					intent_type: { type: "enum", values: ["create", "update"], optional: true },
 					limit: limit()
 				},
-				async handler(this: TinThis, ctx: Context<{ status?: TinOperationState; intent_type?: string; limit: number }>): Promise<string[]> {
+				async handler(this: TinThis, ctx: Context<{ status?: TinOperationState; intent_type?: string; limit: number }, TakesJsonTexts>) {
 					const where: Where = { ...(ctx.params.status ? { status: ctx.params.status } : {}), ...(ctx.params.intent_type ? { intentType: ctx.params.intent_type } : {}) };
-					return (await this.operations.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json);
+					return forCaller((await this.operations.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json), ctx.meta);
 				}
 			}),
 
@@ -202,26 +204,26 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			/** GET /tin-operations/verification-work */
 			verificationWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit() },
-				handler(this: TinThis, ctx: Context<{ limit: number }>) {
-					return this.workList({ status: "PENDING_VERIFICATION" }, ctx.params.limit);
+				handler(this: TinThis, ctx: Context<{ limit: number }, TakesJsonTexts>) {
+					return this.workList({ status: "PENDING_VERIFICATION" }, ctx.params.limit, ctx.meta);
 				}
 			}),
 
 			/** GET /tin-operations/fee-work?operator_pubkey= : VERIFIED, without those the operator verified. */
 			feeWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
-				handler(this: TinThis, ctx: Context<{ limit: number; operator_pubkey?: string }>) {
+				handler(this: TinThis, ctx: Context<{ limit: number; operator_pubkey?: string }, TakesJsonTexts>) {
 					const operator = ctx.params.operator_pubkey;
-					return this.workList({ status: "VERIFIED", ...(operator ? { verifiedBy: { ne: operator } } : {}) }, ctx.params.limit);
+					return this.workList({ status: "VERIFIED", ...(operator ? { verifiedBy: { ne: operator } } : {}) }, ctx.params.limit, ctx.meta);
 				}
 			}),
 
 			/** GET /tin-operations/registry-work?operator_pubkey= : FEE_COMMITTED and SUBMITTED, only the operator's fees. */
 			registryWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
-				handler(this: TinThis, ctx: Context<{ limit: number; operator_pubkey?: string }>) {
+				handler(this: TinThis, ctx: Context<{ limit: number; operator_pubkey?: string }, TakesJsonTexts>) {
 					const operator = ctx.params.operator_pubkey;
-					return this.workList({ status: { in: ["FEE_COMMITTED", "SUBMITTED"] }, ...(operator ? { feeCommittedBy: operator } : {}) }, ctx.params.limit);
+					return this.workList({ status: { in: ["FEE_COMMITTED", "SUBMITTED"] }, ...(operator ? { feeCommittedBy: operator } : {}) }, ctx.params.limit, ctx.meta);
 				}
 			}),
 
@@ -381,9 +383,9 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				return readChain(() => chain.observe(record.transactionSignature!, async contents => readRegistrySubmission(contents, record.operationId, record.request.routeCommitment)));
 			},
 
-			/** The worker lists: oldest first, the kept worker views' JSON texts. */
-			async workList(where, limitTo) {
-				return (await this.operations.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: limitTo })).map(row => row.json);
+			/** The worker lists: oldest first, the kept worker views (as the caller takes them). */
+			async workList(where, limitTo, meta) {
+				return forCaller((await this.operations.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: limitTo })).map(row => row.json), meta);
 			}
 		} satisfies TinMethods & ThisType<TinThis>,
 

@@ -35,8 +35,11 @@ import {
 	servingIndex,
 	tallyChange,
 	VIEW_PREFIX,
+	VIEW_STAMP,
+	assertViews,
 	viewKey,
 	viewOf,
+	viewStamp,
 	viewTexts,
 	type Collection,
 	type CollectionSpec,
@@ -267,6 +270,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		db: Db,
 		private readonly spec: CollectionSpec<T>
 	) {
+		assertViews(spec);
 		this.tallies = db.collection<TallyShard>(`${spec.name}__tally`);
 		this.eventLog = db.collection<EventDoc>(`${spec.name}__events`);
 		this.sequences = db.collection<{ _id: string; seq: number }>("__sequences");
@@ -350,8 +354,10 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 			if (rest[field] !== null && typeof rest[field] === "object") throw new Error(`${this.spec.name}.${field} must be a scalar`);
 		const stored: Stored = { ...rest, _id: id };
 		// The views' texts, in the document itself: one write keeps them and the document alike.
-		const texts = viewTexts(this.spec, doc);
-		Object.keys(this.spec.views ?? {}).forEach((name, i) => (stored[viewKey(name, this.spec.views![name])] = texts[i]));
+		if (this.spec.views) {
+			const texts = viewTexts(this.spec, doc);
+			[...Object.entries(this.spec.views).map(([name, view]) => viewKey(name, view)), VIEW_STAMP].forEach((field, i) => (stored[field] = texts[i]));
+		}
 		return stored;
 	}
 
@@ -450,15 +456,19 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		const view = viewOf(this.spec, name);
 		const field = viewKey(name, view);
 		const order = query.orderBy ? key(query.orderBy[0]) : null;
-		const texts = this.listCursor(query)?.project<Stored>({ [field]: 1, ...(order ? { [order]: 1 } : {}) });
+		const stampFields = this.spec.viewStamp!;
+		const texts = this.listCursor(query)?.project<Stored>({ [field]: 1, [VIEW_STAMP]: 1, ...Object.fromEntries(stampFields.map(f => [f, 1])), ...(order ? { [order]: 1 } : {}) });
 		if (!texts) return [];
+		// A view is missing (written before this view's version) or stale (written by a version that
+		// keeps no views: an older replica hands the texts back with the document it writes).
+		const kept = (row: Stored) => typeof row[field] === "string" && row[VIEW_STAMP] === viewStamp(this.spec, row);
 		let rows = await guarded(() => texts.toArray());
-		// Some were written before this view's version: the list again, whole, to build theirs.
-		if (rows.some(row => typeof row[field] !== "string")) rows = await guarded(() => this.listCursor(query)!.toArray());
+		// Some must be built: the list again, whole, to build theirs.
+		if (!rows.every(kept)) rows = await guarded(() => this.listCursor(query)!.toArray());
 		return rows.map(row => ({
 			id: row._id,
 			order: order ? ((row[order] as FieldValue | undefined) ?? null) : null,
-			json: typeof row[field] === "string" ? (row[field] as string) : JSON.stringify(view.build(this.fromStored(row)))
+			json: kept(row) ? (row[field] as string) : JSON.stringify(view.build(this.fromStored(row)))
 		}));
 	}
 

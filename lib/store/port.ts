@@ -48,6 +48,13 @@ export interface CollectionSpec<T extends Doc = any> {
 	outbox?: boolean;
 	/** Views the store keeps serialized beside each document, for listViews (see ViewSpec). */
 	views?: Readonly<Record<string, ViewSpec<T>>>;
+	/**
+	 * With views: declared fields (text or integer) whose values change, together, whenever a view
+	 * does. The store keeps their values with the views, and builds at read the views of a document
+	 * whose values differ: it was written by a version that keeps no views (an older replica beside
+	 * this one, or the version a rollback went back to), which left the texts as they were.
+	 */
+	viewStamp?: readonly string[];
 }
 
 /**
@@ -72,15 +79,33 @@ export interface ViewRow {
 /** What the place of every view's text starts with: never a field of a document itself. */
 export const VIEW_PREFIX = "_view_";
 
+/** Where an adapter keeps the stamp of a document's views (CollectionSpec.viewStamp). */
+export const VIEW_STAMP = `${VIEW_PREFIX}stamp`;
+
 /** Where an adapter keeps a view's text: a new version gets a new place, which documents written before lack. */
 export function viewKey(name: string, view: ViewSpec<never>): string {
 	if (!/^[A-Za-z][A-Za-z0-9]*$/.test(name) || !Number.isInteger(view.version) || view.version < 1) throw new Error(`bad view ${name} v${view.version}`);
 	return `${VIEW_PREFIX}${name}_v${view.version}`;
 }
 
-/** The view texts of a document, in the order of its spec's views. */
+/** The view texts of a document, in the order of its spec's views, then their stamp (viewStamp). */
 export function viewTexts<T extends Doc>(spec: CollectionSpec<T>, doc: T): string[] {
-	return Object.values(spec.views ?? {}).map(view => JSON.stringify(view.build(doc)));
+	if (!spec.views) return [];
+	return [...Object.values(spec.views).map(view => JSON.stringify(view.build(doc))), viewStamp(spec, doc as unknown as Record<string, unknown>)];
+}
+
+/** The values of a document's viewStamp fields, as JSON: what SQLite's json_array of their columns gives. */
+export function viewStamp(spec: CollectionSpec, doc: Readonly<Record<string, unknown>>): string {
+	return JSON.stringify((spec.viewStamp ?? []).map(field => doc[field] ?? null));
+}
+
+/** Checks a spec's views: a stamp of declared text or integer fields, so that a stale view can be told. */
+export function assertViews(spec: CollectionSpec): void {
+	if (!spec.views) return;
+	for (const [name, view] of Object.entries(spec.views)) viewKey(name, view);
+	// Booleans are stored as 0 and 1 by SQLite, and the stamp compares values as JSON.
+	if (!spec.viewStamp?.length || spec.viewStamp.some(field => spec.fields[field] !== "text" && spec.fields[field] !== "integer"))
+		throw new Error(`${spec.name}: views need a viewStamp of declared text or integer fields`);
 }
 
 /** A spec's view by name: an undeclared one is a bug, never a silent empty list. */

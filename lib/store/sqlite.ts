@@ -12,7 +12,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, viewKey, viewOf, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type ViewRow, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type ViewRow, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -229,7 +229,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	 */
 	private pending = new Map<string, bigint>();
 	private readonly columns: string[];
-	/** The columns of the spec's views (viewKey), in its order. */
+	/** The columns of the spec's views (viewKey), in its order, then their stamp's. */
 	private readonly viewColumns: string[];
 	private readonly insertStmt: Database.Statement;
 	private readonly getStmt: Database.Statement<[string], { doc: string }>;
@@ -254,7 +254,8 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		this.table = quote(spec.name);
 		this.tallyTable = quote(`${spec.name}__tally`);
 		this.columns = Object.keys(spec.fields);
-		this.viewColumns = Object.entries(spec.views ?? {}).map(([name, view]) => viewKey(name, view));
+		assertViews(spec);
+		this.viewColumns = spec.views ? [...Object.entries(spec.views).map(([name, view]) => viewKey(name, view)), VIEW_STAMP] : [];
 		const columnDefs = this.columns.map(c => `${quote(c)} ${spec.fields[c] === "text" ? "TEXT" : "INTEGER"}`);
 		// With a tally, each row keeps its document's contribution (`_tally`, JSON), so that a write
 		// reads that small column for what it replaces instead of parsing the whole document.
@@ -530,10 +531,12 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	async listViews(name: string, query: ListQuery = {}): Promise<ViewRow[]> {
 		const view = viewOf(this.spec, name);
 		const column = quote(viewKey(name, view));
-		// The document only for a row written before this view's version: its view is built now.
-		const select = `${column} AS view, iif(${column} IS NULL, doc, NULL) AS doc`;
+		// The document only for a row whose view is missing (written before this view's version) or
+		// stale (written by a version that keeps no views): its view is built now.
+		const stamp = `json_array(${this.spec.viewStamp!.map(quote).join(", ")})`;
+		const select = `${column} AS view, iif(${column} IS NULL OR ${quote(VIEW_STAMP)} IS NOT ${stamp}, doc, NULL) AS doc`;
 		return guarded(() =>
-			this.listRows(query, select).map(row => ({ id: row.id, order: row.sortValue ?? null, json: row.view ?? JSON.stringify(view.build(JSON.parse(row.doc!) as T)) }))
+			this.listRows(query, select).map(row => ({ id: row.id, order: row.sortValue ?? null, json: row.doc === null ? row.view! : JSON.stringify(view.build(JSON.parse(row.doc) as T)) }))
 		);
 	}
 

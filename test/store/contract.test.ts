@@ -4,6 +4,7 @@
  * against MONGO_URL, else against mongodb-memory-server when it can start one, else it is reported
  * as skipped.
  */
+import Database from "better-sqlite3";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -38,11 +39,17 @@ const ids = (docs: Doc[]) => docs.map(d => d.id);
 const sortedIds = (docs: Doc[]) => ids(docs).sort();
 
 /**
+ * Changes a stored document as a version of the adapter that keeps no views did: the document and
+ * its declared columns, everything else of the row or stored document handed back as it was.
+ */
+type LegacyUpdate = (collection: string, id: string, change: Record<string, unknown>) => Promise<void>;
+
+/**
  * `oneConnection`: the adapter's writers share one connection per file (SQLite: a file has one
  * owning process, and its group commit holds the write lock until the end of the event-loop turn),
  * so racing writers race inside it rather than across connections.
  */
-function describeStoreContract(name: string, open: () => Promise<Store>, cleanup: () => Promise<void>, run = true, oneConnection = false): void {
+function describeStoreContract(name: string, open: () => Promise<Store>, cleanup: () => Promise<void>, legacyUpdate: LegacyUpdate, run = true, oneConnection = false): void {
 	(run ? describe : describe.skip)(`${name} store contract`, () => {
 		let store: Store;
 		let collections = 0;
@@ -571,7 +578,11 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 		describe("views", () => {
 			const freshName = () => `views_${++collections}`;
 			/** Items with one view, `summary`: what a list route would answer for each. */
-			const viewSpec = (name: string, version: number, build: (doc: Item) => unknown): CollectionSpec<Item> => ({ ...itemSpec(name), views: { summary: { version, build } } });
+			const viewSpec = (name: string, version: number, build: (doc: Item) => unknown): CollectionSpec<Item> => ({
+				...itemSpec(name),
+				views: { summary: { version, build } },
+				viewStamp: ["status", "rank", "version"]
+			});
 			const v1 = (doc: Item) => ({ id: doc.id, label: `${doc.status}#${doc.rank}` });
 			const v2 = (doc: Item) => ({ key: doc.id, rank: doc.rank });
 
@@ -616,6 +627,38 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				const rows = await after.listViews("summary", { where: { status: "open" }, orderBy: ["rank", "asc"] });
 				expect(rows.map(row => row.json)).toStrictEqual(['{"key":"a","rank":1}', '{"key":"b","rank":5}', '{"key":"c","rank":6}']);
 				expect(await after.get("a")).toStrictEqual({ id: "a", status: "open", rank: 1, version: 1 });
+			});
+
+			test("a document written by a version that keeps no views gets its view built, not the text it left", async () => {
+				const name = freshName();
+				const items = await store.collection<Item>(viewSpec(name, 1, v1));
+				await items.insert({ id: "a", status: "open", rank: 1, version: 1 });
+				await items.insert({ id: "b", status: "open", rank: 2, version: 1 });
+				// An older replica (or the version a rollback went back to) moves "a"; "b" stays as written here.
+				await legacyUpdate(name, "a", { status: "done", version: 2 });
+				const rows = await items.listViews("summary", { orderBy: ["rank", "asc"] });
+				expect(rows.map(row => row.json)).toStrictEqual(['{"id":"a","label":"done#1"}', '{"id":"b","label":"open#2"}']);
+				expect(await items.get("a")).toStrictEqual({ id: "a", status: "done", rank: 1, version: 2 });
+				// Its next write here keeps the view again.
+				await items.update("a", { version: 2 }, { id: "a", status: "done", rank: 3, version: 3 });
+				expect((await items.listViews("summary", { where: { status: "done" } })).map(row => row.json)).toStrictEqual(['{"id":"a","label":"done#3"}']);
+			});
+
+			test("a list of views this version wrote builds none: it reads the kept texts", async () => {
+				let builds = 0;
+				const counted = (doc: Item) => (builds++, v1(doc));
+				const items = await store.collection<Item>(viewSpec(freshName(), 1, counted));
+				await items.insert({ id: "a", status: "open", rank: 1, version: 1 });
+				await items.update("a", { version: 1 }, { id: "a", status: "open", rank: 2, version: 2 });
+				await items.insert({ id: "b", status: "open", rank: 5 });
+				const written = builds;
+				expect((await items.listViews("summary", { where: { status: "open" }, orderBy: ["rank", "asc"] })).map(row => row.json)).toStrictEqual(['{"id":"a","label":"open#2"}', '{"id":"b","label":"open#5"}']);
+				expect(builds).toBe(written);
+			});
+
+			test("views need a stamp of declared text or integer fields", async () => {
+				await expect(store.collection<Item>({ ...itemSpec(freshName()), views: { summary: { version: 1, build: v1 } } })).rejects.toThrow(/viewStamp/);
+				await expect(store.collection<Item>({ ...viewSpec(freshName(), 1, v1), viewStamp: ["active"] })).rejects.toThrow(/viewStamp/);
 			});
 
 			test("an undeclared view is an error, not an empty list", async () => {
@@ -754,9 +797,35 @@ describeStoreContract(
 	"sqlite",
 	() => openStore({ kind: "sqlite", dataDir: sqliteDir, mongoUrl: null, owner: "contract" }),
 	async () => fs.rmSync(sqliteDir, { recursive: true, force: true }),
+	async (collection, id, change) => {
+		// A second connection, as a process of the older version would open the file.
+		const db = new Database(path.join(sqliteDir, "contract.sqlite"));
+		try {
+			db.pragma("busy_timeout = 5000");
+			const { doc } = db.prepare(`SELECT doc FROM "${collection}" WHERE id = ?`).get(id) as { doc: string };
+			const columns = Object.keys(change);
+			db.prepare(`UPDATE "${collection}" SET doc = ?, ${columns.map(c => `"${c}" = ?`).join(", ")} WHERE id = ?`).run(JSON.stringify({ ...JSON.parse(doc), ...change }), ...Object.values(change) as (string | number)[], id);
+		} finally {
+			db.close();
+		}
+	},
 	true,
 	true
 );
+
+/** An older MongoDB adapter read the whole stored document (view texts too) and replaced it with its change. */
+function mongoLegacyUpdate(url: () => Promise<string>, dbName: string): LegacyUpdate {
+	return async (collection, id, change) => {
+		const client = await MongoClient.connect(await url());
+		try {
+			const stored = client.db(dbName).collection<{ _id: string }>(collection);
+			const { _id, ...rest } = (await stored.findOne({ _id: id }))!;
+			await stored.replaceOne({ _id }, { ...rest, ...change });
+		} finally {
+			await client.close();
+		}
+	};
+}
 
 test("openStore keeps one SQLite file per owner", async () => {
 	const dir = fs.mkdtempSync(path.join(os.tmpdir(), "scs-store-"));
@@ -819,7 +888,8 @@ if (mongoUrl) {
 			} finally {
 				await client.close();
 			}
-		}
+		},
+		mongoLegacyUpdate(async () => mongoUrl, dbName)
 	);
 } else {
 	const unavailable = memoryServerUnavailable();
@@ -835,6 +905,7 @@ if (mongoUrl) {
 		async () => {
 			await (await server)?.stop();
 		},
+		mongoLegacyUpdate(async () => (await server!).getUri(), "scs_contract"),
 		!unavailable
 	);
 }

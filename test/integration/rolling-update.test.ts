@@ -1,0 +1,102 @@
+/**
+ * A rolling update runs gateways and owners of two versions side by side. Owners of this version
+ * answer a list's items as the JSON texts of their kept views only to a gateway that says it takes
+ * them (`jsonTexts` in its call's meta), and whole objects to one of the previous version; a
+ * gateway of this version takes either.
+ */
+import type { Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Context, Service } from "moleculer";
+import ApiGateway from "moleculer-web";
+import type { IntentWorkItem } from "../../lib/intents";
+import { newRoute, newWallet, signedIntent, signedTinOperation, writeSeedFile } from "../helpers/fixtures";
+import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
+
+/** The previous version's gateway, as far as the list routes go: no meta, its own GET /intent-work over pages of whole items. */
+function previousGateway(): Parameters<TestNode["broker"]["createService"]>[0] {
+	return {
+		name: "previousgw",
+		mixins: [ApiGateway],
+		settings: {
+			port: 0,
+			ip: "127.0.0.1",
+			routes: [{ path: "/", mappingPolicy: "restrict", aliases: { "GET /intents": "mempool.list", "GET /tin-operations/verification-work": "tin.verificationWork", "GET /intent-work": "previousgw.intentWork" } }]
+		},
+		actions: {
+			intentWork: {
+				params: { limit: { type: "number", convert: true } },
+				async handler(ctx: Context<{ limit: number }>) {
+					const work: IntentWorkItem[] = [];
+					while (work.length < ctx.params.limit) {
+						const size = Math.min(2, ctx.params.limit - work.length);
+						const last = work[work.length - 1]?.intent;
+						const page = await ctx.call<IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(last ? { after: { createdAt: last.createdAt, id: last.id } } : {}) });
+						work.push(...page);
+						if (page.length < size) break;
+					}
+					return work;
+				}
+			}
+		}
+	};
+}
+
+describe("owners of this version behind a gateway of the previous one", () => {
+	let node: TestNode;
+	let previous: string;
+	const route = newRoute();
+
+	beforeAll(async () => {
+		const dataDir = tempDir();
+		node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]) }, dataDir);
+		const gateway = node.broker.createService(previousGateway()) as Service & { server: Server };
+		await node.broker.waitForServices(["previousgw"]);
+		await new Promise(resolve => (gateway.server.listening ? resolve(null) : gateway.server.once("listening", resolve)));
+		previous = `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`;
+	});
+	afterAll(() => node?.stop());
+
+	test("they answer whole objects, the same as this gateway's texts", async () => {
+		for (let i = 0; i < 5; i++) expect((await node.http("POST", "/intents", signedIntent(newWallet(), route))).status).toBe(201);
+		expect((await node.http("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "create" }))).status).toBe(201);
+		for (const path of ["/intents?limit=10", "/tin-operations/verification-work?limit=10", "/intent-work?limit=5"]) {
+			const res = await fetch(previous + path);
+			expect(res.status).toBe(200);
+			const items = (await res.json()) as unknown[];
+			expect(items.length).toBeGreaterThan(0);
+			expect(items.every(item => typeof item === "object")).toBe(true);
+			expect(items).toStrictEqual((await node.http("GET", path, undefined, worker)).body);
+		}
+	});
+});
+
+describe("a gateway of this version in front of an owner of the previous one", () => {
+	let node: TestNode;
+	/** The previous version's mempool, as far as the lists go: whole objects whatever the caller says. */
+	const intents = Array.from({ length: 150 }, (_, i) => ({ id: `int_${String(i).padStart(32, "0")}`, createdAt: new Date(Date.UTC(2026, 10, 23, 0, 0, i)).toISOString(), receiverStatus: "VERIFIED" }));
+	beforeAll(async () => {
+		node = await startNode({ SERVICES: "api" });
+		node.broker.createService({
+			name: "mempool",
+			actions: {
+				list: (ctx: Context<{ limit: number }>) => intents.slice(0, ctx.params.limit),
+				workPage(ctx: Context<{ limit: number; after?: { id: string } }>): IntentWorkItem[] {
+					const from = ctx.params.after ? intents.findIndex(intent => intent.id === ctx.params.after!.id) + 1 : 0;
+					return intents.slice(from, from + ctx.params.limit).map(intent => ({ intent, leaseTtlMs: 30_000 }) as unknown as IntentWorkItem);
+				}
+			}
+		});
+		await node.broker.waitForServices(["mempool"]);
+	});
+	afterAll(() => node?.stop());
+
+	test("it sends the objects it gets, and pages GET /intent-work by their last item", async () => {
+		const listed = await fetch(`${node.url}/intents?limit=3`, { headers: worker });
+		expect(listed.status).toBe(200);
+		expect(await listed.json()).toStrictEqual(intents.slice(0, 3));
+		// Two pages of at most 100: the second starts after the first's last item.
+		const work = await fetch(`${node.url}/intent-work?limit=500`, { headers: worker });
+		expect(work.status).toBe(200);
+		expect(await work.json()).toStrictEqual(intents.map(intent => ({ intent, leaseTtlMs: 30_000 })));
+	});
+});

@@ -88,8 +88,9 @@ export const INTENTS_COLLECTION = {
 	outbox: true,
 	// What GET /intents and GET /intent-work answer for each intent, kept as text by every write.
 	views: { public: { version: 1, build: toPublicView }, worker: { version: 1, build: toWorkerView } },
-	// Every move bumps stateVersion but a lease renewal, which moves updatedAt (and the lease's expiry with it).
-	viewStamp: ["stateVersion", "updatedAt"]
+	// Every move bumps stateVersion but a lease renewal, which moves the lease's expiry (updatedAt is
+	// the commit's time, and may equal the previous write's when a renewal follows within a millisecond).
+	viewStamp: ["stateVersion", "updatedAt", "leaseExpiresAt"]
 } satisfies CollectionSpec<IntentRecord>;
 
 /** Before nonces were a field of the intent: `<senderWallet>:<nonce>` → the intent holding it. Read once, to migrate. */

@@ -20,7 +20,6 @@ import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { internal } from "./internal";
 
 const MAX_HEARTBEAT_SKEW_MS = 60_000;
-/** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
 /** Heartbeats read per page when a replica folds in what was stored since its last look. */
 const CATCH_UP_PAGE = 500;
 /**
@@ -29,6 +28,7 @@ const CATCH_UP_PAGE = 500;
  * retry for 8 s; clocks differ). One process alone (no transporter) sees its writes at once.
  */
 const CATCH_UP_OVERLAP_MS = 10_000;
+/** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
 const PRUNE_BATCH = 500;
 
 interface HeartbeatRequest {

@@ -423,8 +423,8 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	/**
-	 * The statement of a list, by what it reads of each row (`select`) and everything after its FROM (`tail`), prepared the first time its
-	 * shape is used: an index must serve it (servingIndex), an ordered list walks exactly that index
+	 * The statement of a list, by what it reads of each row (`select`) and everything after its
+	 * FROM (`tail`), prepared the first time its shape is used: an index must serve it (servingIndex), an ordered list walks exactly that index
 	 * (INDEXED BY: left to its estimates, SQLite prefers an index on a range condition and then
 	 * sorts every match), and SQLite's own plan must agree: no sort of the matching rows and no
 	 * scan of the table, so that reading `limit` rows costs O(limit), not O(stored).

@@ -39,6 +39,7 @@ import {
 	assertViews,
 	viewKey,
 	viewOf,
+	viewPlaces,
 	viewStamp,
 	viewTexts,
 	type Collection,
@@ -261,6 +262,8 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	private readonly eventLog: MongoCollection<EventDoc>;
 	/** Per collection, the last sequence number handed out (`{ _id: collection, seq }`). */
 	private readonly sequences: MongoCollection<{ _id: string; seq: number }>;
+	/** Where each document keeps its views' texts (viewPlaces), in viewTexts' order. */
+	private readonly viewFields: string[];
 	/** The index serving each query shape met so far (servingIndex, checked once per shape). */
 	private readonly servingKeys = new Map<string, readonly string[]>();
 
@@ -271,6 +274,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		private readonly spec: CollectionSpec<T>
 	) {
 		assertViews(spec);
+		this.viewFields = viewPlaces(spec);
 		this.tallies = db.collection<TallyShard>(`${spec.name}__tally`);
 		this.eventLog = db.collection<EventDoc>(`${spec.name}__events`);
 		this.sequences = db.collection<{ _id: string; seq: number }>("__sequences");
@@ -354,10 +358,8 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 			if (rest[field] !== null && typeof rest[field] === "object") throw new Error(`${this.spec.name}.${field} must be a scalar`);
 		const stored: Stored = { ...rest, _id: id };
 		// The views' texts, in the document itself: one write keeps them and the document alike.
-		if (this.spec.views) {
-			const texts = viewTexts(this.spec, doc);
-			[...Object.entries(this.spec.views).map(([name, view]) => viewKey(name, view)), VIEW_STAMP].forEach((field, i) => (stored[field] = texts[i]));
-		}
+		const texts = viewTexts(this.spec, doc);
+		this.viewFields.forEach((field, i) => (stored[field] = texts[i]));
 		return stored;
 	}
 

@@ -88,6 +88,11 @@ export function viewKey(name: string, view: ViewSpec<never>): string {
 	return `${VIEW_PREFIX}${name}_v${view.version}`;
 }
 
+/** Where an adapter keeps each of viewTexts' texts, in its order: the spec's views, then their stamp. */
+export function viewPlaces(spec: CollectionSpec): string[] {
+	return spec.views ? [...Object.entries(spec.views).map(([name, view]) => viewKey(name, view)), VIEW_STAMP] : [];
+}
+
 /** The view texts of a document, in the order of its spec's views, then their stamp (viewStamp). */
 export function viewTexts<T extends Doc>(spec: CollectionSpec<T>, doc: T): string[] {
 	if (!spec.views) return [];

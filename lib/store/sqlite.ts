@@ -12,7 +12,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type ViewRow, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type ViewRow, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -229,7 +229,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	 */
 	private pending = new Map<string, bigint>();
 	private readonly columns: string[];
-	/** The columns of the spec's views (viewKey), in its order, then their stamp's. */
+	/** The columns of the spec's views, then their stamp's (viewPlaces). */
 	private readonly viewColumns: string[];
 	private readonly insertStmt: Database.Statement;
 	private readonly getStmt: Database.Statement<[string], { doc: string }>;
@@ -255,7 +255,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		this.tallyTable = quote(`${spec.name}__tally`);
 		this.columns = Object.keys(spec.fields);
 		assertViews(spec);
-		this.viewColumns = spec.views ? [...Object.entries(spec.views).map(([name, view]) => viewKey(name, view)), VIEW_STAMP] : [];
+		this.viewColumns = viewPlaces(spec);
 		const columnDefs = this.columns.map(c => `${quote(c)} ${spec.fields[c] === "text" ? "TEXT" : "INTEGER"}`);
 		// With a tally, each row keeps its document's contribution (`_tally`, JSON), so that a write
 		// reads that small column for what it replaces instead of parsing the whole document.

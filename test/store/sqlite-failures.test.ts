@@ -25,3 +25,24 @@ test("a full disk: every write answered as stored is on disk and in the tally, a
 		await store.close();
 	}
 });
+
+test("a write of several statements that fails after its first undoes its whole group: no row without its event", async () => {
+	const store = new SqliteStore(path.join(tempDir(), "halfway.sqlite"));
+	try {
+		const items = await store.collection<{ id: string; k: string }>({ name: "items", fields: { k: "text" }, outbox: true, tally: () => ({ n: 1n }) });
+		const event = (subject: string, data: Record<string, unknown>) => ({ subject, type: "item.changed", at: "2026-01-01T00:00:00.000Z", data });
+		// One commit group: a write before, the failing one (its row is in, its event cannot be
+		// serialized), and a write after it.
+		const outcomes = await Promise.allSettled([
+			items.insert({ id: "before", k: "a" }, event("before", {})),
+			items.insert({ id: "halfway", k: "b" }, event("halfway", { amount: 1n })),
+			items.insert({ id: "after", k: "c" }, event("after", {}))
+		]);
+		expect(outcomes.map(outcome => outcome.status)).toStrictEqual(["rejected", "rejected", "fulfilled"]);
+		expect((await items.list({})).map(item => item.id)).toStrictEqual(["after"]);
+		expect((await items.events({ after: 0, limit: 10 })).map(e => e.subject)).toStrictEqual(["after"]);
+		expect(await items.tally()).toStrictEqual({ n: 1n });
+	} finally {
+		await store.close();
+	}
+});

@@ -223,7 +223,8 @@ async function main(): Promise<number> {
 		fs.writeFileSync(seedFile, JSON.stringify([route]));
 	}
 	const bodies = new BodyFactory(route, positiveInt("WALLETS", options.wallets));
-	const serviceEnv = Object.fromEntries(options.service_env.split(",").filter(Boolean).map(pair => pair.split("=").map(part => part.trim()) as [string, string]));
+	// NAME=value pairs; a value may hold "=" itself (NODE_OPTIONS=--max-semi-space-size=64).
+	const serviceEnv = Object.fromEntries(options.service_env.split(",").filter(Boolean).map(pair => [pair.slice(0, pair.indexOf("=")).trim(), pair.slice(pair.indexOf("=") + 1).trim()]));
 	const target = { path: "/intents", expected: 201 };
 
 	const rows: Measured[] = [];

@@ -8,6 +8,7 @@ import { createHmac, randomBytes } from "node:crypto";
 import type { LookupAddress } from "node:dns";
 import net from "node:net";
 import { Type, type Static } from "@sinclair/typebox";
+import { newId } from "./ids";
 import { INTENT_EVENT_TYPE } from "./intents";
 import { address, limit, tin } from "./schemas";
 import { TIN_OPERATION_EVENT_TYPE } from "./tin-operations";
@@ -169,7 +170,7 @@ export function toWebhookView(record: WebhookRecord): WebhookSubscription {
 	};
 }
 
-export const newWebhookId = () => `wh_${randomBytes(16).toString("hex")}`;
+export const newWebhookId = () => newId("wh");
 export const isWebhookId = (id: string) => ID_PATTERN.test(id);
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@
  * once, in its verdict's state. Moves out of SUBMITTED are checked against the chain first
  * (SPEC §2.4).
  */
-import { randomBytes } from "node:crypto";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { EpochStatus } from "../lib/answers";
 import { buildPaymentMessage } from "../lib/canonical";
@@ -17,6 +16,7 @@ import type { Config } from "../lib/config";
 import { sha256HexNative } from "../lib/digest";
 import { ServiceError, type RejectionReason } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
+import { newId } from "../lib/ids";
 import { NONCE_REUSED, decidedRecord, receivedRecord, withVerdict, type Intake, type Verdict } from "../lib/intake";
 import { intentTally, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
 import {
@@ -428,7 +428,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 */
 			async receive(this: MempoolThis, { request, epoch, requestDigest, verdict }, intakeCall) {
 				const intake: Intake = {
-					id: `int_${randomBytes(16).toString("hex")}`,
+					id: newId("int"),
 					request,
 					requestDigest,
 					transactionCommitment: verdict?.transactionCommitment ?? buildPaymentMessage(request, sha256HexNative).transactionCommitment,

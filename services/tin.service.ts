@@ -3,7 +3,6 @@
  * to its active route, imports the genesis routes at start, takes signed create/update
  * operations, and moves them through the Cranker stages; finalizing activates the route.
  */
-import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { buildTinOperationMessage } from "../lib/canonical";
@@ -14,6 +13,7 @@ import { requestDigest } from "../lib/digest";
 import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
+import { newId } from "../lib/ids";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
 import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
@@ -294,7 +294,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					if (route.ownerWallet !== request.ownerWallet) throw new ServiceError("NOT_OWNER", "ownerWallet does not own this TIN's route");
 				}
 
-				const record = newTinOperation(`top_${randomBytes(16).toString("hex")}`, request, request.tin ?? (await this.allocateTin()), digest, new Date(now).toISOString());
+				const record = newTinOperation(newId("top"), request, request.tin ?? (await this.allocateTin()), digest, new Date(now).toISOString());
 				if (await this.operations.insert(record, tinOperationEvent(null, record))) {
 					this.notifyEvents();
 					ctx.meta.$statusCode = 201;

@@ -5,7 +5,6 @@
  * error as SPEC §7's body.
  */
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
-import bodyParser from "body-parser";
 import { Errors, type Context, type Service, type ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema, type IncomingRequest } from "moleculer-web";
 import { FailureThrottle } from "../lib/auth-throttle";
@@ -22,6 +21,7 @@ import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
+import { jsonBody } from "./json-body";
 import { httpMetrics, metricsForm } from "./metrics";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
@@ -336,17 +336,10 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		return check.keyid;
 	}
 
-	// "__proto__" would become the params' prototype when the gateway merges them, dodging the strict schema.
-	const reviver = (key: string, value: unknown) => {
-		if (key === "__proto__") throw new SyntaxError("forbidden key __proto__");
-		return value;
-	};
-	// strict: a body is an object (or an array, which the schemas refuse), never a bare primitive;
-	// the limit holds for the decoded body too. verify keeps the exact bytes: a Cranker's signature
-	// covers them (Content-Digest). Its refusals leave here as SPEC §7 errors.
-	const parseJson = bodyParser.json({ limit: MAX_BODY_BYTES, strict: true, reviver, verify: (req: Request, _res: ServerResponse, body: Buffer) => void (req.rawBody = body) });
-	const jsonBody = (req: Request, res: ServerResponse, next: Next) =>
-		parseJson(req, res, err => {
+	// Request bodies (services/json-body.ts); their refusals leave here as SPEC §7 errors.
+	const readJson = jsonBody(MAX_BODY_BYTES);
+	const parseBody = (req: Request, res: ServerResponse, next: Next) =>
+		readJson(req, res, err => {
 			if (!err) return next();
 			// As a Moleculer error, so moleculer-web passes it on whole (it rebuilds any other, dropping `data`).
 			const refusal = bodyError(err as WireError, req);
@@ -355,7 +348,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	const common = {
 		mappingPolicy: "restrict" as const,
 		bodyParsers: false,
-		use: [jsonBody],
+		use: [parseBody],
 		mergeParams: true,
 		logging: true,
 		autoAliases: false,

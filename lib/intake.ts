@@ -3,8 +3,38 @@
  * verifier's verdict makes of it. A verdict given before the record exists is applied through the
  * same moves a sweep makes (claim, then verdict), so the history reads the same either way. Pure.
  */
-import { applyMove, type CreateIntentRequest, type IntentRecord } from "./intents";
+import type { ErrorType } from "./errors";
+import { applyMove, type CreateIntentRequest, type IntentRecord, type PublicMempoolIntent } from "./intents";
 import type { VerificationResult } from "./verification";
+
+/**
+ * The intake works in batches: the gateway hands the receiver the submissions of one event-loop
+ * turn in one call, the receiver has them verified in one call per verifier and stored in one
+ * call, so the hops between processes cost per batch, not per intent. A batch holds at most
+ * INTAKE_BATCH_MAX submissions of INTAKE_BATCH_BYTES of bodies as sent (a body's JSON never grows
+ * when the bus serializes it again), far below NATS's 1 MB message limit.
+ */
+export const INTAKE_BATCH_MAX = 64;
+export const INTAKE_BATCH_BYTES = 256 * 1024;
+
+/** A submission, as the gateway hands it over: validated (createIntentParams) where it entered. */
+export interface Submission {
+	request: CreateIntentRequest;
+	/** The key of the HTTP request it came in (services/replay.ts): a repeat of it is recognised. */
+	call: string;
+}
+
+/** A refusal, as it crosses the bus inside a batch's answer: a SPEC §7 error of one submission. */
+export interface Refusal {
+	refused: { type: ErrorType; message: string; data?: unknown };
+}
+
+/** The answer to one submission: its record's public view and the status it was answered with, or a refusal. */
+export type SubmissionAnswer = { status: 200 | 201 | 202; view: PublicMempoolIntent } | Refusal;
+
+export function refusal(err: { type: ErrorType; message: string; data?: unknown }): Refusal {
+	return { refused: { type: err.type, message: err.message, ...(err.data !== undefined ? { data: err.data } : {}) } };
+}
 
 /** A verifier's answer, and which verifier gave it (history shows it). */
 export type Verdict = VerificationResult & { verifiedBy?: string };

@@ -14,10 +14,12 @@ import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
-import { workPageTexts, type IntentWorkItem, type WorkPage } from "../lib/intents";
+import { INTAKE_BATCH_BYTES, INTAKE_BATCH_MAX, type Submission, type SubmissionAnswer } from "../lib/intake";
+import { workPageTexts, type CreateIntentRequest, type IntentWorkItem, type WorkPage } from "../lib/intents";
 import { answersJsonTexts, jsonArrayBuffer, type TakesJsonTexts } from "../lib/json-text";
-import { WORK_PAGE, limit } from "../lib/schemas";
+import { WORK_PAGE, createIntentParams, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
+import { TurnBatch } from "../lib/turn-batch";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
@@ -268,6 +270,22 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			if (isClientGone(err) || res.headersSent) res.destroy();
 			else next(err);
 		});
+	/**
+	 * POST /intents, answered here: each body is checked against createIntentParams where it
+	 * enters, then the submissions of one event-loop turn go to the receiver as one batch
+	 * (lib/intake.ts), and each is answered with its own outcome. Created with the broker.
+	 */
+	let intake: { check: (params: object) => true | object[]; batch: TurnBatch<Submission, SubmissionAnswer> };
+	const intakeAlias = (req: Request & { $params?: object; $ctx?: Context }, res: ServerResponse, next: Next) => {
+		const request = req.$params ?? {};
+		const check = intake.check(request);
+		if (check !== true) return next(new Errors.ValidationError("Parameters validation error!", "VALIDATION_ERROR", check));
+		// The key of this HTTP request (services/replay.ts): its gateway context's id, which no client chooses.
+		intake.batch.add({ request: request as CreateIntentRequest, call: req.$ctx!.id }, req.rawBody?.length ?? 0).then(answer => {
+			if ("refused" in answer) return next(new ServiceError(answer.refused.type, answer.refused.message, answer.refused.data));
+			sendJson(res, answer.status, answer.view, answer.status === 201 ? { location: `/intents/${answer.view.id}` } : {});
+		}, next);
+	};
 	/** Requests being answered now; on SIGTERM those not yet answered are told the connection closes. */
 	const inFlight = new Set<ServerResponse>();
 	let draining = false;
@@ -420,7 +438,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 							if (!ctx.meta.worker) authFailures.fail(clientIp(req), Date.now());
 						}
 					},
-					aliases: { ...PUBLIC_ROUTES, "GET /intents/:id/events": streamAlias("serveIntent") }
+					aliases: { ...PUBLIC_ROUTES, "POST /intents": intakeAlias, "GET /intents/:id/events": streamAlias("serveIntent") }
 				}
 			],
 
@@ -588,6 +606,10 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 
 		created() {
 			streams = eventStreams(this.broker, config, clientIp);
+			intake = {
+				check: this.broker.validator!.compile(createIntentParams) as unknown as (params: object) => true | object[],
+				batch: new TurnBatch(submissions => this.broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions }), { items: INTAKE_BATCH_MAX, weight: INTAKE_BATCH_BYTES })
+			};
 			const keys = loadOrCreateWorkerKeys(config.workerApiKeys, config.dataDir);
 			isWorkerKey = createKeyChecker(keys.value);
 			if (keys.generated) this.logger.info(`Generated a worker API key into ${keys.source}.`);

@@ -17,7 +17,7 @@ import { sha256HexNative } from "../lib/digest";
 import { ServiceError, type RejectionReason } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
 import { newId } from "../lib/ids";
-import { NONCE_REUSED, decidedRecord, receivedRecord, withVerdict, type Intake, type Verdict } from "../lib/intake";
+import { INTAKE_BATCH_MAX, NONCE_REUSED, decidedRecord, receivedRecord, refusal, withVerdict, type Intake, type Refusal, type Verdict } from "../lib/intake";
 import { intentTally, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
 import {
 	EXPIRABLE_STATES,
@@ -109,6 +109,20 @@ const version = { type: "number", integer: true, min: 1 };
  */
 const verdictParam = { type: "object", props: { ok: "boolean", reason: { type: "string", optional: true }, detail: { type: "string", optional: true }, verifiedBy: { type: "string", optional: true, max: 200 } } };
 
+/** What the receiver hands over of a submission: the request, its digest, the verifier's verdict unless none answered, and the key of its call (services/replay.ts). */
+export interface IntakeItem {
+	request: CreateIntentRequest;
+	requestDigest: string;
+	verdict?: Verdict & { transactionCommitment?: string };
+	call: string;
+}
+
+const intakeParams = {
+	request: "object",
+	requestDigest: { type: "string", length: 64 },
+	verdict: { ...verdictParam, props: { ...verdictParam.props, transactionCommitment: { type: "string", length: 64, optional: true } }, optional: true }
+};
+
 /** What the receiver needs of a stored intake: the answer, and why it was refused if it was. */
 export interface IntakeOutcome {
 	created: boolean;
@@ -194,14 +208,31 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * is 409.
 			 */
 			receive: internal({
-				params: {
-					request: "object",
-					epoch: { type: "number", integer: true, min: 1 },
-					requestDigest: { type: "string", length: 64 },
-					verdict: { ...verdictParam, props: { ...verdictParam.props, transactionCommitment: { type: "string", length: 64, optional: true } }, optional: true }
-				},
+				params: { ...intakeParams, epoch: { type: "number", integer: true, min: 1 } },
 				handler(this: MempoolThis, ctx: Context<Parameters<MempoolMethods["receive"]>[0]>) {
 					return this.receive(ctx.params, callKey(ctx));
+				}
+			}),
+
+			/**
+			 * Internal, from the receiver: a batch of submissions of one epoch, each stored or answered
+			 * as `receive` does it; a refusal of one (IDEMPOTENCY_CONFLICT) is its answer, not the batch's.
+			 */
+			receiveMany: internal({
+				params: {
+					epoch: { type: "number", integer: true, min: 1 },
+					items: { type: "array", min: 1, max: INTAKE_BATCH_MAX, items: { type: "object", props: { ...intakeParams, call: { type: "string", max: 200 } } } }
+				},
+				handler(this: MempoolThis, ctx: Context<{ epoch: number; items: IntakeItem[] }>): Promise<(IntakeOutcome | Refusal)[]> {
+					const { epoch, items } = ctx.params;
+					return Promise.all(
+						items.map(item =>
+							this.receive({ ...item, epoch }, item.call).catch(err => {
+								if (err instanceof ServiceError) return refusal(err);
+								throw err;
+							})
+						)
+					);
 				}
 			}),
 

@@ -1,21 +1,24 @@
 /**
- * receiver: intake of signed intents (SPEC §2.1). Stateless: has a verifier check each submission
- * first, so a body its sender did not sign is refused before it can hold a paymentId or a row;
- * then hands the request and the verdict to the mempool in one call, which stores it in one
- * insert. When no verifier answers, the submission is recorded RECEIVED (202) and this service's
- * sweep verifies it later, as it does what a verifier or receiver that died left NODE_VERIFYING.
+ * receiver: intake of signed intents (SPEC §2.1). Stateless. Takes the submissions of a gateway in
+ * batches (lib/intake.ts) and has a verifier check each first, so a body its sender did not sign
+ * is refused before it can hold a paymentId or a row; then hands the requests and the verdicts to
+ * the mempool in one call, which stores each in one insert. When no verifier answers, a submission
+ * is recorded RECEIVED (202) and this service's sweep verifies it later, as it does what a
+ * verifier or receiver that died left NODE_VERIFYING.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { WakeResult, WakeStatus } from "../lib/answers";
 import type { Config } from "../lib/config";
 import { requestDigest } from "../lib/digest";
 import { ServiceError, rejectionError } from "../lib/errors";
-import type { Verdict } from "../lib/intake";
+import { INTAKE_BATCH_MAX, refusal, type Refusal, type Submission, type SubmissionAnswer, type Verdict } from "../lib/intake";
 import type { CreateIntentRequest, IntentState, PublicMempoolIntent } from "../lib/intents";
 import { createIntentParams } from "../lib/schemas";
 import { UNRECORDED_REJECTIONS } from "../lib/verification";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
-import type { IntakeOutcome, WaitingIntent } from "./mempool.service";
+import type { IntakeItem, IntakeOutcome, WaitingIntent } from "./mempool.service";
+import { internal } from "./internal";
+import { callKey } from "./replay";
 import { sweepMetrics, verificationMetrics } from "./metrics";
 import type { VerifierAnswer } from "./verifier.service";
 
@@ -37,6 +40,9 @@ interface ReceiverVars {
 }
 
 interface ReceiverMethods {
+	intake(ctx: Context, submissions: Submission[]): Promise<SubmissionAnswer[]>;
+	answerOf(outcome: IntakeOutcome | Refusal, verdict: VerifierAnswer | null, startedAt: number): SubmissionAnswer;
+	verifyAll(ctx: Context, requests: CreateIntentRequest[]): Promise<(VerifierAnswer | null)[]>;
 	verify(ctx: Context | Service["broker"], request: CreateIntentRequest): Promise<VerifierAnswer | null>;
 	currentEpoch(ctx: Context): Promise<number>;
 	countVerdict(state: IntentState | null, startedAt: number): void;
@@ -59,35 +65,30 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 		],
 
 		actions: {
-			/** POST /intents */
-			submit: {
+			/**
+			 * Internal, from the gateway (POST /intents): a batch of submissions, validated where they
+			 * entered; each answered on its own, in order.
+			 */
+			submitMany: internal({
+				params: {
+					submissions: { type: "array", min: 1, max: INTAKE_BATCH_MAX, items: { type: "object", props: { request: "object", call: { type: "string", max: 200 } } } }
+				},
+				handler(this: ReceiverThis, ctx: Context<{ submissions: Submission[] }>): Promise<SubmissionAnswer[]> {
+					return this.intake(ctx, ctx.params.submissions);
+				}
+			}),
+
+			/** Internal: one submission, as a gateway of an earlier version hands it over (validated here). */
+			submit: internal({
 				params: createIntentParams,
 				async handler(this: ReceiverThis, ctx: Context<CreateIntentRequest, { $statusCode?: number; $location?: string }>): Promise<PublicMempoolIntent> {
-					const request = ctx.params;
-					const startedAt = performance.now();
-					const verdict = await this.verify(ctx, request);
-					// SPEC §2.1: only a signer holds a paymentId. Refused before idempotency, so a forgery
-					// under someone else's paymentId learns nothing of it and stores nothing.
-					if (verdict && !verdict.ok && UNRECORDED_REJECTIONS.has(verdict.reason)) {
-						this.metrics.outcomes.inc({ outcome: "unrecorded" });
-						throw rejectionError(verdict.reason, { paymentId: request.paymentId }, verdict.detail);
-					}
-					const outcome = await ctx.call<IntakeOutcome, object>("mempool.receive", {
-						request,
-						epoch: await this.currentEpoch(ctx),
-						requestDigest: requestDigest(request),
-						...(verdict ? { verdict } : {})
-					});
-					if (outcome.created && verdict) this.countVerdict(outcome.view.receiverStatus, startedAt);
-					if (outcome.rejection) {
-						const { reason, detail, id, paymentId } = outcome.rejection;
-						throw rejectionError(reason, { id, paymentId }, detail);
-					}
-					ctx.meta.$statusCode = !outcome.created ? 200 : outcome.view.receiverStatus === "VERIFIED" ? 201 : 202;
-					if (ctx.meta.$statusCode === 201) ctx.meta.$location = `/intents/${outcome.view.id}`;
-					return outcome.view;
+					const [answer] = await this.intake(ctx, [{ request: ctx.params, call: callKey(ctx) ?? ctx.id }]);
+					if ("refused" in answer) throw new ServiceError(answer.refused.type, answer.refused.message, answer.refused.data);
+					ctx.meta.$statusCode = answer.status;
+					if (answer.status === 201) ctx.meta.$location = `/intents/${answer.view.id}`;
+					return answer.view;
 				}
-			},
+			}),
 
 			/** POST /internal/wake: runs the verification sweep now. */
 			wake: {
@@ -111,6 +112,73 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 		},
 
 		methods: {
+			/**
+			 * Verifies the submissions, then stores those a signer holds (SPEC §2.1: a forgery under
+			 * someone else's paymentId is refused before idempotency, learns nothing of it and stores
+			 * nothing).
+			 */
+			async intake(this: ReceiverThis, ctx, submissions) {
+				const startedAt = performance.now();
+				const verdicts = await this.verifyAll(ctx, submissions.map(submission => submission.request));
+				const answers: SubmissionAnswer[] = new Array(submissions.length);
+				const items: IntakeItem[] = [];
+				const positions: number[] = [];
+				submissions.forEach(({ request, call }, i) => {
+					const verdict = verdicts[i];
+					if (verdict && !verdict.ok && UNRECORDED_REJECTIONS.has(verdict.reason)) {
+						this.metrics.outcomes.inc({ outcome: "unrecorded" });
+						answers[i] = refusal(rejectionError(verdict.reason, { paymentId: request.paymentId }, verdict.detail));
+						return;
+					}
+					items.push({ request, requestDigest: requestDigest(request), ...(verdict ? { verdict } : {}), call });
+					positions.push(i);
+				});
+				if (items.length) {
+					const outcomes = await ctx.call<(IntakeOutcome | Refusal)[], object>("mempool.receiveMany", { epoch: await this.currentEpoch(ctx), items });
+					outcomes.forEach((outcome, k) => (answers[positions[k]] = this.answerOf(outcome, verdicts[positions[k]], startedAt)));
+				}
+				return answers;
+			},
+
+			answerOf(this: ReceiverThis, outcome, verdict, startedAt) {
+				if ("refused" in outcome) return outcome;
+				if (outcome.created && verdict) this.countVerdict(outcome.view.receiverStatus, startedAt);
+				if (outcome.rejection) {
+					const { reason, detail, id, paymentId } = outcome.rejection;
+					return refusal(rejectionError(reason, { id, paymentId }, detail));
+				}
+				return { status: !outcome.created ? 200 : outcome.view.receiverStatus === "VERIFIED" ? 201 : 202, view: outcome.view };
+			},
+
+			/**
+			 * Each request's verdict, null where no verifier could answer in time: one call per
+			 * verifier, with the requests the Shard strategy sends it (by sender), so that each sender
+			 * still meets one verifier and its key cache.
+			 */
+			async verifyAll(this: ReceiverThis, ctx, requests) {
+				const verdicts: (VerifierAnswer | null)[] = requests.map(() => null);
+				const byNode = new Map<string, number[]>();
+				requests.forEach((request, i) => {
+					const endpoint = this.broker.findNextActionEndpoint("verifier.verifyMany", undefined, { params: { requests: [request] }, meta: {} } as unknown as Context);
+					// No verifier at all: null, and the request is recorded RECEIVED for the sweep.
+					if (endpoint instanceof Error) return;
+					const indexes = byNode.get(endpoint.id);
+					if (indexes) indexes.push(i);
+					else byNode.set(endpoint.id, [i]);
+				});
+				await Promise.all(
+					[...byNode].map(async ([nodeID, indexes]) => {
+						try {
+							const answers = await ctx.call<VerifierAnswer[], object>("verifier.verifyMany", { requests: indexes.map(i => requests[i]) }, { nodeID, timeout: this.settings.verifyTimeoutMs, retries: 0 });
+							indexes.forEach((i, k) => (verdicts[i] = answers[k]));
+						} catch (err) {
+							if (!UNAVAILABLE.has((err as { type?: string }).type ?? "")) throw err;
+						}
+					})
+				);
+				return verdicts;
+			},
+
 			/** The verifier's verdict on a request; null when no verifier could answer in time. */
 			async verify(this: ReceiverThis, caller, request) {
 				try {

@@ -12,6 +12,7 @@ import type { ActiveRoute } from "../lib/registry";
 import { SlotObserver } from "../lib/slot-observer";
 import { sha256HexNative } from "../lib/digest";
 import { verifySignature } from "../lib/ed25519";
+import { INTAKE_BATCH_MAX } from "../lib/intake";
 import { verifyPaymentAuthorizationWith, type VerificationContext, type VerificationResult } from "../lib/verification";
 import { VerifyPool } from "../lib/verify-pool";
 import { verifierMetrics } from "./metrics";
@@ -36,6 +37,7 @@ interface VerifierVars {
 }
 
 interface VerifierMethods {
+	answer(ctx: Context, request: CreateIntentRequest): Promise<VerifierAnswer>;
 	routeOf(ctx: Context, tin: string): Promise<ActiveRoute | null>;
 	decide(request: CreateIntentRequest, context: () => VerificationContext): Promise<VerificationResult & { transactionCommitment: string }>;
 }
@@ -53,12 +55,22 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 				strategyOptions: { shardKey: "request.senderWallet" },
 				// Shape-checked at intake by the receiver (createIntentParams), the only caller.
 				params: { request: "object" },
-				async handler(this: VerifierThis, ctx: Context<{ request: CreateIntentRequest }>): Promise<VerifierAnswer> {
-					const { request } = ctx.params;
-					const route = await this.routeOf(ctx, request.recipientTin);
-					const answer = await this.decide(request, () => ({ nowMs: Date.now(), latestSlot: this.slots.latest(), route }));
-					this.checks.inc({ result: answer.ok ? "ok" : "refused" });
-					return { ...answer, verifiedBy: `verifier@${ctx.broker.nodeID}` };
+				handler(this: VerifierThis, ctx: Context<{ request: CreateIntentRequest }>): Promise<VerifierAnswer> {
+					return this.answer(ctx, ctx.params.request);
+				}
+			}),
+
+			/**
+			 * The intake's batches: each request answered as `verify` answers it, in order. A batch
+			 * goes where the intents of its first sender go, and the receiver makes its batches of the
+			 * senders one verifier has (receiver.verifyAll), so each sender still meets one verifier.
+			 */
+			verifyMany: internal({
+				strategy: "Shard",
+				strategyOptions: { shardKey: "requests.0.senderWallet" },
+				params: { requests: { type: "array", min: 1, max: INTAKE_BATCH_MAX, items: "object" } },
+				handler(this: VerifierThis, ctx: Context<{ requests: CreateIntentRequest[] }>): Promise<VerifierAnswer[]> {
+					return Promise.all(ctx.params.requests.map(request => this.answer(ctx, request)));
 				}
 			})
 		},
@@ -73,6 +85,13 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 		},
 
 		methods: {
+			async answer(this: VerifierThis, ctx, request) {
+				const route = await this.routeOf(ctx, request.recipientTin);
+				const answer = await this.decide(request, () => ({ nowMs: Date.now(), latestSlot: this.slots.latest(), route }));
+				this.checks.inc({ result: answer.ok ? "ok" : "refused" });
+				return { ...answer, verifiedBy: `verifier@${ctx.broker.nodeID}` };
+			},
+
 			async routeOf(this: VerifierThis, ctx, tin) {
 				const cached = this.routeCache.get(tin);
 				if (cached && cached.until > Date.now()) return cached.route;

@@ -321,4 +321,25 @@ describe("load", () => {
 		expect(answers.every(a => a.status === 201)).toBe(true);
 		expect(new Set(answers.map(a => a.body.id)).size).toBe(200);
 	});
+
+	it("answers each of many concurrent submissions (handed over in batches) with its own outcome", async () => {
+		const kinds = ["signed", "forged", "unknown TIN", "invalid", "repeat"] as const;
+		const repeated = signedIntent(newWallet(), route);
+		await node.http("POST", "/intents", repeated);
+		const requests = Array.from({ length: 100 }, (_, i) => {
+			const kind = kinds[i % kinds.length];
+			const request = signedIntent(newWallet(), kind === "unknown TIN" ? newRoute() : route);
+			if (kind === "forged") return { kind, request: { ...request, senderAuthorizationSignature: newWallet().sign(request.senderAuthorizationMessage) } };
+			if (kind === "invalid") return { kind, request: { ...request, amount: "-1" } };
+			return { kind, request: kind === "repeat" ? repeated : request };
+		});
+		const answers = await Promise.all(requests.map(({ request }) => node.http("POST", "/intents", request)));
+		const expected = { signed: [201, undefined], forged: [400, "INVALID_SIGNATURE"], "unknown TIN": [422, "UNKNOWN_TIN"], invalid: [422, "VALIDATION_ERROR"], repeat: [200, undefined] };
+		answers.forEach((answer, i) => {
+			const { kind, request } = requests[i];
+			expect([kind, answer.status, answer.body.type]).toEqual([kind, ...expected[kind]]);
+			if (answer.status < 300) expect(answer.body.paymentId).toBe(request.paymentId);
+			else if (kind !== "invalid") expect(answer.body.data.paymentId).toBe(request.paymentId);
+		});
+	});
 });

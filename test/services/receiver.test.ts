@@ -1,82 +1,125 @@
 /**
  * The receiver with its real neighbours (the verifier and the mempool on a real SQLite file) and
  * small stand-ins for the owners it only asks one thing (epochs: the current epoch; tin: a route).
- * Verify first, store once: the verdict travels with the request in one call to the mempool.
+ * Verify first, store once, in batches: the gateway hands over the submissions of a turn in one
+ * call, and the verdicts travel with the requests in one call to the mempool.
  */
 import { ServiceBroker, type ActionHandler, type ActionSchema, type Context, type Middleware, type Service } from "moleculer";
 import { buildPaymentMessage } from "../../lib/canonical";
 import { loadConfig } from "../../lib/config";
+import type { Submission, SubmissionAnswer } from "../../lib/intake";
 import type { PublicMempoolIntent } from "../../lib/intents";
 import type { ActiveRoute } from "../../lib/registry";
 import { mempoolService } from "../../services/mempool.service";
 import { receiverService } from "../../services/receiver.service";
 import { verifierService } from "../../services/verifier.service";
-import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+import { newRoute, newWallet, signedIntent, walletOf } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 
 const route = newRoute();
 const activeRoute: ActiveRoute = { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion: route.routeVersion, policyCommitment: route.policyCommitment };
+const config = () => loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", VERIFY_TIMEOUT_MS: "500", VERIFY_THREADS: "1" });
+
+/** Every action run (but the cached lookups), by name, with how many requests it carried: the hops of a batch. */
+function callRecorder(calls: [string, number][]): Middleware {
+	const carried = (params: { submissions?: unknown[]; requests?: unknown[]; items?: unknown[] }) => (params.submissions ?? params.requests ?? params.items ?? [null]).length;
+	return {
+		localAction: (next: ActionHandler, action: ActionSchema) => (ctx: Context<object>) => {
+			if (action.name !== "epochs.current" && action.name !== "tin.resolve") calls.push([action.name ?? "", carried(ctx.params)]);
+			return next.call(ctx.service as Service, ctx);
+		}
+	};
+}
+
+/** The stand-ins of the owners the receiver only asks one thing. */
+function standIns(broker: ServiceBroker): void {
+	broker.createService({ name: "epochs", actions: { current: () => ({ epoch: 7 }) } });
+	broker.createService({ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => (ctx.params.tin === route.tin ? activeRoute : null) } });
+}
 
 /** The receiver, the mempool, the stand-ins, and the verifier unless `withVerifier` is false. */
 async function startIntake(withVerifier = true) {
-	const config = loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", VERIFY_TIMEOUT_MS: "500", VERIFY_THREADS: "1" });
-	const calls: string[] = [];
-	// Every action run, by name: the hops of one submission.
-	const recordCalls: Middleware = { localAction: (next: ActionHandler, action: ActionSchema) => (ctx: Context) => (calls.push(action.name ?? ""), next.call(ctx.service as Service, ctx)) };
-	const broker = new ServiceBroker({ logger: false, middlewares: [recordCalls] });
-	broker.createService({ name: "epochs", actions: { current: () => ({ epoch: 7 }) } });
-	broker.createService({ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => (ctx.params.tin === route.tin ? activeRoute : null) } });
-	broker.createService(mempoolService(config));
-	if (withVerifier) broker.createService(verifierService(config));
-	broker.createService(receiverService(config));
+	const settings = config();
+	const calls: [string, number][] = [];
+	const broker = new ServiceBroker({ logger: false, middlewares: [callRecorder(calls)] });
+	standIns(broker);
+	broker.createService(mempoolService(settings));
+	if (withVerifier) broker.createService(verifierService(settings));
+	broker.createService(receiverService(settings));
 	await broker.start();
-	/** As the gateway calls it: the status and location come back in the call's meta. */
+	let call = 0;
+	/** As the gateway hands a turn's submissions over. */
+	const submitMany = (requests: object[]) => broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions: requests.map(request => ({ request, call: `http-${++call}` })) });
+	/** One submission, as a gateway of an earlier version hands it over: the status and location come back in the call's meta. */
 	const submit = async (request: object) => {
 		const meta: { $statusCode?: number; $location?: string } = {};
 		const view = await broker.call<PublicMempoolIntent, object>("receiver.submit", request, { meta });
 		return { view, status: meta.$statusCode, location: meta.$location };
 	};
-	return { broker, config, submit, calls };
+	return { broker, config: settings, submitMany, submit, calls };
 }
+
+const viewOf = (answer: SubmissionAnswer): PublicMempoolIntent => {
+	if ("refused" in answer) throw new Error(`refused: ${answer.refused.type}`);
+	return answer.view;
+};
 
 describe("with a verifier", () => {
 	let intake: Awaited<ReturnType<typeof startIntake>>;
 	beforeAll(async () => (intake = await startIntake()));
 	afterAll(() => intake.broker.stop());
 
-	test("a signed request: 201 VERIFIED in the current epoch, with one call to the verifier and one to the mempool", async () => {
-		const request = signedIntent(newWallet(), route);
+	test("a batch of signed requests: each 201 VERIFIED in the current epoch, in order, with one call to the verifier and one to the mempool for the whole batch", async () => {
+		const requests = Array.from({ length: 5 }, () => signedIntent(newWallet(), route));
 		intake.calls.length = 0;
-		const { view, status, location } = await intake.submit(request);
-		expect(status).toBe(201);
-		expect(location).toBe(`/intents/${view.id}`);
-		expect(view).toMatchObject({ receiverStatus: "VERIFIED", epoch: 7, transactionCommitment: buildPaymentMessage(request).transactionCommitment });
-		// The epoch and the route are cached lookups (a second or so), not hops of each submission.
-		expect(intake.calls.filter(action => action !== "epochs.current" && action !== "tin.resolve")).toEqual(["receiver.submit", "verifier.verify", "mempool.receive"]);
+		const answers = await intake.submitMany(requests);
+		expect(answers.map(answer => ("status" in answer ? answer.status : answer.refused.type))).toEqual([201, 201, 201, 201, 201]);
+		answers.forEach((answer, i) =>
+			expect(viewOf(answer)).toMatchObject({ paymentId: requests[i].paymentId, receiverStatus: "VERIFIED", epoch: 7, transactionCommitment: buildPaymentMessage(requests[i]).transactionCommitment })
+		);
+		expect(intake.calls).toEqual([
+			["receiver.submitMany", 5],
+			["verifier.verifyMany", 5],
+			["mempool.receiveMany", 5]
+		]);
 	});
 
-	test("a repeat of the same body is 200 with the same record", async () => {
+	test("a repeat of the same body is 200 with the same record, in the same batch or a later one", async () => {
 		const request = signedIntent(newWallet(), route);
-		const first = await intake.submit(request);
-		const again = await intake.submit(request);
-		expect([again.status, again.view]).toEqual([200, first.view]);
+		const [first, twin] = await intake.submitMany([request, request]);
+		const [again] = await intake.submitMany([request]);
+		expect(["status" in first && first.status, "status" in twin && twin.status].sort()).toEqual([200, 201]);
+		expect(again).toEqual({ status: 200, view: viewOf(first) });
 	});
 
-	test("a forgery is refused before the mempool: nothing is stored and its paymentId stays free", async () => {
-		const request = signedIntent(newWallet(), route);
+	test("each submission of a batch is answered on its own: a forgery is refused before the mempool, a refusal that leaves a record (unknown TIN) is stored REJECTED", async () => {
+		const signed = signedIntent(newWallet(), route);
 		// The sender's message, signed by someone else.
-		const forged = { ...request, senderAuthorizationSignature: newWallet().sign(request.senderAuthorizationMessage) };
+		const forged = { ...signed, senderAuthorizationSignature: newWallet().sign(signed.senderAuthorizationMessage) };
+		const unknownTin = signedIntent(newWallet(), newRoute());
+		const reused = signedIntent(newWallet(), route);
+		const conflicting = signedIntent(walletOf(reused.senderWallet), route, { paymentId: reused.paymentId });
+		await intake.submitMany([reused]);
 		intake.calls.length = 0;
-		await expect(intake.submit(forged)).rejects.toMatchObject({ type: "INVALID_SIGNATURE", code: 400 });
-		expect(intake.calls).not.toContain("mempool.receive");
-		expect((await intake.submit(request)).status).toBe(201);
-	});
-
-	test("a refusal that leaves a record (unknown TIN) answers its error and is stored REJECTED", async () => {
-		const request = signedIntent(newWallet(), newRoute());
-		await expect(intake.submit(request)).rejects.toMatchObject({ type: "UNKNOWN_TIN", data: { paymentId: request.paymentId } });
+		const [forgery, accepted, unknown, conflict] = await intake.submitMany([forged, signed, unknownTin, conflicting]);
+		expect(forgery).toMatchObject({ refused: { type: "INVALID_SIGNATURE", data: { paymentId: signed.paymentId } } });
+		expect((forgery as { refused: { data: object } }).refused.data).not.toHaveProperty("id");
+		expect(accepted).toMatchObject({ status: 201, view: { paymentId: signed.paymentId } });
+		expect(unknown).toMatchObject({ refused: { type: "UNKNOWN_TIN", data: { paymentId: unknownTin.paymentId, id: expect.stringMatching(/^int_/) } } });
+		expect(conflict).toMatchObject({ refused: { type: "IDEMPOTENCY_CONFLICT", data: { paymentId: reused.paymentId } } });
+		// The forgery never reached the mempool.
+		expect(intake.calls).toContainEqual(["mempool.receiveMany", 3]);
 		const counts = await intake.broker.call<Record<string, number>>("mempool.counts");
 		expect(counts.REJECTED).toBeGreaterThanOrEqual(1);
+	});
+
+	test("one submission as a gateway of an earlier version hands it over: 201 with its location, and the refusals as errors", async () => {
+		const request = signedIntent(newWallet(), route);
+		const { view, status, location } = await intake.submit(request);
+		expect([status, location, view.receiverStatus]).toEqual([201, `/intents/${view.id}`, "VERIFIED"]);
+		expect((await intake.submit(request)).status).toBe(200);
+		await expect(intake.submit({ ...request, amount: "x" })).rejects.toMatchObject({ type: "VALIDATION_ERROR", code: 422 });
+		await expect(intake.submit(signedIntent(newWallet(), newRoute()))).rejects.toMatchObject({ type: "UNKNOWN_TIN", code: 422 });
 	});
 });
 
@@ -84,14 +127,59 @@ test("without a verifier: 202 RECEIVED, then the sweep verifies it once a verifi
 	const intake = await startIntake(false);
 	try {
 		const request = signedIntent(newWallet(), route);
-		const { view, status } = await intake.submit(request);
-		expect([status, view.receiverStatus]).toEqual([202, "RECEIVED"]);
+		const [answer] = await intake.submitMany([request]);
+		expect(answer).toMatchObject({ status: 202, view: { receiverStatus: "RECEIVED" } });
 		await expect(intake.broker.call("receiver.wake")).rejects.toMatchObject({ type: "VERIFIER_UNAVAILABLE" });
 		intake.broker.createService(verifierService(intake.config));
 		await intake.broker.waitForServices("verifier");
 		expect(await intake.broker.call("receiver.wake")).toEqual({ ok: true, status: { picked: 1, verified: 1, rejected: 0, pending: 0, verifierUnavailable: false } });
-		expect((await intake.submit(request)).view).toMatchObject({ id: view.id, receiverStatus: "VERIFIED" });
+		expect((await intake.submitMany([request]))[0]).toMatchObject({ status: 200, view: { id: viewOf(answer).id, receiverStatus: "VERIFIED" } });
 	} finally {
 		await intake.broker.stop();
+	}
+});
+
+test("with several verifiers, a batch is split by the Shard strategy: each sender always meets the same verifier, and each verifier gets one call per batch", async () => {
+	const namespace = `shard-${process.pid}-${Date.now()}`;
+	const seen = new Map<string, Set<string>>();
+	const verifierCalls: string[] = [];
+	const verifierNode = (nodeID: string) => {
+		// What each verifier node was asked, by sender.
+		const asked: Middleware = {
+			localAction: (next: ActionHandler, action: ActionSchema) => (ctx: Context<{ requests?: Submission["request"][] }>) => {
+				if (action.name === "verifier.verifyMany") {
+					verifierCalls.push(nodeID);
+					for (const request of ctx.params.requests ?? []) seen.set(request.senderWallet, (seen.get(request.senderWallet) ?? new Set()).add(nodeID));
+				}
+				return next.call(ctx.service as Service, ctx);
+			}
+		};
+		const broker = new ServiceBroker({ nodeID, namespace, transporter: "Fake", logger: false, middlewares: [asked] });
+		standIns(broker);
+		broker.createService(verifierService(config()));
+		return broker;
+	};
+	const intakeNode = new ServiceBroker({ nodeID: "intake", namespace, transporter: "Fake", logger: false });
+	const settings = config();
+	intakeNode.createService({ name: "epochs", actions: { current: () => ({ epoch: 7 }) } });
+	intakeNode.createService(mempoolService(settings));
+	intakeNode.createService(receiverService(settings));
+	const verifiers = [verifierNode("verifier-a"), verifierNode("verifier-b"), verifierNode("verifier-c")];
+	try {
+		await Promise.all([intakeNode, ...verifiers].map(broker => broker.start()));
+		await intakeNode.waitForServices(["verifier", "mempool", "epochs"]);
+		// Wait until the intake knows all three verifier nodes.
+		for (let i = 0; i < 100 && (intakeNode.registry.getActionEndpoints("verifier.verifyMany")?.count() ?? 0) < 3; i++) await new Promise(resolve => setTimeout(resolve, 20));
+		const wallets = Array.from({ length: 12 }, () => newWallet());
+		for (let round = 0; round < 3; round++) {
+			verifierCalls.length = 0;
+			const answers = await intakeNode.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions: wallets.map((wallet, i) => ({ request: signedIntent(wallet, route), call: `r${round}-${i}` })) });
+			expect(answers.every(answer => "status" in answer && answer.status === 201)).toBe(true);
+			expect(new Set(verifierCalls).size).toBe(verifierCalls.length);
+		}
+		expect([...seen.values()].every(nodes => nodes.size === 1)).toBe(true);
+		expect(new Set([...seen.values()].map(nodes => [...nodes][0])).size).toBeGreaterThan(1);
+	} finally {
+		await Promise.all([intakeNode, ...verifiers].map(broker => broker.stop()));
 	}
 });

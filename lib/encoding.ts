@@ -55,10 +55,13 @@ export function sha256Hex(text: string | Uint8Array): string {
 export function canonicalJson(value: unknown): string {
 	if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
 	if (value && typeof value === "object") {
-		const entries = Object.entries(value as Record<string, unknown>)
-			.filter(([, v]) => v !== undefined)
-			.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-		return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+		// Keys in UTF-16 code unit order (sort's default for strings), appended in one pass.
+		let json = "";
+		for (const key of Object.keys(value).sort()) {
+			const entry = (value as Record<string, unknown>)[key];
+			if (entry !== undefined) json += `${json ? "," : ""}${JSON.stringify(key)}:${canonicalJson(entry)}`;
+		}
+		return `{${json}}`;
 	}
 	return JSON.stringify(value);
 }

@@ -135,6 +135,10 @@ describe("canonicalJson", () => {
 	it("escapes strings as JSON", () => {
 		expect(canonicalJson({ 'k"': 'v"\n' })).toBe('{"k\\"":"v\\"\\n"}');
 	});
+
+	it("orders keys by UTF-16 code units, as the digests of stored records were made", () => {
+		expect(canonicalJson({ b: 1, é: 2, B: 3, a: 4, "": 5, "😀": 6, ｚ: 7 })).toBe('{"":5,"B":3,"a":4,"b":1,"é":2,"😀":6,"ｚ":7}');
+	});
 });
 
 describe("identifier patterns", () => {

@@ -76,6 +76,53 @@ describe("rate limiting of public routes", () => {
 			await node.stop();
 		}
 	});
+
+	it("counts POST /intents (served by the gateway's front door) with the other public routes, in one limit per client", async () => {
+		const dataDir = tempDir();
+		const route = newRoute();
+		const node = await startNode({ RATE_LIMIT_PER_MIN: "5", REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]) }, dataDir);
+		try {
+			const answers = [];
+			for (let i = 0; i < 3; i++) answers.push(await node.http("GET", `/registry/tins/${route.tin}`));
+			for (let i = 0; i < 3; i++) answers.push(await node.http("POST", "/intents", signedIntent(sender, route)));
+			expect(answers.map(a => a.status)).toEqual([200, 200, 200, 201, 201, 429]);
+			expect(answers.map(a => a.headers.get("x-rate-limit-remaining"))).toEqual(["4", "3", "2", "1", "0", "0"]);
+			expect(answers[5].body).toMatchObject({ code: 429, type: "RATE_LIMITED" });
+			expect(Number(answers[5].headers.get("retry-after"))).toBeGreaterThan(0);
+			expect((await node.http("GET", `/registry/tins/${route.tin}`)).status).toBe(429);
+		} finally {
+			await node.stop();
+		}
+	});
+});
+
+describe("POST /intents spelled another way", () => {
+	it("/intents/ (through moleculer-web's routing, not the front door) answers as /intents does, with its request id", async () => {
+		const dataDir = tempDir();
+		const route = newRoute();
+		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]) }, dataDir);
+		// Raw fetch for /intents/: the document names the path one way.
+		const slash = async (body: object, headers: Record<string, string> = {}) => {
+			const answer = await fetch(`${node.url}/intents/`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+			return { status: answer.status, headers: answer.headers, body: (await answer.json()) as Record<string, unknown> };
+		};
+		try {
+			const request = signedIntent(sender, route);
+			const created = await slash(request, { "x-request-id": "slash-1" });
+			expect([created.status, created.headers.get("location"), created.headers.get("x-request-id")]).toEqual([201, `/intents/${created.body.id}`, "slash-1"]);
+			const again = await node.http("POST", "/intents", request, { "x-request-id": "plain-1" });
+			expect([again.status, again.body, again.headers.get("x-request-id")]).toEqual([200, created.body, "plain-1"]);
+			expect((await slash(request)).status).toBe(200);
+			const invalid = { ...signedIntent(sender, route), amount: "-1" };
+			const [viaSlash, plain] = await Promise.all([slash(invalid), node.http("POST", "/intents", invalid)]);
+			expect(viaSlash.body).toEqual(plain.body);
+			expect(plain.body).toMatchObject({ code: 422, type: "VALIDATION_ERROR", data: [{ field: "amount", type: "stringPattern" }, { field: "amount", type: "u64" }] });
+			// Every answer carries a request id, made up when the client sends none.
+			expect(plain.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+		} finally {
+			await node.stop();
+		}
+	});
 });
 
 describe("verification without a verifier", () => {

@@ -12,7 +12,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
-import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type ViewRow, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Tally, type ViewRow, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -93,11 +93,19 @@ class GroupCommit {
 	private waiting: { resolve: () => void; reject: (err: unknown) => void }[] = [];
 	private scheduled = false;
 	private readonly members: GroupMember[] = [];
+	// Prepared once: exec() compiles its SQL on every call.
+	private readonly begin: Database.Statement;
+	private readonly end: Database.Statement;
+	private readonly undo: Database.Statement;
 
 	constructor(
 		private readonly db: Database.Database,
 		private readonly windowMs: number
-	) {}
+	) {
+		this.begin = db.prepare("BEGIN IMMEDIATE");
+		this.end = db.prepare("COMMIT");
+		this.undo = db.prepare("ROLLBACK");
+	}
 
 	join(member: GroupMember): void {
 		this.members.push(member);
@@ -115,7 +123,7 @@ class GroupCommit {
 	run<R>(write: () => R, atomic = false): Promise<R> {
 		let result: R;
 		try {
-			if (!this.db.inTransaction) this.db.exec("BEGIN IMMEDIATE");
+			if (!this.db.inTransaction) this.begin.run();
 			if (!this.scheduled) {
 				this.scheduled = true;
 				if (this.windowMs > 0) setTimeout(() => this.commit(), this.windowMs);
@@ -124,7 +132,7 @@ class GroupCommit {
 			try {
 				result = write();
 			} catch (err) {
-				if (this.db.inTransaction && atomic && !(err instanceof UniqueConflictError)) this.db.exec("ROLLBACK");
+				if (this.db.inTransaction && atomic && !(err instanceof UniqueConflictError)) this.undo.run();
 				if (!this.db.inTransaction) this.failGroup(err);
 				throw err;
 			}
@@ -152,10 +160,10 @@ class GroupCommit {
 		try {
 			if (this.db.inTransaction) {
 				for (const member of this.members) member.beforeCommit();
-				this.db.exec("COMMIT");
+				this.end.run();
 			}
 		} catch (err) {
-			if (this.db.inTransaction) this.db.exec("ROLLBACK");
+			if (this.db.inTransaction) this.undo.run();
 			for (const member of this.members) member.afterRollback();
 			for (const waiter of batch) waiter.reject(storeError(err));
 			return;
@@ -333,9 +341,12 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		}, true);
 	}
 
-	/** What a document adds to the tally, as kept in its row's `_tally` column. */
-	private contribution(doc: T): string {
-		return JSON.stringify(Object.fromEntries(Object.entries(this.spec.tally!(doc)).map(([key, value]) => [key, value.toString()])));
+	/** What a document adds to the tally: its sums, and their text as its row's `_tally` column keeps them. */
+	private contribution(doc: T): { sums: Tally; text: string } {
+		const sums = this.spec.tally!(doc);
+		let text = "";
+		for (const key in sums) text += `${text ? "," : ""}${JSON.stringify(key)}:"${sums[key]}"`;
+		return { sums, text: `{${text}}` };
 	}
 
 	/** Inside a write: the contribution of the row `id` holds now (from its document when a row predates the column). */
@@ -349,9 +360,9 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	/** Inside a write that happened: adds `after` minus `before` (contributions) to the group's pending tally changes. */
-	private applyTally(before: Map<string, bigint>, after: string | null): void {
+	private applyTally(before: Map<string, bigint>, after: Tally | null): void {
 		for (const [key, value] of before) this.pending.set(key, (this.pending.get(key) ?? 0n) - value);
-		if (after !== null) for (const [key, value] of Object.entries(JSON.parse(after) as Record<string, string>)) this.pending.set(key, (this.pending.get(key) ?? 0n) + BigInt(value));
+		if (after) for (const key in after) this.pending.set(key, (this.pending.get(key) ?? 0n) + after[key]);
 	}
 
 	/** Adds `changes` to the tally rows (inside the transaction). */
@@ -437,11 +448,11 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	async insert(doc: T, event?: OutboxEvent): Promise<boolean> {
 		assertOutbox(this.spec, event);
 		const contribution = this.spec.tally ? this.contribution(doc) : null;
-		const row = [doc.id, ...this.row(doc), ...(contribution !== null ? [contribution] : []), JSON.stringify(doc), ...viewTexts(this.spec, doc)];
+		const row = [doc.id, ...this.row(doc), ...(contribution !== null ? [contribution.text] : []), JSON.stringify(doc), ...viewTexts(this.spec, doc)];
 		return this.group.run(() => {
 			const inserted = this.insertStmt.run(...row).changes === 1;
 			if (inserted && event) this.writeEvent(event);
-			if (inserted && contribution !== null) this.applyTally(new Map(), contribution);
+			if (inserted && contribution !== null) this.applyTally(new Map(), contribution.sums);
 			return inserted;
 		}, event !== undefined);
 	}
@@ -463,7 +474,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const assignments = [...this.columns, ...(contribution !== null ? [TALLY_COLUMN] : []), "doc", ...this.viewColumns].map(c => `${quote(c)} = ?`).join(", ");
 		const condition = sql ? `${sql} AND id = ?` : " WHERE id = ?";
 		const stmt = this.statement(`UPDATE ${this.table} SET ${assignments}${condition}`);
-		const row = [...this.row(next), ...(contribution !== null ? [contribution] : []), JSON.stringify(next), ...viewTexts(this.spec, next)];
+		const row = [...this.row(next), ...(contribution !== null ? [contribution.text] : []), JSON.stringify(next), ...viewTexts(this.spec, next)];
 		return this.group.run(() => {
 			const before = contribution !== null ? this.storedContribution(id) : null;
 			let updated: boolean;
@@ -475,7 +486,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 				throw err;
 			}
 			if (updated && event) this.writeEvent(event);
-			if (updated && before) this.applyTally(before, contribution);
+			if (updated && before) this.applyTally(before, contribution!.sums);
 			return updated;
 		}, event !== undefined);
 	}

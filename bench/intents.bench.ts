@@ -4,8 +4,11 @@
  *   - the lean ideal (bench/lean-ideal.js with LEAN_VERIFY_WORKERS=1): the least work a correct,
  *     durable intake must do, as a yardstick;
  *   - raw ed25519 verification on one thread (node:crypto, keys and signatures pre-decoded).
- * Each target runs closed-loop at every concurrency, then paced at half its own maximum rate.
- * For each: req/s, p50, p99 and the target's CPU per accepted request (from /proc), and the ratios.
+ * Each target runs closed-loop at every concurrency, then paced at half its own maximum rate, in
+ * ROUNDS rounds that alternate the targets, so that a machine whose speed drifts during the run
+ * (a shared one does, by a tenth or more) weighs on both alike. For each: the median over the
+ * rounds of req/s, p50, p99 and the target's CPU per accepted request (from /proc), and the
+ * median of each round's ratio of the service to the lean ideal.
  *
  *   npm run bench:intents
  *   npm run bench:intents -- --concurrencies 32 --count 5000
@@ -14,6 +17,7 @@
  * Options (argv `--name value`, `--name=value`, or the environment):
  *   CONCURRENCIES (16,32,64)  closed-loop concurrencies; CONCURRENCY=n runs just one
  *   COUNT (8000)              measured requests per phase
+ *   ROUNDS (3)                rounds of every phase, the targets alternating
  *   WARMUP (1000)             requests sent first in each phase, not measured
  *   WALLETS (256)             distinct sender wallets
  *   VERIFY_SECONDS (2)        duration of the raw verification measurement
@@ -45,6 +49,7 @@ const OPTIONS = {
 	concurrencies: "16,32,64",
 	concurrency: "",
 	count: "8000",
+	rounds: "3",
 	warmup: "1000",
 	wallets: "256",
 	verify_seconds: "2",
@@ -93,6 +98,8 @@ async function startTarget(kind: "service" | "lean", seedFile: string, serviceEn
 
 interface Measured extends Summary {
 	target: string;
+	/** The round (from 1) of the phase. */
+	round: number;
 	/** `c=<n>` closed loop, or `half` (paced at half the target's best closed-loop rate). */
 	load: string;
 	/** The paced rate, per second. */
@@ -103,13 +110,14 @@ interface Measured extends Summary {
 	errorSamples: Record<string, string[]>;
 }
 
-async function measure(target: RunningTarget, load: string, run: () => Promise<PhaseResult>, rate?: number): Promise<Measured> {
+async function measure(target: RunningTarget, load: string, round: number, run: () => Promise<PhaseResult>, rate?: number): Promise<Measured> {
 	const cpuBefore = target.pid ? cpuSeconds(target.pid) : 0;
 	const phase = await run();
 	const cpuAfter = target.pid ? cpuSeconds(target.pid) : 0;
 	const summary = summarize(phase);
 	return {
 		target: target.name,
+		round,
 		load,
 		...(rate ? { rate } : {}),
 		...summary,
@@ -156,14 +164,36 @@ function verifiesPerSecond(samples: readonly CreateIntentRequest[], seconds: num
 	return { raw: rawPerSec, strict: timed(strict, seconds * 1000) };
 }
 
+const median = (values: number[]) => {
+	const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+	if (!sorted.length) return NaN;
+	const middle = Math.floor(sorted.length / 2);
+	return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+};
+
+/**
+ * One line per target and load: the median over the rounds of each figure, and for the service
+ * in the closed loop the median of each round's ratios to the lean ideal of the same round (paced
+ * rows run at half of each target's own maximum, so their rates do not compare).
+ */
 function table(rows: Measured[], rawPerSec: number): string[] {
-	const lines = ["| target | load | req/s | p50 ms | p99 ms | CPU µs/req | ÷ lean ideal | ÷ raw verify | not 201 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"];
-	for (const row of rows) {
-		// Rates compare only in the closed loop: paced rows run at half of each target's own maximum.
-		const yardstick = row.target === "service" && row.load !== "half" ? rows.find(other => other.target === "lean ideal" && other.load === row.load) : undefined;
-		const load = row.load === "half" ? `paced ${fmt(row.rate ?? NaN)}/s (½ max)` : row.load;
+	const lines = ["| target | load | rounds | req/s | p50 ms | p99 ms | CPU µs/req | req/s ÷ lean ideal | CPU ÷ lean ideal | ÷ raw verify | not 201 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"];
+	const keys = [...new Set(rows.map(row => `${row.target}|${row.load}`))];
+	for (const key of keys) {
+		const group = rows.filter(row => `${row.target}|${row.load}` === key);
+		const [target, load] = key.split("|");
+		const yardstick = (row: Measured) => (target === "service" && load !== "half" ? rows.find(other => other.target === "lean ideal" && other.load === load && other.round === row.round) : undefined);
+		const ratio = (figure: (row: Measured) => number | null) => median(group.map(row => {
+			const lean = yardstick(row);
+			return lean ? (figure(row) ?? NaN) / (figure(lean) ?? NaN) : NaN;
+		}));
+		const cpu = median(group.map(row => row.cpuMicrosPerRequest ?? NaN));
+		const perSecond = median(group.map(row => row.perSecond));
+		const shown = load === "half" ? `paced ${fmt(median(group.map(row => row.rate ?? NaN)))}/s (½ max)` : load;
+		const rateRatio = ratio(row => row.perSecond);
+		const cpuRatio = ratio(row => row.cpuMicrosPerRequest);
 		lines.push(
-			`| ${row.target} | ${load} | ${fmt(row.perSecond)} | ${fmt(row.p50, 1)} | ${fmt(row.p99, 1)} | ${row.cpuMicrosPerRequest === null ? "n/a" : fmt(row.cpuMicrosPerRequest)} | ${yardstick ? fmt(row.perSecond / yardstick.perSecond, 2) : ""} | ${fmt(row.perSecond / rawPerSec, 2)} | ${row.notAccepted} |`
+			`| ${target} | ${shown} | ${group.length} | ${fmt(perSecond)} | ${fmt(median(group.map(row => row.p50)), 1)} | ${fmt(median(group.map(row => row.p99)), 1)} | ${Number.isFinite(cpu) ? fmt(cpu) : "n/a"} | ${Number.isFinite(rateRatio) ? fmt(rateRatio, 2) : ""} | ${Number.isFinite(cpuRatio) ? fmt(cpuRatio, 2) : ""} | ${fmt(perSecond / rawPerSec, 2)} | ${group.reduce((sum, row) => sum + row.notAccepted, 0)} |`
 		);
 	}
 	return lines;
@@ -182,8 +212,6 @@ interface ListenerFigures {
 	/** CPU the listeners' process spent (µs) per intent of the phase: it shares the cores with the service. */
 	cpuMicrosPerIntent?: number;
 }
-
-const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
 
 /** SSE listeners in a child process (bench/sse-listeners.ts), open before the phase starts. */
 async function startListeners(url: string, workerKey: string, count: number): Promise<{ pid: number; stop(): Promise<ListenerFigures> }> {
@@ -208,6 +236,7 @@ async function main(): Promise<number> {
 	const concurrencies = (options.concurrency || options.concurrencies).split(",").map(c => positiveInt("CONCURRENCIES", c.trim()));
 	const count = positiveInt("COUNT", options.count);
 	const warmup = Number(options.warmup) || 0;
+	const rounds = positiveInt("ROUNDS", options.rounds);
 
 	let route: Route;
 	let seedFile: string;
@@ -234,34 +263,37 @@ async function main(): Promise<number> {
 		for (const concurrency of concurrencies) {
 			if (warmup) await runClosed({ ...target, url: external.url }, bodies.take(warmup), concurrency);
 			log(`external service, concurrency ${concurrency} …`);
-			rows.push(await measure(external, `c=${concurrency}`, () => runClosed({ ...target, url: external.url }, bodies.take(count), concurrency)));
+			rows.push(await measure(external, `c=${concurrency}`, 1, () => runClosed({ ...target, url: external.url }, bodies.take(count), concurrency)));
 		}
 	}
 	// Closed loop at each concurrency, the targets alternating so that drift hits both alike.
 	for (const concurrency of concurrencies)
+		for (let round = 1; round <= rounds; round++)
+			for (const kind of kinds) {
+				const running = await startTarget(kind, seedFile, serviceEnv);
+				try {
+					if (warmup) await runClosed({ ...target, url: running.url }, bodies.take(warmup), concurrency);
+					log(`${running.name}, concurrency ${concurrency}, round ${round} …`);
+					rows.push(await measure(running, `c=${concurrency}`, round, () => runClosed({ ...target, url: running.url }, bodies.take(count), concurrency)));
+				} finally {
+					await running.stop();
+				}
+			}
+	// Paced at half of each target's best closed-loop rate (its best concurrency's median): latency and CPU at moderate load.
+	const bestRate = (name: string) => Math.max(...concurrencies.map(concurrency => median(rows.filter(row => row.target === name && row.load === `c=${concurrency}`).map(row => row.perSecond))));
+	const paced = Object.fromEntries(kinds.map(kind => [kind, Math.max(1, Math.round(bestRate(kind === "service" ? "service" : "lean ideal") / 2))]));
+	for (let round = 1; round <= rounds; round++)
 		for (const kind of kinds) {
+			const rate = paced[kind];
 			const running = await startTarget(kind, seedFile, serviceEnv);
 			try {
-				if (warmup) await runClosed({ ...target, url: running.url }, bodies.take(warmup), concurrency);
-				log(`${running.name}, concurrency ${concurrency} …`);
-				rows.push(await measure(running, `c=${concurrency}`, () => runClosed({ ...target, url: running.url }, bodies.take(count), concurrency)));
+				if (warmup) await runPaced({ ...target, url: running.url }, bodies.take(warmup), rate);
+				log(`${running.name}, paced at ${rate}/s, round ${round} …`);
+				rows.push(await measure(running, "half", round, () => runPaced({ ...target, url: running.url }, bodies.take(count), rate), rate));
 			} finally {
 				await running.stop();
 			}
 		}
-	// Paced at half of each target's own best closed-loop rate: latency and CPU at moderate load.
-	for (const kind of kinds) {
-		const best = Math.max(...rows.filter(row => row.target === (kind === "service" ? "service" : "lean ideal")).map(row => row.perSecond));
-		const rate = Math.max(1, Math.round(best / 2));
-		const running = await startTarget(kind, seedFile, serviceEnv);
-		try {
-			if (warmup) await runPaced({ ...target, url: running.url }, bodies.take(warmup), rate);
-			log(`${running.name}, paced at ${rate}/s …`);
-			rows.push(await measure(running, "half", () => runPaced({ ...target, url: running.url }, bodies.take(count), rate), rate));
-		} finally {
-			await running.stop();
-		}
-	}
 
 	const listeners = Number(options.listeners) || 0;
 	const attached: ListenerFigures[] = [];
@@ -269,15 +301,15 @@ async function main(): Promise<number> {
 		// The same settings for both phases: only the listeners differ.
 		const workerKey = randomBytes(24).toString("hex");
 		const env = { ...serviceEnv, WORKER_API_KEYS: workerKey, EVENT_STREAMS_PER_IP: String(listeners + 10) };
-		for (let round = 0; round < 2; round++)
+		for (let round = 1; round <= rounds; round++)
 			for (const withListeners of [false, true]) {
 				const running = await startTarget("service", seedFile, env);
 				const group = withListeners ? await startListeners(running.url, workerKey, listeners) : null;
 				try {
 					if (warmup) await runClosed({ ...target, url: running.url }, bodies.take(warmup), LISTENER_CONCURRENCY);
-					log(`service, concurrency ${LISTENER_CONCURRENCY}, ${withListeners ? `${listeners} SSE listeners` : "no listeners"} (round ${round + 1}) …`);
+					log(`service, concurrency ${LISTENER_CONCURRENCY}, ${withListeners ? `${listeners} SSE listeners` : "no listeners"} (round ${round}) …`);
 					const listenerCpu = group ? cpuSeconds(group.pid) : 0;
-					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, () => runClosed({ ...target, url: running.url }, bodies.take(count), LISTENER_CONCURRENCY));
+					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, round, () => runClosed({ ...target, url: running.url }, bodies.take(count), LISTENER_CONCURRENCY));
 					rows.push(row);
 					if (group) {
 						const spent = cpuSeconds(group.pid) - listenerCpu;
@@ -319,16 +351,19 @@ async function main(): Promise<number> {
 
 	const out = ["", ...table(rows, rawPerSec), "", `ed25519 verify, 1 thread: raw ${fmt(rawPerSec)}/s, strict (SPEC §0 checks, as the service runs them) ${fmt(verifies.strict)}/s: the strict checks cost ${fmt(1e6 / verifies.strict - 1e6 / rawPerSec, 1)} µs per verification`, `machine: ${machine} (the load generator shares the cores)`, `results: ${path.relative(process.cwd(), file) || file}`];
 	if (attached.length) {
-		const of = (label: string, figure: (row: Measured) => number) => mean(rows.filter(row => row.load === label).map(figure));
 		const withSse = `c=${LISTENER_CONCURRENCY} +${listeners} SSE`;
 		const without = `c=${LISTENER_CONCURRENCY} no SSE`;
-		const rate = (label: string) => of(label, row => row.perSecond);
-		const cpu = (label: string) => of(label, row => row.cpuMicrosPerRequest ?? NaN);
+		const of = (label: string, figure: (row: Measured) => number) => median(rows.filter(row => row.load === label).map(figure));
+		// Each round's with ÷ without, the median of them: the pair of a round runs back to back.
+		const ratio = (figure: (row: Measured) => number) =>
+			median(rows.filter(row => row.load === withSse).map(row => figure(row) / figure(rows.find(other => other.load === without && other.round === row.round)!)));
+		const rate = (row: Measured) => row.perSecond;
+		const cpu = (row: Measured) => row.cpuMicrosPerRequest ?? NaN;
 		out.splice(
 			-2,
 			0,
-			`${listeners} SSE listeners (GET /events, each sent every new intent): ${fmt(rate(withSse))} intents/s against ${fmt(rate(without))} without (÷ ${fmt(rate(withSse) / rate(without), 2)}, mean of ${attached.length} alternating runs); service CPU ${fmt(cpu(withSse))} against ${fmt(cpu(without))} µs per intent (÷ ${fmt(cpu(withSse) / cpu(without), 2)}); the listeners' own process ${fmt(mean(attached.map(a => a.cpuMicrosPerIntent ?? NaN)))} µs per intent on the same cores`,
-			`state change → event received by a listener: p50 ${fmt(mean(attached.map(a => a.p50)), 1)} ms, p99 ${fmt(mean(attached.map(a => a.p99)), 1)} ms (${fmt(mean(attached.map(a => a.events)))} events received per listener and run; ${attached.every(a => a.bytes.fewest === a.bytes.most) ? "every listener received the same bytes" : `LISTENERS DIFFER: ${attached.map(a => `${a.bytes.fewest}–${a.bytes.most}`).join(", ")} bytes`})`
+			`${listeners} SSE listeners (GET /events, each sent every new intent): ${fmt(of(withSse, rate))} intents/s against ${fmt(of(without, rate))} without (÷ ${fmt(ratio(rate), 2)}, median of ${attached.length} alternating pairs); service CPU ${fmt(of(withSse, cpu))} against ${fmt(of(without, cpu))} µs per intent (÷ ${fmt(ratio(cpu), 2)}); the listeners' own process ${fmt(median(attached.map(a => a.cpuMicrosPerIntent ?? NaN)))} µs per intent on the same cores`,
+			`state change → event received by a listener: p50 ${fmt(median(attached.map(a => a.p50)), 1)} ms, p99 ${fmt(median(attached.map(a => a.p99)), 1)} ms (${fmt(median(attached.map(a => a.events)))} events received per listener and run; ${attached.every(a => a.bytes.fewest === a.bytes.most) ? "every listener received the same bytes" : `LISTENERS DIFFER: ${attached.map(a => `${a.bytes.fewest}–${a.bytes.most}`).join(", ")} bytes`})`
 		);
 	}
 	for (const row of rows) for (const [status, samples] of Object.entries(row.errorSamples)) out.push(`${row.target} ${row.load}: ${row.statuses[status]} × ${status}, e.g. ${samples[0]}`);

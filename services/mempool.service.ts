@@ -78,11 +78,12 @@ export const INTENTS_COLLECTION = {
 	},
 	// paymentId: idempotency. nonceKey: SPEC §1's nonce rule (null, and so unbound, unless the intent holds the nonce).
 	unique: [["paymentId"], ["nonceKey"]],
-	// Every index costs each of an intent's writes, and each ends in id (the store appends it). The
-	// lease and stale-verification sweeps read states that hold few intents (leased, mid-verification),
-	// so (state, createdAt) serves them as well as the work list; the public list and the epoch close
-	// go by (archivedIn, …).
-	indexes: [["state", "createdAt"], ["state", "expiresAt"], ["archivedIn", "createdAt"], ["archivedIn", "state", "createdAt"]],
+	// Every index costs each of an intent's writes, and each ends in id (the store appends it).
+	// (state, archivedIn, createdAt) serves the work list and the sweeps (the live intents of a state,
+	// oldest first: only terminal ones are ever archived), the public list by status and the epoch
+	// close (the live intents of some states, newest first); (archivedIn, createdAt) the public list
+	// without a status, and an epoch's archive; (state, expiresAt) the expiry sweep.
+	indexes: [["state", "archivedIn", "createdAt"], ["state", "expiresAt"], ["archivedIn", "createdAt"]],
 	tally: intentTally,
 	// Each state change writes its event in the same write (intentEvent): SSE streams and webhooks read them.
 	outbox: true,
@@ -272,7 +273,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }, TakesJsonTexts>): Promise<WorkPage | IntentWorkItem[]> {
 					const latestSlot = this.slots.latest();
 					const { limit: size, after } = ctx.params;
-					const where: Where = { state: "VERIFIED", expiresAt: { gt: new Date().toISOString() }, ...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}) };
+					const where: Where = { state: "VERIFIED", archivedIn: null, expiresAt: { gt: new Date().toISOString() }, ...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}) };
 					const rows = await this.intents.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
 					// A gateway of an earlier version takes the items whole.
 					if (!ctx.meta.jsonTexts) return rows.map(row => ({ intent: JSON.parse(row.json) as MempoolIntent, leaseTtlMs: this.settings.leaseTtlMs }));
@@ -290,8 +291,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				async handler(this: MempoolThis, ctx: Context<{ receivedBefore: string; staleBefore: string; limit: number }>): Promise<WaitingIntent[]> {
 					const { receivedBefore, staleBefore, limit: size } = ctx.params;
 					const [received, stale] = await Promise.all([
-						this.intents.list({ where: { state: "RECEIVED", updatedAt: { lt: receivedBefore } }, orderBy: ["createdAt", "asc"], limit: size }),
-						this.intents.list({ where: { state: "NODE_VERIFYING", updatedAt: { lt: staleBefore } }, orderBy: ["createdAt", "asc"], limit: size })
+						this.intents.list({ where: { state: "RECEIVED", archivedIn: null, updatedAt: { lt: receivedBefore } }, orderBy: ["createdAt", "asc"], limit: size }),
+						this.intents.list({ where: { state: "NODE_VERIFYING", archivedIn: null, updatedAt: { lt: staleBefore } }, orderBy: ["createdAt", "asc"], limit: size })
 					]);
 					return [...received, ...stale].map(waitingIntent);
 				}

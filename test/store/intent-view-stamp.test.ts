@@ -51,6 +51,6 @@ test("a lease renewal in the millisecond of the record's updatedAt, by a version
 	expect(renewed.lease!.expiresAt).not.toBe(leased.lease!.expiresAt); // another view
 	legacyWrite(renewed);
 
-	const [row] = await intents.listViews("worker", { where: { state: "CRANKER_LEASED" }, orderBy: ["createdAt", "asc"] });
+	const [row] = await intents.listViews("worker", { where: { state: "CRANKER_LEASED", archivedIn: null }, orderBy: ["createdAt", "asc"] });
 	expect((JSON.parse(row.json) as { lease: { expiresAt: string } }).lease.expiresAt).toBe(renewed.lease!.expiresAt);
 });

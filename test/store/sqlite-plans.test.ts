@@ -67,14 +67,14 @@ function reference(filter: (r: IntentRecord) => boolean, field: "createdAt", dir
 
 const ids = async (query: ListQuery) => (await intents.list(query)).map(r => r.id);
 
-test("the work list (state, then createdAt) walks its index past a range on expiresAt, pages by cursor included", async () => {
+test("the work list (the live intents of a state, by createdAt) walks its index past a range on expiresAt, pages by cursor included", async () => {
 	const now = new Date(Date.UTC(2026, 10, 23, 0, 600)).toISOString();
-	const live = (r: IntentRecord) => r.state === "VERIFIED" && r.expiresAt > now;
-	const first = await ids({ where: { state: "VERIFIED", expiresAt: { gt: now } }, orderBy: ["createdAt", "asc"], limit: 100 });
+	const live = (r: IntentRecord) => r.state === "VERIFIED" && r.archivedIn === undefined && r.expiresAt > now;
+	const first = await ids({ where: { state: "VERIFIED", archivedIn: null, expiresAt: { gt: now } }, orderBy: ["createdAt", "asc"], limit: 100 });
 	expect(first).toEqual(reference(live, "createdAt", "asc", 100));
 	const last = all.find(r => r.id === first[99])!;
 	const after = { value: last.createdAt, id: last.id };
-	expect(await ids({ where: { state: "VERIFIED", expiresAt: { gt: now } }, orderBy: ["createdAt", "asc"], limit: 100, after })).toEqual(reference(live, "createdAt", "asc", 100, after));
+	expect(await ids({ where: { state: "VERIFIED", archivedIn: null, expiresAt: { gt: now } }, orderBy: ["createdAt", "asc"], limit: 100, after })).toEqual(reference(live, "createdAt", "asc", 100, after));
 });
 
 test("a list over several states is one index walk per state, merged in order (newest first, cursor included)", async () => {

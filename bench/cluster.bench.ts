@@ -5,7 +5,7 @@
  * /proc, over the measured phase only): what the bus and the hops cost, and which role would cap
  * the rate on a machine with a core per process.
  *
- *   npm run bench:cluster                     # COUNT=5000 CONCURRENCY=32 WARMUP=500
+ *   npm run bench:cluster                     # COUNT=5000 CONCURRENCY=32 WARMUP=2000
  *   COUNT=20000 CONCURRENCY=64 npm run bench:cluster
  *
  * Needs `nats-server` on PATH. Results: bench/results/cluster-<timestamp>.json and a table.
@@ -23,7 +23,7 @@ const root = path.resolve(__dirname, "..", "..");
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
 const COUNT = env("COUNT", 5000);
 const CONCURRENCY = env("CONCURRENCY", 32);
-const WARMUP = env("WARMUP", 500);
+const WARMUP = env("WARMUP", 2000);
 
 interface Run {
 	verifiers: number;
@@ -36,7 +36,8 @@ interface Run {
 }
 
 async function measure(verifiers: number, seedFile: string, bodies: BodyFactory): Promise<Run> {
-	const cluster = new Cluster({ verifiers, seedFile, workerApiKey: randomBytes(24).toString("hex"), root });
+	// At warn, as bench:intents runs the service: no access line per request.
+	const cluster = new Cluster({ verifiers, seedFile, workerApiKey: randomBytes(24).toString("hex"), root, logLevel: "warn" });
 	try {
 		await cluster.start();
 		const target = { url: cluster.gateway.url, path: "/intents", expected: 201 };

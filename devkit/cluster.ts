@@ -71,6 +71,8 @@ export class NodeProcess {
 		env: Record<string, string>
 	) {
 		this.process = spawnScript(path.join(root, "dist/index.js"), env, [], name);
+		// A port given is known; PORT 0 is the one the process announces (at info).
+		this.port = Number(env.PORT ?? 0);
 	}
 
 	get child(): ChildProcess {
@@ -89,7 +91,7 @@ export class NodeProcess {
 		return `http://127.0.0.1:${this.port}`;
 	}
 
-	/** Waits for the port it announces, then for /health/ready. */
+	/** Waits for the port it announces (unless it was given one), then for /health/ready. */
 	async ready(timeoutMs = 20_000): Promise<this> {
 		await waitFor(() => {
 			if (this.child.exitCode !== null) throw new Error(`${this.name} exited with ${this.child.exitCode}:\n${this.log}`);
@@ -116,6 +118,11 @@ export interface ClusterOptions {
 	natsMaxPayload?: number;
 	/** The directory holding dist/ (the repository root). */
 	root?: string;
+	/**
+	 * LOG_LEVEL of the processes (info): a benchmark runs them at warn, without a line per request,
+	 * as bench:intents does, and start() then gives each process its port.
+	 */
+	logLevel?: string;
 }
 
 /** NATS + owners + verifiers + a gateway (api, receiver, network), each its own process. */
@@ -133,12 +140,14 @@ export class Cluster {
 	async start(): Promise<void> {
 		this.nats = new NatsServer(await freePort(), this.options.natsMaxPayload);
 		await this.nats.start();
-		this.owners = this.node("owners", { SERVICES: "mempool,payouts,crankers,tin,epochs,access", REGISTRY_SEED_FILE: this.options.seedFile });
+		// Below info the processes do not announce their ports: they are given theirs.
+		const port = async (): Promise<Record<string, string>> => (this.options.logLevel && this.options.logLevel !== "info" ? { PORT: String(await freePort()) } : {});
+		this.owners = this.node("owners", { SERVICES: "mempool,payouts,crankers,tin,epochs,access", REGISTRY_SEED_FILE: this.options.seedFile, ...(await port()) });
 		await this.owners.ready();
 		// As k8s/42-verifier.yaml runs them: a core each, verifying on the event loop.
-		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier", VERIFY_THREADS: "0" }));
+		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier", VERIFY_THREADS: "0", ...(await port()) }));
 		await Promise.all(this.verifiers.map(verifier => verifier.ready()));
-		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", WORKER_API_KEYS: this.options.workerApiKey }).ready();
+		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", WORKER_API_KEYS: this.options.workerApiKey, ...(await port()) }).ready();
 	}
 
 	/** A process of the cluster, with its own DATA_DIR and a free port. */
@@ -155,7 +164,7 @@ export class Cluster {
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "500",
 			VERIFY_TIMEOUT_MS: "2000",
-			LOG_LEVEL: "info", // the processes announce their ports at info
+			LOG_LEVEL: this.options.logLevel ?? "info", // the processes announce their ports at info
 			...(this.options.mongoUrl ? { MONGO_URL: this.options.mongoUrl } : {}),
 			...env
 		});

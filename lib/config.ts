@@ -44,6 +44,8 @@ export interface Config {
 	verifyThreads: number;
 	/** STORE_COMMIT_WINDOW_MS: SQLite group commit window; 0 = one commit per event-loop turn. */
 	storeCommitWindowMs: number;
+	/** INTAKE_WINDOW_MS: how long the gateway gathers submissions into one batch; 0 = one event-loop turn. */
+	intakeWindowMs: number;
 	rateLimitPerMin: number;
 	trustProxy: boolean;
 	logLevel: string;
@@ -262,6 +264,7 @@ export function loadConfig(env: Env = process.env): Config {
 		// One core for the event loop, the others for verification; at least one thread.
 		verifyThreads: integer(env, "VERIFY_THREADS", Math.max(1, os.availableParallelism() - 1), 0),
 		storeCommitWindowMs: integer(env, "STORE_COMMIT_WINDOW_MS", 1, 0),
+		intakeWindowMs: integer(env, "INTAKE_WINDOW_MS", 1, 0),
 		rateLimitPerMin: integer(env, "RATE_LIMIT_PER_MIN", 600, 0),
 		trustProxy: flag(env, "TRUST_PROXY"),
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),

@@ -20,7 +20,7 @@ import { workPageTexts, type CreateIntentRequest, type IntentWorkItem, type Work
 import { answersJsonTexts, jsonArrayBuffer, type TakesJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, createIntentParams, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
-import { TurnBatch } from "../lib/turn-batch";
+import { Batcher } from "../lib/batcher";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
@@ -273,10 +273,10 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		});
 	/**
 	 * POST /intents: each body is checked against createIntentParams where it enters, then the
-	 * submissions of one event-loop turn go to the receiver as one batch (lib/intake.ts), and each
-	 * is answered with its own outcome. Created with the broker.
+	 * submissions of INTAKE_WINDOW_MS go to the receiver as one batch (lib/intake.ts), and each is
+	 * answered with its own outcome. Created with the broker.
 	 */
-	let intake: { check: (params: object) => true | object[]; batch: TurnBatch<Submission, SubmissionAnswer> };
+	let intake: { check: (params: object) => true | object[]; batch: Batcher<Submission, SubmissionAnswer> };
 	/** `call`: the key of this HTTP request (services/replay.ts), which no client chooses. */
 	async function submitIntent(req: Request, res: ServerResponse, params: object, call: string): Promise<void> {
 		const check = intake.check(params);
@@ -648,7 +648,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			streams = eventStreams(this.broker, config, clientIp);
 			intake = {
 				check: this.broker.validator!.compile(createIntentParams) as unknown as (params: object) => true | object[],
-				batch: new TurnBatch(submissions => this.broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions }), { items: INTAKE_BATCH_MAX, weight: INTAKE_BATCH_BYTES })
+				batch: new Batcher(submissions => this.broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions }), { items: INTAKE_BATCH_MAX, weight: INTAKE_BATCH_BYTES, windowMs: config.intakeWindowMs })
 			};
 			const keys = loadOrCreateWorkerKeys(config.workerApiKeys, config.dataDir);
 			isWorkerKey = createKeyChecker(keys.value);

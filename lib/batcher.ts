@@ -1,23 +1,30 @@
 /**
- * Items added during one event-loop turn, handled as one batch at its end: one call carries
- * them all, so a hop's fixed cost (a broker call, a bus message and its answer) is paid once per
- * batch instead of once per item. A batch holds at most `limits.items` items weighing at most
+ * Items added within a window (`windowMs` after the first of a batch, or the rest of its
+ * event-loop turn when 0), handled as one batch: one call carries them all, so a hop's fixed cost
+ * (a broker call, a bus message and its answer, a worker thread's wake-up, a commit) is paid once
+ * per batch instead of once per item. A batch holds at most `limits.items` items weighing at most
  * `limits.weight` together (an item heavier than that goes alone); the next item starts another.
  */
-export class TurnBatch<I, O> {
+export class Batcher<I, O> {
 	private items: I[] = [];
 	private weight = 0;
+	/** The open batch's number: a window that ends after its batch was handed over early flushes nothing. */
+	private batch = 0;
 	private waiters: { resolve(out: O): void; reject(err: unknown): void }[] = [];
 
 	constructor(
 		/** Answers every item of a batch, in order; a rejection fails every item of the batch. */
 		private readonly handle: (items: I[]) => Promise<O[]>,
-		private readonly limits: { items: number; weight: number }
+		private readonly limits: { items: number; weight: number; windowMs: number }
 	) {}
 
 	add(item: I, weight = 0): Promise<O> {
 		if (this.items.length && (this.items.length >= this.limits.items || this.weight + weight > this.limits.weight)) this.flush();
-		if (!this.items.length) setImmediate(() => this.flush());
+		if (!this.items.length) {
+			const batch = ++this.batch;
+			if (this.limits.windowMs > 0) setTimeout(() => this.flush(batch), this.limits.windowMs);
+			else setImmediate(() => this.flush(batch));
+		}
 		this.weight += weight;
 		return new Promise<O>((resolve, reject) => {
 			this.items.push(item);
@@ -25,9 +32,9 @@ export class TurnBatch<I, O> {
 		});
 	}
 
-	private flush(): void {
+	private flush(batch = this.batch): void {
 		const { items, waiters } = this;
-		if (!items.length) return;
+		if (batch !== this.batch || !items.length) return;
 		this.items = [];
 		this.waiters = [];
 		this.weight = 0;

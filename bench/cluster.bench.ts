@@ -17,7 +17,7 @@ import path from "node:path";
 import { Cluster, natsServerAvailable } from "../devkit/cluster";
 import { sha256Hex } from "../lib/encoding";
 import { tinFromSequence } from "../lib/tin";
-import { BodyFactory, cpuSeconds, fmt, runClosed, summarize, type Route } from "./load";
+import { BodyFactory, cpuSeconds, fmt, runClosed, summarize, verifiesPerSecond, type Route } from "./load";
 
 const root = path.resolve(__dirname, "..", "..");
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
@@ -62,25 +62,29 @@ async function main(): Promise<void> {
 	const bodies = new BodyFactory(route, 256);
 
 	const runs = [await measure(1, seedFile, bodies), await measure(2, seedFile, bodies)];
+	// The machine's yardstick: µs of one raw ed25519 verification on one thread, in this run.
+	const verifyMicros = 1e6 / verifiesPerSecond(bodies.samples, 2).raw;
 	const at = new Date().toISOString();
 	const machine = `${os.cpus()[0]?.model?.trim() ?? "unknown CPU"} × ${os.availableParallelism()}, ${process.version}`;
 	const dir = path.join(root, "bench", "results");
 	fs.mkdirSync(dir, { recursive: true });
 	const file = path.join(dir, `cluster-${at.replace(/[:.]/g, "-")}.json`);
-	fs.writeFileSync(file, `${JSON.stringify({ benchmark: "cluster", at, machine, count: COUNT, concurrency: CONCURRENCY, runs }, null, 2)}\n`);
+	fs.writeFileSync(file, `${JSON.stringify({ benchmark: "cluster", at, machine, count: COUNT, concurrency: CONCURRENCY, verifyMicros, runs }, null, 2)}\n`);
 
 	const total = (run: Run) => Object.values(run.cpuMicros).reduce((sum, micros) => sum + micros, 0);
 	/** With a core per process, the busiest process caps the rate: 1 s of its CPU over its µs per intent. */
 	const corePerProcess = (run: Run) => 1e6 / Math.max(run.cpuMicros.gateway, run.cpuMicros.owners, run.cpuMicros["nats-server"], run.cpuMicros.verifiers / run.verifiers);
 	const lines = [
-		"| verifier processes | intents/s | p50 ms | p99 ms | not 201 | CPU µs/intent: gateway | owners | verifiers | nats-server | total | a core per process: intents/s |",
-		"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		"| verifier processes | intents/s | p50 ms | p99 ms | not 201 | CPU µs/intent: gateway | owners | verifiers | nats-server | total | total ÷ one raw verify | a core per process: intents/s |",
+		"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	];
 	for (const run of runs)
 		lines.push(
-			`| ${run.verifiers} | ${fmt(run.perSecond)} | ${fmt(run.p50, 1)} | ${fmt(run.p99, 1)} | ${run.notAccepted} | ${fmt(run.cpuMicros.gateway)} | ${fmt(run.cpuMicros.owners)} | ${fmt(run.cpuMicros.verifiers)} | ${fmt(run.cpuMicros["nats-server"])} | ${fmt(total(run))} | ${fmt(corePerProcess(run))} |`
+			`| ${run.verifiers} | ${fmt(run.perSecond)} | ${fmt(run.p50, 1)} | ${fmt(run.p99, 1)} | ${run.notAccepted} | ${fmt(run.cpuMicros.gateway)} | ${fmt(run.cpuMicros.owners)} | ${fmt(run.cpuMicros.verifiers)} | ${fmt(run.cpuMicros["nats-server"])} | ${fmt(total(run))} | ${fmt(total(run) / verifyMicros, 1)} | ${fmt(corePerProcess(run))} |`
 		);
-	console.log(`\n${lines.join("\n")}\n\nratio 2/1 verifiers = ${(runs[1].perSecond / runs[0].perSecond).toFixed(2)} (${os.availableParallelism()} cores shared by nats-server, ${2 + runs[1].verifiers} Node processes and the load generator)\nmachine: ${machine}\nresults: ${path.relative(process.cwd(), file)}`);
+	console.log(
+		`\n${lines.join("\n")}\n\nratio 2/1 verifiers = ${(runs[1].perSecond / runs[0].perSecond).toFixed(2)} (${os.availableParallelism()} cores shared by nats-server, ${2 + runs[1].verifiers} Node processes and the load generator)\none raw ed25519 verification on one thread: ${fmt(verifyMicros, 1)} µs in this run (the total in these units compares across machines)\nmachine: ${machine}\nresults: ${path.relative(process.cwd(), file)}`
+	);
 }
 
 main().catch(err => {

@@ -33,17 +33,14 @@
  * target cannot start, 2 when more than 1 % of a phase's measured requests were not 201.
  */
 import { fork } from "node:child_process";
-import { createPublicKey, verify as cryptoVerify, randomBytes, type KeyObject } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { freePort } from "../devkit/process";
-import { verifySignature } from "../lib/ed25519";
-import { decodeBase58 } from "../lib/encoding";
-import type { CreateIntentRequest } from "../lib/intents";
 import { tinFromSequence } from "../lib/tin";
-import { BodyFactory, cpuSeconds, fmt, runClosed, runPaced, startProcess, summarize, type PhaseResult, type RunningTarget, type Route, type Summary } from "./load";
+import { BodyFactory, cpuSeconds, fmt, runClosed, runPaced, startProcess, summarize, verifiesPerSecond, type PhaseResult, type RunningTarget, type Route, type Summary } from "./load";
 
 const OPTIONS = {
 	concurrencies: "16,32,64",
@@ -125,43 +122,6 @@ async function measure(target: RunningTarget, load: string, round: number, run: 
 		statuses: phase.statuses,
 		errorSamples: phase.errorSamples
 	};
-}
-
-/**
- * Verifications per second on this thread: raw node:crypto with keys and signatures decoded
- * beforehand, and the service's strict check (lib/ed25519 verifySignature: base58 decoding, the
- * small-order and canonical-encoding checks of SPEC §0, its key cache), so their cost shows.
- */
-function verifiesPerSecond(samples: readonly CreateIntentRequest[], seconds: number): { raw: number; strict: number } {
-	const keys = new Map<string, KeyObject>();
-	const prepared = samples.map(sample => {
-		let key = keys.get(sample.senderWallet);
-		if (!key) {
-			const raw = decodeBase58(sample.senderWallet)!;
-			key = createPublicKey({ key: Buffer.concat([Buffer.from("302a300506032b6570032100", "hex"), raw]), format: "der", type: "spki" });
-			keys.set(sample.senderWallet, key);
-		}
-		return { key, message: Buffer.from(sample.senderAuthorizationMessage, "utf8"), signature: Buffer.from(decodeBase58(sample.senderAuthorizationSignature)!) };
-	});
-	const timed = (check: (i: number) => boolean, ms: number) => {
-		let ops = 0;
-		let ok = true;
-		const start = process.hrtime.bigint();
-		const end = start + BigInt(ms * 1e6);
-		let now = start;
-		while (now < end) {
-			for (let k = 0; k < 64; k++, ops++) ok = check(ops % prepared.length) && ok;
-			now = process.hrtime.bigint();
-		}
-		if (!ok) throw new Error("a benchmark signature did not verify");
-		return ops / (Number(now - start) / 1e9);
-	};
-	const raw = (i: number) => cryptoVerify(null, prepared[i].message, prepared[i].key, prepared[i].signature);
-	const strict = (i: number) => verifySignature(samples[i].senderWallet, samples[i].senderAuthorizationMessage, samples[i].senderAuthorizationSignature);
-	timed(raw, 200);
-	const rawPerSec = timed(raw, seconds * 1000);
-	timed(strict, 200);
-	return { raw: rawPerSec, strict: timed(strict, seconds * 1000) };
 }
 
 const median = (values: number[]) => {

@@ -2,16 +2,17 @@
  * The pieces every benchmark shares: signed bodies built before timing starts, one HTTP load
  * generator (closed loop at a fixed concurrency, or paced at a fixed rate), percentiles, and the
  * CPU a target process spent, read from /proc so that any process (ours, the lean yardstick,
- * nats-server) is measured the same way; and a target started as a process, once it is ready.
+ * nats-server) is measured the same way; a target started as a process, once it is ready; and
+ * the rate of one thread verifying signatures, the yardstick of the machine a run is on.
  */
 import { execFileSync } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createPublicKey, verify as cryptoVerify, randomBytes, type KeyObject } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
 import { spawnScript, waitFor, type ScriptProcess } from "../devkit/process";
 import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
-import { createSigner, generateKeypair } from "../lib/ed25519";
-import { encodeBase58 } from "../lib/encoding";
+import { createSigner, generateKeypair, verifySignature } from "../lib/ed25519";
+import { decodeBase58, encodeBase58 } from "../lib/encoding";
 import type { CreateIntentRequest } from "../lib/intents";
 
 export interface Route {
@@ -258,3 +259,41 @@ export async function startProcess(name: string, script: string, args: string[],
 		}
 	};
 }
+
+/**
+ * Verifications per second on this thread: raw node:crypto with keys and signatures decoded
+ * beforehand, and the service's strict check (lib/ed25519 verifySignature: base58 decoding, the
+ * small-order and canonical-encoding checks of SPEC §0, its key cache), so their cost shows.
+ */
+export function verifiesPerSecond(samples: readonly CreateIntentRequest[], seconds: number): { raw: number; strict: number } {
+	const keys = new Map<string, KeyObject>();
+	const prepared = samples.map(sample => {
+		let key = keys.get(sample.senderWallet);
+		if (!key) {
+			const raw = decodeBase58(sample.senderWallet)!;
+			key = createPublicKey({ key: Buffer.concat([Buffer.from("302a300506032b6570032100", "hex"), raw]), format: "der", type: "spki" });
+			keys.set(sample.senderWallet, key);
+		}
+		return { key, message: Buffer.from(sample.senderAuthorizationMessage, "utf8"), signature: Buffer.from(decodeBase58(sample.senderAuthorizationSignature)!) };
+	});
+	const timed = (check: (i: number) => boolean, ms: number) => {
+		let ops = 0;
+		let ok = true;
+		const start = process.hrtime.bigint();
+		const end = start + BigInt(ms * 1e6);
+		let now = start;
+		while (now < end) {
+			for (let k = 0; k < 64; k++, ops++) ok = check(ops % prepared.length) && ok;
+			now = process.hrtime.bigint();
+		}
+		if (!ok) throw new Error("a benchmark signature did not verify");
+		return ops / (Number(now - start) / 1e9);
+	};
+	const raw = (i: number) => cryptoVerify(null, prepared[i].message, prepared[i].key, prepared[i].signature);
+	const strict = (i: number) => verifySignature(samples[i].senderWallet, samples[i].senderAuthorizationMessage, samples[i].senderAuthorizationSignature);
+	timed(raw, 200);
+	const rawPerSec = timed(raw, seconds * 1000);
+	timed(strict, 200);
+	return { raw: rawPerSec, strict: timed(strict, seconds * 1000) };
+}
+

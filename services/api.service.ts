@@ -277,23 +277,14 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 	 * answered with its own outcome. Created with the broker.
 	 */
 	let intake: { check: (params: object) => true | object[]; batch: Batcher<Submission, SubmissionAnswer> };
-	/** `call`: the key of this HTTP request (services/replay.ts), which no client chooses. */
-	async function submitIntent(req: Request, res: ServerResponse, params: object, call: string): Promise<void> {
-		const check = intake.check(params);
-		if (check !== true) throw new Errors.ValidationError("Parameters validation error!", "VALIDATION_ERROR", check);
-		const answer = await intake.batch.add({ request: params as CreateIntentRequest, call }, req.rawBody?.length ?? 0);
-		if ("refused" in answer) throw new ServiceError(answer.refused.type, answer.refused.message, answer.refused.data);
-		sendJson(res, answer.status, answer.view, answer.status === 201 ? { location: `/intents/${answer.view.id}` } : {});
-	}
-	/** Through moleculer-web (the path spelled otherwise, /intents/): its gateway context's id is the key. */
-	const intakeAlias = (req: Request & { $params?: object; $ctx?: Context }, res: ServerResponse, next: Next) => void submitIntent(req, res, req.$params ?? {}, req.$ctx!.id).catch(next);
-	/** Keys of the submissions the front door serves: this process's, then a count. */
-	const frontDoorCalls = { process: randomUUID(), count: 0 };
+	/** The keys of the submissions (services/replay.ts), which no client chooses: this process's, then a count. */
+	const submissionKeys = { process: randomUUID(), count: 0 };
 	/**
 	 * POST /intents, the hot route, served by the front door (createServer) with the checks the
 	 * public route makes: the rate, where the input is, a key sent, then the body (last, so that a
 	 * refused request is not read). Routing it through moleculer-web (its `rest` action, route and
-	 * alias handlers) cost about 35 µs of a submission's 70 µs in the gateway.
+	 * alias handlers) cost about 35 µs of a submission's 70 µs in the gateway. The path spelled
+	 * otherwise (/intents/) still goes through moleculer-web, to receiver.submit, one at a time.
 	 */
 	async function serveIntake(req: Request, res: ServerResponse): Promise<void> {
 		// As moleculer-web answers every request: the client's request id, or one made here.
@@ -304,7 +295,12 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 		await new Promise<void>((resolve, reject) => parseBody(req, res, err => (err ? reject(err) : resolve())));
 		// As moleculer-web merges a route's params: the body's own fields (a query was refused above).
 		const params = Object.assign({}, typeof req.body === "object" && req.body !== null ? req.body : {});
-		await submitIntent(req, res, params, `${frontDoorCalls.process}/${++frontDoorCalls.count}`);
+		const check = intake.check(params);
+		if (check !== true) throw new Errors.ValidationError("Parameters validation error!", "VALIDATION_ERROR", check);
+		const call = `${submissionKeys.process}/${++submissionKeys.count}`;
+		const answer = await intake.batch.add({ request: params as CreateIntentRequest, call }, req.rawBody?.length ?? 0);
+		if ("refused" in answer) throw new ServiceError(answer.refused.type, answer.refused.message, answer.refused.data);
+		sendJson(res, answer.status, answer.view, answer.status === 201 ? { location: `/intents/${answer.view.id}` } : {});
 	}
 	/**
 	 * RATE_LIMIT_PER_MIN: one count per client for every public route, moleculer-web's memory store,
@@ -478,7 +474,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 						}
 						ctx.meta.worker = workerKeyAttempt(req, res);
 					},
-					aliases: { ...PUBLIC_ROUTES, "POST /intents": intakeAlias, "GET /intents/:id/events": streamAlias("serveIntent") }
+					aliases: { ...PUBLIC_ROUTES, "GET /intents/:id/events": streamAlias("serveIntent") }
 				}
 			],
 

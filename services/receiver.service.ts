@@ -78,8 +78,11 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				}
 			}),
 
-			/** Internal: one submission, as a gateway of an earlier version hands it over (validated here). */
-			submit: internal({
+			/**
+			 * POST /intents spelled otherwise than the front door takes it (/intents/), and from a
+			 * gateway of the previous version: one submission, validated here.
+			 */
+			submit: {
 				params: createIntentParams,
 				async handler(this: ReceiverThis, ctx: Context<CreateIntentRequest, { $statusCode?: number; $location?: string }>): Promise<PublicMempoolIntent> {
 					const [answer] = await this.intake(ctx, [{ request: ctx.params, call: callKey(ctx) ?? ctx.id }]);
@@ -88,7 +91,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 					if (answer.status === 201) ctx.meta.$location = `/intents/${answer.view.id}`;
 					return answer.view;
 				}
-			}),
+			},
 
 			/** POST /internal/wake: runs the verification sweep now. */
 			wake: {

@@ -2,7 +2,8 @@
  * A rolling update runs gateways and owners of two versions side by side. Owners of this version
  * answer a list's items as the JSON texts of their kept views only to a gateway that says it takes
  * them (`jsonTexts` in its call's meta), and whole objects to one of the previous version; a
- * gateway of this version takes either.
+ * gateway of this version takes either. A gateway of the previous version routes POST /intents to
+ * receiver.submit, one submission at a time: this receiver still takes them so.
  */
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -20,7 +21,13 @@ function previousGateway(): Parameters<TestNode["broker"]["createService"]>[0] {
 		settings: {
 			port: 0,
 			ip: "127.0.0.1",
-			routes: [{ path: "/", mappingPolicy: "restrict", aliases: { "GET /intents": "mempool.list", "GET /tin-operations/verification-work": "tin.verificationWork", "GET /intent-work": "previousgw.intentWork" } }]
+			routes: [
+				{
+					path: "/",
+					mappingPolicy: "restrict",
+					aliases: { "POST /intents": "receiver.submit", "GET /intents": "mempool.list", "GET /tin-operations/verification-work": "tin.verificationWork", "GET /intent-work": "previousgw.intentWork" }
+				}
+			]
 		},
 		actions: {
 			intentWork: {
@@ -55,6 +62,19 @@ describe("owners of this version behind a gateway of the previous one", () => {
 		previous = `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`;
 	});
 	afterAll(() => node?.stop());
+
+	test("its POST /intents reaches this receiver: 201 with the location, 200 for the same body, the refusals as this gateway answers them", async () => {
+		const request = signedIntent(newWallet(), route);
+		const post = (body: object) => fetch(`${previous}/intents`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+		const created = await post(request);
+		const view = (await created.json()) as { id: string; receiverStatus: string };
+		expect([created.status, created.headers.get("location"), view.receiverStatus]).toEqual([201, `/intents/${view.id}`, "VERIFIED"]);
+		const again = await post(request);
+		expect([again.status, await again.json()]).toEqual([200, view]);
+		const unknownTin = signedIntent(newWallet(), newRoute());
+		const refused = await post(unknownTin);
+		expect([refused.status, ((await refused.json()) as { type: string }).type]).toEqual([422, "UNKNOWN_TIN"]);
+	});
 
 	test("they answer whole objects, the same as this gateway's texts", async () => {
 		for (let i = 0; i < 5; i++) expect((await node.http("POST", "/intents", signedIntent(newWallet(), route))).status).toBe(201);

@@ -3,7 +3,7 @@
  * verifier's verdict makes of it. A verdict given before the record exists is applied through the
  * same moves a sweep makes (claim, then verdict), so the history reads the same either way. Pure.
  */
-import type { ErrorType } from "./errors";
+import { ERROR_STATUS, type ErrorType } from "./errors";
 import { applyMove, type CreateIntentRequest, type IntentRecord, type PublicMempoolIntent } from "./intents";
 import type { VerificationResult } from "./verification";
 
@@ -34,6 +34,13 @@ export type SubmissionAnswer = { status: 200 | 201 | 202; view: PublicMempoolInt
 
 export function refusal(err: { type: ErrorType; message: string; data?: unknown }): Refusal {
 	return { refused: { type: err.type, message: err.message, ...(err.data !== undefined ? { data: err.data } : {}) } };
+}
+
+/** A call's failure as one submission's answer when it is an error of the SPEC §7 catalogue (any other is thrown again). */
+export function refusalOf(err: unknown): Refusal {
+	const { type, message, data } = err as { type?: unknown; message?: string; data?: unknown };
+	if (typeof type !== "string" || !(type in ERROR_STATUS)) throw err;
+	return refusal({ type: type as ErrorType, message: message ?? "", data });
 }
 
 /** A verifier's answer, and which verifier gave it (history shows it). */

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from "node:crypto";
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
-import { Errors, type Context, type Service, type ServiceSchema } from "moleculer";
+import { Errors, type Context, type Service, type ServiceBroker, type ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema, type IncomingRequest, type RateLimitStore } from "moleculer-web";
 import { FailureThrottle } from "../lib/auth-throttle";
 import type { Config } from "../lib/config";
@@ -15,8 +15,8 @@ import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
-import { INTAKE_BATCH_BYTES, INTAKE_BATCH_MAX, type Submission, type SubmissionAnswer } from "../lib/intake";
-import { workPageTexts, type CreateIntentRequest, type IntentWorkItem, type WorkPage } from "../lib/intents";
+import { INTAKE_BATCH_BYTES, INTAKE_BATCH_MAX, refusalOf, type Submission, type SubmissionAnswer } from "../lib/intake";
+import { workPageTexts, type CreateIntentRequest, type IntentWorkItem, type PublicMempoolIntent, type WorkPage } from "../lib/intents";
 import { answersJsonTexts, jsonArrayBuffer, type TakesJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, createIntentParams, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
@@ -644,7 +644,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			streams = eventStreams(this.broker, config, clientIp);
 			intake = {
 				check: this.broker.validator!.compile(createIntentParams) as unknown as (params: object) => true | object[],
-				batch: new Batcher(submissions => this.broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions }), { items: INTAKE_BATCH_MAX, weight: INTAKE_BATCH_BYTES, windowMs: config.intakeWindowMs })
+				batch: new Batcher(submissions => submitAll(this.broker, submissions), { items: INTAKE_BATCH_MAX, weight: INTAKE_BATCH_BYTES, windowMs: config.intakeWindowMs })
 			};
 			const keys = loadOrCreateWorkerKeys(config.workerApiKeys, config.dataDir);
 			isWorkerKey = createKeyChecker(keys.value);
@@ -652,6 +652,22 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema> {
 			else if (keys.source !== "environment") this.logger.info(`Worker API keys read from ${keys.source}.`);
 		}
 	};
+}
+
+/** A batch of submissions to the receiver; one by one to a receiver of the previous version (a rolling update). */
+function submitAll(broker: ServiceBroker, submissions: Submission[]): Promise<SubmissionAnswer[]> {
+	if (broker.registry.getActionEndpoints("receiver.submitMany")?.hasAvailable()) return broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions });
+	return Promise.all(
+		submissions.map(async ({ request }) => {
+			const meta: { $statusCode?: number } = {};
+			try {
+				const view = await broker.call<PublicMempoolIntent, CreateIntentRequest>("receiver.submit", request, { meta });
+				return { status: (meta.$statusCode ?? 201) as 200 | 201 | 202, view };
+			} catch (err) {
+				return refusalOf(err);
+			}
+		})
+	);
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {

@@ -11,7 +11,7 @@ import type { WakeResult, WakeStatus } from "../lib/answers";
 import type { Config } from "../lib/config";
 import { requestDigest } from "../lib/digest";
 import { ServiceError, rejectionError } from "../lib/errors";
-import { INTAKE_BATCH_MAX, refusal, type Refusal, type Submission, type SubmissionAnswer, type Verdict } from "../lib/intake";
+import { INTAKE_BATCH_MAX, refusal, refusalOf, type Refusal, type Submission, type SubmissionAnswer, type Verdict } from "../lib/intake";
 import type { CreateIntentRequest, IntentState, PublicMempoolIntent } from "../lib/intents";
 import { createIntentParams } from "../lib/schemas";
 import { UNRECORDED_REJECTIONS } from "../lib/verification";
@@ -137,7 +137,12 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 					positions.push(i);
 				});
 				if (items.length) {
-					const outcomes = await ctx.call<(IntakeOutcome | Refusal)[], object>("mempool.receiveMany", { epoch: await this.currentEpoch(ctx), items });
+					const epoch = await this.currentEpoch(ctx);
+					const outcomes = this.broker.registry.getActionEndpoints("mempool.receiveMany")?.hasAvailable()
+						? await ctx.call<(IntakeOutcome | Refusal)[], object>("mempool.receiveMany", { epoch, items })
+						: // An owner of the previous version (a rolling update) takes one at a time. Each its own call:
+							// it keys a submission by its caller's context, which one batch's would share.
+							await Promise.all(items.map(({ call: _call, ...item }) => this.broker.call<IntakeOutcome, object>("mempool.receive", { ...item, epoch }).catch(refusalOf)));
 					outcomes.forEach((outcome, k) => (answers[positions[k]] = this.answerOf(outcome, verdicts[positions[k]], startedAt)));
 				}
 				return answers;
@@ -161,24 +166,26 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 			async verifyAll(this: ReceiverThis, ctx, requests) {
 				const verdicts: (VerifierAnswer | null)[] = requests.map(() => null);
 				const byNode = new Map<string, number[]>();
+				const oneByOne: number[] = [];
 				requests.forEach((request, i) => {
 					const endpoint = this.broker.findNextActionEndpoint("verifier.verifyMany", undefined, { params: { requests: [request] }, meta: {} } as unknown as Context);
-					// No verifier at all: null, and the request is recorded RECEIVED for the sweep.
-					if (endpoint instanceof Error) return;
+					// Only verifiers of the previous version (a rolling update), or none (null: recorded RECEIVED for the sweep).
+					if (endpoint instanceof Error) return void oneByOne.push(i);
 					const indexes = byNode.get(endpoint.id);
 					if (indexes) indexes.push(i);
 					else byNode.set(endpoint.id, [i]);
 				});
-				await Promise.all(
-					[...byNode].map(async ([nodeID, indexes]) => {
+				await Promise.all([
+					...[...byNode].map(async ([nodeID, indexes]) => {
 						try {
 							const answers = await ctx.call<VerifierAnswer[], object>("verifier.verifyMany", { requests: indexes.map(i => requests[i]) }, { nodeID, timeout: this.settings.verifyTimeoutMs, retries: 0 });
 							indexes.forEach((i, k) => (verdicts[i] = answers[k]));
 						} catch (err) {
 							if (!UNAVAILABLE.has((err as { type?: string }).type ?? "")) throw err;
 						}
-					})
-				);
+					}),
+					...oneByOne.map(async i => (verdicts[i] = await this.verify(ctx, requests[i])))
+				]);
 				return verdicts;
 			},
 

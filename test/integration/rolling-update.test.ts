@@ -3,13 +3,15 @@
  * answer a list's items as the JSON texts of their kept views only to a gateway that says it takes
  * them (`jsonTexts` in its call's meta), and whole objects to one of the previous version; a
  * gateway of this version takes either. A gateway of the previous version routes POST /intents to
- * receiver.submit, one submission at a time: this receiver still takes them so.
+ * receiver.submit, one submission at a time: this receiver still takes them so; and this gateway
+ * hands submissions one by one to a receiver of the previous version, which has no submitMany.
  */
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Context, Service } from "moleculer";
 import ApiGateway from "moleculer-web";
 import type { IntentWorkItem } from "../../lib/intents";
+import { receiverService } from "../../services/receiver.service";
 import { newRoute, newWallet, signedIntent, signedTinOperation, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
 
@@ -118,5 +120,31 @@ describe("a gateway of this version in front of an owner of the previous one", (
 		const work = await fetch(`${node.url}/intent-work?limit=500`, { headers: worker });
 		expect(work.status).toBe(200);
 		expect(await work.json()).toStrictEqual(intents.map(intent => ({ intent, leaseTtlMs: 30_000 })));
+	});
+});
+
+describe("a gateway of this version in front of a receiver of the previous one", () => {
+	let node: TestNode;
+	const route = newRoute();
+	beforeAll(async () => {
+		const dataDir = tempDir();
+		node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SERVICES: "api,verifier,mempool,payouts,crankers,tin,epochs,network" }, dataDir);
+		// The previous receiver took one submission per call (receiver.submit) and had no batches.
+		const previous = receiverService(node.config);
+		delete (previous.actions as Record<string, unknown>).submitMany;
+		node.broker.createService(previous);
+		await node.broker.waitForServices(["receiver"]);
+	});
+	afterAll(() => node?.stop());
+
+	test("POST /intents answers as with this receiver: 201 each (concurrently), 200 for the same body, the refusals", async () => {
+		const requests = Array.from({ length: 6 }, () => signedIntent(newWallet(), route));
+		const created = await Promise.all(requests.map(request => node.http("POST", "/intents", request)));
+		expect(created.map(answer => [answer.status, answer.body.paymentId])).toEqual(requests.map(request => [201, request.paymentId]));
+		expect(created[0].headers.get("location")).toBe(`/intents/${created[0].body.id}`);
+		expect((await node.http("POST", "/intents", requests[0])).status).toBe(200);
+		const forged = { ...requests[1], paymentId: "pay_forged_0001", senderAuthorizationSignature: newWallet().sign(requests[1].senderAuthorizationMessage) };
+		expect((await node.http("POST", "/intents", forged)).body).toMatchObject({ code: 400, type: "INVALID_MESSAGE" });
+		expect((await node.http("POST", "/intents", signedIntent(newWallet(), newRoute()))).body).toMatchObject({ code: 422, type: "UNKNOWN_TIN" });
 	});
 });

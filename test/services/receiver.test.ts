@@ -37,14 +37,24 @@ function standIns(broker: ServiceBroker): void {
 	broker.createService({ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => (ctx.params.tin === route.tin ? activeRoute : null) } });
 }
 
-/** The receiver, the mempool, the stand-ins, and the verifier unless `withVerifier` is false. */
-async function startIntake(withVerifier = true) {
+/** An action schema's service without the actions a previous version did not have. */
+function previousVersion<S extends { actions?: object }>(schema: S, ...added: string[]): S {
+	const actions = { ...schema.actions } as Record<string, unknown>;
+	for (const name of added) delete actions[name];
+	return { ...schema, actions };
+}
+
+/**
+ * The receiver, the mempool, the stand-ins, and the verifier unless `withVerifier` is false; with
+ * `previousOwners`, a mempool and a verifier of the previous version (one request per call).
+ */
+async function startIntake(withVerifier = true, previousOwners = false) {
 	const settings = config();
 	const calls: [string, number][] = [];
 	const broker = new ServiceBroker({ logger: false, middlewares: [callRecorder(calls)] });
 	standIns(broker);
-	broker.createService(mempoolService(settings));
-	if (withVerifier) broker.createService(verifierService(settings));
+	broker.createService(previousOwners ? previousVersion(mempoolService(settings), "receiveMany") : mempoolService(settings));
+	if (withVerifier) broker.createService(previousOwners ? previousVersion(verifierService(settings), "verifyMany") : verifierService(settings));
 	broker.createService(receiverService(settings));
 	await broker.start();
 	let call = 0;
@@ -121,6 +131,25 @@ describe("with a verifier", () => {
 		await expect(intake.submit({ ...request, amount: "x" })).rejects.toMatchObject({ type: "VALIDATION_ERROR", code: 422 });
 		await expect(intake.submit(signedIntent(newWallet(), newRoute()))).rejects.toMatchObject({ type: "UNKNOWN_TIN", code: 422 });
 	});
+});
+
+test("with owners and verifiers of the previous version (a rolling update), a batch goes to them one request per call, each answered as before", async () => {
+	const intake = await startIntake(true, true);
+	try {
+		const signed = signedIntent(newWallet(), route);
+		const forged = { ...signedIntent(newWallet(), route), senderAuthorizationSignature: newWallet().sign("x") };
+		const unknownTin = signedIntent(newWallet(), newRoute());
+		intake.calls.length = 0;
+		const [accepted, forgery, unknown, repeat] = await intake.submitMany([signed, forged, unknownTin, signed]);
+		expect(accepted).toMatchObject({ status: 201, view: { paymentId: signed.paymentId, receiverStatus: "VERIFIED" } });
+		expect(forgery).toMatchObject({ refused: { type: "INVALID_SIGNATURE" } });
+		expect(unknown).toMatchObject({ refused: { type: "UNKNOWN_TIN" } });
+		expect(repeat).toMatchObject({ status: 200, view: { id: viewOf(accepted).id } });
+		expect(intake.calls.filter(([name]) => name === "verifier.verify")).toHaveLength(4);
+		expect(intake.calls.filter(([name]) => name === "mempool.receive")).toHaveLength(3);
+	} finally {
+		await intake.broker.stop();
+	}
 });
 
 test("without a verifier: 202 RECEIVED, then the sweep verifies it once a verifier is there", async () => {

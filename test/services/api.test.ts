@@ -1,0 +1,123 @@
+/**
+ * The gateway alone, over real HTTP, with a stand-in for the receiver: POST /intents, which the
+ * front door serves, hands the submissions of one intake window to receiver.submitMany in one
+ * call and answers each request with its own submission's outcome.
+ */
+import { Errors, ServiceBroker, type Context } from "moleculer";
+import { loadConfig } from "../../lib/config";
+import type { Submission, SubmissionAnswer } from "../../lib/intake";
+import type { CreateIntentRequest } from "../../lib/intents";
+import { brokerOptions } from "../../moleculer.config";
+import { apiService } from "../../services/api.service";
+import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+import { httpClient, tempDir } from "../helpers/node";
+
+const route = newRoute();
+
+/** What the stand-in receiver answers a submission; by default 201 with a view that echoes the request. */
+type Decide = (request: CreateIntentRequest) => SubmissionAnswer;
+const created: Decide = request => ({ status: 201, view: viewOf(request) });
+
+function viewOf(request: CreateIntentRequest) {
+	return {
+		id: `int_${request.paymentId.padEnd(32, "0").slice(0, 32).toLowerCase().replace(/[^0-9a-f]/g, "0")}`,
+		paymentId: request.paymentId,
+		status: "pending" as const,
+		receiverStatus: "VERIFIED" as const,
+		recipientTin: request.recipientTin,
+		tokenMintAddress: request.tokenMintAddress,
+		amount: request.amount,
+		feeLimit: request.feeLimit,
+		senderWallet: request.senderWallet,
+		expiresAt: request.senderAuthorizationExpiresAt,
+		expiresAtSlot: request.expiresAtSlot,
+		transactionCommitment: request.transactionCommitment!,
+		createdAt: request.senderAuthorizationIssuedAt,
+		updatedAt: request.senderAuthorizationIssuedAt,
+		epoch: 1
+	};
+}
+
+async function startGateway(env: Record<string, string>, decide: { current: Decide | Error }) {
+	const batches: Submission[][] = [];
+	const config = loadConfig({ PORT: "0", DATA_DIR: tempDir(), WORKER_API_KEYS: "test-worker-key-0123456789", RATE_LIMIT_PER_MIN: "0", ...env });
+	// The broker's own settings (its validator's messages among them), without a log.
+	const broker = new ServiceBroker({ ...brokerOptions(config), logger: false });
+	broker.createService(apiService(config));
+	broker.createService({
+		name: "receiver",
+		actions: {
+			submitMany: {
+				visibility: "public",
+				handler(ctx: Context<{ submissions: Submission[] }>): SubmissionAnswer[] {
+					batches.push(ctx.params.submissions);
+					const answer = decide.current;
+					if (answer instanceof Error) throw answer;
+					return ctx.params.submissions.map(({ request }) => answer(request));
+				}
+			}
+		}
+	});
+	await broker.start();
+	const api = broker.getLocalService("api") as unknown as { server: { address(): { port: number } } };
+	return { broker, batches, http: httpClient(`http://127.0.0.1:${api.server.address().port}`) };
+}
+
+describe("POST /intents through the front door", () => {
+	const decide: { current: Decide | Error } = { current: created };
+	let gateway: Awaited<ReturnType<typeof startGateway>>;
+	// A window long enough that requests sent together surely fall into one.
+	beforeAll(async () => (gateway = await startGateway({ INTAKE_WINDOW_MS: "50" }, decide)));
+	afterAll(() => gateway.broker.stop());
+	beforeEach(() => {
+		decide.current = created;
+		gateway.batches.length = 0;
+	});
+
+	test("the submissions of one window go to the receiver in one call, and each request gets its own answer", async () => {
+		const requests = Array.from({ length: 12 }, () => signedIntent(newWallet(), route));
+		const answers = await Promise.all(requests.map(request => gateway.http("POST", "/intents", request)));
+		expect(gateway.batches.map(batch => batch.length)).toEqual([12]);
+		answers.forEach((answer, i) => {
+			expect([answer.status, answer.body.paymentId, answer.headers.get("location")]).toEqual([201, requests[i].paymentId, `/intents/${answer.body.id}`]);
+		});
+		// Each submission carries a key of its own.
+		expect(new Set(gateway.batches[0].map(submission => submission.call)).size).toBe(12);
+	});
+
+	test("a refused submission gets its error, and the others of its batch their answers", async () => {
+		const requests = Array.from({ length: 4 }, () => signedIntent(newWallet(), route));
+		const refused = requests[2].paymentId;
+		decide.current = request =>
+			request.paymentId === refused ? { refused: { type: "NONCE_REUSED", message: "The authorization nonce was already used by this sender", data: { id: "int_x", paymentId: refused } } } : created(request);
+		const answers = await Promise.all(requests.map(request => gateway.http("POST", "/intents", request)));
+		expect(answers.map(answer => answer.status)).toEqual([201, 201, 409, 201]);
+		expect(answers[2].body).toEqual({ name: "NonceReusedError", message: "The authorization nonce was already used by this sender", code: 409, type: "NONCE_REUSED", data: { id: "int_x", paymentId: refused } });
+	});
+
+	test("a batch that fails fails each of its requests with that failure, and the next batch goes on", async () => {
+		decide.current = new Errors.ServiceNotAvailableError({ action: "receiver.submitMany" });
+		const failed = await Promise.all([0, 1, 2].map(() => gateway.http("POST", "/intents", signedIntent(newWallet(), route))));
+		expect(failed.map(answer => [answer.status, answer.body.type, answer.headers.get("retry-after")])).toEqual(Array(3).fill([503, "NOT_READY", "1"]));
+		decide.current = created;
+		expect((await gateway.http("POST", "/intents", signedIntent(newWallet(), route))).status).toBe(201);
+	});
+
+	test("a body the schema refuses is answered at once and never handed over", async () => {
+		const answer = await gateway.http("POST", "/intents", { ...signedIntent(newWallet(), route), amount: "01" });
+		expect(answer.body).toMatchObject({ code: 422, type: "VALIDATION_ERROR", data: [{ field: "amount", type: "stringPattern" }, { field: "amount", type: "u64" }] });
+		expect(gateway.batches).toEqual([]);
+	});
+});
+
+test("INTAKE_WINDOW_MS=0: the submissions of one event-loop turn make a batch", async () => {
+	const decide: { current: Decide | Error } = { current: created };
+	const gateway = await startGateway({ INTAKE_WINDOW_MS: "0" }, decide);
+	try {
+		// One request at a time: each is its own turn, so its own batch.
+		for (let i = 0; i < 3; i++) expect((await gateway.http("POST", "/intents", signedIntent(newWallet(), route))).status).toBe(201);
+		expect(gateway.batches.map(batch => batch.length)).toEqual([1, 1, 1]);
+	} finally {
+		await gateway.broker.stop();
+	}
+});

@@ -117,8 +117,9 @@ class GroupCommit {
 	 * A write of several (`atomic`) that fails undoes the whole group instead, since SQLite would
 	 * undo only its last statement. Such a failure is a full disk or an I/O error, which often rolls
 	 * the group back anyway; a savepoint around every write to undo it alone cost an intent's insert
-	 * about a fifth of its store time (its sub-journal's temporary file, and two more statements). The one refusal an atomic write may throw and leave the group as it was is
-	 * a UniqueConflictError, and only from its first change.
+	 * about a fifth of its store time (its sub-journal's temporary file, and two more statements).
+	 * The one refusal an atomic write may throw and leave the group as it was is a
+	 * UniqueConflictError, and only from its first change.
 	 */
 	run<R>(write: () => R, atomic = false): Promise<R> {
 		let result: R;

@@ -36,11 +36,21 @@ export function refusal(err: { type: ErrorType; message: string; data?: unknown 
 	return { refused: { type: err.type, message: err.message, ...(err.data !== undefined ? { data: err.data } : {}) } };
 }
 
-/** A call's failure as one submission's answer when it is an error of the SPEC §7 catalogue (any other is thrown again). */
-export function refusalOf(err: unknown): Refusal {
-	const { type, message, data } = err as { type?: unknown; message?: string; data?: unknown };
-	if (typeof type !== "string" || !(type in ERROR_STATUS)) throw err;
-	return refusal({ type: type as ErrorType, message: message ?? "", data });
+/** The bus's failures that say a call did not get through or was not answered in time. */
+const NOT_ANSWERED = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQUEST_TIMEOUT", "REQUEST_REJECTED", "BROKER_DISCONNECTED"]);
+
+/**
+ * Any failure of one submission's call as that submission's answer, never its batch's: an error
+ * of the SPEC §7 catalogue as itself, a call the bus did not answer as NOT_READY (a retry of the
+ * same body is safe: the paymentId makes it idempotent), anything else as a bare INTERNAL_ERROR
+ * (its cause goes to `unexpected`, to be logged, and is never sent).
+ */
+export function refusalOf(err: unknown, unexpected: (err: unknown) => void = () => {}): Refusal {
+	const { type, message, data } = (err ?? {}) as { type?: unknown; message?: string; data?: unknown };
+	if (typeof type === "string" && type in ERROR_STATUS) return refusal({ type: type as ErrorType, message: message ?? "", data });
+	if (typeof type === "string" && NOT_ANSWERED.has(type)) return refusal({ type: "NOT_READY", message: "The service is not ready to answer this request" });
+	unexpected(err);
+	return refusal({ type: "INTERNAL_ERROR", message: "Internal error" });
 }
 
 /** A verifier's answer, and which verifier gave it (history shows it). */

@@ -34,16 +34,24 @@ async function refuseSqliteTwin(service: Service): Promise<void> {
  * 500, logged here with its cause, so no database code or message ever reads as a client error.
  */
 function storeBoundary(this: Service, ctx: Context, err: unknown): never {
+	throw storeFailure(this.logger, ctx.action?.name ?? this.name, err);
+}
+
+/**
+ * What the store boundary answers for `err`, logged here when it is not the caller's doing. Also
+ * for one item of a batch, whose failure must be its own answer and not the batch's.
+ */
+export function storeFailure(logger: Service["logger"], where: string, err: unknown): unknown {
 	// A SPEC §7 answer, this service's or one rebuilt from another process's (a plain Error then).
-	if (isServiceError(err) || (typeof (err as { type?: unknown }).type === "string" && (err as { type: string }).type in ERROR_STATUS)) throw err;
+	if (isServiceError(err) || (typeof (err as { type?: unknown }).type === "string" && (err as { type: string }).type in ERROR_STATUS)) return err;
 	if (err instanceof StoreUnavailableError) {
-		this.logger.warn(`${ctx.action?.name}: ${err.message}`);
-		throw new ServiceError("NOT_READY", "The store is not available right now; retry shortly");
+		logger.warn(`${where}: ${err.message}`);
+		return new ServiceError("NOT_READY", "The store is not available right now; retry shortly");
 	}
 	// Errors of the framework (validation, a nested call's answer or timeout) keep their own meaning.
-	if (err instanceof Errors.MoleculerError) throw err;
-	this.logger.error(`${ctx.action?.name} failed:`, err);
-	throw new ServiceError("INTERNAL_ERROR", "Internal error");
+	if (err instanceof Errors.MoleculerError) return err;
+	logger.error(`${where} failed:`, err);
+	return new ServiceError("INTERNAL_ERROR", "Internal error");
 }
 
 /** `onOpen` runs as the service (`this`), once its store is open and before it counts as started. */

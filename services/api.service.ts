@@ -664,7 +664,7 @@ function submitAll(broker: ServiceBroker, submissions: Submission[]): Promise<Su
 				const view = await broker.call<PublicMempoolIntent, CreateIntentRequest>("receiver.submit", request, { meta });
 				return { status: (meta.$statusCode ?? 201) as 200 | 201 | 202, view };
 			} catch (err) {
-				return refusalOf(err);
+				return refusalOf(err, cause => broker.logger.error("receiver.submit failed:", cause));
 			}
 		})
 	);

@@ -38,12 +38,23 @@ function isPlainUtf8(headers: IncomingHttpHeaders): boolean {
 	return charset === undefined || charset.toLowerCase() === "utf-8";
 }
 
-/** The key `__proto__` anywhere in a parsed JSON value (JSON.parse makes it an own property). */
+/**
+ * The key `__proto__` anywhere in a parsed JSON value (JSON.parse makes it an own property). A walk
+ * with its own stack: JSON.parse takes nesting as deep as a body allows (tens of thousands of `[`
+ * in 64 KB), and a recursive walk of it would overflow the call stack.
+ */
 export function holdsProtoKey(value: unknown): boolean {
-	if (typeof value !== "object" || value === null) return false;
-	if (Array.isArray(value)) return value.some(holdsProtoKey);
-	if (Object.hasOwn(value, "__proto__")) return true;
-	for (const key in value) if (holdsProtoKey((value as Record<string, unknown>)[key])) return true;
+	const pending: unknown[] = [value];
+	while (pending.length) {
+		const next = pending.pop();
+		if (typeof next !== "object" || next === null) continue;
+		if (Array.isArray(next)) {
+			for (const item of next) pending.push(item);
+			continue;
+		}
+		if (Object.hasOwn(next, "__proto__")) return true;
+		for (const key in next) pending.push((next as Record<string, unknown>)[key]);
+	}
 	return false;
 }
 

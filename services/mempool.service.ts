@@ -17,7 +17,7 @@ import { sha256HexNative } from "../lib/digest";
 import { ServiceError, type RejectionReason } from "../lib/errors";
 import { assertSignedBy } from "../lib/http-signature";
 import { newId } from "../lib/ids";
-import { INTAKE_BATCH_MAX, NONCE_REUSED, decidedRecord, receivedRecord, refusal, withVerdict, type Intake, type Refusal, type Verdict } from "../lib/intake";
+import { INTAKE_BATCH_MAX, NONCE_REUSED, decidedRecord, receivedRecord, refusalOf, withVerdict, type Intake, type Refusal, type Verdict } from "../lib/intake";
 import { intentTally, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
 import {
 	EXPIRABLE_STATES,
@@ -55,7 +55,7 @@ import { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, type Collection, type CollectionSpec, type Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
-import { storeMixin } from "../mixins/store.mixin";
+import { storeFailure, storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey } from "./replay";
@@ -217,7 +217,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 
 			/**
 			 * Internal, from the receiver: a batch of submissions of one epoch, each stored or answered
-			 * as `receive` does it; a refusal of one (IDEMPOTENCY_CONFLICT) is its answer, not the batch's.
+			 * as `receive` does it. Whatever fails for one (IDEMPOTENCY_CONFLICT, or a write of its own
+			 * commit group) is its answer, not the batch's: the others may be stored already, and a
+			 * client answered 500 for a stored intent might pay again under a new paymentId.
 			 */
 			receiveMany: internal({
 				params: {
@@ -228,10 +230,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const { epoch, items } = ctx.params;
 					return Promise.all(
 						items.map(item =>
-							this.receive({ ...item, epoch }, item.call).catch(err => {
-								if (err instanceof ServiceError) return refusal(err);
-								throw err;
-							})
+							this.receive({ ...item, epoch }, item.call).catch(err => refusalOf(storeFailure(this.logger, "mempool.receiveMany", err)))
 						)
 					);
 				}

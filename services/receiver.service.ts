@@ -142,7 +142,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 						? await ctx.call<(IntakeOutcome | Refusal)[], object>("mempool.receiveMany", { epoch, items })
 						: // An owner of the previous version (a rolling update) takes one at a time. Each its own call:
 							// it keys a submission by its caller's context, which one batch's would share.
-							await Promise.all(items.map(({ call: _call, ...item }) => this.broker.call<IntakeOutcome, object>("mempool.receive", { ...item, epoch }).catch(refusalOf)));
+							await Promise.all(items.map(({ call: _call, ...item }) => this.broker.call<IntakeOutcome, object>("mempool.receive", { ...item, epoch }).catch(err => refusalOf(err, cause => this.logger.error("mempool.receive failed:", cause)))));
 					outcomes.forEach((outcome, k) => (answers[positions[k]] = this.answerOf(outcome, verdicts[positions[k]], startedAt)));
 				}
 				return answers;

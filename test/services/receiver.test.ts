@@ -8,7 +8,8 @@ import { ServiceBroker, type ActionHandler, type ActionSchema, type Context, typ
 import { buildPaymentMessage } from "../../lib/canonical";
 import { loadConfig } from "../../lib/config";
 import type { Submission, SubmissionAnswer } from "../../lib/intake";
-import type { PublicMempoolIntent } from "../../lib/intents";
+import type { IntentRecord, PublicMempoolIntent } from "../../lib/intents";
+import type { Collection } from "../../lib/store/port";
 import type { ActiveRoute } from "../../lib/registry";
 import { mempoolService } from "../../services/mempool.service";
 import { receiverService } from "../../services/receiver.service";
@@ -210,5 +211,26 @@ test("with several verifiers, a batch is split by the Shard strategy: each sende
 		expect(new Set([...seen.values()].map(nodes => [...nodes][0])).size).toBeGreaterThan(1);
 	} finally {
 		await Promise.all([intakeNode, ...verifiers].map(broker => broker.stop()));
+	}
+});
+
+test("a write that fails for one submission of a batch is that submission's answer: the others, stored in an earlier commit group, are answered 201", async () => {
+	const intake = await startIntake();
+	try {
+		// A full disk for one write: the record of a nonce reused inside the batch, which the mempool
+		// stores after the batch's first inserts, in a later commit group.
+		const intents = (intake.broker.getLocalService("mempool") as unknown as { intents: Collection<IntentRecord> }).intents;
+		const insert = intents.insert.bind(intents);
+		intents.insert = (doc, event) => (doc.rejectionReason === "NONCE_REUSED" ? Promise.reject(Object.assign(new Error("database or disk is full"), { code: "SQLITE_FULL" })) : insert(doc, event));
+		const others = Array.from({ length: 4 }, () => signedIntent(newWallet(), route));
+		const wallet = newWallet();
+		const holder = signedIntent(wallet, route, { senderAuthorizationNonce: "batch_nonce_0123456789ab" });
+		const reuse = signedIntent(wallet, route, { senderAuthorizationNonce: "batch_nonce_0123456789ab" });
+		const answers = await intake.submitMany([...others, holder, reuse]);
+		expect(answers.map(answer => ("status" in answer ? answer.status : answer.refused.type))).toEqual([201, 201, 201, 201, 201, "INTERNAL_ERROR"]);
+		expect(answers[5]).toEqual({ refused: { type: "INTERNAL_ERROR", message: "Internal error" } });
+		for (const [i, request] of [...others, holder].entries()) expect(await intake.broker.call("mempool.view", { id: viewOf(answers[i]).id })).toMatchObject({ paymentId: request.paymentId, receiverStatus: "VERIFIED" });
+	} finally {
+		await intake.broker.stop();
 	}
 });

@@ -96,3 +96,9 @@ test("holdsProtoKey looks at every depth and only at own keys named __proto__", 
 	expect(holdsProtoKey({ a: { b: [1, { c: 0 }] } })).toBe(false);
 	expect(holdsProtoKey(Object.create({ inherited: 1 }))).toBe(false);
 });
+
+test("holdsProtoKey walks any depth JSON.parse takes without overflowing the call stack", () => {
+	const levels = 200_000;
+	expect(holdsProtoKey(JSON.parse("[".repeat(levels) + "]".repeat(levels)))).toBe(false);
+	expect(holdsProtoKey(JSON.parse('{"a":'.repeat(levels) + '{"__proto__":1}' + "}".repeat(levels)))).toBe(true);
+});

@@ -38,24 +38,28 @@ function isPlainUtf8(headers: IncomingHttpHeaders): boolean {
 	return charset === undefined || charset.toLowerCase() === "utf-8";
 }
 
+/** Deeper than any body of the API nests; the bus's serializer (JSON.stringify) recurses, and overflows at some thousands. */
+export const MAX_BODY_DEPTH = 32;
+
 /**
- * The key `__proto__` anywhere in a parsed JSON value (JSON.parse makes it an own property). A walk
- * with its own stack: JSON.parse takes nesting as deep as a body allows (tens of thousands of `[`
- * in 64 KB), and a recursive walk of it would overflow the call stack.
+ * Why a parsed JSON body is refused, or null: the key `__proto__` anywhere (JSON.parse makes it an
+ * own property), or nesting deeper than MAX_BODY_DEPTH. A walk with its own stack: JSON.parse
+ * takes nesting as deep as a body allows (tens of thousands of `[` in 64 KB).
  */
-export function holdsProtoKey(value: unknown): boolean {
-	const pending: unknown[] = [value];
+export function refusedShape(value: unknown): string | null {
+	const pending: [unknown, number][] = [[value, 0]];
 	while (pending.length) {
-		const next = pending.pop();
+		const [next, depth] = pending.pop()!;
 		if (typeof next !== "object" || next === null) continue;
+		if (depth >= MAX_BODY_DEPTH) return `The body nests deeper than ${MAX_BODY_DEPTH} levels`;
 		if (Array.isArray(next)) {
-			for (const item of next) pending.push(item);
+			for (const item of next) pending.push([item, depth + 1]);
 			continue;
 		}
-		if (Object.hasOwn(next, "__proto__")) return true;
-		for (const key in next) pending.push((next as Record<string, unknown>)[key]);
+		if (Object.hasOwn(next, "__proto__")) return "The body holds the key __proto__";
+		for (const key in next) pending.push([(next as Record<string, unknown>)[key], depth + 1]);
 	}
-	return false;
+	return null;
 }
 
 const WHITESPACE = new Set([" ", "\t", "\n", "\r"]);
@@ -72,7 +76,8 @@ export function parseStrictJson(text: string): unknown {
 	} catch {
 		throw new BodyError("entity.parse.failed", "The body is not valid JSON");
 	}
-	if (holdsProtoKey(value)) throw new BodyError("entity.parse.failed", "The body holds the key __proto__");
+	const refused = refusedShape(value);
+	if (refused) throw new BodyError("entity.parse.failed", refused);
 	return value;
 }
 
@@ -85,7 +90,8 @@ export function jsonBody(limit: number): (req: BodyRequest, res: ServerResponse,
 		if (!isPlainUtf8(req.headers))
 			return decoding(req, res, err => {
 				if (err) return next(err);
-				next(holdsProtoKey(req.body) ? new BodyError("entity.parse.failed", "The body holds the key __proto__") : undefined);
+				const refused = refusedShape(req.body);
+				next(refused ? new BodyError("entity.parse.failed", refused) : undefined);
 			});
 		const chunks: Buffer[] = [];
 		let size = 0;

@@ -442,9 +442,10 @@ describe("5. hostile traffic against the running process", () => {
 		}
 	});
 
-	it("a body nested tens of thousands deep, in any encoding or charset, is refused as a 4xx and the process stays up", async () => {
+	it("a body nested tens of thousands deep, in any encoding or charset, is refused 422 and the process stays up", async () => {
 		// JSON.parse takes any depth; a recursive walk of the result (the __proto__ check) overflowed
-		// the stack in body-parser's callback, outside any try: one unauthenticated request ended the process.
+		// the stack in body-parser's callback, outside any try: one unauthenticated request ended the
+		// process. Past 32 levels a body is refused where it is read, before the bus's serializer.
 		const { proc, port, http } = await startProcess();
 		try {
 			const deep = (levels: number) => "[".repeat(levels) + "]".repeat(levels);
@@ -452,16 +453,14 @@ describe("5. hostile traffic against the running process", () => {
 				["gzip", zlib.gzipSync(deep(30_000)), { "content-encoding": "gzip" }],
 				["utf-16le", Buffer.from(deep(16_000), "utf16le"), { "content-type": "application/json; charset=utf-16le" }],
 				["utf-8", Buffer.from(deep(30_000)), {}],
-				["utf-8, objects", Buffer.from('{"a":'.repeat(12_000) + "1" + "}".repeat(12_000)), {}]
+				["utf-8, objects", Buffer.from('{"a":'.repeat(10_000) + "1" + "}".repeat(10_000)), {}]
 			];
 			for (const target of ["/intents", "/intents/", "/threshold-access/nonces/consume"])
 				for (const [name, body, headers] of bodies) {
 					// The bytes as they are (the test client would send a Buffer as JSON).
 					const answer = await fetch(`http://127.0.0.1:${port}${target}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
 					const refused = (await answer.json()) as { code: number; type: string };
-					expect([target, name, answer.status, refused.code]).toEqual([target, name, expect.any(Number), answer.status]);
-					expect(answer.status).toBeGreaterThanOrEqual(400);
-					expect(answer.status).toBeLessThan(500);
+					expect([target, name, answer.status, refused.type]).toEqual([target, name, 422, "VALIDATION_ERROR"]);
 				}
 			expect(proc.child.exitCode).toBeNull();
 			expect((await http("POST", "/intents", signedIntent(sender, route))).status).toBe(201);

@@ -6,7 +6,7 @@ import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import zlib from "node:zlib";
 import bodyParser from "body-parser";
-import { holdsProtoKey, jsonBody, type BodyRequest } from "../../services/json-body";
+import { MAX_BODY_DEPTH, jsonBody, refusedShape, type BodyRequest } from "../../services/json-body";
 
 const LIMIT = 1024;
 type Outcome = { body?: unknown; raw?: string; refused?: string };
@@ -91,14 +91,17 @@ test.each(CASES)("%s: the same body, bytes or refusal as body-parser", async (..
 	}
 });
 
-test("holdsProtoKey looks at every depth and only at own keys named __proto__", () => {
-	expect(holdsProtoKey(JSON.parse('{"a":{"b":[1,{"__proto__":0}]}}'))).toBe(true);
-	expect(holdsProtoKey({ a: { b: [1, { c: 0 }] } })).toBe(false);
-	expect(holdsProtoKey(Object.create({ inherited: 1 }))).toBe(false);
+test("refusedShape finds __proto__ at every depth, and only own keys named so", () => {
+	expect(refusedShape(JSON.parse('{"a":{"b":[1,{"__proto__":0}]}}'))).toBe("The body holds the key __proto__");
+	expect(refusedShape({ a: { b: [1, { c: 0 }] } })).toBeNull();
+	expect(refusedShape(Object.create({ inherited: 1 }))).toBeNull();
 });
 
-test("holdsProtoKey walks any depth JSON.parse takes without overflowing the call stack", () => {
+test("refusedShape refuses nesting past MAX_BODY_DEPTH, walking any depth JSON.parse takes without overflowing the call stack", () => {
+	const nested = (levels: number) => JSON.parse('{"a":'.repeat(levels - 1) + "[]" + "}".repeat(levels - 1));
+	expect(refusedShape(nested(MAX_BODY_DEPTH))).toBeNull();
+	expect(refusedShape(nested(MAX_BODY_DEPTH + 1))).toBe(`The body nests deeper than ${MAX_BODY_DEPTH} levels`);
 	const levels = 200_000;
-	expect(holdsProtoKey(JSON.parse("[".repeat(levels) + "]".repeat(levels)))).toBe(false);
-	expect(holdsProtoKey(JSON.parse('{"a":'.repeat(levels) + '{"__proto__":1}' + "}".repeat(levels)))).toBe(true);
+	expect(refusedShape(JSON.parse("[".repeat(levels) + "]".repeat(levels)))).toMatch(/nests deeper/);
+	expect(refusedShape(JSON.parse('{"a":'.repeat(levels) + '{"__proto__":1}' + "}".repeat(levels)))).toMatch(/nests deeper/);
 });

@@ -47,17 +47,25 @@ export const MAX_BODY_DEPTH = 32;
  * takes nesting as deep as a body allows (tens of thousands of `[` in 64 KB).
  */
 export function refusedShape(value: unknown): string | null {
-	const pending: [unknown, number][] = [[value, 0]];
+	// Objects and arrays only, each with its depth (two stacks: no pair allocated per value).
+	const pending: object[] = [];
+	const depths: number[] = [];
+	const push = (item: unknown, depth: number) => {
+		if (typeof item !== "object" || item === null) return;
+		pending.push(item);
+		depths.push(depth);
+	};
+	push(value, 1);
 	while (pending.length) {
-		const [next, depth] = pending.pop()!;
-		if (typeof next !== "object" || next === null) continue;
-		if (depth >= MAX_BODY_DEPTH) return `The body nests deeper than ${MAX_BODY_DEPTH} levels`;
+		const next = pending.pop()!;
+		const depth = depths.pop()!;
+		if (depth > MAX_BODY_DEPTH) return `The body nests deeper than ${MAX_BODY_DEPTH} levels`;
 		if (Array.isArray(next)) {
-			for (const item of next) pending.push([item, depth + 1]);
+			for (const item of next) push(item, depth + 1);
 			continue;
 		}
 		if (Object.hasOwn(next, "__proto__")) return "The body holds the key __proto__";
-		for (const key in next) pending.push([(next as Record<string, unknown>)[key], depth + 1]);
+		for (const key in next) push((next as Record<string, unknown>)[key], depth + 1);
 	}
 	return null;
 }

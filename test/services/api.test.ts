@@ -5,8 +5,10 @@
  */
 import { Errors, ServiceBroker, type Context } from "moleculer";
 import { loadConfig } from "../../lib/config";
-import type { Submission, SubmissionAnswer } from "../../lib/intake";
-import type { CreateIntentRequest } from "../../lib/intents";
+import { requestDigest } from "../../lib/digest";
+import { newId } from "../../lib/ids";
+import { decidedRecord, type Submission, type SubmissionAnswer } from "../../lib/intake";
+import { toPublicView, type CreateIntentRequest } from "../../lib/intents";
 import { brokerOptions } from "../../moleculer.config";
 import { apiService } from "../../services/api.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
@@ -18,24 +20,10 @@ const route = newRoute();
 type Decide = (request: CreateIntentRequest) => SubmissionAnswer;
 const created: Decide = request => ({ status: 201, view: viewOf(request) });
 
+/** The public view the receiver would answer: the record a verified submission is stored as. */
 function viewOf(request: CreateIntentRequest) {
-	return {
-		id: `int_${request.paymentId.padEnd(32, "0").slice(0, 32).toLowerCase().replace(/[^0-9a-f]/g, "0")}`,
-		paymentId: request.paymentId,
-		status: "pending" as const,
-		receiverStatus: "VERIFIED" as const,
-		recipientTin: request.recipientTin,
-		tokenMintAddress: request.tokenMintAddress,
-		amount: request.amount,
-		feeLimit: request.feeLimit,
-		senderWallet: request.senderWallet,
-		expiresAt: request.senderAuthorizationExpiresAt,
-		expiresAtSlot: request.expiresAtSlot,
-		transactionCommitment: request.transactionCommitment!,
-		createdAt: request.senderAuthorizationIssuedAt,
-		updatedAt: request.senderAuthorizationIssuedAt,
-		epoch: 1
-	};
+	const at = request.senderAuthorizationIssuedAt;
+	return toPublicView(decidedRecord({ id: newId("int"), request, requestDigest: requestDigest(request), transactionCommitment: request.transactionCommitment!, epoch: 1, at, intakeCall: null }, { ok: true }));
 }
 
 async function startGateway(env: Record<string, string>, decide: { current: Decide | Error }) {

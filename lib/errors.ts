@@ -43,6 +43,9 @@ export const ERROR_STATUS = {
 
 export type ErrorType = keyof typeof ERROR_STATUS;
 
+/** Moleculer's error types for a call that got no answer (no endpoint, a timeout, a broken bus): NOT_READY to a client. */
+export const UNANSWERED_CALL_TYPES: ReadonlySet<string> = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQUEST_TIMEOUT", "REQUEST_REJECTED", "BROKER_DISCONNECTED"]);
+
 /** Reasons a payment intent is rejected during verification (kept as `rejectionReason`). */
 export type RejectionReason =
 	| "INVALID_MESSAGE"

@@ -3,7 +3,7 @@
  * verifier's verdict makes of it. A verdict given before the record exists is applied through the
  * same moves a sweep makes (claim, then verdict), so the history reads the same either way. Pure.
  */
-import { ERROR_STATUS, type ErrorType } from "./errors";
+import { ERROR_STATUS, UNANSWERED_CALL_TYPES, type ErrorType } from "./errors";
 import { applyMove, type CreateIntentRequest, type IntentRecord, type PublicMempoolIntent } from "./intents";
 import type { VerificationResult } from "./verification";
 
@@ -36,9 +36,6 @@ export function refusal(err: { type: ErrorType; message: string; data?: unknown 
 	return { refused: { type: err.type, message: err.message, ...(err.data !== undefined ? { data: err.data } : {}) } };
 }
 
-/** The bus's failures that say a call did not get through or was not answered in time. */
-const NOT_ANSWERED = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQUEST_TIMEOUT", "REQUEST_REJECTED", "BROKER_DISCONNECTED"]);
-
 /**
  * Any failure of one submission's call as that submission's answer, never its batch's: an error
  * of the SPEC §7 catalogue as itself, a call the bus did not answer as NOT_READY (a retry of the
@@ -48,7 +45,7 @@ const NOT_ANSWERED = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQ
 export function refusalOf(err: unknown, unexpected: (err: unknown) => void = () => {}): Refusal {
 	const { type, message, data } = (err ?? {}) as { type?: unknown; message?: string; data?: unknown };
 	if (typeof type === "string" && type in ERROR_STATUS) return refusal({ type: type as ErrorType, message: message ?? "", data });
-	if (typeof type === "string" && NOT_ANSWERED.has(type)) return refusal({ type: "NOT_READY", message: "The service is not ready to answer this request" });
+	if (typeof type === "string" && UNANSWERED_CALL_TYPES.has(type)) return refusal({ type: "NOT_READY", message: "The service is not ready to answer this request" });
 	unexpected(err);
 	return refusal({ type: "INTERNAL_ERROR", message: "Internal error" });
 }

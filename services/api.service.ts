@@ -11,7 +11,7 @@ import ApiGateway, { type ApiSettingsSchema, type IncomingRequest } from "molecu
 import { FailureThrottle } from "../lib/auth-throttle";
 import type { Config } from "../lib/config";
 import { corsPolicy, decideCors } from "../lib/cors";
-import { ERROR_STATUS, ServiceError, type ErrorType } from "../lib/errors";
+import { ERROR_STATUS, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
 import { verifyRequestSignature } from "../lib/http-signature";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
@@ -78,13 +78,8 @@ function toWireError(err: WireError): ServiceError {
 		case undefined:
 			if (err.code === 429 || err.name === "RateLimitExceeded") return new ServiceError("RATE_LIMITED", "Too many requests; retry later");
 			break;
-		case "SERVICE_NOT_FOUND":
-		case "SERVICE_NOT_AVAILABLE":
-		case "REQUEST_TIMEOUT":
-		case "REQUEST_REJECTED":
-		case "BROKER_DISCONNECTED":
-			return new ServiceError("NOT_READY", "The service is not ready to answer this request");
 	}
+	if (typeof err.type === "string" && UNANSWERED_CALL_TYPES.has(err.type)) return new ServiceError("NOT_READY", "The service is not ready to answer this request");
 	// Only the gateway's own refusals carry an HTTP status; a code from anywhere else (a database
 	// error code, say) is never read as one.
 	if (!GATEWAY_ERRORS.has(err.name ?? "")) return new ServiceError("INTERNAL_ERROR", "Internal error");

@@ -10,7 +10,7 @@ import type { Context, Service, ServiceSchema } from "moleculer";
 import type { WakeResult, WakeStatus } from "../lib/answers";
 import type { Config } from "../lib/config";
 import { requestDigest } from "../lib/digest";
-import { ServiceError, rejectionError } from "../lib/errors";
+import { ServiceError, UNANSWERED_CALL_TYPES, rejectionError } from "../lib/errors";
 import { INTAKE_BATCH_MAX, refusal, refusalOf, type Refusal, type Submission, type SubmissionAnswer, type Verdict } from "../lib/intake";
 import type { CreateIntentRequest, IntentState, PublicMempoolIntent } from "../lib/intents";
 import { createIntentParams } from "../lib/schemas";
@@ -25,8 +25,6 @@ import type { VerifierAnswer } from "./verifier.service";
 const SWEEP_BATCH = 200;
 /** How long a RECEIVED intent belongs to the submission that recorded it before the sweep takes it. */
 const SUBMISSION_GRACE_MS = 1000;
-/** Moleculer errors meaning "no verifier could answer", as opposed to a verifier's own failure. */
-const UNAVAILABLE = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQUEST_TIMEOUT", "REQUEST_REJECTED", "BROKER_DISCONNECTED"]);
 
 interface ReceiverSettings {
 	verifyTimeoutMs: number;
@@ -181,7 +179,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 							const answers = await ctx.call<VerifierAnswer[], object>("verifier.verifyMany", { requests: indexes.map(i => requests[i]) }, { nodeID, timeout: this.settings.verifyTimeoutMs, retries: 0 });
 							indexes.forEach((i, k) => (verdicts[i] = answers[k]));
 						} catch (err) {
-							if (!UNAVAILABLE.has((err as { type?: string }).type ?? "")) throw err;
+							if (!UNANSWERED_CALL_TYPES.has((err as { type?: string }).type ?? "")) throw err;
 						}
 					}),
 					...oneByOne.map(async i => (verdicts[i] = await this.verify(ctx, requests[i])))
@@ -194,7 +192,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				try {
 					return await caller.call<VerifierAnswer, object>("verifier.verify", { request }, { timeout: this.settings.verifyTimeoutMs, retries: 0 });
 				} catch (err) {
-					if (UNAVAILABLE.has((err as { type?: string }).type ?? "")) return null;
+					if (UNANSWERED_CALL_TYPES.has((err as { type?: string }).type ?? "")) return null;
 					throw err;
 				}
 			},

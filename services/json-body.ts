@@ -70,6 +70,12 @@ export function refusedShape(value: unknown): string | null {
 	return null;
 }
 
+/** A body of a refused shape, as the refusal both readers answer. */
+function shapeRefusal(value: unknown): BodyError | undefined {
+	const reason = refusedShape(value);
+	return reason ? new BodyError("entity.parse.failed", reason) : undefined;
+}
+
 const WHITESPACE = new Set([" ", "\t", "\n", "\r"]);
 
 /** body-parser's strict JSON: nothing is {}, else an object or array; no __proto__ anywhere. */
@@ -84,8 +90,8 @@ export function parseStrictJson(text: string): unknown {
 	} catch {
 		throw new BodyError("entity.parse.failed", "The body is not valid JSON");
 	}
-	const refused = refusedShape(value);
-	if (refused) throw new BodyError("entity.parse.failed", refused);
+	const refusal = shapeRefusal(value);
+	if (refusal) throw refusal;
 	return value;
 }
 
@@ -97,9 +103,7 @@ export function jsonBody(limit: number): (req: BodyRequest, res: ServerResponse,
 		if (!hasBody || !isJson(req.headers["content-type"])) return next();
 		if (!isPlainUtf8(req.headers))
 			return decoding(req, res, err => {
-				if (err) return next(err);
-				const refused = refusedShape(req.body);
-				next(refused ? new BodyError("entity.parse.failed", refused) : undefined);
+				next(err ?? shapeRefusal(req.body));
 			});
 		const chunks: Buffer[] = [];
 		let size = 0;

@@ -73,12 +73,7 @@ const RETRY_AFTER_UNAVAILABLE_S = 1;
 /** Maps anything thrown below the gateway to a SPEC §7 error; unknown failures become a bare 500. */
 function toWireError(err: WireError): ServiceError {
 	if (typeof err.type === "string" && err.type in ERROR_STATUS) return new ServiceError(err.type as ErrorType, err.message ?? "", publicData(err.type as ErrorType, err.data));
-	switch (err.type) {
-		case "RATE_LIMIT_EXCEEDED":
-		case undefined:
-			if (err.code === 429 || err.name === "RateLimitExceeded") return new ServiceError("RATE_LIMITED", "Too many requests; retry later");
-			break;
-	}
+	if ((err.type === "RATE_LIMIT_EXCEEDED" || err.type === undefined) && (err.code === 429 || err.name === "RateLimitExceeded")) return new ServiceError("RATE_LIMITED", "Too many requests; retry later");
 	if (typeof err.type === "string" && UNANSWERED_CALL_TYPES.has(err.type)) return new ServiceError("NOT_READY", "The service is not ready to answer this request");
 	// Only the gateway's own refusals carry an HTTP status; a code from anywhere else (a database
 	// error code, say) is never read as one.

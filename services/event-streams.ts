@@ -329,13 +329,14 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	};
 	const viewOf = (event: StoredEvent) => cached(views, event, () => event.data.view);
 	const bodyOf = (event: StoredEvent) => cached(bodies, event, () => ({ seq: event.seq, type: event.type, subject: event.subject, at: event.at, ...event.data }));
-	// The worker stream's whole event, by its id: the streams that follow both logs live send the same.
-	const frames = new WeakMap<StoredEvent, { id: string; frame: Buffer }>();
-	const frameOf = (event: StoredEvent, id: string) => {
+	// The worker stream's whole event, by its id (the positions in both logs): the streams that
+	// follow both logs live send the same. Compared as numbers: this runs once per event per stream.
+	const frames = new WeakMap<StoredEvent, { intents: number; tinOperations: number; frame: Buffer }>();
+	const frameOf = (event: StoredEvent, positions: Record<EventStream, number>) => {
 		const known = frames.get(event);
-		if (known?.id === id) return known.frame;
-		const frame = Buffer.from(`id: ${id}\nevent: ${event.type}\ndata: ${bodyOf(event)}\n\n`);
-		frames.set(event, { id, frame });
+		if (known && known.intents === positions.intents && known.tinOperations === positions.tin_operations) return known.frame;
+		const frame = Buffer.from(`id: ${positions.intents}-${positions.tin_operations}\nevent: ${event.type}\ndata: ${bodyOf(event)}\n\n`);
+		frames.set(event, { intents: positions.intents, tinOperations: positions.tin_operations, frame });
 		return frame;
 	};
 
@@ -416,7 +417,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 						deliver(event) {
 							positions[stream] = event.seq;
 							if (wanted && !wanted.has(event.data.state as string)) return !connection.closed;
-							return connection.sendFrame(frameOf(event, `${positions.intents}-${positions.tin_operations}`));
+							return connection.sendFrame(frameOf(event, positions));
 						},
 						drained: () => connection.drained()
 					};

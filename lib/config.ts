@@ -42,9 +42,9 @@ export interface Config {
 	verifyTimeoutMs: number;
 	/** VERIFY_THREADS: worker threads solving the ed25519 equation of intents; 0 = on the event loop. */
 	verifyThreads: number;
-	/** STORE_COMMIT_WINDOW_MS: SQLite group commit window; 0 = one commit per event-loop turn. */
+	/** STORE_COMMIT_WINDOW_MS: SQLite group commit window (cut short by GROUP_COMMIT_WRITES); 0 = one commit per event-loop turn. */
 	storeCommitWindowMs: number;
-	/** INTAKE_WINDOW_MS: how long the gateway gathers submissions into one batch; 0 = one event-loop turn. */
+	/** INTAKE_WINDOW_MS: how long the gateway gathers submissions into one batch (cut short by INTAKE_BATCH_ENOUGH); 0 = one event-loop turn. */
 	intakeWindowMs: number;
 	rateLimitPerMin: number;
 	trustProxy: boolean;
@@ -263,8 +263,8 @@ export function loadConfig(env: Env = process.env): Config {
 		verifyTimeoutMs,
 		// One core for the event loop, the others for verification; at least one thread.
 		verifyThreads: integer(env, "VERIFY_THREADS", Math.max(1, os.availableParallelism() - 1), 0),
-		storeCommitWindowMs: integer(env, "STORE_COMMIT_WINDOW_MS", 1, 0),
-		intakeWindowMs: integer(env, "INTAKE_WINDOW_MS", 1, 0),
+		storeCommitWindowMs: integer(env, "STORE_COMMIT_WINDOW_MS", 2, 0),
+		intakeWindowMs: integer(env, "INTAKE_WINDOW_MS", 2, 0),
 		rateLimitPerMin: integer(env, "RATE_LIMIT_PER_MIN", 600, 0),
 		trustProxy: flag(env, "TRUST_PROXY"),
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),

@@ -15,7 +15,7 @@ import { ERROR_STATUS, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } fro
 import { verifyRequestSignature } from "../lib/http-signature";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
-import { INTAKE_BATCH_BYTES, INTAKE_BATCH_MAX, refusalOf, type Submission, type SubmissionAnswer } from "../lib/intake";
+import { INTAKE_BATCH_BYTES, INTAKE_BATCH_ENOUGH, INTAKE_BATCH_MAX, refusalOf, type Submission, type SubmissionAnswer } from "../lib/intake";
 import { workPageTexts, type CreateIntentRequest, type IntentWorkItem, type PublicMempoolIntent, type WorkPage } from "../lib/intents";
 import { answersJsonTexts, jsonArrayBuffer, type TakesJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, createIntentParams, limit } from "../lib/schemas";
@@ -676,7 +676,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			this.streams = eventStreams(this.broker, config, req => this.clientIp(req));
 			this.intake = {
 				check: this.broker.validator!.compile(createIntentParams) as unknown as (params: object) => true | object[],
-				batch: new Batcher(submissions => submitAll(this.broker, submissions), { items: INTAKE_BATCH_MAX, weight: INTAKE_BATCH_BYTES, windowMs: config.intakeWindowMs })
+				batch: new Batcher(submissions => submitAll(this.broker, submissions), { items: INTAKE_BATCH_MAX, weight: INTAKE_BATCH_BYTES, windowMs: config.intakeWindowMs, enough: INTAKE_BATCH_ENOUGH })
 			};
 			this.submissionKeys = { process: randomUUID(), count: 0 };
 			this.inFlight = new Set();

@@ -4,10 +4,10 @@
  *
  * Durability: WAL with synchronous=FULL, so a write is on disk (fsynced) before its promise
  * resolves, and survives a power loss, not only a crashed process. Group commit pays for it: the
- * writes of one commit window (STORE_COMMIT_WINDOW_MS, or one event-loop turn) share one
- * transaction, committed (and fsynced) once, and each write's promise resolves only after that
- * commit. Per-commit overhead, not the B-tree work, was most of the cost of several commits per
- * intent.
+ * writes of one commit window (STORE_COMMIT_WINDOW_MS, cut short once it holds GROUP_COMMIT_WRITES,
+ * or one event-loop turn) share one transaction, committed (and fsynced) once, and each write's
+ * promise resolves only after that commit. Per-commit overhead, not the B-tree work, was most of
+ * the cost of several commits per intent.
  */
 import Database from "better-sqlite3";
 import fs from "node:fs";
@@ -84,14 +84,28 @@ interface GroupMember {
 }
 
 /**
+ * A group of this many writes commits at the end of the turn it reached them in, without waiting
+ * out its window: eight writes share an fsync well, and clients that wait for their answers before
+ * sending more (a pool of 32 at full load) would otherwise idle through every window. The window
+ * is for moderate load, where fewer come: at half the maximum rate, 2 ms windows with this early
+ * commit (and its like for intake batches) cost 12 % less CPU per intent than 1 ms windows
+ * without; at full load, the same.
+ */
+export const GROUP_COMMIT_WRITES = 8;
+
+/**
  * One transaction for every write on a connection within a commit window (see the file comment):
- * `windowMs` after the group's first write, or at the end of its event-loop turn when 0. A window
- * of a millisecond or two keeps groups large at moderate load, where one fsync per turn would
- * serve only a few writes each.
+ * `windowMs` after the group's first write, or at the end of its event-loop turn when 0, or at the
+ * end of the turn its GROUP_COMMIT_WRITES-th write came in. A window of a millisecond or two keeps
+ * groups large at moderate load, where one fsync per turn would serve only a few writes each.
  */
 class GroupCommit {
 	private waiting: { resolve: () => void; reject: (err: unknown) => void }[] = [];
 	private scheduled = false;
+	/** The open group's number, writes and window: a group that commits early leaves no window behind. */
+	private group = 0;
+	private writes = 0;
+	private window: NodeJS.Timeout | undefined;
 	private readonly members: GroupMember[] = [];
 	// Prepared once: exec() compiles its SQL on every call.
 	private readonly begin: Database.Statement;
@@ -127,8 +141,14 @@ class GroupCommit {
 			if (!this.db.inTransaction) this.begin.run();
 			if (!this.scheduled) {
 				this.scheduled = true;
-				if (this.windowMs > 0) setTimeout(() => this.commit(), this.windowMs);
+				this.writes = 0;
+				this.group++;
+				if (this.windowMs > 0) this.window = setTimeout(() => this.commit(), this.windowMs);
 				else setImmediate(() => this.commit());
+			}
+			if (++this.writes === GROUP_COMMIT_WRITES && this.windowMs > 0) {
+				const group = this.group;
+				setImmediate(() => this.scheduled && this.group === group && this.commit());
 			}
 			try {
 				result = write();
@@ -156,6 +176,7 @@ class GroupCommit {
 
 	commit(): void {
 		this.scheduled = false;
+		clearTimeout(this.window);
 		const batch = this.waiting;
 		this.waiting = [];
 		try {

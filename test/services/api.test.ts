@@ -7,7 +7,7 @@ import { Errors, ServiceBroker, type Context } from "moleculer";
 import { loadConfig } from "../../lib/config";
 import { requestDigest } from "../../lib/digest";
 import { newId } from "../../lib/ids";
-import { decidedRecord, type Submission, type SubmissionAnswer } from "../../lib/intake";
+import { INTAKE_BATCH_ENOUGH, decidedRecord, type Submission, type SubmissionAnswer } from "../../lib/intake";
 import { toPublicView, type CreateIntentRequest } from "../../lib/intents";
 import { brokerOptions } from "../../moleculer.config";
 import { apiService } from "../../services/api.service";
@@ -63,14 +63,15 @@ describe("POST /intents through the front door", () => {
 	});
 
 	test("the submissions of one window go to the receiver in one call, and each request gets its own answer", async () => {
-		const requests = Array.from({ length: 12 }, () => signedIntent(newWallet(), route));
+		// Fewer than make a batch leave early.
+		const requests = Array.from({ length: INTAKE_BATCH_ENOUGH - 1 }, () => signedIntent(newWallet(), route));
 		const answers = await Promise.all(requests.map(request => gateway.http("POST", "/intents", request)));
-		expect(gateway.batches.map(batch => batch.length)).toEqual([12]);
+		expect(gateway.batches.map(batch => batch.length)).toEqual([requests.length]);
 		answers.forEach((answer, i) => {
 			expect([answer.status, answer.body.paymentId, answer.headers.get("location")]).toEqual([201, requests[i].paymentId, `/intents/${answer.body.id}`]);
 		});
 		// Each submission carries a key of its own.
-		expect(new Set(gateway.batches[0].map(submission => submission.call)).size).toBe(12);
+		expect(new Set(gateway.batches[0].map(submission => submission.call)).size).toBe(requests.length);
 	});
 
 	test("a refused submission gets its error, and the others of its batch their answers", async () => {
@@ -96,6 +97,19 @@ describe("POST /intents through the front door", () => {
 		expect(answer.body).toMatchObject({ code: 422, type: "VALIDATION_ERROR", data: [{ field: "amount", type: "stringPattern" }, { field: "amount", type: "u64" }] });
 		expect(gateway.batches).toEqual([]);
 	});
+});
+
+test(`a batch of ${INTAKE_BATCH_ENOUGH} leaves without waiting out its window`, async () => {
+	const decide: { current: Decide | Error } = { current: created };
+	// A window longer than the test may take: its answers come only if the batch leaves early.
+	const gateway = await startGateway({ INTAKE_WINDOW_MS: "60000" }, decide);
+	try {
+		const answers = await Promise.all(Array.from({ length: INTAKE_BATCH_ENOUGH }, () => gateway.http("POST", "/intents", signedIntent(newWallet(), route))));
+		expect(answers.map(answer => answer.status)).toEqual(Array(INTAKE_BATCH_ENOUGH).fill(201));
+		expect(gateway.batches.map(batch => batch.length)).toEqual([INTAKE_BATCH_ENOUGH]);
+	} finally {
+		await gateway.broker.stop();
+	}
 });
 
 test("INTAKE_WINDOW_MS=0: the submissions of one event-loop turn make a batch", async () => {

@@ -63,3 +63,30 @@ test("a batch that fails, or throws, fails each of its items and no other", asyn
 	expect(short.map(outcome => outcome.status)).toStrictEqual(["fulfilled", "rejected"]);
 	expect(await batcher.add(6)).toBe(6);
 });
+
+test("a batch that reaches `enough` items leaves at the end of that turn, with every item of the turn, without waiting out its window", async () => {
+	const batches: number[][] = [];
+	const batcher = new Batcher<number, number>(async items => (batches.push(items), items), { items: 10, weight: Infinity, windowMs: 60_000, enough: 3 });
+	const answers = [1, 2, 3, 4].map(i => batcher.add(i));
+	await turn();
+	expect(batches).toStrictEqual([[1, 2, 3, 4]]);
+	expect(await Promise.all(answers)).toStrictEqual([1, 2, 3, 4]);
+});
+
+test("a batch short of `enough` waits for its window, and an early batch's window does not cut the next one short", async () => {
+	const batches: number[][] = [];
+	const batcher = new Batcher<number, number>(async items => (batches.push(items), items), { items: 10, weight: Infinity, windowMs: 80, enough: 2 });
+	const early = [batcher.add(1), batcher.add(2)];
+	await turn();
+	expect(batches).toStrictEqual([[1, 2]]);
+	await Promise.all(early);
+	await wait(40);
+	const late = batcher.add(3);
+	await turn();
+	expect(batches).toStrictEqual([[1, 2]]);
+	// The first batch's window ends now, 80 ms after 1 came: the next one keeps its own whole window.
+	await wait(60);
+	expect(batches).toStrictEqual([[1, 2]]);
+	await late;
+	expect(batches).toStrictEqual([[1, 2], [3]]);
+});

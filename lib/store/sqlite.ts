@@ -138,6 +138,7 @@ class GroupCommit {
 	run<R>(write: () => R, atomic = false): Promise<R> {
 		let result: R;
 		try {
+			this.failIfRolledBack();
 			if (!this.db.inTransaction) this.begin.run();
 			if (!this.scheduled) {
 				this.scheduled = true;
@@ -174,9 +175,19 @@ class GroupCommit {
 		for (const waiter of batch) waiter.reject(storeError(err));
 	}
 
+	/**
+	 * Writes wait for their commit, yet no transaction is open: SQLite rolled it back behind the
+	 * group (an I/O error or no memory in a read on this connection). They are not stored, and must
+	 * fail before a commit, or a new transaction's, would answer them as stored.
+	 */
+	private failIfRolledBack(): void {
+		if (!this.db.inTransaction && this.waiting.length) this.failGroup(new StoreUnavailableError("SQLite rolled back a commit group before its commit"));
+	}
+
 	commit(): void {
 		this.scheduled = false;
 		clearTimeout(this.window);
+		this.failIfRolledBack();
 		const batch = this.waiting;
 		this.waiting = [];
 		try {

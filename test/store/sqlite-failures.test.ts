@@ -46,3 +46,27 @@ test("a write of several statements that fails after its first undoes its whole 
 		await store.close();
 	}
 });
+
+test("a group SQLite rolled back behind it (an I/O error in a read) fails its writes, also when a new write opens the next transaction", async () => {
+	const store = new SqliteStore(path.join(tempDir(), "behind.sqlite"), 50);
+	try {
+		const items = await store.collection<{ id: string; k: string }>({ name: "items", fields: { k: "text" }, outbox: true, tally: () => ({ n: 1n }) });
+		const db = (store as unknown as { db: Database.Database }).db;
+		const event = (subject: string) => ({ subject, type: "item.changed", at: "2026-01-01T00:00:00.000Z", data: {} });
+		// A ROLLBACK on the connection stands in for the one SQLite makes itself on such an error.
+		const lost = items.insert({ id: "lost", k: "a" }, event("lost"));
+		db.prepare("ROLLBACK").run();
+		await expect(lost).rejects.toThrow("rolled back");
+
+		const alsoLost = items.insert({ id: "alsoLost", k: "b" }, event("alsoLost"));
+		db.prepare("ROLLBACK").run();
+		const next = items.insert({ id: "next", k: "c" }, event("next"));
+		const outcomes = await Promise.allSettled([alsoLost, next]);
+		expect(outcomes.map(outcome => outcome.status)).toStrictEqual(["rejected", "fulfilled"]);
+		expect((await items.list({})).map(item => item.id)).toStrictEqual(["next"]);
+		expect((await items.events({ after: 0, limit: 10 })).map(e => e.subject)).toStrictEqual(["next"]);
+		expect(await items.tally()).toStrictEqual({ n: 1n });
+	} finally {
+		await store.close();
+	}
+});

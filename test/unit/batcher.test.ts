@@ -75,17 +75,17 @@ test("a batch that reaches `enough` items leaves at the end of that turn, with e
 
 test("a batch short of `enough` waits for its window, and an early batch's window does not cut the next one short", async () => {
 	const batches: number[][] = [];
-	const batcher = new Batcher<number, number>(async items => (batches.push(items), items), { items: 10, weight: Infinity, windowMs: 80, enough: 2 });
+	const batcher = new Batcher<number, number>(async items => (batches.push(items), items), { items: 10, weight: Infinity, windowMs: 300, enough: 2 });
 	const early = [batcher.add(1), batcher.add(2)];
 	await turn();
 	expect(batches).toStrictEqual([[1, 2]]);
 	await Promise.all(early);
-	await wait(40);
+	await wait(150);
 	const late = batcher.add(3);
 	await turn();
 	expect(batches).toStrictEqual([[1, 2]]);
-	// The first batch's window ends now, 80 ms after 1 came: the next one keeps its own whole window.
-	await wait(60);
+	// The first batch's window ended 300 ms after 1 came: the next one keeps its own whole window.
+	await wait(200);
 	expect(batches).toStrictEqual([[1, 2]]);
 	await late;
 	expect(batches).toStrictEqual([[1, 2], [3]]);

@@ -88,8 +88,8 @@ interface GroupMember {
  * out its window: eight writes share an fsync well, and clients that wait for their answers before
  * sending more (a pool of 32 at full load) would otherwise idle through every window. The window
  * is for moderate load, where fewer come: at half the maximum rate, 2 ms windows with this early
- * commit (and its like for intake batches) cost 12 % less CPU per intent than 1 ms windows
- * without; at full load, the same.
+ * commit (and its like for intake batches) cost about a tenth less CPU per intent than 1 ms
+ * windows without; at full load, the same rate.
  */
 export const GROUP_COMMIT_WRITES = 8;
 

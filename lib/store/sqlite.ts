@@ -196,7 +196,13 @@ class GroupCommit {
 				this.end.run();
 			}
 		} catch (err) {
-			if (this.db.inTransaction) this.undo.run();
+			// Settle the batch whatever the ROLLBACK does: a write left waiting would never be answered.
+			try {
+				if (this.db.inTransaction) this.undo.run();
+			} catch {
+				// Gone already, or it cannot be undone: the batch is refused all the same, and a retry
+				// of any of its writes is safe (ids and compare-and-set make them repeatable).
+			}
 			for (const member of this.members) member.afterRollback();
 			for (const waiter of batch) waiter.reject(storeError(err));
 			return;
@@ -277,7 +283,8 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	 * which may still roll back: events past this are not announced until their commit.
 	 */
 	private committedSeq = 0;
-	private eventsWritten = false;
+	/** The newest event number written in the open group (0: none): committed, it is the new committedSeq, with no read after the commit that could fail. */
+	private writtenSeq = 0;
 
 	constructor(
 		private readonly db: Database.Database,
@@ -332,8 +339,8 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 
 	/** Inside a write that happened: its event, in the same transaction. */
 	private writeEvent(event: OutboxEvent): void {
-		this.statement(`INSERT INTO ${this.eventsTable} (subject, type, at, data) VALUES (?, ?, ?, ?)`).run(event.subject, event.type, event.at, JSON.stringify(event.data));
-		this.eventsWritten = true;
+		const { lastInsertRowid } = this.statement(`INSERT INTO ${this.eventsTable} (subject, type, at, data) VALUES (?, ?, ?, ?)`).run(event.subject, event.type, event.at, JSON.stringify(event.data));
+		this.writtenSeq = Number(lastInsertRowid);
 	}
 
 	/** A field declared after the table was created gets its column, filled from the documents. */
@@ -411,9 +418,9 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	afterCommit(): void {
-		if (!this.eventsWritten) return;
-		this.eventsWritten = false;
-		this.committedSeq = this.maxSeq();
+		if (!this.writtenSeq) return;
+		this.committedSeq = this.writtenSeq;
+		this.writtenSeq = 0;
 	}
 
 	beforeCommit(): void {
@@ -425,7 +432,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 
 	afterRollback(): void {
 		this.pending = new Map();
-		this.eventsWritten = false;
+		this.writtenSeq = 0;
 	}
 
 	private current(id: string): T | null {

@@ -180,7 +180,7 @@ class GroupCommit {
 	 * group (an I/O error or no memory in a read on this connection). They are not stored, and must
 	 * fail before a commit, or a new transaction's, would answer them as stored.
 	 */
-	private failIfRolledBack(): void {
+	failIfRolledBack(): void {
 		if (!this.db.inTransaction && this.waiting.length) this.failGroup(new StoreUnavailableError("SQLite rolled back a commit group before its commit"));
 	}
 
@@ -673,6 +673,8 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 
 	async tally(): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
+		// The open group's changes count only while its transaction is there.
+		this.group.failIfRolledBack();
 		const rows = guarded(() => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED) as { key: string; value: string }[]);
 		// The writes of the open group are visible to reads on this connection: their tally changes too.
 		const sums = new Map(rows.map(r => [r.key, BigInt(r.value)]));

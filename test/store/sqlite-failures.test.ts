@@ -56,6 +56,7 @@ test("a group SQLite rolled back behind it (an I/O error in a read) fails its wr
 		// A ROLLBACK on the connection stands in for the one SQLite makes itself on such an error.
 		const lost = items.insert({ id: "lost", k: "a" }, event("lost"));
 		db.prepare("ROLLBACK").run();
+		expect(await items.tally()).toStrictEqual({});
 		await expect(lost).rejects.toThrow("rolled back");
 
 		const alsoLost = items.insert({ id: "alsoLost", k: "b" }, event("alsoLost"));

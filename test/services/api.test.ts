@@ -55,7 +55,7 @@ describe("POST /intents through the front door", () => {
 	const decide: { current: Decide | Error } = { current: created };
 	let gateway: Awaited<ReturnType<typeof startGateway>>;
 	// A window long enough that requests sent together surely fall into one.
-	beforeAll(async () => (gateway = await startGateway({ INTAKE_WINDOW_MS: "50" }, decide)));
+	beforeAll(async () => (gateway = await startGateway({ INTAKE_WINDOW_MS: "250" }, decide)));
 	afterAll(() => gateway.broker.stop());
 	beforeEach(() => {
 		decide.current = created;

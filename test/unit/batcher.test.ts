@@ -15,7 +15,8 @@ test("items added in one turn are handled as one batch, in order, each answered 
 
 test("with a window, items of several turns make one batch, handed over when the window ends", async () => {
 	const batches: number[][] = [];
-	const batcher = new Batcher<number, number>(async items => (batches.push(items), items), { items: 10, weight: Infinity, windowMs: 40 });
+	// Long enough that two turns surely fit in it, on a busy machine too.
+	const batcher = new Batcher<number, number>(async items => (batches.push(items), items), { items: 10, weight: Infinity, windowMs: 300 });
 	const answers = [batcher.add(1)];
 	await turn();
 	answers.push(batcher.add(2));
@@ -27,15 +28,15 @@ test("with a window, items of several turns make one batch, handed over when the
 
 test("a full batch is handed over at once; the next one keeps a whole window of its own", async () => {
 	const batches: number[][] = [];
-	const batcher = new Batcher<number, number>(async items => (batches.push(items), items), { items: 2, weight: Infinity, windowMs: 60 });
+	const batcher = new Batcher<number, number>(async items => (batches.push(items), items), { items: 2, weight: Infinity, windowMs: 300 });
 	const first = [batcher.add(1)];
-	await wait(30);
+	await wait(150);
 	first.push(batcher.add(2));
 	const next = batcher.add(3);
 	await Promise.all(first);
 	expect(batches).toStrictEqual([[1, 2]]);
-	// The first batch's window ends now, 60 ms after 1 came: it must not cut the next one's short.
-	await wait(45);
+	// The first batch's window ended 300 ms after 1 came: it must not cut the next one's short.
+	await wait(225);
 	expect(batches).toStrictEqual([[1, 2]]);
 	await next;
 	expect(batches).toStrictEqual([[1, 2], [3]]);

@@ -12,6 +12,7 @@
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
+import { BatchWindow } from "../batcher";
 import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Tally, type ViewRow, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
@@ -101,11 +102,7 @@ export const GROUP_COMMIT_WRITES = 8;
  */
 class GroupCommit {
 	private waiting: { resolve: () => void; reject: (err: unknown) => void }[] = [];
-	private scheduled = false;
-	/** The open group's number, writes and window: a group that commits early leaves no window behind. */
-	private group = 0;
-	private writes = 0;
-	private window: NodeJS.Timeout | undefined;
+	private readonly window: BatchWindow;
 	private readonly members: GroupMember[] = [];
 	// Prepared once: exec() compiles its SQL on every call.
 	private readonly begin: Database.Statement;
@@ -114,8 +111,9 @@ class GroupCommit {
 
 	constructor(
 		private readonly db: Database.Database,
-		private readonly windowMs: number
+		windowMs: number
 	) {
+		this.window = new BatchWindow(windowMs, GROUP_COMMIT_WRITES, () => this.commit());
 		this.begin = db.prepare("BEGIN IMMEDIATE");
 		this.end = db.prepare("COMMIT");
 		this.undo = db.prepare("ROLLBACK");
@@ -140,17 +138,7 @@ class GroupCommit {
 		try {
 			this.failIfRolledBack();
 			if (!this.db.inTransaction) this.begin.run();
-			if (!this.scheduled) {
-				this.scheduled = true;
-				this.writes = 0;
-				this.group++;
-				if (this.windowMs > 0) this.window = setTimeout(() => this.commit(), this.windowMs);
-				else setImmediate(() => this.commit());
-			}
-			if (++this.writes === GROUP_COMMIT_WRITES && this.windowMs > 0) {
-				const group = this.group;
-				setImmediate(() => this.scheduled && this.group === group && this.commit());
-			}
+			this.window.add();
 			try {
 				result = write();
 			} catch (err) {
@@ -185,8 +173,7 @@ class GroupCommit {
 	}
 
 	commit(): void {
-		this.scheduled = false;
-		clearTimeout(this.window);
+		this.window.closed();
 		this.failIfRolledBack();
 		const batch = this.waiting;
 		this.waiting = [];

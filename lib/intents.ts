@@ -175,13 +175,18 @@ export interface WorkPage {
 }
 
 /**
- * A page's GET /intent-work items as JSON text (IntentWorkItemSchema), and its last item's place.
+ * A page's worker views as JSON text, the lease length its items carry, and its last item's place.
  * A mempool of an earlier version (a rolling update runs both) answers the items whole.
  */
-export function workPageTexts(page: WorkPage | IntentWorkItem[]): { texts: string[]; last: WorkPage["last"] } {
-	if (!Array.isArray(page)) return { texts: page.intents.map(intent => `{"intent":${intent},"leaseTtlMs":${page.leaseTtlMs}}`), last: page.last };
+export function workPageViews(page: WorkPage | IntentWorkItem[]): { views: string[]; leaseTtlMs: number | null; last: WorkPage["last"] } {
+	if (!Array.isArray(page)) return { views: page.intents, leaseTtlMs: page.leaseTtlMs, last: page.last };
 	const last = page[page.length - 1]?.intent;
-	return { texts: page.map(item => JSON.stringify(item)), last: last ? { createdAt: last.createdAt, id: last.id } : null };
+	return { views: page.map(item => JSON.stringify(item.intent)), leaseTtlMs: page[0]?.leaseTtlMs ?? null, last: last ? { createdAt: last.createdAt, id: last.id } : null };
+}
+
+/** The text around a worker view that makes it a GET /intent-work item (IntentWorkItemSchema). */
+export function workItemWrapper(leaseTtlMs: number): { before: string; after: string } {
+	return { before: '{"intent":', after: `,"leaseTtlMs":${leaseTtlMs}}` };
 }
 
 export function toPublicView(record: IntentRecord): PublicMempoolIntent {

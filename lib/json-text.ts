@@ -29,20 +29,48 @@ export function forCaller(texts: string[], meta: TakesJsonTexts): string[] | unk
 	return meta.jsonTexts ? texts : texts.map(text => JSON.parse(text) as unknown);
 }
 
+/** Text written before and after each item's JSON text, so that an item wraps a stored view (`{"intent":<view>,…}`). */
+export interface ItemWrapper {
+	before: string;
+	after: string;
+}
+
+const encoder = new TextEncoder();
+
 /**
- * The JSON array of JSON texts, written into one buffer. Joining a megabyte of strings and then
- * encoding the result for the socket costs several times more (about 3 ms against 0.4 ms for 500
- * worker views on the development machine).
+ * The JSON array of JSON texts, each inside `wrap` if given, written into one buffer. Each text is
+ * encoded once, straight into the answer: no joined or wrapped string is built, as V8 would have to
+ * flatten it and Node to measure it on its slow path (1.0 ms against 0.2 ms for 500 worker views on
+ * the development machine). The buffer is sized for ASCII, which the views nearly always are; a
+ * text that does not fit sends the whole answer through a second, exactly measured pass.
  */
-export function jsonArrayBuffer(texts: readonly string[]): Buffer {
-	let length = 2 + Math.max(0, texts.length - 1);
+export function jsonArrayBuffer(texts: readonly string[], wrap: ItemWrapper = { before: "", after: "" }): Buffer {
+	const framing = 2 + Math.max(0, texts.length - 1) + texts.length * (Buffer.byteLength(wrap.before) + Buffer.byteLength(wrap.after));
+	let asciiLength = framing;
+	for (const text of texts) asciiLength += text.length;
+	const answer = writeArray(Buffer.allocUnsafe(asciiLength), texts, wrap);
+	if (answer) return answer;
+	let length = framing;
 	for (const text of texts) length += Buffer.byteLength(text);
-	const buffer = Buffer.allocUnsafe(length);
-	let at = buffer.write("[");
-	texts.forEach((text, i) => {
-		if (i > 0) at += buffer.write(",", at);
-		at += buffer.write(text, at);
-	});
-	buffer.write("]", at);
-	return buffer;
+	return writeArray(Buffer.allocUnsafe(length), texts, wrap)!;
+}
+
+/** The array written into `buffer`, or null when it does not fit. */
+function writeArray(buffer: Buffer, texts: readonly string[], wrap: ItemWrapper): Buffer | null {
+	let at = 0;
+	const put = (text: string): boolean => {
+		if (text.length === 0) return true;
+		const { read, written } = encoder.encodeInto(text, buffer.subarray(at));
+		at += written;
+		return read === text.length;
+	};
+	const putByte = (byte: number): boolean => {
+		if (at >= buffer.length) return false;
+		buffer[at++] = byte;
+		return true;
+	};
+	if (!putByte(0x5b)) return null; // [
+	for (let i = 0; i < texts.length; i++) if ((i > 0 && !putByte(0x2c)) || !put(wrap.before) || !put(texts[i]) || !put(wrap.after)) return null; // ,
+	if (!putByte(0x5d)) return null; // ]
+	return buffer.subarray(0, at);
 }

@@ -16,7 +16,7 @@ import { verifyRequestSignature } from "../lib/http-signature";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
 import { INTAKE_BATCH_BYTES, INTAKE_BATCH_ENOUGH, INTAKE_BATCH_MAX, refusalOf, type Submission, type SubmissionAnswer } from "../lib/intake";
-import { workPageTexts, type CreateIntentRequest, type IntentWorkItem, type PublicMempoolIntent, type WorkPage } from "../lib/intents";
+import { workItemWrapper, workPageViews, type CreateIntentRequest, type IntentWorkItem, type PublicMempoolIntent, type WorkPage } from "../lib/intents";
 import { answersJsonTexts, jsonArrayBuffer, type TakesJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, createIntentParams, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
@@ -400,21 +400,25 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 		actions: {
 			/**
 			 * GET /intent-work: the mempool's work pages joined here, so that no list of up to 500
-			 * intents crosses the bus in one message (NATS refuses messages over 1 MB).
+			 * intents crosses the bus in one message (NATS refuses messages over 1 MB), and written
+			 * as one JSON array with each stored view inside its item, never copied into a string.
+			 * Every mempool runs with the same LEASE_TTL_MS; the items carry the first page's.
 			 */
 			intentWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit() },
-				async handler(ctx: Context<{ limit: number }>): Promise<string[]> {
-					const items: string[] = [];
-					for (let after: WorkPage["last"] = null; items.length < ctx.params.limit; ) {
-						const size = Math.min(WORK_PAGE, ctx.params.limit - items.length);
-						const page = await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) }, { meta: { jsonTexts: true } satisfies TakesJsonTexts });
-						const { texts, last } = workPageTexts(page);
-						items.push(...texts);
-						if (texts.length < size) break;
-						after = last;
+				async handler(ctx: Context<{ limit: number }>): Promise<Buffer> {
+					const views: string[] = [];
+					let leaseTtlMs: number | null = null;
+					for (let after: WorkPage["last"] = null; views.length < ctx.params.limit; ) {
+						const size = Math.min(WORK_PAGE, ctx.params.limit - views.length);
+						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) }, { meta: { jsonTexts: true } satisfies TakesJsonTexts }));
+						views.push(...page.views);
+						leaseTtlMs ??= page.leaseTtlMs;
+						if (page.views.length < size) break;
+						after = page.last;
 					}
-					return items;
+					// No page had an item: the answer is [] whatever the lease length.
+					return jsonArrayBuffer(views, leaseTtlMs === null ? undefined : workItemWrapper(leaseTtlMs));
 				}
 			}),
 

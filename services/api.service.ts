@@ -25,6 +25,7 @@ import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
 import { jsonBody } from "./json-body";
+import { isServed } from "./internal";
 import { httpMetrics, metricsForm } from "./metrics";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
@@ -707,7 +708,7 @@ function clientAddress(req: IncomingMessage, trustProxy: boolean): string {
 
 /** A batch of submissions to the receiver; one by one to a receiver of the previous version (a rolling update). */
 function submitAll(broker: ServiceBroker, submissions: Submission[]): Promise<SubmissionAnswer[]> {
-	if (broker.registry.getActionEndpoints("receiver.submitMany")?.hasAvailable()) return broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions });
+	if (isServed(broker, "receiver.submitMany")) return broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions });
 	return Promise.all(
 		submissions.map(async ({ request }) => {
 			const meta: { $statusCode?: number } = {};

@@ -1,3 +1,5 @@
+import type { ServiceBroker } from "moleculer";
+
 /**
  * The one rule for actions that only our own services call, never a route of the gateway:
  * - visibility "public": callable over the broker, but moleculer-web refuses to run it, so no
@@ -9,4 +11,12 @@
  */
 export function internal<A extends object>(action: A): A & { visibility: "public" } {
 	return { ...action, visibility: "public" };
+}
+
+/**
+ * Whether some node now serves `action`: a caller with a fallback (a batch action a node of the
+ * previous version lacks during a rolling update, say) asks before it calls.
+ */
+export function isServed(broker: ServiceBroker, action: string): boolean {
+	return broker.registry.getActionEndpoints(action)?.hasAvailable() ?? false;
 }

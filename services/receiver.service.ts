@@ -17,7 +17,7 @@ import { createIntentParams } from "../lib/schemas";
 import { UNRECORDED_REJECTIONS } from "../lib/verification";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import type { IntakeItem, IntakeOutcome, WaitingIntent } from "./mempool.service";
-import { internal } from "./internal";
+import { internal, isServed } from "./internal";
 import { callKey } from "./replay";
 import { sweepMetrics, verificationMetrics } from "./metrics";
 import type { VerifierAnswer } from "./verifier.service";
@@ -136,7 +136,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				});
 				if (items.length) {
 					const epoch = await this.currentEpoch(ctx);
-					const outcomes = this.broker.registry.getActionEndpoints("mempool.receiveMany")?.hasAvailable()
+					const outcomes = isServed(this.broker, "mempool.receiveMany")
 						? await ctx.call<(IntakeOutcome | Refusal)[], object>("mempool.receiveMany", { epoch, items })
 						: // An owner of the previous version (a rolling update) takes one at a time. Each its own call:
 							// it keys a submission by its caller's context, which one batch's would share.
@@ -234,7 +234,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 			/** Verifies what is waiting: shared by the periodic sweep and POST /internal/wake (which takes everything now). */
 			async sweep(this: ReceiverThis, graceMs) {
 				const status = { picked: 0, verified: 0, rejected: 0, pending: 0, verifierUnavailable: false };
-				if (!this.broker.registry.getActionEndpoints("verifier.verify")?.hasAvailable()) return { ...status, verifierUnavailable: true };
+				if (!isServed(this.broker, "verifier.verify")) return { ...status, verifierUnavailable: true };
 				const now = Date.now();
 				const receivedBefore = new Date(now - graceMs).toISOString();
 				const staleBefore = new Date(now - 2 * this.settings.verifyTimeoutMs).toISOString();

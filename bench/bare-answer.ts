@@ -8,17 +8,17 @@
  */
 import http from "node:http";
 
-let answer = "[]";
+let answer = Buffer.from("[]");
 
 http
 	.createServer((req, res) => {
 		if (req.url === "/health/ready") return res.writeHead(200).end();
 		if (req.url !== "/answer") return res.writeHead(404).end();
-		if (req.method === "GET") return res.writeHead(200, { "content-type": "application/json; charset=utf-8" }).end(answer);
+		if (req.method === "GET") return res.writeHead(200, { "content-type": "application/json; charset=utf-8", "content-length": answer.length }).end(answer);
 		const chunks: Buffer[] = [];
 		req.on("data", (chunk: Buffer) => chunks.push(chunk));
 		req.on("end", () => {
-			answer = Buffer.concat(chunks).toString("utf8");
+			answer = Buffer.concat(chunks);
 			res.writeHead(204).end();
 		});
 	})

@@ -9,6 +9,7 @@ import { execFileSync } from "node:child_process";
 import { createPublicKey, verify as cryptoVerify, randomBytes, type KeyObject } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
+import net from "node:net";
 import { spawnScript, waitFor, type ScriptProcess } from "../devkit/process";
 import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
 import { createSigner, generateKeypair, verifySignature } from "../lib/ed25519";
@@ -156,6 +157,110 @@ export async function runClosed(target: Target, bodies: readonly (string | null)
 	await Promise.all(Array.from({ length: Math.min(concurrency, bodies.length) }, lane));
 	agent.destroy();
 	return recorder.result(bodies.length, start);
+}
+
+const HEADER_END = Buffer.from("\r\n\r\n");
+
+/**
+ * GETs over one kept-alive connection whose reads all land in one reused buffer (net's `onread`),
+ * for timing large answers one at a time. node:http allocates a Buffer for every socket read; a
+ * megabyte answer every few milliseconds then drove the generator into a mark-compact about every
+ * 60 ms ("external memory pressure"), and those pauses were the p99 of every large list, the bare
+ * floor's included. Answers must carry a Content-Length, as the service's and the floor's do.
+ */
+class GetConnection {
+	private readonly socket: net.Socket;
+	private readonly opened: Promise<void>;
+	private waiting: { resolve: (status: string) => void; reject: (err: Error) => void } | null = null;
+	/** The answer's head while it spans reads. */
+	private head: Buffer | null = null;
+	/** Body bytes still due; null while the head is read. */
+	private bodyLeft: number | null = null;
+	private status = "";
+
+	constructor(private readonly target: URL) {
+		const reads = Buffer.allocUnsafe(1 << 18);
+		this.socket = net.connect({
+			host: target.hostname,
+			port: Number(target.port),
+			onread: {
+				buffer: reads,
+				callback: n => {
+					this.onRead(reads.subarray(0, n));
+					return true;
+				}
+			}
+		});
+		this.opened = new Promise((resolve, reject) => {
+			this.socket.once("connect", resolve);
+			this.socket.once("error", reject);
+		});
+		this.socket.on("error", err => this.fail(err));
+		this.socket.on("close", () => this.fail(new Error("the connection closed")));
+	}
+
+	/** The answer's status, once its whole body has arrived. */
+	async get(path: string, headers: Record<string, string> = {}): Promise<string> {
+		await this.opened;
+		const answered = new Promise<string>((resolve, reject) => (this.waiting = { resolve, reject }));
+		this.head = Buffer.alloc(0);
+		this.bodyLeft = null;
+		this.socket.write(`GET ${path} HTTP/1.1\r\nhost: ${this.target.host}\r\n${Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("")}\r\n`);
+		return answered;
+	}
+
+	close(): void {
+		this.socket.destroy();
+	}
+
+	private onRead(bytes: Buffer): void {
+		if (!this.waiting) return;
+		if (this.bodyLeft === null) {
+			const head = this.head!.length ? Buffer.concat([this.head!, bytes]) : bytes;
+			const end = head.indexOf(HEADER_END);
+			if (end < 0) {
+				this.head = Buffer.from(head);
+				return;
+			}
+			const text = head.toString("latin1", 0, end);
+			const length = /\r\ncontent-length: *(\d+)/i.exec(text);
+			if (!length) return this.fail(new Error(`an answer without Content-Length: ${text.split("\r\n")[0]}`));
+			this.status = text.split(" ")[1] ?? "0";
+			this.bodyLeft = Number(length[1]) - (head.length - end - HEADER_END.length);
+		} else this.bodyLeft -= bytes.length;
+		if (this.bodyLeft <= 0) {
+			const { resolve } = this.waiting;
+			this.waiting = null;
+			resolve(this.status);
+		}
+	}
+
+	private fail(err: Error): void {
+		const waiting = this.waiting;
+		this.waiting = null;
+		waiting?.reject(err);
+	}
+}
+
+/**
+ * One GET at a time to each target in turn, `count` rounds: every target is timed under the same
+ * conditions (a noisy spell on a shared machine lands on all of them, not on whichever phase ran
+ * then), by a client that allocates nothing per answer (GetConnection). One result per target.
+ */
+export async function runAlternating(targets: readonly Target[], count: number): Promise<PhaseResult[]> {
+	const lanes = targets.map(target => ({ target, connection: new GetConnection(new URL(target.url)), recorder: new Recorder(count, String(target.expected)) }));
+	const start = process.hrtime.bigint();
+	try {
+		for (let i = 0; i < count; i++)
+			for (const { target, connection, recorder } of lanes) {
+				const t0 = process.hrtime.bigint();
+				const status = await connection.get(target.path, target.headers);
+				recorder.record(i, t0, { status, text: status === String(target.expected) ? null : "(the body is not kept)" });
+			}
+	} finally {
+		for (const { connection } of lanes) connection.close();
+	}
+	return lanes.map(({ recorder }) => recorder.result(count, start));
 }
 
 /**

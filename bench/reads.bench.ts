@@ -4,12 +4,14 @@
  * operator read are timed one request at a time. A list served by an index that ends with its
  * sort key costs O(limit), whatever is stored: the p99 stays flat from the first size to the last.
  * Each row is also timed against a bare node:http process answering the very same bytes
- * (bench/bare-answer.ts), with the same client: the floor of sending that answer on this machine.
+ * (bench/bare-answer.ts): the floor of sending that answer here. Both are read by the same client,
+ * which allocates nothing per answer (load.ts runAlternating), one request to each in turn so that
+ * both see the same machine, after untimed reads of each and once the fill has settled.
  *
  *   npm run bench:reads                          # 10,000 then 100,000 intents
  *   npm run bench:reads -- --sizes 10000,50000,100000 --reads 500
  *
- * Options (argv `--name value` or the environment): SIZES (10000,100000), READS (300 timed
+ * Options (argv `--name value` or the environment): SIZES (10000,100000), READS (1000 timed
  * requests per list and limit), FILL_CONCURRENCY (64).
  * Results: bench/results/reads-<timestamp>.json and a Markdown table on stdout. Exits 1 when the
  * service cannot start or a fill request is refused.
@@ -24,7 +26,7 @@ import { buildTinOperationMessage } from "../lib/canonical";
 import { createSigner, generateKeypair } from "../lib/ed25519";
 import { sha256Hex } from "../lib/encoding";
 import { tinFromSequence } from "../lib/tin";
-import { BodyFactory, fmt, runClosed, startProcess, summarize, type Route } from "./load";
+import { BodyFactory, cpuSeconds, fmt, runAlternating, runClosed, startProcess, summarize, type Route } from "./load";
 
 const root = path.resolve(__dirname, "..", "..");
 
@@ -33,7 +35,7 @@ function options() {
 	const read = (name: "sizes" | "reads" | "fill_concurrency", fallback: string) => values[name] ?? process.env[name.toUpperCase()] ?? fallback;
 	const sizes = read("sizes", "10000,100000").split(",").map(Number);
 	if (sizes.some(n => !Number.isInteger(n) || n < 1) || sizes.some((n, i) => i > 0 && n <= sizes[i - 1])) throw new Error("SIZES must be increasing positive integers");
-	return { sizes, reads: Number(read("reads", "300")), fillConcurrency: Number(read("fill_concurrency", "64")) };
+	return { sizes, reads: Number(read("reads", "1000")), fillConcurrency: Number(read("fill_concurrency", "64")) };
 }
 
 /** Signed TIN create operations, each by its own owner wallet. */
@@ -53,6 +55,24 @@ function tinOperationBodies(count: number): string[] {
 		};
 		return JSON.stringify({ ...body, ownerSignature: createSigner(owner)(buildTinOperationMessage(body)) });
 	});
+}
+
+/** Untimed reads of each row first, so that its code is compiled and its pages cached when timing starts. */
+const WARMUP = 100;
+
+/**
+ * Waits (30 s at most) until the service spends under a tenth of a core, as it does idle (its
+ * sweeps): what a fill leaves running (its last commits, checkpoints) is not a read's cost.
+ */
+async function quiet(pid: number | null): Promise<void> {
+	if (pid === null) return;
+	const deadline = Date.now() + 30_000;
+	for (let before = cpuSeconds(pid); Date.now() < deadline; ) {
+		await new Promise(resolve => setTimeout(resolve, 500));
+		const now = cpuSeconds(pid);
+		if (now - before < 0.05) return;
+		before = now;
+	}
 }
 
 const LISTS = ["/intent-work", "/intents", "/tin-operations/verification-work", "/tin-operations/fee-work", "/tin-operations/registry-work", "/tin-operations"];
@@ -86,6 +106,7 @@ async function main(): Promise<void> {
 				done += batch;
 			}
 			stored = size;
+			await quiet(service.pid);
 			for (const list of LISTS)
 				for (const limit of LIMITS) {
 					const target = { url, path: `${list}?limit=${limit}`, expected: 200, headers: { "x-api-key": workerKey } };
@@ -93,10 +114,8 @@ async function main(): Promise<void> {
 					const items = (JSON.parse(sample) as unknown[]).length;
 					await fetch(`${bareUrl}/answer`, { method: "PUT", body: sample });
 					const floor = { url: bareUrl, path: "/answer", expected: 200 };
-					await runClosed(target, Array(20).fill(null), 1);
-					await runClosed(floor, Array(20).fill(null), 1);
-					const timed = summarize(await runClosed(target, Array(reads).fill(null), 1), 200);
-					const bareTimed = summarize(await runClosed(floor, Array(reads).fill(null), 1), 200);
+					await runAlternating([target, floor], WARMUP);
+					const [timed, bareTimed] = (await runAlternating([target, floor], reads)).map(phase => summarize(phase, 200));
 					if (timed.notAccepted || bareTimed.notAccepted) throw new Error(`GET ${target.path} answered other than 200`);
 					rows.push({ stored: size, list, limit, p50: timed.p50, p99: timed.p99, items, bytes: Buffer.byteLength(sample), bareP50: bareTimed.p50, bareP99: bareTimed.p99 });
 					log(`${fmt(size)} stored: GET ${target.path} p99 ${fmt(timed.p99, 2)} ms (the same bytes from bare node:http: ${fmt(bareTimed.p99, 2)} ms)`);

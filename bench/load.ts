@@ -195,13 +195,22 @@ class GetConnection {
 			this.socket.once("connect", resolve);
 			this.socket.once("error", reject);
 		});
+		// Awaited by ready() or get(); a refusal before then must not end the process unhandled.
+		this.opened.catch(() => undefined);
 		this.socket.on("error", err => this.fail(err));
 		this.socket.on("close", () => this.fail(new Error("the connection closed")));
+	}
+
+	/** Once connected: timing starts after the TCP handshake. */
+	ready(): Promise<void> {
+		return this.opened;
 	}
 
 	/** The answer's status, once its whole body has arrived. */
 	async get(path: string, headers: Record<string, string> = {}): Promise<string> {
 		await this.opened;
+		// A write to a closed socket raises nothing: the answer would never come.
+		if (this.socket.destroyed || !this.socket.writable) throw new Error("the connection closed");
 		const answered = new Promise<string>((resolve, reject) => (this.waiting = { resolve, reject }));
 		this.head = Buffer.alloc(0);
 		this.bodyLeft = null;
@@ -245,12 +254,14 @@ class GetConnection {
 /**
  * One GET at a time to each target in turn, `count` rounds: every target is timed under the same
  * conditions (a noisy spell on a shared machine lands on all of them, not on whichever phase ran
- * then), by a client that allocates nothing per answer (GetConnection). One result per target.
+ * then), by a client that allocates nothing per answer (GetConnection). One result per target:
+ * its latencies; its wall time is the whole alternation's.
  */
 export async function runAlternating(targets: readonly Target[], count: number): Promise<PhaseResult[]> {
 	const lanes = targets.map(target => ({ target, connection: new GetConnection(new URL(target.url)), recorder: new Recorder(count, String(target.expected)) }));
 	const start = process.hrtime.bigint();
 	try {
+		await Promise.all(lanes.map(({ connection }) => connection.ready()));
 		for (let i = 0; i < count; i++)
 			for (const { target, connection, recorder } of lanes) {
 				const t0 = process.hrtime.bigint();

@@ -49,11 +49,16 @@ export const positiveAmount = () => {
 };
 export const tin = () => ({ type: "string", pattern: TIN_PATTERN, custom: check("luhn", isValidTin) });
 export const slot = () => ({ type: "number", integer: true, min: 0, max: Number.MAX_SAFE_INTEGER });
-/** `limit` query parameter of the list routes: 1–500, default 50. */
-/** Intents per page of GET /intent-work between the gateway and the mempool: about 2.5 KB each, so a page is a few hundred KB on the bus. */
+/**
+ * Intents per page of GET /intent-work between a gateway and a mempool in another process: about
+ * 2.5 KB each, so a page is a few hundred KB on the bus, under NATS's 1 MB message limit.
+ */
 export const WORK_PAGE = 100;
 
-export const limit = () => ({ type: "number", integer: true, min: 1, max: 500, convert: true, default: 50 });
+/** The most items a list route answers (`limit`). */
+export const LIST_LIMIT_MAX = 500;
+/** `limit` query parameter of the list routes: 1–500, default 50. */
+export const limit = () => ({ type: "number", integer: true, min: 1, max: LIST_LIMIT_MAX, convert: true, default: 50 });
 
 export const createIntentParams = {
 	$$strict: true,

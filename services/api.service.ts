@@ -25,7 +25,7 @@ import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
 import { jsonBody } from "./json-body";
-import { isServed } from "./internal";
+import { isServed, isServedHere } from "./internal";
 import { httpMetrics, metricsForm } from "./metrics";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
@@ -400,19 +400,24 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 
 		actions: {
 			/**
-			 * GET /intent-work: the mempool's work pages joined here, so that no list of up to 500
-			 * intents crosses the bus in one message (NATS refuses messages over 1 MB), and written
-			 * as one JSON array with each stored view inside its item, never copied into a string.
-			 * Every mempool runs with the same LEASE_TTL_MS; the items carry the first page's.
+			 * GET /intent-work: the mempool's work pages joined here, written as one JSON array with
+			 * each stored view inside its item, never copied into a string. A mempool in this process
+			 * answers the whole list in one page (passed by reference); one in another process, pages
+			 * of WORK_PAGE, so that no list of up to 500 intents crosses the bus in one message (NATS
+			 * refuses messages over 1 MB). Every mempool runs with the same LEASE_TTL_MS; the items
+			 * carry the first page's.
 			 */
 			intentWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit() },
-				async handler(ctx: Context<{ limit: number }>): Promise<Buffer> {
+				async handler(this: ApiThis, ctx: Context<{ limit: number }>): Promise<Buffer> {
+					const here = isServedHere(this.broker, "mempool.workPage");
 					const views: string[] = [];
 					let leaseTtlMs: number | null = null;
 					for (let after: WorkPage["last"] = null; views.length < ctx.params.limit; ) {
-						const size = Math.min(WORK_PAGE, ctx.params.limit - views.length);
-						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) }, { meta: { jsonTexts: true } satisfies TakesJsonTexts }));
+						const size = here ? ctx.params.limit - views.length : Math.min(WORK_PAGE, ctx.params.limit - views.length);
+						const params = { limit: size, ...(after ? { after } : {}) };
+						const options = { meta: { jsonTexts: true } satisfies TakesJsonTexts, ...(here ? { nodeID: this.broker.nodeID } : {}) };
+						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", params, options));
 						views.push(...page.views);
 						leaseTtlMs ??= page.leaseTtlMs;
 						if (page.views.length < size) break;

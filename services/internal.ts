@@ -20,3 +20,8 @@ export function internal<A extends object>(action: A): A & { visibility: "public
 export function isServed(broker: ServiceBroker, action: string): boolean {
 	return broker.registry.getActionEndpoints(action)?.hasAvailable() ?? false;
 }
+
+/** Whether this process serves `action`: a call to it then passes params and answer by reference, never over the bus. */
+export function isServedHere(broker: ServiceBroker, action: string): boolean {
+	return broker.registry.getActionEndpoints(action)?.hasLocal() ?? false;
+}

@@ -49,7 +49,7 @@ import {
 } from "../lib/intents";
 import { byId, merkleRoot } from "../lib/merkle";
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
-import { WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
+import { LIST_LIMIT_MAX, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, type Collection, type CollectionSpec, type Where } from "../lib/store";
@@ -261,12 +261,12 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			/**
 			 * Internal, for GET /intent-work: one page of VERIFIED intents that have not expired,
 			 * oldest first, after the intent `after` (the last of the previous page), as the JSON
-			 * texts of their worker views. Pages stay far below NATS's 1 MB message limit; the gateway
-			 * joins them (api.intentWork).
+			 * texts of their worker views. A caller in another process asks for WORK_PAGE at a time,
+			 * far below NATS's 1 MB message limit; the gateway joins the pages (api.intentWork).
 			 */
 			workPage: internal({
 				params: {
-					limit: { type: "number", integer: true, min: 1, max: WORK_PAGE },
+					limit: { type: "number", integer: true, min: 1, max: LIST_LIMIT_MAX },
 					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
 				},
 				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }, TakesJsonTexts>): Promise<WorkPage | IntentWorkItem[]> {

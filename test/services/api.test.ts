@@ -1,14 +1,15 @@
 /**
- * The gateway alone, over real HTTP, with a stand-in for the receiver: POST /intents, which the
+ * The gateway alone, over real HTTP, with stand-ins for its neighbours: POST /intents, which the
  * front door serves, hands the submissions of one intake window to receiver.submitMany in one
- * call and answers each request with its own submission's outcome.
+ * call and answers each request with its own submission's outcome; GET /intent-work asks a
+ * mempool in its own process for the whole list in one page.
  */
 import { Errors, ServiceBroker, type Context } from "moleculer";
 import { loadConfig } from "../../lib/config";
 import { requestDigest } from "../../lib/digest";
 import { newId } from "../../lib/ids";
 import { INTAKE_BATCH_ENOUGH, decidedRecord, type Submission, type SubmissionAnswer } from "../../lib/intake";
-import { toPublicView, type CreateIntentRequest } from "../../lib/intents";
+import { toPublicView, toWorkerView, type CreateIntentRequest, type WorkPage } from "../../lib/intents";
 import { brokerOptions } from "../../moleculer.config";
 import { apiService } from "../../services/api.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
@@ -20,13 +21,16 @@ const route = newRoute();
 type Decide = (request: CreateIntentRequest) => SubmissionAnswer;
 const created: Decide = request => ({ status: 201, view: viewOf(request) });
 
-/** The public view the receiver would answer: the record a verified submission is stored as. */
-function viewOf(request: CreateIntentRequest) {
+/** The record a verified submission is stored as. */
+function recordOf(request: CreateIntentRequest) {
 	const at = request.senderAuthorizationIssuedAt;
-	return toPublicView(decidedRecord({ id: newId("int"), request, requestDigest: requestDigest(request), transactionCommitment: request.transactionCommitment!, epoch: 1, at, intakeCall: null }, { ok: true }));
+	return decidedRecord({ id: newId("int"), request, requestDigest: requestDigest(request), transactionCommitment: request.transactionCommitment!, epoch: 1, at, intakeCall: null }, { ok: true });
 }
 
-async function startGateway(env: Record<string, string>, decide: { current: Decide | Error }) {
+/** The public view the receiver would answer. */
+const viewOf = (request: CreateIntentRequest) => toPublicView(recordOf(request));
+
+async function startGateway(env: Record<string, string>, decide: { current: Decide | Error }, neighbours: (broker: ServiceBroker) => void = () => {}) {
 	const batches: Submission[][] = [];
 	const config = loadConfig({ PORT: "0", DATA_DIR: tempDir(), WORKER_API_KEYS: "test-worker-key-0123456789", RATE_LIMIT_PER_MIN: "0", ...env });
 	// The broker's own settings (its validator's messages among them), without a log.
@@ -46,6 +50,7 @@ async function startGateway(env: Record<string, string>, decide: { current: Deci
 			}
 		}
 	});
+	neighbours(broker);
 	await broker.start();
 	const api = broker.getLocalService("api") as unknown as { server: { address(): { port: number } } };
 	return { broker, batches, http: httpClient(`http://127.0.0.1:${api.server.address().port}`) };
@@ -119,6 +124,37 @@ test("INTAKE_WINDOW_MS=0: the submissions of one event-loop turn make a batch", 
 		// One request at a time: each is its own turn, so its own batch.
 		for (let i = 0; i < 3; i++) expect((await gateway.http("POST", "/intents", signedIntent(newWallet(), route))).status).toBe(201);
 		expect(gateway.batches.map(batch => batch.length)).toEqual([1, 1, 1]);
+	} finally {
+		await gateway.broker.stop();
+	}
+});
+
+test("GET /intent-work with the mempool in this process: the whole list in one page, each stored view inside its item", async () => {
+	const views = Array.from({ length: 250 }, () => JSON.stringify(toWorkerView(recordOf(signedIntent(newWallet(), route)))));
+	const asked: number[] = [];
+	const gateway = await startGateway({}, { current: created }, broker =>
+		broker.createService({
+			name: "mempool",
+			actions: {
+				workPage: {
+					visibility: "public",
+					handler(ctx: Context<{ limit: number; after?: { id: string } }>): WorkPage {
+						asked.push(ctx.params.limit);
+						const from = ctx.params.after ? views.findIndex(view => (JSON.parse(view) as { id: string }).id === ctx.params.after!.id) + 1 : 0;
+						const page = views.slice(from, from + ctx.params.limit);
+						const last = page.length ? (JSON.parse(page[page.length - 1]) as { createdAt: string; id: string }) : null;
+						return { intents: page, leaseTtlMs: 1234, last: last && { createdAt: last.createdAt, id: last.id } };
+					}
+				}
+			}
+		})
+	);
+	try {
+		const { status, body } = await gateway.http("GET", "/intent-work?limit=500", undefined, { "x-api-key": "test-worker-key-0123456789" });
+		expect(status).toBe(200);
+		// Pages of WORK_PAGE are for a mempool across the bus; this one answers the list at once.
+		expect(asked).toEqual([500]);
+		expect(body).toEqual(views.map(view => ({ intent: JSON.parse(view) as unknown, leaseTtlMs: 1234 })));
 	} finally {
 		await gateway.broker.stop();
 	}

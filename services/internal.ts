@@ -21,7 +21,11 @@ export function isServed(broker: ServiceBroker, action: string): boolean {
 	return broker.registry.getActionEndpoints(action)?.hasAvailable() ?? false;
 }
 
-/** Whether this process serves `action`: a call to it then passes params and answer by reference, never over the bus. */
+/**
+ * Whether this process serves `action` now (its endpoint here is available): a call pinned to this
+ * node then passes params and answer by reference, never over the bus. When it is not, the caller
+ * leaves the choice to the broker, which may pick another node.
+ */
 export function isServedHere(broker: ServiceBroker, action: string): boolean {
-	return broker.registry.getActionEndpoints(action)?.hasLocal() ?? false;
+	return (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as unknown) != null;
 }

@@ -49,7 +49,7 @@ import {
 } from "../lib/intents";
 import { byId, merkleRoot } from "../lib/merkle";
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
-import { LIST_LIMIT_MAX, address, limit, updateStatusParams } from "../lib/schemas";
+import { LIST_LIMIT_MAX, WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, type Collection, type CollectionSpec, type Where } from "../lib/store";
@@ -270,8 +270,11 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
 				},
 				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }, TakesJsonTexts>): Promise<WorkPage | IntentWorkItem[]> {
-					const latestSlot = this.slots.latest();
 					const { limit: size, after } = ctx.params;
+					// Only a caller in this process takes a page larger than the bus carries.
+					if (size > WORK_PAGE && ctx.nodeID !== this.broker.nodeID)
+						throw new ServiceError("VALIDATION_ERROR", `A page for another node holds at most ${WORK_PAGE} intents`, [{ type: "numberMax", field: "limit", message: `limit must be at most ${WORK_PAGE} for a caller on another node` }]);
+					const latestSlot = this.slots.latest();
 					const where: Where = { state: "VERIFIED", archivedIn: null, expiresAt: { gt: new Date().toISOString() }, ...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}) };
 					const rows = await this.intents.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
 					// A gateway of an earlier version takes the items whole.

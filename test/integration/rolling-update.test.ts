@@ -112,11 +112,12 @@ describe("a gateway of this version in front of an owner of the previous one", (
 	});
 	afterAll(() => node?.stop());
 
-	test("it sends the objects it gets, and pages GET /intent-work by their last item", async () => {
+	test("it sends the objects it gets, and answers GET /intent-work with its whole items", async () => {
 		const listed = await fetch(`${node.url}/intents?limit=3`, { headers: worker });
 		expect(listed.status).toBe(200);
 		expect(await listed.json()).toStrictEqual(intents.slice(0, 3));
-		// Two pages of at most 100: the second starts after the first's last item.
+		// The stand-in runs in the gateway's process, so it is asked for the whole list at once
+		// (paging an old mempool's items by their last one: test/unit/intents.test.ts).
 		const work = await fetch(`${node.url}/intent-work?limit=500`, { headers: worker });
 		expect(work.status).toBe(200);
 		expect(await work.json()).toStrictEqual(intents.map(intent => ({ intent, leaseTtlMs: 30_000 })));

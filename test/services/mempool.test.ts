@@ -10,6 +10,7 @@ import { loadConfig } from "../../lib/config";
 import { requestDigest } from "../../lib/digest";
 import type { Verdict } from "../../lib/intake";
 import type { CreateIntentRequest, IntentRecord } from "../../lib/intents";
+import { WORK_PAGE } from "../../lib/schemas";
 import { openStore } from "../../lib/store";
 import { INTENTS_COLLECTION, mempoolService, type IntakeOutcome, type WaitingIntent } from "../../services/mempool.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
@@ -146,5 +147,22 @@ test("nonces consumed before they were a field of the intent move onto their hol
 		db.close();
 	} finally {
 		await mempool.broker.stop();
+	}
+});
+
+test("a work page larger than the bus carries is only for a caller in this process", async () => {
+	const namespace = `work-page-${process.pid}-${Date.now()}`;
+	const owner = new ServiceBroker({ nodeID: "owner", namespace, transporter: "Fake", logger: false });
+	owner.createService(mempoolService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000" })));
+	const gateway = new ServiceBroker({ nodeID: "gateway", namespace, transporter: "Fake", logger: false });
+	try {
+		await Promise.all([owner.start(), gateway.start()]);
+		await gateway.waitForServices(["mempool"]);
+		const page = { limit: WORK_PAGE + 1 };
+		await expect(gateway.call("mempool.workPage", page)).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+		await expect(gateway.call("mempool.workPage", { limit: WORK_PAGE })).resolves.toEqual([]);
+		await expect(owner.call("mempool.workPage", page)).resolves.toEqual([]);
+	} finally {
+		await Promise.all([gateway.stop(), owner.stop()]);
 	}
 });

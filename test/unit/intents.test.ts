@@ -18,7 +18,10 @@ import {
 	statesOfStatus,
 	toPublicView,
 	toWorkerView,
+	workItemWrapper,
+	workPageViews,
 	type IntentRecord,
+	type IntentWorkItem,
 	type IntentState,
 	type StatusContext,
 	type UpdateStatusRequest
@@ -699,5 +702,29 @@ describe("restamped: a move carries the time it is stored at", () => {
 	it("leaves a record that did not move as it is", () => {
 		const current = record("VERIFIED");
 		expect(restamped(current, { ...current }, "2030-01-01T00:00:00.000Z")).toEqual(current);
+	});
+});
+
+describe("GET /intent-work pages (workPageViews)", () => {
+	const views = [toWorkerView(record("VERIFIED")), toWorkerView({ ...record("VERIFIED"), id: "int_second", createdAt: "2026-01-01T00:00:09.000Z" })];
+
+	test("a page of texts gives its views, its lease length and its cursor as they are", () => {
+		const texts = views.map(view => JSON.stringify(view));
+		const last = { createdAt: views[1].createdAt, id: views[1].id };
+		expect(workPageViews({ intents: texts, leaseTtlMs: 1500, last })).toEqual({ views: texts, leaseTtlMs: 1500, last });
+	});
+
+	test("a page of whole items (a mempool of the previous version) gives the same: views, lease length, and the last item as the cursor", () => {
+		const items: IntentWorkItem[] = views.map(intent => ({ intent, leaseTtlMs: 1500 }));
+		const page = workPageViews(items);
+		expect(page).toEqual({ views: views.map(view => JSON.stringify(view)), leaseTtlMs: 1500, last: { createdAt: views[1].createdAt, id: views[1].id } });
+		// Wrapped again, the views are the items the old mempool answered.
+		const { before, after } = workItemWrapper(page.leaseTtlMs!);
+		expect(page.views.map(view => JSON.parse(before + view + after) as unknown)).toEqual(items);
+	});
+
+	test("an empty page of either form has no lease length and no cursor", () => {
+		expect(workPageViews([])).toEqual({ views: [], leaseTtlMs: null, last: null });
+		expect(workPageViews({ intents: [], leaseTtlMs: 1500, last: null })).toEqual({ views: [], leaseTtlMs: 1500, last: null });
 	});
 });

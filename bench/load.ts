@@ -173,7 +173,7 @@ class GetConnection {
 	private readonly opened: Promise<void>;
 	private waiting: { resolve: (status: string) => void; reject: (err: Error) => void } | null = null;
 	/** The answer's head while it spans reads. */
-	private head: Buffer | null = null;
+	private head = Buffer.alloc(0);
 	/** Body bytes still due; null while the head is read. */
 	private bodyLeft: number | null = null;
 	private status = "";
@@ -225,7 +225,7 @@ class GetConnection {
 	private onRead(bytes: Buffer): void {
 		if (!this.waiting) return;
 		if (this.bodyLeft === null) {
-			const head = this.head!.length ? Buffer.concat([this.head!, bytes]) : bytes;
+			const head = this.head.length ? Buffer.concat([this.head, bytes]) : bytes;
 			const end = head.indexOf(HEADER_END);
 			if (end < 0) {
 				this.head = Buffer.from(head);

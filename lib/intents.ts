@@ -6,6 +6,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from "./chain-evidence";
 import { ServiceError, type RejectionReason } from "./errors";
 import { Address, Amount, Hex64, Identifier, IsoTime, Nonce, Nullable, Signature, Slot, StringEnum, Tin, Version, named } from "./wire-formats";
+import type { ItemWrapper } from "./json-text";
 import type { OutboxEvent } from "./store/port";
 
 export const INTENT_STATES = ["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED", "REJECTED"] as const;
@@ -185,7 +186,7 @@ export function workPageViews(page: WorkPage | IntentWorkItem[]): { views: strin
 }
 
 /** The text around a worker view that makes it a GET /intent-work item (IntentWorkItemSchema). */
-export function workItemWrapper(leaseTtlMs: number): { before: string; after: string } {
+export function workItemWrapper(leaseTtlMs: number): ItemWrapper {
 	return { before: '{"intent":', after: `,"leaseTtlMs":${leaseTtlMs}}` };
 }
 

@@ -411,13 +411,13 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				params: { $$strict: true, limit: limit() },
 				async handler(this: ApiThis, ctx: Context<{ limit: number }>): Promise<Buffer> {
 					const here = isServedHere(this.broker, "mempool.workPage");
+					const pageSize = here ? ctx.params.limit : WORK_PAGE;
+					const options = { meta: { jsonTexts: true } satisfies TakesJsonTexts, ...(here ? { nodeID: this.broker.nodeID } : {}) };
 					const views: string[] = [];
 					let leaseTtlMs: number | null = null;
 					for (let after: WorkPage["last"] = null; views.length < ctx.params.limit; ) {
-						const size = here ? ctx.params.limit - views.length : Math.min(WORK_PAGE, ctx.params.limit - views.length);
-						const params = { limit: size, ...(after ? { after } : {}) };
-						const options = { meta: { jsonTexts: true } satisfies TakesJsonTexts, ...(here ? { nodeID: this.broker.nodeID } : {}) };
-						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", params, options));
+						const size = Math.min(pageSize, ctx.params.limit - views.length);
+						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) }, options));
 						views.push(...page.views);
 						leaseTtlMs ??= page.leaseTtlMs;
 						if (page.views.length < size) break;

@@ -6,7 +6,6 @@ import { Type, type Static } from "@sinclair/typebox";
 import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from "./chain-evidence";
 import { ServiceError, type RejectionReason } from "./errors";
 import { Address, Amount, Hex64, Identifier, IsoTime, Nonce, Nullable, Signature, Slot, StringEnum, Tin, Version, named } from "./wire-formats";
-import type { ItemWrapper } from "./json-text";
 import type { OutboxEvent } from "./store/port";
 
 export const INTENT_STATES = ["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED", "REJECTED"] as const;
@@ -185,8 +184,12 @@ export function workPageViews(page: WorkPage | IntentWorkItem[]): { views: strin
 	return { views: page.map(item => JSON.stringify(item.intent)), leaseTtlMs: page[0]?.leaseTtlMs ?? null, last: last ? { createdAt: last.createdAt, id: last.id } : null };
 }
 
-/** The text around a worker view that makes it a GET /intent-work item (IntentWorkItemSchema). */
-export function workItemWrapper(leaseTtlMs: number): ItemWrapper {
+/**
+ * The text around a worker view that makes it a GET /intent-work item (IntentWorkItemSchema), in
+ * the shape of json-text's ItemWrapper; not imported from there, since the SDK's declarations
+ * include this module and must not reach Node's Buffer.
+ */
+export function workItemWrapper(leaseTtlMs: number): { before: string; after: string } {
 	return { before: '{"intent":', after: `,"leaseTtlMs":${leaseTtlMs}}` };
 }
 

@@ -5,7 +5,10 @@
  * /proc, over the measured phase only): what the bus and the hops cost, and which role would cap
  * the rate on a machine with a core per process.
  *
- *   npm run bench:cluster                     # COUNT=5000 CONCURRENCY=32 WARMUP=2000
+ *   npm run bench:cluster                     # COUNT=5000 CONCURRENCY=32 WARMUP=8000
+ *
+ * WARMUP requests go first, unmeasured: fresh processes keep compiling their hot code (TurboFan)
+ * for several thousand requests, and the figures are the steady ones.
  *   COUNT=20000 CONCURRENCY=64 npm run bench:cluster
  *
  * Needs `nats-server` on PATH. Results: bench/results/cluster-<timestamp>.json and a table.
@@ -23,7 +26,7 @@ const root = path.resolve(__dirname, "..", "..");
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
 const COUNT = env("COUNT", 5000);
 const CONCURRENCY = env("CONCURRENCY", 32);
-const WARMUP = env("WARMUP", 2000);
+const WARMUP = env("WARMUP", 8000);
 
 interface Run {
 	verifiers: number;
@@ -41,11 +44,13 @@ async function measure(verifiers: number, seedFile: string, bodies: BodyFactory)
 	try {
 		await cluster.start();
 		const target = { url: cluster.gateway.url, path: "/intents", expected: 201 };
-		await runClosed(target, bodies.take(WARMUP), CONCURRENCY);
+		// Signed before the warm-up, so the processes do not idle between it and the measured phase.
+		const [warm, measured] = [bodies.take(WARMUP), bodies.take(COUNT)];
+		await runClosed(target, warm, CONCURRENCY);
 		const roles = { gateway: [cluster.gateway.child.pid!], owners: [cluster.owners.child.pid!], verifiers: cluster.verifiers.map(v => v.child.pid!), "nats-server": [cluster.nats.pid!] };
 		const cpu = () => Object.fromEntries(Object.entries(roles).map(([role, pids]) => [role, pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]));
 		const before = cpu();
-		const phase = summarize(await runClosed(target, bodies.take(COUNT), CONCURRENCY));
+		const phase = summarize(await runClosed(target, measured, CONCURRENCY));
 		const after = cpu();
 		const cpuMicros = Object.fromEntries(Object.keys(roles).map(role => [role, ((after[role] - before[role]) * 1e6) / Math.max(1, phase.accepted)])) as Run["cpuMicros"];
 		return { verifiers, perSecond: phase.perSecond, p50: phase.p50, p99: phase.p99, notAccepted: phase.notAccepted, cpuMicros };

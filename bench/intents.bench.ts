@@ -18,7 +18,9 @@
  *   CONCURRENCIES (16,32,64)  closed-loop concurrencies; CONCURRENCY=n runs just one
  *   COUNT (8000)              measured requests per phase
  *   ROUNDS (3)                rounds of every phase, the targets alternating
- *   WARMUP (1000)             requests sent first in each phase, not measured
+ *   WARMUP (8000)             requests sent first in each phase, not measured: a fresh service
+ *                             process is still compiling its hot code (TurboFan) well past its
+ *                             first few thousand requests, and the figures are the steady ones
  *   WALLETS (256)             distinct sender wallets
  *   VERIFY_SECONDS (2)        duration of the raw verification measurement
  *   LEAN (1)                  0 leaves the lean ideal out
@@ -47,7 +49,7 @@ const OPTIONS = {
 	concurrency: "",
 	count: "8000",
 	rounds: "3",
-	warmup: "1000",
+	warmup: "8000",
 	wallets: "256",
 	verify_seconds: "2",
 	lean: "1",
@@ -215,15 +217,19 @@ async function main(): Promise<number> {
 	// NAME=value pairs; a value may hold "=" itself (NODE_OPTIONS=--max-semi-space-size=64).
 	const serviceEnv = Object.fromEntries(options.service_env.split(",").filter(Boolean).map(pair => [pair.slice(0, pair.indexOf("=")).trim(), pair.slice(pair.indexOf("=") + 1).trim()]));
 	const target = { path: "/intents", expected: 201 };
+	// A phase's bodies, warm-up and measured, are signed before its warm-up, so that the target
+	// never idles between the two while the generator signs.
+	const signed = (): [string[], string[]] => [bodies.take(warmup), bodies.take(count)];
 
 	const rows: Measured[] = [];
 	const kinds: ("service" | "lean")[] = options.bench_url ? [] : options.lean === "0" ? ["service"] : ["service", "lean"];
 	if (options.bench_url) {
 		const external: RunningTarget = { name: "service", url: options.bench_url.replace(/\/+$/, ""), pid: null, stop: async () => {} };
 		for (const concurrency of concurrencies) {
-			if (warmup) await runClosed({ ...target, url: external.url }, bodies.take(warmup), concurrency);
+			const [warm, measured] = signed();
+			await runClosed({ ...target, url: external.url }, warm, concurrency);
 			log(`external service, concurrency ${concurrency} …`);
-			rows.push(await measure(external, `c=${concurrency}`, 1, () => runClosed({ ...target, url: external.url }, bodies.take(count), concurrency)));
+			rows.push(await measure(external, `c=${concurrency}`, 1, () => runClosed({ ...target, url: external.url }, measured, concurrency)));
 		}
 	}
 	// Closed loop at each concurrency, the targets alternating so that drift hits both alike.
@@ -232,9 +238,10 @@ async function main(): Promise<number> {
 			for (const kind of kinds) {
 				const running = await startTarget(kind, seedFile, serviceEnv);
 				try {
-					if (warmup) await runClosed({ ...target, url: running.url }, bodies.take(warmup), concurrency);
+					const [warm, measured] = signed();
+					await runClosed({ ...target, url: running.url }, warm, concurrency);
 					log(`${running.name}, concurrency ${concurrency}, round ${round} …`);
-					rows.push(await measure(running, `c=${concurrency}`, round, () => runClosed({ ...target, url: running.url }, bodies.take(count), concurrency)));
+					rows.push(await measure(running, `c=${concurrency}`, round, () => runClosed({ ...target, url: running.url }, measured, concurrency)));
 				} finally {
 					await running.stop();
 				}
@@ -247,9 +254,10 @@ async function main(): Promise<number> {
 			const rate = paced[kind];
 			const running = await startTarget(kind, seedFile, serviceEnv);
 			try {
-				if (warmup) await runPaced({ ...target, url: running.url }, bodies.take(warmup), rate);
+				const [warm, measured] = signed();
+				await runPaced({ ...target, url: running.url }, warm, rate);
 				log(`${running.name}, paced at ${rate}/s, round ${round} …`);
-				rows.push(await measure(running, "half", round, () => runPaced({ ...target, url: running.url }, bodies.take(count), rate), rate));
+				rows.push(await measure(running, "half", round, () => runPaced({ ...target, url: running.url }, measured, rate), rate));
 			} finally {
 				await running.stop();
 			}
@@ -266,10 +274,11 @@ async function main(): Promise<number> {
 				const running = await startTarget("service", seedFile, env);
 				const group = withListeners ? await startListeners(running.url, workerKey, listeners) : null;
 				try {
-					if (warmup) await runClosed({ ...target, url: running.url }, bodies.take(warmup), LISTENER_CONCURRENCY);
+					const [warm, measured] = signed();
+					await runClosed({ ...target, url: running.url }, warm, LISTENER_CONCURRENCY);
 					log(`service, concurrency ${LISTENER_CONCURRENCY}, ${withListeners ? `${listeners} SSE listeners` : "no listeners"} (round ${round}) …`);
 					const listenerCpu = group ? cpuSeconds(group.pid) : 0;
-					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, round, () => runClosed({ ...target, url: running.url }, bodies.take(count), LISTENER_CONCURRENCY));
+					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, round, () => runClosed({ ...target, url: running.url }, measured, LISTENER_CONCURRENCY));
 					rows.push(row);
 					if (group) {
 						const spent = cpuSeconds(group.pid) - listenerCpu;

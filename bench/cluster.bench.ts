@@ -6,10 +6,10 @@
  * the rate on a machine with a core per process.
  *
  *   npm run bench:cluster                     # COUNT=5000 CONCURRENCY=32 WARMUP=8000
+ *   COUNT=20000 CONCURRENCY=64 npm run bench:cluster
  *
  * WARMUP requests go first, unmeasured: fresh processes keep compiling their hot code (TurboFan)
- * for several thousand requests, and the figures are the steady ones.
- *   COUNT=20000 CONCURRENCY=64 npm run bench:cluster
+ * for several thousand requests, and the figures asked for are the steady ones.
  *
  * Needs `nats-server` on PATH. Results: bench/results/cluster-<timestamp>.json and a table.
  */
@@ -46,7 +46,8 @@ async function measure(verifiers: number, seedFile: string, bodies: BodyFactory)
 		const target = { url: cluster.gateway.url, path: "/intents", expected: 201 };
 		// Signed before the warm-up, so the processes do not idle between it and the measured phase.
 		const [warm, measured] = [bodies.take(WARMUP), bodies.take(COUNT)];
-		await runClosed(target, warm, CONCURRENCY);
+		const warmed = summarize(await runClosed(target, warm, CONCURRENCY));
+		if (warmed.notAccepted > warm.length * 0.01) throw new Error(`${warmed.notAccepted} of ${warm.length} warm-up requests were not 201`);
 		const roles = { gateway: [cluster.gateway.child.pid!], owners: [cluster.owners.child.pid!], verifiers: cluster.verifiers.map(v => v.child.pid!), "nats-server": [cluster.nats.pid!] };
 		const cpu = () => Object.fromEntries(Object.entries(roles).map(([role, pids]) => [role, pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]));
 		const before = cpu();
@@ -74,7 +75,7 @@ async function main(): Promise<void> {
 	const dir = path.join(root, "bench", "results");
 	fs.mkdirSync(dir, { recursive: true });
 	const file = path.join(dir, `cluster-${at.replace(/[:.]/g, "-")}.json`);
-	fs.writeFileSync(file, `${JSON.stringify({ benchmark: "cluster", at, machine, count: COUNT, concurrency: CONCURRENCY, verifyMicros, runs }, null, 2)}\n`);
+	fs.writeFileSync(file, `${JSON.stringify({ benchmark: "cluster", at, machine, count: COUNT, warmup: WARMUP, concurrency: CONCURRENCY, verifyMicros, runs }, null, 2)}\n`);
 
 	const total = (run: Run) => Object.values(run.cpuMicros).reduce((sum, micros) => sum + micros, 0);
 	/** With a core per process, the busiest process caps the rate: 1 s of its CPU over its µs per intent. */

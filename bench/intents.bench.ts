@@ -32,7 +32,7 @@
  *                             BENCH_SEED_FILE is the registry seed it was started with, BENCH_TIN a TIN of it
  *
  * Results: bench/results/intents-<timestamp>.json and Markdown tables on stdout. Exits 1 when a
- * target cannot start, 2 when more than 1 % of a phase's measured requests were not 201.
+ * target cannot start, 2 when more than 1 % of a phase's measured or warm-up requests were not 201.
  */
 import { fork } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -176,7 +176,7 @@ interface ListenerFigures {
 }
 
 /** SSE listeners in a child process (bench/sse-listeners.ts), open before the phase starts. */
-async function startListeners(url: string, workerKey: string, count: number): Promise<{ pid: number; stop(): Promise<ListenerFigures> }> {
+async function startListeners(url: string, workerKey: string, count: number): Promise<{ pid: number; reset(): Promise<void>; stop(): Promise<ListenerFigures> }> {
 	const child = fork(path.join(__dirname, "sse-listeners.js"), [url, workerKey, String(count)], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
 	await new Promise<void>((resolve, reject) => {
 		child.once("message", () => resolve());
@@ -184,6 +184,12 @@ async function startListeners(url: string, workerKey: string, count: number): Pr
 	});
 	return {
 		pid: child.pid!,
+		/** The figures count from here: what the warm-up sent is left out. */
+		reset: () =>
+			new Promise<void>(resolve => {
+				child.once("message", () => resolve());
+				child.send("reset");
+			}),
 		stop: () =>
 			new Promise<ListenerFigures>(resolve => {
 				child.once("message", figures => resolve(figures as ListenerFigures));
@@ -220,6 +226,12 @@ async function main(): Promise<number> {
 	// A phase's bodies, warm-up and measured, are signed before its warm-up, so that the target
 	// never idles between the two while the generator signs.
 	const signed = (): [string[], string[]] => [bodies.take(warmup), bodies.take(count)];
+	/** Warm-ups answered other than 201 (over 1 %): their phase measured something else, and the run fails. */
+	const spoiled: string[] = [];
+	const warmUp = async (label: string, run: Promise<PhaseResult>) => {
+		const { accepted, notAccepted } = summarize(await run);
+		if (notAccepted > (accepted + notAccepted) * 0.01) spoiled.push(`${label} (${notAccepted} of ${accepted + notAccepted})`);
+	};
 
 	const rows: Measured[] = [];
 	const kinds: ("service" | "lean")[] = options.bench_url ? [] : options.lean === "0" ? ["service"] : ["service", "lean"];
@@ -227,7 +239,7 @@ async function main(): Promise<number> {
 		const external: RunningTarget = { name: "service", url: options.bench_url.replace(/\/+$/, ""), pid: null, stop: async () => {} };
 		for (const concurrency of concurrencies) {
 			const [warm, measured] = signed();
-			await runClosed({ ...target, url: external.url }, warm, concurrency);
+			await warmUp(`service c=${concurrency}`, runClosed({ ...target, url: external.url }, warm, concurrency));
 			log(`external service, concurrency ${concurrency} …`);
 			rows.push(await measure(external, `c=${concurrency}`, 1, () => runClosed({ ...target, url: external.url }, measured, concurrency)));
 		}
@@ -239,7 +251,7 @@ async function main(): Promise<number> {
 				const running = await startTarget(kind, seedFile, serviceEnv);
 				try {
 					const [warm, measured] = signed();
-					await runClosed({ ...target, url: running.url }, warm, concurrency);
+					await warmUp(`${running.name} c=${concurrency} round ${round}`, runClosed({ ...target, url: running.url }, warm, concurrency));
 					log(`${running.name}, concurrency ${concurrency}, round ${round} …`);
 					rows.push(await measure(running, `c=${concurrency}`, round, () => runClosed({ ...target, url: running.url }, measured, concurrency)));
 				} finally {
@@ -255,7 +267,7 @@ async function main(): Promise<number> {
 			const running = await startTarget(kind, seedFile, serviceEnv);
 			try {
 				const [warm, measured] = signed();
-				await runPaced({ ...target, url: running.url }, warm, rate);
+				await warmUp(`${running.name} paced round ${round}`, runPaced({ ...target, url: running.url }, warm, rate));
 				log(`${running.name}, paced at ${rate}/s, round ${round} …`);
 				rows.push(await measure(running, "half", round, () => runPaced({ ...target, url: running.url }, measured, rate), rate));
 			} finally {
@@ -275,7 +287,8 @@ async function main(): Promise<number> {
 				const group = withListeners ? await startListeners(running.url, workerKey, listeners) : null;
 				try {
 					const [warm, measured] = signed();
-					await runClosed({ ...target, url: running.url }, warm, LISTENER_CONCURRENCY);
+					await warmUp(`service ${withListeners ? "with" : "without"} listeners round ${round}`, runClosed({ ...target, url: running.url }, warm, LISTENER_CONCURRENCY));
+					await group?.reset();
 					log(`service, concurrency ${LISTENER_CONCURRENCY}, ${withListeners ? `${listeners} SSE listeners` : "no listeners"} (round ${round}) …`);
 					const listenerCpu = group ? cpuSeconds(group.pid) : 0;
 					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, round, () => runClosed({ ...target, url: running.url }, measured, LISTENER_CONCURRENCY));
@@ -304,6 +317,7 @@ async function main(): Promise<number> {
 		machine,
 		count,
 		warmup,
+		serviceEnv,
 		rawVerifiesPerSec: rawPerSec,
 		sseListeners: attached,
 		strictVerifiesPerSec: verifies.strict,
@@ -338,10 +352,9 @@ async function main(): Promise<number> {
 	for (const row of rows) for (const [status, samples] of Object.entries(row.errorSamples)) out.push(`${row.target} ${row.load}: ${row.statuses[status]} × ${status}, e.g. ${samples[0]}`);
 	process.stdout.write(`${out.join("\n")}\n`);
 	const failing = rows.filter(row => row.notAccepted > (row.accepted + row.notAccepted) * 0.01);
-	if (failing.length) {
-		process.stderr.write(`FAIL: more than 1 % of the requests were not 201 in: ${failing.map(row => `${row.target} ${row.load}`).join(", ")}\n`);
-		return 2;
-	}
+	if (failing.length) process.stderr.write(`FAIL: more than 1 % of the requests were not 201 in: ${failing.map(row => `${row.target} ${row.load}`).join(", ")}\n`);
+	if (spoiled.length) process.stderr.write(`FAIL: more than 1 % of the warm-up requests were not 201 in: ${spoiled.join(", ")}\n`);
+	if (failing.length || spoiled.length) return 2;
 	return 0;
 }
 

@@ -2,9 +2,11 @@
  * SSE listeners for bench:intents, in a process of their own so that their work does not slow
  * the load generator: `count` streams of GET /events (new VERIFIED intents). The service sends
  * every event to every listener; the first MEASURED of them also read each event's delay from its
- * state change (`at`) to its arrival, the others only count the bytes. On "stop" from the parent
- * it answers { events, p50, p99, max } in ms (over the measured listeners) and the fewest and most
- * body bytes a listener received (equal when none missed anything), and exits.
+ * state change (`at`) to its arrival, the others only count the bytes. On "reset" from the parent
+ * (after the warm-up) it waits for the events still on their way, forgets what it counted and
+ * answers. On "stop" it answers { events, p50, p99, max } in ms (over the measured listeners) and
+ * the fewest and most body bytes a listener received since the reset (equal when none missed
+ * anything), and exits.
  *
  *   node dist/bench/sse-listeners.js <url> <worker key> <count>
  */
@@ -102,10 +104,21 @@ function listen(i: number, onBody: (body: Buffer) => void): void {
 
 for (let i = 0; i < count; i++) listen(i, i < MEASURED ? delayReader() : () => {});
 
-process.on("message", async message => {
-	if (message !== "stop") return;
+/** Until no byte has come for QUIET_MS (5 s at most): the events of what was sent are all in. */
+async function quiet(): Promise<void> {
 	const deadline = Date.now() + 5000;
 	while (Date.now() - lastData < QUIET_MS && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 50));
+}
+
+process.on("message", async message => {
+	if (message === "reset") {
+		await quiet();
+		delays.length = 0;
+		received.fill(0);
+		return void process.send?.({ reset: true });
+	}
+	if (message !== "stop") return;
+	await quiet();
 	for (const socket of sockets) socket.destroy();
 	const sorted = delays.sort((a, b) => a - b);
 	const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;

@@ -176,25 +176,28 @@ interface ListenerFigures {
 }
 
 /** SSE listeners in a child process (bench/sse-listeners.ts), open before the phase starts. */
-async function startListeners(url: string, workerKey: string, count: number): Promise<{ pid: number; reset(): Promise<void>; stop(): Promise<ListenerFigures> }> {
+async function startListeners(url: string, workerKey: string, count: number): Promise<{ reset(): Promise<void>; stop(): Promise<ListenerFigures & { cpuMicros: number }> }> {
 	const child = fork(path.join(__dirname, "sse-listeners.js"), [url, workerKey, String(count)], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
-	await new Promise<void>((resolve, reject) => {
-		child.once("message", () => resolve());
-		child.once("exit", code => reject(new Error(`the SSE listeners exited (${code}) before all were open`)));
-	});
+	/** The child's next answer; a child that exits instead fails the bench rather than hanging it. */
+	const answer = <T>(message?: string) =>
+		new Promise<T>((resolve, reject) => {
+			const exited = (code: number | null) => reject(new Error(`the SSE listeners exited (${code}) ${message ? `instead of answering "${message}"` : "before all were open"}`));
+			child.once("exit", exited);
+			child.once("message", reply => {
+				child.off("exit", exited);
+				resolve(reply as T);
+			});
+			if (message) child.send(message);
+		});
+	await answer();
 	return {
-		pid: child.pid!,
 		/** The figures count from here: what the warm-up sent is left out. */
-		reset: () =>
-			new Promise<void>(resolve => {
-				child.once("message", () => resolve());
-				child.send("reset");
-			}),
-		stop: () =>
-			new Promise<ListenerFigures>(resolve => {
-				child.once("message", figures => resolve(figures as ListenerFigures));
-				child.send("stop");
-			})
+		reset: async () => {
+			const { quiet } = await answer<{ quiet: boolean }>("reset");
+			if (!quiet) throw new Error("the SSE listeners were still receiving the warm-up's events after 5 s: their figures would mix them in");
+		},
+		/** Once the phase's events are all in: the figures, and the CPU the listeners spent since the reset. */
+		stop: () => answer("stop")
 	};
 }
 
@@ -224,13 +227,15 @@ async function main(): Promise<number> {
 	const serviceEnv = Object.fromEntries(options.service_env.split(",").filter(Boolean).map(pair => [pair.slice(0, pair.indexOf("=")).trim(), pair.slice(pair.indexOf("=") + 1).trim()]));
 	const target = { path: "/intents", expected: 201 };
 	// A phase's bodies, warm-up and measured, are signed before its warm-up, so that the target
-	// never idles between the two while the generator signs.
+	// does not idle between the two while the generator signs (the listener pair pauses 300 ms).
 	const signed = (): [string[], string[]] => [bodies.take(warmup), bodies.take(count)];
 	/** Warm-ups answered other than 201 (over 1 %): their phase measured something else, and the run fails. */
 	const spoiled: string[] = [];
 	const warmUp = async (label: string, run: Promise<PhaseResult>) => {
-		const { accepted, notAccepted } = summarize(await run);
-		if (notAccepted > (accepted + notAccepted) * 0.01) spoiled.push(`${label} (${notAccepted} of ${accepted + notAccepted})`);
+		const phase = await run;
+		const { accepted, notAccepted } = summarize(phase);
+		const [status, samples] = Object.entries(phase.errorSamples)[0] ?? [];
+		if (notAccepted > (accepted + notAccepted) * 0.01) spoiled.push(`${label} (${notAccepted} of ${accepted + notAccepted}${status ? `, e.g. ${status}: ${samples[0]}` : ""})`);
 	};
 
 	const rows: Measured[] = [];
@@ -285,18 +290,24 @@ async function main(): Promise<number> {
 			for (const withListeners of [false, true]) {
 				const running = await startTarget("service", seedFile, env);
 				const group = withListeners ? await startListeners(running.url, workerKey, listeners) : null;
+				// Both phases of a pair pause alike after the warm-up and after the measured phase: the
+				// listeners wait there for the events still on their way (a quiet spell of 300 ms at
+				// least), so that the figures and the CPU of the phase hold its own events, all of them.
+				const pause = () => new Promise(resolve => setTimeout(resolve, 300));
 				try {
 					const [warm, measured] = signed();
 					await warmUp(`service ${withListeners ? "with" : "without"} listeners round ${round}`, runClosed({ ...target, url: running.url }, warm, LISTENER_CONCURRENCY));
-					await group?.reset();
+					await (group ? group.reset() : pause());
 					log(`service, concurrency ${LISTENER_CONCURRENCY}, ${withListeners ? `${listeners} SSE listeners` : "no listeners"} (round ${round}) …`);
-					const listenerCpu = group ? cpuSeconds(group.pid) : 0;
-					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, round, () => runClosed({ ...target, url: running.url }, measured, LISTENER_CONCURRENCY));
+					let heard: Awaited<ReturnType<NonNullable<typeof group>["stop"]>> | undefined;
+					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, round, async () => {
+						const phase = await runClosed({ ...target, url: running.url }, measured, LISTENER_CONCURRENCY);
+						if (group) heard = await group.stop();
+						else await pause();
+						return phase;
+					});
 					rows.push(row);
-					if (group) {
-						const spent = cpuSeconds(group.pid) - listenerCpu;
-						attached.push({ ...(await group.stop()), cpuMicrosPerIntent: (spent * 1e6) / row.accepted });
-					}
+					if (heard) attached.push({ ...heard, cpuMicrosPerIntent: heard.cpuMicros / row.accepted });
 				} finally {
 					await running.stop();
 				}
@@ -318,6 +329,7 @@ async function main(): Promise<number> {
 		count,
 		warmup,
 		serviceEnv,
+		spoiledWarmUps: spoiled,
 		rawVerifiesPerSec: rawPerSec,
 		sseListeners: attached,
 		strictVerifiesPerSec: verifies.strict,

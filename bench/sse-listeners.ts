@@ -3,10 +3,12 @@
  * the load generator: `count` streams of GET /events (new VERIFIED intents). The service sends
  * every event to every listener; the first MEASURED of them also read each event's delay from its
  * state change (`at`) to its arrival, the others only count the bytes. On "reset" from the parent
- * (after the warm-up) it waits for the events still on their way, forgets what it counted and
- * answers. On "stop" it answers { events, p50, p99, max } in ms (over the measured listeners) and
- * the fewest and most body bytes a listener received since the reset (equal when none missed
- * anything), and exits.
+ * (after the warm-up) it waits for the events still on their way, forgets what it counted, and
+ * answers { quiet } (false: the events never stopped coming within 5 s, and the figures would mix
+ * in the warm-up's). On "stop" it waits for the events still on their way again and answers
+ * { events, p50, p99, max } in ms (over the measured listeners), the fewest and most body bytes a
+ * listener received since the reset (equal when none missed anything) and the CPU this process
+ * spent since the reset (µs), and exits.
  *
  *   node dist/bench/sse-listeners.js <url> <worker key> <count>
  */
@@ -32,6 +34,7 @@ const received: number[] = [];
 const sockets: net.Socket[] = [];
 let opened = 0;
 let lastData = Date.now();
+let cpuSinceReset = process.cpuUsage();
 
 /** Each event's delay, from the body as it comes (frames may span reads). */
 function delayReader(): (body: Buffer) => void {
@@ -104,26 +107,42 @@ function listen(i: number, onBody: (body: Buffer) => void): void {
 
 for (let i = 0; i < count; i++) listen(i, i < MEASURED ? delayReader() : () => {});
 
-/** Until no byte has come for QUIET_MS (5 s at most): the events of what was sent are all in. */
-async function quiet(): Promise<void> {
+/**
+ * Until no byte has come for QUIET_MS (5 s at most): the events of what was sent are all in, and
+ * every stream is between two frames. False when the bytes never stopped.
+ */
+async function quiet(): Promise<boolean> {
 	const deadline = Date.now() + 5000;
-	while (Date.now() - lastData < QUIET_MS && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 50));
+	while (Date.now() - lastData < QUIET_MS) {
+		if (Date.now() >= deadline) return false;
+		await new Promise(resolve => setTimeout(resolve, 50));
+	}
+	return true;
 }
 
 process.on("message", async message => {
 	if (message === "reset") {
-		await quiet();
+		const calm = await quiet();
 		delays.length = 0;
 		received.fill(0);
-		return void process.send?.({ reset: true });
+		cpuSinceReset = process.cpuUsage();
+		return void process.send?.({ quiet: calm });
 	}
 	if (message !== "stop") return;
 	await quiet();
+	const cpu = process.cpuUsage(cpuSinceReset);
 	for (const socket of sockets) socket.destroy();
 	const sorted = delays.sort((a, b) => a - b);
 	const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 	process.send?.(
-		{ events: sorted.length / Math.min(MEASURED, count), p50: at(0.5), p99: at(0.99), max: sorted[sorted.length - 1] ?? NaN, bytes: { fewest: Math.min(...received), most: Math.max(...received) } },
+		{
+			events: sorted.length / Math.min(MEASURED, count),
+			p50: at(0.5),
+			p99: at(0.99),
+			max: sorted[sorted.length - 1] ?? NaN,
+			bytes: { fewest: Math.min(...received), most: Math.max(...received) },
+			cpuMicros: cpu.user + cpu.system
+		},
 		() => process.exit(0)
 	);
 });

@@ -42,7 +42,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { freePort } from "../devkit/process";
 import { tinFromSequence } from "../lib/tin";
-import { BodyFactory, cpuSeconds, fmt, runClosed, runPaced, startProcess, summarize, verifiesPerSecond, type PhaseResult, type RunningTarget, type Route, type Summary } from "./load";
+import { BodyFactory, cpuSeconds, fmt, mostlyRefused, runClosed, runPaced, startProcess, summarize, verifiesPerSecond, type PhaseResult, type RunningTarget, type Route, type Summary } from "./load";
 
 const OPTIONS = {
 	concurrencies: "16,32,64",
@@ -171,12 +171,14 @@ interface ListenerFigures {
 	max: number;
 	/** The fewest and most bytes one listener received: equal when none missed an event. */
 	bytes: { fewest: number; most: number };
-	/** CPU the listeners' process spent (µs) per intent of the phase: it shares the cores with the service. */
+	/** CPU the listeners' process spent (µs) over the phase: it shares the cores with the service. */
+	cpuMicros: number;
+	/** The same per intent of the phase. */
 	cpuMicrosPerIntent?: number;
 }
 
 /** SSE listeners in a child process (bench/sse-listeners.ts), open before the phase starts. */
-async function startListeners(url: string, workerKey: string, count: number): Promise<{ reset(): Promise<void>; stop(): Promise<ListenerFigures & { cpuMicros: number }> }> {
+async function startListeners(url: string, workerKey: string, count: number): Promise<{ reset(): Promise<void>; stop(): Promise<ListenerFigures> }> {
 	const child = fork(path.join(__dirname, "sse-listeners.js"), [url, workerKey, String(count)], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
 	/** The child's next answer; a child that exits instead fails the bench rather than hanging it. */
 	const answer = <T>(message?: string) =>
@@ -233,9 +235,10 @@ async function main(): Promise<number> {
 	const spoiled: string[] = [];
 	const warmUp = async (label: string, run: Promise<PhaseResult>) => {
 		const phase = await run;
-		const { accepted, notAccepted } = summarize(phase);
+		const summary = summarize(phase);
+		const { accepted, notAccepted } = summary;
 		const [status, samples] = Object.entries(phase.errorSamples)[0] ?? [];
-		if (notAccepted > (accepted + notAccepted) * 0.01) spoiled.push(`${label} (${notAccepted} of ${accepted + notAccepted}${status ? `, e.g. ${status}: ${samples[0]}` : ""})`);
+		if (mostlyRefused(summary)) spoiled.push(`${label} (${notAccepted} of ${accepted + notAccepted}${status ? `, e.g. ${status}: ${samples[0]}` : ""})`);
 	};
 
 	const rows: Measured[] = [];
@@ -286,20 +289,20 @@ async function main(): Promise<number> {
 		// The same settings for both phases: only the listeners differ.
 		const workerKey = randomBytes(24).toString("hex");
 		const env = { ...serviceEnv, WORKER_API_KEYS: workerKey, EVENT_STREAMS_PER_IP: String(listeners + 10) };
+		// Both phases of a pair pause alike after the warm-up and after the measured phase: the
+		// listeners wait there for the events still on their way (a quiet spell of 300 ms at least),
+		// so that the figures and the CPU of the phase hold its own events, all of them.
+		const pause = () => new Promise(resolve => setTimeout(resolve, 300));
 		for (let round = 1; round <= rounds; round++)
 			for (const withListeners of [false, true]) {
 				const running = await startTarget("service", seedFile, env);
 				const group = withListeners ? await startListeners(running.url, workerKey, listeners) : null;
-				// Both phases of a pair pause alike after the warm-up and after the measured phase: the
-				// listeners wait there for the events still on their way (a quiet spell of 300 ms at
-				// least), so that the figures and the CPU of the phase hold its own events, all of them.
-				const pause = () => new Promise(resolve => setTimeout(resolve, 300));
 				try {
 					const [warm, measured] = signed();
 					await warmUp(`service ${withListeners ? "with" : "without"} listeners round ${round}`, runClosed({ ...target, url: running.url }, warm, LISTENER_CONCURRENCY));
 					await (group ? group.reset() : pause());
 					log(`service, concurrency ${LISTENER_CONCURRENCY}, ${withListeners ? `${listeners} SSE listeners` : "no listeners"} (round ${round}) …`);
-					let heard: Awaited<ReturnType<NonNullable<typeof group>["stop"]>> | undefined;
+					let heard: ListenerFigures | undefined;
 					const row = await measure(running, withListeners ? `c=${LISTENER_CONCURRENCY} +${listeners} SSE` : `c=${LISTENER_CONCURRENCY} no SSE`, round, async () => {
 						const phase = await runClosed({ ...target, url: running.url }, measured, LISTENER_CONCURRENCY);
 						if (group) heard = await group.stop();
@@ -363,7 +366,7 @@ async function main(): Promise<number> {
 	}
 	for (const row of rows) for (const [status, samples] of Object.entries(row.errorSamples)) out.push(`${row.target} ${row.load}: ${row.statuses[status]} × ${status}, e.g. ${samples[0]}`);
 	process.stdout.write(`${out.join("\n")}\n`);
-	const failing = rows.filter(row => row.notAccepted > (row.accepted + row.notAccepted) * 0.01);
+	const failing = rows.filter(mostlyRefused);
 	if (failing.length) process.stderr.write(`FAIL: more than 1 % of the requests were not 201 in: ${failing.map(row => `${row.target} ${row.load}`).join(", ")}\n`);
 	if (spoiled.length) process.stderr.write(`FAIL: more than 1 % of the warm-up requests were not 201 in: ${spoiled.join(", ")}\n`);
 	if (failing.length || spoiled.length) return 2;

@@ -319,6 +319,11 @@ export interface Summary {
 	notAccepted: number;
 }
 
+/** A phase with more than 1 % of its requests answered otherwise than expected measured something else: the bench fails. */
+export function mostlyRefused({ accepted, notAccepted }: Pick<Summary, "accepted" | "notAccepted">): boolean {
+	return notAccepted > (accepted + notAccepted) * 0.01;
+}
+
 export function summarize(phase: PhaseResult, expected = 201): Summary {
 	const sorted = Float64Array.from(phase.latenciesMs).sort();
 	const accepted = phase.statuses[String(expected)] ?? 0;

@@ -29,9 +29,36 @@ export function encodeBase58(bytes: Uint8Array): string {
 	return base58.encode(bytes);
 }
 
-/** A base58 string that decodes to exactly `length` bytes (32 for addresses, 64 for signatures). */
+const BASE58_RE = /^[1-9A-HJ-NP-Za-km-z]*$/;
+
+/** BYTE_BOUNDS[k]: base58 of 256^k, the least number that takes k + 1 bytes. */
+const BYTE_BOUNDS = Array.from({ length: 65 }, (_, k) => base58.encode(Uint8Array.from({ length: k + 1 }, (_, i) => (i === 0 ? 1 : 0))));
+
+/**
+ * Numeric order of two base58 numerals without leading 1s (zeros): the longer is larger, and at
+ * equal lengths the string order is the numeric order, the alphabet being in ASCII order.
+ */
+function compareBase58(a: string, b: string): number {
+	if (a.length !== b.length) return a.length - b.length;
+	return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * A base58 string that decodes to exactly `length` bytes (32 for addresses, 64 for signatures),
+ * told without decoding it: each leading 1 is a zero byte, and the rest is a number that takes the
+ * remaining bytes when it lies in [256^(n−1), 256^n). Schemas check every address and signature
+ * with this, so the strict signature check's decode is the only one an intent pays for.
+ */
 export function isBase58OfLength(value: string, length: number): boolean {
-	return decodeBase58(value)?.length === length;
+	if (length >= BYTE_BOUNDS.length) return decodeBase58(value)?.length === length;
+	if (!BASE58_RE.test(value)) return false;
+	let zeros = 0;
+	while (zeros < value.length && value.charCodeAt(zeros) === 0x31) zeros++;
+	const bytes = length - zeros;
+	if (bytes < 0) return false;
+	const rest = value.slice(zeros);
+	if (bytes === 0) return rest.length === 0;
+	return compareBase58(rest, BYTE_BOUNDS[bytes - 1]) >= 0 && compareBase58(rest, BYTE_BOUNDS[bytes]) < 0;
 }
 
 export function isAmount(value: string): boolean {

@@ -21,7 +21,7 @@ import { httpbis } from "http-message-signatures";
 // declarations, the value from Node's own resolution of the package name.
 import type * as StructuredHeaders from "structured-headers/cjs/index.cjs";
 import { createSigner, verifySignature, type Keypair } from "./ed25519";
-import { decodeBase58, encodeBase58 } from "./encoding";
+import { decodeBase58, encodeBase58, isBase58OfLength } from "./encoding";
 import { ServiceError } from "./errors";
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -251,7 +251,7 @@ function checkSignatureInput(input: StructuredHeaders.Item | StructuredHeaders.I
 	if (created === undefined) throw refuse("malformed", "the signature has no created time");
 	if (typeof created !== "number" || !Number.isSafeInteger(created)) throw refuse("malformed", "created is not an integer");
 	if (keyid === undefined) throw refuse("malformed", "the signature has no keyid");
-	if (typeof keyid !== "string" || decodeBase58(keyid)?.length !== ED25519_PUBLIC_KEY_LENGTH) {
+	if (typeof keyid !== "string" || !isBase58OfLength(keyid, ED25519_PUBLIC_KEY_LENGTH)) {
 		throw refuse("malformed", "keyid is not a base58 ed25519 public key");
 	}
 	return { created, keyid };

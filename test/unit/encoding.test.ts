@@ -98,6 +98,31 @@ describe("base58", () => {
 		expect(isBase58OfLength("", 32)).toBe(false);
 		expect(isBase58OfLength(`0${of(32).slice(1)}`, 32)).toBe(false);
 	});
+
+	it("isBase58OfLength, which does not decode, agrees with decoding at every edge of the byte lengths", () => {
+		const decodesTo = (value: string, length: number) => decodeBase58(value)?.length === length;
+		const alphabet = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+		const candidates: string[] = ["", "1", "11", "2", "z", "zz"];
+		for (let n = 0; n <= 66; n++) {
+			const least = new Uint8Array(n + 1);
+			least[0] = 1; // 256^n
+			const most = new Uint8Array(n).fill(255); // 256^n − 1
+			for (const bytes of [least, most]) {
+				const text = encodeBase58(bytes);
+				// Each bound, one step either side of it in its last digit, and the same with zero bytes in front.
+				const last = alphabet.indexOf(text[text.length - 1]);
+				const steps = [last - 1, last + 1].filter(i => i >= 0 && i < alphabet.length).map(i => text.slice(0, -1) + alphabet[i]);
+				for (const value of [text, ...steps]) candidates.push(value, `1${value}`, `111${value}`);
+			}
+		}
+		for (let i = 0; i < 2000; i++) {
+			const random = encodeBase58(Uint8Array.from({ length: 1 + (i % 70) }, (_, k) => (k < i % 3 ? 0 : Math.floor(Math.random() * 256))));
+			candidates.push(random, random.slice(1), `${random}z`, `1${random}`);
+		}
+		for (const value of candidates) for (const length of [0, 1, 31, 32, 33, 63, 64, 65, 66]) expect([value, length, isBase58OfLength(value, length)]).toEqual([value, length, decodesTo(value, length)]);
+		const address = encodeBase58(new Uint8Array(32).fill(9));
+		for (const value of ["0", "O", "I", "l", `${address}!`, ` ${address}`, `${address}\n`, `${address.slice(0, -1)}0`]) expect(isBase58OfLength(value, 32)).toBe(false);
+	});
 });
 
 describe("sha256Hex", () => {

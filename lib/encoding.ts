@@ -50,7 +50,7 @@ function compareBase58(a: string, b: string): number {
  * with this, so the strict signature check's decode is the only one an intent pays for.
  */
 export function isBase58OfLength(value: string, length: number): boolean {
-	if (length >= BYTE_BOUNDS.length) return decodeBase58(value)?.length === length;
+	if (!(Number.isInteger(length) && length >= 0 && length < BYTE_BOUNDS.length)) return decodeBase58(value)?.length === length;
 	if (!BASE58_RE.test(value)) return false;
 	let zeros = 0;
 	while (zeros < value.length && value.charCodeAt(zeros) === 0x31) zeros++;

@@ -121,7 +121,9 @@ describe("base58", () => {
 		}
 		for (const value of candidates) for (const length of [0, 1, 31, 32, 33, 63, 64, 65, 66]) expect([value, length, isBase58OfLength(value, length)]).toEqual([value, length, decodesTo(value, length)]);
 		const address = encodeBase58(new Uint8Array(32).fill(9));
-		for (const value of ["0", "O", "I", "l", `${address}!`, ` ${address}`, `${address}\n`, `${address.slice(0, -1)}0`]) expect(isBase58OfLength(value, 32)).toBe(false);
+		// Letters outside the alphabet, in numerals of the right length too (where only the alphabet can refuse them).
+		const misspelt = ["0", "O", "I", "l"].flatMap(letter => [letter, `${letter}${address.slice(1)}`, `${address.slice(0, 20)}${letter}${address.slice(21)}`, `${address.slice(0, -1)}${letter}`]);
+		for (const value of [...misspelt, `${address}!`, ` ${address}`, `${address}\n`]) expect([value, isBase58OfLength(value, 32)]).toEqual([value, false]);
 	});
 });
 

@@ -10,11 +10,14 @@ export const HEX64_PATTERN = "^[0-9a-f]{64}$";
 export const AMOUNT_PATTERN = "^(0|[1-9][0-9]{0,19})$";
 export const IDENTIFIER_PATTERN = "^[A-Za-z0-9_-]{8,128}$";
 export const NONCE_PATTERN = "^[A-Za-z0-9_-]{16,128}$";
+/** Base58 digits (Bitcoin's alphabet: no 0, O, I or l); whether they make 32 or 64 bytes is isBase58OfLength's. */
+export const BASE58_PATTERN = "^[1-9A-HJ-NP-Za-km-z]+$";
 /** ISO-8601 UTC with milliseconds, as `Date.prototype.toISOString` writes it. */
 export const ISO_TIME_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$";
 
 const U64_MAX = 18446744073709551615n;
 const AMOUNT_RE = new RegExp(AMOUNT_PATTERN);
+const BASE58_RE = new RegExp(BASE58_PATTERN);
 const ISO_TIME_RE = new RegExp(ISO_TIME_PATTERN);
 
 export function decodeBase58(value: string): Uint8Array | null {
@@ -28,8 +31,6 @@ export function decodeBase58(value: string): Uint8Array | null {
 export function encodeBase58(bytes: Uint8Array): string {
 	return base58.encode(bytes);
 }
-
-const BASE58_RE = /^[1-9A-HJ-NP-Za-km-z]*$/;
 
 /** BYTE_BOUNDS[k]: base58 of 256^k, the least number that takes k + 1 bytes. */
 const BYTE_BOUNDS = Array.from({ length: 65 }, (_, k) => base58.encode(Uint8Array.from({ length: k + 1 }, (_, i) => (i === 0 ? 1 : 0))));
@@ -51,7 +52,8 @@ function compareBase58(a: string, b: string): number {
  */
 export function isBase58OfLength(value: string, length: number): boolean {
 	if (!(Number.isInteger(length) && length >= 0 && length < BYTE_BOUNDS.length)) return decodeBase58(value)?.length === length;
-	if (!BASE58_RE.test(value)) return false;
+	// The empty numeral is no digit at all: zero bytes, as decoding has it.
+	if (value.length > 0 && !BASE58_RE.test(value)) return false;
 	let zeros = 0;
 	while (zeros < value.length && value.charCodeAt(zeros) === 0x31) zeros++;
 	const bytes = length - zeros;

@@ -5,10 +5,8 @@
  * the same patterns from lib/encoding.ts and lib/tin.ts.
  */
 import { Type, type SchemaOptions, type Static, type TSchema, type TUnsafe } from "@sinclair/typebox";
-import { AMOUNT_PATTERN, HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN } from "./encoding";
+import { AMOUNT_PATTERN, BASE58_PATTERN, HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN } from "./encoding";
 import { TIN_PATTERN } from "./tin";
-
-const BASE58_PATTERN = "^[1-9A-HJ-NP-Za-km-z]+$";
 
 export const Amount = Type.String({ pattern: AMOUNT_PATTERN, description: "Decimal string of base units (u64)" });
 export const Address = Type.String({ pattern: BASE58_PATTERN, maxLength: 128, description: "Base58 ed25519 public key (32 bytes)" });

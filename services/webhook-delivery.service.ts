@@ -18,6 +18,7 @@ import type { StoredEvent } from "../lib/store";
 import { CURSOR_FIELD, STREAM_OF, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
+import { isServed } from "./internal";
 import { webhookMetrics } from "./metrics";
 import { EVENT_OWNER, type WebhookLease } from "./webhooks.service";
 
@@ -103,12 +104,18 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 	let stopping = false;
 	let noticed: NodeJS.Timeout | null = null;
 
-	/** Each stream's latest event, of the streams whose owner answers now (the others wait for a later pass). */
+	/**
+	 * Each stream's latest event, of the streams whose owner answers now (the others wait for a later
+	 * pass). An owner not served yet (still starting, or down) is not asked: the broker would log a
+	 * warning for every pass until it is.
+	 */
 	async function heads(): Promise<Partial<Record<WebhookStream, number>>> {
 		const found: Partial<Record<WebhookStream, number>> = {};
 		await Promise.all(
 			(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
-				const latest = await broker.call<StoredEvent | null, object>(`${EVENT_OWNER[stream]}.latestEvent`, {}).catch(() => undefined);
+				const action = `${EVENT_OWNER[stream]}.latestEvent`;
+				if (!isServed(broker, action)) return;
+				const latest = await broker.call<StoredEvent | null, object>(action, {}).catch(() => undefined);
 				if (latest !== undefined) found[stream] = latest?.seq ?? 0;
 			})
 		);

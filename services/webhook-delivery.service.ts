@@ -177,6 +177,9 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 		let sent = 0;
 		const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
 		for (const stream of streamsOf(subscription)) {
+			// An owner not served now (down, or a TIN owner still starting): that stream waits, and the
+			// subscription is leased for it again once the owner is back; the other stream goes on.
+			if (!isServed(broker, `${EVENT_OWNER[stream]}.events`)) continue;
 			let cursor = subscription[CURSOR_FIELD[stream]] ?? 0;
 			let recorded = cursor;
 			for (let more = true; more && !stopping && !sliceOver(); ) {

@@ -21,6 +21,14 @@ export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 export type WebhookStream = "intents" | "tin_operations";
 export const STREAM_OF: Record<WebhookEventType, WebhookStream> = { [INTENT_EVENT_TYPE]: "intents", [TIN_OPERATION_EVENT_TYPE]: "tin_operations" };
 
+/**
+ * The stream of a subscription's failing event, or null when none is failing. Until that event is
+ * delivered nothing else is sent to the subscription, so it waits for that stream's owner.
+ */
+export function failingStream(subscription: { retry: { eventType: string } | null }): WebhookStream | null {
+	return subscription.retry ? (STREAM_OF[subscription.retry.eventType as WebhookEventType] ?? null) : null;
+}
+
 /** The store field holding a subscription's cursor in each stream: null when it does not take that stream. */
 export const CURSOR_FIELD = { intents: "intentsCursor", tin_operations: "tinOperationsCursor" } as const satisfies Record<WebhookStream, string>;
 

@@ -15,7 +15,7 @@ import { performance } from "node:perf_hooks";
 import type { Service, ServiceBroker, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, STREAM_OF, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type WebhookStream } from "../lib/webhooks";
+import { CURSOR_FIELD, STREAM_OF, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { isServed } from "./internal";
@@ -88,7 +88,7 @@ async function postWebhook(url: URL, headers: Record<string, string>, body: stri
 /** The streams a subscription takes, the one of its failing event first (that event is retried before any other). */
 function streamsOf(subscription: WebhookLease["subscription"]): WebhookStream[] {
 	const streams = [...new Set(subscription.eventTypes.map(type => STREAM_OF[type]))];
-	const failing = subscription.retry ? STREAM_OF[subscription.retry.eventType as keyof typeof STREAM_OF] : undefined;
+	const failing = failingStream(subscription);
 	return failing ? [failing, ...streams.filter(stream => stream !== failing)] : streams;
 }
 
@@ -173,12 +173,21 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 			return true;
 		};
 
+		// A failing event goes first and nothing passes it: with its stream's owner away (gone since
+		// the claim, which leases no such retry) the subscription is given back untouched.
+		const failing = failingStream(subscription);
+		if (failing && !isServed(broker, `${EVENT_OWNER[failing]}.events`)) {
+			await broker.call("webhooks.release", { id, version });
+			return;
+		}
+
 		const sliceEnds = performance.now() + SLICE_MS;
 		let sent = 0;
 		const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
 		for (const stream of streamsOf(subscription)) {
 			// An owner not served now (down, or a TIN owner still starting): that stream waits, and the
-			// subscription is leased for it again once the owner is back; the other stream goes on.
+			// subscription is leased for it again once the owner is back; the other stream goes on (no
+			// event of the waiting stream is failing: that case returned above).
 			if (!isServed(broker, `${EVENT_OWNER[stream]}.events`)) continue;
 			let cursor = subscription[CURSOR_FIELD[stream]] ?? 0;
 			let recorded = cursor;

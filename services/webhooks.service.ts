@@ -15,6 +15,7 @@ import {
 	STREAM_OF,
 	WEBHOOKS_COLLECTION,
 	createWebhookParams,
+	failingStream,
 	filterProblem,
 	isWebhookId,
 	listWebhooksParams,
@@ -210,6 +211,10 @@ export function webhooksService(config: Config): ServiceSchema {
 						if (granted.length >= limit) break;
 						if (seen.has(candidate.id)) continue;
 						seen.add(candidate.id);
+						// A retry waits for its stream's owner (in `heads` when the worker reaches it): the
+						// worker could only give it back, due again at once, for as long as that owner is away.
+						const failing = failingStream(candidate);
+						if (failing && heads[failing] === undefined) continue;
 						// Another worker may have taken it since the list: then this write changes nothing.
 						const taken = await commit(candidate, { ...candidate, ...leased(nowMs, leasedBy) });
 						if (taken) granted.push({ subscription: taken, leaseTtlMs });

@@ -131,7 +131,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 		const leases = await broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: worker, heads: streamHeads, limit: room });
 		for (const lease of leases) {
 			const { id } = lease.subscription;
-			const delivery = deliver(lease, leasedAt)
+			const delivery = deliver(lease, leasedAt, streamHeads)
 				.catch(err => logger.warn(`Webhook ${id}: delivery stopped, resumed once its lease lapses: ${(err as Error).message}`))
 				.finally(() => {
 					active.delete(id);
@@ -156,8 +156,11 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 		return pass;
 	}
 
-	/** Delivers one leased subscription until it is caught up, an attempt fails, the lease is lost or the worker stops. */
-	async function deliver({ subscription, leaseTtlMs }: WebhookLease, leasedAt: number): Promise<void> {
+	/**
+	 * Delivers one leased subscription until it is caught up, an attempt fails, the lease is lost or
+	 * the worker stops; from the streams whose owner answered this pass (`reached`: heads).
+	 */
+	async function deliver({ subscription, leaseTtlMs }: WebhookLease, leasedAt: number, reached: Partial<Record<WebhookStream, number>>): Promise<void> {
 		const { id } = subscription;
 		const url = new URL(subscription.url);
 		let version = subscription.version;
@@ -173,22 +176,20 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 			return true;
 		};
 
-		// A failing event goes first and nothing passes it: with its stream's owner away (gone since
-		// the claim, which leases no such retry) the subscription is given back untouched.
+		// A failing event goes first and nothing passes it. An owner of a version that leases it
+		// although its stream's owner is away: the lease is left to lapse, untouched (given back, the
+		// retry would be due again at once, and leased again).
 		const failing = failingStream(subscription);
-		if (failing && !isServed(broker, `${EVENT_OWNER[failing]}.events`)) {
-			await broker.call("webhooks.release", { id, version });
-			return;
-		}
+		if (failing && reached[failing] === undefined) return;
 
 		const sliceEnds = performance.now() + SLICE_MS;
 		let sent = 0;
 		const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
 		for (const stream of streamsOf(subscription)) {
-			// An owner not served now (down, or a TIN owner still starting): that stream waits, and the
-			// subscription is leased for it again once the owner is back; the other stream goes on (no
-			// event of the waiting stream is failing: that case returned above).
-			if (!isServed(broker, `${EVENT_OWNER[stream]}.events`)) continue;
+			// An owner away (down, or a TIN owner still starting): that stream waits, and the subscription
+			// is leased for it again once the owner is back; the other stream goes on (no event of the
+			// waiting stream is failing: that case returned above).
+			if (reached[stream] === undefined) continue;
 			let cursor = subscription[CURSOR_FIELD[stream]] ?? 0;
 			let recorded = cursor;
 			for (let more = true; more && !stopping && !sliceOver(); ) {

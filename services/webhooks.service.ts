@@ -8,7 +8,7 @@ import { promises as dns } from "node:dns";
 import type { Context, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
-import type { Collection, StoredEvent, Where } from "../lib/store";
+import type { Collection, ListQuery, StoredEvent, Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
 	MAX_FAILURES_KEPT,
@@ -83,6 +83,28 @@ export function webhooksService(config: Config): ServiceSchema {
 	async function held(id: string, version: number): Promise<WebhookRecord | null> {
 		const record = await webhooks.get(id);
 		return record && record.version === version && record.state === "enabled" ? record : null;
+	}
+
+	/**
+	 * Up to `wanted` subscriptions due now (a retry, or a lapsed lease), oldest first, that a worker
+	 * reaching the streams of `heads` can deliver. A retry waits for its stream's owner: leased, it
+	 * could only be given back, due again at once. Such retries are read past, so that however many
+	 * wait, they cannot hide the others.
+	 */
+	async function dueFor(heads: Partial<Record<WebhookStream, number>>, nowMs: number, wanted: number): Promise<WebhookRecord[]> {
+		const found: WebhookRecord[] = [];
+		const where: Where = { state: "enabled", notBefore: { lte: new Date(nowMs).toISOString() } };
+		for (let after: ListQuery["after"]; found.length < wanted; ) {
+			const page = await webhooks.list({ where, orderBy: ["notBefore", "asc"], limit: wanted, ...(after ? { after } : {}) });
+			for (const candidate of page) {
+				const failing = failingStream(candidate);
+				if (!failing || heads[failing] !== undefined) found.push(candidate);
+			}
+			if (page.length < wanted) break;
+			const last = page[page.length - 1];
+			after = { value: last.notBefore!, id: last.id }; // set: the query asks for notBefore ≤ now
+		}
+		return found.slice(0, wanted);
 	}
 
 	const leased = (nowMs: number, leasedBy: string) => {
@@ -198,7 +220,7 @@ export function webhooksService(config: Config): ServiceSchema {
 					const { leasedBy, heads, limit } = ctx.params;
 					const nowMs = Date.now();
 					const scan = limit * CLAIM_SLACK;
-					const due = await webhooks.list({ where: { state: "enabled", notBefore: { lte: new Date(nowMs).toISOString() } }, orderBy: ["notBefore", "asc"], limit: scan });
+					const due = await dueFor(heads, nowMs, scan);
 					const behind: WebhookRecord[] = [];
 					for (const [stream, head] of Object.entries(heads) as [WebhookStream, number][]) {
 						const field = CURSOR_FIELD[stream];
@@ -211,10 +233,6 @@ export function webhooksService(config: Config): ServiceSchema {
 						if (granted.length >= limit) break;
 						if (seen.has(candidate.id)) continue;
 						seen.add(candidate.id);
-						// A retry waits for its stream's owner (in `heads` when the worker reaches it): the
-						// worker could only give it back, due again at once, for as long as that owner is away.
-						const failing = failingStream(candidate);
-						if (failing && heads[failing] === undefined) continue;
 						// Another worker may have taken it since the list: then this write changes nothing.
 						const taken = await commit(candidate, { ...candidate, ...leased(nowMs, leasedBy) });
 						if (taken) granted.push({ subscription: taken, leaseTtlMs });

@@ -16,15 +16,22 @@ import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
 import type { WebhookSubscription } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
-import { webhooksService } from "../../services/webhooks.service";
+import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 
-/** The calls each delivery pass makes to the subscriptions' owner: the heads it leases with, and the leases given back. */
-function webhookCalls(heads: object[], releases: string[]): Middleware {
+/**
+ * The calls each delivery pass makes to the subscriptions' owner: the heads it leases with, and
+ * the leases given back. `leaseAsBefore`: the owner leases as a version before e3cbb8b did, a
+ * retry whatever stream's owner the worker reaches (as if every head were there).
+ */
+function webhookCalls(heads: object[], releases: string[], leaseAsBefore: boolean): Middleware {
 	return {
-		localAction: (next: ActionHandler, action: ActionSchema) => (ctx: Context<{ heads?: object; id?: string }>) => {
-			if (action.name === "webhooks.claim" && ctx.params.heads) heads.push(ctx.params.heads);
+		localAction: (next: ActionHandler, action: ActionSchema) => (ctx: Context<{ heads?: Record<string, number>; id?: string }>) => {
+			if (action.name === "webhooks.claim" && ctx.params.heads) {
+				heads.push(ctx.params.heads);
+				if (leaseAsBefore) ctx.params = { ...ctx.params, heads: { intents: 0, tin_operations: 0, ...ctx.params.heads } };
+			}
 			if (action.name === "webhooks.release") releases.push(ctx.params.id ?? "");
 			return next.call(ctx.service as Service, ctx);
 		}
@@ -60,13 +67,13 @@ async function startReceiver() {
 }
 
 /** A broker with the owners up and the worker created once they are (its first pass then finds them). */
-async function startWorker(tinLog: StoredEvent[] | null) {
+async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false } = {}) {
 	const heads: object[] = [];
 	const releases: string[] = [];
 	const warnings: string[] = [];
 	const consoleWarn = jest.spyOn(console, "warn").mockImplementation((...args: unknown[]) => void warnings.push(args.join(" ")));
-	const broker = new ServiceBroker({ logger: { type: "Console", options: { level: "warn" } }, middlewares: [webhookCalls(heads, releases)] });
-	const config = loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "20", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_BASE_MS: "400", WEBHOOK_TIMEOUT_MS: "1000" });
+	const broker = new ServiceBroker({ logger: { type: "Console", options: { level: "warn" } }, middlewares: [webhookCalls(heads, releases, leaseAsBefore)] });
+	const config = loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "20", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_BASE_MS: "1000", WEBHOOK_TIMEOUT_MS: "1000" });
 	broker.createService(mempoolService(config));
 	broker.createService(webhooksService(config));
 	let tin = tinLog ? broker.createService(tinOwner(tinLog)) : null;
@@ -132,28 +139,39 @@ test("with the TIN owner gone, a subscription to both streams still gets its int
 	}
 });
 
+/**
+ * A TIN event that the receiver refuses once, then its owner gone and an intent's event in: past
+ * the retry's next attempt (0.5-1 s after the failure) and a few passes more, nothing but that
+ * first attempt was sent. The retry as it stood when the owner left, and how many leases were
+ * given back since.
+ */
+async function retryWhileItsOwnerIsAway(worker: Awaited<ReturnType<typeof startWorker>>, tinLog: StoredEvent[], receiver: Awaited<ReturnType<typeof startReceiver>>) {
+	const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url, eventTypes: BOTH });
+	const subscription = () => worker.broker.call<WebhookSubscription, object>("webhooks.get", { id });
+	receiver.state.failTin = true;
+	tinLog.push({ seq: 1, subject: "op_1", type: TIN_OPERATION_EVENT_TYPE, at: new Date().toISOString(), data: { previousState: null, state: "RECEIVED", view: { tin: "1234567897" } } });
+	await waitFor(async () => (await subscription()).retry !== null, 5000, "the TIN event's first failure");
+	await worker.tinGone();
+	worker.warnings.length = 0;
+	const { retry } = await subscription();
+	expect(retry).toMatchObject({ eventType: TIN_OPERATION_EVENT_TYPE, attempts: 1 });
+	const releasedBefore = worker.releases.length;
+
+	await worker.newIntent();
+	await waitFor(() => Date.now() > Date.parse(retry!.nextAttemptAt!) + 200, 5000, "the retry's time");
+	await worker.passes(3);
+	expect(receiver.received).toEqual([TIN_OPERATION_EVENT_TYPE]);
+	return { subscription, retry, released: worker.releases.length - releasedBefore };
+}
+
 test("a failing TIN event waits for its owner, and nothing after it is sent or leased meanwhile; then both go, in order", async () => {
 	const tinLog: StoredEvent[] = [];
 	const worker = await startWorker(tinLog);
 	const receiver = await startReceiver();
 	try {
-		const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url, eventTypes: BOTH });
-		const subscription = () => worker.broker.call<WebhookSubscription, object>("webhooks.get", { id });
-		receiver.state.failTin = true;
-		tinLog.push({ seq: 1, subject: "op_1", type: TIN_OPERATION_EVENT_TYPE, at: new Date().toISOString(), data: { previousState: null, state: "RECEIVED", view: { tin: "1234567897" } } });
-		await waitFor(async () => (await subscription()).retry !== null, 5000, "the TIN event's first failure");
-		await worker.tinGone();
-		worker.warnings.length = 0;
-		const releasedBefore = worker.releases.length;
-
-		await worker.newIntent();
-		// Passes past the retry's next attempt (200-400 ms after the failure): not leased while its owner is away.
-		const nextAttemptAt = Date.parse((await subscription()).retry!.nextAttemptAt!);
-		await waitFor(() => Date.now() > nextAttemptAt + 200, 5000, "the retry's time");
-		await worker.passes(3);
-		expect(receiver.received).toEqual([TIN_OPERATION_EVENT_TYPE]);
-		expect(worker.releases.length - releasedBefore).toBeLessThanOrEqual(1);
-		expect((await subscription()).retry).toMatchObject({ eventType: TIN_OPERATION_EVENT_TYPE, attempts: 1 });
+		const { subscription, retry, released } = await retryWhileItsOwnerIsAway(worker, tinLog, receiver);
+		expect(released).toBeLessThanOrEqual(1);
+		expect((await subscription()).retry).toEqual(retry);
 		expect(worker.warnings.filter(line => line.includes("tin."))).toEqual([]);
 
 		receiver.state.failTin = false;
@@ -164,5 +182,53 @@ test("a failing TIN event waits for its owner, and nothing after it is sent or l
 	} finally {
 		await receiver.close();
 		await worker.stop();
+	}
+});
+
+test("leased by an owner of an earlier version while its owner is away, a failing TIN event is left to its lease, untouched", async () => {
+	const tinLog: StoredEvent[] = [];
+	const worker = await startWorker(tinLog, { leaseAsBefore: true });
+	const receiver = await startReceiver();
+	try {
+		const { subscription, retry, released } = await retryWhileItsOwnerIsAway(worker, tinLog, receiver);
+		// Leased once past its time, then held by that lease (3 s): not given back, so not leased again at once.
+		expect(released).toBe(0);
+		const now = await subscription();
+		expect(now.retry).toEqual(retry);
+		expect(now.cursors).toEqual({ intents: 0, tin_operations: 0 });
+	} finally {
+		await receiver.close();
+		await worker.stop();
+	}
+});
+
+test("claim reads past retries waiting for an absent owner: however many, they do not hide a due retry on the other stream", async () => {
+	const tinLog: StoredEvent[] = [];
+	const broker = new ServiceBroker({ logger: false });
+	const config = loadConfig({ DATA_DIR: tempDir(), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_BASE_MS: "1" });
+	broker.createService(mempoolService(config));
+	broker.createService(webhooksService(config));
+	broker.createService(tinOwner(tinLog));
+	await broker.start();
+	try {
+		const create = (eventTypes: string[]) => broker.call<{ id: string }, object>("webhooks.create", { url: "http://127.0.0.1:9/hook", eventTypes });
+		const waiting = await Promise.all(Array.from({ length: 5 }, () => create(["tin_operation.status_changed"])));
+		const other = await create(["intent.status_changed"]);
+		// Every one leased (as if both streams had an event) and failed: the TIN ones first, so that they are due first.
+		const leases = await broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: "test", heads: { intents: 1, tin_operations: 1 }, limit: 10 });
+		expect(leases).toHaveLength(6);
+		const fail = (lease: WebhookLease, stream: string, eventType: string) =>
+			broker.call("webhooks.fail", { id: lease.subscription.id, version: lease.subscription.version, stream, seq: 0, webhookId: `evt_${stream}_1`, eventType, status: 500, error: "HTTP 500" });
+		const byId = new Map(leases.map(lease => [lease.subscription.id, lease]));
+		for (const { id } of waiting) await fail(byId.get(id)!, "tin_operations", TIN_OPERATION_EVENT_TYPE);
+		await new Promise(resolve => setTimeout(resolve, 20));
+		await fail(byId.get(other.id)!, "intents", "intent.status_changed");
+		await new Promise(resolve => setTimeout(resolve, 20));
+
+		// A worker that reaches only the intents' owner, with room for one: it reads 4 due at a time.
+		const granted = await broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: "worker", heads: { intents: 1 }, limit: 1 });
+		expect(granted.map(lease => lease.subscription.id)).toEqual([other.id]);
+	} finally {
+		await broker.stop();
 	}
 });

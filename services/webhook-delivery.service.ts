@@ -176,24 +176,37 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 			return true;
 		};
 
-		// A failing event goes first and nothing passes it. An owner of a version that leases it
-		// although its stream's owner is away: the lease is left to lapse, untouched (given back, the
-		// retry would be due again at once, and leased again).
+		/** A stream whose owner answered this pass and is still served: its events can be read. */
+		const readable = (stream: WebhookStream) => reached[stream] !== undefined && isServed(broker, `${EVENT_OWNER[stream]}.events`);
+		// A failing event goes first and nothing passes it. Its stream's owner away (an owner of an
+		// earlier version leases it all the same, or the owner left since the claim): the lease is
+		// left to lapse, untouched. Given back, the retry would be due again at once, and leased again.
 		const failing = failingStream(subscription);
-		if (failing && reached[failing] === undefined) return;
+		if (failing && !readable(failing)) return;
 
 		const sliceEnds = performance.now() + SLICE_MS;
 		let sent = 0;
 		const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
+		/** A stream that could not be read: the lease is then left to lapse (see below). */
+		let unread = false;
 		for (const stream of streamsOf(subscription)) {
 			// An owner away (down, or a TIN owner still starting): that stream waits, and the subscription
 			// is leased for it again once the owner is back; the other stream goes on (no event of the
 			// waiting stream is failing: that case returned above).
-			if (reached[stream] === undefined) continue;
+			if (!readable(stream)) continue;
 			let cursor = subscription[CURSOR_FIELD[stream]] ?? 0;
 			let recorded = cursor;
 			for (let more = true; more && !stopping && !sliceOver(); ) {
-				const page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
+				let page: StoredEvent[];
+				try {
+					page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
+				} catch (err) {
+					// The failing event's stream: nothing else may go before it.
+					if (stream === failing) throw err;
+					logger.warn(`Webhook ${id}: reading the ${stream} events failed, tried again once its lease lapses; the other stream goes on: ${(err as Error).message}`);
+					unread = true;
+					break;
+				}
 				more = page.length === EVENT_PAGE;
 				for (const event of page) {
 					if (stopping || sliceOver()) {
@@ -240,7 +253,9 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 				}
 			}
 		}
-		await broker.call("webhooks.release", { id, version });
+		// A stream that could not be read is still behind: given back, the subscription would be leased
+		// again at once, to fail the same read. Its lease, left to lapse, paces the next try.
+		if (!unread) await broker.call("webhooks.release", { id, version });
 	}
 
 	return {

@@ -42,6 +42,11 @@ export const EVENT_OWNER = { intents: "mempool", tin_operations: "tin" } as cons
 /** Subscriptions one claim may lease; it reads a few times as many per question (due, behind each stream), as other workers may take some first. */
 const CLAIM_MAX = 100;
 const CLAIM_SLACK = 4;
+/**
+ * Due subscriptions read at a time: as many as the largest claim looks at, so that retries waiting
+ * for an absent owner (due, and oldest first, all along) cost one read, not one per few of them.
+ */
+const DUE_PAGE = CLAIM_MAX * CLAIM_SLACK;
 
 /** A delivery lease outlasts an attempt (WEBHOOK_TIMEOUT_MS) with room to record its outcome. */
 const LEASE_ATTEMPTS = 3;
@@ -95,12 +100,12 @@ export function webhooksService(config: Config): ServiceSchema {
 		const found: WebhookRecord[] = [];
 		const where: Where = { state: "enabled", notBefore: { lte: new Date(nowMs).toISOString() } };
 		for (let after: ListQuery["after"]; found.length < wanted; ) {
-			const page = await webhooks.list({ where, orderBy: ["notBefore", "asc"], limit: wanted, ...(after ? { after } : {}) });
+			const page = await webhooks.list({ where, orderBy: ["notBefore", "asc"], limit: DUE_PAGE, ...(after ? { after } : {}) });
 			for (const candidate of page) {
 				const failing = failingStream(candidate);
 				if (!failing || heads[failing] !== undefined) found.push(candidate);
 			}
-			if (page.length < wanted) break;
+			if (page.length < DUE_PAGE) break;
 			const last = page[page.length - 1];
 			after = { value: last.notBefore!, id: last.id }; // set: the query asks for notBefore ≤ now
 		}

@@ -38,28 +38,36 @@ function webhookCalls(heads: object[], releases: string[], leaseAsBefore: boolea
 	};
 }
 
-/** A TIN owner as far as webhooks read it: its event log. */
-function tinOwner(log: StoredEvent[]): ServiceSchema {
+/** A TIN owner as far as webhooks read it: its event log; `unreadable`: it answers its latest event, but a read of its log fails. */
+function tinOwner(log: StoredEvent[], { unreadable = false } = {}): ServiceSchema {
 	return {
 		name: "tin",
 		actions: {
 			latestEvent: () => log[log.length - 1] ?? null,
-			events: (ctx: Context<{ after: number; limit: number }>) => log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit)
+			events: (ctx: Context<{ after: number; limit: number }>) => {
+				if (unreadable) throw new Error("the TIN store is unavailable");
+				return log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
+			}
 		}
 	};
 }
 
-/** A receiver that records each delivery's event type, and answers 500 to TIN events while `failTin`. */
+/** A TIN operation's event, as its owner's log keeps it. */
+const tinEvent = (seq: number): StoredEvent => ({ seq, subject: `op_${seq}`, type: TIN_OPERATION_EVENT_TYPE, at: new Date().toISOString(), data: { previousState: null, state: "RECEIVED", view: { tin: "1234567897" } } });
+
+/** A receiver that records each delivery's event type, and answers 500 to TIN events while `failTin` (calling `onTinFailure`). */
 async function startReceiver() {
 	const received: string[] = [];
-	const state = { failTin: false };
+	const state: { failTin: boolean; onTinFailure?: () => void } = { failTin: false };
 	const server = http.createServer((req, res) => {
 		let body = "";
 		req.on("data", chunk => (body += chunk));
 		req.on("end", () => {
 			const { type } = JSON.parse(body) as { type: string };
 			received.push(type);
-			res.writeHead(state.failTin && type === TIN_OPERATION_EVENT_TYPE ? 500 : 204).end();
+			const fail = state.failTin && type === TIN_OPERATION_EVENT_TYPE;
+			if (fail) state.onTinFailure?.();
+			res.writeHead(fail ? 500 : 204).end();
 		});
 	});
 	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
@@ -67,16 +75,16 @@ async function startReceiver() {
 }
 
 /** A broker with the owners up and the worker created once they are (its first pass then finds them). */
-async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false } = {}) {
+async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false, tinUnreadable = false } = {}) {
 	const heads: object[] = [];
 	const releases: string[] = [];
 	const warnings: string[] = [];
 	const consoleWarn = jest.spyOn(console, "warn").mockImplementation((...args: unknown[]) => void warnings.push(args.join(" ")));
 	const broker = new ServiceBroker({ logger: { type: "Console", options: { level: "warn" } }, middlewares: [webhookCalls(heads, releases, leaseAsBefore)] });
-	const config = loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "20", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_BASE_MS: "1000", WEBHOOK_TIMEOUT_MS: "1000" });
+	const config = loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "20", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_BASE_MS: "2000", WEBHOOK_TIMEOUT_MS: "1000" });
 	broker.createService(mempoolService(config));
 	broker.createService(webhooksService(config));
-	let tin = tinLog ? broker.createService(tinOwner(tinLog)) : null;
+	let tin = tinLog ? broker.createService(tinOwner(tinLog, { unreadable: tinUnreadable })) : null;
 	await broker.start();
 	broker.createService(webhookDeliveryService(config));
 	await broker.waitForServices(["webhook-delivery"]);
@@ -139,19 +147,43 @@ test("with the TIN owner gone, a subscription to both streams still gets its int
 	}
 });
 
+test("a TIN owner that answers but cannot read its log holds the intents' stream back no longer than one delivery", async () => {
+	const tinLog = [tinEvent(1)];
+	const worker = await startWorker(tinLog, { tinUnreadable: true });
+	const receiver = await startReceiver();
+	try {
+		await worker.broker.call("webhooks.create", { url: receiver.url, eventTypes: BOTH });
+		tinLog.push(tinEvent(2));
+		await worker.newIntent();
+		await waitFor(() => receiver.received.length > 0, 5000, "the intent's webhook");
+		expect(receiver.received).toEqual(["intent.status_changed"]);
+		expect(worker.warnings.some(line => line.includes("reading the tin_operations events failed"))).toBe(true);
+		// Still behind on the TIN stream: the lease is left to lapse (3 s), not given back to be leased again at once.
+		const released = worker.releases.length;
+		await worker.passes(5);
+		expect(worker.releases.length).toBe(released);
+	} finally {
+		await receiver.close();
+		await worker.stop();
+	}
+});
+
 /**
  * A TIN event that the receiver refuses once, then its owner gone and an intent's event in: past
- * the retry's next attempt (0.5-1 s after the failure) and a few passes more, nothing but that
+ * the retry's next attempt (1-2 s after the failure) and a few passes more, nothing but that
  * first attempt was sent. The retry as it stood when the owner left, and how many leases were
  * given back since.
  */
 async function retryWhileItsOwnerIsAway(worker: Awaited<ReturnType<typeof startWorker>>, tinLog: StoredEvent[], receiver: Awaited<ReturnType<typeof startReceiver>>) {
 	const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url, eventTypes: BOTH });
 	const subscription = () => worker.broker.call<WebhookSubscription, object>("webhooks.get", { id });
+	// The owner leaves as the receiver refuses: well before the retry is due (1-2 s later).
+	let gone: Promise<void> | undefined;
 	receiver.state.failTin = true;
-	tinLog.push({ seq: 1, subject: "op_1", type: TIN_OPERATION_EVENT_TYPE, at: new Date().toISOString(), data: { previousState: null, state: "RECEIVED", view: { tin: "1234567897" } } });
-	await waitFor(async () => (await subscription()).retry !== null, 5000, "the TIN event's first failure");
-	await worker.tinGone();
+	receiver.state.onTinFailure = () => void (gone ??= worker.tinGone());
+	tinLog.push(tinEvent(1));
+	await waitFor(async () => gone !== undefined && (await subscription()).retry !== null, 5000, "the TIN event's first failure");
+	await gone;
 	worker.warnings.length = 0;
 	const { retry } = await subscription();
 	expect(retry).toMatchObject({ eventType: TIN_OPERATION_EVENT_TYPE, attempts: 1 });

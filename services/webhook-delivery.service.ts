@@ -103,18 +103,23 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 	let again = false;
 	let stopping = false;
 	let noticed: NodeJS.Timeout | null = null;
+	/**
+	 * Streams whose log a delivery could not read, until when they are left out of the passes: a read
+	 * asks the owner for its log, not for one subscription's part of it, so its failure is the owner's.
+	 */
+	const unreadableUntil = new Map<WebhookStream, number>();
 
 	/**
 	 * Each stream's latest event, of the streams whose owner answers now (the others wait for a later
 	 * pass). An owner not served yet (still starting, or down) is not asked: the broker would log a
-	 * warning for every pass until it is.
+	 * warning for every pass until it is. Nor is one whose log could not be read a moment ago.
 	 */
 	async function heads(): Promise<Partial<Record<WebhookStream, number>>> {
 		const found: Partial<Record<WebhookStream, number>> = {};
 		await Promise.all(
 			(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
 				const action = `${EVENT_OWNER[stream]}.latestEvent`;
-				if (!isServed(broker, action)) return;
+				if (!isServed(broker, action) || (unreadableUntil.get(stream) ?? 0) > Date.now()) return;
 				const latest = await broker.call<StoredEvent | null, object>(action, {}).catch(() => undefined);
 				if (latest !== undefined) found[stream] = latest?.seq ?? 0;
 			})
@@ -176,8 +181,8 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 			return true;
 		};
 
-		/** A stream whose owner answered this pass and is still served: its events can be read. */
-		const readable = (stream: WebhookStream) => reached[stream] !== undefined && isServed(broker, `${EVENT_OWNER[stream]}.events`);
+		/** A stream whose owner answered this pass, is still served, and could read its log a moment ago. */
+		const readable = (stream: WebhookStream) => reached[stream] !== undefined && (unreadableUntil.get(stream) ?? 0) <= Date.now() && isServed(broker, `${EVENT_OWNER[stream]}.events`);
 		// A failing event goes first and nothing passes it. Its stream's owner away (an owner of an
 		// earlier version leases it all the same, or the owner left since the claim): the lease is
 		// left to lapse, untouched. Given back, the retry would be due again at once, and leased again.
@@ -187,9 +192,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 		const sliceEnds = performance.now() + SLICE_MS;
 		let sent = 0;
 		const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
-		/** A stream that could not be read: the lease is then left to lapse (see below). */
-		let unread = false;
-		for (const stream of streamsOf(subscription)) {
+		outer: for (const stream of streamsOf(subscription)) {
 			// An owner away (down, or a TIN owner still starting): that stream waits, and the subscription
 			// is leased for it again once the owner is back; the other stream goes on (no event of the
 			// waiting stream is failing: that case returned above).
@@ -201,10 +204,13 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 				try {
 					page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
 				} catch (err) {
+					// Left out of the passes for a lease, as if its owner were away: the subscriptions behind
+					// on it are not leased for it meanwhile (given back now, they would be at once).
+					if ((unreadableUntil.get(stream) ?? 0) <= Date.now())
+						logger.warn(`Reading the ${stream} events failed; webhooks of that stream wait ${leaseTtlMs} ms: ${(err as Error).message}`);
+					unreadableUntil.set(stream, Date.now() + leaseTtlMs);
 					// The failing event's stream: nothing else may go before it.
-					if (stream === failing) throw err;
-					logger.warn(`Webhook ${id}: reading the ${stream} events failed, tried again once its lease lapses; the other stream goes on: ${(err as Error).message}`);
-					unread = true;
+					if (stream === failing) break outer;
 					break;
 				}
 				more = page.length === EVENT_PAGE;
@@ -253,9 +259,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 				}
 			}
 		}
-		// A stream that could not be read is still behind: given back, the subscription would be leased
-		// again at once, to fail the same read. Its lease, left to lapse, paces the next try.
-		if (!unread) await broker.call("webhooks.release", { id, version });
+		await broker.call("webhooks.release", { id, version });
 	}
 
 	return {

@@ -38,14 +38,14 @@ function webhookCalls(heads: object[], releases: string[], leaseAsBefore: boolea
 	};
 }
 
-/** A TIN owner as far as webhooks read it: its event log; `unreadable`: it answers its latest event, but a read of its log fails. */
-function tinOwner(log: StoredEvent[], { unreadable = false } = {}): ServiceSchema {
+/** A TIN owner as far as webhooks read it: its event log; while `health.unreadable`, it answers its latest event, but a read of its log fails. */
+function tinOwner(log: StoredEvent[], health = { unreadable: false }): ServiceSchema {
 	return {
 		name: "tin",
 		actions: {
 			latestEvent: () => log[log.length - 1] ?? null,
 			events: (ctx: Context<{ after: number; limit: number }>) => {
-				if (unreadable) throw new Error("the TIN store is unavailable");
+				if (health.unreadable) throw new Error("the TIN store is unavailable");
 				return log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
 			}
 		}
@@ -75,7 +75,7 @@ async function startReceiver() {
 }
 
 /** A broker with the owners up and the worker created once they are (its first pass then finds them). */
-async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false, tinUnreadable = false } = {}) {
+async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false, tinHealth = { unreadable: false } } = {}) {
 	const heads: object[] = [];
 	const releases: string[] = [];
 	const warnings: string[] = [];
@@ -84,7 +84,7 @@ async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false
 	const config = loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "20", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_BASE_MS: "2000", WEBHOOK_TIMEOUT_MS: "1000" });
 	broker.createService(mempoolService(config));
 	broker.createService(webhooksService(config));
-	let tin = tinLog ? broker.createService(tinOwner(tinLog, { unreadable: tinUnreadable })) : null;
+	let tin = tinLog ? broker.createService(tinOwner(tinLog, tinHealth)) : null;
 	await broker.start();
 	broker.createService(webhookDeliveryService(config));
 	await broker.waitForServices(["webhook-delivery"]);
@@ -147,21 +147,34 @@ test("with the TIN owner gone, a subscription to both streams still gets its int
 	}
 });
 
-test("a TIN owner that answers but cannot read its log holds the intents' stream back no longer than one delivery", async () => {
+test("a TIN owner that answers but cannot read its log holds the intents' stream back not at all, and its own for a lease", async () => {
 	const tinLog = [tinEvent(1)];
-	const worker = await startWorker(tinLog, { tinUnreadable: true });
+	const tinHealth = { unreadable: true };
+	const worker = await startWorker(tinLog, { tinHealth });
 	const receiver = await startReceiver();
+	const readFailures = () => worker.warnings.filter(line => line.includes("Reading the tin_operations events failed")).length;
 	try {
-		await worker.broker.call("webhooks.create", { url: receiver.url, eventTypes: BOTH });
+		const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url, eventTypes: BOTH });
 		tinLog.push(tinEvent(2));
 		await worker.newIntent();
-		await waitFor(() => receiver.received.length > 0, 5000, "the intent's webhook");
-		expect(receiver.received).toEqual(["intent.status_changed"]);
-		expect(worker.warnings.some(line => line.includes("reading the tin_operations events failed"))).toBe(true);
-		// Still behind on the TIN stream: the lease is left to lapse (3 s), not given back to be leased again at once.
+		await waitFor(() => receiver.received.length === 1, 5000, "the intent's webhook");
+		expect(readFailures()).toBe(1);
+		// Left out of the passes for a lease (3 s): the next intent's event goes at once, and nothing reads the TIN log meanwhile.
+		await worker.newIntent();
+		await waitFor(() => receiver.received.length === 2, 2000, "the next intent's webhook, well within the lease");
+		await worker.passes(2);
+		// Nor is the subscription leased for the TIN stream meanwhile (it would be given back at once, again and again).
 		const released = worker.releases.length;
-		await worker.passes(5);
+		await worker.passes(3);
 		expect(worker.releases.length).toBe(released);
+		expect(readFailures()).toBe(1);
+		expect(receiver.received).toEqual(["intent.status_changed", "intent.status_changed"]);
+
+		// Readable again: after that lease, the TIN event (the one after the subscription's start) goes.
+		tinHealth.unreadable = false;
+		await waitFor(() => receiver.received.length === 3, 8000, "the TIN event");
+		expect(receiver.received[2]).toBe(TIN_OPERATION_EVENT_TYPE);
+		expect(await worker.broker.call("webhooks.get", { id })).toMatchObject({ cursors: { tin_operations: 2, intents: 2 }, retry: null, delivered: 3 });
 	} finally {
 		await receiver.close();
 		await worker.stop();

@@ -104,10 +104,14 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 	let stopping = false;
 	let noticed: NodeJS.Timeout | null = null;
 	/**
-	 * Streams whose log a delivery could not read, until when they are left out of the passes: a read
-	 * asks the owner for its log, not for one subscription's part of it, so its failure is the owner's.
+	 * Streams whose log a delivery could not read, until when (performance.now()) this worker leaves
+	 * them out, as if their owner were away: a read asks the owner for its log, not for one
+	 * subscription's part of it, so its failure is the owner's. One failure costs every subscription
+	 * of the stream a lease's wait on this worker (a second owner replica may have served the read),
+	 * against a failed read and a warning per subscription and pass while the owner stays broken.
 	 */
 	const unreadableUntil = new Map<WebhookStream, number>();
+	const unreadable = (stream: WebhookStream) => (unreadableUntil.get(stream) ?? 0) > performance.now();
 
 	/**
 	 * Each stream's latest event, of the streams whose owner answers now (the others wait for a later
@@ -119,7 +123,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 		await Promise.all(
 			(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
 				const action = `${EVENT_OWNER[stream]}.latestEvent`;
-				if (!isServed(broker, action) || (unreadableUntil.get(stream) ?? 0) > Date.now()) return;
+				if (!isServed(broker, action) || unreadable(stream)) return;
 				const latest = await broker.call<StoredEvent | null, object>(action, {}).catch(() => undefined);
 				if (latest !== undefined) found[stream] = latest?.seq ?? 0;
 			})
@@ -162,8 +166,9 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 	}
 
 	/**
-	 * Delivers one leased subscription until it is caught up, an attempt fails, the lease is lost or
-	 * the worker stops; from the streams whose owner answered this pass (`reached`: heads).
+	 * Delivers one leased subscription until it is caught up, an attempt fails, the lease is lost, the
+	 * log of its failing event cannot be read or the worker stops; from the streams whose owner
+	 * answered this pass (`reached`: heads).
 	 */
 	async function deliver({ subscription, leaseTtlMs }: WebhookLease, leasedAt: number, reached: Partial<Record<WebhookStream, number>>): Promise<void> {
 		const { id } = subscription;
@@ -182,10 +187,11 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 		};
 
 		/** A stream whose owner answered this pass, is still served, and could read its log a moment ago. */
-		const readable = (stream: WebhookStream) => reached[stream] !== undefined && (unreadableUntil.get(stream) ?? 0) <= Date.now() && isServed(broker, `${EVENT_OWNER[stream]}.events`);
-		// A failing event goes first and nothing passes it. Its stream's owner away (an owner of an
-		// earlier version leases it all the same, or the owner left since the claim): the lease is
-		// left to lapse, untouched. Given back, the retry would be due again at once, and leased again.
+		const readable = (stream: WebhookStream) => reached[stream] !== undefined && !unreadable(stream) && isServed(broker, `${EVENT_OWNER[stream]}.events`);
+		// A failing event goes first and nothing passes it. Its stream not readable (an owner of an
+		// earlier version leases it all the same, or its owner left or failed a read since the claim):
+		// the lease is left to lapse, untouched. Given back, an owner of an earlier version would lease
+		// it again at once.
 		const failing = failingStream(subscription);
 		if (failing && !readable(failing)) return;
 
@@ -204,11 +210,10 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 				try {
 					page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
 				} catch (err) {
-					// Left out of the passes for a lease, as if its owner were away: the subscriptions behind
-					// on it are not leased for it meanwhile (given back now, they would be at once).
-					if ((unreadableUntil.get(stream) ?? 0) <= Date.now())
-						logger.warn(`Reading the ${stream} events failed; webhooks of that stream wait ${leaseTtlMs} ms: ${(err as Error).message}`);
-					unreadableUntil.set(stream, Date.now() + leaseTtlMs);
+					// Left out for a lease, as if its owner were away: no subscription is leased for this
+					// stream meanwhile (each would be given back at once, to be leased again).
+					if (!unreadable(stream)) logger.warn(`Reading the ${stream} events failed; webhooks of that stream wait ${leaseTtlMs} ms: ${(err as Error).message}`);
+					unreadableUntil.set(stream, performance.now() + leaseTtlMs);
 					// The failing event's stream: nothing else may go before it.
 					if (stream === failing) break outer;
 					break;

@@ -182,18 +182,23 @@ test("a TIN owner that answers but cannot read its log holds the intents' stream
 });
 
 /**
- * A TIN event that the receiver refuses once, then its owner gone and an intent's event in: past
- * the retry's next attempt (1-2 s after the failure) and a few passes more, nothing but that
- * first attempt was sent. The retry as it stood when the owner left, and how many leases were
- * given back since.
+ * A TIN event that the receiver refuses once, then its owner away (`away`: gone, by default) and an
+ * intent's event in: past the retry's next attempt (1-2 s after the failure) and a few passes more,
+ * nothing but that first attempt was sent. The retry as it stood when the owner left, and how many
+ * leases were given back since.
  */
-async function retryWhileItsOwnerIsAway(worker: Awaited<ReturnType<typeof startWorker>>, tinLog: StoredEvent[], receiver: Awaited<ReturnType<typeof startReceiver>>) {
+async function retryWhileItsOwnerIsAway(
+	worker: Awaited<ReturnType<typeof startWorker>>,
+	tinLog: StoredEvent[],
+	receiver: Awaited<ReturnType<typeof startReceiver>>,
+	away: () => Promise<void> = worker.tinGone
+) {
 	const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url, eventTypes: BOTH });
 	const subscription = () => worker.broker.call<WebhookSubscription, object>("webhooks.get", { id });
-	// The owner leaves as the receiver refuses: well before the retry is due (1-2 s later).
+	// The owner goes away as the receiver refuses: well before the retry is due (1-2 s later).
 	let gone: Promise<void> | undefined;
 	receiver.state.failTin = true;
-	receiver.state.onTinFailure = () => void (gone ??= worker.tinGone());
+	receiver.state.onTinFailure = () => void (gone ??= away());
 	tinLog.push(tinEvent(1));
 	await waitFor(async () => gone !== undefined && (await subscription()).retry !== null, 5000, "the TIN event's first failure");
 	await gone;
@@ -209,6 +214,13 @@ async function retryWhileItsOwnerIsAway(worker: Awaited<ReturnType<typeof startW
 	return { subscription, retry, released: worker.releases.length - releasedBefore };
 }
 
+/** Once the receiver takes TIN events again and their log can be read: the retried TIN event, then the intent's, and the retry is over. */
+async function bothGoInOrder(receiver: Awaited<ReturnType<typeof startReceiver>>, subscription: () => Promise<WebhookSubscription>) {
+	await waitFor(() => receiver.received.length >= 3, 8000, "the retried TIN event, then the intent's");
+	expect(receiver.received).toEqual([TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_EVENT_TYPE, "intent.status_changed"]);
+	expect(await subscription()).toMatchObject({ retry: null, cursors: { tin_operations: 1 }, delivered: 2 });
+}
+
 test("a failing TIN event waits for its owner, and nothing after it is sent or leased meanwhile; then both go, in order", async () => {
 	const tinLog: StoredEvent[] = [];
 	const worker = await startWorker(tinLog);
@@ -221,9 +233,7 @@ test("a failing TIN event waits for its owner, and nothing after it is sent or l
 
 		receiver.state.failTin = false;
 		worker.tinBack();
-		await waitFor(() => receiver.received.length >= 3, 5000, "the retried TIN event, then the intent's");
-		expect(receiver.received).toEqual([TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_EVENT_TYPE, "intent.status_changed"]);
-		expect(await subscription()).toMatchObject({ retry: null, cursors: { tin_operations: 1 }, delivered: 2 });
+		await bothGoInOrder(receiver, subscription);
 	} finally {
 		await receiver.close();
 		await worker.stop();
@@ -241,6 +251,26 @@ test("leased by an owner of an earlier version while its owner is away, a failin
 		const now = await subscription();
 		expect(now.retry).toEqual(retry);
 		expect(now.cursors).toEqual({ intents: 0, tin_operations: 0 });
+	} finally {
+		await receiver.close();
+		await worker.stop();
+	}
+});
+
+test("a failing TIN event whose log cannot be read waits for it, with nothing after it sent; then both go, in order", async () => {
+	const tinLog: StoredEvent[] = [];
+	const tinHealth = { unreadable: false };
+	const worker = await startWorker(tinLog, { tinHealth });
+	const receiver = await startReceiver();
+	try {
+		const { subscription, retry, released } = await retryWhileItsOwnerIsAway(worker, tinLog, receiver, async () => void (tinHealth.unreadable = true));
+		// Leased once it was due, to find the log unreadable: given back untouched, and not leased again during that lease.
+		expect(released).toBe(1);
+		expect((await subscription()).retry).toEqual(retry);
+
+		receiver.state.failTin = false;
+		tinHealth.unreadable = false;
+		await bothGoInOrder(receiver, subscription);
 	} finally {
 		await receiver.close();
 		await worker.stop();

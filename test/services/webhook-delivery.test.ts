@@ -38,12 +38,18 @@ function webhookCalls(heads: object[], releases: string[], leaseAsBefore: boolea
 	};
 }
 
-/** A TIN owner as far as webhooks read it: its event log; while `health.unreadable`, it answers its latest event, but a read of its log fails. */
-function tinOwner(log: StoredEvent[], health = { unreadable: false }): ServiceSchema {
+/** How a stand-in TIN owner fails: `unreadable`, it answers its latest event but a read of its log fails; `hung`, it does not answer its latest event. */
+interface TinHealth {
+	unreadable: boolean;
+	hung?: boolean;
+}
+
+/** A TIN owner as far as webhooks read it: its event log. */
+function tinOwner(log: StoredEvent[], health: TinHealth = { unreadable: false }): ServiceSchema {
 	return {
 		name: "tin",
 		actions: {
-			latestEvent: () => log[log.length - 1] ?? null,
+			latestEvent: () => (health.hung ? new Promise(() => {}) : (log[log.length - 1] ?? null)),
 			events: (ctx: Context<{ after: number; limit: number }>) => {
 				if (health.unreadable) throw new Error("the TIN store is unavailable");
 				return log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
@@ -75,7 +81,7 @@ async function startReceiver() {
 }
 
 /** A broker with the owners up and the worker created once they are (its first pass then finds them). */
-async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false, tinHealth = { unreadable: false } } = {}) {
+async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false, tinHealth = { unreadable: false } as TinHealth } = {}) {
 	const heads: object[] = [];
 	const releases: string[] = [];
 	const warnings: string[] = [];
@@ -175,6 +181,25 @@ test("a TIN owner that answers but cannot read its log holds the intents' stream
 		await waitFor(() => receiver.received.length === 3, 8000, "the TIN event");
 		expect(receiver.received[2]).toBe(TIN_OPERATION_EVENT_TYPE);
 		expect(await worker.broker.call("webhooks.get", { id })).toMatchObject({ cursors: { tin_operations: 2, intents: 2 }, retry: null, delivered: 3 });
+	} finally {
+		await receiver.close();
+		await worker.stop();
+	}
+});
+
+test("a TIN owner that does not answer holds no pass: it is left out after a short wait, and the intents' events go", async () => {
+	const worker = await startWorker([], { tinHealth: { unreadable: false, hung: true } });
+	const receiver = await startReceiver();
+	const unanswered = () => worker.warnings.filter(line => line.includes("Asking for the latest tin_operations event failed")).length;
+	try {
+		await worker.broker.call("webhooks.create", { url: receiver.url, eventTypes: ["intent.status_changed"] });
+		await worker.newIntent();
+		// The pass that asked the hung owner waits 2 s for it, then leaves its stream out for a lease (3 s).
+		await waitFor(() => receiver.received.length === 1, 5000, "the intent's webhook");
+		expect(unanswered()).toBe(1);
+		await worker.newIntent();
+		await waitFor(() => receiver.received.length === 2, 1000, "the next intent's webhook, without waiting for the TIN owner");
+		expect(unanswered()).toBe(1);
 	} finally {
 		await receiver.close();
 		await worker.stop();

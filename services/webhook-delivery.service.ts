@@ -20,7 +20,7 @@ import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { isServed } from "./internal";
 import { webhookMetrics } from "./metrics";
-import { EVENT_OWNER, webhookLeaseMs, type WebhookLease } from "./webhooks.service";
+import { EVENT_OWNER, type WebhookLease } from "./webhooks.service";
 
 /**
  * Subscriptions one worker delivers at once (each in order, on its own): room for many slow
@@ -35,10 +35,11 @@ const LEASE_MARGIN_MS = 5000;
 /** Of a failed answer's body, what is kept for lastError; the rest is never read. */
 const ERROR_BODY_CHARS = 200;
 /**
- * An owner's latest event is one indexed read: an owner that has not answered it in this long is
- * taken as unable to read its log (a pass would otherwise wait for it, and hold the other stream).
+ * How long a pass waits for an owner's latest event (one indexed read) before it goes on without
+ * that stream: a slow or hung owner must not hold the other stream's passes. The call itself runs
+ * on, under the broker's timeout, and the stream stays out of the passes until it has answered.
  */
-const HEAD_TIMEOUT_MS = 2000;
+const HEAD_WAIT_MS = 2000;
 /** Notices of new events (up to one per stream every 5 ms) wake a worker at most this often. */
 const NOTICE_COALESCE_MS = 20;
 const USER_AGENT = "settlement-coordination-service-webhooks/1";
@@ -108,6 +109,8 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 	let again = false;
 	let stopping = false;
 	let noticed: NodeJS.Timeout | null = null;
+	/** Latest-event calls a pass stopped waiting for (HEAD_WAIT_MS): their stream is left out until they answer. */
+	const asking = new Set<WebhookStream>();
 	/**
 	 * Streams whose log a delivery could not read, until when (performance.now()) this worker leaves
 	 * them out, as if their owner were away: a read asks the owner for its log, not for one
@@ -117,30 +120,32 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 	 */
 	const unreadableUntil = new Map<WebhookStream, number>();
 	const unreadable = (stream: WebhookStream) => (unreadableUntil.get(stream) ?? 0) > performance.now();
-	/** Leaves `stream` out for a lease, as if its owner were away: no subscription is leased for it meanwhile (each would be given back at once, to be leased again). */
-	function leaveOut(stream: WebhookStream, what: string, err: unknown): void {
-		const leaseMs = webhookLeaseMs(config);
-		if (!unreadable(stream)) logger.warn(`${what} failed; webhooks of the ${stream} stream wait ${leaseMs} ms: ${(err as Error).message}`);
-		unreadableUntil.set(stream, performance.now() + leaseMs);
-	}
 
 	/**
 	 * Each stream's latest event, of the streams whose owner answers now (the others wait for a later
 	 * pass). An owner not served yet (still starting, or down) is not asked: the broker would log a
-	 * warning for every pass until it is. Nor is one whose log could not be read a moment ago; one
-	 * that fails to answer now is left out for a lease.
+	 * warning for every pass until it is. Nor is one whose log could not be read a moment ago, or
+	 * one still asked from an earlier pass.
 	 */
 	async function heads(): Promise<Partial<Record<WebhookStream, number>>> {
 		const found: Partial<Record<WebhookStream, number>> = {};
 		await Promise.all(
 			(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
 				const action = `${EVENT_OWNER[stream]}.latestEvent`;
-				if (!isServed(broker, action) || unreadable(stream)) return;
-				try {
-					found[stream] = (await broker.call<StoredEvent | null, object>(action, {}, { timeout: HEAD_TIMEOUT_MS }))?.seq ?? 0;
-				} catch (err) {
-					leaveOut(stream, `Asking for the latest ${stream} event`, err);
-				}
+				if (!isServed(broker, action) || unreadable(stream) || asking.has(stream)) return;
+				// A failure leaves the stream out of this pass only: the owner may be one of two replicas, or back at once.
+				const answer = broker.call<StoredEvent | null, object>(action, {}).then(
+					latest => latest?.seq ?? 0,
+					() => undefined
+				);
+				let waited: NodeJS.Timeout | undefined;
+				const seq = await Promise.race([answer, new Promise<"late">(resolve => (waited = setTimeout(resolve, HEAD_WAIT_MS, "late")))]);
+				clearTimeout(waited);
+				if (seq === "late") {
+					logger.warn(`The ${stream} owner has not given its latest event in ${HEAD_WAIT_MS} ms; webhooks of that stream wait until it does`);
+					asking.add(stream);
+					void answer.finally(() => asking.delete(stream));
+				} else if (seq !== undefined) found[stream] = seq;
 			})
 		);
 		return found;
@@ -225,7 +230,10 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 				try {
 					page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
 				} catch (err) {
-					leaveOut(stream, `Reading the ${stream} events`, err);
+					// Left out for a lease, as if its owner were away: no subscription is leased for this
+					// stream meanwhile (each would be given back at once, to be leased again).
+					if (!unreadable(stream)) logger.warn(`Reading the ${stream} events failed; webhooks of that stream wait ${leaseTtlMs} ms: ${(err as Error).message}`);
+					unreadableUntil.set(stream, performance.now() + leaseTtlMs);
 					// The failing event's stream: nothing else may go before it.
 					if (stream === failing) break outer;
 					break;

@@ -50,7 +50,6 @@ const DUE_PAGE = CLAIM_MAX * CLAIM_SLACK;
 
 /** A delivery lease outlasts an attempt (WEBHOOK_TIMEOUT_MS) with room to record its outcome. */
 const LEASE_ATTEMPTS = 3;
-export const webhookLeaseMs = (config: Pick<Config, "webhookTimeoutMs">) => LEASE_ATTEMPTS * config.webhookTimeoutMs;
 
 interface CreateRequest {
 	url: string;
@@ -70,7 +69,7 @@ const leaseParams = { id: { type: "string", max: 64 }, version: { type: "number"
 
 export function webhooksService(config: Config): ServiceSchema {
 	let webhooks: Collection<WebhookRecord>;
-	const leaseTtlMs = webhookLeaseMs(config);
+	const leaseTtlMs = LEASE_ATTEMPTS * config.webhookTimeoutMs;
 	const lookup = (host: string) => dns.lookup(host, { all: true, verbatim: true });
 
 	async function mustGet(id: string): Promise<WebhookRecord> {

@@ -37,7 +37,8 @@ const ERROR_BODY_CHARS = 200;
 /**
  * How long a pass waits for an owner's latest event (one indexed read) before it goes on without
  * that stream: a slow or hung owner must not hold the other stream's passes. The call itself runs
- * on, under the broker's timeout, and the stream stays out of the passes until it has answered.
+ * on, and the stream stays out of the passes until it has ended: at most the broker's
+ * requestTimeout (moleculer.config.ts), which this relies on.
  */
 const HEAD_WAIT_MS = 2000;
 /** Notices of new events (up to one per stream every 5 ms) wake a worker at most this often. */

@@ -38,10 +38,13 @@ function webhookCalls(heads: object[], releases: string[], leaseAsBefore: boolea
 	};
 }
 
-/** How a stand-in TIN owner fails: `unreadable`, it answers its latest event but a read of its log fails; `hung`, it does not answer its latest event. */
+/**
+ * How a stand-in TIN owner fails: `unreadable`, it answers its latest event but a read of its log
+ * fails; `hung`, it does not answer its latest event until the test calls the `answers` it keeps.
+ */
 interface TinHealth {
 	unreadable: boolean;
-	hung?: boolean;
+	hung?: { answers: (() => void)[] };
 }
 
 /** A TIN owner as far as webhooks read it: its event log. */
@@ -49,7 +52,10 @@ function tinOwner(log: StoredEvent[], health: TinHealth = { unreadable: false })
 	return {
 		name: "tin",
 		actions: {
-			latestEvent: () => (health.hung ? new Promise(() => {}) : (log[log.length - 1] ?? null)),
+			latestEvent: () => {
+				const latest = log[log.length - 1] ?? null;
+				return health.hung ? new Promise(resolve => health.hung!.answers.push(() => resolve(latest))) : latest;
+			},
 			events: (ctx: Context<{ after: number; limit: number }>) => {
 				if (health.unreadable) throw new Error("the TIN store is unavailable");
 				return log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
@@ -188,7 +194,9 @@ test("a TIN owner that answers but cannot read its log holds the intents' stream
 });
 
 test("a TIN owner that does not answer holds one pass for 2 s, then none until it answers; the intents' events go", async () => {
-	const worker = await startWorker([], { tinHealth: { unreadable: false, hung: true } });
+	const hung = { answers: [] as (() => void)[] };
+	const tinHealth: TinHealth = { unreadable: false, hung };
+	const worker = await startWorker([tinEvent(1)], { tinHealth });
 	const receiver = await startReceiver();
 	const unanswered = () => worker.warnings.filter(line => line.includes("The tin_operations owner has not given its latest event")).length;
 	try {
@@ -203,6 +211,14 @@ test("a TIN owner that does not answer holds one pass for 2 s, then none until i
 		await worker.passes(3);
 		expect(unanswered()).toBe(1);
 		for (const head of worker.heads.slice(-3)) expect(head).toEqual({ intents: 2 });
+		expect(hung.answers).toHaveLength(1);
+
+		// It answers at last, and is well again: the next passes ask it, and count its stream.
+		tinHealth.hung = undefined;
+		hung.answers[0]();
+		await waitFor(() => worker.heads.some(head => "tin_operations" in head), 2000, "a pass with the TIN stream again");
+		expect(worker.heads[worker.heads.length - 1]).toEqual({ intents: 2, tin_operations: 1 });
+		expect(unanswered()).toBe(1);
 	} finally {
 		await receiver.close();
 		await worker.stop();

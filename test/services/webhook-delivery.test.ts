@@ -126,6 +126,22 @@ async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false
 	};
 }
 
+/** Runs `body` with a worker (as startWorker) and a receiver, and stops both after it, whatever happens. */
+async function withWorker(
+	tinLog: StoredEvent[] | null,
+	options: Parameters<typeof startWorker>[1],
+	body: (worker: Awaited<ReturnType<typeof startWorker>>, receiver: Awaited<ReturnType<typeof startReceiver>>) => Promise<void>
+) {
+	const worker = await startWorker(tinLog, options);
+	const receiver = await startReceiver();
+	try {
+		await body(worker, receiver);
+	} finally {
+		await receiver.close();
+		await worker.stop();
+	}
+}
+
 /** The TIN stream first: its owner's absence must not hold the intents' stream back. */
 const BOTH = ["tin_operation.status_changed", "intent.status_changed"];
 
@@ -141,9 +157,7 @@ test("a pass leases with the heads of the owners that are up, and calls none tha
 });
 
 test("with the TIN owner gone, a subscription to both streams still gets its intent events, and nothing calls the TIN owner", async () => {
-	const worker = await startWorker([]);
-	const receiver = await startReceiver();
-	try {
+	await withWorker([], {}, async (worker, receiver) => {
 		await worker.broker.call("webhooks.create", { url: receiver.url, eventTypes: BOTH });
 		await worker.tinGone();
 		worker.warnings.length = 0;
@@ -153,19 +167,14 @@ test("with the TIN owner gone, a subscription to both streams still gets its int
 		expect(receiver.received).toEqual(["intent.status_changed"]);
 		await worker.passes(3);
 		expect(worker.warnings.filter(line => line.includes("tin."))).toEqual([]);
-	} finally {
-		await receiver.close();
-		await worker.stop();
-	}
+	});
 });
 
 test("a TIN owner that answers but cannot read its log holds the intents' stream back not at all, and its own for a lease", async () => {
 	const tinLog = [tinEvent(1)];
 	const tinHealth = { unreadable: true };
-	const worker = await startWorker(tinLog, { tinHealth });
-	const receiver = await startReceiver();
-	const readFailures = () => worker.warnings.filter(line => line.includes("Reading the tin_operations events failed")).length;
-	try {
+	await withWorker(tinLog, { tinHealth }, async (worker, receiver) => {
+		const readFailures = () => worker.warnings.filter(line => line.includes("Reading the tin_operations events failed")).length;
 		const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url, eventTypes: BOTH });
 		tinLog.push(tinEvent(2));
 		await worker.newIntent();
@@ -187,19 +196,14 @@ test("a TIN owner that answers but cannot read its log holds the intents' stream
 		await waitFor(() => receiver.received.length === 3, 8000, "the TIN event");
 		expect(receiver.received[2]).toBe(TIN_OPERATION_EVENT_TYPE);
 		expect(await worker.broker.call("webhooks.get", { id })).toMatchObject({ cursors: { tin_operations: 2, intents: 2 }, retry: null, delivered: 3 });
-	} finally {
-		await receiver.close();
-		await worker.stop();
-	}
+	});
 });
 
 test("a TIN owner that does not answer holds one pass for 2 s, then none until it answers; the intents' events go", async () => {
 	const hung = { answers: [] as (() => void)[] };
 	const tinHealth: TinHealth = { unreadable: false, hung };
-	const worker = await startWorker([tinEvent(1)], { tinHealth });
-	const receiver = await startReceiver();
-	const unanswered = () => worker.warnings.filter(line => line.includes("The tin_operations owner has not given its latest event")).length;
-	try {
+	await withWorker([tinEvent(1)], { tinHealth }, async (worker, receiver) => {
+		const unanswered = () => worker.warnings.filter(line => line.includes("The tin_operations owner has not given its latest event")).length;
 		await worker.broker.call("webhooks.create", { url: receiver.url, eventTypes: ["intent.status_changed"] });
 		await worker.newIntent();
 		// The pass that asked the hung owner waits 2 s for it, then goes on without its stream; the
@@ -219,10 +223,7 @@ test("a TIN owner that does not answer holds one pass for 2 s, then none until i
 		await waitFor(() => worker.heads.some(head => "tin_operations" in head), 2000, "a pass with the TIN stream again");
 		expect(worker.heads[worker.heads.length - 1]).toEqual({ intents: 2, tin_operations: 1 });
 		expect(unanswered()).toBe(1);
-	} finally {
-		await receiver.close();
-		await worker.stop();
-	}
+	});
 });
 
 /**
@@ -267,9 +268,7 @@ async function bothGoInOrder(receiver: Awaited<ReturnType<typeof startReceiver>>
 
 test("a failing TIN event waits for its owner, and nothing after it is sent or leased meanwhile; then both go, in order", async () => {
 	const tinLog: StoredEvent[] = [];
-	const worker = await startWorker(tinLog);
-	const receiver = await startReceiver();
-	try {
+	await withWorker(tinLog, {}, async (worker, receiver) => {
 		const { subscription, retry, released } = await retryWhileItsOwnerIsAway(worker, tinLog, receiver);
 		expect(released).toBeLessThanOrEqual(1);
 		expect((await subscription()).retry).toEqual(retry);
@@ -278,35 +277,25 @@ test("a failing TIN event waits for its owner, and nothing after it is sent or l
 		receiver.state.failTin = false;
 		worker.tinBack();
 		await bothGoInOrder(receiver, subscription);
-	} finally {
-		await receiver.close();
-		await worker.stop();
-	}
+	});
 });
 
 test("leased by an owner of an earlier version while its owner is away, a failing TIN event is left to its lease, untouched", async () => {
 	const tinLog: StoredEvent[] = [];
-	const worker = await startWorker(tinLog, { leaseAsBefore: true });
-	const receiver = await startReceiver();
-	try {
+	await withWorker(tinLog, { leaseAsBefore: true }, async (worker, receiver) => {
 		const { subscription, retry, released } = await retryWhileItsOwnerIsAway(worker, tinLog, receiver);
 		// Leased once past its time, then held by that lease (3 s): not given back, so not leased again at once.
 		expect(released).toBe(0);
 		const now = await subscription();
 		expect(now.retry).toEqual(retry);
 		expect(now.cursors).toEqual({ intents: 0, tin_operations: 0 });
-	} finally {
-		await receiver.close();
-		await worker.stop();
-	}
+	});
 });
 
 test("a failing TIN event whose log cannot be read waits for it, with nothing after it sent; then both go, in order", async () => {
 	const tinLog: StoredEvent[] = [];
 	const tinHealth = { unreadable: false };
-	const worker = await startWorker(tinLog, { tinHealth });
-	const receiver = await startReceiver();
-	try {
+	await withWorker(tinLog, { tinHealth }, async (worker, receiver) => {
 		const { subscription, retry, released } = await retryWhileItsOwnerIsAway(worker, tinLog, receiver, async () => void (tinHealth.unreadable = true));
 		// Leased once it was due, to find the log unreadable: given back untouched, and not leased again during that lease.
 		expect(released).toBe(1);
@@ -315,10 +304,7 @@ test("a failing TIN event whose log cannot be read waits for it, with nothing af
 		receiver.state.failTin = false;
 		tinHealth.unreadable = false;
 		await bothGoInOrder(receiver, subscription);
-	} finally {
-		await receiver.close();
-		await worker.stop();
-	}
+	});
 });
 
 test("claim reads past retries waiting for an absent owner: however many, they do not hide a due retry on the other stream", async () => {

@@ -279,6 +279,81 @@ export function nextAttemptAt(firstFailureMs: number, nowMs: number, attempt: nu
 }
 
 // ---------------------------------------------------------------------------------------------
+// Delivery state: each change gives the next record; the owner writes it with version + 1, a
+// compare-and-set on the version it read (services/webhooks.service.ts).
+
+export type StreamCursors = Record<WebhookStream, number | null>;
+
+type Lease = Pick<WebhookRecord, "leasedBy" | "leaseExpiresAt" | "notBefore">;
+
+/** Held by `leasedBy` until `leaseExpiresAt`; due again then, should its holder die. */
+export const leasedUntil = (leasedBy: string, leaseExpiresAt: string): Lease => ({ leasedBy, leaseExpiresAt, notBefore: leaseExpiresAt });
+
+/** Held by nobody: idle (notBefore null), or waiting for a retry at `notBefore`. */
+export const unleased = (notBefore: string | null): Lease => ({ leasedBy: null, leaseExpiresAt: null, notBefore });
+
+/** A new subscription, enabled and idle, delivering what its streams log after `cursors` (null: a stream it does not take). */
+export function newWebhookRecord(request: { url: string; eventTypes: WebhookEventType[]; filter?: { senderWallet?: string; tins?: string[] } }, cursors: StreamCursors, now: Date): WebhookRecord {
+	const { url, eventTypes, filter } = request;
+	return {
+		id: newWebhookId(),
+		url,
+		eventTypes,
+		filter: filter?.senderWallet !== undefined ? { senderWallet: filter.senderWallet } : filter?.tins ? { tins: filter.tins } : null,
+		secret: newSecret(),
+		createdAt: now.toISOString(),
+		state: "enabled",
+		intentsCursor: cursors.intents,
+		tinOperationsCursor: cursors.tin_operations,
+		version: 1,
+		...unleased(null),
+		delivered: 0,
+		retry: null,
+		disabledAt: null,
+		disabledReason: null,
+		failures: []
+	};
+}
+
+/** The events of `stream` up to `seq` are handled (the last one delivered when `delivered`), and the lease runs on. */
+export function advanced(record: WebhookRecord, stream: WebhookStream, seq: number, delivered: boolean, leaseExpiresAt: string): WebhookRecord {
+	const next = { ...record, [CURSOR_FIELD[stream]]: seq, ...leasedUntil(record.leasedBy ?? "", leaseExpiresAt) };
+	return delivered ? { ...next, delivered: record.delivered + 1, retry: null } : next;
+}
+
+export interface FailedAttempt {
+	stream: WebhookStream;
+	/** Events of `stream` up to here are handled; the failing one is next. */
+	seq: number;
+	webhookId: string;
+	eventType: string;
+	status: number | null;
+	error: string;
+}
+
+/**
+ * After a failed attempt: the lease given up, the next attempt scheduled, or the subscription
+ * disabled once the streak's retry window is over. The streak goes on through other events, so a
+ * receiver that never answers is disabled in time.
+ */
+export function failed(record: WebhookRecord, attempt: FailedAttempt, now: Date, schedule: { baseMs: number; retryForMs: number }): WebhookRecord {
+	const at = now.toISOString();
+	const firstFailureAt = record.retry?.firstFailureAt ?? at;
+	const attempts = record.retry?.webhookId === attempt.webhookId ? record.retry.attempts + 1 : 1;
+	const nextMs = nextAttemptAt(Date.parse(firstFailureAt), now.getTime(), attempts, schedule.baseMs, schedule.retryForMs);
+	const nextAt = nextMs === null ? null : new Date(nextMs).toISOString();
+	const next: WebhookRecord = {
+		...record,
+		[CURSOR_FIELD[attempt.stream]]: attempt.seq,
+		...unleased(nextAt),
+		retry: { webhookId: attempt.webhookId, eventType: attempt.eventType, firstFailureAt, attempts, nextAttemptAt: nextAt, lastError: attempt.error },
+		failures: [...record.failures, { at, webhookId: attempt.webhookId, attempt: attempts, status: attempt.status, error: attempt.error }].slice(-MAX_FAILURES_KEPT)
+	};
+	if (nextAt !== null) return next;
+	return { ...next, state: "disabled", disabledAt: at, disabledReason: `Every attempt failed for ${schedule.retryForMs} ms (WEBHOOK_RETRY_FOR_MS) since ${firstFailureAt}` };
+}
+
+// ---------------------------------------------------------------------------------------------
 // Where a delivery may go (SSRF)
 
 /** Special-purpose ranges (IANA registries); an IPv4-mapped IPv6 address is checked against the IPv4 ones. */

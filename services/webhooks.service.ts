@@ -5,28 +5,31 @@
  * The delivery state lives here, so a worker that dies loses nothing but its lease.
  */
 import { promises as dns } from "node:dns";
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
 import type { Collection, ListQuery, StoredEvent, Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
-	MAX_FAILURES_KEPT,
 	STREAM_OF,
 	WEBHOOKS_COLLECTION,
+	advanced,
 	createWebhookParams,
+	failed,
 	failingStream,
 	filterProblem,
 	isWebhookId,
+	leasedUntil,
 	listWebhooksParams,
-	newSecret,
-	newWebhookId,
-	nextAttemptAt,
+	newWebhookRecord,
 	resolveTarget,
 	toWebhookView,
+	unleased,
 	urlProblem,
 	webhookRefParams,
 	type CreatedWebhookSubscription,
+	type FailedAttempt,
+	type StreamCursors,
 	type WebhookEventType,
 	type WebhookRecord,
 	type WebhookStream,
@@ -63,66 +66,51 @@ export interface WebhookLease {
 	leaseTtlMs: number;
 }
 
+type Heads = Partial<Record<WebhookStream, number>>;
+
+interface WebhooksSettings {
+	leaseTtlMs: number;
+	webhooksMax: number;
+	allowPrivate: boolean;
+	retry: { baseMs: number; retryForMs: number };
+}
+
+interface WebhooksVars {
+	webhooks: Collection<WebhookRecord>;
+}
+
+interface WebhooksMethods {
+	mustGet(id: string): Promise<WebhookRecord>;
+	/** Writes `next` (version + 1) over `current` if nobody wrote since; the new record, or null. */
+	commit(current: WebhookRecord, next: WebhookRecord): Promise<WebhookRecord | null>;
+	held(id: string, version: number): Promise<WebhookRecord | null>;
+	subscribe(ctx: Context, request: CreateRequest): Promise<WebhookRecord>;
+	storeWithinLimit(record: WebhookRecord): Promise<void>;
+	dueFor(heads: Heads, nowMs: number, wanted: number): Promise<WebhookRecord[]>;
+	behind(heads: Heads, wanted: number): Promise<WebhookRecord[]>;
+	lease(candidates: WebhookRecord[], leasedBy: string, nowMs: number, limit: number): Promise<WebhookLease[]>;
+	leaseExpiry(nowMs: number): string;
+}
+
+type WebhooksThis = Service<WebhooksSettings> & WebhooksVars & WebhooksMethods;
+
 const invalid = (field: string, message: string) => new ServiceError("VALIDATION_ERROR", message, [{ type: field, field, message }]);
+const lookup = (host: string) => dns.lookup(host, { all: true, verbatim: true });
 const streamParam = { type: "enum", values: Object.keys(CURSOR_FIELD) };
 const leaseParams = { id: { type: "string", max: 64 }, version: { type: "number", integer: true, min: 1 } };
 
-export function webhooksService(config: Config): ServiceSchema {
-	let webhooks: Collection<WebhookRecord>;
-	const leaseTtlMs = LEASE_ATTEMPTS * config.webhookTimeoutMs;
-	const lookup = (host: string) => dns.lookup(host, { all: true, verbatim: true });
-
-	async function mustGet(id: string): Promise<WebhookRecord> {
-		const record = isWebhookId(id) ? await webhooks.get(id) : null;
-		if (!record) throw new ServiceError("NOT_FOUND", `Webhook subscription ${id} not found`);
-		return record;
-	}
-
-	/** Writes `next` (version + 1) over `current` if nobody wrote since; the new record, or null. */
-	async function commit(current: WebhookRecord, next: Omit<WebhookRecord, "version">): Promise<WebhookRecord | null> {
-		const written = { ...next, version: current.version + 1 };
-		return (await webhooks.update(current.id, { version: current.version }, written)) ? written : null;
-	}
-
-	/** The record a lease holder writes on, or null when the lease is lost (someone wrote since) or the subscription is gone. */
-	async function held(id: string, version: number): Promise<WebhookRecord | null> {
-		const record = await webhooks.get(id);
-		return record && record.version === version && record.state === "enabled" ? record : null;
-	}
-
-	/**
-	 * Up to `wanted` subscriptions due now (a retry, or a lapsed lease), oldest first, that a worker
-	 * reaching the streams of `heads` can deliver. A retry waits for its stream's owner: leased, it
-	 * could only be given back, due again at once. Such retries are read past, so that however many
-	 * wait, they cannot hide the others.
-	 */
-	async function dueFor(heads: Partial<Record<WebhookStream, number>>, nowMs: number, wanted: number): Promise<WebhookRecord[]> {
-		const found: WebhookRecord[] = [];
-		const where: Where = { state: "enabled", notBefore: { lte: new Date(nowMs).toISOString() } };
-		for (let after: ListQuery["after"]; found.length < wanted; ) {
-			const page = await webhooks.list({ where, orderBy: ["notBefore", "asc"], limit: DUE_PAGE, ...(after ? { after } : {}) });
-			for (const candidate of page) {
-				const failing = failingStream(candidate);
-				if (!failing || heads[failing] !== undefined) found.push(candidate);
-			}
-			if (page.length < DUE_PAGE) break;
-			const last = page[page.length - 1];
-			after = { value: last.notBefore!, id: last.id }; // set: the query asks for notBefore ≤ now
-		}
-		return found.slice(0, wanted);
-	}
-
-	const leased = (nowMs: number, leasedBy: string) => {
-		const leaseExpiresAt = new Date(nowMs + leaseTtlMs).toISOString();
-		return { leasedBy, leaseExpiresAt, notBefore: leaseExpiresAt };
-	};
-	const unleased = (notBefore: string | null) => ({ leasedBy: null, leaseExpiresAt: null, notBefore });
-
+export function webhooksService(config: Config): ServiceSchema<WebhooksSettings, WebhooksMethods, WebhooksVars, WebhooksThis> {
 	return {
 		name: "webhooks",
+		settings: {
+			leaseTtlMs: LEASE_ATTEMPTS * config.webhookTimeoutMs,
+			webhooksMax: config.webhooksMax,
+			allowPrivate: config.webhookAllowPrivate,
+			retry: { baseMs: config.webhookRetryBaseMs, retryForMs: config.webhookRetryForMs }
+		},
 		mixins: [
-			storeMixin(config, "webhooks", async store => {
-				webhooks = await store.collection<WebhookRecord>(WEBHOOKS_COLLECTION);
+			storeMixin<WebhooksThis>(config, "webhooks", async function (this: WebhooksThis, store) {
+				this.webhooks = await store.collection<WebhookRecord>(WEBHOOKS_COLLECTION);
 			})
 		],
 
@@ -133,51 +121,8 @@ export function webhooksService(config: Config): ServiceSchema {
 			 */
 			create: {
 				params: createWebhookParams,
-				async handler(ctx: Context<CreateRequest, { $statusCode?: number; $location?: string }>): Promise<CreatedWebhookSubscription> {
-					const { url: raw, eventTypes, filter } = ctx.params;
-					const badFilter = filterProblem(eventTypes, filter);
-					if (badFilter) throw invalid("filter", badFilter);
-					const badUrl = urlProblem(raw);
-					if (badUrl) throw invalid("url", badUrl);
-					const url = new URL(raw);
-					// Checked again, after resolution, at every delivery (a name may resolve elsewhere later).
-					const target = await resolveTarget(url, config.webhookAllowPrivate, lookup);
-					if ("problem" in target) throw invalid("url", target.problem);
-
-					const cursors: Record<WebhookStream, number | null> = { intents: null, tin_operations: null };
-					for (const stream of new Set(eventTypes.map(type => STREAM_OF[type]))) {
-						const latest = await ctx.call<StoredEvent | null, object>(`${EVENT_OWNER[stream]}.latestEvent`, {});
-						cursors[stream] = latest?.seq ?? 0;
-					}
-					const record: WebhookRecord = {
-						id: newWebhookId(),
-						url: url.href,
-						eventTypes,
-						filter: filter?.senderWallet !== undefined ? { senderWallet: filter.senderWallet } : filter?.tins ? { tins: filter.tins } : null,
-						secret: newSecret(),
-						createdAt: new Date().toISOString(),
-						state: "enabled",
-						intentsCursor: cursors.intents,
-						tinOperationsCursor: cursors.tin_operations,
-						version: 1,
-						...unleased(null),
-						delivered: 0,
-						retry: null,
-						disabledAt: null,
-						disabledReason: null,
-						failures: []
-					};
-					const full = () => new ServiceError("LIMIT_REACHED", `This deployment keeps at most ${config.webhooksMax} webhook subscriptions (WEBHOOKS_MAX); delete one first`);
-					// Full already: refused without storing anything.
-					if ((await webhooks.count()) >= config.webhooksMax) throw full();
-					// Stored, then counted: of creations racing on any number of owner replicas, the
-					// last to count sees every one kept, so the kept never outnumber WEBHOOKS_MAX
-					// (a race at the limit can refuse one more than needed, never admit one).
-					if (!(await webhooks.insert(record))) throw new Error("a new webhook id was taken");
-					if ((await webhooks.count()) > config.webhooksMax) {
-						await webhooks.remove(record.id);
-						throw full();
-					}
+				async handler(this: WebhooksThis, ctx: Context<CreateRequest, { $statusCode?: number; $location?: string }>): Promise<CreatedWebhookSubscription> {
+					const record = await this.subscribe(ctx, ctx.params);
 					ctx.meta.$statusCode = 201;
 					ctx.meta.$location = `/webhooks/${record.id}`;
 					return { ...toWebhookView(record), secret: record.secret };
@@ -187,25 +132,25 @@ export function webhooksService(config: Config): ServiceSchema {
 			/** GET /webhooks: newest first. */
 			list: {
 				params: listWebhooksParams,
-				async handler(ctx: Context<{ limit: number }>): Promise<WebhookSubscription[]> {
-					return (await webhooks.list({ orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(toWebhookView);
+				async handler(this: WebhooksThis, ctx: Context<{ limit: number }>): Promise<WebhookSubscription[]> {
+					return (await this.webhooks.list({ orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(toWebhookView);
 				}
 			},
 
 			/** GET /webhooks/{id}: with its delivery state. */
 			get: {
 				params: webhookRefParams,
-				async handler(ctx: Context<{ id: string }>): Promise<WebhookSubscription> {
-					return toWebhookView(await mustGet(ctx.params.id));
+				async handler(this: WebhooksThis, ctx: Context<{ id: string }>): Promise<WebhookSubscription> {
+					return toWebhookView(await this.mustGet(ctx.params.id));
 				}
 			},
 
 			/** DELETE /webhooks/{id}: answers the subscription as it was; a delivery in flight loses its lease at its next write. */
 			remove: {
 				params: webhookRefParams,
-				async handler(ctx: Context<{ id: string }>): Promise<WebhookSubscription> {
-					const record = await mustGet(ctx.params.id);
-					if (!(await webhooks.remove(record.id))) throw new ServiceError("NOT_FOUND", `Webhook subscription ${record.id} not found`);
+				async handler(this: WebhooksThis, ctx: Context<{ id: string }>): Promise<WebhookSubscription> {
+					const record = await this.mustGet(ctx.params.id);
+					if (!(await this.webhooks.remove(record.id))) throw new ServiceError("NOT_FOUND", `Webhook subscription ${record.id} not found`);
 					return toWebhookView(record);
 				}
 			},
@@ -221,28 +166,12 @@ export function webhooksService(config: Config): ServiceSchema {
 					heads: { type: "object", props: { intents: { type: "number", integer: true, min: 0, optional: true }, tin_operations: { type: "number", integer: true, min: 0, optional: true } } },
 					limit: { type: "number", integer: true, min: 1, max: CLAIM_MAX }
 				},
-				async handler(ctx: Context<{ leasedBy: string; heads: Partial<Record<WebhookStream, number>>; limit: number }>): Promise<WebhookLease[]> {
+				async handler(this: WebhooksThis, ctx: Context<{ leasedBy: string; heads: Heads; limit: number }>): Promise<WebhookLease[]> {
 					const { leasedBy, heads, limit } = ctx.params;
 					const nowMs = Date.now();
 					const scan = limit * CLAIM_SLACK;
-					const due = await dueFor(heads, nowMs, scan);
-					const behind: WebhookRecord[] = [];
-					for (const [stream, head] of Object.entries(heads) as [WebhookStream, number][]) {
-						const field = CURSOR_FIELD[stream];
-						const where: Where = { state: "enabled", notBefore: null, [field]: { lt: head } };
-						behind.push(...(await webhooks.list({ where, orderBy: [field, "asc"], limit: scan })));
-					}
-					const granted: WebhookLease[] = [];
-					const seen = new Set<string>();
-					for (const candidate of [...due, ...behind]) {
-						if (granted.length >= limit) break;
-						if (seen.has(candidate.id)) continue;
-						seen.add(candidate.id);
-						// Another worker may have taken it since the list: then this write changes nothing.
-						const taken = await commit(candidate, { ...candidate, ...leased(nowMs, leasedBy) });
-						if (taken) granted.push({ subscription: taken, leaseTtlMs });
-					}
-					return granted;
+					const candidates = [...(await this.dueFor(heads, nowMs, scan)), ...(await this.behind(heads, scan))];
+					return this.lease(candidates, leasedBy, nowMs, limit);
 				}
 			}),
 
@@ -252,13 +181,11 @@ export function webhooksService(config: Config): ServiceSchema {
 			 */
 			advance: internal({
 				params: { ...leaseParams, stream: streamParam, seq: { type: "number", integer: true, min: 0 }, delivered: "boolean" },
-				async handler(ctx: Context<{ id: string; version: number; stream: WebhookStream; seq: number; delivered: boolean }>): Promise<number | null> {
+				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; stream: WebhookStream; seq: number; delivered: boolean }>): Promise<number | null> {
 					const { id, version, stream, seq, delivered } = ctx.params;
-					const record = await held(id, version);
+					const record = await this.held(id, version);
 					if (!record) return null;
-					const next = { ...record, [CURSOR_FIELD[stream]]: seq, ...leased(Date.now(), record.leasedBy ?? "") };
-					if (delivered) Object.assign(next, { delivered: record.delivered + 1, retry: null });
-					return (await commit(record, next))?.version ?? null;
+					return (await this.commit(record, advanced(record, stream, seq, delivered, this.leaseExpiry(Date.now()))))?.version ?? null;
 				}
 			}),
 
@@ -277,40 +204,130 @@ export function webhooksService(config: Config): ServiceSchema {
 					status: { type: "number", integer: true, nullable: true },
 					error: { type: "string", max: 1000 }
 				},
-				async handler(
-					ctx: Context<{ id: string; version: number; stream: WebhookStream; seq: number; webhookId: string; eventType: string; status: number | null; error: string }>
-				): Promise<{ disabled: boolean } | null> {
-					const { id, version, stream, seq, webhookId, eventType, status, error } = ctx.params;
-					const record = await held(id, version);
+				async handler(this: WebhooksThis, ctx: Context<FailedAttempt & { id: string; version: number }>): Promise<{ disabled: boolean } | null> {
+					const { id, version, ...attempt } = ctx.params;
+					const record = await this.held(id, version);
 					if (!record) return null;
-					const nowMs = Date.now();
-					const at = new Date(nowMs).toISOString();
-					// The streak goes on through other events: a receiver that never answers is disabled in time.
-					const firstFailureAt = record.retry?.firstFailureAt ?? at;
-					const attempt = record.retry?.webhookId === webhookId ? record.retry.attempts + 1 : 1;
-					const nextMs = nextAttemptAt(Date.parse(firstFailureAt), nowMs, attempt, config.webhookRetryBaseMs, config.webhookRetryForMs);
-					const nextAt = nextMs === null ? null : new Date(nextMs).toISOString();
-					const next: WebhookRecord = {
-						...record,
-						[CURSOR_FIELD[stream]]: seq,
-						...unleased(nextAt),
-						retry: { webhookId, eventType, firstFailureAt, attempts: attempt, nextAttemptAt: nextAt, lastError: error },
-						failures: [...record.failures, { at, webhookId, attempt, status, error }].slice(-MAX_FAILURES_KEPT)
-					};
-					if (nextAt === null)
-						Object.assign(next, { state: "disabled", disabledAt: at, disabledReason: `Every attempt failed for ${config.webhookRetryForMs} ms (WEBHOOK_RETRY_FOR_MS) since ${firstFailureAt}` });
-					return (await commit(record, next)) ? { disabled: nextAt === null } : null;
+					const written = await this.commit(record, failed(record, attempt, new Date(), this.settings.retry));
+					return written ? { disabled: written.state === "disabled" } : null;
 				}
 			}),
 
 			/** Internal, by a lease holder with nothing left to deliver (or stopping): gives the lease up. */
 			release: internal({
 				params: leaseParams,
-				async handler(ctx: Context<{ id: string; version: number }>): Promise<boolean> {
-					const record = await held(ctx.params.id, ctx.params.version);
-					return !!record && !!(await commit(record, { ...record, ...unleased(record.retry?.nextAttemptAt ?? null) }));
+				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number }>): Promise<boolean> {
+					const record = await this.held(ctx.params.id, ctx.params.version);
+					return !!record && !!(await this.commit(record, { ...record, ...unleased(record.retry?.nextAttemptAt ?? null) }));
 				}
 			})
-		}
+		},
+
+		methods: {
+			async mustGet(this: WebhooksThis, id) {
+				const record = isWebhookId(id) ? await this.webhooks.get(id) : null;
+				if (!record) throw new ServiceError("NOT_FOUND", `Webhook subscription ${id} not found`);
+				return record;
+			},
+
+			async commit(this: WebhooksThis, current, next) {
+				const written = { ...next, version: current.version + 1 };
+				return (await this.webhooks.update(current.id, { version: current.version }, written)) ? written : null;
+			},
+
+			/** The record a lease holder writes on, or null when the lease is lost (someone wrote since) or the subscription is gone. */
+			async held(this: WebhooksThis, id, version) {
+				const record = await this.webhooks.get(id);
+				return record && record.version === version && record.state === "enabled" ? record : null;
+			},
+
+			/** Checks a request, takes each subscribed stream's latest event as its cursor, and stores the new subscription. */
+			async subscribe(this: WebhooksThis, ctx, request) {
+				const badFilter = filterProblem(request.eventTypes, request.filter);
+				if (badFilter) throw invalid("filter", badFilter);
+				const badUrl = urlProblem(request.url);
+				if (badUrl) throw invalid("url", badUrl);
+				const url = new URL(request.url);
+				// Checked again, after resolution, at every delivery (a name may resolve elsewhere later).
+				const target = await resolveTarget(url, this.settings.allowPrivate, lookup);
+				if ("problem" in target) throw invalid("url", target.problem);
+				const cursors: StreamCursors = { intents: null, tin_operations: null };
+				for (const stream of new Set(request.eventTypes.map(type => STREAM_OF[type]))) {
+					const latest = await ctx.call<StoredEvent | null, object>(`${EVENT_OWNER[stream]}.latestEvent`, {});
+					cursors[stream] = latest?.seq ?? 0;
+				}
+				const record = newWebhookRecord({ ...request, url: url.href }, cursors, new Date());
+				await this.storeWithinLimit(record);
+				return record;
+			},
+
+			/** Stores a new subscription unless the deployment keeps WEBHOOKS_MAX already (409 LIMIT_REACHED). */
+			async storeWithinLimit(this: WebhooksThis, record) {
+				const max = this.settings.webhooksMax;
+				const full = () => new ServiceError("LIMIT_REACHED", `This deployment keeps at most ${max} webhook subscriptions (WEBHOOKS_MAX); delete one first`);
+				// Full already: refused without storing anything.
+				if ((await this.webhooks.count()) >= max) throw full();
+				// Stored, then counted: of creations racing on any number of owner replicas, the
+				// last to count sees every one kept, so the kept never outnumber WEBHOOKS_MAX
+				// (a race at the limit can refuse one more than needed, never admit one).
+				if (!(await this.webhooks.insert(record))) throw new Error("a new webhook id was taken");
+				if ((await this.webhooks.count()) > max) {
+					await this.webhooks.remove(record.id);
+					throw full();
+				}
+			},
+
+			/**
+			 * Up to `wanted` subscriptions due now (a retry, or a lapsed lease), oldest first, that a
+			 * worker reaching the streams of `heads` can deliver. A retry waits for its stream's owner:
+			 * leased, it could only be given back, due again at once. Such retries are read past, so
+			 * that however many wait, they cannot hide the others.
+			 */
+			async dueFor(this: WebhooksThis, heads, nowMs, wanted) {
+				const found: WebhookRecord[] = [];
+				const where: Where = { state: "enabled", notBefore: { lte: new Date(nowMs).toISOString() } };
+				for (let after: ListQuery["after"]; found.length < wanted; ) {
+					const page = await this.webhooks.list({ where, orderBy: ["notBefore", "asc"], limit: DUE_PAGE, ...(after ? { after } : {}) });
+					for (const candidate of page) {
+						const failing = failingStream(candidate);
+						if (!failing || heads[failing] !== undefined) found.push(candidate);
+					}
+					if (page.length < DUE_PAGE) break;
+					const last = page[page.length - 1];
+					after = { value: last.notBefore!, id: last.id }; // set: the query asks for notBefore ≤ now
+				}
+				return found.slice(0, wanted);
+			},
+
+			/** Up to `wanted` idle subscriptions behind each stream's head, the furthest behind first. */
+			async behind(this: WebhooksThis, heads, wanted) {
+				const found: WebhookRecord[] = [];
+				for (const [stream, head] of Object.entries(heads) as [WebhookStream, number][]) {
+					const field = CURSOR_FIELD[stream];
+					const where: Where = { state: "enabled", notBefore: null, [field]: { lt: head } };
+					found.push(...(await this.webhooks.list({ where, orderBy: [field, "asc"], limit: wanted })));
+				}
+				return found;
+			},
+
+			/** Leases the candidates in order, each once, up to `limit`; one another worker took since it was read is skipped. */
+			async lease(this: WebhooksThis, candidates, leasedBy, nowMs, limit) {
+				const granted: WebhookLease[] = [];
+				const seen = new Set<string>();
+				const lease = leasedUntil(leasedBy, this.leaseExpiry(nowMs));
+				for (const candidate of candidates) {
+					if (granted.length >= limit) break;
+					if (seen.has(candidate.id)) continue;
+					seen.add(candidate.id);
+					const taken = await this.commit(candidate, { ...candidate, ...lease });
+					if (taken) granted.push({ subscription: taken, leaseTtlMs: this.settings.leaseTtlMs });
+				}
+				return granted;
+			},
+
+			leaseExpiry(this: WebhooksThis, nowMs) {
+				return new Date(nowMs + this.settings.leaseTtlMs).toISOString();
+			}
+		} satisfies WebhooksMethods & ThisType<WebhooksThis>
 	};
 }

@@ -16,7 +16,7 @@ import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
 import type { WebhookSubscription } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
-import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
+import { webhooksService } from "../../services/webhooks.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 
@@ -305,37 +305,4 @@ test("a failing TIN event whose log cannot be read waits for it, with nothing af
 		tinHealth.unreadable = false;
 		await bothGoInOrder(receiver, subscription);
 	});
-});
-
-test("claim reads past retries waiting for an absent owner: however many, they do not hide a due retry on the other stream", async () => {
-	const tinLog: StoredEvent[] = [];
-	const broker = new ServiceBroker({ logger: false });
-	// More waiting than one read of due subscriptions holds (400): the claim reads on past them.
-	const WAITING = 401;
-	const config = loadConfig({ DATA_DIR: tempDir(), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_BASE_MS: "1", WEBHOOKS_MAX: String(WAITING + 1) });
-	broker.createService(mempoolService(config));
-	broker.createService(webhooksService(config));
-	broker.createService(tinOwner(tinLog));
-	await broker.start();
-	try {
-		const create = (eventTypes: string[]) => broker.call<{ id: string }, object>("webhooks.create", { url: "http://127.0.0.1:9/hook", eventTypes });
-		for (let i = 0; i < WAITING; i++) await create(["tin_operation.status_changed"]);
-		const other = await create(["intent.status_changed"]);
-		// Every one leased (as if both streams had an event) and failed: the TIN ones first, so that they are due first.
-		const leases: WebhookLease[] = [];
-		for (let batch: WebhookLease[]; (batch = await broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: "test", heads: { intents: 1, tin_operations: 1 }, limit: 100 })).length; ) leases.push(...batch);
-		expect(leases).toHaveLength(WAITING + 1);
-		const fail = (lease: WebhookLease, stream: string, eventType: string) =>
-			broker.call("webhooks.fail", { id: lease.subscription.id, version: lease.subscription.version, stream, seq: 0, webhookId: `evt_${stream}_1`, eventType, status: 500, error: "HTTP 500" });
-		for (const lease of leases) if (lease.subscription.id !== other.id) await fail(lease, "tin_operations", TIN_OPERATION_EVENT_TYPE);
-		await new Promise(resolve => setTimeout(resolve, 20));
-		await fail(leases.find(lease => lease.subscription.id === other.id)!, "intents", "intent.status_changed");
-		await new Promise(resolve => setTimeout(resolve, 20));
-
-		// A worker that reaches only the intents' owner, with room for one.
-		const granted = await broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: "worker", heads: { intents: 1 }, limit: 1 });
-		expect(granted.map(lease => lease.subscription.id)).toEqual([other.id]);
-	} finally {
-		await broker.stop();
-	}
 });

@@ -1,0 +1,228 @@
+/**
+ * The webhooks service alone, on a real SQLite file: a broker with just this owner and two small
+ * stand-ins for the event owners (mempool, tin) answering their latest event. Called as the
+ * delivery workers call it: every lease and every holder's write is a compare-and-set on the
+ * subscription's version, so two workers never hold one subscription, and a holder whose lease
+ * lapsed, or whose subscription was deleted, changes nothing.
+ */
+import { ServiceBroker, type ServiceSchema } from "moleculer";
+import { loadConfig } from "../../lib/config";
+import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
+import { MAX_FAILURES_KEPT, type CreatedWebhookSubscription, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
+import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
+import { tempDir } from "../helpers/node";
+
+const INTENT_EVENTS = "intent.status_changed";
+type Heads = Partial<Record<WebhookStream, number>>;
+
+/** An event owner as the webhooks owner asks it: its latest event's number, which a test moves. */
+function eventOwner(name: string, latest: () => number): ServiceSchema {
+	return { name, actions: { latestEvent: () => ({ seq: latest(), subject: "x", type: "t", at: new Date().toISOString(), data: {} }) } };
+}
+
+async function startWebhooks(env: Record<string, string> = {}) {
+	const logs: Record<WebhookStream, number> = { intents: 0, tin_operations: 0 };
+	const broker = new ServiceBroker({ logger: false });
+	// A lease lasts three attempts of WEBHOOK_TIMEOUT_MS: 300 ms here.
+	broker.createService(webhooksService(loadConfig({ DATA_DIR: tempDir(), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "100", WEBHOOK_RETRY_BASE_MS: "200", ...env })));
+	broker.createService(eventOwner("mempool", () => logs.intents));
+	broker.createService(eventOwner("tin", () => logs.tin_operations));
+	await broker.start();
+	const holder = (lease: WebhookLease) => ({ id: lease.subscription.id, version: lease.subscription.version });
+	return {
+		broker,
+		/** Each stream's latest event, as its owner answers it. */
+		logs,
+		create: (eventTypes: string[] = [INTENT_EVENTS]) => broker.call<CreatedWebhookSubscription, object>("webhooks.create", { url: "http://127.0.0.1:9/hook", eventTypes }),
+		get: (id: string) => broker.call<WebhookSubscription, object>("webhooks.get", { id }),
+		claim: (leasedBy: string, heads: Heads, limit = 100) => broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy, heads, limit }),
+		advance: (lease: WebhookLease, seq: number, delivered = true) => broker.call<number | null, object>("webhooks.advance", { ...holder(lease), stream: "intents", seq, delivered }),
+		fail: (lease: WebhookLease, seq: number, webhookId = `evt_intents_${seq + 1}`) =>
+			broker.call<{ disabled: boolean } | null, object>("webhooks.fail", { ...holder(lease), stream: "intents", seq, webhookId, eventType: INTENT_EVENTS, status: 500, error: "HTTP 500" }),
+		release: (lease: WebhookLease) => broker.call<boolean, object>("webhooks.release", holder(lease))
+	};
+}
+
+const ids = (leases: WebhookLease[]) => leases.map(lease => lease.subscription.id);
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+/** The same lease after the holder's write that gave it `version`. */
+const renewed = (lease: WebhookLease, version: number): WebhookLease => ({ ...lease, subscription: { ...lease.subscription, version } });
+
+describe("subscriptions and their leases", () => {
+	let webhooks: Awaited<ReturnType<typeof startWebhooks>>;
+	beforeEach(async () => (webhooks = await startWebhooks()));
+	afterEach(() => webhooks.broker.stop());
+
+	test("a subscription starts at each subscribed stream's latest event, takes no cursor in the others, and its secret is answered once", async () => {
+		Object.assign(webhooks.logs, { intents: 7, tin_operations: 3 });
+		const intentsOnly = await webhooks.create();
+		const both = await webhooks.create([INTENT_EVENTS, TIN_OPERATION_EVENT_TYPE]);
+		expect(intentsOnly).toMatchObject({ state: "enabled", cursors: { intents: 7 }, delivered: 0, retry: null, secret: expect.stringMatching(/^whsec_/) });
+		expect(intentsOnly.cursors).not.toHaveProperty("tin_operations");
+		expect(both.cursors).toEqual({ intents: 7, tin_operations: 3 });
+		expect(await webhooks.get(intentsOnly.id)).not.toHaveProperty("secret");
+	});
+
+	test("claim leases idle subscriptions behind a head, the furthest behind first, up to its limit; none twice, none not behind", async () => {
+		webhooks.logs.intents = 7;
+		const older = await webhooks.create();
+		webhooks.logs.intents = 9;
+		const newer = await webhooks.create();
+		expect(await webhooks.claim("worker-1", { intents: 7 })).toEqual([]);
+		expect(ids(await webhooks.claim("worker-1", { intents: 12 }, 1))).toEqual([older.id]);
+		const [lease] = await webhooks.claim("worker-2", { intents: 12 });
+		expect(lease).toMatchObject({ subscription: { id: newer.id, leasedBy: "worker-2" }, leaseTtlMs: 300 });
+		expect(await webhooks.claim("worker-3", { intents: 12 })).toEqual([]);
+	});
+
+	test("claims racing on the same subscriptions lease each to exactly one worker", async () => {
+		const created = await Promise.all(Array.from({ length: 12 }, () => webhooks.create()));
+		const granted = await Promise.all(["a", "b", "c", "d"].map(worker => webhooks.claim(worker, { intents: 1 }, 12)));
+		const leased = granted.flatMap(ids);
+		expect(leased.sort()).toEqual(created.map(subscription => subscription.id).sort());
+	});
+
+	test("the holder's advance moves the cursor, counts the delivery and renews the lease; a write on a stale version changes nothing", async () => {
+		const { id } = await webhooks.create();
+		const [lease] = await webhooks.claim("worker", { intents: 5 });
+		const version = await webhooks.advance(lease, 3);
+		expect(version).toBe(lease.subscription.version + 1);
+		const after = await webhooks.get(id);
+		expect(after).toMatchObject({ cursors: { intents: 3 }, delivered: 1 });
+		// The version the lease was granted at is stale now: every write on it is refused.
+		expect(await webhooks.advance(lease, 5)).toBeNull();
+		expect(await webhooks.fail(lease, 3)).toBeNull();
+		expect(await webhooks.release(lease)).toBe(false);
+		expect(await webhooks.get(id)).toEqual(after);
+		// Still leased (renewed, not given up): no other worker takes it.
+		expect(await webhooks.claim("other", { intents: 5 })).toEqual([]);
+		expect(await webhooks.release(renewed(lease, version!))).toBe(true);
+		expect(ids(await webhooks.claim("other", { intents: 5 }))).toEqual([id]);
+	});
+
+	test("a lapsed lease (its holder died) is leased again, and the first holder's writes are refused", async () => {
+		const { id } = await webhooks.create();
+		const [first] = await webhooks.claim("died", { intents: 1 });
+		await sleep(350);
+		// Due again whatever the heads: a lapsed lease is work whether or not the streams moved.
+		const [second] = await webhooks.claim("alive", {});
+		expect(second.subscription).toMatchObject({ id, leasedBy: "alive" });
+		expect(await webhooks.advance(first, 1)).toBeNull();
+		expect(await webhooks.advance(second, 1)).toBe(second.subscription.version + 1);
+	});
+
+	test("a deleted subscription refuses its holder's next write", async () => {
+		const { id } = await webhooks.create();
+		const [lease] = await webhooks.claim("worker", { intents: 1 });
+		await webhooks.broker.call("webhooks.remove", { id });
+		expect(await webhooks.advance(lease, 1)).toBeNull();
+		expect(await webhooks.fail(lease, 0)).toBeNull();
+	});
+
+	test("a failure gives the lease up and schedules a retry, which waits for its stream's owner; attempts count per event", async () => {
+		const { id } = await webhooks.create();
+		const [lease] = await webhooks.claim("worker", { intents: 4 });
+		const failedAt = Date.now();
+		expect(await webhooks.fail(lease, 2)).toEqual({ disabled: false });
+		const waiting = await webhooks.get(id);
+		expect(waiting).toMatchObject({ cursors: { intents: 2 }, retry: { webhookId: "evt_intents_3", eventType: INTENT_EVENTS, attempts: 1, lastError: "HTTP 500" } });
+		expect(waiting.failures).toEqual([expect.objectContaining({ webhookId: "evt_intents_3", attempt: 1, status: 500 })]);
+		// Between half and all of WEBHOOK_RETRY_BASE_MS (200 ms) later.
+		const retryIn = Date.parse(waiting.retry!.nextAttemptAt!) - failedAt;
+		expect(retryIn).toBeGreaterThanOrEqual(95);
+		expect(retryIn).toBeLessThanOrEqual(205);
+		expect(await webhooks.claim("worker", { intents: 4 })).toEqual([]);
+
+		await sleep(retryIn + 20);
+		// Due, but its event is the intents' stream's: a worker that cannot reach that owner leaves it.
+		expect(await webhooks.claim("worker", { tin_operations: 0 })).toEqual([]);
+		const [retry] = await webhooks.claim("worker", { intents: 4 });
+		expect(retry.subscription).toMatchObject({ id, intentsCursor: 2 });
+		expect(await webhooks.fail(retry, 2)).toEqual({ disabled: false });
+		expect((await webhooks.get(id)).retry).toMatchObject({ webhookId: "evt_intents_3", attempts: 2, firstFailureAt: waiting.retry!.firstFailureAt });
+	});
+});
+
+/**
+ * Creates a subscription and fails `times` attempts, each at the next event (so each is a first
+ * attempt), claiming each retry once it is due.
+ */
+async function startAndFail(webhooks: Awaited<ReturnType<typeof startWebhooks>>, times: number) {
+	const created = await webhooks.create();
+	for (let seq = 0; seq < times; seq++) {
+		const lease = await waitForLease(webhooks);
+		await webhooks.fail(lease, seq);
+	}
+	return created;
+}
+
+async function waitForLease(webhooks: Awaited<ReturnType<typeof startWebhooks>>): Promise<WebhookLease> {
+	for (const started = Date.now(); Date.now() - started < 2000; await sleep(5)) {
+		const [lease] = await webhooks.claim("worker", { intents: 100 });
+		if (lease) return lease;
+	}
+	throw new Error("no lease within 2 s");
+}
+
+describe("a retry streak", () => {
+	let webhooks: Awaited<ReturnType<typeof startWebhooks>>;
+	// Each failure a first attempt at its event, retried within a millisecond.
+	beforeEach(async () => (webhooks = await startWebhooks({ WEBHOOK_RETRY_BASE_MS: "1" })));
+	afterEach(() => webhooks.broker.stop());
+
+	test(`a subscription keeps its last ${MAX_FAILURES_KEPT} failures`, async () => {
+		const { id } = await startAndFail(webhooks, MAX_FAILURES_KEPT + 2);
+		const { failures } = await webhooks.get(id);
+		expect(failures.map(failure => failure.webhookId)).toEqual(Array.from({ length: MAX_FAILURES_KEPT }, (_, i) => `evt_intents_${i + 3}`));
+	});
+
+	test("a delivered event ends the retry streak", async () => {
+		const { id } = await startAndFail(webhooks, 1);
+		const retry = await waitForLease(webhooks);
+		await webhooks.advance(retry, 1);
+		expect(await webhooks.get(id)).toMatchObject({ retry: null, delivered: 1, cursors: { intents: 1 } });
+	});
+});
+
+describe("past WEBHOOK_RETRY_FOR_MS", () => {
+	test("the subscription is disabled with its reason, and is never leased again", async () => {
+		const webhooks = await startWebhooks({ WEBHOOK_RETRY_FOR_MS: "150", WEBHOOK_RETRY_BASE_MS: "1" });
+		try {
+			const { id } = await startAndFail(webhooks, 1);
+			await sleep(170);
+			const [last] = await webhooks.claim("worker", { intents: 100 });
+			expect(await webhooks.fail(last, 0)).toEqual({ disabled: true });
+			expect(await webhooks.get(id)).toMatchObject({ state: "disabled", disabledReason: expect.stringContaining("WEBHOOK_RETRY_FOR_MS"), retry: { attempts: 2, nextAttemptAt: null } });
+			expect(await webhooks.advance(renewed(last, last.subscription.version + 1), 1)).toBeNull();
+			expect(await webhooks.claim("worker", { intents: 100 })).toEqual([]);
+		} finally {
+			await webhooks.broker.stop();
+		}
+	});
+});
+
+test("claim reads past retries waiting for an absent owner: however many, they do not hide a due retry on the other stream", async () => {
+	// More waiting than one read of due subscriptions holds (400): the claim reads on past them.
+	const WAITING = 401;
+	// Leases that outlast the claims of them all.
+	const webhooks = await startWebhooks({ WEBHOOK_RETRY_BASE_MS: "1", WEBHOOK_TIMEOUT_MS: "10000", WEBHOOKS_MAX: String(WAITING + 1) });
+	try {
+		for (let i = 0; i < WAITING; i++) await webhooks.create([TIN_OPERATION_EVENT_TYPE]);
+		const other = await webhooks.create();
+		// Every one leased (as if both streams had an event) and failed: the TIN ones first, so that they are due first.
+		const leases: WebhookLease[] = [];
+		for (let batch: WebhookLease[]; (batch = await webhooks.claim("test", { intents: 1, tin_operations: 1 })).length; ) leases.push(...batch);
+		expect(leases).toHaveLength(WAITING + 1);
+		for (const lease of leases)
+			if (lease.subscription.id !== other.id)
+				await webhooks.broker.call("webhooks.fail", { id: lease.subscription.id, version: lease.subscription.version, stream: "tin_operations", seq: 0, webhookId: "evt_tin_operations_1", eventType: TIN_OPERATION_EVENT_TYPE, status: 500, error: "HTTP 500" });
+		await sleep(20);
+		await webhooks.fail(leases.find(lease => lease.subscription.id === other.id)!, 0);
+		await sleep(20);
+
+		// A worker that reaches only the intents' owner, with room for one.
+		expect(ids(await webhooks.claim("worker", { intents: 1 }, 1))).toEqual([other.id]);
+	} finally {
+		await webhooks.broker.stop();
+	}
+});

@@ -12,7 +12,7 @@ import { promises as dns } from "node:dns";
 import http from "node:http";
 import https from "node:https";
 import { performance } from "node:perf_hooks";
-import type { Service, ServiceBroker, ServiceSchema } from "moleculer";
+import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { StoredEvent } from "../lib/store";
 import { CURSOR_FIELD, STREAM_OF, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type WebhookStream } from "../lib/webhooks";
@@ -99,19 +99,27 @@ function streamsOf(subscription: WebhookLease["subscription"]): WebhookStream[] 
 	return failing ? [failing, ...streams.filter(stream => stream !== failing)] : streams;
 }
 
-export function webhookDeliveryService(config: Config): ServiceSchema {
-	let broker: ServiceBroker;
-	let logger: Service["logger"];
-	let metrics: ReturnType<typeof webhookMetrics>;
+type Heads = Partial<Record<WebhookStream, number>>;
+
+interface DeliverySettings {
+	/** WEBHOOK_TIMEOUT_MS: one attempt, from the DNS lookup to the status line. */
+	attemptTimeoutMs: number;
+	allowPrivate: boolean;
+}
+
+interface DeliveryVars {
 	/** This worker as a lease holder: its node and a tag of this start. */
-	let worker = "";
-	const active = new Map<string, Promise<void>>();
-	let pass: Promise<void> | null = null;
-	let again = false;
-	let stopping = false;
-	let noticed: NodeJS.Timeout | null = null;
+	worker: string;
+	metrics: ReturnType<typeof webhookMetrics>;
+	/** The deliveries running, by subscription. */
+	active: Map<string, Promise<void>>;
+	pass: Promise<void> | null;
+	/** A notice came during the running pass: another follows it. */
+	again: boolean;
+	stopping: boolean;
+	noticed: NodeJS.Timeout | null;
 	/** Latest-event calls a pass stopped waiting for (HEAD_WAIT_MS): their stream is left out until they answer. */
-	const asking = new Set<WebhookStream>();
+	asking: Set<WebhookStream>;
 	/**
 	 * Streams whose log a delivery could not read, until when (performance.now()) this worker leaves
 	 * them out, as if their owner were away: a read asks the owner for its log, not for one
@@ -119,207 +127,236 @@ export function webhookDeliveryService(config: Config): ServiceSchema {
 	 * of the stream a lease's wait on this worker (a second owner replica may have served the read),
 	 * against a failed read and a warning per subscription and pass while the owner stays broken.
 	 */
-	const unreadableUntil = new Map<WebhookStream, number>();
-	const unreadable = (stream: WebhookStream) => (unreadableUntil.get(stream) ?? 0) > performance.now();
+	unreadableUntil: Map<WebhookStream, number>;
+}
 
-	/**
-	 * Each stream's latest event, of the streams whose owner answers now (the others wait for a later
-	 * pass). An owner not served yet (still starting, or down) is not asked: the broker would log a
-	 * warning for every pass until it is. Nor is one whose log could not be read a moment ago, or
-	 * one still asked from an earlier pass.
-	 */
-	async function heads(): Promise<Partial<Record<WebhookStream, number>>> {
-		const found: Partial<Record<WebhookStream, number>> = {};
-		await Promise.all(
-			(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
-				const action = `${EVENT_OWNER[stream]}.latestEvent`;
-				if (!isServed(broker, action) || unreadable(stream) || asking.has(stream)) return;
-				// A failure leaves the stream out of this pass only: the owner may be one of two replicas, or back at once.
-				const answer = broker.call<StoredEvent | null, object>(action, {}).then(
-					latest => latest?.seq ?? 0,
-					() => undefined
-				);
-				let waited: NodeJS.Timeout | undefined;
-				const seq = await Promise.race([answer, new Promise<"late">(resolve => (waited = setTimeout(resolve, HEAD_WAIT_MS, "late")))]);
-				clearTimeout(waited);
-				if (seq === "late") {
-					logger.warn(`The ${stream} owner has not given its latest event in ${HEAD_WAIT_MS} ms; webhooks of that stream wait until it does`);
-					asking.add(stream);
-					void answer.finally(() => asking.delete(stream));
-				} else if (seq !== undefined) found[stream] = seq;
-			})
-		);
-		return found;
-	}
+interface DeliveryMethods {
+	unreadable(stream: WebhookStream): boolean;
+	heads(): Promise<Heads>;
+	claim(): Promise<void>;
+	wake(): Promise<void>;
+	deliver(lease: WebhookLease, leasedAt: number, reached: Heads): Promise<void>;
+}
 
-	/** Leases what has work, as far as there is room, and starts delivering each. */
-	async function claim(): Promise<void> {
-		const room = MAX_ACTIVE - active.size;
-		if (room <= 0 || stopping) return;
-		const streamHeads = await heads();
-		const leasedAt = performance.now();
-		const leases = await broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: worker, heads: streamHeads, limit: room });
-		for (const lease of leases) {
-			const { id } = lease.subscription;
-			const delivery = deliver(lease, leasedAt, streamHeads)
-				.catch(err => logger.warn(`Webhook ${id}: delivery stopped, resumed once its lease lapses: ${(err as Error).message}`))
-				.finally(() => {
-					active.delete(id);
-					if (!stopping) wake().catch(() => {});
-				});
-			active.set(id, delivery);
-		}
-	}
+type DeliveryThis = Service<DeliverySettings> & DeliveryVars & DeliveryMethods;
 
-	/** A pass now, or right after the one running: a notice that comes during a pass is not lost. */
-	function wake(): Promise<void> {
-		if (pass) {
-			again = true;
-			return pass;
-		}
-		pass = (async () => {
-			do {
-				again = false;
-				await claim();
-			} while (again && !stopping);
-		})().finally(() => (pass = null));
-		return pass;
-	}
-
-	/**
-	 * Delivers one leased subscription until it is caught up, an attempt fails, the lease is lost, the
-	 * log of its failing event cannot be read or the worker stops; from the streams whose owner
-	 * answered this pass (`reached`: heads).
-	 */
-	async function deliver({ subscription, leaseTtlMs }: WebhookLease, leasedAt: number, reached: Partial<Record<WebhookStream, number>>): Promise<void> {
-		const { id } = subscription;
-		const url = new URL(subscription.url);
-		let version = subscription.version;
-		// Counted from before the claim was asked: the owner's expiry can only be later.
-		let leaseEnds = leasedAt + leaseTtlMs;
-		/** Records progress (and renews the lease); false when the lease is lost. */
-		const advance = async (stream: WebhookStream, seq: number, delivered: boolean): Promise<boolean> => {
-			const asked = performance.now();
-			const next = await broker.call<number | null, object>("webhooks.advance", { id, version, stream, seq, delivered });
-			if (next === null) return false;
-			version = next;
-			leaseEnds = asked + leaseTtlMs;
-			return true;
-		};
-
-		/** A stream whose owner answered this pass, is still served, and could read its log a moment ago. */
-		const readable = (stream: WebhookStream) => reached[stream] !== undefined && !unreadable(stream) && isServed(broker, `${EVENT_OWNER[stream]}.events`);
-		// A failing event goes first and nothing passes it. Its stream not readable (an owner of an
-		// earlier version leases it all the same, or its owner left or failed a read since the claim):
-		// the lease is left to lapse, untouched. Given back, an owner of an earlier version would lease
-		// it again at once.
-		const failing = failingStream(subscription);
-		if (failing && !readable(failing)) return;
-
-		const sliceEnds = performance.now() + SLICE_MS;
-		let sent = 0;
-		const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
-		outer: for (const stream of streamsOf(subscription)) {
-			// An owner away (down, or a TIN owner still starting): that stream waits, and the subscription
-			// is leased for it again once the owner is back; the other stream goes on (no event of the
-			// waiting stream is failing: that case returned above).
-			if (!readable(stream)) continue;
-			let cursor = subscription[CURSOR_FIELD[stream]] ?? 0;
-			let recorded = cursor;
-			for (let more = true; more && !stopping && !sliceOver(); ) {
-				let page: StoredEvent[];
-				try {
-					page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
-				} catch (err) {
-					// Left out for a lease, as if its owner were away: no subscription is leased for this
-					// stream meanwhile (each would be given back at once, to be leased again).
-					if (!unreadable(stream)) logger.warn(`Reading the ${stream} events failed; webhooks of that stream wait ${leaseTtlMs} ms: ${(err as Error).message}`);
-					unreadableUntil.set(stream, performance.now() + leaseTtlMs);
-					// The failing event's stream: nothing else may go before it.
-					if (stream === failing) break outer;
-					break;
-				}
-				more = page.length === EVENT_PAGE;
-				for (const event of page) {
-					if (stopping || sliceOver()) {
-						more = false;
-						break;
-					}
-					if (!takesEvent(subscription, event)) {
-						cursor = event.seq;
-						continue;
-					}
-					// Never an attempt the lease might not outlast: its next holder could be sending the same event.
-					if (leaseEnds - performance.now() < config.webhookTimeoutMs + LEASE_MARGIN_MS) {
-						if (!(await advance(stream, cursor, false))) return;
-						recorded = cursor;
-					}
-					const webhookId = webhookIdOf(stream, event.seq);
-					const body = payloadOf(event);
-					const result = await postWebhook(url, webhookHeaders(subscription.secret, webhookId, Math.floor(Date.now() / 1000), body), body, config.webhookAllowPrivate, config.webhookTimeoutMs);
-					if (!result.ok) {
-						const failed = await broker.call<{ disabled: boolean } | null, object>("webhooks.fail", {
-							id,
-							version,
-							stream,
-							seq: cursor,
-							webhookId,
-							eventType: event.type,
-							status: result.status,
-							error: result.error
-						});
-						metrics.attempts.inc({ outcome: failed?.disabled ? "disabled" : "failed" });
-						if (failed?.disabled) logger.warn(`Webhook ${id} disabled: its deliveries failed for longer than WEBHOOK_RETRY_FOR_MS (last: ${result.error})`);
-						return; // the lease went with the failure: the retry is the owner's schedule
-					}
-					sent++;
-					metrics.attempts.inc({ outcome: "delivered" });
-					metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000);
-					if (!(await advance(stream, event.seq, true))) return;
-					cursor = recorded = event.seq;
-				}
-				// Events it does not take: the cursor moves past them, so no later pass reads them again.
-				if (cursor > recorded) {
-					if (!(await advance(stream, cursor, false))) return;
-					recorded = cursor;
-				}
-			}
-		}
-		await broker.call("webhooks.release", { id, version });
-	}
-
+export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySettings, DeliveryMethods, DeliveryVars, DeliveryThis> {
 	return {
 		name: "webhook-delivery",
-		mixins: [sweeperMixin("webhook delivery", config.sweepIntervalMs, () => wake())],
+		settings: { attemptTimeoutMs: config.webhookTimeoutMs, allowPrivate: config.webhookAllowPrivate },
+		mixins: [
+			sweeperMixin<DeliveryThis>("webhook delivery", config.sweepIntervalMs, function (this: DeliveryThis) {
+				return this.wake();
+			})
+		],
 
 		events: {
 			/** New events in a stream: deliver them now rather than at the next sweep. */
-			"events.appended"() {
-				if (noticed || stopping) return;
-				noticed = setTimeout(() => {
-					noticed = null;
-					wake().catch(err => logger.debug(`Webhook delivery pass failed; the sweep retries: ${(err as Error).message}`));
+			"events.appended"(this: DeliveryThis) {
+				if (this.noticed || this.stopping) return;
+				this.noticed = setTimeout(() => {
+					this.noticed = null;
+					this.wake().catch(err => this.logger.debug(`Webhook delivery pass failed; the sweep retries: ${(err as Error).message}`));
 				}, NOTICE_COALESCE_MS);
 			}
 		},
 
-		created(this: Service) {
-			broker = this.broker;
-			logger = this.logger;
-			metrics = webhookMetrics(this.broker);
+		methods: {
+			unreadable(this: DeliveryThis, stream) {
+				return (this.unreadableUntil.get(stream) ?? 0) > performance.now();
+			},
+
+			/**
+			 * Each stream's latest event, of the streams whose owner answers now (the others wait for a
+			 * later pass). An owner not served yet (still starting, or down) is not asked: the broker
+			 * would log a warning for every pass until it is. Nor is one whose log could not be read a
+			 * moment ago, or one still asked from an earlier pass.
+			 */
+			async heads(this: DeliveryThis) {
+				const found: Heads = {};
+				await Promise.all(
+					(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
+						const action = `${EVENT_OWNER[stream]}.latestEvent`;
+						if (!isServed(this.broker, action) || this.unreadable(stream) || this.asking.has(stream)) return;
+						// A failure leaves the stream out of this pass only: the owner may be one of two replicas, or back at once.
+						const answer = this.broker.call<StoredEvent | null, object>(action, {}).then(
+							latest => latest?.seq ?? 0,
+							() => undefined
+						);
+						let waited: NodeJS.Timeout | undefined;
+						const seq = await Promise.race([answer, new Promise<"late">(resolve => (waited = setTimeout(resolve, HEAD_WAIT_MS, "late")))]);
+						clearTimeout(waited);
+						if (seq === "late") {
+							this.logger.warn(`The ${stream} owner has not given its latest event in ${HEAD_WAIT_MS} ms; webhooks of that stream wait until it does`);
+							this.asking.add(stream);
+							void answer.finally(() => this.asking.delete(stream));
+						} else if (seq !== undefined) found[stream] = seq;
+					})
+				);
+				return found;
+			},
+
+			/** Leases what has work, as far as there is room, and starts delivering each. */
+			async claim(this: DeliveryThis) {
+				const room = MAX_ACTIVE - this.active.size;
+				if (room <= 0 || this.stopping) return;
+				const streamHeads = await this.heads();
+				const leasedAt = performance.now();
+				const leases = await this.broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: this.worker, heads: streamHeads, limit: room });
+				for (const lease of leases) {
+					const { id } = lease.subscription;
+					const delivery = this.deliver(lease, leasedAt, streamHeads)
+						.catch(err => this.logger.warn(`Webhook ${id}: delivery stopped, resumed once its lease lapses: ${(err as Error).message}`))
+						.finally(() => {
+							this.active.delete(id);
+							if (!this.stopping) this.wake().catch(() => {});
+						});
+					this.active.set(id, delivery);
+				}
+			},
+
+			/** A pass now, or right after the one running: a notice that comes during a pass is not lost. */
+			wake(this: DeliveryThis) {
+				if (this.pass) {
+					this.again = true;
+					return this.pass;
+				}
+				this.pass = (async () => {
+					do {
+						this.again = false;
+						await this.claim();
+					} while (this.again && !this.stopping);
+				})().finally(() => (this.pass = null));
+				return this.pass;
+			},
+
+			/**
+			 * Delivers one leased subscription until it is caught up, an attempt fails, the lease is lost,
+			 * the log of its failing event cannot be read or the worker stops; from the streams whose
+			 * owner answered this pass (`reached`: heads).
+			 */
+			async deliver(this: DeliveryThis, { subscription, leaseTtlMs }, leasedAt, reached) {
+				const { broker, logger, metrics } = this;
+				const { attemptTimeoutMs, allowPrivate } = this.settings;
+				const { id } = subscription;
+				const url = new URL(subscription.url);
+				let version = subscription.version;
+				// Counted from before the claim was asked: the owner's expiry can only be later.
+				let leaseEnds = leasedAt + leaseTtlMs;
+				/** Records progress (and renews the lease); false when the lease is lost. */
+				const advance = async (stream: WebhookStream, seq: number, delivered: boolean): Promise<boolean> => {
+					const asked = performance.now();
+					const next = await broker.call<number | null, object>("webhooks.advance", { id, version, stream, seq, delivered });
+					if (next === null) return false;
+					version = next;
+					leaseEnds = asked + leaseTtlMs;
+					return true;
+				};
+
+				/** A stream whose owner answered this pass, is still served, and could read its log a moment ago. */
+				const readable = (stream: WebhookStream) => reached[stream] !== undefined && !this.unreadable(stream) && isServed(broker, `${EVENT_OWNER[stream]}.events`);
+				// A failing event goes first and nothing passes it. Its stream not readable (an owner of an
+				// earlier version leases it all the same, or its owner left or failed a read since the claim):
+				// the lease is left to lapse, untouched. Given back, an owner of an earlier version would lease
+				// it again at once.
+				const failing = failingStream(subscription);
+				if (failing && !readable(failing)) return;
+
+				const sliceEnds = performance.now() + SLICE_MS;
+				let sent = 0;
+				const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
+				outer: for (const stream of streamsOf(subscription)) {
+					// An owner away (down, or a TIN owner still starting): that stream waits, and the subscription
+					// is leased for it again once the owner is back; the other stream goes on (no event of the
+					// waiting stream is failing: that case returned above).
+					if (!readable(stream)) continue;
+					let cursor = subscription[CURSOR_FIELD[stream]] ?? 0;
+					let recorded = cursor;
+					for (let more = true; more && !this.stopping && !sliceOver(); ) {
+						let page: StoredEvent[];
+						try {
+							page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
+						} catch (err) {
+							// Left out for a lease, as if its owner were away: no subscription is leased for this
+							// stream meanwhile (each would be given back at once, to be leased again).
+							if (!this.unreadable(stream)) logger.warn(`Reading the ${stream} events failed; webhooks of that stream wait ${leaseTtlMs} ms: ${(err as Error).message}`);
+							this.unreadableUntil.set(stream, performance.now() + leaseTtlMs);
+							// The failing event's stream: nothing else may go before it.
+							if (stream === failing) break outer;
+							break;
+						}
+						more = page.length === EVENT_PAGE;
+						for (const event of page) {
+							if (this.stopping || sliceOver()) {
+								more = false;
+								break;
+							}
+							if (!takesEvent(subscription, event)) {
+								cursor = event.seq;
+								continue;
+							}
+							// Never an attempt the lease might not outlast: its next holder could be sending the same event.
+							if (leaseEnds - performance.now() < attemptTimeoutMs + LEASE_MARGIN_MS) {
+								if (!(await advance(stream, cursor, false))) return;
+								recorded = cursor;
+							}
+							const webhookId = webhookIdOf(stream, event.seq);
+							const body = payloadOf(event);
+							const result = await postWebhook(url, webhookHeaders(subscription.secret, webhookId, Math.floor(Date.now() / 1000), body), body, allowPrivate, attemptTimeoutMs);
+							if (!result.ok) {
+								const failed = await broker.call<{ disabled: boolean } | null, object>("webhooks.fail", {
+									id,
+									version,
+									stream,
+									seq: cursor,
+									webhookId,
+									eventType: event.type,
+									status: result.status,
+									error: result.error
+								});
+								metrics.attempts.inc({ outcome: failed?.disabled ? "disabled" : "failed" });
+								if (failed?.disabled) logger.warn(`Webhook ${id} disabled: its deliveries failed for longer than WEBHOOK_RETRY_FOR_MS (last: ${result.error})`);
+								return; // the lease went with the failure: the retry is the owner's schedule
+							}
+							sent++;
+							metrics.attempts.inc({ outcome: "delivered" });
+							metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000);
+							if (!(await advance(stream, event.seq, true))) return;
+							cursor = recorded = event.seq;
+						}
+						// Events it does not take: the cursor moves past them, so no later pass reads them again.
+						if (cursor > recorded) {
+							if (!(await advance(stream, cursor, false))) return;
+							recorded = cursor;
+						}
+					}
+				}
+				await broker.call("webhooks.release", { id, version });
+			}
+		} satisfies DeliveryMethods & ThisType<DeliveryThis>,
+
+		created(this: DeliveryThis) {
+			this.metrics = webhookMetrics(this.broker);
+			this.active = new Map();
+			this.pass = null;
+			this.again = false;
+			this.stopping = false;
+			this.noticed = null;
+			this.asking = new Set();
+			this.unreadableUntil = new Map();
 		},
 
-		started(this: Service) {
-			stopping = false;
-			worker = `${this.broker.nodeID}/${randomBytes(4).toString("hex")}`;
+		started(this: DeliveryThis) {
+			this.stopping = false;
+			this.worker = `${this.broker.nodeID}/${randomBytes(4).toString("hex")}`;
 		},
 
 		/** Attempts in flight finish (each within WEBHOOK_TIMEOUT_MS); their subscriptions are released for another worker. */
-		async stopped() {
-			stopping = true;
-			if (noticed) clearTimeout(noticed);
-			await pass?.catch(() => {});
-			await Promise.all(active.values());
+		async stopped(this: DeliveryThis) {
+			this.stopping = true;
+			if (this.noticed) clearTimeout(this.noticed);
+			await this.pass?.catch(() => {});
+			await Promise.all(this.active.values());
 		}
 	};
 }

@@ -3,7 +3,7 @@
  * request signatures already seen (replay protection). A Cranker is online while its last accepted
  * heartbeat is younger than CRANKER_TTL_MS; records silent for CRANKER_RETENTION_MS are pruned.
  */
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import type { CrankerHeartbeatRecord } from "../lib/answers";
 import { buildHeartbeatMessage } from "../lib/canonical";
 import type { Config } from "../lib/config";
@@ -60,107 +60,63 @@ interface SeenSignature {
 	expiresAt: string;
 }
 
-export function crankersService(config: Config): ServiceSchema {
-	let crankers: Collection<CrankerDoc>;
-	let seenSignatures: Collection<SeenSignature>;
-	let sweeps: ReturnType<typeof sweepMetrics>;
-	const operators = new Set(config.crankerOperators);
-	// The figures of the Crankers online, kept running so the public routes answer without a scan.
-	// Every replica folds in the heartbeats stored since its last look, its own and the other
-	// replicas' alike (catchUp, each sweep), so replicas agree within SWEEP_INTERVAL_MS.
-	const totals = new CrankerTotals(CRANKER_ROLES);
-	/** The store time up to which this replica has folded heartbeats in. */
-	let caughtUpTo = "";
+interface CrankersSettings {
+	crankerTtlMs: number;
+	crankerRetentionMs: number;
+	/** Replicas may share the store (a transporter): a look reaches CATCH_UP_OVERLAP_MS back. */
+	replicated: boolean;
+}
 
-	const isOnline = (doc: CrankerDoc, nowMs: number) => Date.parse(doc.lastSeenAt) + config.crankerTtlMs > nowMs;
-	const toView = (doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord => ({
-		crankerPubkey: doc.crankerPubkey,
-		roles: doc.roles,
-		liquidity: doc.liquidity,
-		version: doc.version,
-		lastSeenAt: doc.lastSeenAt,
-		online: isOnline(doc, nowMs)
-	});
-	const isOperator = (pubkey: string) => operators.size === 0 || operators.has(pubkey);
-	const onlineCutoff = (nowMs: number) => new Date(nowMs - config.crankerTtlMs).toISOString();
-
+interface CrankersVars {
+	crankers: Collection<CrankerDoc>;
+	seenSignatures: Collection<SeenSignature>;
+	sweeps: ReturnType<typeof sweepMetrics>;
+	/** CRANKER_OPERATORS: the Crankers admitted; empty admits any. */
+	operators: Set<string>;
 	/**
-	 * Folds in the heartbeats stored since the last look (an index range on lastSeenAt), a page at
-	 * a time (keyset pages: heartbeats share milliseconds). The range reaches CATCH_UP_OVERLAP_MS back, for heartbeats another replica stamped
-	 * just before this look and stored just after it; one read twice changes nothing.
+	 * The figures of the Crankers online, kept running so the public routes answer without a scan.
+	 * Every replica folds in the heartbeats stored since its last look, its own and the other
+	 * replicas' alike (catchUp, each sweep), so replicas agree within SWEEP_INTERVAL_MS.
 	 */
-	async function catchUp(nowMs: number): Promise<void> {
-		const floor = onlineCutoff(nowMs);
-		const overlap = config.transporter ? CATCH_UP_OVERLAP_MS : 0;
-		const from = caughtUpTo ? new Date(Math.max(Date.parse(caughtUpTo) - overlap, Date.parse(floor))).toISOString() : floor;
-		let after: { value: string; id: string } | undefined;
-		for (;;) {
-			const page = await crankers.list({ where: { lastSeenAt: { gt: from } }, orderBy: ["lastSeenAt", "asc"], limit: CATCH_UP_PAGE, ...(after ? { after } : {}) });
-			for (const doc of page) if (isOperator(doc.crankerPubkey)) totals.seen(doc);
-			if (page.length < CATCH_UP_PAGE) break;
-			const last = page[page.length - 1];
-			after = { value: last.lastSeenAt, id: last.id };
-		}
-		caughtUpTo = new Date(nowMs).toISOString();
-		totals.expire(floor);
-	}
+	totals: CrankerTotals;
+	/** The store time up to which this replica has folded heartbeats in. */
+	caughtUpTo: string;
+}
 
-	/** Folds in new heartbeats, drops silent Crankers, prunes long-silent records and expired replay entries. */
-	async function sweep(): Promise<void> {
-		const nowMs = Date.now();
-		await catchUp(nowMs);
-		const pruned = await crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - config.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
-		const forgotten = await seenSignatures.removeWhere({ expiresAt: { lt: new Date(nowMs).toISOString() } }, PRUNE_BATCH);
-		sweeps.inc({ sweep: "cranker-liveness", result: "pruned" }, pruned);
-		sweeps.inc({ sweep: "cranker-liveness", result: "signatures-forgotten" }, forgotten);
-	}
+interface CrankersMethods {
+	isOnline(doc: CrankerDoc, nowMs: number): boolean;
+	isOperator(pubkey: string): boolean;
+	onlineCutoff(nowMs: number): string;
+	toView(doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord;
+	accept(ctx: Context<HeartbeatRequest, { crankerPubkey?: string }>): Promise<CrankerHeartbeatRecord>;
+	catchUp(nowMs: number): Promise<void>;
+	sweep(): Promise<void>;
+}
 
+type CrankersThis = Service<CrankersSettings> & CrankersVars & CrankersMethods;
+
+export function crankersService(config: Config): ServiceSchema<CrankersSettings, CrankersMethods, CrankersVars, CrankersThis> {
 	return {
 		name: "crankers",
+		settings: { crankerTtlMs: config.crankerTtlMs, crankerRetentionMs: config.crankerRetentionMs, replicated: !!config.transporter },
 		mixins: [
-			storeMixin(config, "crankers", async store => {
+			storeMixin<CrankersThis>(config, "crankers", async function (this: CrankersThis, store) {
 				// The tally counts the stored records (online or not) for `total`, the same on every replica.
-				crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]], tally: () => ({ records: 1n }) });
-				seenSignatures = await store.collection<SeenSignature>({ name: "request_signatures", fields: { expiresAt: "text" }, indexes: [["expiresAt"]] });
-				await catchUp(Date.now());
+				this.crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]], tally: () => ({ records: 1n }) });
+				this.seenSignatures = await store.collection<SeenSignature>({ name: "request_signatures", fields: { expiresAt: "text" }, indexes: [["expiresAt"]] });
+				await this.catchUp(Date.now());
 			}),
-			sweeperMixin("cranker liveness", config.sweepIntervalMs, sweep)
+			sweeperMixin<CrankersThis>("cranker liveness", config.sweepIntervalMs, function (this: CrankersThis) {
+				return this.sweep();
+			})
 		],
 
 		actions: {
 			/** POST /crankers/heartbeat (a signed Cranker request) */
 			heartbeat: {
 				params: heartbeatParams,
-				async handler(ctx: Context<HeartbeatRequest, { crankerPubkey?: string }>) {
-					const hb = ctx.params;
-					assertSignedBy(ctx.meta, hb.crankerPubkey);
-					if (!verifySignature(hb.crankerPubkey, buildHeartbeatMessage(hb), hb.signature))
-						throw new ServiceError("INVALID_SIGNATURE", "The heartbeat signature does not verify");
-					if (!isOperator(hb.crankerPubkey)) throw new ServiceError("CRANKER_NOT_ALLOWED", "This Cranker is not an allowed operator");
-					const now = new Date();
-					if (Math.abs(now.getTime() - Date.parse(hb.sentAt)) > MAX_HEARTBEAT_SKEW_MS)
-						throw new ServiceError("STALE_HEARTBEAT", "sentAt is more than 60 s away from the Node's clock");
-
-					const doc: CrankerDoc = {
-						id: hb.crankerPubkey,
-						crankerPubkey: hb.crankerPubkey,
-						roles: hb.roles,
-						liquidity: hb.liquidity,
-						version: hb.version ?? null,
-						lastSentAt: hb.sentAt,
-						lastSeenAt: now.toISOString(),
-						callKey: callKey(ctx)
-					};
-					// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
-					const inserted = await crankers.insert(doc);
-					if (!inserted && !(await crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc))) {
-						// A retry of the call that stored this heartbeat answers as that call did.
-						const stored = await crankers.get(doc.id);
-						if (stored && isOwnWrite(ctx, stored.callKey)) return toView(stored, Date.parse(stored.lastSeenAt));
-						throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
-					}
-					totals.seen(doc);
-					return toView(doc, now.getTime());
+				handler(this: CrankersThis, ctx: Context<HeartbeatRequest, { crankerPubkey?: string }>) {
+					return this.accept(ctx);
 				}
 			},
 
@@ -170,10 +126,10 @@ export function crankersService(config: Config): ServiceSchema {
 			 */
 			admitSignature: internal({
 				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true } },
-				async handler(ctx: Context<{ keyid: string; signature: string; created: number }>): Promise<true> {
+				async handler(this: CrankersThis, ctx: Context<{ keyid: string; signature: string; created: number }>): Promise<true> {
 					const { keyid, signature, created } = ctx.params;
 					const expiresAt = new Date((created + MAX_CLOCK_SKEW_S) * 1000).toISOString();
-					if (!(await seenSignatures.insert({ id: signature, keyid, expiresAt })))
+					if (!(await this.seenSignatures.insert({ id: signature, keyid, expiresAt })))
 						throw new ServiceError("FORBIDDEN", "This request signature was used before", { reason: "replayed" });
 					return true;
 				}
@@ -185,18 +141,18 @@ export function crankersService(config: Config): ServiceSchema {
 			 */
 			summary: internal({
 				params: {},
-				async handler() {
-					totals.expire(onlineCutoff(Date.now()));
-					return { ...totals.snapshot(), total: Number((await crankers.tally()).records ?? 0n) };
+				async handler(this: CrankersThis) {
+					this.totals.expire(this.onlineCutoff(Date.now()));
+					return { ...this.totals.snapshot(), total: Number((await this.crankers.tally()).records ?? 0n) };
 				}
 			}),
 
 			/** Internal: whether a Cranker is online (and an allowed operator) and which roles it has. */
 			standing: internal({
 				params: { crankerPubkey: address() },
-				async handler(ctx: Context<{ crankerPubkey: string }>): Promise<{ online: boolean; roles: CrankerRole[] }> {
-					const doc = await crankers.get(ctx.params.crankerPubkey);
-					const online = !!doc && isOnline(doc, Date.now()) && isOperator(doc.crankerPubkey);
+				async handler(this: CrankersThis, ctx: Context<{ crankerPubkey: string }>): Promise<{ online: boolean; roles: CrankerRole[] }> {
+					const doc = await this.crankers.get(ctx.params.crankerPubkey);
+					const online = !!doc && this.isOnline(doc, Date.now()) && this.isOperator(doc.crankerPubkey);
 					return { online, roles: doc?.roles ?? [] };
 				}
 			}),
@@ -204,15 +160,99 @@ export function crankersService(config: Config): ServiceSchema {
 			/** Internal: how many Crankers are online now. */
 			onlineCount: internal({
 				params: {},
-				handler(): number {
-					totals.expire(onlineCutoff(Date.now()));
-					return totals.online;
+				handler(this: CrankersThis): number {
+					this.totals.expire(this.onlineCutoff(Date.now()));
+					return this.totals.online;
 				}
 			})
 		},
 
-		created() {
-			sweeps = sweepMetrics(this.broker);
+		methods: {
+			isOnline(this: CrankersThis, doc, nowMs) {
+				return Date.parse(doc.lastSeenAt) + this.settings.crankerTtlMs > nowMs;
+			},
+
+			isOperator(this: CrankersThis, pubkey) {
+				return this.operators.size === 0 || this.operators.has(pubkey);
+			},
+
+			onlineCutoff(this: CrankersThis, nowMs) {
+				return new Date(nowMs - this.settings.crankerTtlMs).toISOString();
+			},
+
+			toView(this: CrankersThis, doc, nowMs) {
+				return { crankerPubkey: doc.crankerPubkey, roles: doc.roles, liquidity: doc.liquidity, version: doc.version, lastSeenAt: doc.lastSeenAt, online: this.isOnline(doc, nowMs) };
+			},
+
+			/** A heartbeat signed by its Cranker, an allowed operator, near the Node's clock and newer than the last accepted. */
+			async accept(this: CrankersThis, ctx) {
+				const hb = ctx.params;
+				assertSignedBy(ctx.meta, hb.crankerPubkey);
+				if (!verifySignature(hb.crankerPubkey, buildHeartbeatMessage(hb), hb.signature)) throw new ServiceError("INVALID_SIGNATURE", "The heartbeat signature does not verify");
+				if (!this.isOperator(hb.crankerPubkey)) throw new ServiceError("CRANKER_NOT_ALLOWED", "This Cranker is not an allowed operator");
+				const now = new Date();
+				if (Math.abs(now.getTime() - Date.parse(hb.sentAt)) > MAX_HEARTBEAT_SKEW_MS) throw new ServiceError("STALE_HEARTBEAT", "sentAt is more than 60 s away from the Node's clock");
+
+				const doc: CrankerDoc = {
+					id: hb.crankerPubkey,
+					crankerPubkey: hb.crankerPubkey,
+					roles: hb.roles,
+					liquidity: hb.liquidity,
+					version: hb.version ?? null,
+					lastSentAt: hb.sentAt,
+					lastSeenAt: now.toISOString(),
+					callKey: callKey(ctx)
+				};
+				// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
+				const inserted = await this.crankers.insert(doc);
+				if (!inserted && !(await this.crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc))) {
+					// A retry of the call that stored this heartbeat answers as that call did.
+					const stored = await this.crankers.get(doc.id);
+					if (stored && isOwnWrite(ctx, stored.callKey)) return this.toView(stored, Date.parse(stored.lastSeenAt));
+					throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+				}
+				this.totals.seen(doc);
+				return this.toView(doc, now.getTime());
+			},
+
+			/**
+			 * Folds in the heartbeats stored since the last look (an index range on lastSeenAt), a page
+			 * at a time (keyset pages: heartbeats share milliseconds). The range reaches
+			 * CATCH_UP_OVERLAP_MS back, for heartbeats another replica stamped just before this look
+			 * and stored just after it; one read twice changes nothing.
+			 */
+			async catchUp(this: CrankersThis, nowMs) {
+				const floor = this.onlineCutoff(nowMs);
+				const overlap = this.settings.replicated ? CATCH_UP_OVERLAP_MS : 0;
+				const from = this.caughtUpTo ? new Date(Math.max(Date.parse(this.caughtUpTo) - overlap, Date.parse(floor))).toISOString() : floor;
+				let after: { value: string; id: string } | undefined;
+				for (;;) {
+					const page = await this.crankers.list({ where: { lastSeenAt: { gt: from } }, orderBy: ["lastSeenAt", "asc"], limit: CATCH_UP_PAGE, ...(after ? { after } : {}) });
+					for (const doc of page) if (this.isOperator(doc.crankerPubkey)) this.totals.seen(doc);
+					if (page.length < CATCH_UP_PAGE) break;
+					const last = page[page.length - 1];
+					after = { value: last.lastSeenAt, id: last.id };
+				}
+				this.caughtUpTo = new Date(nowMs).toISOString();
+				this.totals.expire(floor);
+			},
+
+			/** Folds in new heartbeats, drops silent Crankers, prunes long-silent records and expired replay entries. */
+			async sweep(this: CrankersThis) {
+				const nowMs = Date.now();
+				await this.catchUp(nowMs);
+				const pruned = await this.crankers.removeWhere({ lastSeenAt: { lt: new Date(nowMs - this.settings.crankerRetentionMs).toISOString() } }, PRUNE_BATCH);
+				const forgotten = await this.seenSignatures.removeWhere({ expiresAt: { lt: new Date(nowMs).toISOString() } }, PRUNE_BATCH);
+				this.sweeps.inc({ sweep: "cranker-liveness", result: "pruned" }, pruned);
+				this.sweeps.inc({ sweep: "cranker-liveness", result: "signatures-forgotten" }, forgotten);
+			}
+		} satisfies CrankersMethods & ThisType<CrankersThis>,
+
+		created(this: CrankersThis) {
+			this.sweeps = sweepMetrics(this.broker);
+			this.operators = new Set(config.crankerOperators);
+			this.totals = new CrankerTotals(CRANKER_ROLES);
+			this.caughtUpTo = "";
 		}
 	};
 }

@@ -2,7 +2,7 @@
  * network: observation routes (SPEC §8 and POST /). Owns nothing: it asks the owners for their
  * own figures and shapes them.
  */
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
 import type { EpochStatus, MempoolStatus, Metrics, NetworkOverview, SettlementNetwork } from "../lib/answers";
@@ -98,11 +98,21 @@ function prometheusText(perNode: Map<string, MetricFamily[]>, cluster: MetricFam
 	return AggregatorRegistry.aggregate([...labelled, cluster]).metrics();
 }
 
-export function networkService(config: Config): ServiceSchema {
-	const startedAt = new Date();
+interface NetworkSettings {
+	/** SOLANA_CLUSTER: the network every settlement network entry names. */
+	solanaCluster: string;
+}
 
+interface NetworkVars {
+	startedAt: Date;
+}
+
+type NetworkThis = Service<NetworkSettings> & NetworkVars;
+
+export function networkService(config: Config): ServiceSchema<NetworkSettings, Record<string, never>, NetworkVars, NetworkThis> {
 	return {
 		name: "network",
+		settings: { solanaCluster: config.solanaCluster },
 
 		actions: {
 			/** POST / */
@@ -126,7 +136,7 @@ export function networkService(config: Config): ServiceSchema {
 			 */
 			metrics: {
 				params: { $$strict: true, format: { type: "enum", values: ["json", "prometheus"], optional: true } },
-				async handler(ctx: Context<{ format?: "json" | "prometheus" }, { metricsForm?: MetricsForm; $responseType?: string }>): Promise<Metrics | string> {
+				async handler(this: NetworkThis, ctx: Context<{ format?: "json" | "prometheus" }, { metricsForm?: MetricsForm; $responseType?: string }>): Promise<Metrics | string> {
 					const prometheus = ctx.meta.metricsForm === "prometheus";
 					const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, prometheus ? undefined : [VERIFICATIONS, VERIFICATION_DURATION])]);
 					if (prometheus) {
@@ -135,8 +145,8 @@ export function networkService(config: Config): ServiceSchema {
 						return prometheusText(perNode, await clusterFamilies(totals, crankers));
 					}
 					const metrics: Metrics = {
-						uptimeSeconds: Math.floor((Date.now() - startedAt.getTime()) / 1000),
-						startedAt: startedAt.toISOString(),
+						uptimeSeconds: Math.floor((Date.now() - this.startedAt.getTime()) / 1000),
+						startedAt: this.startedAt.toISOString(),
 						intents: totals.live,
 						settled: totals.settled,
 						verification: { ...totals.verdicts, ...verificationFigures(perNode) },
@@ -169,7 +179,7 @@ export function networkService(config: Config): ServiceSchema {
 			/** GET /settlement-networks: one entry per mint an online settlement Cranker offers liquidity in. */
 			settlementNetworks: {
 				params: { $$strict: true },
-				async handler(ctx: Context): Promise<SettlementNetwork[]> {
+				async handler(this: NetworkThis, ctx: Context): Promise<SettlementNetwork[]> {
 					// An owner that cannot answer is a registry that cannot be read.
 					await ctx.call("tin.check").catch(err => {
 						throw (err as ServiceError).type === "REGISTRY_INVALID" ? err : new ServiceError("REGISTRY_INVALID", "The registry cannot be read");
@@ -177,9 +187,13 @@ export function networkService(config: Config): ServiceSchema {
 					const { mints } = await ctx.call<CrankerSummary>("crankers.summary");
 					return Object.entries(mints)
 						.filter(([, m]) => BigInt(m.liquidity) > 0n)
-						.map(([tokenMintAddress, m]) => ({ network: config.solanaCluster, tokenMintAddress, ready: true, liquidity: m.liquidity, crankersOnline: m.crankersOnline }));
+						.map(([tokenMintAddress, m]) => ({ network: this.settings.solanaCluster, tokenMintAddress, ready: true, liquidity: m.liquidity, crankersOnline: m.crankersOnline }));
 				}
 			}
+		},
+
+		created(this: NetworkThis) {
+			this.startedAt = new Date();
 		}
 	};
 }

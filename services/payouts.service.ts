@@ -3,7 +3,7 @@
  * key. It decides no lease rule: the mempool, which owns intents and their leases, says whether a
  * Cranker holds a live lease; this service checks the route and issues or repeats the authorization.
  */
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import { ConfigError, type Config } from "../lib/config";
 import { createSigner } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
@@ -24,45 +24,26 @@ interface AuthorizationDoc {
 	authorization: PayoutAuthorization;
 }
 
-export function payoutsService(config: Config): ServiceSchema {
-	let authorizations: Collection<AuthorizationDoc>;
-	let signer: { publicKey: string; sign: (message: string) => string };
-	let metrics: ReturnType<typeof payoutMetrics>;
+interface PayoutsVars {
+	authorizations: Collection<AuthorizationDoc>;
+	/** The Node authority key, loaded at start: a service variable, never a setting (settings are published to every node). */
+	signer: { publicKey: string; sign: (message: string) => string };
+	metrics: ReturnType<typeof payoutMetrics>;
+}
 
-	/**
-	 * The authorization for a leased record: the valid one again to its holder, or a fresh one. A
-	 * new one for the same nullifier is issued only once the earlier has lapsed (a signed
-	 * authorization cannot be revoked) and, since the mempool lets a submission go only when the
-	 * chain proves it can no longer land, no earlier submission can land then.
-	 */
-	async function issue(record: LeasedIntentRecord, ctx: Context): Promise<{ authorization: PayoutAuthorization; result: PayoutResult }> {
-		const now = new Date();
-		const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
-		if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion)
-			throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH" });
+interface PayoutsMethods {
+	issue(record: LeasedIntentRecord, ctx: Context): Promise<{ authorization: PayoutAuthorization; result: PayoutResult }>;
+}
 
-		const existing = await authorizations.get(record.id);
-		if (existing && Date.parse(existing.authorization.expiresAt) > now.getTime()) {
-			if (existing.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: existing.authorization, result: "repeated" };
-			throw new ServiceError("INVALID_TRANSITION", "A payout authorization issued under an earlier lease is still valid", {
-				authorizationExpiresAt: existing.authorization.expiresAt
-			});
-		}
-		const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization: buildPayoutAuthorization(record, now, signer) };
-		const stored = existing ? await authorizations.update(record.id, { issuedAt: existing.issuedAt }, doc) : await authorizations.insert(doc);
-		if (stored) return { authorization: doc.authorization, result: "issued" };
-		// A concurrent request of the same holder stored one first: answer with that one.
-		const winner = await authorizations.get(record.id);
-		if (winner && winner.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: winner.authorization, result: "repeated" };
-		throw new ServiceError("VERSION_CONFLICT", "The authorization changed concurrently; ask again");
-	}
+type PayoutsThis = Service & PayoutsVars & PayoutsMethods;
 
+export function payoutsService(config: Config): ServiceSchema<Record<string, never>, PayoutsMethods, PayoutsVars, PayoutsThis> {
 	return {
 		name: "payouts",
 		dependencies: ["mempool", "tin"],
 		mixins: [
-			storeMixin(config, "payouts", async store => {
-				authorizations = await store.collection<AuthorizationDoc>({ name: "payout_authorizations", fields: { issuedAt: "text" } });
+			storeMixin<PayoutsThis>(config, "payouts", async function (this: PayoutsThis, store) {
+				this.authorizations = await store.collection<AuthorizationDoc>({ name: "payout_authorizations", fields: { issuedAt: "text" } });
 			})
 		],
 
@@ -70,20 +51,20 @@ export function payoutsService(config: Config): ServiceSchema {
 			/** POST /internal/settlement-authorizations/settlement (a signed Cranker request) */
 			authorize: {
 				params: payoutAuthorizationParams,
-				async handler(ctx: Context<{ workId: string; crankerPubkey: string }, { crankerPubkey?: string }>) {
-					const endTimer = metrics.duration.startTimer();
+				async handler(this: PayoutsThis, ctx: Context<{ workId: string; crankerPubkey: string }, { crankerPubkey?: string }>) {
+					const endTimer = this.metrics.duration.startTimer();
 					try {
 						assertSignedBy(ctx.meta, ctx.params.crankerPubkey);
 						const record = await ctx.call<LeasedIntentRecord, object>("mempool.leaseForPayout", {
 							id: ctx.params.workId,
 							crankerPubkey: ctx.params.crankerPubkey
 						});
-						const { authorization, result } = await issue(record, ctx);
-						metrics.results.inc({ result });
+						const { authorization, result } = await this.issue(record, ctx);
+						this.metrics.results.inc({ result });
 						return authorization;
 					} catch (err) {
 						const code = Number((err as { code?: unknown }).code);
-						metrics.results.inc({ result: code >= 400 && code < 500 ? "refused" : "failed" });
+						this.metrics.results.inc({ result: code >= 400 && code < 500 ? "refused" : "failed" });
 						throw err;
 					} finally {
 						endTimer();
@@ -92,19 +73,48 @@ export function payoutsService(config: Config): ServiceSchema {
 			}
 		},
 
-		created() {
-			metrics = payoutMetrics(this.broker);
+		methods: {
+			/**
+			 * The authorization for a leased record: the valid one again to its holder, or a fresh one. A
+			 * new one for the same nullifier is issued only once the earlier has lapsed (a signed
+			 * authorization cannot be revoked) and, since the mempool lets a submission go only when the
+			 * chain proves it can no longer land, no earlier submission can land then.
+			 */
+			async issue(this: PayoutsThis, record, ctx) {
+				const now = new Date();
+				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
+				if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion)
+					throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH" });
+
+				const existing = await this.authorizations.get(record.id);
+				if (existing && Date.parse(existing.authorization.expiresAt) > now.getTime()) {
+					if (existing.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: existing.authorization, result: "repeated" };
+					throw new ServiceError("INVALID_TRANSITION", "A payout authorization issued under an earlier lease is still valid", {
+						authorizationExpiresAt: existing.authorization.expiresAt
+					});
+				}
+				const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization: buildPayoutAuthorization(record, now, this.signer) };
+				const stored = existing ? await this.authorizations.update(record.id, { issuedAt: existing.issuedAt }, doc) : await this.authorizations.insert(doc);
+				if (stored) return { authorization: doc.authorization, result: "issued" };
+				// A concurrent request of the same holder stored one first: answer with that one.
+				const winner = await this.authorizations.get(record.id);
+				if (winner && winner.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: winner.authorization, result: "repeated" };
+				throw new ServiceError("VERSION_CONFLICT", "The authorization changed concurrently; ask again");
+			}
+		} satisfies PayoutsMethods & ThisType<PayoutsThis>,
+
+		created(this: PayoutsThis) {
+			this.metrics = payoutMetrics(this.broker);
 		},
 
-		async started() {
+		async started(this: PayoutsThis) {
 			let keypair;
 			try {
 				keypair = loadOrCreateAuthorityKeypair(config.nodeAuthorityKeypairPath, config.dataDir);
 			} catch (err) {
 				throw new ConfigError(`Node authority keypair: ${(err as Error).message}`);
 			}
-			const sign = createSigner(keypair.value);
-			signer = { publicKey: keypair.value.publicKey, sign };
+			this.signer = { publicKey: keypair.value.publicKey, sign: createSigner(keypair.value) };
 			if (keypair.generated) this.logger.info(`Generated the Node authority keypair into ${keypair.source} (public key ${keypair.value.publicKey}).`);
 			else this.logger.info(`Node authority public key ${keypair.value.publicKey} (from ${keypair.source}).`);
 		}

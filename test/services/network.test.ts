@@ -1,0 +1,91 @@
+/**
+ * The network service (it owns nothing) beside this process's metrics service and small stand-ins
+ * for the owners whose figures it shapes: the mempool's totals and counts, the open epoch, the
+ * Crankers' summary and the TIN owner's registry check.
+ */
+import { ServiceBroker, type ServiceSchema } from "moleculer";
+import type { MempoolStatus, Metrics, NetworkOverview, SettlementNetwork } from "../../lib/answers";
+import { loadConfig } from "../../lib/config";
+import { ServiceError } from "../../lib/errors";
+import { totalsFromTally } from "../../lib/intent-totals";
+import { INTENT_STATES, type IntentState } from "../../lib/intents";
+import { metricsService } from "../../services/metrics";
+import { networkService } from "../../services/network.service";
+import { MINT } from "../helpers/fixtures";
+
+const OTHER_MINT = "So11111111111111111111111111111111111111112";
+const counts = Object.fromEntries(INTENT_STATES.map((state, i) => [state, i + 1])) as Record<IntentState, number>;
+const epoch = { epoch: 3, startedAt: "2026-11-26T00:00:00.000Z", intents: { pending: 4, executed: 1, canceled: 0 }, volume: {} };
+const crankers = { online: 2, total: 5, byRole: { settlement: 2, verifier: 1, submitter: 0 }, mints: { [MINT]: { liquidity: "700", crankersOnline: 2 }, [OTHER_MINT]: { liquidity: "0", crankersOnline: 1 } } };
+/** What the stand-in TIN owner's registry check does: pass, or throw this. */
+let registryFailure: Error | null = null;
+
+const standIns: ServiceSchema[] = [
+	{
+		name: "mempool",
+		actions: {
+			counts: () => counts,
+			totals: () => totalsFromTally({ "live:VERIFIED": 4n, "live:CRANKER_LEASED": 2n, settled: 9n, lapsedLeases: 1n })
+		}
+	},
+	{ name: "epochs", actions: { status: () => epoch } },
+	{ name: "crankers", actions: { summary: () => crankers, onlineCount: () => crankers.online } },
+	{
+		name: "tin",
+		actions: {
+			check: () => {
+				if (registryFailure) throw registryFailure;
+				return { ok: true };
+			}
+		}
+	}
+];
+
+let broker: ServiceBroker;
+beforeAll(async () => {
+	broker = new ServiceBroker({ logger: false });
+	for (const standIn of standIns) broker.createService(standIn);
+	broker.createService(metricsService());
+	broker.createService(networkService(loadConfig({ SOLANA_CLUSTER: "solana-localnet" })));
+	await broker.start();
+});
+afterAll(() => broker.stop());
+afterEach(() => void (registryFailure = null));
+
+test("POST /: the sections asked for, and only those", async () => {
+	expect(await broker.call<MempoolStatus>("network.status")).toEqual({ ok: true, healthy: true, counts, epoch, crankersOnline: 2 });
+	const onlyCounts = await broker.call<MempoolStatus, object>("network.status", { include: ["counts"] });
+	expect(onlyCounts).toMatchObject({ ok: true, counts });
+	expect(onlyCounts.epoch).toBeUndefined();
+	expect(onlyCounts.crankersOnline).toBeUndefined();
+});
+
+test("the overview counts intents by public status, and the liquidity per mint", async () => {
+	const overview = await broker.call<NetworkOverview>("network.overview");
+	const sum = (states: IntentState[]) => states.reduce((total, state) => total + counts[state], 0);
+	expect(overview).toEqual({
+		crankers: { online: 2, total: 5, byRole: crankers.byRole },
+		liquidity: { [MINT]: "700", [OTHER_MINT]: "0" },
+		intents: { pending: sum(["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED"]), executed: counts.CONFIRMED, canceled: counts.REJECTED },
+		epoch
+	});
+});
+
+test("settlement networks: a mint some online Cranker offers liquidity in, on SOLANA_CLUSTER; an unreadable registry is REGISTRY_INVALID", async () => {
+	expect(await broker.call<SettlementNetwork[]>("network.settlementNetworks")).toEqual([{ network: "solana-localnet", tokenMintAddress: MINT, ready: true, liquidity: "700", crankersOnline: 2 }]);
+	registryFailure = new Error("the TIN store is gone");
+	await expect(broker.call("network.settlementNetworks")).rejects.toMatchObject({ type: "REGISTRY_INVALID", message: "The registry cannot be read" });
+	registryFailure = new ServiceError("REGISTRY_INVALID", "route 1234567897 is invalid");
+	await expect(broker.call("network.settlementNetworks")).rejects.toMatchObject({ type: "REGISTRY_INVALID", message: "route 1234567897 is invalid" });
+});
+
+test("metrics: the store's figures as JSON, and as Prometheus text with each process's families labelled by node", async () => {
+	const json = await broker.call<Metrics>("network.metrics");
+	expect(json).toMatchObject({ intents: { VERIFIED: 4, CRANKER_LEASED: 2 }, settled: { count: 9 }, leases: { active: 2, expired: 1 }, verification: { unrecorded: 0 } });
+	expect(json.uptimeSeconds).toBeGreaterThanOrEqual(0);
+	const text = await broker.call<string, object>("network.metrics", {}, { meta: { metricsForm: "prometheus" } });
+	expect(text).toContain('scs_intents{state="VERIFIED"} 4');
+	expect(text).toContain("scs_settled_intents_total 9");
+	expect(text).toContain('scs_crankers_online{role="settlement"} 2');
+	expect(text).toMatch(new RegExp(`process_start_time_seconds\\{node="${broker.nodeID}"\\}`));
+});

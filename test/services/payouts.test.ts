@@ -1,0 +1,112 @@
+/**
+ * The payouts service on a real SQLite file, with small stand-ins for the owners it asks: the
+ * mempool (which owns leases: its stand-in applies the same rule, lib/intents.ts leaseForPayout, to
+ * records the test holds) and the TIN owner (the active route of a TIN). A lease holder gets one
+ * authorization, signed with the Node authority key, and the same one again while it is valid; no
+ * other Cranker gets one meanwhile.
+ */
+import { ServiceBroker, type Context, type ServiceSchema } from "moleculer";
+import { buildPayoutMessage, payoutNullifier } from "../../lib/canonical";
+import { loadConfig } from "../../lib/config";
+import { verifySignature } from "../../lib/ed25519";
+import { leaseForPayout, type LeasedIntentRecord } from "../../lib/intents";
+import type { PayoutAuthorization } from "../../lib/payout";
+import type { ActiveRoute } from "../../lib/registry";
+import { payoutsService } from "../../services/payouts.service";
+import { iso, newRoute, newWallet, signedIntent, uniqueId } from "../helpers/fixtures";
+import { tempDir } from "../helpers/node";
+
+const route = newRoute();
+/** The intents the stand-in mempool holds, by id. */
+const intents = new Map<string, LeasedIntentRecord>();
+/** The route the stand-in TIN owner answers for `route.tin`. */
+let activeRoute: ActiveRoute | null = { ...route };
+
+const standIns: ServiceSchema[] = [
+	{
+		name: "mempool",
+		actions: {
+			leaseForPayout: (ctx: Context<{ id: string; crankerPubkey: string }>) => {
+				const record = intents.get(ctx.params.id)!;
+				leaseForPayout(record, ctx.params.crankerPubkey, Date.now(), null);
+				return record;
+			}
+		}
+	},
+	{ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => (ctx.params.tin === route.tin ? activeRoute : null) } }
+];
+
+/** An intent leased to `cranker` until `leaseMs` from now. */
+function leasedIntent(cranker: string, leaseMs = 60_000): LeasedIntentRecord {
+	const request = signedIntent(newWallet(), route);
+	const record = { id: uniqueId("int"), paymentId: request.paymentId, state: "CRANKER_LEASED", request, transactionCommitment: request.transactionCommitment, expiresAt: request.senderAuthorizationExpiresAt, expiresAtSlot: request.expiresAtSlot, lease: { crankerPubkey: cranker, leasedAt: iso(0), expiresAt: iso(leaseMs) } };
+	intents.set(record.id, record as unknown as LeasedIntentRecord);
+	return intents.get(record.id)!;
+}
+
+let broker: ServiceBroker;
+/** POST /internal/settlement-authorizations/settlement as the gateway hands it over: from a request signed by `signer`. */
+const authorize = (workId: string, crankerPubkey: string, signer = crankerPubkey) => broker.call<PayoutAuthorization, object>("payouts.authorize", { workId, crankerPubkey }, { meta: { crankerPubkey: signer } });
+
+beforeAll(async () => {
+	broker = new ServiceBroker({ logger: false });
+	for (const standIn of standIns) broker.createService(standIn);
+	broker.createService(payoutsService(loadConfig({ DATA_DIR: tempDir() })));
+	await broker.start();
+});
+afterAll(() => broker.stop());
+afterEach(() => void (activeRoute = { ...route }));
+
+test("the lease holder gets an authorization of its lease, signed by the Node authority key; asked again, the same one", async () => {
+	const cranker = newWallet().address;
+	const record = leasedIntent(cranker);
+	const authorization = await authorize(record.id, cranker);
+	expect(authorization).toMatchObject({
+		kind: "SVC_PAYOUT_AUTHORIZATION",
+		workId: record.id,
+		paymentId: record.paymentId,
+		crankerPubkey: cranker,
+		amount: record.request.amount,
+		transactionCommitment: record.transactionCommitment,
+		payoutNullifier: payoutNullifier(record.request.senderWallet, record.request.senderAuthorizationNonce)
+	});
+	const { kind: _kind, version: _version, authorizationSigner, authorizationMessage, authorizationSignature, ...fields } = authorization;
+	expect(authorizationMessage).toBe(buildPayoutMessage(fields));
+	expect(verifySignature(authorizationSigner, authorizationMessage, authorizationSignature)).toBe(true);
+	expect(await authorize(record.id, cranker)).toEqual(authorization);
+});
+
+test("requests of the holder racing for one intent are all answered the same authorization", async () => {
+	const cranker = newWallet().address;
+	const record = leasedIntent(cranker);
+	const answers = await Promise.all(Array.from({ length: 5 }, () => authorize(record.id, cranker)));
+	expect(new Set(answers.map(answer => answer.authorizationSignature)).size).toBe(1);
+});
+
+test("while an authorization is valid, a Cranker that leased the intent since gets none; once it lapsed, it gets its own", async () => {
+	const first = newWallet().address;
+	const record = leasedIntent(first, 300);
+	const earlier = await authorize(record.id, first);
+	// The lease lapsed and another Cranker leased the intent; the first authorization lives to the first lease's end.
+	const second = newWallet().address;
+	intents.set(record.id, { ...record, lease: { crankerPubkey: second, leasedAt: iso(0), expiresAt: iso(60_000) } });
+	await expect(authorize(record.id, second)).rejects.toMatchObject({ type: "INVALID_TRANSITION", data: { authorizationExpiresAt: earlier.expiresAt } });
+	await new Promise(resolve => setTimeout(resolve, Date.parse(earlier.expiresAt) - Date.now() + 20));
+	expect(await authorize(record.id, second)).toMatchObject({ crankerPubkey: second, workId: record.id });
+});
+
+test("refused without an authorization: a request another key signed, a Cranker without the lease, a route no longer active", async () => {
+	const cranker = newWallet().address;
+	const record = leasedIntent(cranker);
+	await expect(authorize(record.id, cranker, newWallet().address)).rejects.toMatchObject({ type: "FORBIDDEN", data: { reason: "keyid-mismatch" } });
+	await expect(authorize(record.id, newWallet().address)).rejects.toMatchObject({ type: "NOT_LEASE_HOLDER" });
+	activeRoute = { ...route, routeVersion: route.routeVersion + 1 };
+	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
+	activeRoute = null;
+	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT" });
+	// None of them stored one: the holder's first authorization is issued now, not repeated.
+	activeRoute = { ...route };
+	await new Promise(resolve => setTimeout(resolve, 5));
+	const issuedAfter = Date.now();
+	expect(Date.parse((await authorize(record.id, cranker)).issuedAt)).toBeGreaterThanOrEqual(issuedAfter);
+});

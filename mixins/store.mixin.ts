@@ -54,10 +54,20 @@ export function storeFailure(logger: Service["logger"], where: string, err: unkn
 	return new ServiceError("INTERNAL_ERROR", "Internal error");
 }
 
-/** `onOpen` runs as the service (`this`), once its store is open and before it counts as started. */
+const storeMixins = new WeakSet<object>();
+
+/** Whether a service's mixin is a storeMixin (the service catalogue's test checks each owner lists it last). */
+export const isStoreMixin = (mixin: unknown): boolean => typeof mixin === "object" && mixin !== null && storeMixins.has(mixin);
+
+/**
+ * `onOpen` runs as the service (`this`), once its store is open and before it counts as started.
+ * List it last among the service's mixins: Moleculer runs the `started` hook of a service's last
+ * mixin first and its `stopped` hook last, so the store is open before a sweep (sweeperMixin) can
+ * start, and closes only after the last sweep has ended.
+ */
 export function storeMixin<S = Service>(config: Config, owner: string, onOpen: (this: S, store: Store) => Promise<void>): Partial<ServiceSchema> {
 	let store: Store | null = null;
-	return {
+	const mixin: Partial<ServiceSchema> = {
 		hooks: { error: { "*": storeBoundary } },
 		async started(this: Service) {
 			if (config.store === "sqlite" && this.broker.transit) await refuseSqliteTwin(this);
@@ -69,4 +79,6 @@ export function storeMixin<S = Service>(config: Config, owner: string, onOpen: (
 			store = null;
 		}
 	};
+	storeMixins.add(mixin);
+	return mixin;
 }

@@ -100,14 +100,15 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 		name: "crankers",
 		settings: { crankerTtlMs: config.crankerTtlMs, crankerRetentionMs: config.crankerRetentionMs, replicated: !!config.transporter },
 		mixins: [
+			sweeperMixin<CrankersThis>("cranker liveness", config.sweepIntervalMs, function (this: CrankersThis) {
+				return this.sweep();
+			}),
+			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<CrankersThis>(config, "crankers", async function (this: CrankersThis, store) {
 				// The tally counts the stored records (online or not) for `total`, the same on every replica.
 				this.crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]], tally: () => ({ records: 1n }) });
 				this.seenSignatures = await store.collection<SeenSignature>({ name: "request_signatures", fields: { expiresAt: "text" }, indexes: [["expiresAt"]] });
 				await this.catchUp(Date.now());
-			}),
-			sweeperMixin<CrankersThis>("cranker liveness", config.sweepIntervalMs, function (this: CrankersThis) {
-				return this.sweep();
 			})
 		],
 

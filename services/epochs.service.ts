@@ -85,13 +85,14 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 		dependencies: ["mempool"],
 		settings: { epochDurationMs: config.epochDurationMs, epochCloseSettleMs: config.epochCloseSettleMs, soleOwner: config.store === "sqlite" },
 		mixins: [
+			sweeperMixin<EpochsThis>("epoch", CHECK_INTERVAL_MS, function (this: EpochsThis) {
+				return this.maintain(false);
+			}),
+			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<EpochsThis>(config, "epochs", async function (this: EpochsThis, store) {
 				this.epochs = await store.collection<EpochDoc>(EPOCHS_COLLECTION);
 				// The first start opens epoch 1; insert() is a no-op on every later start.
 				await this.openEpochNumber(1, new Date().toISOString());
-			}),
-			sweeperMixin<EpochsThis>("epoch", CHECK_INTERVAL_MS, function (this: EpochsThis) {
-				return this.maintain(false);
 			})
 		],
 

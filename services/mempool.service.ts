@@ -186,19 +186,20 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		name: "mempool",
 		settings: { leaseTtlMs: config.leaseTtlMs, blockhashLifetimeBlocks: config.blockhashLifetimeBlocks, settlementProgramId: config.settlementProgramId },
 		mixins: [
-			storeMixin<MempoolThis>(config, "mempool", async function (this: MempoolThis, store) {
-				this.intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
-				this.legacyNonces = await store.collection<LegacyNonceDoc>({ name: "consumed_nonces", fields: { intentId: "text" } });
-				const migrated = await this.migrateLegacyNonces();
-				if (migrated) this.logger.info(`Moved ${migrated} consumed nonces onto their intents.`);
-			}),
 			sweeperMixin<MempoolThis>("intent expiry", config.sweepIntervalMs, function (this: MempoolThis) {
 				return this.expireDue();
 			}),
 			sweeperMixin<MempoolThis>("lease expiry", config.sweepIntervalMs, function (this: MempoolThis) {
 				return this.releaseLapsedLeases();
 			}),
-			outboxMixin<MempoolThis>("intents", config.eventRetentionMs, config.sweepIntervalMs, service => service.intents)
+			outboxMixin<MempoolThis>("intents", config.eventRetentionMs, config.sweepIntervalMs, service => service.intents),
+			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
+			storeMixin<MempoolThis>(config, "mempool", async function (this: MempoolThis, store) {
+				this.intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
+				this.legacyNonces = await store.collection<LegacyNonceDoc>({ name: "consumed_nonces", fields: { intentId: "text" } });
+				const migrated = await this.migrateLegacyNonces();
+				if (migrated) this.logger.info(`Moved ${migrated} consumed nonces onto their intents.`);
+			})
 		],
 
 		actions: {

@@ -130,12 +130,13 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			registrySeedFile: config.registrySeedFile
 		},
 		mixins: [
+			outboxMixin<TinThis>("tin_operations", config.eventRetentionMs, config.sweepIntervalMs, service => service.operations),
+			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<TinThis>(config, "tin", async function (this: TinThis, store) {
 				this.routes = await store.collection<RouteRecord>(ROUTES_COLLECTION);
 				this.operations = await store.collection<TinOperationRecord>(OPERATIONS_COLLECTION);
 				this.sequence = await store.collection<SequenceDoc>({ name: "tin_sequence", fields: { next: "integer" } });
-			}),
-			outboxMixin<TinThis>("tin_operations", config.eventRetentionMs, config.sweepIntervalMs, service => service.operations)
+			})
 		],
 
 		actions: {

@@ -1,7 +1,14 @@
-/** The sweeper mixin with a real broker: a failing sweep is logged, counted and retried, never thrown. */
+/**
+ * The sweeper mixin with a real broker: a failing sweep is logged, counted and retried, never
+ * thrown; and every owner's sweeps run only while its store is open.
+ */
 import { ServiceBroker } from "moleculer";
+import { loadConfig } from "../../lib/config";
+import { isStoreMixin } from "../../mixins/store.mixin";
 import { sweeperMixin } from "../../mixins/sweeper.mixin";
+import { SERVICE_FACTORIES } from "../../services";
 import { sweepFailureMetrics } from "../../services/metrics";
+import { tempDir } from "../helpers/node";
 
 test("a sweep that throws counts in scs_sweep_failures_total{sweep} and runs again at its next interval", async () => {
 	const broker = new ServiceBroker({ logger: false });
@@ -24,4 +31,25 @@ test("a sweep that throws counts in scs_sweep_failures_total{sweep} and runs aga
 	const { values } = await sweepFailureMetrics(broker).get();
 	expect(runs).toBeGreaterThanOrEqual(3);
 	expect(values).toEqual([expect.objectContaining({ labels: { sweep: "stand-in" }, value: runs })]);
+});
+
+describe("an owner's sweeps and its store", () => {
+	test("Moleculer starts a service's last mixin first and stops it last", async () => {
+		const order: string[] = [];
+		const hooks = (name: string) => ({ started: () => void order.push(`${name} started`), stopped: () => void order.push(`${name} stopped`) });
+		const broker = new ServiceBroker({ logger: false });
+		broker.createService({ name: "stand-in", mixins: [hooks("first"), hooks("last")] });
+		await broker.start();
+		await broker.stop();
+		expect(order).toEqual(["last started", "first started", "first stopped", "last stopped"]);
+	});
+
+	test("so every owner lists its store last: open before any sweep starts, closed after the last one ended", () => {
+		const config = loadConfig({ DATA_DIR: tempDir() });
+		const owners = Object.entries(SERVICE_FACTORIES)
+			.map(([name, factory]) => [name, factory(config).mixins ?? []] as const)
+			.filter(([, mixins]) => mixins.some(isStoreMixin));
+		expect(owners.map(([name]) => name).sort()).toEqual(["access", "crankers", "epochs", "mempool", "payouts", "tin", "webhooks"]);
+		for (const [name, mixins] of owners) expect([name, mixins.findIndex(isStoreMixin)]).toEqual([name, mixins.length - 1]);
+	});
 });

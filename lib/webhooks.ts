@@ -5,7 +5,7 @@
  * Framework-free; the webhooks service owns the records, webhook-delivery sends them.
  */
 import { createHmac, randomBytes } from "node:crypto";
-import type { LookupAddress } from "node:dns";
+import { promises as dns, type LookupAddress } from "node:dns";
 import net from "node:net";
 import { Type, type Static } from "@sinclair/typebox";
 import { newId } from "./ids";
@@ -284,6 +284,16 @@ export function nextAttemptAt(firstFailureMs: number, nowMs: number, attempt: nu
 
 export type StreamCursors = Record<WebhookStream, number | null>;
 
+/** Each stream's latest event, of the streams whose owner a delivery worker reaches now. */
+export type StreamHeads = Partial<Record<WebhookStream, number>>;
+
+/** POST /webhooks (createWebhookParams). */
+export interface CreateWebhookRequest {
+	url: string;
+	eventTypes: WebhookEventType[];
+	filter?: { senderWallet?: string; tins?: string[] };
+}
+
 type Lease = Pick<WebhookRecord, "leasedBy" | "leaseExpiresAt" | "notBefore">;
 
 /** Held by `leasedBy` until `leaseExpiresAt`; due again then, should its holder die. */
@@ -293,7 +303,7 @@ export const leasedUntil = (leasedBy: string, leaseExpiresAt: string): Lease => 
 export const unleased = (notBefore: string | null): Lease => ({ leasedBy: null, leaseExpiresAt: null, notBefore });
 
 /** A new subscription, enabled and idle, delivering what its streams log after `cursors` (null: a stream it does not take). */
-export function newWebhookRecord(request: { url: string; eventTypes: WebhookEventType[]; filter?: { senderWallet?: string; tins?: string[] } }, cursors: StreamCursors, now: Date): WebhookRecord {
+export function newWebhookRecord(request: CreateWebhookRequest, cursors: StreamCursors, now: Date): WebhookRecord {
 	const { url, eventTypes, filter } = request;
 	return {
 		id: newWebhookId(),
@@ -414,6 +424,9 @@ export function urlProblem(raw: string): string | null {
 }
 
 type Lookup = (hostname: string) => Promise<LookupAddress[]>;
+
+/** The system resolver, every address of a name in the order it gives them: what resolveTarget checks in production. */
+export const systemLookup: Lookup = host => dns.lookup(host, { all: true, verbatim: true });
 
 /**
  * The addresses a delivery to `url` may connect to, or why none: an address literal is checked as

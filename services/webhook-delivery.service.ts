@@ -8,14 +8,13 @@
  * and the leases of workers that died.
  */
 import { randomBytes } from "node:crypto";
-import { promises as dns } from "node:dns";
 import http from "node:http";
 import https from "node:https";
 import { performance } from "node:perf_hooks";
 import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, STREAM_OF, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type WebhookStream } from "../lib/webhooks";
+import { CURSOR_FIELD, STREAM_OF, failingStream, payloadOf, pinnedLookup, resolveTarget, systemLookup, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { isServed } from "./internal";
@@ -59,7 +58,7 @@ async function postWebhook(url: URL, headers: Record<string, string>, body: stri
 	const timeout = AbortSignal.timeout(timeoutMs);
 	const timedOut = `no answer within ${timeoutMs} ms`;
 	const expired = new Promise<{ problem: string }>(resolve => timeout.addEventListener("abort", () => resolve({ problem: timedOut })));
-	const target = await Promise.race([resolveTarget(url, allowPrivate, host => dns.lookup(host, { all: true, verbatim: true })), expired]);
+	const target = await Promise.race([resolveTarget(url, allowPrivate, systemLookup), expired]);
 	if ("problem" in target) return { ok: false, status: null, error: printable(target.problem) };
 	return new Promise<Attempt>(resolve => {
 		const options = {
@@ -99,8 +98,6 @@ function streamsOf(subscription: WebhookLease["subscription"]): WebhookStream[] 
 	return failing ? [failing, ...streams.filter(stream => stream !== failing)] : streams;
 }
 
-type Heads = Partial<Record<WebhookStream, number>>;
-
 interface DeliverySettings {
 	/** WEBHOOK_TIMEOUT_MS: one attempt, from the DNS lookup to the status line. */
 	attemptTimeoutMs: number;
@@ -132,10 +129,10 @@ interface DeliveryVars {
 
 interface DeliveryMethods {
 	unreadable(stream: WebhookStream): boolean;
-	heads(): Promise<Heads>;
+	heads(): Promise<StreamHeads>;
 	claim(): Promise<void>;
 	wake(): Promise<void>;
-	deliver(lease: WebhookLease, leasedAt: number, reached: Heads): Promise<void>;
+	deliver(lease: WebhookLease, leasedAt: number, reached: StreamHeads): Promise<void>;
 }
 
 type DeliveryThis = Service<DeliverySettings> & DeliveryVars & DeliveryMethods;
@@ -173,7 +170,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 			 * moment ago, or one still asked from an earlier pass.
 			 */
 			async heads(this: DeliveryThis) {
-				const found: Heads = {};
+				const found: StreamHeads = {};
 				await Promise.all(
 					(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
 						const action = `${EVENT_OWNER[stream]}.latestEvent`;

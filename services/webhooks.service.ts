@@ -4,7 +4,6 @@
  * take a subscription's lease with and move its cursor with, each a compare-and-set on `version`.
  * The delivery state lives here, so a worker that dies loses nothing but its lease.
  */
-import { promises as dns } from "node:dns";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
@@ -27,10 +26,12 @@ import {
 	unleased,
 	urlProblem,
 	webhookRefParams,
+	systemLookup,
+	type CreateWebhookRequest,
 	type CreatedWebhookSubscription,
 	type FailedAttempt,
 	type StreamCursors,
-	type WebhookEventType,
+	type StreamHeads,
 	type WebhookRecord,
 	type WebhookStream,
 	type WebhookSubscription
@@ -54,19 +55,11 @@ const DUE_PAGE = CLAIM_MAX * CLAIM_SLACK;
 /** A delivery lease outlasts an attempt (WEBHOOK_TIMEOUT_MS) with room to record its outcome. */
 const LEASE_ATTEMPTS = 3;
 
-interface CreateRequest {
-	url: string;
-	eventTypes: WebhookEventType[];
-	filter?: { senderWallet?: string; tins?: string[] };
-}
-
 /** What a delivery worker gets for a lease: the record (with its secret) and how long the lease lasts. */
 export interface WebhookLease {
 	subscription: WebhookRecord;
 	leaseTtlMs: number;
 }
-
-type Heads = Partial<Record<WebhookStream, number>>;
 
 interface WebhooksSettings {
 	leaseTtlMs: number;
@@ -84,10 +77,10 @@ interface WebhooksMethods {
 	/** Writes `next` (version + 1) over `current` if nobody wrote since; the new record, or null. */
 	commit(current: WebhookRecord, next: WebhookRecord): Promise<WebhookRecord | null>;
 	held(id: string, version: number): Promise<WebhookRecord | null>;
-	subscribe(ctx: Context, request: CreateRequest): Promise<WebhookRecord>;
+	subscribe(ctx: Context, request: CreateWebhookRequest): Promise<WebhookRecord>;
 	storeWithinLimit(record: WebhookRecord): Promise<void>;
-	dueFor(heads: Heads, nowMs: number, wanted: number): Promise<WebhookRecord[]>;
-	behind(heads: Heads, wanted: number): Promise<WebhookRecord[]>;
+	dueFor(heads: StreamHeads, nowMs: number, wanted: number): Promise<WebhookRecord[]>;
+	behind(heads: StreamHeads, wanted: number): Promise<WebhookRecord[]>;
 	lease(candidates: WebhookRecord[], leasedBy: string, nowMs: number, limit: number): Promise<WebhookLease[]>;
 	leaseExpiry(nowMs: number): string;
 }
@@ -95,7 +88,6 @@ interface WebhooksMethods {
 type WebhooksThis = Service<WebhooksSettings> & WebhooksVars & WebhooksMethods;
 
 const invalid = (field: string, message: string) => new ServiceError("VALIDATION_ERROR", message, [{ type: field, field, message }]);
-const lookup = (host: string) => dns.lookup(host, { all: true, verbatim: true });
 const streamParam = { type: "enum", values: Object.keys(CURSOR_FIELD) };
 const leaseParams = { id: { type: "string", max: 64 }, version: { type: "number", integer: true, min: 1 } };
 
@@ -121,7 +113,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			 */
 			create: {
 				params: createWebhookParams,
-				async handler(this: WebhooksThis, ctx: Context<CreateRequest, { $statusCode?: number; $location?: string }>): Promise<CreatedWebhookSubscription> {
+				async handler(this: WebhooksThis, ctx: Context<CreateWebhookRequest, { $statusCode?: number; $location?: string }>): Promise<CreatedWebhookSubscription> {
 					const record = await this.subscribe(ctx, ctx.params);
 					ctx.meta.$statusCode = 201;
 					ctx.meta.$location = `/webhooks/${record.id}`;
@@ -166,7 +158,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					heads: { type: "object", props: { intents: { type: "number", integer: true, min: 0, optional: true }, tin_operations: { type: "number", integer: true, min: 0, optional: true } } },
 					limit: { type: "number", integer: true, min: 1, max: CLAIM_MAX }
 				},
-				async handler(this: WebhooksThis, ctx: Context<{ leasedBy: string; heads: Heads; limit: number }>): Promise<WebhookLease[]> {
+				async handler(this: WebhooksThis, ctx: Context<{ leasedBy: string; heads: StreamHeads; limit: number }>): Promise<WebhookLease[]> {
 					const { leasedBy, heads, limit } = ctx.params;
 					const nowMs = Date.now();
 					const scan = limit * CLAIM_SLACK;
@@ -249,7 +241,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				if (badUrl) throw invalid("url", badUrl);
 				const url = new URL(request.url);
 				// Checked again, after resolution, at every delivery (a name may resolve elsewhere later).
-				const target = await resolveTarget(url, this.settings.allowPrivate, lookup);
+				const target = await resolveTarget(url, this.settings.allowPrivate, systemLookup);
 				if ("problem" in target) throw invalid("url", target.problem);
 				const cursors: StreamCursors = { intents: null, tin_operations: null };
 				for (const stream of new Set(request.eventTypes.map(type => STREAM_OF[type]))) {

@@ -37,6 +37,8 @@ export interface HttpResponse<T = any> {
 /** `options`: what the contract check (./contract.ts) lets through, such as a 500 a test provokes on purpose. */
 export type Http = (method: string, path: string, body?: unknown, headers?: Record<string, string>, options?: ContractOptions) => Promise<HttpResponse>;
 
+export const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
 export function tempDir(prefix = "scs-test-"): string {
 	return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 }

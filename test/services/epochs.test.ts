@@ -64,7 +64,7 @@ test("a close archives the epoch's terminal intents and opens the next; of close
 		const outcomes = await Promise.allSettled([epochs.close(), epochs.close(), epochs.close()]);
 		const won = outcomes.filter(outcome => outcome.status === "fulfilled").map(outcome => (outcome as PromiseFulfilledResult<EpochCloseResult>).value);
 		expect(won).toHaveLength(1);
-		expect(won[0]).toMatchObject({ epoch: 1, executed: 0, canceled: 2, archived: 2, volume: {} });
+		expect(won[0]).toEqual({ epoch: 1, startedAt: expect.any(String), closedAt: expect.any(String), executed: 0, canceled: 2, archived: 2, volume: {}, root: expect.any(String) });
 		expect(outcomes.filter(outcome => outcome.status === "rejected").map(outcome => (outcome as PromiseRejectedResult).reason.type)).toEqual(["INVALID_TRANSITION", "INVALID_TRANSITION"]);
 		expect((await epochs.current()).epoch).toBe(2);
 	});
@@ -85,9 +85,12 @@ test("a close a crash left marked closing is finished at the next start, with th
 	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
 	// Stopped after the mark, before the archive: epoch 1 closing, and (as when the successor's insert was lost) no epoch 2.
 	const { store, epochs: stored } = await epochsStore(dataDir);
-	const one = (await stored.get("1"))!;
-	expect(await stored.update("1", { status: "open" }, { ...one, status: "closing", closedAt: new Date().toISOString() })).toBe(true);
-	await store.close();
+	try {
+		const one = (await stored.get("1"))!;
+		expect(await stored.update("1", { status: "open" }, { ...one, status: "closing", closedAt: new Date().toISOString() })).toBe(true);
+	} finally {
+		await store.close();
+	}
 
 	await withEpochs(dataDir, {}, async epochs => {
 		expect((await epochs.current()).epoch).toBe(2);

@@ -1,7 +1,8 @@
 /**
  * lib/webhooks.ts: the signature against the Standard Webhooks reference library, the retry
- * schedule's bounds, which addresses and URLs a delivery may reach, the lookup that pins a
- * connection to the checked addresses, and which events a subscription takes.
+ * schedule's bounds, the delivery state a lease holder's writes give, which addresses and URLs a
+ * delivery may reach, the lookup that pins a connection to the checked addresses, and which events
+ * a subscription takes.
  */
 import { createHmac } from "node:crypto";
 import fs from "node:fs";
@@ -11,10 +12,15 @@ import path from "node:path";
 import { Webhook } from "standardwebhooks";
 import {
 	MAX_BACKOFF_MS,
+	MAX_FAILURES_KEPT,
+	advanced,
 	backoffMs,
+	failed,
 	filterProblem,
 	isPublicAddress,
+	leasedUntil,
 	newSecret,
+	newWebhookRecord,
 	nextAttemptAt,
 	payloadOf,
 	pinnedLookup,
@@ -114,6 +120,49 @@ describe("retry schedule", () => {
 		expect(nextAttemptAt(first, first + day - 1000, 30, BASE, day, () => 1)).toBe(first + day);
 		expect(nextAttemptAt(first, first + day, 31, BASE, day)).toBeNull();
 		expect(nextAttemptAt(first, first + day + 1, 31, BASE, day)).toBeNull();
+	});
+});
+
+describe("delivery state", () => {
+	const schedule = { baseMs: 1000, retryForMs: 60_000 };
+	const created = new Date("2026-11-26T10:00:00.000Z");
+	const subscription = () => ({ ...newWebhookRecord({ url: "https://hooks.example.com/in", eventTypes: ["intent.status_changed"] }, { intents: 7, tin_operations: null }, created), ...leasedUntil("worker", "2026-11-26T10:01:00.000Z") });
+	const attempt = (webhookId: string) => ({ stream: "intents" as const, seq: 7, webhookId, eventType: "intent.status_changed", status: 500, error: "HTTP 500" });
+	const at = (ms: number) => new Date(created.getTime() + ms);
+
+	it("a new subscription is enabled, idle and unleased at version 1, at the given cursors, its filter one criterion or null", () => {
+		const record = newWebhookRecord({ url: "https://hooks.example.com/in", eventTypes: ["intent.status_changed"], filter: { tins: ["1234567897"] } }, { intents: 7, tin_operations: null }, created);
+		expect(record).toMatchObject({ state: "enabled", version: 1, leasedBy: null, leaseExpiresAt: null, notBefore: null, intentsCursor: 7, tinOperationsCursor: null, delivered: 0, retry: null, failures: [], filter: { tins: ["1234567897"] }, createdAt: created.toISOString() });
+		expect(record.id).toMatch(/^wh_[0-9a-f]{32}$/);
+		expect(record.secret).toMatch(/^whsec_/);
+		expect(newWebhookRecord({ url: "https://x.example/", eventTypes: ["intent.status_changed"] }, { intents: 0, tin_operations: null }, created).filter).toBeNull();
+	});
+
+	it("a failure gives the lease up, schedules the next attempt, counts attempts per event and keeps the streak's start", () => {
+		const first = failed(subscription(), attempt("evt_intents_8"), at(0), schedule);
+		expect(first).toMatchObject({ leasedBy: null, leaseExpiresAt: null, intentsCursor: 7, retry: { webhookId: "evt_intents_8", attempts: 1, firstFailureAt: created.toISOString() } });
+		expect(first.notBefore).toBe(first.retry!.nextAttemptAt);
+		const again = failed(first, attempt("evt_intents_8"), at(2000), schedule);
+		expect(again.retry).toMatchObject({ attempts: 2, firstFailureAt: created.toISOString() });
+		// Another event failing carries the streak on: its first attempt, the same start.
+		expect(failed(again, attempt("evt_intents_9"), at(4000), schedule).retry).toMatchObject({ webhookId: "evt_intents_9", attempts: 1, firstFailureAt: created.toISOString() });
+	});
+
+	it(`keeps the last ${MAX_FAILURES_KEPT} failures, and disables the subscription once the streak's window is over`, () => {
+		let record = subscription();
+		for (let i = 1; i <= MAX_FAILURES_KEPT + 2; i++) record = failed(record, attempt(`evt_intents_${i}`), at(i), schedule);
+		expect(record.failures.map(failure => failure.webhookId)).toEqual(Array.from({ length: MAX_FAILURES_KEPT }, (_, i) => `evt_intents_${i + 3}`));
+		expect(record.state).toBe("enabled");
+		const last = failed(record, attempt("evt_intents_99"), at(schedule.retryForMs + 1), schedule);
+		expect(last).toMatchObject({ state: "disabled", disabledAt: at(schedule.retryForMs + 1).toISOString(), notBefore: null, retry: { nextAttemptAt: null } });
+		expect(last.disabledReason).toContain("WEBHOOK_RETRY_FOR_MS");
+	});
+
+	it("an advance moves the cursor and renews the lease; a delivery counts and ends the streak, a skip does neither", () => {
+		const failing = { ...failed(subscription(), attempt("evt_intents_8"), at(0), schedule), ...leasedUntil("worker", "2026-11-26T10:02:00.000Z") };
+		const skipped = advanced(failing, "intents", 9, false, "2026-11-26T10:03:00.000Z");
+		expect(skipped).toMatchObject({ intentsCursor: 9, delivered: 0, retry: failing.retry, leasedBy: "worker", leaseExpiresAt: "2026-11-26T10:03:00.000Z", notBefore: "2026-11-26T10:03:00.000Z" });
+		expect(advanced(failing, "intents", 8, true, "2026-11-26T10:03:00.000Z")).toMatchObject({ intentsCursor: 8, delivered: 1, retry: null });
 	});
 });
 

@@ -1,9 +1,11 @@
 /**
- * Runs a periodic sweep while the service runs: never two at once, errors logged and counted
- * (scs_sweep_failures_total) rather than thrown, and a sweep in progress finishes before the
- * service stops.
+ * Runs a periodic sweep while the service runs: never two at once, errors counted
+ * (scs_sweep_failures_total) and logged rather than thrown, and a sweep in progress finishes before
+ * the service stops. A sweep failing again and again (an owner it calls is down) is logged when it
+ * starts failing, once a minute while it goes on, and when it works again (lib/failure-streak.ts).
  */
 import type { Service, ServiceSchema } from "moleculer";
+import { FailureStreak } from "../lib/failure-streak";
 import { sweepFailureMetrics } from "../services/metrics";
 
 /** `sweep` runs as the service (`this`). */
@@ -18,12 +20,20 @@ export function sweeperMixin<S = Service>(name: string, intervalMs: number, swee
 			const sweepLabel = { sweep: name.replace(/ /g, "-") };
 			// Present from the start at 0, so that rate() sees the first failure.
 			failures.inc(sweepLabel, 0);
+			const streak = new FailureStreak();
 			const tick = () => {
 				running = sweep.call(this as unknown as S)
-					.catch(err => {
-						failures.inc(sweepLabel);
-						this.logger.warn(`${name} sweep failed: ${(err as Error).message}`);
-					})
+					.then(
+						() => {
+							const recovered = streak.succeeded();
+							if (recovered) this.logger.info(`${name} sweep ${recovered}`);
+						},
+						err => {
+							failures.inc(sweepLabel);
+							const line = streak.failed(`${name} sweep failed: ${(err as Error).message}`);
+							if (line) this.logger.warn(line);
+						}
+					)
 					.finally(() => {
 						if (!stopping) timer = setTimeout(tick, intervalMs);
 					});

@@ -12,8 +12,9 @@ import { Errors, type ServiceBroker } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
+import { FailureStreak } from "../lib/failure-streak";
 import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, type PublicMempoolIntent } from "../lib/intents";
-import type { StoredEvent } from "../lib/store";
+import type { EventQuery, StoredEvent } from "../lib/store";
 import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-operations";
 import { EVENT_PAGE, type EventStream } from "../mixins/outbox.mixin";
 import { eventStreamMetrics } from "./metrics";
@@ -219,17 +220,30 @@ export interface EventStreams {
 export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (req: IncomingMessage) => string): EventStreams {
 	const metrics = eventStreamMetrics(broker);
 	const feeds = Object.fromEntries(
-		(Object.keys(OWNERS) as EventStream[]).map(stream => [
-			stream,
-			new StreamFeed(
-				query => broker.call<StoredEvent[], object>(`${OWNERS[stream]}.events`, query),
-				async () => (await broker.call<StoredEvent | null, object>(`${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0,
-				EVENT_PAGE,
-				err => broker.logger.warn(`Reading the ${stream} event log failed: ${(err as Error).message}`),
-				// Events as they come, once each: a replay after Last-Event-ID is late by design.
-				event => metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000)
-			)
-		])
+		(Object.keys(OWNERS) as EventStream[]).map(stream => {
+			// The shared reader retries each FALLBACK_READ_MS while its owner is down: told once a minute, and when it reads again.
+			const streak = new FailureStreak();
+			const read = async (query: EventQuery) => {
+				const events = await broker.call<StoredEvent[], object>(`${OWNERS[stream]}.events`, query);
+				const recovered = streak.succeeded();
+				if (recovered) broker.logger.info(`Reading the ${stream} event log ${recovered}`);
+				return events;
+			};
+			return [
+				stream,
+				new StreamFeed(
+					read,
+					async () => (await broker.call<StoredEvent | null, object>(`${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0,
+					EVENT_PAGE,
+					err => {
+						const line = streak.failed(`Reading the ${stream} event log failed: ${(err as Error).message}`);
+						if (line) broker.logger.warn(line);
+					},
+					// Events as they come, once each: a replay after Last-Event-ID is late by design.
+					event => metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000)
+				)
+			];
+		})
 	) as Record<EventStream, StreamFeed>;
 	const open = new Set<SseConnection>();
 	const rounds = new WriteRounds();

@@ -3,6 +3,7 @@
  * thrown; and every owner's sweeps run only while its store is open.
  */
 import { ServiceBroker } from "moleculer";
+import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { isStoreMixin } from "../../mixins/store.mixin";
 import { sweeperMixin } from "../../mixins/sweeper.mixin";
@@ -31,6 +32,39 @@ test("a sweep that throws counts in scs_sweep_failures_total{sweep} and runs aga
 	const { values } = await sweepFailureMetrics(broker).get();
 	expect(runs).toBeGreaterThanOrEqual(3);
 	expect(values).toEqual([expect.objectContaining({ labels: { sweep: "stand-in" }, value: runs })]);
+});
+
+test("a sweep failing again and again is logged once, and once when it works again", async () => {
+	const lines: string[] = [];
+	const logged = jest.spyOn(console, "warn").mockImplementation((...args: unknown[]) => void lines.push(args.join(" ")));
+	const informed = jest.spyOn(console, "log").mockImplementation((...args: unknown[]) => void lines.push(args.join(" ")));
+	const broker = new ServiceBroker({ logger: { type: "Console", options: { level: "info", formatter: "simple" } } });
+	let failing = true;
+	let runs = 0;
+	broker.createService({
+		name: "stand-in",
+		mixins: [
+			sweeperMixin("stand in", 10, async () => {
+				runs++;
+				if (failing) throw new Error("the owner is down");
+			})
+		]
+	});
+	await broker.start();
+	try {
+		await waitFor(() => runs >= 10, 5000, "ten failed sweeps");
+		failing = false;
+		const failed = runs;
+		await waitFor(() => runs >= failed + 2, 5000, "a sweep that works");
+	} finally {
+		await broker.stop();
+		logged.mockRestore();
+		informed.mockRestore();
+	}
+	const sweepLines = lines.filter(line => line.includes("stand in sweep"));
+	expect(sweepLines).toHaveLength(2);
+	expect(sweepLines[0]).toContain("stand in sweep failed: the owner is down");
+	expect(sweepLines[1]).toMatch(/stand in sweep works again after \d+ failures over \d+ s/);
 });
 
 describe("an owner's sweeps and its store", () => {

@@ -80,9 +80,15 @@ test("settlement networks: a mint some online Cranker offers liquidity in, on SO
 });
 
 test("metrics: the store's figures as JSON, and as Prometheus text with each process's families labelled by node", async () => {
+	const asked = Date.now();
 	const json = await broker.call<Metrics>("network.metrics");
+	const answered = Date.now();
 	expect(json).toMatchObject({ intents: { VERIFIED: 4, CRANKER_LEASED: 2 }, settled: { count: 9 }, leases: { active: 2, expired: 1 }, verification: { unrecorded: 0 } });
-	expect(json.uptimeSeconds).toBeGreaterThanOrEqual(0);
+	// Since this broker started, a moment ago.
+	const since = Date.parse(json.startedAt);
+	expect(asked - since).toBeLessThan(60_000);
+	expect(json.uptimeSeconds).toBeGreaterThanOrEqual(Math.floor((asked - since) / 1000));
+	expect(json.uptimeSeconds).toBeLessThanOrEqual(Math.floor((answered - since) / 1000));
 	const text = await broker.call<string, object>("network.metrics", {}, { meta: { metricsForm: "prometheus" } });
 	expect(text).toContain('scs_intents{state="VERIFIED"} 4');
 	expect(text).toContain("scs_settled_intents_total 9");

@@ -5,6 +5,7 @@
  * authorization, signed with the Node authority key, and the same one again while it is valid; no
  * other Cranker gets one meanwhile.
  */
+import path from "node:path";
 import { ServiceBroker, type Context, type ServiceSchema } from "moleculer";
 import { buildPayoutMessage, payoutNullifier } from "../../lib/canonical";
 import { loadConfig } from "../../lib/config";
@@ -12,15 +13,28 @@ import { verifySignature } from "../../lib/ed25519";
 import { leaseForPayout, type LeasedIntentRecord } from "../../lib/intents";
 import type { PayoutAuthorization } from "../../lib/payout";
 import type { ActiveRoute } from "../../lib/registry";
+import { AUTHORITY_KEYPAIR_FILE, readKeypairFile } from "../../lib/secrets";
 import { payoutsService } from "../../services/payouts.service";
 import { iso, newRoute, newWallet, signedIntent, uniqueId } from "../helpers/fixtures";
-import { tempDir } from "../helpers/node";
+import { sleep, tempDir } from "../helpers/node";
 
 const route = newRoute();
 /** The intents the stand-in mempool holds, by id. */
 const intents = new Map<string, LeasedIntentRecord>();
 /** The route the stand-in TIN owner answers for `route.tin`. */
 let activeRoute: ActiveRoute | null = { ...route };
+/** Set: the stand-in TIN owner holds its answers until this many requests wait, then answers them all at once. */
+let gate: { size: number; waiting: (() => void)[] } | null = null;
+
+function resolveRoute(tin: string): ActiveRoute | null | Promise<ActiveRoute | null> {
+	const answer = tin === route.tin ? activeRoute : null;
+	if (!gate) return answer;
+	const held = gate;
+	return new Promise(resolve => {
+		held.waiting.push(() => resolve(answer));
+		if (held.waiting.length === held.size) for (const release of held.waiting) release();
+	});
+}
 
 const standIns: ServiceSchema[] = [
 	{
@@ -33,7 +47,7 @@ const standIns: ServiceSchema[] = [
 			}
 		}
 	},
-	{ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => (ctx.params.tin === route.tin ? activeRoute : null) } }
+	{ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => resolveRoute(ctx.params.tin) } }
 ];
 
 /** An intent leased to `cranker` until `leaseMs` from now. */
@@ -44,6 +58,7 @@ function leasedIntent(cranker: string, leaseMs = 60_000): LeasedIntentRecord {
 	return intents.get(record.id)!;
 }
 
+const dataDir = tempDir();
 let broker: ServiceBroker;
 /** POST /internal/settlement-authorizations/settlement as the gateway hands it over: from a request signed by `signer`. */
 const authorize = (workId: string, crankerPubkey: string, signer = crankerPubkey) => broker.call<PayoutAuthorization, object>("payouts.authorize", { workId, crankerPubkey }, { meta: { crankerPubkey: signer } });
@@ -51,11 +66,14 @@ const authorize = (workId: string, crankerPubkey: string, signer = crankerPubkey
 beforeAll(async () => {
 	broker = new ServiceBroker({ logger: false });
 	for (const standIn of standIns) broker.createService(standIn);
-	broker.createService(payoutsService(loadConfig({ DATA_DIR: tempDir() })));
+	broker.createService(payoutsService(loadConfig({ DATA_DIR: dataDir })));
 	await broker.start();
 });
 afterAll(() => broker.stop());
-afterEach(() => void (activeRoute = { ...route }));
+afterEach(() => {
+	activeRoute = { ...route };
+	gate = null;
+});
 
 test("the lease holder gets an authorization of its lease, signed by the Node authority key; asked again, the same one", async () => {
 	const cranker = newWallet().address;
@@ -72,8 +90,16 @@ test("the lease holder gets an authorization of its lease, signed by the Node au
 	});
 	const { kind: _kind, version: _version, authorizationSigner, authorizationMessage, authorizationSignature, ...fields } = authorization;
 	expect(authorizationMessage).toBe(buildPayoutMessage(fields));
+	// The key the Node generated into DATA_DIR at its first start, and no other.
+	expect(authorizationSigner).toBe(readKeypairFile(path.join(dataDir, AUTHORITY_KEYPAIR_FILE)).publicKey);
 	expect(verifySignature(authorizationSigner, authorizationMessage, authorizationSignature)).toBe(true);
 	expect(await authorize(record.id, cranker)).toEqual(authorization);
+});
+
+test("the authority key is never a setting: what the service publishes to other nodes holds nothing of it", () => {
+	// The INFO packet this node sends every other: its services with their settings.
+	const { services } = broker.getLocalNodeInfo() as unknown as { services: { name: string; settings: object }[] };
+	expect(services.find(service => service.name === "payouts")?.settings).toEqual({});
 });
 
 test("requests of the holder racing for one intent are all answered the same authorization", async () => {
@@ -85,14 +111,24 @@ test("requests of the holder racing for one intent are all answered the same aut
 
 test("while an authorization is valid, a Cranker that leased the intent since gets none; once it lapsed, it gets its own", async () => {
 	const first = newWallet().address;
-	const record = leasedIntent(first, 300);
+	const record = leasedIntent(first, 1500);
 	const earlier = await authorize(record.id, first);
 	// The lease lapsed and another Cranker leased the intent; the first authorization lives to the first lease's end.
 	const second = newWallet().address;
 	intents.set(record.id, { ...record, lease: { crankerPubkey: second, leasedAt: iso(0), expiresAt: iso(60_000) } });
 	await expect(authorize(record.id, second)).rejects.toMatchObject({ type: "INVALID_TRANSITION", data: { authorizationExpiresAt: earlier.expiresAt } });
 	await new Promise(resolve => setTimeout(resolve, Date.parse(earlier.expiresAt) - Date.now() + 20));
-	expect(await authorize(record.id, second)).toMatchObject({ crankerPubkey: second, workId: record.id });
+	// Its requests racing to replace the lapsed one, each begun a few milliseconds after the other (so each
+	// would sign another issuedAt) and all reading the lapsed one at once: one is stored, and all answer it.
+	gate = { size: 5, waiting: [] };
+	const racing: Promise<PayoutAuthorization>[] = [];
+	for (let i = 0; i < gate.size; i++) {
+		racing.push(authorize(record.id, second));
+		await sleep(3);
+	}
+	const answers = await Promise.all(racing);
+	expect(answers[0]).toMatchObject({ crankerPubkey: second, workId: record.id });
+	expect(new Set(answers.map(answer => answer.authorizationSignature)).size).toBe(1);
 });
 
 test("refused without an authorization: a request another key signed, a Cranker without the lease, a route no longer active", async () => {

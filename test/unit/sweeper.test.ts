@@ -85,5 +85,9 @@ describe("an owner's sweeps and its store", () => {
 			.filter(([, mixins]) => mixins.some(isStoreMixin));
 		expect(owners.map(([name]) => name).sort()).toEqual(["access", "crankers", "epochs", "mempool", "payouts", "tin", "webhooks"]);
 		for (const [name, mixins] of owners) expect([name, mixins.findIndex(isStoreMixin)]).toEqual([name, mixins.length - 1]);
+		// Nor is one inside another mixin, where this order would not show it.
+		const inner = (mixin: unknown): unknown[] => (mixin as { mixins?: unknown[] }).mixins ?? [];
+		const storeInside = (mixins: readonly unknown[]): boolean => mixins.some(mixin => inner(mixin).some(isStoreMixin) || storeInside(inner(mixin)));
+		for (const factory of Object.values(SERVICE_FACTORIES)) expect(storeInside(factory(config).mixins ?? [])).toBe(false);
 	});
 });

@@ -17,6 +17,7 @@ import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, ty
 import type { EventQuery, StoredEvent } from "../lib/store";
 import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-operations";
 import { EVENT_PAGE, type EventStream } from "../mixins/outbox.mixin";
+import { callServed } from "./internal";
 import { eventStreamMetrics } from "./metrics";
 
 /** The owner whose log each stream is. */
@@ -219,14 +220,16 @@ export interface EventStreams {
 
 export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (req: IncomingMessage) => string): EventStreams {
 	const metrics = eventStreamMetrics(broker);
+	// Its own module in the log: the broker's is kept a level quieter (moleculer.config.ts).
+	const logger = broker.getLogger("event-streams");
 	const feeds = Object.fromEntries(
 		(Object.keys(OWNERS) as EventStream[]).map(stream => {
 			// The shared reader retries each FALLBACK_READ_MS while its owner is down: told once a minute, and when it reads again.
 			const streak = new FailureStreak();
 			const read = async (query: EventQuery) => {
-				const events = await broker.call<StoredEvent[], object>(`${OWNERS[stream]}.events`, query);
+				const events = await callServed<StoredEvent[]>(broker, `${OWNERS[stream]}.events`, query);
 				const recovered = streak.succeeded();
-				if (recovered) broker.logger.info(`Reading the ${stream} event log ${recovered}`);
+				if (recovered) logger.info(`Reading the ${stream} event log ${recovered}`);
 				return events;
 			};
 			return [
@@ -237,7 +240,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 					EVENT_PAGE,
 					err => {
 						const line = streak.failed(`Reading the ${stream} event log failed: ${(err as Error).message}`);
-						if (line) broker.logger.warn(line);
+						if (line) logger.warn(line);
 					},
 					// Events as they come, once each: a replay after Last-Event-ID is late by design.
 					event => metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000)
@@ -326,7 +329,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		try {
 			await feed.subscribe(subscriber);
 		} catch (err) {
-			broker.logger.warn(`An event stream failed while catching up, and was closed: ${(err as Error).message}`);
+			logger.warn(`An event stream failed while catching up, and was closed: ${(err as Error).message}`);
 			connection.end();
 		}
 		// Also when it closed while catching up, after its last delivery.

@@ -1,4 +1,4 @@
-import type { ServiceBroker } from "moleculer";
+import { Errors, type CallingOptions, type ServiceBroker } from "moleculer";
 
 /**
  * The one rule for actions that only our own services call, never a route of the gateway:
@@ -28,4 +28,17 @@ export function isServed(broker: ServiceBroker, action: string): boolean {
  */
 export function isServedHere(broker: ServiceBroker, action: string): boolean {
 	return (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as unknown) != null;
+}
+
+/**
+ * A call that a periodic task makes (a sweep, a stream's log reader): refused at once, as the
+ * broker would, when no node serves `action`, but without the broker's warning, which it writes
+ * for every call to an action not registered. The task's own failure streak (lib/failure-streak.ts)
+ * tells of the owner's absence once, instead of once a second.
+ */
+export function callServed<T>(broker: ServiceBroker, action: string, params: object, options?: CallingOptions): Promise<T> {
+	const endpoints = broker.registry.getActionEndpoints(action);
+	if (!endpoints) return Promise.reject(new Errors.ServiceNotFoundError({ action }));
+	if (!endpoints.hasAvailable()) return Promise.reject(new Errors.ServiceNotAvailableError({ action }));
+	return broker.call<T, object>(action, params, options);
 }

@@ -17,7 +17,7 @@ import { createIntentParams } from "../lib/schemas";
 import { UNRECORDED_REJECTIONS } from "../lib/verification";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import type { IntakeItem, IntakeOutcome, WaitingIntent } from "./mempool.service";
-import { internal, isServed } from "./internal";
+import { callServed, internal, isServed } from "./internal";
 import { callKey } from "./replay";
 import { sweepMetrics, verificationMetrics } from "./metrics";
 import type { VerifierAnswer } from "./verifier.service";
@@ -238,7 +238,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				const now = Date.now();
 				const receivedBefore = new Date(now - graceMs).toISOString();
 				const staleBefore = new Date(now - 2 * this.settings.verifyTimeoutMs).toISOString();
-				const waiting = await this.broker.call<WaitingIntent[], object>("mempool.pendingVerification", { receivedBefore, staleBefore, limit: SWEEP_BATCH });
+				const waiting = await callServed<WaitingIntent[]>(this.broker, "mempool.pendingVerification", { receivedBefore, staleBefore, limit: SWEEP_BATCH });
 				for (const intent of waiting) {
 					status.picked++;
 					const outcome = await this.verifyWaiting(intent);

@@ -17,7 +17,7 @@ import type { StoredEvent } from "../lib/store";
 import { CURSOR_FIELD, STREAM_OF, failingStream, payloadOf, pinnedLookup, resolveTarget, systemLookup, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
-import { isServed } from "./internal";
+import { callServed, isServed } from "./internal";
 import { webhookMetrics } from "./metrics";
 import { EVENT_OWNER, type WebhookLease } from "./webhooks.service";
 
@@ -199,7 +199,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 				if (room <= 0 || this.stopping) return;
 				const streamHeads = await this.heads();
 				const leasedAt = performance.now();
-				const leases = await this.broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy: this.worker, heads: streamHeads, limit: room });
+				const leases = await callServed<WebhookLease[]>(this.broker, "webhooks.claim", { leasedBy: this.worker, heads: streamHeads, limit: room });
 				for (const lease of leases) {
 					const { id } = lease.subscription;
 					const delivery = this.deliver(lease, leasedAt, streamHeads)

@@ -43,7 +43,8 @@ export function tempDir(prefix = "scs-test-"): string {
 	return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
-export async function startNode(env: Record<string, string> = {}, dataDir = tempDir()): Promise<TestNode> {
+/** `log`: the broker writes its log to the console (a test that reads it spies on console first). */
+export async function startNode(env: Record<string, string> = {}, dataDir = tempDir(), { log = false } = {}): Promise<TestNode> {
 	const config = loadConfig({
 		PORT: "0",
 		DATA_DIR: dataDir,
@@ -56,7 +57,7 @@ export async function startNode(env: Record<string, string> = {}, dataDir = temp
 		...env
 	});
 	// TEST_LOG=1 shows the broker log when a test needs debugging.
-	const broker = createNode(config, { ...(process.env.TEST_LOG ? {} : { logger: false }), skipProcessEventRegistration: true });
+	const broker = createNode(config, { ...(process.env.TEST_LOG || log ? {} : { logger: false }), skipProcessEventRegistration: true });
 	await broker.start();
 	const api = broker.getLocalService("api") as unknown as { server: { address(): { port: number } } };
 	const url = `http://127.0.0.1:${api.server.address().port}`;

@@ -3,8 +3,10 @@
  * stream (current state first, each change, closed after a terminal state, resumed with
  * Last-Event-ID), the worker stream of every change with its filters, and the limits.
  */
+import { waitFor } from "../../devkit/process";
+import { mempoolService } from "../../services/mempool.service";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, walletOf, writeSeedFile, type Wallet } from "../helpers/fixtures";
-import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { API_KEY, sleep, startNode, tempDir, worker, type TestNode } from "../helpers/node";
 import { openStream, type SseStream } from "../helpers/sse";
 
 jest.setTimeout(30_000);
@@ -343,6 +345,35 @@ describe("failures after a stream opened", () => {
 			expect((await fetch(`${failing.url}/health/live`)).status).toBe(200);
 		} finally {
 			await failing.stop();
+		}
+	});
+
+	it("an owner gone under caught-up streams is logged once, not at every read or sweep, and once when it is back", async () => {
+		const lines: string[] = [];
+		const capture = (...args: unknown[]) => void lines.push(args.join(" "));
+		const spies = [jest.spyOn(console, "warn").mockImplementation(capture), jest.spyOn(console, "log").mockImplementation(capture)];
+		const about = (text: string) => lines.filter(line => line.includes(text));
+		const dir = tempDir();
+		const gone = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), LOG_LEVEL: "info" }, dir, { log: true });
+		try {
+			const stream = await openStream(`${gone.url}/events`, workerHeaders);
+			expect(stream.status).toBe(200);
+			await gone.broker.destroyService(gone.broker.getLocalService("mempool")!);
+			// The streams' shared reader reads again every second, the verification sweep every 200 ms.
+			await sleep(3500);
+			expect(about("Reading the intents event log failed")).toHaveLength(1);
+			expect(about("verification sweep failed")).toHaveLength(1);
+			// Nor does the broker warn of each call to the absent owner.
+			expect(lines.filter(line => /BROKER: Service .* is not (registered|available)/.test(line))).toEqual([]);
+
+			gone.broker.createService(mempoolService(gone.config));
+			await waitFor(() => about("Reading the intents event log works again").length === 1, 5000, "the reader's recovery");
+			await waitFor(() => about("verification sweep works again").length === 1, 5000, "the sweep's recovery");
+			expect(stream.ended).toBe(false);
+			stream.close();
+		} finally {
+			await gone.stop();
+			for (const spy of spies) spy.mockRestore();
 		}
 	});
 });

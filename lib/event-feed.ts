@@ -37,6 +37,8 @@ export class StreamFeed {
 		private readonly latestSeq: () => Promise<number>,
 		private readonly pageSize: number,
 		private readonly onError: (err: unknown) => void,
+		/** The shared reader read the log to its end: after failures, the owner answers again. */
+		private readonly onFollowed: () => void,
 		/** Each event the shared reader hands to caught-up subscribers, once (for its delay, say). */
 		private readonly onLive: (event: StoredEvent) => void = () => {}
 	) {}
@@ -71,7 +73,7 @@ export class StreamFeed {
 			return;
 		}
 		this.reading = this.follow()
-			.catch(this.onError)
+			.then(this.onFollowed, this.onError)
 			.finally(() => (this.reading = null));
 	}
 

@@ -14,7 +14,7 @@ import { ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
 import { FailureStreak } from "../lib/failure-streak";
 import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, type PublicMempoolIntent } from "../lib/intents";
-import type { EventQuery, StoredEvent } from "../lib/store";
+import type { StoredEvent } from "../lib/store";
 import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-operations";
 import { EVENT_PAGE, type EventStream } from "../mixins/outbox.mixin";
 import { callServed } from "./internal";
@@ -226,21 +226,20 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		(Object.keys(OWNERS) as EventStream[]).map(stream => {
 			// The shared reader retries each FALLBACK_READ_MS while its owner is down: told once a minute, and when it reads again.
 			const streak = new FailureStreak();
-			const read = async (query: EventQuery) => {
-				const events = await callServed<StoredEvent[]>(broker, `${OWNERS[stream]}.events`, query);
-				const recovered = streak.succeeded();
-				if (recovered) logger.info(`Reading the ${stream} event log ${recovered}`);
-				return events;
-			};
 			return [
 				stream,
 				new StreamFeed(
-					read,
-					async () => (await broker.call<StoredEvent | null, object>(`${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0,
+					query => callServed<StoredEvent[]>(broker, `${OWNERS[stream]}.events`, query),
+					async () => (await callServed<StoredEvent | null>(broker, `${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0,
 					EVENT_PAGE,
 					err => {
+						metrics.readFailures.inc({ stream });
 						const line = streak.failed(`Reading the ${stream} event log failed: ${(err as Error).message}`);
 						if (line) logger.warn(line);
+					},
+					() => {
+						const recovered = streak.succeeded();
+						if (recovered) logger.info(`Reading the ${stream} event log ${recovered}`);
 					},
 					// Events as they come, once each: a replay after Last-Event-ID is late by design.
 					event => metrics.lag.observe(Math.max(0, Date.now() - Date.parse(event.at)) / 1000)
@@ -270,9 +269,9 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	 */
 	function watchUnverified(connection: SseConnection, id: string): void {
 		const timer = setInterval(async () => {
-			const latest = await broker.call<StoredEvent | null, object>("mempool.latestEvent", { subject: id }).catch(() => undefined);
+			const latest = await callServed<StoredEvent | null>(broker, "mempool.latestEvent", { subject: id }).catch(() => undefined);
 			if (latest) return clearInterval(timer);
-			if (latest === null) await broker.call("mempool.view", { id }).catch((err: { type?: string }) => err.type === "NOT_FOUND" && connection.end());
+			if (latest === null) await callServed(broker, "mempool.view", { id }).catch((err: { type?: string }) => err.type === "NOT_FOUND" && connection.end());
 		}, config.eventHeartbeatMs).unref();
 		connection.onceClosed(() => clearInterval(timer));
 	}
@@ -371,8 +370,8 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const resumeAt = lastEventId(req, /^\d{1,15}$/);
 			const client = clientKey(clientIp(req));
 			// The current state: the intent's newest event, or (not verified yet, or its events pruned) its view.
-			const latest = await broker.call<StoredEvent | null, object>("mempool.latestEvent", { subject: id });
-			const view = latest ? null : await broker.call<PublicMempoolIntent, object>("mempool.view", { id });
+			const latest = await callServed<StoredEvent | null>(broker, "mempool.latestEvent", { subject: id });
+			const view = latest ? null : await callServed<PublicMempoolIntent>(broker, "mempool.view", { id });
 			const isTerminal = (state: unknown) => TERMINAL_STATES.includes(state as IntentState);
 			if (resumeAt !== null && latest) {
 				if (Number(resumeAt) > latest.seq) throw badLastEventId();
@@ -423,7 +422,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 				// From now: where each log ends as the stream opens. Resumed: never past where it ends
 				// (asked of the owner: this replica's reader may be a moment behind another's).
 				if (resumeAt === null) positions[stream] = await feeds[stream].head();
-				else if (positions[stream] > 0 && positions[stream] > ((await broker.call<StoredEvent | null, object>(`${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0)) throw badLastEventId();
+				else if (positions[stream] > 0 && positions[stream] > ((await callServed<StoredEvent | null>(broker, `${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0)) throw badLastEventId();
 			}
 			const connection = connect(res, "/events", "worker", client);
 			const wanted = states && new Set(states);

@@ -72,7 +72,8 @@ export function eventMetrics(broker: ServiceBroker) {
 export function eventStreamMetrics(broker: ServiceBroker) {
 	return {
 		open: liveGauge(broker, "scs_event_streams_open", "Event streams (SSE) open on this gateway, by route.", ["route"]),
-		lag: histogram(broker, "scs_event_stream_lag_seconds", "Time from a state change to its event being handed to the live streams of this gateway.")
+		lag: histogram(broker, "scs_event_stream_lag_seconds", "Time from a state change to its event being handed to the live streams of this gateway."),
+		readFailures: counter(broker, "scs_event_stream_read_failures_total", "Failed reads of an event log by this gateway's shared stream reader, by stream.", ["stream"], [{ stream: "intents" }, { stream: "tin_operations" }])
 	};
 }
 

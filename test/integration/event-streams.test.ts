@@ -369,6 +369,9 @@ describe("failures after a stream opened", () => {
 			gone.broker.createService(mempoolService(gone.config));
 			await waitFor(() => about("Reading the intents event log works again").length === 1, 5000, "the reader's recovery");
 			await waitFor(() => about("verification sweep works again").length === 1, 5000, "the sweep's recovery");
+			// Each failed read was counted all the same.
+			const text = await (await fetch(`${gone.url}/metrics?format=prometheus`)).text();
+			expect(Number(/^scs_event_stream_read_failures_total\{stream="intents",node="[^"]+"\} (\d+)/m.exec(text)?.[1])).toBeGreaterThanOrEqual(2);
 			expect(stream.ended).toBe(false);
 			stream.close();
 		} finally {

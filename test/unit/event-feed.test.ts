@@ -51,9 +51,15 @@ class HeldLog {
 
 /** A feed of `log`, in pages of `pageSize`, that fails the test on a read error. */
 function feedOf(log: { read: Log["read"] | HeldLog["read"]; latest: () => Promise<number> }, pageSize = 10): StreamFeed {
-	return new StreamFeed(log.read, log.latest, pageSize, err => {
-		throw err;
-	});
+	return new StreamFeed(
+		log.read,
+		log.latest,
+		pageSize,
+		err => {
+			throw err;
+		},
+		() => {}
+	);
 }
 
 /** A held log of 3 events, and a subscriber caught up with them through its feed. */

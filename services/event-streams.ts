@@ -222,6 +222,8 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	const metrics = eventStreamMetrics(broker);
 	// Its own module in the log: the broker's is kept a level quieter (moleculer.config.ts).
 	const logger = broker.getLogger("event-streams");
+	/** Where the owner's log of `stream` ends now (0: empty). */
+	const ownerHead = async (stream: EventStream) => (await callServed<StoredEvent | null>(broker, `${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0;
 	const feeds = Object.fromEntries(
 		(Object.keys(OWNERS) as EventStream[]).map(stream => {
 			// The shared reader retries each FALLBACK_READ_MS while its owner is down: told once a minute, and when it reads again.
@@ -230,7 +232,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 				stream,
 				new StreamFeed(
 					query => callServed<StoredEvent[]>(broker, `${OWNERS[stream]}.events`, query),
-					async () => (await callServed<StoredEvent | null>(broker, `${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0,
+					() => ownerHead(stream),
 					EVENT_PAGE,
 					err => {
 						metrics.readFailures.inc({ stream });
@@ -422,7 +424,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 				// From now: where each log ends as the stream opens. Resumed: never past where it ends
 				// (asked of the owner: this replica's reader may be a moment behind another's).
 				if (resumeAt === null) positions[stream] = await feeds[stream].head();
-				else if (positions[stream] > 0 && positions[stream] > ((await callServed<StoredEvent | null>(broker, `${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0)) throw badLastEventId();
+				else if (positions[stream] > 0 && positions[stream] > (await ownerHead(stream))) throw badLastEventId();
 			}
 			const connection = connect(res, "/events", "worker", client);
 			const wanted = states && new Set(states);

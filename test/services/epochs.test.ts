@@ -12,7 +12,7 @@ import { openStore } from "../../lib/store";
 import { EPOCHS_COLLECTION, epochsService, type EpochDoc } from "../../services/epochs.service";
 import { mempoolService } from "../../services/mempool.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
-import { tempDir } from "../helpers/node";
+import { sleep, tempDir } from "../helpers/node";
 
 async function startEpochs(dataDir: string, env: Record<string, string> = {}) {
 	const broker = new ServiceBroker({ logger: false });
@@ -108,6 +108,6 @@ test("a close a crash left marked closing is finished at the next start, with th
 test("an epoch older than EPOCH_DURATION_MS is closed at start", async () => {
 	const dataDir = tempDir();
 	await withEpochs(dataDir, { EPOCH_DURATION_MS: "300" }, async epochs => expect((await epochs.current()).epoch).toBe(1));
-	await new Promise(resolve => setTimeout(resolve, 350));
+	await sleep(350);
 	await withEpochs(dataDir, { EPOCH_DURATION_MS: "300" }, async epochs => expect((await epochs.current()).epoch).toBe(2));
 });

@@ -117,7 +117,7 @@ test("while an authorization is valid, a Cranker that leased the intent since ge
 	const second = newWallet().address;
 	intents.set(record.id, { ...record, lease: { crankerPubkey: second, leasedAt: iso(0), expiresAt: iso(60_000) } });
 	await expect(authorize(record.id, second)).rejects.toMatchObject({ type: "INVALID_TRANSITION", data: { authorizationExpiresAt: earlier.expiresAt } });
-	await new Promise(resolve => setTimeout(resolve, Date.parse(earlier.expiresAt) - Date.now() + 20));
+	await sleep(Date.parse(earlier.expiresAt) - Date.now() + 20);
 	// Its requests racing to replace the lapsed one, each begun a few milliseconds after the other (so each
 	// would sign another issuedAt) and all reading the lapsed one at once: one is stored, and all answer it.
 	gate = { size: 5, waiting: [] };
@@ -142,7 +142,7 @@ test("refused without an authorization: a request another key signed, a Cranker 
 	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT" });
 	// None of them stored one: the holder's first authorization is issued now, not repeated.
 	activeRoute = { ...route };
-	await new Promise(resolve => setTimeout(resolve, 5));
+	await sleep(5);
 	const issuedAfter = Date.now();
 	expect(Date.parse((await authorize(record.id, cranker)).issuedAt)).toBeGreaterThanOrEqual(issuedAfter);
 });

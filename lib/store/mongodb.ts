@@ -10,10 +10,13 @@
 import {
 	Decimal128,
 	MongoClient,
+	MongoClientClosedError,
 	MongoError,
 	MongoNetworkError,
+	MongoNotConnectedError,
 	MongoServerError,
 	MongoServerSelectionError,
+	MongoTopologyClosedError,
 	MongoWriteConcernError,
 	type ClientSession,
 	type Collection as MongoCollection,
@@ -176,10 +179,12 @@ export function assertDurableClient(client: MongoClient): void {
 /**
  * Whether a driver error means "try again in a moment" (503) rather than a bug (500). A write
  * concern error counts even beside a duplicate key: the write it reports may not be on a majority
- * yet, so neither "taken" nor "written" can be answered truthfully.
+ * yet, so neither "taken" nor "written" can be answered truthfully. So does a client closed under
+ * the call: the process is stopping (its last owner's store closed), and the retry finds another.
  */
 export function isTransientMongoError(err: unknown): boolean {
 	if (err instanceof MongoNetworkError || err instanceof MongoServerSelectionError || err instanceof MongoWriteConcernError) return true;
+	if (err instanceof MongoNotConnectedError || err instanceof MongoTopologyClosedError || err instanceof MongoClientClosedError) return true;
 	if (!(err instanceof MongoError)) return false;
 	if (err.hasErrorLabel("RetryableWriteError") || err.hasErrorLabel("TransientTransactionError") || err.hasErrorLabel("UnknownTransactionCommitResult")) return true;
 	const { code, writeConcernError, errInfo } = err as MongoError & { writeConcernError?: unknown; errInfo?: { writeConcern?: unknown } };

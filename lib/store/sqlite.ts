@@ -29,17 +29,22 @@ function sqlValue(value: FieldValue): string | number | null {
 /** Busy or locked: another connection holds the file for longer than busy_timeout. Worth a retry. */
 const TRANSIENT = new Set(["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_TIMEOUT"]);
 
-/** Translates a transient SQLite failure into the port's StoreUnavailableError; anything else is a bug. */
-function storeError(err: unknown): unknown {
+/**
+ * Translates a SQLite failure worth a retry into the port's StoreUnavailableError: the file busy,
+ * or the store closed because its process is stopping (the services of a stopping broker stop
+ * together, so a call can reach an owner whose store has closed). Anything else is a bug.
+ */
+function storeError(db: Database.Database, err: unknown): unknown {
+	if (!db.open) return new StoreUnavailableError("SQLite store is closed: its process is stopping", err);
 	const code = (err as { code?: string }).code;
 	return code && TRANSIENT.has(code) ? new StoreUnavailableError(`SQLite store is busy (${code})`, err) : err;
 }
 
-function guarded<R>(read: () => R): R {
+function guarded<R>(db: Database.Database, read: () => R): R {
 	try {
 		return read();
 	} catch (err) {
-		throw storeError(err);
+		throw storeError(db, err);
 	}
 }
 
@@ -147,7 +152,7 @@ class GroupCommit {
 				throw err;
 			}
 		} catch (err) {
-			return Promise.reject(storeError(err));
+			return Promise.reject(storeError(this.db, err));
 		}
 		return new Promise<R>((resolve, reject) => this.waiting.push({ resolve: () => resolve(result), reject }));
 	}
@@ -160,7 +165,7 @@ class GroupCommit {
 		const batch = this.waiting;
 		this.waiting = [];
 		for (const member of this.members) member.afterRollback();
-		for (const waiter of batch) waiter.reject(storeError(err));
+		for (const waiter of batch) waiter.reject(storeError(this.db, err));
 	}
 
 	/**
@@ -191,7 +196,7 @@ class GroupCommit {
 				// of any of its writes is safe (ids and compare-and-set make them repeatable).
 			}
 			for (const member of this.members) member.afterRollback();
-			for (const waiter of batch) waiter.reject(storeError(err));
+			for (const waiter of batch) waiter.reject(storeError(this.db, err));
 			return;
 		}
 		for (const member of this.members) member.afterCommit();
@@ -440,7 +445,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	private statement(sql: string): Database.Statement {
 		let stmt = this.statements.get(sql);
 		if (!stmt) {
-			stmt = this.db.prepare(sql);
+			stmt = guarded(this.db, () => this.db.prepare(sql));
 			this.statements.set(sql, stmt);
 		}
 		return stmt;
@@ -485,7 +490,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	async get(id: string): Promise<T | null> {
-		return guarded(() => this.current(id));
+		return guarded(this.db, () => this.current(id));
 	}
 
 	async findOne(where: Where): Promise<T | null> {
@@ -555,7 +560,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
-		return guarded(() => this.listRows(query, DOC).map(row => JSON.parse(row.doc!) as T));
+		return guarded(this.db, () => this.listRows(query, DOC).map(row => JSON.parse(row.doc!) as T));
 	}
 
 	async listViews(name: string, query: ListQuery = {}): Promise<ViewRow[]> {
@@ -565,7 +570,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		// stale (written by a version that keeps no views): its view is built now.
 		const stamp = `json_array(${this.spec.viewStamp!.map(quote).join(", ")})`;
 		const select = `${column} AS view, iif(${column} IS NULL OR ${quote(VIEW_STAMP)} IS NOT ${stamp}, doc, NULL) AS doc`;
-		return guarded(() =>
+		return guarded(this.db, () =>
 			this.listRows(query, select).map(row => ({ id: row.id, order: row.sortValue ?? null, json: row.doc === null ? row.view! : JSON.stringify(view.build(JSON.parse(row.doc) as T)) }))
 		);
 	}
@@ -615,7 +620,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	async count(where?: Where): Promise<number> {
 		const { sql, args } = compileWhere(this.spec, where);
 		const stmt = this.query(`SELECT COUNT(*) AS n FROM ${this.table}${sql}`, where);
-		return guarded(() => (stmt.get(...args) as { n: number }).n);
+		return guarded(this.db, () => (stmt.get(...args) as { n: number }).n);
 	}
 
 	async countBy(field: string, where?: Where): Promise<Record<string, number>> {
@@ -623,7 +628,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const { sql, args } = compileWhere(this.spec, where);
 		const column = quote(field);
 		const stmt = this.query(`SELECT ${column} AS k, COUNT(*) AS n FROM ${this.table}${sql} GROUP BY ${column}`, where);
-		const rows = guarded(() => stmt.all(...args) as { k: string | number | null; n: number }[]);
+		const rows = guarded(this.db, () => stmt.all(...args) as { k: string | number | null; n: number }[]);
 		return Object.fromEntries(rows.map(r => [String(r.k), r.n]));
 	}
 
@@ -632,13 +637,13 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const bySubject = query.subject !== undefined;
 		const stmt = this.statement(`SELECT seq, subject, type, at, data FROM ${this.eventsTable} WHERE ${bySubject ? "subject = ? AND " : ""}seq > ? AND seq <= ? ORDER BY seq LIMIT ?`);
 		const args = [...(bySubject ? [query.subject] : []), query.after, this.committedSeq, Math.max(0, Math.floor(query.limit))];
-		return guarded(() => (stmt.all(...args) as EventRow[]).map(storedEvent));
+		return guarded(this.db, () => (stmt.all(...args) as EventRow[]).map(storedEvent));
 	}
 
 	async latestEvent(subject?: string): Promise<StoredEvent | null> {
 		assertOutbox(this.spec, "read");
 		const stmt = this.statement(`SELECT seq, subject, type, at, data FROM ${this.eventsTable} WHERE ${subject !== undefined ? "subject = ? AND " : ""}seq <= ? ORDER BY seq DESC LIMIT 1`);
-		const row = guarded(() => stmt.get(...(subject !== undefined ? [subject] : []), this.committedSeq) as EventRow | undefined);
+		const row = guarded(this.db, () => stmt.get(...(subject !== undefined ? [subject] : []), this.committedSeq) as EventRow | undefined);
 		return row ? storedEvent(row) : null;
 	}
 
@@ -662,7 +667,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		if (!this.spec.tally) return {};
 		// The open group's changes count only while its transaction is there.
 		this.group.failIfRolledBack();
-		const rows = guarded(() => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED) as { key: string; value: string }[]);
+		const rows = guarded(this.db, () => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED) as { key: string; value: string }[]);
 		// The writes of the open group are visible to reads on this connection: their tally changes too.
 		const sums = new Map(rows.map(r => [r.key, BigInt(r.value)]));
 		for (const [key, delta] of this.pending) sums.set(key, (sums.get(key) ?? 0n) + delta);

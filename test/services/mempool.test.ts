@@ -14,7 +14,7 @@ import { WORK_PAGE } from "../../lib/schemas";
 import { openStore } from "../../lib/store";
 import { INTENTS_COLLECTION, mempoolService, type IntakeOutcome, type WaitingIntent } from "../../services/mempool.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
-import { tempDir } from "../helpers/node";
+import { sleep, tempDir } from "../helpers/node";
 
 const route = newRoute();
 const VERIFIED: Verdict = { ok: true, verifiedBy: "verifier@test" };
@@ -165,4 +165,23 @@ test("a work page larger than the bus carries is only for a caller in this proce
 	} finally {
 		await Promise.all([gateway.stop(), owner.stop()]);
 	}
+});
+
+test("a call that reaches the mempool after its store closed, while its broker stops, answers 503 NOT_READY (a retry), not a 500", async () => {
+	const broker = new ServiceBroker({ logger: false });
+	broker.createService(mempoolService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000" })));
+	const answers: unknown[] = [];
+	// A neighbour still at work as the broker stops: the services of a broker stop together.
+	broker.createService({
+		name: "late-caller",
+		async stopped() {
+			await sleep(200);
+			const request = signedIntent(newWallet(), route);
+			for (const call of [broker.call("mempool.receive", { request, epoch: 1, requestDigest: requestDigest(request), verdict: VERIFIED }), broker.call("mempool.view", { id: request.paymentId })])
+				answers.push(await call.catch((err: unknown) => err));
+		}
+	});
+	await broker.start();
+	await broker.stop();
+	expect(answers).toEqual([expect.objectContaining({ type: "NOT_READY", code: 503 }), expect.objectContaining({ type: "NOT_READY", code: 503 })]);
 });

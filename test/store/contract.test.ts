@@ -11,7 +11,7 @@ import os from "node:os";
 import path from "node:path";
 import { MongoClient } from "mongodb";
 import { MongoMemoryReplSet } from "mongodb-memory-server-core";
-import { UniqueConflictError, mongoDatabaseName, openStore, type Collection, type CollectionSpec, type Doc, type Store } from "../../lib/store";
+import { StoreUnavailableError, UniqueConflictError, mongoDatabaseName, openStore, type Collection, type CollectionSpec, type Doc, type Store } from "../../lib/store";
 import { MongoStore } from "../../lib/store/mongodb";
 
 interface Item extends Doc {
@@ -787,6 +787,47 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			expect(await after.get("z")).toBeNull();
 			expect(await after.count()).toBe(1);
 			expect(await after.update("a", { version: 2 }, { id: "a", version: 3 })).toBe(true);
+		});
+
+		test("a closed store refuses every call as unavailable (a 503 retry), never as a bug: a stopping process's owner can still be called", async () => {
+			const spec: CollectionSpec<Item> = {
+				...itemSpec(`items_${++collections}`),
+				tally: item => ({ [`status:${item.status ?? "none"}`]: 1n }),
+				outbox: true,
+				views: { summary: { version: 1, build: (doc: Item) => ({ id: doc.id }) } },
+				viewStamp: ["status", "version"]
+			};
+			const items = await store.collection<Item>(spec);
+			await items.insert({ id: "a", status: "open", version: 1 });
+			await store.close();
+			try {
+				const event = { subject: "a", type: "item.changed", at: "2026-01-01T00:00:00.000Z", data: {} };
+				const calls: [string, () => Promise<unknown>][] = [
+					["insert", () => items.insert({ id: "b", status: "open", version: 1 }, event)],
+					["get", () => items.get("a")],
+					["findOne", () => items.findOne({ status: "open" })],
+					["update", () => items.update("a", { version: 1 }, { id: "a", status: "done", version: 2 }, event)],
+					["remove", () => items.remove("a")],
+					["removeWhere", () => items.removeWhere({ status: "open" }, 10)],
+					["list", () => items.list({ where: { status: "open" }, orderBy: ["rank", "asc"], limit: 5 })],
+					["listViews", () => items.listViews("summary", { orderBy: ["rank", "desc"], limit: 5 })],
+					["count", () => items.count({ status: "open" })],
+					["countBy", () => items.countBy("status")],
+					["tally", () => items.tally()],
+					["events", () => items.events({ after: 0, limit: 10 })],
+					["latestEvent", () => items.latestEvent("a")],
+					["pruneEvents", () => items.pruneEvents("2027-01-01T00:00:00.000Z", 10)]
+				];
+				for (const [name, call] of calls) {
+					const refusal = await call().then(
+						answer => ({ answered: answer }),
+						(err: unknown) => err
+					);
+					expect([name, refusal]).toStrictEqual([name, expect.any(StoreUnavailableError)]);
+				}
+			} finally {
+				store = await open();
+			}
 		});
 	});
 }

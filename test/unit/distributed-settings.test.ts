@@ -3,7 +3,7 @@
  * durability are refused at start, transient driver errors are told from bugs, every index ends
  * in _id and every query shape needs one that serves it, and NATS credentials reach the URL.
  */
-import { MongoClient, MongoNetworkError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
+import { MongoClient, MongoClientClosedError, MongoNetworkError, MongoNotConnectedError, MongoServerError, MongoServerSelectionError, MongoTopologyClosedError, MongoWriteConcernError } from "mongodb";
 import { ConfigError, loadConfig } from "../../lib/config";
 import { DURABLE_OPTIONS, assertDurableClient, indexDescriptions, isTransientMongoError } from "../../lib/store/mongodb";
 import { mongoUrlWeakenings, mongoUrlWithDatabase } from "../../lib/store/mongo-url";
@@ -66,6 +66,16 @@ describe("MongoDB errors at the store boundary", () => {
 		expect(isTransientMongoError(server({ code: 10107, codeName: "NotWritablePrimary" }))).toBe(true);
 		expect(isTransientMongoError(server({ code: 189, codeName: "PrimarySteppedDown" }))).toBe(true);
 		expect(isTransientMongoError(new MongoWriteConcernError({ writeConcernError: { code: 64, errmsg: "waiting for replication timed out", errInfo: { wtimeout: true } } } as never))).toBe(true);
+	});
+
+	test("a call on a client its process closed while stopping: transient (503), as the driver throws it", async () => {
+		const client = new MongoClient("mongodb://127.0.0.1:1", { serverSelectionTimeoutMS: 200 });
+		await client.close();
+		const refusal = await client.db("scs").collection("intents").findOne({}).catch(err => err);
+		expect(refusal).toBeInstanceOf(MongoNotConnectedError);
+		expect(isTransientMongoError(refusal)).toBe(true);
+		expect(isTransientMongoError(new MongoTopologyClosedError())).toBe(true);
+		expect(isTransientMongoError(new MongoClientClosedError())).toBe(true);
 	});
 
 	test("a duplicate key that comes with a write-concern error is transient: neither taken nor written is known", () => {

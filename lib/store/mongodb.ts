@@ -10,13 +10,10 @@
 import {
 	Decimal128,
 	MongoClient,
-	MongoClientClosedError,
 	MongoError,
 	MongoNetworkError,
-	MongoNotConnectedError,
 	MongoServerError,
 	MongoServerSelectionError,
-	MongoTopologyClosedError,
 	MongoWriteConcernError,
 	type ClientSession,
 	type Collection as MongoCollection,
@@ -179,12 +176,10 @@ export function assertDurableClient(client: MongoClient): void {
 /**
  * Whether a driver error means "try again in a moment" (503) rather than a bug (500). A write
  * concern error counts even beside a duplicate key: the write it reports may not be on a majority
- * yet, so neither "taken" nor "written" can be answered truthfully. So does a client closed under
- * the call: the process is stopping (its last owner's store closed), and the retry finds another.
+ * yet, so neither "taken" nor "written" can be answered truthfully.
  */
 export function isTransientMongoError(err: unknown): boolean {
 	if (err instanceof MongoNetworkError || err instanceof MongoServerSelectionError || err instanceof MongoWriteConcernError) return true;
-	if (err instanceof MongoNotConnectedError || err instanceof MongoTopologyClosedError || err instanceof MongoClientClosedError) return true;
 	if (!(err instanceof MongoError)) return false;
 	if (err.hasErrorLabel("RetryableWriteError") || err.hasErrorLabel("TransientTransactionError") || err.hasErrorLabel("UnknownTransactionCommitResult")) return true;
 	const { code, writeConcernError, errInfo } = err as MongoError & { writeConcernError?: unknown; errInfo?: { writeConcern?: unknown } };
@@ -193,16 +188,33 @@ export function isTransientMongoError(err: unknown): boolean {
 	return typeof code === "number" && TRANSIENT_CODES.has(code);
 }
 
-/** The port's translation of a driver failure: transient ones become StoreUnavailableError. */
-function storeError(err: unknown): unknown {
+/** Clients whose last owner began to close them: the process is stopping. */
+const closingClients = new WeakSet<MongoClient>();
+
+/**
+ * Closes a shared client. Calls still running on it fail in many ways as it closes (an ended
+ * session's aborted transaction, a closed pool, an illegal state transition), and each is the
+ * process stopping, not a bug: storeError answers them by the client's state, not their class.
+ */
+export async function closeClient(client: MongoClient): Promise<void> {
+	closingClients.add(client);
+	await client.close();
+}
+
+/**
+ * The port's translation of a driver failure on `client`: transient ones, and any on a client
+ * that is closing, become StoreUnavailableError.
+ */
+export function storeError(err: unknown, client?: MongoClient): unknown {
+	if (client && closingClients.has(client)) return new StoreUnavailableError("MongoDB client is closed: its process is stopping", err);
 	return isTransientMongoError(err) ? new StoreUnavailableError(`MongoDB is unavailable: ${(err as Error).name}`, err) : err;
 }
 
-async function guarded<R>(operation: () => Promise<R>): Promise<R> {
+async function guarded<R>(client: MongoClient, operation: () => Promise<R>): Promise<R> {
 	try {
 		return await operation();
 	} catch (err) {
-		throw storeError(err);
+		throw storeError(err, client);
 	}
 }
 
@@ -288,7 +300,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	/** The event log's indexes: per subject in order, and by time for pruning. */
 	async prepareOutbox(): Promise<void> {
 		if (!this.spec.outbox) return;
-		await guarded(() =>
+		await guarded(this.client, () =>
 			this.eventLog.createIndexes([{ name: "subject_seq", key: { subject: 1, _id: 1 } }])
 		);
 	}
@@ -308,7 +320,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	 * written (or null: nothing written, and no event).
 	 */
 	private async withTally<R>(write: (session: ClientSession) => Promise<{ result: R; before: T | null; after: T | null }>, event?: OutboxEvent): Promise<R> {
-		return guarded(() =>
+		return guarded(this.client, () =>
 			inTransaction(this.client, async session => {
 					const { result, before, after } = await write(session);
 					// The counter document serializes the writers of events: one that took a number
@@ -333,12 +345,12 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	 * a write after it conflicts with this transaction, which then runs again.
 	 */
 	async seedTally(): Promise<void> {
-		if (!this.spec.tally || (await guarded(() => this.tallies.findOne({ _id: SEEDED })))) return;
+		if (!this.spec.tally || (await guarded(this.client, () => this.tallies.findOne({ _id: SEEDED })))) return;
 		// Created first: a collection created inside concurrent transactions makes them collide.
-		await guarded(() => this.tallies.db.createCollection(this.tallies.collectionName)).catch(err => {
+		await guarded(this.client, () => this.tallies.db.createCollection(this.tallies.collectionName)).catch(err => {
 			if (!(err instanceof MongoServerError && err.code === NAMESPACE_EXISTS)) throw err;
 		});
-		await guarded(() =>
+		await guarded(this.client, () =>
 			inTransaction(this.client, async session => {
 					if (await this.tallies.findOne({ _id: SEEDED }, { session })) return;
 					const sums = new Map<string, bigint>();
@@ -379,7 +391,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		assertOutbox(this.spec, event);
 		const stored = this.toStored(doc);
 		try {
-			if (!this.spec.tally && !event) await guarded(() => this.collection.insertOne(stored));
+			if (!this.spec.tally && !event) await guarded(this.client, () => this.collection.insertOne(stored));
 			else await this.withTally(async session => ({ result: await this.collection.insertOne(stored, { session }), before: null, after: doc }), event);
 			return true;
 		} catch (error) {
@@ -389,14 +401,14 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	async get(id: string): Promise<T | null> {
-		const doc = await guarded(() => this.collection.findOne({ _id: id }));
+		const doc = await guarded(this.client, () => this.collection.findOne({ _id: id }));
 		return doc && this.fromStored(doc);
 	}
 
 	async findOne(where: Where): Promise<T | null> {
 		const filter = this.filter(where);
 		this.served(where);
-		const doc = await guarded(() => this.collection.findOne(filter));
+		const doc = await guarded(this.client, () => this.collection.findOne(filter));
 		return doc && this.fromStored(doc);
 	}
 
@@ -412,7 +424,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		const { _id, ...replacement } = this.toStored(next);
 		const filter = { $and: [{ _id }, this.filter(expected)] };
 		try {
-			if (!this.spec.tally && !event) return (await guarded(() => this.collection.replaceOne(filter, replacement))).matchedCount === 1;
+			if (!this.spec.tally && !event) return (await guarded(this.client, () => this.collection.replaceOne(filter, replacement))).matchedCount === 1;
 			return await this.withTally(async session => {
 				const before = await this.collection.findOneAndReplace(filter, replacement, { session, returnDocument: "before" });
 				return { result: before !== null, before: before && this.fromStored(before), after: before && next };
@@ -427,7 +439,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	/** deleteOne with the expectation in its filter, atomic for the same reason as `update`. */
 	async remove(id: string, expected: Where = {}): Promise<boolean> {
 		const filter = { $and: [{ _id: id }, this.filter(expected)] };
-		if (!this.spec.tally) return (await guarded(() => this.collection.deleteOne(filter))).deletedCount === 1;
+		if (!this.spec.tally) return (await guarded(this.client, () => this.collection.deleteOne(filter))).deletedCount === 1;
 		return this.withTally(async session => {
 			const before = await this.collection.findOneAndDelete(filter, { session });
 			return { result: before !== null, before: before && this.fromStored(before), after: null };
@@ -444,19 +456,19 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		this.served(where);
 		const size = batchSize(limit);
 		if (size === 0) return 0;
-		const batch = await guarded(() => this.collection.find(filter, { projection: { _id: 1 }, limit: size }).toArray());
+		const batch = await guarded(this.client, () => this.collection.find(filter, { projection: { _id: 1 }, limit: size }).toArray());
 		if (!batch.length) return 0;
 		if (this.spec.tally) {
 			let removed = 0;
 			for (const { _id } of batch) if (await this.remove(_id, where)) removed++;
 			return removed;
 		}
-		return (await guarded(() => this.collection.deleteMany({ $and: [{ _id: { $in: batch.map(doc => doc._id) } }, filter] }))).deletedCount;
+		return (await guarded(this.client, () => this.collection.deleteMany({ $and: [{ _id: { $in: batch.map(doc => doc._id) } }, filter] }))).deletedCount;
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
 		const cursor = this.listCursor(query);
-		return cursor ? (await guarded(() => cursor.toArray())).map(doc => this.fromStored(doc)) : [];
+		return cursor ? (await guarded(this.client, () => cursor.toArray())).map(doc => this.fromStored(doc)) : [];
 	}
 
 	async listViews(name: string, query: ListQuery = {}): Promise<ViewRow[]> {
@@ -469,9 +481,9 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		// A view is missing (written before this view's version) or stale (written by a version that
 		// keeps no views: an older replica hands the texts back with the document it writes).
 		const kept = (row: Stored) => typeof row[field] === "string" && row[VIEW_STAMP] === viewStamp(this.spec, row);
-		let rows = await guarded(() => texts.toArray());
+		let rows = await guarded(this.client, () => texts.toArray());
 		// Some must be built: the list again, whole, to build theirs.
-		if (!rows.every(kept)) rows = await guarded(() => this.listCursor(query)!.toArray());
+		if (!rows.every(kept)) rows = await guarded(this.client, () => this.listCursor(query)!.toArray());
 		return rows.map(row => ({
 			id: row._id,
 			order: order ? ((row[order] as FieldValue | undefined) ?? null) : null,
@@ -512,14 +524,14 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	async count(where?: Where): Promise<number> {
 		const filter = this.filter(where);
 		this.served(where);
-		return guarded(() => this.collection.countDocuments(filter));
+		return guarded(this.client, () => this.collection.countDocuments(filter));
 	}
 
 	async countBy(field: string, where?: Where): Promise<Record<string, number>> {
 		assertDeclared(this.spec, [field]);
 		const filter = this.filter(where);
 		this.served(where);
-		const groups = await guarded(() => this.collection.aggregate<{ _id: FieldValue; n: number }>([{ $match: filter }, { $group: { _id: `$${key(field)}`, n: { $sum: 1 } } }]).toArray());
+		const groups = await guarded(this.client, () => this.collection.aggregate<{ _id: FieldValue; n: number }>([{ $match: filter }, { $group: { _id: `$${key(field)}`, n: { $sum: 1 } } }]).toArray());
 		// Keys as SQLite gives them: its columns hold booleans as 0 and 1, and a missing field is null.
 		return Object.fromEntries(groups.map(g => [String(typeof g._id === "boolean" ? Number(g._id) : g._id), g.n]));
 	}
@@ -530,13 +542,13 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		if (limit === 0) return [];
 		const filter = { _id: { $gt: query.after }, ...(query.subject !== undefined ? { subject: query.subject } : {}) };
 		// One record's events by its index, as the lists are hinted: the planner might walk _id instead.
-		const found = await guarded(() => this.eventLog.find(filter).sort({ _id: 1 }).hint(query.subject !== undefined ? "subject_seq" : { _id: 1 }).limit(limit).toArray());
+		const found = await guarded(this.client, () => this.eventLog.find(filter).sort({ _id: 1 }).hint(query.subject !== undefined ? "subject_seq" : { _id: 1 }).limit(limit).toArray());
 		return found.map(fromEventDoc);
 	}
 
 	async latestEvent(subject?: string): Promise<StoredEvent | null> {
 		assertOutbox(this.spec, "read");
-		const found = await guarded(() => this.eventLog.find(subject !== undefined ? { subject } : {}).sort({ _id: -1 }).hint(subject !== undefined ? "subject_seq" : { _id: 1 }).limit(1).toArray());
+		const found = await guarded(this.client, () => this.eventLog.find(subject !== undefined ? { subject } : {}).sort({ _id: -1 }).hint(subject !== undefined ? "subject_seq" : { _id: 1 }).limit(1).toArray());
 		return found.length ? fromEventDoc(found[0]) : null;
 	}
 
@@ -545,17 +557,17 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		const size = batchSize(limit);
 		if (size === 0) return 0;
 		// As on SQLite: the run of the oldest events (by number) from before `before`, never the newest.
-		const oldest = await guarded(() => this.eventLog.find({}, { projection: { _id: 1, at: 1 } }).sort({ _id: 1 }).limit(size + 1).toArray());
+		const oldest = await guarded(this.client, () => this.eventLog.find({}, { projection: { _id: 1, at: 1 } }).sort({ _id: 1 }).limit(size + 1).toArray());
 		const candidates = oldest.length > size ? oldest.slice(0, size) : oldest.slice(0, -1);
 		const stale = candidates.findIndex(doc => doc.at >= before);
 		const upTo = stale === -1 ? candidates.length : stale;
 		if (upTo === 0) return 0;
-		return (await guarded(() => this.eventLog.deleteMany({ _id: { $lte: candidates[upTo - 1]._id } }))).deletedCount;
+		return (await guarded(this.client, () => this.eventLog.deleteMany({ _id: { $lte: candidates[upTo - 1]._id } }))).deletedCount;
 	}
 
 	async tally(): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
-		const shards = await guarded(() => this.tallies.find({ _id: { $ne: SEEDED } }).toArray());
+		const shards = await guarded(this.client, () => this.tallies.find({ _id: { $ne: SEEDED } }).toArray());
 		const sums = new Map<string, bigint>();
 		for (const shard of shards) for (const [name, value] of Object.entries(shard.sums ?? {})) sums.set(name, (sums.get(name) ?? 0n) + BigInt(value.toString()));
 		return Object.fromEntries([...sums].filter(([, sum]) => sum !== 0n));
@@ -593,7 +605,7 @@ async function releaseClient(url: string): Promise<void> {
 	const entry = clients.get(url);
 	if (!entry || --entry.users > 0) return;
 	clients.delete(url);
-	await (await entry.client).close();
+	await closeClient(await entry.client);
 }
 
 export class MongoStore implements Store {
@@ -615,18 +627,18 @@ export class MongoStore implements Store {
 		assertDeclared(spec, [...(spec.unique ?? []), ...(spec.indexes ?? [])].flat());
 		const collection = this.db.collection<Stored>(spec.name);
 		const descriptions = indexDescriptions(spec);
-		if (descriptions.length) await guarded(() => collection.createIndexes(descriptions));
+		if (descriptions.length) await guarded(this.client, () => collection.createIndexes(descriptions));
 		// Plain indexes an earlier version declared (ours are named i_…) cost every write and serve
 		// nothing now. Unique ones (u_…) stay: one may belong to a newer version running beside this one.
 		const wanted = new Set(descriptions.map(description => description.name));
-		const existing = await guarded(() => collection.listIndexes().toArray()).catch(err => {
+		const existing = await guarded(this.client, () => collection.listIndexes().toArray()).catch(err => {
 			// A collection with no index of ours may not exist yet.
 			if (err instanceof MongoServerError && err.code === NAMESPACE_NOT_FOUND) return [];
 			throw err;
 		});
 		for (const { name } of existing)
 			if (typeof name === "string" && name.startsWith("i_") && !wanted.has(name))
-				await guarded(() => collection.dropIndex(name)).catch(err => {
+				await guarded(this.client, () => collection.dropIndex(name)).catch(err => {
 					// Another replica dropped it first.
 					if (!(err instanceof MongoServerError && err.code === INDEX_NOT_FOUND)) throw err;
 				});

@@ -4,6 +4,7 @@
  * promise resolves only once it is committed, so when each one resolves tells when its group did.
  */
 import path from "node:path";
+import { StoreUnavailableError } from "../../lib/store";
 import { GROUP_COMMIT_WRITES, SqliteStore } from "../../lib/store/sqlite";
 import { tempDir } from "../helpers/node";
 
@@ -58,6 +59,21 @@ test("a smaller group waits for its window; an early group's window does not cut
 	try {
 		const items = await reopened.collection<{ id: string; k: string }>({ name: "items", fields: { k: "text" } });
 		expect((await items.list({})).length).toBe(2 * GROUP_COMMIT_WRITES);
+	} finally {
+		await reopened.close();
+	}
+});
+
+test("closing commits the group waiting out its window: its writes resolve as stored, and a write after the close is refused as unavailable", async () => {
+	const { file, store, items } = await open(60_000);
+	const waiting = [items.insert({ id: "a", k: "x" }), items.update("a", {}, { id: "a", k: "y" }), items.insert({ id: "b", k: "x" })];
+	await store.close();
+	expect(await Promise.all(waiting)).toStrictEqual([true, true, true]);
+	await expect(items.insert({ id: "c", k: "x" })).rejects.toBeInstanceOf(StoreUnavailableError);
+	const reopened = new SqliteStore(file, 0);
+	try {
+		const again = await reopened.collection<{ id: string; k: string }>({ name: "items", fields: { k: "text" } });
+		expect(await again.list({ orderBy: ["id", "asc"] })).toStrictEqual([{ id: "a", k: "y" }, { id: "b", k: "x" }]);
 	} finally {
 		await reopened.close();
 	}

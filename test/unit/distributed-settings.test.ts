@@ -3,9 +3,10 @@
  * durability are refused at start, transient driver errors are told from bugs, every index ends
  * in _id and every query shape needs one that serves it, and NATS credentials reach the URL.
  */
-import { MongoClient, MongoClientClosedError, MongoNetworkError, MongoNotConnectedError, MongoServerError, MongoServerSelectionError, MongoTopologyClosedError, MongoWriteConcernError } from "mongodb";
+import { MongoClient, MongoNetworkError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
 import { ConfigError, loadConfig } from "../../lib/config";
-import { DURABLE_OPTIONS, assertDurableClient, indexDescriptions, isTransientMongoError } from "../../lib/store/mongodb";
+import { StoreUnavailableError } from "../../lib/store";
+import { DURABLE_OPTIONS, assertDurableClient, closeClient, indexDescriptions, isTransientMongoError, storeError } from "../../lib/store/mongodb";
 import { mongoUrlWeakenings, mongoUrlWithDatabase } from "../../lib/store/mongo-url";
 import { servingIndex, type CollectionSpec } from "../../lib/store/port";
 import { brokerOptions } from "../../moleculer.config";
@@ -68,14 +69,16 @@ describe("MongoDB errors at the store boundary", () => {
 		expect(isTransientMongoError(new MongoWriteConcernError({ writeConcernError: { code: 64, errmsg: "waiting for replication timed out", errInfo: { wtimeout: true } } } as never))).toBe(true);
 	});
 
-	test("a call on a client its process closed while stopping: transient (503), as the driver throws it", async () => {
-		const client = new MongoClient("mongodb://127.0.0.1:1", { serverSelectionTimeoutMS: 200 });
-		await client.close();
-		const refusal = await client.db("scs").collection("intents").findOne({}).catch(err => err);
-		expect(refusal).toBeInstanceOf(MongoNotConnectedError);
-		expect(isTransientMongoError(refusal)).toBe(true);
-		expect(isTransientMongoError(new MongoTopologyClosedError())).toBe(true);
-		expect(isTransientMongoError(new MongoClientClosedError())).toBe(true);
+	test("any failure on a client its process is closing is a 503, whatever its class: calls in flight fail in many ways as it closes", async () => {
+		const client = new MongoClient("mongodb://127.0.0.1:1", { serverSelectionTimeoutMS: 5000 });
+		const inFlight = client.db("scs").collection("intents").findOne({}).catch(err => storeError(err, client));
+		const bug = new Error("Cannot call commitTransaction after calling abortTransaction");
+		expect(storeError(bug, client)).toBe(bug);
+		await closeClient(client);
+		expect(await inFlight).toBeInstanceOf(StoreUnavailableError);
+		expect(storeError(await client.db("scs").collection("intents").findOne({}).catch(err => err), client)).toBeInstanceOf(StoreUnavailableError);
+		expect(storeError(bug, client)).toMatchObject({ name: "StoreUnavailableError", cause: bug });
+		expect(storeError(bug, new MongoClient("mongodb://127.0.0.1:1"))).toBe(bug);
 	});
 
 	test("a duplicate key that comes with a write-concern error is transient: neither taken nor written is known", () => {

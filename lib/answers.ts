@@ -42,7 +42,6 @@ export const ErrorBodySchema = Type.Object(
 	},
 	named("Error")
 );
-export type ErrorBody = Static<typeof ErrorBodySchema>;
 
 export const LivenessSchema = Type.Object({ status: Type.Literal("live") }, named("Liveness"));
 export const ReadinessSchema = Type.Object({ status: Type.Literal("ready") }, named("Readiness"));

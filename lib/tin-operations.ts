@@ -13,7 +13,6 @@ import { Address, Amount, Hex64, Identifier, IsoTime, Nullable, Signature, Strin
 export const TIN_OPERATION_STATES = ["PENDING_VERIFICATION", "VERIFIED", "FEE_COMMITTED", "SUBMITTED", "FINALIZED", "FAILED", "REJECTED"] as const;
 export const TinOperationStateSchema = StringEnum(TIN_OPERATION_STATES, { $id: "TinOperationState" });
 export type TinOperationState = Static<typeof TinOperationStateSchema>;
-export const TERMINAL_TIN_STATES: readonly TinOperationState[] = ["FINALIZED", "FAILED", "REJECTED"];
 const IntentTypeSchema = StringEnum(["create", "update"]);
 
 /** CreateTinOperationRequest as accepted by the schema, and as the worker view repeats it. */

@@ -24,7 +24,7 @@ import { Batcher } from "../lib/batcher";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
-import { jsonBody } from "./json-body";
+import { isJson, jsonBody } from "./json-body";
 import { isServed, isServedHere } from "./internal";
 import { httpMetrics, metricsForm } from "./metrics";
 
@@ -242,7 +242,8 @@ function assertInputPlacement(req: Request): void {
 		throw new ServiceError("VALIDATION_ERROR", req.method === "GET" ? "GET requests take no body" : "This route takes a JSON body, not query parameters", [
 			{ type: req.method === "GET" ? "body" : "query", field: req.method === "GET" ? "$body" : "$query", message: "Input is accepted in one place only." }
 		]);
-	if (hasBody && !String(req.headers["content-type"] ?? "").startsWith("application/json"))
+	// The media type the body reader parses, exactly: "application/jsonx" would pass a prefix check unread.
+	if (hasBody && !isJson(req.headers["content-type"]))
 		throw new ServiceError("VALIDATION_ERROR", "The body must be application/json", [{ type: "contentType", field: "$body", message: "The content-type must be application/json." }]);
 }
 

@@ -25,8 +25,8 @@ export class BodyError extends Error {
 	}
 }
 
-/** body-parser's JSON: the media type only, parameters and case aside. */
-function isJson(contentType: string | undefined): boolean {
+/** body-parser's JSON: the media type only, parameters and case aside. The gateway's check of a body's content-type too. */
+export function isJson(contentType: string | undefined): boolean {
 	return contentType !== undefined && contentType.split(";", 1)[0].trim().toLowerCase() === "application/json";
 }
 

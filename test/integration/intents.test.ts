@@ -249,6 +249,10 @@ describe("bad input is refused with SPEC §7 bodies and stores nothing", () => {
 		expect(await getWithBody(`${node.url}/registry/tins/${route.tin}`, JSON.stringify({ tin: "1234567897" }))).toBe(422);
 		for (const [payload, type] of [["garbage", "text/plain"], ["null", "application/json"], ["123", "application/json"], ['"x"', "application/json"]])
 			expect((await node.http("POST", "/", payload, { "content-type": type })).status).toBe(422);
+		// A media type that only begins like JSON is not read: refused, never answered with the body ignored.
+		for (const type of ["application/jsonx", "application/json-seq", "application/json+evil"])
+			for (const path of ["/", "/intents"]) expect([path, type, (await node.http("POST", path, '{"include":["counts"]}', { "content-type": type })).body]).toMatchObject([path, type, { code: 422, type: "VALIDATION_ERROR" }]);
+		expect((await node.http("POST", "/", '{"include":["counts"]}', { "content-type": "Application/JSON; charset=UTF-8" })).status).toBe(200);
 		expect((await node.http("POST", "/intents", request)).status).toBe(201);
 	});
 

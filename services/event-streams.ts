@@ -24,7 +24,7 @@ import { eventStreamMetrics } from "./metrics";
 const OWNERS: Record<EventStream, string> = { intents: "mempool", tin_operations: "tin" };
 const EVENT_TYPES: Record<EventStream, string> = { intents: INTENT_EVENT_TYPE, tin_operations: TIN_OPERATION_EVENT_TYPE };
 
-/** A stream whose client reads slower than this much is closed; it reconnects with Last-Event-ID. */
+/** A stream whose client reads slower than this much is cut off; it reconnects with Last-Event-ID. */
 const MAX_BUFFERED_BYTES = 1 << 20;
 /** A notice can be lost (a bus hiccup): the logs are read this often anyway while streams are open. */
 const FALLBACK_READ_MS = 1000;
@@ -63,7 +63,7 @@ function batchOf(parts: Buffer[], previous: Batch | null): Batch {
  * first event after a quiet spell leaves at once; a busy log's wait for the next round. Streams
  * queued the same events (every firehose stream) write one shared buffer.
  */
-class WriteRounds {
+export class WriteRounds {
 	private readonly queued = new Set<SseConnection>();
 	private lastRound = 0;
 
@@ -89,7 +89,7 @@ class WriteRounds {
 }
 
 /** One open SSE response. */
-class SseConnection {
+export class SseConnection {
 	closed = false;
 	private readonly closers: (() => void)[] = [];
 	/** Events queued for the next write round. */
@@ -139,9 +139,16 @@ class SseConnection {
 		return batch;
 	}
 
-	/** A reader this far behind is closed: it reconnects with Last-Event-ID. */
+	/**
+	 * A reader this far behind is cut off: it reconnects with Last-Event-ID. Ending the response
+	 * would wait for it to take the bytes it is not reading, holding them and the socket for good
+	 * after its stream stopped counting against the limits.
+	 */
 	endIfBehind(): void {
-		if (this.res.writableLength > MAX_BUFFERED_BYTES) this.end();
+		if (this.res.writableLength <= MAX_BUFFERED_BYTES) return;
+		this.pending = [];
+		this.res.destroy();
+		this.end();
 	}
 
 	/** Writes a comment now, after what is queued (one write). */
@@ -170,11 +177,19 @@ class SseConnection {
 		else this.closers.push(closer);
 	}
 
+	/**
+	 * Ends the stream, its last bytes sent. A reader that has not taken them within RECONNECT_MS is
+	 * cut off, as a lagging one is: the stream no longer counts against the limits.
+	 */
 	end(): void {
 		if (this.closed) return;
 		this.flush();
 		this.closed = true;
-		if (!this.res.writableEnded) this.res.end();
+		if (!this.res.writableEnded && !this.res.destroyed) this.res.end();
+		if (!this.res.writableFinished && !this.res.destroyed) {
+			const cutOff = setTimeout(() => this.res.writableFinished || this.res.destroy(), RECONNECT_MS).unref();
+			this.res.once("close", () => clearTimeout(cutOff));
+		}
 		for (const closer of this.closers.splice(0)) closer();
 	}
 }

@@ -1,5 +1,8 @@
-/** services/event-streams.ts: who a stream limit counts against. */
-import { clientKey } from "../../services/event-streams";
+/** services/event-streams.ts: who a stream limit counts against, and a stream whose reader stops reading. */
+import http from "node:http";
+import net from "node:net";
+import { clientKey, SseConnection, WriteRounds } from "../../services/event-streams";
+import { sleep } from "../helpers/node";
 
 describe("clientKey", () => {
 	it("is the address for IPv4 (IPv4-mapped included), and the /64 for IPv6, however it is written", () => {
@@ -10,5 +13,60 @@ describe("clientKey", () => {
 		expect(clientKey("2001:db8:1:3::9")).toBe("2001:db8:1:3::/64");
 		expect(clientKey("::1")).toBe("0:0:0:0::/64");
 		expect(clientKey("unknown")).toBe("unknown");
+	});
+});
+
+describe("an SSE response whose reader stops reading", () => {
+	/** A stream to a client that sends its request and never reads a byte of the answer. */
+	async function nonReader() {
+		const rounds = new WriteRounds();
+		const opened = new Promise<{ connection: SseConnection; res: http.ServerResponse; closers: number[] }>(resolve =>
+			server.once("request", (_req: http.IncomingMessage, res: http.ServerResponse) => {
+				const connection = new SseConnection(res, rounds);
+				const closers: number[] = [];
+				connection.onceClosed(() => closers.push(Date.now()));
+				resolve({ connection, res, closers });
+			})
+		);
+		const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
+		client.write("GET /events HTTP/1.1\r\nhost: test\r\n\r\n");
+		client.pause();
+		clients.push(client);
+		return opened;
+	}
+	const frame = Buffer.alloc(64 * 1024, "a");
+	const server = http.createServer();
+	const clients: net.Socket[] = [];
+	beforeAll(() => new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve)));
+	afterAll(() => {
+		for (const client of clients) client.destroy();
+		return new Promise<void>(resolve => server.close(() => resolve()));
+	});
+
+	it("is cut off once 1 MiB waits unsent: its socket goes at once, so it holds neither memory nor a place in the limits", async () => {
+		const { connection, res, closers } = await nonReader();
+		for (let sent = 0; !connection.closed && sent < 2000; sent++) {
+			connection.sendFrame(frame);
+			await sleep(2);
+		}
+		expect(connection.closed).toBe(true);
+		expect(closers).toHaveLength(1);
+		expect(res.destroyed).toBe(true);
+		expect(res.socket?.destroyed ?? true).toBe(true);
+	});
+
+	it("is cut off after its reconnect delay when its stream ended with bytes it has not taken", async () => {
+		const { connection, res, closers } = await nonReader();
+		// Until the kernel's buffers are full and the last round left bytes waiting, far below 1 MiB.
+		while (res.writableLength === 0) {
+			connection.sendFrame(frame);
+			await sleep(30);
+		}
+		expect(res.writableLength).toBeLessThan(1 << 20);
+		connection.end();
+		expect(closers).toHaveLength(1);
+		expect(res.destroyed).toBe(false);
+		await sleep(2500);
+		expect(res.destroyed).toBe(true);
 	});
 });

@@ -390,8 +390,9 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const latest = await callServed<StoredEvent | null>(broker, "mempool.latestEvent", { subject: id });
 			const view = latest ? null : await callServed<PublicMempoolIntent>(broker, "mempool.view", { id });
 			const isTerminal = (state: unknown) => TERMINAL_STATES.includes(state as IntentState);
+			// Past the end of the log: no event of this stream has that id, and none would follow it.
+			if (resumeAt !== null && Number(resumeAt) > (latest ? latest.seq : await ownerHead("intents"))) throw badLastEventId();
 			if (resumeAt !== null && latest) {
-				if (Number(resumeAt) > latest.seq) throw badLastEventId();
 				// Resumed after its last change, a terminal one: nothing will ever follow. 204 tells an
 				// EventSource to stop reconnecting.
 				if (Number(resumeAt) === latest.seq && isTerminal(latest.data.state)) return void res.writeHead(204).end();

@@ -306,6 +306,12 @@ describe("unverified intents", () => {
 			streams.push(all, genuineStream, forgedStream);
 			// Their current view, without an id: no event exists for them.
 			for (const stream of [genuineStream, forgedStream]) expect((await stream.waitFor(1))[0]).toMatchObject({ id: undefined, data: { receiverStatus: "RECEIVED" } });
+			// With no event of its own yet, an id past the end of the log is refused, as for any intent;
+			// one within it resumes there and gets the verdict.
+			expect((await full.http("GET", `/intents/${ids[0]}/events`, undefined, { "last-event-id": "999999999999999" })).body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
+			const resumed = await openStream(`${full.url}/intents/${ids[0]}/events`, { "last-event-id": "0" });
+			streams.push(resumed);
+			expect(resumed.status).toBe(200);
 			await new Promise(resolve => setTimeout(resolve, 300));
 			expect(all.events).toEqual([]);
 			expect((await full.http("POST", "/internal/wake", undefined, worker)).body.status).toMatchObject({ verified: 1, rejected: 1 });
@@ -313,6 +319,7 @@ describe("unverified intents", () => {
 			const [verdict] = await all.waitFor(1);
 			expect(verdict.data).toMatchObject({ subject: ids[0], previousState: "NODE_VERIFYING", state: "VERIFIED" });
 			expect((await genuineStream.waitFor(2))[1]).toMatchObject({ id: expect.stringMatching(/^\d+$/), data: { id: ids[0], receiverStatus: "VERIFIED" } });
+			expect((await resumed.waitFor(1))[0]).toMatchObject({ id: expect.stringMatching(/^\d+$/), data: { id: ids[0], receiverStatus: "VERIFIED" } });
 			await forgedStream.whenEnded(5000);
 			await new Promise(resolve => setTimeout(resolve, 300));
 			expect(all.events.map(e => e.data.subject)).toEqual([ids[0]]);

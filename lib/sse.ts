@@ -16,8 +16,10 @@ export interface SseEvent {
 
 /** An incremental parser: decoded text goes in, in chunks cut anywhere; whole events come out. */
 export class SseParser {
-	/** The Last-Event-ID to reconnect with ("" if none). */
+	/** The Last-Event-ID to reconnect with ("" if none): the id of the last event dispatched, never of one cut off. */
 	lastEventId = "";
+	/** The `id:` read so far, which becomes lastEventId only when its event is dispatched (WHATWG's last event ID buffer). */
+	private idBuffer = "";
 	/** The `retry:` delay, in ms. */
 	retry: number | null = null;
 	private pending = "";
@@ -41,7 +43,8 @@ export class SseParser {
 		const events: SseEvent[] = [];
 		for (const line of lines) {
 			if (line === "") {
-				// A blank line dispatches; one without data lines is no event.
+				// A blank line dispatches, and its id counts from then; one without data lines is no event.
+				this.lastEventId = this.idBuffer;
 				if (this.data !== null) events.push({ type: this.type || "message", data: this.data, id: this.lastEventId });
 				this.type = "";
 				this.data = null;
@@ -53,7 +56,7 @@ export class SseParser {
 			const value = colon < 0 ? "" : line.slice(line[colon + 1] === " " ? colon + 2 : colon + 1);
 			if (field === "event") this.type = value;
 			else if (field === "data") this.data = this.data === null ? value : `${this.data}\n${value}`;
-			else if (field === "id" && !value.includes("\0")) this.lastEventId = value;
+			else if (field === "id" && !value.includes("\0")) this.idBuffer = value;
 			else if (field === "retry" && /^\d+$/.test(value)) this.retry = Number(value);
 		}
 		return events;

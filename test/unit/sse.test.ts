@@ -32,6 +32,14 @@ describe("SseParser", () => {
 		expect(parser).toMatchObject({ lastEventId: "9", retry: 2000 });
 	});
 
+	it("takes an id when its event is dispatched, so a stream cut after `id:` resumes after the last whole event", () => {
+		const cut = parse("id: 7\ndata: a\n\nid: 8\nevent: status\n");
+		expect(cut.events.map(e => e.id)).toEqual(["7"]);
+		expect(cut.parser.lastEventId).toBe("7");
+		// A block with an id and no data dispatches no event, but its id counts (WHATWG).
+		expect(parse("id: 7\ndata: a\n\nid: 8\n\n").parser.lastEventId).toBe("8");
+	});
+
 	it("joins data lines with \\n, and takes CRLF, CR and LF alike as line ends", () => {
 		expect(parse("data: one\r\ndata: two\rdata: three\n\r\n").events).toEqual([{ type: "message", data: "one\ntwo\nthree", id: "" }]);
 	});
@@ -82,7 +90,8 @@ describe("readEvents", () => {
 		const events: SseEvent[] = [];
 		for await (const event of readEvents(stream, parser)) events.push(event);
 		expect(events).toEqual([{ type: "message", data: '{"name":"Zoë €"}', id: "1" }]);
-		expect(parser.lastEventId).toBe("2");
+		// The id of the event cut off never counts: a reconnect resumes after the last whole one, and gets event 2.
+		expect(parser.lastEventId).toBe("1");
 		expect(cancelled()).toBe(false); // it ended by itself
 	});
 

@@ -16,9 +16,9 @@ export interface SseEvent {
 
 /** An incremental parser: decoded text goes in, in chunks cut anywhere; whole events come out. */
 export class SseParser {
-	/** The Last-Event-ID to reconnect with ("" if none): the id of the last event dispatched, never of one cut off. */
+	/** The Last-Event-ID to reconnect with ("" if none). */
 	lastEventId = "";
-	/** The `id:` read so far, which becomes lastEventId only when its event is dispatched (WHATWG's last event ID buffer). */
+	// The `id:` read so far: lastEventId once its event is dispatched, never for one cut off (WHATWG's last event ID buffer).
 	private idBuffer = "";
 	/** The `retry:` delay, in ms. */
 	retry: number | null = null;

@@ -61,6 +61,12 @@ async function postWebhook(url: URL, headers: Record<string, string>, body: stri
 	const target = await Promise.race([resolveTarget(url, allowPrivate, systemLookup), expired]);
 	if ("problem" in target) return { ok: false, status: null, error: printable(target.problem) };
 	return new Promise<Attempt>(resolve => {
+		/** A failed answer's status and what was read of its body: what the attempt failed with, even if its body is then cut off. */
+		let answer: { status: number; text: string } | null = null;
+		const refusal = ({ status, text }: { status: number; text: string }): Attempt => {
+			const redirect = status >= 300 && status < 400 ? " (redirects are not followed)" : "";
+			return { ok: false, status: status >= 100 && status <= 599 ? status : null, error: printable(`HTTP ${status}${redirect}: ${text}`) };
+		};
 		const options = {
 			method: "POST",
 			headers: { ...headers, "content-length": String(Buffer.byteLength(body)), "user-agent": USER_AGENT },
@@ -74,19 +80,19 @@ async function postWebhook(url: URL, headers: Record<string, string>, body: stri
 				response.destroy();
 				return resolve({ ok: true });
 			}
-			let text = "";
+			const read = (answer = { status, text: "" });
 			response.setEncoding("utf8");
 			response.on("data", (chunk: string) => {
-				text += chunk;
-				if (text.length >= ERROR_BODY_CHARS) response.destroy();
+				read.text += chunk;
+				if (read.text.length >= ERROR_BODY_CHARS) response.destroy();
 			});
 			response.on("error", () => {}); // a destroyed or timed-out answer: what was read is enough
-			response.on("close", () => {
-				const redirect = status >= 300 && status < 400 ? " (redirects are not followed)" : "";
-				resolve({ ok: false, status: status >= 100 && status <= 599 ? status : null, error: printable(`HTTP ${status}${redirect}: ${text}`) });
-			});
+			response.on("close", () => resolve(refusal(read)));
 		});
-		request.on("error", (err: NodeJS.ErrnoException) => resolve({ ok: false, status: null, error: timeout.aborted ? timedOut : printable(`request failed: ${err.code ?? err.message}`) }));
+		// After the status line (a body too slow to end, or cut off), the answer stands.
+		request.on("error", (err: NodeJS.ErrnoException) =>
+			resolve(answer ? refusal(answer) : { ok: false, status: null, error: timeout.aborted ? timedOut : printable(`request failed: ${err.code ?? err.message}`) })
+		);
 		request.end(body);
 	});
 }

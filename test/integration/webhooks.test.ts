@@ -40,8 +40,11 @@ class Receiver {
 	readonly maxInFlight = new Map<string, number>();
 	private readonly inFlight = new Map<string, number>();
 	private server!: http.Server;
-	/** The status to answer (after `delayMs`), or "hold" to answer nothing until the connection goes. */
-	answer: (path: string, webhookId: string) => number | "hold" = () => 200;
+	/**
+	 * The status to answer (after `delayMs`); "hold" to answer nothing until the connection goes;
+	 * "trickle" to answer 500 and send its body a byte every 200 ms, never ending it.
+	 */
+	answer: (path: string, webhookId: string) => number | "hold" | "trickle" = () => 200;
 	delayMs = 0;
 	onHold: () => void = () => {};
 	url = "";
@@ -82,6 +85,12 @@ class Receiver {
 		const status = this.answer(path, webhookId);
 		if (status === "hold") {
 			this.onHold();
+			return;
+		}
+		if (status === "trickle") {
+			res.writeHead(500, { "content-type": "text/plain" }).write("slow ");
+			const trickle = setInterval(() => res.write("x"), 200);
+			res.on("close", () => clearInterval(trickle));
 			return;
 		}
 		if (this.delayMs) await new Promise(resolve => setTimeout(resolve, this.delayMs));
@@ -293,6 +302,33 @@ describe("slow receivers", () => {
 			await node.stop();
 			await slow.stop();
 			await quick.stop();
+		}
+	});
+});
+
+describe("a receiver that answers 500 and never ends its body", () => {
+	it("is recorded with its status and what was read of its body, the attempt ended at WEBHOOK_TIMEOUT_MS", async () => {
+		const route = newRoute();
+		const dir = tempDir();
+		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "600000" }, dir);
+		const receiver = await new Receiver().start();
+		receiver.answer = () => "trickle";
+		try {
+			const sub = await subscribe(node.http, receiver, "/trickle", { eventTypes: [INTENT] });
+			await submitIntent(node.http, newWallet(), route);
+			const read = await waitFor(
+				async () => {
+					const { body } = await node.http("GET", `/webhooks/${sub.id}`, undefined, worker);
+					return body.failures.length > 0 && body;
+				},
+				10_000,
+				"the failed attempt"
+			);
+			// Not "no answer within 1000 ms": the receiver answered, and its answer was a 500.
+			expect(read.failures).toEqual([expect.objectContaining({ attempt: 1, status: 500, error: expect.stringMatching(/^HTTP 500: slow x+$/) })]);
+		} finally {
+			await node.stop();
+			await receiver.stop();
 		}
 	});
 });

@@ -28,6 +28,19 @@ export class SseParser {
 	private type = "";
 	private data: string | null = null;
 
+	/**
+	 * A new connection of the same stream (a reconnect): what the last one was cut off in the middle
+	 * of is dropped, and only the id of an event dispatched carries over.
+	 */
+	reconnected(): void {
+		this.pending = "";
+		this.started = false;
+		this.afterCr = false;
+		this.type = "";
+		this.data = null;
+		this.idBuffer = this.lastEventId;
+	}
+
 	push(chunk: string): SseEvent[] {
 		if (!chunk) return [];
 		// afterCr: the last chunk ended with CR, so an LF opening this one ends the same line.
@@ -64,11 +77,13 @@ export class SseParser {
 }
 
 /**
- * The events of `body` until it ends, an event at a time. Leaving the loop early cancels the body,
+ * The events of `body` until it ends, an event at a time; `parser` may have read earlier connections
+ * of the same stream (its Last-Event-ID). Leaving the loop early cancels the body,
  * so that a consumer done with the stream leaves no connection open. An event the stream ended in
  * the middle of is dropped, as the format wants.
  */
 export async function* readEvents(body: ReadableStream<Uint8Array>, parser: SseParser): AsyncGenerator<SseEvent> {
+	parser.reconnected();
 	const reader = body.getReader();
 	// The parser strips the one byte order mark the format allows; the decoder must leave it.
 	const decoder = new TextDecoder("utf-8", { ignoreBOM: true });

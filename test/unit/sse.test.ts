@@ -95,6 +95,22 @@ describe("readEvents", () => {
 		expect(cancelled()).toBe(false); // it ended by itself
 	});
 
+	it("reads a reconnect with the same parser afresh: what the cut connection left half-read neither dispatches nor lends its id", async () => {
+		const parser = new SseParser();
+		const read = async (text: string) => {
+			const events: SseEvent[] = [];
+			for await (const event of readEvents(byteStream([new TextEncoder().encode(text)]).stream, parser)) events.push(event);
+			return events;
+		};
+		for (const cut of ["id: 8\nevent: status\n", 'id: 8\nevent: status\ndata: {"state":"EXEC']) {
+			expect(await read(`id: 7\ndata: a\n\n${cut}`)).toEqual([{ type: "message", data: "a", id: "7" }]);
+			expect(parser.lastEventId).toBe("7");
+			// The service's reconnect answer opens with its retry block, a blank line of its own.
+			expect(await read('retry: 2000\n\nid: 8\nevent: status\ndata: {"state":"EXECUTED"}\n\n')).toEqual([{ type: "status", data: '{"state":"EXECUTED"}', id: "8" }]);
+			expect(parser.lastEventId).toBe("8");
+		}
+	});
+
 	it("cancels the body when the consumer stops early: no connection left open", async () => {
 		const { stream, cancelled } = byteStream([new TextEncoder().encode("data: a\n\ndata: b\n\n"), new TextEncoder().encode("data: c\n\n")]);
 		for await (const event of readEvents(stream, new SseParser())) if (event.data === "a") break;

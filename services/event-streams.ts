@@ -107,6 +107,12 @@ export class SseConnection {
 		});
 		res.write(`retry: ${RECONNECT_MS}\n\n`);
 		res.once("close", () => this.end());
+		// A response queued behind another on its socket (pipelined requests) emits no "close" when
+		// the socket goes: the socket tells, or the stream would keep its place in the limits for good.
+		const socket = res.req.socket;
+		const gone = () => this.end();
+		socket.once("close", gone);
+		this.onceClosed(() => socket.off("close", gone));
 	}
 
 	/** Closed here, or ended or destroyed under it (a failure answered after it opened). */

@@ -70,3 +70,25 @@ describe("an SSE response whose reader stops reading", () => {
 		expect(res.destroyed).toBe(true);
 	});
 });
+
+it("ends every stream of a socket that goes, those pipelined behind the first included: none keeps its place in the limits", async () => {
+	const rounds = new WriteRounds();
+	const connections: SseConnection[] = [];
+	const server = http.createServer((_req, res) => void connections.push(new SseConnection(res, rounds)));
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	try {
+		const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
+		client.on("error", () => {});
+		client.write("GET /intents/a/events HTTP/1.1\r\nhost: test\r\n\r\n".repeat(3));
+		for (let waited = 0; connections.length < 3 && waited < 2000; waited += 10) await sleep(10);
+		expect(connections).toHaveLength(3);
+		const ended = connections.map(() => false);
+		connections.forEach((connection, i) => connection.onceClosed(() => (ended[i] = true)));
+		client.destroy();
+		for (let waited = 0; ended.includes(false) && waited < 2000; waited += 10) await sleep(10);
+		expect(ended).toEqual([true, true, true]);
+	} finally {
+		server.closeAllConnections();
+		await new Promise<void>(resolve => server.close(() => resolve()));
+	}
+});

@@ -11,6 +11,7 @@ import { randomBytes } from "node:crypto";
 import http from "node:http";
 import https from "node:https";
 import { performance } from "node:perf_hooks";
+import type { Duplex } from "node:stream";
 import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { StoredEvent } from "../lib/store";
@@ -93,6 +94,13 @@ async function postWebhook(url: URL, headers: Record<string, string>, body: stri
 		request.on("error", (err: NodeJS.ErrnoException) =>
 			resolve(answer ? refusal(answer) : { ok: false, status: null, error: timeout.aborted ? timedOut : printable(`request failed: ${err.code ?? err.message}`) })
 		);
+		// A switch of protocols (101) is no answer to a delivery, and would otherwise end in neither of the above.
+		request.on("upgrade", (response: http.IncomingMessage, socket: Duplex) => {
+			socket.destroy();
+			resolve(refusal({ status: response.statusCode ?? 101, text: "a switch of protocols is not an answer" }));
+		});
+		// Whatever else ends the connection: an attempt always ends.
+		request.on("close", () => resolve(answer ? refusal(answer) : { ok: false, status: null, error: "the connection closed without an answer" }));
 		request.end(body);
 	});
 }

@@ -5,7 +5,7 @@
  * delivery workers against one owner, and the SSRF rule at subscription and at delivery.
  */
 import http, { type IncomingMessage } from "node:http";
-import type { AddressInfo } from "node:net";
+import net, { type AddressInfo } from "node:net";
 import type { ServiceBroker } from "moleculer";
 import { Webhook } from "standardwebhooks";
 import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
@@ -329,6 +329,36 @@ describe("a receiver that answers 500 and never ends its body", () => {
 		} finally {
 			await node.stop();
 			await receiver.stop();
+		}
+	});
+});
+
+describe("a receiver that switches protocols (101)", () => {
+	it("fails the attempt with that status: it never holds the delivery", async () => {
+		const route = newRoute();
+		const dir = tempDir();
+		const switching = net.createServer(socket => {
+			socket.on("error", () => {});
+			socket.once("data", () => socket.write("HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n"));
+		});
+		await new Promise<void>(resolve => switching.listen(0, "127.0.0.1", resolve));
+		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "600000" }, dir);
+		try {
+			const created = await node.http("POST", "/webhooks", { url: `http://127.0.0.1:${(switching.address() as AddressInfo).port}/switch`, eventTypes: [INTENT] }, worker);
+			expect(created.status).toBe(201);
+			await submitIntent(node.http, newWallet(), route);
+			const read = await waitFor(
+				async () => {
+					const { body } = await node.http("GET", `/webhooks/${created.body.id}`, undefined, worker);
+					return body.failures.length > 0 && body;
+				},
+				10_000,
+				"the failed attempt"
+			);
+			expect(read.failures).toEqual([expect.objectContaining({ attempt: 1, status: 101, error: "HTTP 101: a switch of protocols is not an answer" })]);
+		} finally {
+			await node.stop();
+			switching.close();
 		}
 	});
 });

@@ -406,10 +406,13 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const connection = connect(res, "/intents/:id/events", "public", client);
 			let position = resumeAt !== null ? Number(resumeAt) : 0;
 			if (!latest) watchUnverified(connection, id);
-			if (resumeAt === null) {
+			// The current state first, unless the client resumes after an event it has: also when it
+			// resumes an intent with no event (not verified yet, or its events pruned), whose state
+			// only the view tells, and whose stream ends at once if that state is terminal.
+			if (resumeAt === null || !latest) {
 				if (latest) connection.send("status", viewOf(latest), String(latest.seq));
 				else connection.send("status", JSON.stringify(view));
-				position = latest?.seq ?? 0;
+				if (latest) position = latest.seq;
 				const state = latest ? latest.data.state : view!.receiverStatus;
 				if (isTerminal(state)) return connection.end();
 			}

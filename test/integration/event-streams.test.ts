@@ -255,6 +255,10 @@ describe("retention", () => {
 			const own = await openStream(`${short.url}/intents/${first.id}/events`);
 			expect((await own.waitFor(1))[0]).toMatchObject({ id: undefined, data: { id: first.id, receiverStatus: "VERIFIED" } });
 			own.close();
+			// Resumed after its pruned event, the same: the view, which alone tells its state now.
+			const resumed = await openStream(`${short.url}/intents/${first.id}/events`, { "last-event-id": "1" });
+			expect((await resumed.waitFor(1))[0]).toMatchObject({ id: undefined, data: { id: first.id, receiverStatus: "VERIFIED" } });
+			resumed.close();
 		} finally {
 			await short.stop();
 		}
@@ -319,7 +323,11 @@ describe("unverified intents", () => {
 			const [verdict] = await all.waitFor(1);
 			expect(verdict.data).toMatchObject({ subject: ids[0], previousState: "NODE_VERIFYING", state: "VERIFIED" });
 			expect((await genuineStream.waitFor(2))[1]).toMatchObject({ id: expect.stringMatching(/^\d+$/), data: { id: ids[0], receiverStatus: "VERIFIED" } });
-			expect((await resumed.waitFor(1))[0]).toMatchObject({ id: expect.stringMatching(/^\d+$/), data: { id: ids[0], receiverStatus: "VERIFIED" } });
+			// Its current view first (it has no event to resume after), then the verdict.
+			expect((await resumed.waitFor(2)).map(e => [e.id, e.data.receiverStatus])).toEqual([
+				[undefined, "RECEIVED"],
+				[expect.stringMatching(/^\d+$/), "VERIFIED"]
+			]);
 			await forgedStream.whenEnded(5000);
 			await new Promise(resolve => setTimeout(resolve, 300));
 			expect(all.events.map(e => e.data.subject)).toEqual([ids[0]]);

@@ -88,6 +88,27 @@ export class WriteRounds {
 	}
 }
 
+/** The streams open on each socket, which one listener ends when the socket goes. */
+const streamsOnSocket = new WeakMap<net.Socket, Set<SseConnection>>();
+
+/**
+ * A response queued behind another on its socket (pipelined requests) emits no "close" when the
+ * socket goes: the socket tells, or the stream would keep its place in the limits for good. One
+ * listener per socket, however many streams it carries in turn or at once.
+ */
+function endsWithSocket(socket: net.Socket, connection: SseConnection): void {
+	let streams = streamsOnSocket.get(socket);
+	if (!streams) {
+		const open = (streams = new Set());
+		streamsOnSocket.set(socket, open);
+		socket.once("close", () => {
+			for (const stream of open) stream.end();
+		});
+	}
+	streams.add(connection);
+	connection.onceClosed(() => streams.delete(connection));
+}
+
 /** One open SSE response. */
 export class SseConnection {
 	closed = false;
@@ -107,12 +128,7 @@ export class SseConnection {
 		});
 		res.write(`retry: ${RECONNECT_MS}\n\n`);
 		res.once("close", () => this.end());
-		// A response queued behind another on its socket (pipelined requests) emits no "close" when
-		// the socket goes: the socket tells, or the stream would keep its place in the limits for good.
-		const socket = res.req.socket;
-		const gone = () => this.end();
-		socket.once("close", gone);
-		this.onceClosed(() => socket.off("close", gone));
+		endsWithSocket(res.req.socket, this);
 	}
 
 	/** Closed here, or ended or destroyed under it (a failure answered after it opened). */

@@ -107,6 +107,18 @@ async function subscribe(http: Http, receiver: Receiver, path: string, body: Rec
 	return created.body;
 }
 
+/** The subscription as `GET /webhooks/{id}` shows it once its first failed attempt is recorded. */
+function afterFirstFailure(http: Http, id: string, what: string): Promise<any> {
+	return waitFor(
+		async () => {
+			const { body } = await http("GET", `/webhooks/${id}`, undefined, worker);
+			return body.failures.length > 0 && body;
+		},
+		10_000,
+		what
+	);
+}
+
 const seqOf = (webhookId: string) => Number(webhookId.split("_").pop());
 
 async function submitIntent(http: Http, sender: Wallet, route: GenesisRoute): Promise<string> {
@@ -316,14 +328,7 @@ describe("a receiver that answers 500 and never ends its body", () => {
 		try {
 			const sub = await subscribe(node.http, receiver, "/trickle", { eventTypes: [INTENT] });
 			await submitIntent(node.http, newWallet(), route);
-			const read = await waitFor(
-				async () => {
-					const { body } = await node.http("GET", `/webhooks/${sub.id}`, undefined, worker);
-					return body.failures.length > 0 && body;
-				},
-				10_000,
-				"the failed attempt"
-			);
+			const read = await afterFirstFailure(node.http, sub.id, "the failed attempt");
 			// Not "no answer within 1000 ms": the receiver answered, and its answer was a 500.
 			expect(read.failures).toEqual([expect.objectContaining({ attempt: 1, status: 500, error: expect.stringMatching(/^HTTP 500: slow x+$/) })]);
 		} finally {
@@ -347,14 +352,7 @@ describe("a receiver that switches protocols (101)", () => {
 			const created = await node.http("POST", "/webhooks", { url: `http://127.0.0.1:${(switching.address() as AddressInfo).port}/switch`, eventTypes: [INTENT] }, worker);
 			expect(created.status).toBe(201);
 			await submitIntent(node.http, newWallet(), route);
-			const read = await waitFor(
-				async () => {
-					const { body } = await node.http("GET", `/webhooks/${created.body.id}`, undefined, worker);
-					return body.failures.length > 0 && body;
-				},
-				10_000,
-				"the failed attempt"
-			);
+			const read = await afterFirstFailure(node.http, created.body.id, "the failed attempt");
 			expect(read.failures).toEqual([expect.objectContaining({ attempt: 1, status: 101, error: "HTTP 101: a switch of protocols is not an answer" })]);
 		} finally {
 			await node.stop();
@@ -474,14 +472,7 @@ describe("SSRF: without WEBHOOK_ALLOW_PRIVATE", () => {
 			allowing = null;
 			strict = await startNode({ REGISTRY_SEED_FILE: seed, WEBHOOK_RETRY_BASE_MS: "50" }, dir);
 			await submitIntent(strict.http, newWallet(), route);
-			const read = await waitFor(
-				async () => {
-					const body = (await strict!.http("GET", `/webhooks/${created.body.id}`, undefined, worker)).body;
-					return body.failures.length > 0 && body;
-				},
-				10_000,
-				"a refused delivery"
-			);
+			const read = await afterFirstFailure(strict.http, created.body.id, "a refused delivery");
 			expect(read.failures[0]).toMatchObject({ status: null, error: expect.stringMatching(/non-public/) });
 			expect(receiver.received).toEqual([]);
 		} finally {

@@ -414,11 +414,10 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const isTerminal = (state: unknown) => TERMINAL_STATES.includes(state as IntentState);
 			// Past the end of the log: no event of this stream has that id, and none would follow it.
 			if (resumeAt !== null && Number(resumeAt) > (latest ? latest.seq : await ownerHead("intents"))) throw badLastEventId();
-			if (resumeAt !== null && latest) {
-				// Resumed after its last change, a terminal one: nothing will ever follow. 204 tells an
-				// EventSource to stop reconnecting.
-				if (Number(resumeAt) === latest.seq && isTerminal(latest.data.state)) return void res.writeHead(204).end();
-			}
+			// Resumed after its last change, a terminal one, or after the view of a terminal intent
+			// with no event (id 0): nothing will ever follow. 204 tells an EventSource to stop reconnecting.
+			if (resumeAt !== null && Number(resumeAt) === (latest ? latest.seq : 0) && isTerminal(latest ? latest.data.state : view!.receiverStatus))
+				return void res.writeHead(204).end();
 			const connection = connect(res, "/intents/:id/events", "public", client);
 			let position = resumeAt !== null ? Number(resumeAt) : 0;
 			if (!latest) watchUnverified(connection, id);
@@ -426,10 +425,11 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			// resumes an intent with no event (not verified yet, or its events pruned), whose state
 			// only the view tells, and whose stream ends at once if that state is terminal.
 			if (resumeAt === null || !latest) {
-				if (latest) connection.send("status", viewOf(latest), String(latest.seq));
-				else connection.send("status", JSON.stringify(view));
-				if (latest) position = latest.seq;
 				const state = latest ? latest.data.state : view!.receiverStatus;
+				if (latest) connection.send("status", viewOf(latest), String(latest.seq));
+				// A terminal view carries id 0, which no event has: resumed from it, the answer is the 204 above.
+				else connection.send("status", JSON.stringify(view), isTerminal(state) ? "0" : undefined);
+				if (latest) position = latest.seq;
 				if (isTerminal(state)) return connection.end();
 			}
 			await follow(feeds.intents, connection, {

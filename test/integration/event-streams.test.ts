@@ -232,20 +232,17 @@ describe("retention", () => {
 		const dir = tempDir();
 		const short = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), EVENT_RETENTION_MS: "200" }, dir);
 		try {
+			// One intent ends (its authorization expires: the sweep rejects it) before two more arrive.
+			const ended = (await short.http("POST", "/intents", signedIntent(newWallet(), route, { senderAuthorizationExpiresAt: iso(1000) }))).body;
+			await waitFor(async () => (await short.http("GET", `/intents/${ended.id}`)).body.receiverStatus === "REJECTED", 5000, "the intent to expire");
 			const first = (await short.http("POST", "/intents", signedIntent(newWallet(), route))).body;
 			const second = (await short.http("POST", "/intents", signedIntent(newWallet(), route))).body;
 			const kept = await openStream(`${short.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
-			expect((await kept.waitFor(2)).map(e => e.data.subject)).toEqual([first.id, second.id]);
+			expect((await kept.waitFor(4)).map(e => e.data.subject)).toEqual([ended.id, ended.id, first.id, second.id]);
 			kept.close();
 			// The retention sweep runs at most once a second.
-			const pruned = /scs_sweep_results_total\{sweep="intents-event-retention",result="pruned",node="[^"]+"\} 1/;
-			const deadline = Date.now() + 5000;
-			let text = "";
-			while (!pruned.test(text) && Date.now() < deadline) {
-				await new Promise(resolve => setTimeout(resolve, 200));
-				text = (await short.http("GET", "/metrics?format=prometheus")).body;
-			}
-			expect(text).toMatch(pruned);
+			const prunedCount = async () => Number(/scs_sweep_results_total\{sweep="intents-event-retention",result="pruned",node="[^"]+"\} (\d+)/.exec((await short.http("GET", "/metrics?format=prometheus")).body)?.[1] ?? 0);
+			await waitFor(async () => (await prunedCount()) === 3, 5000, "three events pruned");
 			// The newest stays, so that its number is never handed out again.
 			const replay = await openStream(`${short.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
 			await new Promise(resolve => setTimeout(resolve, 300));
@@ -259,6 +256,19 @@ describe("retention", () => {
 			const resumed = await openStream(`${short.url}/intents/${first.id}/events`, { "last-event-id": "1" });
 			expect((await resumed.waitFor(1))[0]).toMatchObject({ id: undefined, data: { id: first.id, receiverStatus: "VERIFIED" } });
 			resumed.close();
+			// A terminal intent whose events are gone: its view with id 0, then the end, fresh or resumed;
+			// resumed from 0, 204, so that an EventSource stops reconnecting instead of being sent it again.
+			for (const headers of [{}, { "last-event-id": "2" }] as Record<string, string>[]) {
+				const final = await openStream(`${short.url}/intents/${ended.id}/events`, headers);
+				await final.whenEnded();
+				expect(final.events.map(e => [e.id, e.data.receiverStatus])).toEqual([["0", "REJECTED"]]);
+			}
+			expect(await openStream(`${short.url}/intents/${ended.id}/events`, { "last-event-id": "0" })).toMatchObject({ status: 204, ended: true });
+			// From 0, an intent that is not terminal gets its view and stays open.
+			const open0 = await openStream(`${short.url}/intents/${first.id}/events`, { "last-event-id": "0" });
+			expect((await open0.waitFor(1))[0]).toMatchObject({ id: undefined, data: { receiverStatus: "VERIFIED" } });
+			expect(open0.ended).toBe(false);
+			open0.close();
 		} finally {
 			await short.stop();
 		}

@@ -425,8 +425,45 @@ export function urlProblem(raw: string): string | null {
 
 type Lookup = (hostname: string) => Promise<LookupAddress[]>;
 
-/** The system resolver, every address of a name in the order it gives them: what resolveTarget checks in production. */
-export const systemLookup: Lookup = host => dns.lookup(host, { all: true, verbatim: true });
+/** Lookups of webhook hosts one process runs at once, and how long a caller waits for one, queued or running. */
+export const LOOKUPS_IN_FLIGHT = 2;
+export const LOOKUP_TIMEOUT_MS = 5000;
+
+/**
+ * `lookup`, at most `inFlight` at once, each caller answered within `timeoutMs` (ETIMEOUT). The
+ * system resolver runs on libuv's thread pool (4 threads, shared with file and zlib work) and
+ * cannot be cancelled: a host whose DNS never answers holds its thread until the system gives up.
+ * A slot is freed when the lookup ends, not when its caller stops waiting, so slow names hold at
+ * most `inFlight` threads, however many requests name them; a caller that times out in the queue
+ * starts nothing.
+ */
+export function limitedLookup(lookup: Lookup, inFlight: number, timeoutMs: number): Lookup {
+	let running = 0;
+	const queue: (() => void)[] = [];
+	return host =>
+		new Promise((resolve, reject) => {
+			const start = () => {
+				running++;
+				lookup(host)
+					.then(resolve, reject)
+					.finally(() => {
+						clearTimeout(timer);
+						running--;
+						queue.shift()?.();
+					});
+			};
+			const timer = setTimeout(() => {
+				const queued = queue.indexOf(start);
+				if (queued >= 0) queue.splice(queued, 1);
+				reject(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: "ETIMEOUT" }));
+			}, timeoutMs);
+			if (running < inFlight) start();
+			else queue.push(start);
+		});
+}
+
+/** The system resolver, every address of a name in the order it gives them, within the limits above: what resolveTarget checks in production. */
+export const systemLookup: Lookup = limitedLookup(host => dns.lookup(host, { all: true, verbatim: true }), LOOKUPS_IN_FLIGHT, LOOKUP_TIMEOUT_MS);
 
 /**
  * The addresses a delivery to `url` may connect to, or why none: an address literal is checked as

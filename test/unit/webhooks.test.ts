@@ -19,6 +19,7 @@ import {
 	filterProblem,
 	isPublicAddress,
 	leasedUntil,
+	limitedLookup,
 	newSecret,
 	newWebhookRecord,
 	nextAttemptAt,
@@ -256,6 +257,36 @@ describe("webhook URLs", () => {
 		expect(await resolveTarget(new URL("https://nowhere.invalid/"), false, nxdomain)).toEqual({ problem: expect.stringMatching(/ENOTFOUND/) });
 		// WEBHOOK_ALLOW_PRIVATE: resolved, not refused.
 		expect(await resolveTarget(new URL("http://localhost/"), true, resolvesTo("127.0.0.1"))).toEqual({ addresses: [{ address: "127.0.0.1", family: 4 }] });
+	});
+
+	it("a resolver that never answers holds at most LOOKUPS_IN_FLIGHT lookups, and each caller gets ETIMEOUT within its limit", async () => {
+		// A name whose DNS never answers: the system lookup holds a libuv thread until the system gives up.
+		const started: string[] = [];
+		const hanging: ((addresses: { address: string; family: number }[]) => void)[] = [];
+		const slow = (host: string) => {
+			started.push(host);
+			return new Promise<{ address: string; family: number }[]>(resolve => hanging.push(resolve));
+		};
+		const lookup = limitedLookup(slow, 2, 100);
+		const callers = ["a", "b", "c", "d"].map(host => lookup(host).then(
+			() => "answered",
+			(err: { code?: string }) => err.code
+		));
+		expect(await Promise.all(callers)).toEqual(["ETIMEOUT", "ETIMEOUT", "ETIMEOUT", "ETIMEOUT"]);
+		// The queued ones gave up without starting: two lookups ever held, not four.
+		expect(started).toEqual(["a", "b"]);
+		// A slot frees when its lookup ends, however late: the next caller is served.
+		const next = lookup("e");
+		await new Promise(resolve => setTimeout(resolve, 20));
+		expect(started).toEqual(["a", "b"]);
+		hanging[0]([{ address: "93.184.215.14", family: 4 }]);
+		await new Promise(resolve => setTimeout(resolve, 20));
+		expect(started).toEqual(["a", "b", "e"]);
+		hanging[2]([{ address: "93.184.215.14", family: 4 }]);
+		expect(await next).toEqual([{ address: "93.184.215.14", family: 4 }]);
+		// Through resolveTarget, a refusal that says why.
+		const stuck = limitedLookup(() => new Promise(() => {}), 1, 50);
+		expect(await resolveTarget(new URL("https://slow.example.com/"), false, stuck)).toEqual({ problem: expect.stringMatching(/ETIMEOUT/) });
 	});
 
 	it("the pinned lookup answers the checked addresses only: a request to a name connects there, whatever the DNS says", async () => {

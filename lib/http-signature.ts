@@ -189,7 +189,7 @@ function verifyOrRefuse(request: SignedRequest, nowMs: number): SignatureCheck {
 	if (!signatureMember) throw refuse("malformed", "the Signature and Signature-Input labels do not match");
 	if (label !== SIGNATURE_LABEL) throw refuse("unsupported", `the signature label must be ${SIGNATURE_LABEL}`);
 
-	const params = checkSignatureInput(input);
+	const params = checkSignatureInput(input, inputField);
 	const signature = checkSignatureValue(signatureMember);
 
 	const skewMs = Math.abs(nowMs - params.created * 1000);
@@ -233,7 +233,7 @@ interface ProfileParameters {
 	readonly keyid: string;
 }
 
-function checkSignatureInput(input: StructuredHeaders.Item | StructuredHeaders.InnerList): ProfileParameters {
+function checkSignatureInput(input: StructuredHeaders.Item | StructuredHeaders.InnerList, inputField: string): ProfileParameters {
 	if (!sf.isInnerList(input)) throw refuse("malformed", "the Signature-Input member is not an inner list");
 	const [components, params] = input;
 	const covered = components.map(([name, componentParams]) => (typeof name === "string" && componentParams.size === 0 ? name : null));
@@ -249,7 +249,9 @@ function checkSignatureInput(input: StructuredHeaders.Item | StructuredHeaders.I
 	if (alg === undefined) throw refuse("malformed", "the signature has no alg");
 	if (alg !== SIGNATURE_ALGORITHM) throw refuse("unsupported", `alg must be "${SIGNATURE_ALGORITHM}"`);
 	if (created === undefined) throw refuse("malformed", "the signature has no created time");
-	if (typeof created !== "number" || !Number.isSafeInteger(created)) throw refuse("malformed", "created is not an integer");
+	// RFC 9421 §2.3: an Integer. The parser gives a Decimal such as 1700000000.0 as the same number,
+	// so its spelling is read from the field (a key is never inside a string here: keyid is base58).
+	if (typeof created !== "number" || !Number.isSafeInteger(created) || /;\s*created=-?\d+\./.test(inputField)) throw refuse("malformed", "created is not an integer");
 	if (keyid === undefined) throw refuse("malformed", "the signature has no keyid");
 	if (typeof keyid !== "string" || !isBase58OfLength(keyid, ED25519_PUBLIC_KEY_LENGTH)) {
 		throw refuse("malformed", "keyid is not a base58 ed25519 public key");

@@ -314,7 +314,10 @@ describe("the SPEC §6.1 profile end to end", () => {
 				`created=${NOW_S};alg="ed25519"`,
 				`created=${NOW_S};keyid="${cranker.publicKey}"`,
 				`created="${NOW_S}";keyid="${cranker.publicKey}";alg="ed25519"`,
-				`created=${NOW_S}.5;keyid="${cranker.publicKey}";alg="ed25519"`
+				`created=${NOW_S}.5;keyid="${cranker.publicKey}";alg="ed25519"`,
+				// A Decimal of integral value: the parser gives the same number as the Integer.
+				`created=${NOW_S}.0;keyid="${cranker.publicKey}";alg="ed25519"`,
+				`keyid="${cranker.publicKey}"; created=${NOW_S}.000;alg="ed25519"`
 			]) {
 				expectRefusal(await verify(withInput(inputFor(`${list};${parameters}`))), 403, "malformed");
 			}

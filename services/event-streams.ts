@@ -461,11 +461,14 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const client = clientKey(clientIp(req));
 			const streams = (Object.keys(EVENT_TYPES) as EventStream[]).filter(stream => types.includes(EVENT_TYPES[stream]));
 			const positions: Record<EventStream, number> = resumeAt !== null ? { intents: Number(resumeAt.split("-")[0]), tin_operations: Number(resumeAt.split("-")[1]) } : { intents: 0, tin_operations: 0 };
-			for (const stream of streams) {
-				// From now: where each log ends as the stream opens. Resumed: never past where it ends
-				// (asked of the owner: this replica's reader may be a moment behind another's).
-				if (resumeAt === null) positions[stream] = await feeds[stream].head();
-				else if (positions[stream] > 0 && positions[stream] > (await ownerHead(stream))) throw badLastEventId();
+			// From now: where each log ends as the stream opens. Resumed: never past where a log ends
+			// (asked of the owner: this replica's reader may be a moment behind another's), a log the
+			// filter leaves out too, since its part of the id is sent back in every id.
+			if (resumeAt === null) {
+				for (const stream of streams) positions[stream] = await feeds[stream].head();
+			} else {
+				for (const stream of Object.keys(positions) as EventStream[])
+					if (positions[stream] > 0 && positions[stream] > (await ownerHead(stream))) throw badLastEventId();
 			}
 			const connection = connect(res, "/events", "worker", client);
 			const wanted = states && new Set(states);

@@ -203,6 +203,8 @@ describe("GET /events", () => {
 		expect(await open("/events", { ...workerHeaders, "last-event-id": "12" })).toMatchObject({ status: 422, body: { data: [{ field: "Last-Event-ID" }] } });
 		// Past the end of a log: an id it never sent (its stream would skip every event up to there).
 		expect(await open("/events", { ...workerHeaders, "last-event-id": "999999999-0" })).toMatchObject({ status: 422, body: { data: [{ field: "Last-Event-ID" }] } });
+		// Also the part of a log the filter leaves out: it is sent back in every id of the stream.
+		expect(await open("/events?types=intent.status_changed", { ...workerHeaders, "last-event-id": "0-999999999" })).toMatchObject({ status: 422, body: { data: [{ field: "Last-Event-ID" }] } });
 	});
 
 	it("ends open streams when the gateway drains, so that clients reconnect elsewhere", async () => {

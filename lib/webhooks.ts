@@ -444,7 +444,9 @@ export function limitedLookup(lookup: Lookup, inFlight: number, timeoutMs: numbe
 		new Promise((resolve, reject) => {
 			const start = () => {
 				running++;
-				lookup(host)
+				// Through a promise: a lookup that throws at once fails its caller, and still frees its slot.
+				Promise.resolve(host)
+					.then(lookup)
 					.then(resolve, reject)
 					.finally(() => {
 						clearTimeout(timer);

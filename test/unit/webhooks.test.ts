@@ -284,6 +284,11 @@ describe("webhook URLs", () => {
 		expect(started).toEqual(["a", "b", "e"]);
 		hanging[2]([{ address: "93.184.215.14", family: 4 }]);
 		expect(await next).toEqual([{ address: "93.184.215.14", family: 4 }]);
+		// A lookup that throws at once fails its caller and frees its slot.
+		const throwing = limitedLookup(() => {
+			throw Object.assign(new Error("bad name"), { code: "EINVAL" });
+		}, 1, 50);
+		for (let i = 0; i < 2; i++) await expect(throwing("x")).rejects.toMatchObject({ code: "EINVAL" });
 		// Through resolveTarget, a refusal that says why.
 		const stuck = limitedLookup(() => new Promise(() => {}), 1, 50);
 		expect(await resolveTarget(new URL("https://slow.example.com/"), false, stuck)).toEqual({ problem: expect.stringMatching(/ETIMEOUT/) });

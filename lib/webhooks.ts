@@ -425,17 +425,16 @@ export function urlProblem(raw: string): string | null {
 
 type Lookup = (hostname: string) => Promise<LookupAddress[]>;
 
-/** Lookups of webhook hosts one process runs at once, and how long a caller waits for one, queued or running. */
-export const LOOKUPS_IN_FLIGHT = 2;
+/** How long a caller waits for a lookup of a webhook host, queued or running. */
 export const LOOKUP_TIMEOUT_MS = 5000;
 
 /**
- * `lookup`, at most `inFlight` at once, each caller answered within `timeoutMs` (ETIMEOUT). The
- * system resolver runs on libuv's thread pool (4 threads, shared with file and zlib work) and
- * cannot be cancelled: a host whose DNS never answers holds its thread until the system gives up.
- * A slot is freed when the lookup ends, not when its caller stops waiting, so slow names hold at
- * most `inFlight` threads, however many requests name them; a caller that times out in the queue
- * starts nothing.
+ * `lookup`, at most `inFlight` at once, each caller answered within `timeoutMs` (ETIMEOUT, or
+ * EBUSY when it never got a slot). The system resolver runs on libuv's thread pool (4 threads,
+ * shared with file and zlib work) and cannot be cancelled: a host whose DNS never answers holds its
+ * thread until the system gives up. A slot is freed when the lookup ends, not when its caller stops
+ * waiting, so slow names hold at most `inFlight` threads, however many requests name them; a caller
+ * that times out in the queue starts nothing.
  */
 export function limitedLookup(lookup: Lookup, inFlight: number, timeoutMs: number): Lookup {
 	let running = 0;
@@ -457,15 +456,24 @@ export function limitedLookup(lookup: Lookup, inFlight: number, timeoutMs: numbe
 			const timer = setTimeout(() => {
 				const queued = queue.indexOf(start);
 				if (queued >= 0) queue.splice(queued, 1);
-				reject(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: "ETIMEOUT" }));
-			}, timeoutMs);
+				const [code, why] = queued >= 0 ? ["EBUSY", `every lookup slot (${inFlight}) was held by slower hosts for ${timeoutMs} ms`] : ["ETIMEOUT", `no answer within ${timeoutMs} ms`];
+				reject(Object.assign(new Error(why), { code }));
+			}, timeoutMs).unref();
 			if (running < inFlight) start();
 			else queue.push(start);
 		});
 }
 
-/** The system resolver, every address of a name in the order it gives them, within the limits above: what resolveTarget checks in production. */
-export const systemLookup: Lookup = limitedLookup(host => dns.lookup(host, { all: true, verbatim: true }), LOOKUPS_IN_FLIGHT, LOOKUP_TIMEOUT_MS);
+const systemResolver: Lookup = host => dns.lookup(host, { all: true, verbatim: true });
+
+/**
+ * The system resolver, every address of a name in the order it gives them, within the limits
+ * above: what resolveTarget checks in production. Subscriptions and deliveries have a pool each
+ * (1 and 2 of libuv's 4 threads at most), so that names sent to POST /webhooks that never resolve
+ * do not hold up the deliveries.
+ */
+export const subscriptionLookup: Lookup = limitedLookup(systemResolver, 1, LOOKUP_TIMEOUT_MS);
+export const deliveryLookup: Lookup = limitedLookup(systemResolver, 2, LOOKUP_TIMEOUT_MS);
 
 /**
  * The addresses a delivery to `url` may connect to, or why none: an address literal is checked as
@@ -481,7 +489,9 @@ export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Loo
 		try {
 			addresses = await lookup(host);
 		} catch (err) {
-			return { problem: `The host ${host} does not resolve (${(err as { code?: string }).code ?? "lookup failed"}).` };
+			const { code, message } = err as { code?: string; message?: string };
+			if (code === "EBUSY") return { problem: `The host ${host} was not looked up: ${message}.` };
+			return { problem: `The host ${host} does not resolve (${code ?? "lookup failed"}).` };
 		}
 	if (!addresses.length) return { problem: `The host ${host} does not resolve.` };
 	const refused = allowPrivate ? [] : addresses.filter(({ address: ip }) => !isPublicAddress(ip));

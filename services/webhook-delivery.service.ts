@@ -15,7 +15,7 @@ import type { Duplex } from "node:stream";
 import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, STREAM_OF, failingStream, payloadOf, pinnedLookup, resolveTarget, systemLookup, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
+import { CURSOR_FIELD, STREAM_OF, deliveryLookup, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { callServed, isServed } from "./internal";
@@ -59,7 +59,7 @@ async function postWebhook(url: URL, headers: Record<string, string>, body: stri
 	const timeout = AbortSignal.timeout(timeoutMs);
 	const timedOut = `no answer within ${timeoutMs} ms`;
 	const expired = new Promise<{ problem: string }>(resolve => timeout.addEventListener("abort", () => resolve({ problem: timedOut })));
-	const target = await Promise.race([resolveTarget(url, allowPrivate, systemLookup), expired]);
+	const target = await Promise.race([resolveTarget(url, allowPrivate, deliveryLookup), expired]);
 	if ("problem" in target) return { ok: false, status: null, error: printable(target.problem) };
 	return new Promise<Attempt>(resolve => {
 		/** A failed answer's status and what was read of its body: what the attempt failed with, even if its body is then cut off. */

@@ -22,7 +22,7 @@ import {
 	listWebhooksParams,
 	newWebhookRecord,
 	resolveTarget,
-	systemLookup,
+	subscriptionLookup,
 	toWebhookView,
 	unleased,
 	urlProblem,
@@ -241,7 +241,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				if (badUrl) throw invalid("url", badUrl);
 				const url = new URL(request.url);
 				// Checked again, after resolution, at every delivery (a name may resolve elsewhere later).
-				const target = await resolveTarget(url, this.settings.allowPrivate, systemLookup);
+				const target = await resolveTarget(url, this.settings.allowPrivate, subscriptionLookup);
 				if ("problem" in target) throw invalid("url", target.problem);
 				const cursors: StreamCursors = { intents: null, tin_operations: null };
 				for (const stream of new Set(request.eventTypes.map(type => STREAM_OF[type]))) {

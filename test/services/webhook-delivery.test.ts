@@ -195,7 +195,10 @@ test("a TIN owner that answers but cannot read its log holds the intents' stream
 		tinHealth.unreadable = false;
 		await waitFor(() => receiver.received.length === 3, 8000, "the TIN event");
 		expect(receiver.received[2]).toBe(TIN_OPERATION_EVENT_TYPE);
-		expect(await worker.broker.call("webhooks.get", { id })).toMatchObject({ cursors: { tin_operations: 2, intents: 2 }, retry: null, delivered: 3 });
+		// The worker records the delivery once the receiver's answer is in: after the receiver counted it.
+		const record = () => worker.broker.call<{ delivered: number }, object>("webhooks.get", { id });
+		await waitFor(async () => (await record()).delivered === 3, 2000, "the delivery recorded");
+		expect(await record()).toMatchObject({ cursors: { tin_operations: 2, intents: 2 }, retry: null, delivered: 3 });
 	});
 });
 

@@ -3,35 +3,49 @@
  * something it needs is down: the first failure of a streak, then a reminder at most every
  * `remindEveryMs` with how many failed since (at once when the failure says something new), and
  * one line when it works again. An owner down for an hour would otherwise write 3,600 identical
- * warnings a second apart; the failures are still counted one by one in the metrics.
+ * warnings a second apart, and one that fails every other second a line a second; the failures
+ * are still counted one by one in the metrics.
  */
 export class FailureStreak {
-	private failures = 0;
+	/** Failures since the last success. */
+	private inRow = 0;
+	/** Failures since the last line told. */
+	private sinceTold = 0;
 	private startedAt = 0;
-	private toldAt = 0;
+	private toldAt = -Infinity;
+	/** The failure last told. */
 	private told = "";
+	/** The running streak was told, so its end is told too. */
+	private streakTold = false;
 
 	constructor(private readonly remindEveryMs = 60_000) {}
 
-	/** A failure: the line to log, or null when the streak was told of less than `remindEveryMs` ago. */
+	/**
+	 * A failure: the line to log, or null when the same failure was told less than `remindEveryMs`
+	 * ago. That includes a streak that starts soon after the last one was told to have ended: a
+	 * task failing on and off is told once per `remindEveryMs`, with its count, not twice per flap.
+	 */
 	failed(message: string, nowMs = Date.now()): string | null {
-		this.failures++;
-		if (this.failures === 1) {
-			this.startedAt = this.toldAt = nowMs;
-			this.told = message;
-			return message;
-		}
+		if (++this.inRow === 1) this.startedAt = nowMs;
+		this.sinceTold++;
 		if (message === this.told && nowMs - this.toldAt < this.remindEveryMs) return null;
+		let line = message;
+		if (this.inRow >= this.sinceTold && this.inRow > 1) line = `${message} (still failing: ${this.inRow} times in a row over ${seconds(nowMs - this.startedAt)})`;
+		else if (this.inRow < this.sinceTold) line = `${message} (failing on and off: ${this.sinceTold} times in ${seconds(nowMs - this.toldAt)})`;
 		this.toldAt = nowMs;
 		this.told = message;
-		return `${message} (still failing: ${this.failures} times in a row over ${seconds(nowMs - this.startedAt)})`;
+		this.sinceTold = 0;
+		this.streakTold = true;
+		return line;
 	}
 
-	/** A success: the line to log when it ends a streak, else null. */
+	/** A success: the line to log when it ends a streak that was told, else null. */
 	succeeded(nowMs = Date.now()): string | null {
-		if (this.failures === 0) return null;
-		const line = `works again after ${this.failures} failure${this.failures === 1 ? "" : "s"} over ${seconds(nowMs - this.startedAt)}`;
-		this.failures = 0;
+		if (this.inRow === 0) return null;
+		const line = this.streakTold ? `works again after ${this.inRow} failure${this.inRow === 1 ? "" : "s"} over ${seconds(nowMs - this.startedAt)}` : null;
+		this.inRow = 0;
+		this.streakTold = false;
+		if (line) this.toldAt = nowMs;
 		return line;
 	}
 }

@@ -27,3 +27,27 @@ test("a success outside a streak says nothing; a new streak is told from its sta
 	expect(streak.failed("b", 3000)).toBe("b");
 	expect(streak.failed("b", 4000)).toBeNull();
 });
+
+test("a task failing on and off is told once a minute with its count, not at every flap", () => {
+	const streak = new FailureStreak(60_000);
+	expect(streak.failed("owner down", 0)).toBe("owner down");
+	expect(streak.succeeded(1000)).toBe("works again after 1 failure over 1 s");
+	// Failing again for the same reason within the minute: neither the failure nor its end is told.
+	const lines: (string | null)[] = [];
+	for (let s = 2; s < 61; s += 2) lines.push(streak.failed("owner down", s * 1000), streak.succeeded(s * 1000 + 1000));
+	expect(lines.filter(line => line !== null)).toEqual([]);
+	// A minute after the last line: told, with the count since it, and then its end.
+	expect(streak.failed("owner down", 61_000)).toBe("owner down (failing on and off: 31 times in 60 s)");
+	expect(streak.succeeded(62_000)).toBe("works again after 1 failure over 1 s");
+	// Something new is told at once.
+	expect(streak.failed("disk full", 63_000)).toBe("disk full");
+});
+
+test("a quiet streak that goes on is told as a streak at the next reminder", () => {
+	const streak = new FailureStreak(60_000);
+	streak.failed("owner down", 0);
+	streak.succeeded(1000);
+	for (let s = 2; s < 61; s++) expect(streak.failed("owner down", s * 1000)).toBeNull();
+	expect(streak.failed("owner down", 61_000)).toBe("owner down (still failing: 60 times in a row over 59 s)");
+	expect(streak.succeeded(62_000)).toBe("works again after 60 failures over 60 s");
+});

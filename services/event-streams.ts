@@ -413,7 +413,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const view = latest ? null : await callServed<PublicMempoolIntent>(broker, "mempool.view", { id });
 			const isTerminal = (state: unknown) => TERMINAL_STATES.includes(state as IntentState);
 			// Past the end of the log: no event of this stream has that id, and none would follow it.
-			if (resumeAt !== null && Number(resumeAt) > (latest ? latest.seq : await ownerHead("intents"))) throw badLastEventId();
+			if (resumeAt !== null && Number(resumeAt) > 0 && Number(resumeAt) > (latest ? latest.seq : await ownerHead("intents"))) throw badLastEventId();
 			// Resumed after its last change, a terminal one, or after the view of a terminal intent
 			// with no event (id 0): nothing will ever follow. 204 tells an EventSource to stop reconnecting.
 			if (resumeAt !== null && Number(resumeAt) === (latest ? latest.seq : 0) && isTerminal(latest ? latest.data.state : view!.receiverStatus))

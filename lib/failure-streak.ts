@@ -2,9 +2,11 @@
  * What to log of a task that runs again and again (a sweep, a read of an owner's log) while
  * something it needs is down: the first failure of a streak, then a reminder at most every
  * `remindEveryMs` with how many failed since (at once when the failure says something new), and
- * one line when it works again. An owner down for an hour would otherwise write 3,600 identical
- * warnings a second apart, and one that fails every other second a line a second; the failures
- * are still counted one by one in the metrics.
+ * one line when it works again. A streak of the same failure within `remindEveryMs` of the last
+ * line is told with the next reminder. An owner down for an hour would otherwise write 3,600
+ * identical warnings a second apart, and one that fails every other second a line a second; the
+ * failures are still counted one by one in the metrics. Times are monotonic: a wall clock set
+ * back would silence it.
  */
 export class FailureStreak {
 	/** Failures since the last success. */
@@ -25,7 +27,7 @@ export class FailureStreak {
 	 * ago. That includes a streak that starts soon after the last one was told to have ended: a
 	 * task failing on and off is told once per `remindEveryMs`, with its count, not twice per flap.
 	 */
-	failed(message: string, nowMs = Date.now()): string | null {
+	failed(message: string, nowMs = performance.now()): string | null {
 		if (++this.inRow === 1) this.startedAt = nowMs;
 		this.sinceTold++;
 		if (message === this.told && nowMs - this.toldAt < this.remindEveryMs) return null;
@@ -40,12 +42,15 @@ export class FailureStreak {
 	}
 
 	/** A success: the line to log when it ends a streak that was told, else null. */
-	succeeded(nowMs = Date.now()): string | null {
+	succeeded(nowMs = performance.now()): string | null {
 		if (this.inRow === 0) return null;
 		const line = this.streakTold ? `works again after ${this.inRow} failure${this.inRow === 1 ? "" : "s"} over ${seconds(nowMs - this.startedAt)}` : null;
 		this.inRow = 0;
 		this.streakTold = false;
-		if (line) this.toldAt = nowMs;
+		if (line) {
+			this.toldAt = nowMs;
+			this.sinceTold = 0;
+		}
 		return line;
 	}
 }

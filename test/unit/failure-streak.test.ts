@@ -51,3 +51,11 @@ test("a quiet streak that goes on is told as a streak at the next reminder", () 
 	expect(streak.failed("owner down", 61_000)).toBe("owner down (still failing: 60 times in a row over 59 s)");
 	expect(streak.succeeded(62_000)).toBe("works again after 60 failures over 60 s");
 });
+
+test("a streak long after a told one starts afresh: no count carried over from it", () => {
+	const streak = new FailureStreak(60_000);
+	streak.failed("owner down", 0);
+	for (let s = 1; s < 5; s++) streak.failed("owner down", s * 1000);
+	expect(streak.succeeded(5000)).toBe("works again after 5 failures over 5 s");
+	expect(streak.failed("owner down", 3_605_000)).toBe("owner down");
+});

@@ -425,40 +425,55 @@ export function urlProblem(raw: string): string | null {
 
 type Lookup = (hostname: string) => Promise<LookupAddress[]>;
 
-/** How long a caller waits for a lookup of a webhook host, queued or running. */
+/** How long a caller waits for a slot to look up a webhook host, and then for the answer. */
 export const LOOKUP_TIMEOUT_MS = 5000;
 
+/** A lookup its caller may stop waiting for (`signal`): while queued it then starts nothing (EBUSY). */
+export type LimitedLookup = (hostname: string, signal?: AbortSignal) => Promise<LookupAddress[]>;
+
 /**
- * `lookup`, at most `inFlight` at once, each caller answered within `timeoutMs` (ETIMEOUT, or
- * EBUSY when it never got a slot). The system resolver runs on libuv's thread pool (4 threads,
- * shared with file and zlib work) and cannot be cancelled: a host whose DNS never answers holds its
- * thread until the system gives up. A slot is freed when the lookup ends, not when its caller stops
- * waiting, so slow names hold at most `inFlight` threads, however many requests name them; a caller
- * that times out in the queue starts nothing.
+ * `lookup`, at most `inFlight` at once. A caller waits at most `timeoutMs` for a slot and then at
+ * most `timeoutMs` for the answer, or until its `signal` aborts: given up while queued, EBUSY
+ * (nothing was looked up: not the host's fault); while looking up, ETIMEOUT. The system resolver
+ * runs on libuv's thread pool (4 threads, shared with file and zlib work) and cannot be cancelled:
+ * a host whose DNS never answers holds its thread until the system gives up. A slot is freed when
+ * the lookup ends, not when its caller stops waiting, so slow names hold at most `inFlight`
+ * threads, however many requests name them.
  */
-export function limitedLookup(lookup: Lookup, inFlight: number, timeoutMs: number): Lookup {
+export function limitedLookup(lookup: Lookup, inFlight: number, timeoutMs: number): LimitedLookup {
 	let running = 0;
 	const queue: (() => void)[] = [];
-	return host =>
+	return (host, signal) =>
 		new Promise((resolve, reject) => {
+			let started = false;
+			let timer: NodeJS.Timeout | undefined;
+			const giveUp = () => {
+				clearTimeout(timer);
+				signal?.removeEventListener("abort", giveUp);
+				if (started) return reject(Object.assign(new Error("no answer in time"), { code: "ETIMEOUT" }));
+				const queued = queue.indexOf(start);
+				if (queued >= 0) queue.splice(queued, 1);
+				reject(Object.assign(new Error(`every lookup slot (${inFlight}) was taken by lookups of other hosts`), { code: "EBUSY" }));
+			};
 			const start = () => {
+				started = true;
 				running++;
+				clearTimeout(timer);
+				timer = setTimeout(giveUp, timeoutMs).unref();
 				// Through a promise: a lookup that throws at once fails its caller, and still frees its slot.
 				Promise.resolve(host)
 					.then(lookup)
 					.then(resolve, reject)
 					.finally(() => {
 						clearTimeout(timer);
+						signal?.removeEventListener("abort", giveUp);
 						running--;
 						queue.shift()?.();
 					});
 			};
-			const timer = setTimeout(() => {
-				const queued = queue.indexOf(start);
-				if (queued >= 0) queue.splice(queued, 1);
-				const [code, why] = queued >= 0 ? ["EBUSY", `every lookup slot (${inFlight}) was held by slower hosts for ${timeoutMs} ms`] : ["ETIMEOUT", `no answer within ${timeoutMs} ms`];
-				reject(Object.assign(new Error(why), { code }));
-			}, timeoutMs).unref();
+			if (signal?.aborted) return giveUp();
+			timer = setTimeout(giveUp, timeoutMs).unref();
+			signal?.addEventListener("abort", giveUp, { once: true });
 			if (running < inFlight) start();
 			else queue.push(start);
 		});
@@ -472,15 +487,15 @@ const systemResolver: Lookup = host => dns.lookup(host, { all: true, verbatim: t
  * (1 and 2 of libuv's 4 threads at most), so that names sent to POST /webhooks that never resolve
  * do not hold up the deliveries.
  */
-export const subscriptionLookup: Lookup = limitedLookup(systemResolver, 1, LOOKUP_TIMEOUT_MS);
-export const deliveryLookup: Lookup = limitedLookup(systemResolver, 2, LOOKUP_TIMEOUT_MS);
+export const subscriptionLookup: LimitedLookup = limitedLookup(systemResolver, 1, LOOKUP_TIMEOUT_MS);
+export const deliveryLookup: LimitedLookup = limitedLookup(systemResolver, 2, LOOKUP_TIMEOUT_MS);
 
 /**
  * The addresses a delivery to `url` may connect to, or why none: an address literal is checked as
  * it is, a name after resolution, and every address it resolves to must be public (an answer
  * mixing one private address in is refused whole). allowPrivate (WEBHOOK_ALLOW_PRIVATE) skips the check.
  */
-export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Lookup): Promise<{ addresses: LookupAddress[] } | { problem: string }> {
+export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Lookup): Promise<{ addresses: LookupAddress[] } | { problem: string; busy?: true }> {
 	const host = hostOf(url);
 	const family = net.isIP(host);
 	let addresses: LookupAddress[];
@@ -490,7 +505,8 @@ export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Loo
 			addresses = await lookup(host);
 		} catch (err) {
 			const { code, message } = err as { code?: string; message?: string };
-			if (code === "EBUSY") return { problem: `The host ${host} was not looked up: ${message}.` };
+			// Not the host's fault: this process is busy looking up others.
+			if (code === "EBUSY") return { problem: `The host ${host} was not looked up: ${message}.`, busy: true };
 			return { problem: `The host ${host} does not resolve (${code ?? "lookup failed"}).` };
 		}
 	if (!addresses.length) return { problem: `The host ${host} does not resolve.` };

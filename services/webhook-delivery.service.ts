@@ -45,7 +45,8 @@ const HEAD_WAIT_MS = 2000;
 const NOTICE_COALESCE_MS = 20;
 const USER_AGENT = "settlement-coordination-service-webhooks/1";
 
-type Attempt = { ok: true } | { ok: false; status: number | null; error: string };
+/** `deferred`: nothing was sent (this process was busy looking up other hosts); the receiver is not to blame. */
+type Attempt = { ok: true } | { ok: false; status: number | null; error: string; deferred?: true };
 
 /** Printable ASCII only, bounded: a receiver's answer ends up in GET /webhooks/{id}. */
 const printable = (text: string) => text.replace(/[^\x20-\x7e]+/g, " ").trim().slice(0, ERROR_BODY_CHARS);
@@ -58,8 +59,9 @@ const printable = (text: string) => text.replace(/[^\x20-\x7e]+/g, " ").trim().s
 async function postWebhook(url: URL, headers: Record<string, string>, body: string, allowPrivate: boolean, timeoutMs: number): Promise<Attempt> {
 	const timeout = AbortSignal.timeout(timeoutMs);
 	const timedOut = `no answer within ${timeoutMs} ms`;
-	const expired = new Promise<{ problem: string }>(resolve => timeout.addEventListener("abort", () => resolve({ problem: timedOut })));
-	const target = await Promise.race([resolveTarget(url, allowPrivate, deliveryLookup), expired]);
+	// The lookup ends with the attempt's time: still waiting for a slot then, it is deferred, not failed.
+	const target = await resolveTarget(url, allowPrivate, host => deliveryLookup(host, timeout));
+	if ("busy" in target) return { ok: false, status: null, error: printable(target.problem), deferred: true };
 	if ("problem" in target) return { ok: false, status: null, error: printable(target.problem) };
 	return new Promise<Attempt>(resolve => {
 		/** A failed answer's status and what was read of its body: what the attempt failed with, even if its body is then cut off. */
@@ -314,6 +316,12 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 							const webhookId = webhookIdOf(stream, event.seq);
 							const body = payloadOf(event);
 							const result = await postWebhook(url, webhookHeaders(subscription.secret, webhookId, Math.floor(Date.now() / 1000), body), body, allowPrivate, attemptTimeoutMs);
+							if (!result.ok && result.deferred) {
+								// No attempt: given back with its progress, tried again at a later pass, not held against the receiver.
+								metrics.attempts.inc({ outcome: "deferred" });
+								if (cursor > recorded && !(await advance(stream, cursor, false))) return;
+								break outer;
+							}
 							if (!result.ok) {
 								const failed = await broker.call<{ disabled: boolean } | null, object>("webhooks.fail", {
 									id,

@@ -242,6 +242,8 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				const url = new URL(request.url);
 				// Checked again, after resolution, at every delivery (a name may resolve elsewhere later).
 				const target = await resolveTarget(url, this.settings.allowPrivate, subscriptionLookup);
+				// Busy with other lookups: nothing is wrong with the url, and the client may try again.
+				if ("busy" in target) throw new ServiceError("NOT_READY", target.problem);
 				if ("problem" in target) throw invalid("url", target.problem);
 				const cursors: StreamCursors = { intents: null, tin_operations: null };
 				for (const stream of new Set(request.eventTypes.map(type => STREAM_OF[type]))) {

@@ -5,6 +5,7 @@
  * the intents' stream, a failing event still holds back everything after it, and no pass calls an
  * owner that is not there (the broker would log a warning for every such call).
  */
+import { promises as dnsPromises, type LookupAddress } from "node:dns";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { ServiceBroker, type ActionHandler, type ActionSchema, type Context, type Middleware, type Service, type ServiceSchema } from "moleculer";
@@ -13,7 +14,7 @@ import { loadConfig } from "../../lib/config";
 import { requestDigest } from "../../lib/digest";
 import type { StoredEvent } from "../../lib/store";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
-import type { WebhookSubscription } from "../../lib/webhooks";
+import { deliveryLookup, type WebhookSubscription } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
 import { webhooksService } from "../../services/webhooks.service";
@@ -153,6 +154,36 @@ test("a pass leases with the heads of the owners that are up, and calls none tha
 		expect(worker.warnings.filter(line => line.includes("tin."))).toEqual([]);
 	} finally {
 		await worker.stop();
+	}
+});
+
+test("a delivery that finds every host lookup taken by hosts that never answer is deferred, not held against its receiver", async () => {
+	// Two names whose DNS never answers hold the delivery pool's two lookups (as subscriptions of
+	// hosts that stopped answering would), until the test lets them end.
+	const realLookup = dnsPromises.lookup.bind(dnsPromises);
+	const hanging: ((addresses: LookupAddress[]) => void)[] = [];
+	const lookup = jest.spyOn(dnsPromises, "lookup").mockImplementation(((host: string, options: object) =>
+		host.startsWith("hang") ? new Promise(resolve => hanging.push(resolve)) : realLookup(host, options)) as typeof dnsPromises.lookup);
+	try {
+		await withWorker(null, {}, async (worker, receiver) => {
+			// By name: the receiver's host is looked up at each attempt.
+			const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url.replace("127.0.0.1", "localhost"), eventTypes: ["intent.status_changed"] });
+			const held = ["hang-1.example", "hang-2.example"].map(host => deliveryLookup(host).catch(() => undefined));
+			await worker.newIntent();
+			// Each attempt waits its WEBHOOK_TIMEOUT_MS (1 s) for a lookup, and is deferred.
+			await new Promise(resolve => setTimeout(resolve, 2500));
+			expect(receiver.received).toEqual([]);
+			const subscription = () => worker.broker.call<WebhookSubscription, object>("webhooks.get", { id });
+			expect(await subscription()).toMatchObject({ state: "enabled", retry: null, failures: [], delivered: 0 });
+			// The slow lookups end: the next pass delivers it.
+			for (const answer of hanging) answer([{ address: "93.184.215.14", family: 4 }]);
+			await Promise.all(held);
+			await waitFor(() => receiver.received.length === 1, 5000, "the deferred delivery");
+			await waitFor(async () => (await subscription()).delivered === 1, 2000, "the delivery recorded");
+			expect(await subscription()).toMatchObject({ retry: null, failures: [] });
+		});
+	} finally {
+		lookup.mockRestore();
 	}
 });
 

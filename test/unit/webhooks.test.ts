@@ -295,7 +295,19 @@ describe("webhook URLs", () => {
 		const [unanswered, waiting] = await Promise.all([resolveTarget(new URL("https://slow.example.com/"), false, stuck), resolveTarget(new URL("https://hooks.example.com/"), false, stuck)]);
 		expect(unanswered).toEqual({ problem: "The host slow.example.com does not resolve (ETIMEOUT)." });
 		// Not blamed on a host that was never looked up.
-		expect(waiting).toEqual({ problem: "The host hooks.example.com was not looked up: every lookup slot (1) was held by slower hosts for 50 ms." });
+		expect(waiting).toEqual({ problem: "The host hooks.example.com was not looked up: every lookup slot (1) was taken by lookups of other hosts.", busy: true });
+		// A caller's own signal (a delivery attempt's time): given up in the queue, nothing starts (EBUSY);
+		// given up while its lookup runs, ETIMEOUT.
+		const tried: string[] = [];
+		const pool = limitedLookup(name => (tried.push(name), new Promise(() => {})), 1, 10_000);
+		const attempt = new AbortController();
+		const running = pool("first", attempt.signal).catch((err: { code?: string }) => err.code);
+		const queued = pool("second", attempt.signal).catch((err: { code?: string }) => err.code);
+		attempt.abort();
+		expect([await running, await queued]).toEqual(["ETIMEOUT", "EBUSY"]);
+		expect(tried).toEqual(["first"]);
+		await expect(pool("third", AbortSignal.abort())).rejects.toMatchObject({ code: "EBUSY" });
+		expect(tried).toEqual(["first"]);
 	});
 
 	it("the pinned lookup answers the checked addresses only: a request to a name connects there, whatever the DNS says", async () => {

@@ -219,14 +219,14 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		tag: "webhooks",
 		summary: "Subscribe a URL to events",
 		description:
-			"Delivers the events of the given types (and filter) committed from now on. The url must be http or https without credentials, and resolve to public addresses only (unless WEBHOOK_ALLOW_PRIVATE): 422 naming `url` otherwise. The answer holds the signing secret, never shown again.",
+			"Delivers the events of the given types (and filter) committed from now on. The url must be http or https without credentials, and resolve to public addresses only (unless WEBHOOK_ALLOW_PRIVATE): 422 naming `url` otherwise; 503 NOT_READY when this process's host lookups stay taken by other hosts for 5 s (try again). The answer holds the signing secret, never shown again.",
 		answers: {
 			201: {
 				...json("Subscribed; delivering from the latest event of each stream", CreatedWebhookSubscriptionSchema),
 				headers: { Location: { description: "/webhooks/{id} of the new subscription", schema: Type.String() } }
 			}
 		},
-		errors: ["LIMIT_REACHED"]
+		errors: ["LIMIT_REACHED", "NOT_READY"]
 	},
 	"webhooks.list": { tag: "webhooks", summary: "List webhook subscriptions", description: "Newest first, with their delivery state; never a secret.", answers: ok(Type.Array(WebhookSubscriptionSchema)), errors: [] },
 	"webhooks.get": {

@@ -428,54 +428,67 @@ type Lookup = (hostname: string) => Promise<LookupAddress[]>;
 /** How long a caller waits for a slot to look up a webhook host, and then for the answer. */
 export const LOOKUP_TIMEOUT_MS = 5000;
 
-/** A lookup its caller may stop waiting for (`signal`): while queued it then starts nothing (EBUSY). */
-export type LimitedLookup = (hostname: string, signal?: AbortSignal) => Promise<LookupAddress[]>;
+/** Nothing was looked up: every slot of the pool stayed taken while the caller waited. */
+export class LookupBusyError extends Error {
+	readonly code = "EBUSY";
+}
+
+/**
+ * A lookup its caller may stop waiting for: `slot` aborts the wait for a slot, `answer` any wait.
+ * Given up before it had a slot, nothing is looked up (LookupBusyError); after, ETIMEOUT.
+ */
+export type LimitedLookup = (hostname: string, signals?: { slot?: AbortSignal; answer?: AbortSignal }) => Promise<LookupAddress[]>;
 
 /**
  * `lookup`, at most `inFlight` at once. A caller waits at most `timeoutMs` for a slot and then at
- * most `timeoutMs` for the answer, or until its `signal` aborts: given up while queued, EBUSY
- * (nothing was looked up: not the host's fault); while looking up, ETIMEOUT. The system resolver
- * runs on libuv's thread pool (4 threads, shared with file and zlib work) and cannot be cancelled:
- * a host whose DNS never answers holds its thread until the system gives up. A slot is freed when
- * the lookup ends, not when its caller stops waiting, so slow names hold at most `inFlight`
- * threads, however many requests name them.
+ * most `timeoutMs` for the answer, less if its signals abort first. The system resolver runs on
+ * libuv's thread pool (4 threads, shared with file and zlib work) and cannot be cancelled: a host
+ * whose DNS never answers holds its thread until the system gives up. A slot is freed when the
+ * lookup ends, not when its caller stops waiting, so slow names hold at most `inFlight` threads,
+ * however many requests name them.
  */
 export function limitedLookup(lookup: Lookup, inFlight: number, timeoutMs: number): LimitedLookup {
 	let running = 0;
 	const queue: (() => void)[] = [];
-	return (host, signal) =>
+	return (host, { slot, answer } = {}) =>
 		new Promise((resolve, reject) => {
-			let started = false;
 			let timer: NodeJS.Timeout | undefined;
-			const giveUp = () => {
+			const stopWaiting = () => {
 				clearTimeout(timer);
-				signal?.removeEventListener("abort", giveUp);
-				if (started) return reject(Object.assign(new Error("no answer in time"), { code: "ETIMEOUT" }));
+				for (const signal of [slot, answer]) signal?.removeEventListener("abort", busy);
+				answer?.removeEventListener("abort", late);
+			};
+			const busy = () => {
+				stopWaiting();
 				const queued = queue.indexOf(start);
 				if (queued >= 0) queue.splice(queued, 1);
-				reject(Object.assign(new Error(`every lookup slot (${inFlight}) was taken by lookups of other hosts`), { code: "EBUSY" }));
+				reject(new LookupBusyError(`every lookup slot (${inFlight}) was taken by other lookups`));
+			};
+			const late = () => {
+				stopWaiting();
+				reject(Object.assign(new Error("no answer in time"), { code: "ETIMEOUT" }));
 			};
 			const start = () => {
-				started = true;
+				stopWaiting();
 				running++;
-				clearTimeout(timer);
-				timer = setTimeout(giveUp, timeoutMs).unref();
+				timer = setTimeout(late, timeoutMs).unref();
+				answer?.addEventListener("abort", late, { once: true });
 				// Through a promise: a lookup that throws at once fails its caller, and still frees its slot.
 				Promise.resolve(host)
 					.then(lookup)
 					.then(resolve, reject)
 					.finally(() => {
-						clearTimeout(timer);
-						signal?.removeEventListener("abort", giveUp);
+						stopWaiting();
 						running--;
 						queue.shift()?.();
 					});
 			};
-			if (signal?.aborted) return giveUp();
-			timer = setTimeout(giveUp, timeoutMs).unref();
-			signal?.addEventListener("abort", giveUp, { once: true });
-			if (running < inFlight) start();
-			else queue.push(start);
+			// A caller that stops waiting before it has a slot (either signal) started nothing.
+			if (slot?.aborted || answer?.aborted) return busy();
+			if (running < inFlight) return start();
+			timer = setTimeout(busy, timeoutMs).unref();
+			for (const signal of [slot, answer]) signal?.addEventListener("abort", busy, { once: true });
+			queue.push(start);
 		});
 }
 
@@ -504,10 +517,9 @@ export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Loo
 		try {
 			addresses = await lookup(host);
 		} catch (err) {
-			const { code, message } = err as { code?: string; message?: string };
 			// Not the host's fault: this process is busy looking up others.
-			if (code === "EBUSY") return { problem: `The host ${host} was not looked up: ${message}.`, busy: true };
-			return { problem: `The host ${host} does not resolve (${code ?? "lookup failed"}).` };
+			if (err instanceof LookupBusyError) return { problem: `The host ${host} was not looked up: ${err.message}.`, busy: true };
+			return { problem: `The host ${host} does not resolve (${(err as { code?: string }).code ?? "lookup failed"}).` };
 		}
 	if (!addresses.length) return { problem: `The host ${host} does not resolve.` };
 	const refused = allowPrivate ? [] : addresses.filter(({ address: ip }) => !isPublicAddress(ip));

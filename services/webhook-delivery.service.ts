@@ -59,8 +59,9 @@ const printable = (text: string) => text.replace(/[^\x20-\x7e]+/g, " ").trim().s
 async function postWebhook(url: URL, headers: Record<string, string>, body: string, allowPrivate: boolean, timeoutMs: number): Promise<Attempt> {
 	const timeout = AbortSignal.timeout(timeoutMs);
 	const timedOut = `no answer within ${timeoutMs} ms`;
-	// The lookup ends with the attempt's time: still waiting for a slot then, it is deferred, not failed.
-	const target = await resolveTarget(url, allowPrivate, host => deliveryLookup(host, timeout));
+	// A lookup slot is waited for half the attempt's time at most (no slot: deferred, not failed),
+	// so that a host that gets one has half of it at least to resolve and answer.
+	const target = await resolveTarget(url, allowPrivate, host => deliveryLookup(host, { slot: AbortSignal.timeout(timeoutMs / 2), answer: timeout }));
 	if ("busy" in target) return { ok: false, status: null, error: printable(target.problem), deferred: true };
 	if ("problem" in target) return { ok: false, status: null, error: printable(target.problem) };
 	return new Promise<Attempt>(resolve => {
@@ -317,10 +318,12 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 							const body = payloadOf(event);
 							const result = await postWebhook(url, webhookHeaders(subscription.secret, webhookId, Math.floor(Date.now() / 1000), body), body, allowPrivate, attemptTimeoutMs);
 							if (!result.ok && result.deferred) {
-								// No attempt: given back with its progress, tried again at a later pass, not held against the receiver.
+								// No attempt: given back with its progress, not held against the receiver, and due again
+								// after an attempt's time, behind the subscriptions due before it (not at the next pass,
+								// ahead of them all).
 								metrics.attempts.inc({ outcome: "deferred" });
 								if (cursor > recorded && !(await advance(stream, cursor, false))) return;
-								break outer;
+								return void (await broker.call("webhooks.release", { id, version, deferMs: attemptTimeoutMs }));
 							}
 							if (!result.ok) {
 								const failed = await broker.call<{ disabled: boolean } | null, object>("webhooks.fail", {

@@ -205,12 +205,19 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				}
 			}),
 
-			/** Internal, by a lease holder with nothing left to deliver (or stopping): gives the lease up. */
+			/**
+			 * Internal, by a lease holder with nothing left to deliver (or stopping): gives the lease up.
+			 * `deferMs`: an attempt it could not make; the subscription is due again no sooner.
+			 */
 			release: internal({
-				params: leaseParams,
-				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number }>): Promise<boolean> {
+				params: { ...leaseParams, deferMs: { type: "number", integer: true, min: 1, max: 3_600_000, optional: true } },
+				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; deferMs?: number }>): Promise<boolean> {
 					const record = await this.held(ctx.params.id, ctx.params.version);
-					return !!record && !!(await this.commit(record, { ...record, ...unleased(record.retry?.nextAttemptAt ?? null) }));
+					if (!record) return false;
+					const retryAt = record.retry?.nextAttemptAt ?? null;
+					const deferredTo = ctx.params.deferMs ? new Date(Date.now() + ctx.params.deferMs).toISOString() : null;
+					const notBefore = retryAt && deferredTo ? (retryAt > deferredTo ? retryAt : deferredTo) : (retryAt ?? deferredTo);
+					return !!(await this.commit(record, { ...record, ...unleased(notBefore) }));
 				}
 			})
 		},

@@ -39,7 +39,7 @@ async function startWebhooks(env: Record<string, string> = {}) {
 		advance: (lease: WebhookLease, seq: number, delivered = true) => broker.call<number | null, object>("webhooks.advance", { ...holder(lease), stream: "intents", seq, delivered }),
 		fail: (lease: WebhookLease, seq: number, webhookId = `evt_intents_${seq + 1}`) =>
 			broker.call<{ disabled: boolean } | null, object>("webhooks.fail", { ...holder(lease), stream: "intents", seq, webhookId, eventType: INTENT_EVENTS, status: 500, error: "HTTP 500" }),
-		release: (lease: WebhookLease) => broker.call<boolean, object>("webhooks.release", holder(lease))
+		release: (lease: WebhookLease, deferMs?: number) => broker.call<boolean, object>("webhooks.release", { ...holder(lease), ...(deferMs ? { deferMs } : {}) })
 	};
 }
 
@@ -79,6 +79,17 @@ describe("subscriptions and their leases", () => {
 		const granted = await Promise.all(["a", "b", "c", "d"].map(worker => webhooks.claim(worker, { intents: 1 }, 12)));
 		const leased = granted.flatMap(ids);
 		expect(leased.sort()).toEqual(created.map(subscription => subscription.id).sort());
+	});
+
+	test("a lease given back deferred (no lookup slot) is due again only after deferMs: it cannot hold the others off, lease after lease", async () => {
+		const deferred = [await webhooks.create(), await webhooks.create()];
+		const waiting = await webhooks.create();
+		const first = await webhooks.claim("worker", { intents: 5 }, 2);
+		expect(ids(first)).toEqual(deferred.map(d => d.id));
+		for (const lease of first) expect(await webhooks.release(lease, 60_000)).toBe(true);
+		// The next pass takes the one not yet tried, not the two just given back.
+		expect(ids(await webhooks.claim("worker", { intents: 5 }, 2))).toEqual([waiting.id]);
+		expect(await webhooks.claim("other", { intents: 5 }, 2)).toEqual([]);
 	});
 
 	test("the holder's advance moves the cursor, counts the delivery and renews the lease; a write on a stale version changes nothing", async () => {

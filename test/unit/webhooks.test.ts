@@ -20,6 +20,7 @@ import {
 	isPublicAddress,
 	leasedUntil,
 	limitedLookup,
+	LookupBusyError,
 	newSecret,
 	newWebhookRecord,
 	nextAttemptAt,
@@ -295,19 +296,37 @@ describe("webhook URLs", () => {
 		const [unanswered, waiting] = await Promise.all([resolveTarget(new URL("https://slow.example.com/"), false, stuck), resolveTarget(new URL("https://hooks.example.com/"), false, stuck)]);
 		expect(unanswered).toEqual({ problem: "The host slow.example.com does not resolve (ETIMEOUT)." });
 		// Not blamed on a host that was never looked up.
-		expect(waiting).toEqual({ problem: "The host hooks.example.com was not looked up: every lookup slot (1) was taken by lookups of other hosts.", busy: true });
-		// A caller's own signal (a delivery attempt's time): given up in the queue, nothing starts (EBUSY);
-		// given up while its lookup runs, ETIMEOUT.
+		expect(waiting).toEqual({ problem: "The host hooks.example.com was not looked up: every lookup slot (1) was taken by other lookups.", busy: true });
+		// The resolver's own EBUSY is the host's failure, not the pool's: only the pool's marker defers.
+		const resolverBusy = async () => {
+			throw Object.assign(new Error("busy"), { code: "EBUSY" });
+		};
+		expect(await resolveTarget(new URL("https://hooks.example.com/"), false, limitedLookup(resolverBusy, 1, 50))).toEqual({ problem: "The host hooks.example.com does not resolve (EBUSY)." });
+
+		// A caller's own signals (a delivery attempt's): given up waiting for a slot, nothing starts
+		// (EBUSY); given up while its lookup runs, ETIMEOUT.
 		const tried: string[] = [];
-		const pool = limitedLookup(name => (tried.push(name), new Promise(() => {})), 1, 10_000);
+		const ends: (() => void)[] = [];
+		const pool = limitedLookup(name => (tried.push(name), new Promise(resolve => ends.push(() => resolve([])))), 1, 10_000);
 		const attempt = new AbortController();
-		const running = pool("first", attempt.signal).catch((err: { code?: string }) => err.code);
-		const queued = pool("second", attempt.signal).catch((err: { code?: string }) => err.code);
+		const running = pool("first", { slot: attempt.signal, answer: attempt.signal }).catch((err: { code?: string }) => err.code);
+		const queued = pool("second", { slot: attempt.signal, answer: attempt.signal }).catch((err: { code?: string }) => err.code);
 		attempt.abort();
 		expect([await running, await queued]).toEqual(["ETIMEOUT", "EBUSY"]);
 		expect(tried).toEqual(["first"]);
-		await expect(pool("third", AbortSignal.abort())).rejects.toMatchObject({ code: "EBUSY" });
+		await expect(pool("third", { slot: AbortSignal.abort() })).rejects.toBeInstanceOf(LookupBusyError);
 		expect(tried).toEqual(["first"]);
+		// Its whole time over while it waited for a slot: nothing looked up, and the slot goes to the next.
+		const over = new AbortController();
+		const late = pool("fourth", { answer: over.signal }).catch((err: { code?: string }) => err.code);
+		const fifth = pool("fifth");
+		over.abort();
+		expect(await late).toBe("EBUSY");
+		ends[0]();
+		await new Promise(resolve => setTimeout(resolve, 10));
+		expect(tried).toEqual(["first", "fifth"]);
+		ends[1]();
+		expect(await fifth).toEqual([]);
 	});
 
 	it("the pinned lookup answers the checked addresses only: a request to a name connects there, whatever the DNS says", async () => {

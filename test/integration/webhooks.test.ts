@@ -318,21 +318,32 @@ describe("slow receivers", () => {
 	});
 });
 
+/**
+ * The failures recorded for `url` after its first failed attempt: on a node of its own, with 1 s
+ * attempts and the retry far off, a subscription to intents and one intent.
+ */
+async function firstFailures(url: string): Promise<unknown[]> {
+	const route = newRoute();
+	const dir = tempDir();
+	const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "600000" }, dir);
+	try {
+		const created = await node.http("POST", "/webhooks", { url, eventTypes: [INTENT] }, worker);
+		expect(created.status).toBe(201);
+		await submitIntent(node.http, newWallet(), route);
+		return (await afterFirstFailure(node.http, created.body.id, "the failed attempt")).failures;
+	} finally {
+		await node.stop();
+	}
+}
+
 describe("a receiver that answers 500 and never ends its body", () => {
 	it("is recorded with its status and what was read of its body, the attempt ended at WEBHOOK_TIMEOUT_MS", async () => {
-		const route = newRoute();
-		const dir = tempDir();
-		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "600000" }, dir);
 		const receiver = await new Receiver().start();
 		receiver.answer = () => "trickle";
 		try {
-			const sub = await subscribe(node.http, receiver, "/trickle", { eventTypes: [INTENT] });
-			await submitIntent(node.http, newWallet(), route);
-			const read = await afterFirstFailure(node.http, sub.id, "the failed attempt");
 			// Not "no answer within 1000 ms": the receiver answered, and its answer was a 500.
-			expect(read.failures).toEqual([expect.objectContaining({ attempt: 1, status: 500, error: expect.stringMatching(/^HTTP 500: slow x+$/) })]);
+			expect(await firstFailures(`${receiver.url}/trickle`)).toEqual([expect.objectContaining({ attempt: 1, status: 500, error: expect.stringMatching(/^HTTP 500: slow x+$/) })]);
 		} finally {
-			await node.stop();
 			await receiver.stop();
 		}
 	});
@@ -340,22 +351,15 @@ describe("a receiver that answers 500 and never ends its body", () => {
 
 describe("a receiver that switches protocols (101)", () => {
 	it("fails the attempt with that status: it never holds the delivery", async () => {
-		const route = newRoute();
-		const dir = tempDir();
 		const switching = net.createServer(socket => {
 			socket.on("error", () => {});
 			socket.once("data", () => socket.write("HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n"));
 		});
 		await new Promise<void>(resolve => switching.listen(0, "127.0.0.1", resolve));
-		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "600000" }, dir);
 		try {
-			const created = await node.http("POST", "/webhooks", { url: `http://127.0.0.1:${(switching.address() as AddressInfo).port}/switch`, eventTypes: [INTENT] }, worker);
-			expect(created.status).toBe(201);
-			await submitIntent(node.http, newWallet(), route);
-			const read = await afterFirstFailure(node.http, created.body.id, "the failed attempt");
-			expect(read.failures).toEqual([expect.objectContaining({ attempt: 1, status: 101, error: "HTTP 101: a switch of protocols is not an answer" })]);
+			const failures = await firstFailures(`http://127.0.0.1:${(switching.address() as AddressInfo).port}/switch`);
+			expect(failures).toEqual([expect.objectContaining({ attempt: 1, status: 101, error: "HTTP 101: a switch of protocols is not an answer" })]);
 		} finally {
-			await node.stop();
 			switching.close();
 		}
 	});

@@ -92,6 +92,9 @@ export interface WebhookRecord {
 	 */
 	notBefore: string | null;
 	delivered: number;
+	/** Attempts put off because this process had no host lookup free; none is held against the receiver. */
+	deferred: number;
+	lastDeferredAt: string | null;
 	retry: WebhookRetry | null;
 	disabledAt: string | null;
 	disabledReason: string | null;
@@ -125,6 +128,8 @@ const subscriptionFields = {
 		{ additionalProperties: false, description: "The last event handled in each stream it takes (seq)" }
 	),
 	delivered: Count,
+	deferred: Type.Integer({ minimum: 0, description: "Attempts put off, not made: the delivering process had no host lookup free (docs/webhooks.md)" }),
+	lastDeferredAt: Nullable(IsoTime),
 	retry: Nullable(
 		Type.Object(
 			{
@@ -171,6 +176,8 @@ export function toWebhookView(record: WebhookRecord): WebhookSubscription {
 		state: record.state,
 		cursors,
 		delivered: record.delivered,
+		deferred: record.deferred,
+		lastDeferredAt: record.lastDeferredAt,
 		retry: record.retry,
 		disabledAt: record.disabledAt,
 		disabledReason: record.disabledReason,
@@ -318,6 +325,8 @@ export function newWebhookRecord(request: CreateWebhookRequest, cursors: StreamC
 		version: 1,
 		...unleased(null),
 		delivered: 0,
+		deferred: 0,
+		lastDeferredAt: null,
 		retry: null,
 		disabledAt: null,
 		disabledReason: null,
@@ -329,6 +338,22 @@ export function newWebhookRecord(request: CreateWebhookRequest, cursors: StreamC
 export function advanced(record: WebhookRecord, stream: WebhookStream, seq: number, delivered: boolean, leaseExpiresAt: string): WebhookRecord {
 	const next = { ...record, [CURSOR_FIELD[stream]]: seq, ...leasedUntil(record.leasedBy ?? "", leaseExpiresAt) };
 	return delivered ? { ...next, delivered: record.delivered + 1, retry: null } : next;
+}
+
+/**
+ * Given up by its holder, due again at its retry if it has one. `deferMs`: the holder could not
+ * make its attempt (no host lookup free), so the subscription is also due no sooner than that.
+ */
+export function released(record: WebhookRecord, now: Date, deferMs?: number): WebhookRecord {
+	const retryAt = record.retry?.nextAttemptAt ?? null;
+	if (!deferMs) return { ...record, ...unleased(retryAt) };
+	const deferredTo = new Date(now.getTime() + deferMs).toISOString();
+	return {
+		...record,
+		...unleased(retryAt !== null && retryAt > deferredTo ? retryAt : deferredTo),
+		deferred: record.deferred + 1,
+		lastDeferredAt: now.toISOString()
+	};
 }
 
 export interface FailedAttempt {

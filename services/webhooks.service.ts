@@ -21,10 +21,10 @@ import {
 	leasedUntil,
 	listWebhooksParams,
 	newWebhookRecord,
+	released,
 	resolveTarget,
 	subscriptionLookup,
 	toWebhookView,
-	unleased,
 	urlProblem,
 	webhookRefParams,
 	type CreateWebhookRequest,
@@ -214,10 +214,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; deferMs?: number }>): Promise<boolean> {
 					const record = await this.held(ctx.params.id, ctx.params.version);
 					if (!record) return false;
-					const retryAt = record.retry?.nextAttemptAt ?? null;
-					const deferredTo = ctx.params.deferMs ? new Date(Date.now() + ctx.params.deferMs).toISOString() : null;
-					const notBefore = retryAt && deferredTo ? (retryAt > deferredTo ? retryAt : deferredTo) : (retryAt ?? deferredTo);
-					return !!(await this.commit(record, { ...record, ...unleased(notBefore) }));
+					return !!(await this.commit(record, released(record, new Date(), ctx.params.deferMs)));
 				}
 			})
 		},

@@ -174,7 +174,9 @@ test("a delivery that finds every host lookup taken by hosts that never answer i
 			await new Promise(resolve => setTimeout(resolve, 2500));
 			expect(receiver.received).toEqual([]);
 			const subscription = () => worker.broker.call<WebhookSubscription, object>("webhooks.get", { id });
-			expect(await subscription()).toMatchObject({ state: "enabled", retry: null, failures: [], delivered: 0 });
+			const putOff = await subscription();
+			expect(putOff).toMatchObject({ state: "enabled", retry: null, failures: [], delivered: 0, lastDeferredAt: expect.any(String) });
+			expect(putOff.deferred).toBeGreaterThanOrEqual(1);
 			// The slow lookups end: the next pass delivers it.
 			for (const answer of hanging) answer([{ address: "93.184.215.14", family: 4 }]);
 			await Promise.all(held);

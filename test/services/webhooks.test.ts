@@ -90,6 +90,9 @@ describe("subscriptions and their leases", () => {
 		// The next pass takes the one not yet tried, not the two just given back.
 		expect(ids(await webhooks.claim("worker", { intents: 5 }, 2))).toEqual([waiting.id]);
 		expect(await webhooks.claim("other", { intents: 5 }, 2)).toEqual([]);
+		// The operator sees each deferral on the subscription, and nothing held against its receiver.
+		for (const { id } of deferred) expect(await webhooks.get(id)).toMatchObject({ deferred: 1, lastDeferredAt: expect.any(String), retry: null, failures: [] });
+		expect(await webhooks.get(waiting.id)).toMatchObject({ deferred: 0, lastDeferredAt: null });
 	});
 
 	test("the holder's advance moves the cursor, counts the delivery and renews the lease; a write on a stale version changes nothing", async () => {

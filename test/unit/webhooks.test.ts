@@ -23,6 +23,7 @@ import {
 	LookupBusyError,
 	newSecret,
 	newWebhookRecord,
+	released,
 	nextAttemptAt,
 	payloadOf,
 	pinnedLookup,
@@ -165,6 +166,18 @@ describe("delivery state", () => {
 		const skipped = advanced(failing, "intents", 9, false, "2026-11-26T10:03:00.000Z");
 		expect(skipped).toMatchObject({ intentsCursor: 9, delivered: 0, retry: failing.retry, leasedBy: "worker", leaseExpiresAt: "2026-11-26T10:03:00.000Z", notBefore: "2026-11-26T10:03:00.000Z" });
 		expect(advanced(failing, "intents", 8, true, "2026-11-26T10:03:00.000Z")).toMatchObject({ intentsCursor: 8, delivered: 1, retry: null });
+	});
+
+	it("a release gives the lease up, due at its retry; a deferred one (no lookup slot) is due no sooner than deferMs, and counted", () => {
+		expect(released(subscription(), at(0))).toMatchObject({ leasedBy: null, leaseExpiresAt: null, notBefore: null, deferred: 0, lastDeferredAt: null });
+		const deferred = released(subscription(), at(0), 1000);
+		expect(deferred).toMatchObject({ leasedBy: null, notBefore: at(1000).toISOString(), deferred: 1, lastDeferredAt: at(0).toISOString(), retry: null, failures: [] });
+		// A retry due later than the deferral keeps its time; one due sooner waits for the deferral.
+		const failing = { ...failed(subscription(), attempt("evt_intents_8"), at(0), schedule), ...leasedUntil("worker", "2026-11-26T10:02:00.000Z") };
+		const retryAt = failing.retry!.nextAttemptAt!;
+		expect(released(failing, at(0)).notBefore).toBe(retryAt);
+		expect(released(failing, at(0), 1).notBefore).toBe(retryAt);
+		expect(released(released(failing, at(0), 3_600_000), at(5), 3_600_000)).toMatchObject({ notBefore: at(3_600_005).toISOString(), deferred: 2, lastDeferredAt: at(5).toISOString(), retry: failing.retry });
 	});
 });
 

@@ -249,6 +249,7 @@ export function signPayload(secret: string, webhookId: string, timestampS: numbe
 
 /** Stable per event: every retry of it, to every subscription, carries the same id (receivers dedupe on it). */
 export const webhookIdOf = (stream: WebhookStream, seq: number) => `evt_${stream}_${seq}`;
+const seqOfWebhookId = (webhookId: string) => Number(webhookId.slice(webhookId.lastIndexOf("_") + 1));
 
 /** The body of a delivery: Standard Webhooks' `{ type, timestamp, data }`, timestamp being the event's. */
 export const payloadOf = (event: { type: string; at: string; data: Record<string, unknown> }) => JSON.stringify({ type: event.type, timestamp: event.at, data: event.data });
@@ -334,10 +335,17 @@ export function newWebhookRecord(request: CreateWebhookRequest, cursors: StreamC
 	};
 }
 
-/** The events of `stream` up to `seq` are handled (the last one delivered when `delivered`), and the lease runs on. */
+/**
+ * The events of `stream` up to `seq` are handled (the last one delivered when `delivered`), and the
+ * lease runs on. A holder that moves past the event being retried without delivering it found it
+ * gone from the log (pruned): nothing is left to retry, and the streak ends. Kept, the retry would
+ * stay due with nothing to attempt, and be leased and given back again and again.
+ */
 export function advanced(record: WebhookRecord, stream: WebhookStream, seq: number, delivered: boolean, leaseExpiresAt: string): WebhookRecord {
 	const next = { ...record, [CURSOR_FIELD[stream]]: seq, ...leasedUntil(record.leasedBy ?? "", leaseExpiresAt) };
-	return delivered ? { ...next, delivered: record.delivered + 1, retry: null } : next;
+	if (delivered) return { ...next, delivered: record.delivered + 1, retry: null };
+	const retried = record.retry && failingStream(record) === stream ? seqOfWebhookId(record.retry.webhookId) : null;
+	return retried !== null && seq >= retried ? { ...next, retry: null } : next;
 }
 
 /**

@@ -146,6 +146,28 @@ async function withWorker(
 /** The TIN stream first: its owner's absence must not hold the intents' stream back. */
 const BOTH = ["tin_operation.status_changed", "intent.status_changed"];
 
+test("a retry whose event was pruned, with nothing after it that the filter takes, ends its streak: not leased and given back again and again", async () => {
+	const tinLog: StoredEvent[] = [];
+	await withWorker(tinLog, {}, async (worker, receiver) => {
+		const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url, eventTypes: [TIN_OPERATION_EVENT_TYPE], filter: { tins: ["1234567897"] } });
+		const subscription = () => worker.broker.call<WebhookSubscription, object>("webhooks.get", { id });
+		receiver.state.failTin = true;
+		tinLog.push(tinEvent(1));
+		await waitFor(async () => (await subscription()).retry !== null, 5000, "the first failure");
+		const { retry } = await subscription();
+		// An operation on another TIN, then retention prunes the failing event (never the newest).
+		tinLog.push({ ...tinEvent(2), data: { previousState: null, state: "RECEIVED", view: { tin: "1111111116" } } });
+		tinLog.shift();
+		await waitFor(() => Date.now() > Date.parse(retry!.nextAttemptAt!) + 100, 5000, "the retry's time");
+		await waitFor(async () => (await subscription()).retry === null, 3000, "the streak's end");
+		const released = worker.releases.length;
+		await worker.passes(3);
+		expect(worker.releases.length - released).toBeLessThanOrEqual(1);
+		expect(await subscription()).toMatchObject({ state: "enabled", retry: null, cursors: { tin_operations: 2 }, delivered: 0, failures: [{ webhookId: "evt_tin_operations_1" }] });
+		expect(receiver.received).toEqual([TIN_OPERATION_EVENT_TYPE]);
+	});
+});
+
 test("a pass leases with the heads of the owners that are up, and calls none that is not", async () => {
 	const worker = await startWorker(null);
 	try {

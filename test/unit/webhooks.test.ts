@@ -162,10 +162,17 @@ describe("delivery state", () => {
 	});
 
 	it("an advance moves the cursor and renews the lease; a delivery counts and ends the streak, a skip does neither", () => {
-		const failing = { ...failed(subscription(), attempt("evt_intents_8"), at(0), schedule), ...leasedUntil("worker", "2026-11-26T10:02:00.000Z") };
+		const failing = { ...failed(subscription(), attempt("evt_intents_10"), at(0), schedule), ...leasedUntil("worker", "2026-11-26T10:02:00.000Z") };
 		const skipped = advanced(failing, "intents", 9, false, "2026-11-26T10:03:00.000Z");
 		expect(skipped).toMatchObject({ intentsCursor: 9, delivered: 0, retry: failing.retry, leasedBy: "worker", leaseExpiresAt: "2026-11-26T10:03:00.000Z", notBefore: "2026-11-26T10:03:00.000Z" });
 		expect(advanced(failing, "intents", 8, true, "2026-11-26T10:03:00.000Z")).toMatchObject({ intentsCursor: 8, delivered: 1, retry: null });
+	});
+
+	it("an advance past the retried event without delivering it (pruned from the log) ends the streak; one short of it, or in the other stream, does not", () => {
+		const failing = { ...failed(subscription(), { ...attempt("evt_intents_10"), seq: 9 }, at(0), schedule), ...leasedUntil("worker", "2026-11-26T10:02:00.000Z") };
+		expect(advanced(failing, "intents", 9, false, "2026-11-26T10:03:00.000Z").retry).toEqual(failing.retry);
+		expect(advanced(failing, "tin_operations", 12, false, "2026-11-26T10:03:00.000Z").retry).toEqual(failing.retry);
+		expect(advanced(failing, "intents", 12, false, "2026-11-26T10:03:00.000Z")).toMatchObject({ intentsCursor: 12, retry: null, delivered: 0, failures: failing.failures });
 	});
 
 	it("a release gives the lease up, due at its retry; a deferred one (no lookup slot) is due no sooner than deferMs, and counted", () => {

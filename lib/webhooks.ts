@@ -211,11 +211,10 @@ export const listWebhooksParams = { $$strict: true, limit: limit() };
 export const webhookRefParams = { $$strict: true, id: { type: "string", max: 64 } };
 
 /** What is wrong with a filter for these event types, or null. */
-export function filterProblem(eventTypes: readonly WebhookEventType[], filter: { senderWallet?: string; tins?: string[] } | undefined): string | null {
-	if (filter === undefined) return null;
-	const kinds = Object.keys(filter).filter(key => filter[key as keyof typeof filter] !== undefined);
-	if (kinds.length !== 1) return "A filter holds exactly one of senderWallet and tins.";
-	if (filter.senderWallet !== undefined && eventTypes.some(type => type !== INTENT_EVENT_TYPE)) return `A senderWallet filter takes only ${INTENT_EVENT_TYPE} events.`;
+export function filterProblem(eventTypes: readonly WebhookEventType[], filter: CreateWebhookRequest["filter"]): string | null {
+	if (filter == null) return null;
+	if ((filter.senderWallet == null) === (filter.tins == null)) return "A filter holds exactly one of senderWallet and tins.";
+	if (filter.senderWallet != null && eventTypes.some(type => type !== INTENT_EVENT_TYPE)) return `A senderWallet filter takes only ${INTENT_EVENT_TYPE} events.`;
 	return null;
 }
 
@@ -299,7 +298,8 @@ export type StreamHeads = Partial<Record<WebhookStream, number>>;
 export interface CreateWebhookRequest {
 	url: string;
 	eventTypes: WebhookEventType[];
-	filter?: { senderWallet?: string; tins?: string[] };
+	/** The validator lets null through wherever a field is optional: null is taken as absent. */
+	filter?: { senderWallet?: string | null; tins?: string[] | null } | null;
 }
 
 type Lease = Pick<WebhookRecord, "leasedBy" | "leaseExpiresAt" | "notBefore">;
@@ -317,7 +317,7 @@ export function newWebhookRecord(request: CreateWebhookRequest, cursors: StreamC
 		id: newWebhookId(),
 		url,
 		eventTypes,
-		filter: filter?.senderWallet !== undefined ? { senderWallet: filter.senderWallet } : filter?.tins ? { tins: filter.tins } : null,
+		filter: filter?.senderWallet != null ? { senderWallet: filter.senderWallet } : filter?.tins != null ? { tins: filter.tins } : null,
 		secret: newSecret(),
 		createdAt: now.toISOString(),
 		state: "enabled",

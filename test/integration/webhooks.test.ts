@@ -272,13 +272,23 @@ describe("webhooks (one node, WEBHOOK_ALLOW_PRIVATE for a local receiver)", () =
 			[{ url, eventTypes: [INTENT], filter: { senderWallet: alice.address, tins: [route.tin] } }, "filter"],
 			[{ url, eventTypes: [INTENT, OPERATION], filter: { senderWallet: alice.address } }, "filter"],
 			[{ url, eventTypes: [INTENT], filter: { senderWallet: "not-base58!" } }, "filter.senderWallet"],
-			[{ url, eventTypes: [INTENT], filter: { tins: ["1234567890"] } }, "filter.tins"]
+			[{ url, eventTypes: [INTENT], filter: { tins: ["1234567890"] } }, "filter.tins"],
+			// null is no value: it must not stand for "every TIN", nor store a filter that takes nothing.
+			[{ url, eventTypes: [INTENT], filter: { tins: null } }, "filter"],
+			[{ url, eventTypes: [INTENT], filter: { senderWallet: null } }, "filter"],
+			[{ url, eventTypes: [INTENT], filter: { senderWallet: null, tins: null } }, "filter"]
 		];
 		for (const [body, field] of cases) {
 			const answer = await node.http("POST", "/webhooks", body, worker);
 			expect({ body, status: answer.status, type: answer.body.type }).toEqual({ body, status: 422, type: "VALIDATION_ERROR" });
 			expect({ body, fields: answer.body.data.map((item: { field: string }) => item.field) }).toEqual({ body, fields: expect.arrayContaining([field]) });
 		}
+		// What GET answers, sent back: a null filter is none; a null member beside a set one is left out.
+		const unfiltered = await node.http("POST", "/webhooks", { url, eventTypes: [INTENT], filter: null }, worker);
+		expect({ status: unfiltered.status, filter: unfiltered.body.filter }).toEqual({ status: 201, filter: null });
+		const byTin = await node.http("POST", "/webhooks", { url, eventTypes: [INTENT], filter: { senderWallet: null, tins: [route.tin] } }, worker);
+		expect({ status: byTin.status, filter: byTin.body.filter }).toEqual({ status: 201, filter: { tins: [route.tin] } });
+		for (const { body } of [unfiltered, byTin]) expect((await node.http("DELETE", `/webhooks/${body.id}`, undefined, worker)).status).toBe(200);
 		const valid = { url, eventTypes: [INTENT] };
 		expect((await node.http("POST", "/webhooks", valid)).status).toBe(401);
 		expect((await node.http("POST", "/webhooks", valid, { "x-api-key": "wrong-key-0123456789" })).status).toBe(403);

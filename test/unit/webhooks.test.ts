@@ -400,6 +400,10 @@ describe("which events a subscription takes", () => {
 		expect(filterProblem(["intent.status_changed"], { senderWallet: "A" })).toBeNull();
 		expect(filterProblem(["intent.status_changed", "tin_operation.status_changed"], { tins: ["1000000008"] })).toBeNull();
 		expect(filterProblem(["intent.status_changed"], {})).toMatch(/exactly one/);
+		expect(filterProblem(["intent.status_changed"], null)).toBeNull();
+		expect(filterProblem(["intent.status_changed"], { tins: null })).toMatch(/exactly one/);
+		expect(filterProblem(["intent.status_changed"], { senderWallet: null })).toMatch(/exactly one/);
+		expect(filterProblem(["intent.status_changed"], { senderWallet: null, tins: ["1000000008"] })).toBeNull();
 		expect(filterProblem(["intent.status_changed"], { senderWallet: "A", tins: ["1000000008"] })).toMatch(/exactly one/);
 		expect(filterProblem(["intent.status_changed", "tin_operation.status_changed"], { senderWallet: "A" })).toMatch(/senderWallet/);
 	});

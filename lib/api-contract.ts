@@ -228,7 +228,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		},
 		errors: ["LIMIT_REACHED", "NOT_READY"]
 	},
-	"webhooks.list": { tag: "webhooks", summary: "List webhook subscriptions", description: "Newest first, with their delivery state; never a secret.", answers: ok(Type.Array(WebhookSubscriptionSchema)), errors: [] },
+	"api.webhookList": { tag: "webhooks", summary: "List webhook subscriptions", description: "Newest first, with their delivery state; never a secret.", answers: ok(Type.Array(WebhookSubscriptionSchema)), errors: [] },
 	"webhooks.get": {
 		tag: "webhooks",
 		summary: "Read a webhook subscription and its delivery state",

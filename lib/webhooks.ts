@@ -36,11 +36,19 @@ type WebhookFilter = { senderWallet: string } | { tins: string[] };
 
 /** Failures kept on a subscription for GET /webhooks/{id}: the most recent ones. */
 export const MAX_FAILURES_KEPT = 20;
+/** A failed attempt's error as kept (and a failed answer's body, of which no more is read). */
+export const MAX_ERROR_CHARS = 200;
+/**
+ * GET /webhooks crosses the bus in pages of this many subscriptions: a view holds up to about
+ * 15 KB (a long url, 100 TINs, 20 failures), and NATS refuses messages over 1 MB by default.
+ * A page stays under half that (test/unit/webhooks.test.ts).
+ */
+export const WEBHOOK_LIST_PAGE = 25;
 /** Longest wait between two attempts, however many failed. */
 export const MAX_BACKOFF_MS = 60 * 60 * 1000;
 /** TINs one filter may name. */
-const MAX_FILTER_TINS = 100;
-const MAX_URL_LENGTH = 2048;
+export const MAX_FILTER_TINS = 100;
+export const MAX_URL_LENGTH = 2048;
 const ID_PATTERN = /^wh_[0-9a-f]{32}$/;
 
 // ---------------------------------------------------------------------------------------------
@@ -208,6 +216,12 @@ export const createWebhookParams = {
 };
 
 export const listWebhooksParams = { $$strict: true, limit: limit() };
+/** The owner's list: a page, after the last subscription of the one before (newest first). */
+export const webhookPageParams = {
+	$$strict: true,
+	limit: { type: "number", integer: true, min: 1, max: WEBHOOK_LIST_PAGE },
+	after: { type: "object", optional: true, strict: true, props: { createdAt: "string", id: "string" } }
+};
 export const webhookRefParams = { $$strict: true, id: { type: "string", max: 64 } };
 
 /** What is wrong with a filter for these event types, or null. */

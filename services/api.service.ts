@@ -20,6 +20,7 @@ import { workItemWrapper, workPageViews, type CreateIntentRequest, type IntentWo
 import { answersJsonTexts, jsonArrayBuffer, type TakesJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, createIntentParams, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
+import { WEBHOOK_LIST_PAGE, listWebhooksParams, type WebhookSubscription } from "../lib/webhooks";
 import { Batcher } from "../lib/batcher";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
@@ -144,7 +145,7 @@ const WORKER_ROUTES: Record<string, string> = {
 	"POST /tin-operations/:id/failed": "tin.failed",
 	"POST /tin-operations/:id/rejected": "tin.rejected",
 	"POST /webhooks": "webhooks.create",
-	"GET /webhooks": "webhooks.list",
+	"GET /webhooks": "api.webhookList",
 	"GET /webhooks/:id": "webhooks.get",
 	"DELETE /webhooks/:id": "webhooks.remove"
 };
@@ -428,6 +429,23 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					return jsonArrayBuffer(views, leaseTtlMs === null ? undefined : workItemWrapper(leaseTtlMs));
 				}
 			}),
+
+			/** GET /webhooks: the owner's pages of WEBHOOK_LIST_PAGE joined here, none over the bus's message size. */
+			webhookList: {
+				params: listWebhooksParams,
+				async handler(this: ApiThis, ctx: Context<{ limit: number }>): Promise<WebhookSubscription[]> {
+					const views: WebhookSubscription[] = [];
+					for (let after: { createdAt: string; id: string } | null = null; views.length < ctx.params.limit; ) {
+						const size = Math.min(WEBHOOK_LIST_PAGE, ctx.params.limit - views.length);
+						const page: WebhookSubscription[] = await ctx.call<WebhookSubscription[], object>("webhooks.list", { limit: size, ...(after ? { after } : {}) });
+						views.push(...page);
+						if (page.length < size) break;
+						const { createdAt, id } = page[page.length - 1];
+						after = { createdAt, id };
+					}
+					return views;
+				}
+			},
 
 			/**
 			 * GET /openapi.json: OpenAPI 3.1 of every route, built from the route tables above and the

@@ -15,7 +15,7 @@ import type { Duplex } from "node:stream";
 import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, STREAM_OF, deliveryLookup, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
+import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { callServed, isServed } from "./internal";
@@ -32,8 +32,6 @@ const SLICE_EVENTS = 100;
 const SLICE_MS = 30_000;
 /** An attempt starts only while the lease outlasts its timeout by this much, or after a renewal. */
 const LEASE_MARGIN_MS = 5000;
-/** Of a failed answer's body, what is kept for lastError; the rest is never read. */
-const ERROR_BODY_CHARS = 200;
 /**
  * How long a pass waits for an owner's latest event (one indexed read) before it goes on without
  * that stream: a slow or hung owner must not hold the other stream's passes. The call itself runs
@@ -49,12 +47,12 @@ const USER_AGENT = "settlement-coordination-service-webhooks/1";
 type Attempt = { ok: true } | { ok: false; status: number | null; error: string; deferred?: true };
 
 /** Printable ASCII only, bounded: a receiver's answer ends up in GET /webhooks/{id}. */
-const printable = (text: string) => text.replace(/[^\x20-\x7e]+/g, " ").trim().slice(0, ERROR_BODY_CHARS);
+const printable = (text: string) => text.replace(/[^\x20-\x7e]+/g, " ").trim().slice(0, MAX_ERROR_CHARS);
 
 /**
  * One POST, within `timeoutMs` from the DNS lookup to the status line: the host's addresses are
  * checked (resolveTarget) and the connection goes to those only (pinnedLookup); no keep-alive, no
- * redirect followed, at most ERROR_BODY_CHARS of a failed answer read, nothing of a 2xx.
+ * redirect followed, at most MAX_ERROR_CHARS of a failed answer read, nothing of a 2xx.
  */
 async function postWebhook(url: URL, headers: Record<string, string>, body: string, allowPrivate: boolean, timeoutMs: number): Promise<Attempt> {
 	const timeout = AbortSignal.timeout(timeoutMs);
@@ -88,7 +86,7 @@ async function postWebhook(url: URL, headers: Record<string, string>, body: stri
 			response.setEncoding("utf8");
 			response.on("data", (chunk: string) => {
 				read.text += chunk;
-				if (read.text.length >= ERROR_BODY_CHARS) response.destroy();
+				if (read.text.length >= MAX_ERROR_CHARS) response.destroy();
 			});
 			response.on("error", () => {}); // a destroyed or timed-out answer: what was read is enough
 			response.on("close", () => resolve(refusal(read)));

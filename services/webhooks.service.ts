@@ -10,6 +10,7 @@ import { ServiceError } from "../lib/errors";
 import type { Collection, ListQuery, StoredEvent, Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
+	MAX_ERROR_CHARS,
 	STREAM_OF,
 	WEBHOOKS_COLLECTION,
 	advanced,
@@ -19,13 +20,13 @@ import {
 	filterProblem,
 	isWebhookId,
 	leasedUntil,
-	listWebhooksParams,
 	newWebhookRecord,
 	released,
 	resolveTarget,
 	subscriptionLookup,
 	toWebhookView,
 	urlProblem,
+	webhookPageParams,
 	webhookRefParams,
 	type CreateWebhookRequest,
 	type CreatedWebhookSubscription,
@@ -121,13 +122,15 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				}
 			},
 
-			/** GET /webhooks: newest first. */
-			list: {
-				params: listWebhooksParams,
-				async handler(this: WebhooksThis, ctx: Context<{ limit: number }>): Promise<WebhookSubscription[]> {
-					return (await this.webhooks.list({ orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(toWebhookView);
+			/** A page of GET /webhooks (api.webhookList joins them): newest first, after `after`. */
+			list: internal({
+				params: webhookPageParams,
+				async handler(this: WebhooksThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>): Promise<WebhookSubscription[]> {
+					const { limit, after } = ctx.params;
+					const page = await this.webhooks.list({ orderBy: ["createdAt", "desc"], limit, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
+					return page.map(toWebhookView);
 				}
-			},
+			}),
 
 			/** GET /webhooks/{id}: with its delivery state. */
 			get: {
@@ -194,7 +197,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					webhookId: { type: "string", max: 100 },
 					eventType: { type: "string", max: 100 },
 					status: { type: "number", integer: true, nullable: true },
-					error: { type: "string", max: 1000 }
+					error: { type: "string", max: MAX_ERROR_CHARS }
 				},
 				async handler(this: WebhooksThis, ctx: Context<FailedAttempt & { id: string; version: number }>): Promise<{ disabled: boolean } | null> {
 					const { id, version, ...attempt } = ctx.params;

@@ -12,7 +12,11 @@ import path from "node:path";
 import { Webhook } from "standardwebhooks";
 import {
 	MAX_BACKOFF_MS,
+	MAX_ERROR_CHARS,
 	MAX_FAILURES_KEPT,
+	MAX_FILTER_TINS,
+	MAX_URL_LENGTH,
+	WEBHOOK_LIST_PAGE,
 	advanced,
 	backoffMs,
 	failed,
@@ -30,10 +34,12 @@ import {
 	resolveTarget,
 	signPayload,
 	takesEvent,
+	toWebhookView,
 	urlProblem,
 	webhookHeaders,
 	webhookIdOf
 } from "../../lib/webhooks";
+import { tinFromSequence } from "../../lib/tin";
 
 describe("signing (Standard Webhooks v1)", () => {
 	const event = { type: "intent.status_changed", at: "2026-11-21T18:00:00.000Z", data: { previousState: null, state: "VERIFIED", view: { id: "int_1" } } };
@@ -166,6 +172,20 @@ describe("delivery state", () => {
 		const skipped = advanced(failing, "intents", 9, false, "2026-11-26T10:03:00.000Z");
 		expect(skipped).toMatchObject({ intentsCursor: 9, delivered: 0, retry: failing.retry, leasedBy: "worker", leaseExpiresAt: "2026-11-26T10:03:00.000Z", notBefore: "2026-11-26T10:03:00.000Z" });
 		expect(advanced(failing, "intents", 8, true, "2026-11-26T10:03:00.000Z")).toMatchObject({ intentsCursor: 8, delivered: 1, retry: null });
+	});
+
+	it(`a page of GET /webhooks (${WEBHOOK_LIST_PAGE} of the largest views a client can cause) stays under half of NATS's 1 MB message limit`, () => {
+		const url = `https://hooks.example.com/${"a".repeat(MAX_URL_LENGTH - 26)}`;
+		const tins = Array.from({ length: MAX_FILTER_TINS }, (_, i) => tinFromSequence(100_000_000 + i));
+		let record = newWebhookRecord({ url, eventTypes: ["intent.status_changed", "tin_operation.status_changed"], filter: { tins } }, { intents: Number.MAX_SAFE_INTEGER, tin_operations: Number.MAX_SAFE_INTEGER }, created);
+		// Every kept error as long as allowed, of the character JSON doubles.
+		for (let i = 0; i <= MAX_FAILURES_KEPT; i++) {
+			const failing = { stream: "tin_operations" as const, seq: Number.MAX_SAFE_INTEGER - 1, webhookId: webhookIdOf("tin_operations", Number.MAX_SAFE_INTEGER - i), eventType: "tin_operation.status_changed", status: 599, error: '"'.repeat(MAX_ERROR_CHARS) };
+			record = failed(record, failing, at(i), { baseMs: 1000, retryForMs: 1e12 });
+		}
+		const largest = Buffer.byteLength(JSON.stringify(toWebhookView(record)));
+		expect(largest).toBeGreaterThan(14_000);
+		expect(largest * WEBHOOK_LIST_PAGE).toBeLessThan(512 * 1024);
 	});
 
 	it("an advance past the retried event without delivering it (pruned from the log) ends the streak; one short of it, or in the other stream, does not", () => {

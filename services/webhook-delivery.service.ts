@@ -14,6 +14,7 @@ import { performance } from "node:perf_hooks";
 import type { Duplex } from "node:stream";
 import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
+import { FailureStreak } from "../lib/failure-streak";
 import type { StoredEvent } from "../lib/store";
 import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
@@ -30,7 +31,11 @@ const MAX_ACTIVE = 32;
 /** A lease is given back after this many events or this long, so that a busy subscription cannot keep its slot while others wait. */
 const SLICE_EVENTS = 100;
 const SLICE_MS = 30_000;
-/** An attempt starts only while the lease outlasts its timeout by this much, or after a renewal. */
+/**
+ * An attempt starts only while the lease outlasts it by this much, or by the attempt's own time if
+ * that is shorter (a lease lasts three attempts, so a renewed one always does): the clocks of the
+ * owners that compare lease expiries may differ by up to that.
+ */
 const LEASE_MARGIN_MS = 5000;
 /**
  * How long a pass waits for an owner's latest event (one indexed read) before it goes on without
@@ -140,6 +145,8 @@ interface DeliveryVars {
 	 * against a failed read and a warning per subscription and pass while the owner stays broken.
 	 */
 	unreadableUntil: Map<WebhookStream, number>;
+	/** Leases too short for an attempt: told once a minute, not at every lease. */
+	shortLeases: FailureStreak;
 }
 
 interface DeliveryMethods {
@@ -250,6 +257,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 			async deliver(this: DeliveryThis, { subscription, leaseTtlMs }, leasedAt, reached) {
 				const { broker, logger, metrics } = this;
 				const { attemptTimeoutMs, allowPrivate } = this.settings;
+				const leaseNeeded = attemptTimeoutMs + Math.min(LEASE_MARGIN_MS, attemptTimeoutMs);
 				const { id } = subscription;
 				const url = new URL(subscription.url);
 				let version = subscription.version;
@@ -308,9 +316,16 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 								continue;
 							}
 							// Never an attempt the lease might not outlast: its next holder could be sending the same event.
-							if (leaseEnds - performance.now() < attemptTimeoutMs + LEASE_MARGIN_MS) {
+							if (leaseEnds - performance.now() < leaseNeeded) {
 								if (!(await advance(stream, cursor, false))) return;
 								recorded = cursor;
+								if (leaseEnds - performance.now() < leaseNeeded) {
+									// Renewed and still short: the owner grants shorter leases than this worker's
+									// attempts need (WEBHOOK_TIMEOUT_MS differs between processes). Left to lapse.
+									const line = this.shortLeases.failed(`Webhook leases of ${leaseTtlMs} ms cannot hold an attempt of ${attemptTimeoutMs} ms with its margin, so nothing is sent; is WEBHOOK_TIMEOUT_MS the same in every process?`);
+									if (line) logger.warn(line);
+									return;
+								}
 							}
 							const webhookId = webhookIdOf(stream, event.seq);
 							const body = payloadOf(event);
@@ -364,6 +379,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 			this.noticed = null;
 			this.asking = new Set();
 			this.unreadableUntil = new Map();
+			this.shortLeases = new FailureStreak();
 		},
 
 		started(this: DeliveryThis) {

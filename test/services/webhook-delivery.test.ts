@@ -88,7 +88,7 @@ async function startReceiver() {
 }
 
 /** A broker with the owners up and the worker created once they are (its first pass then finds them). */
-async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false, tinHealth = { unreadable: false } as TinHealth } = {}) {
+async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false, tinHealth = { unreadable: false } as TinHealth, ownerTimeoutMs = 1000 } = {}) {
 	const heads: object[] = [];
 	const releases: string[] = [];
 	const warnings: string[] = [];
@@ -96,7 +96,8 @@ async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false
 	const broker = new ServiceBroker({ logger: { type: "Console", options: { level: "warn" } }, middlewares: [webhookCalls(heads, releases, leaseAsBefore)] });
 	const config = loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "20", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_BASE_MS: "2000", WEBHOOK_TIMEOUT_MS: "1000" });
 	broker.createService(mempoolService(config));
-	broker.createService(webhooksService(config));
+	// The owner grants leases of 3 × its own WEBHOOK_TIMEOUT_MS.
+	broker.createService(webhooksService({ ...config, webhookTimeoutMs: ownerTimeoutMs }));
 	let tin = tinLog ? broker.createService(tinOwner(tinLog, tinHealth)) : null;
 	await broker.start();
 	broker.createService(webhookDeliveryService(config));
@@ -165,6 +166,19 @@ test("a retry whose event was pruned, with nothing after it that the filter take
 		expect(worker.releases.length - released).toBeLessThanOrEqual(1);
 		expect(await subscription()).toMatchObject({ state: "enabled", retry: null, cursors: { tin_operations: 2 }, delivered: 0, failures: [{ webhookId: "evt_tin_operations_1" }] });
 		expect(receiver.received).toEqual([TIN_OPERATION_EVENT_TYPE]);
+	});
+});
+
+test("an owner granting leases too short for this worker's attempts (WEBHOOK_TIMEOUT_MS differing between processes): no attempt, and a warning", async () => {
+	await withWorker(null, { ownerTimeoutMs: 300 }, async (worker, receiver) => {
+		await worker.broker.call("webhooks.create", { url: receiver.url, eventTypes: ["intent.status_changed"] });
+		await worker.newIntent();
+		await waitFor(() => worker.warnings.some(line => line.includes("is WEBHOOK_TIMEOUT_MS the same in every process")), 5000, "the warning");
+		// Its lease (900 ms) could lapse mid-attempt (1 s), and another worker send the same event.
+		await worker.passes(3);
+		expect(receiver.received).toEqual([]);
+		// Told once, not at every lease.
+		expect(worker.warnings.filter(line => line.includes("WEBHOOK_TIMEOUT_MS the same"))).toHaveLength(1);
 	});
 });
 

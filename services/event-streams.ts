@@ -94,9 +94,11 @@ const streamsOnSocket = new WeakMap<net.Socket, Set<SseConnection>>();
 /**
  * A response queued behind another on its socket (pipelined requests) emits no "close" when the
  * socket goes: the socket tells, or the stream would keep its place in the limits for good. One
- * listener per socket, however many streams it carries in turn or at once.
+ * listener per socket, however many streams it carries in turn or at once. A socket gone already
+ * (while the stream awaited its owner) has told: the stream ends at once.
  */
 function endsWithSocket(socket: net.Socket, connection: SseConnection): void {
+	if (socket.destroyed) return connection.end();
 	let streams = streamsOnSocket.get(socket);
 	if (!streams) {
 		const open = (streams = new Set());
@@ -325,7 +327,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	 * has no address, and its stream would never see its close.
 	 */
 	function connect(res: ServerResponse, route: string, access: StreamAccess, client: string): SseConnection {
-		if (res.destroyed || res.writableEnded) throw new ClientGone();
+		if (res.destroyed || res.writableEnded || res.req.socket.destroyed) throw new ClientGone();
 		if (closing) throw new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance");
 		const budget = budgets[access];
 		if (budget.open >= config.eventStreamsMax || (budget.perClient.get(client) ?? 0) >= config.eventStreamsPerIp) {

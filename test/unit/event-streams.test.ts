@@ -99,3 +99,24 @@ it("ends every stream of a socket that goes, those pipelined behind the first in
 		await new Promise<void>(resolve => server.close(() => resolve()));
 	}
 });
+
+it("ends a pipelined stream whose socket went while it awaited its owner: it never holds a place in the limits", async () => {
+	const rounds = new WriteRounds();
+	const connections: SseConnection[] = [];
+	// As the gateway does: the stream opens once the owner has answered (over NATS, some ms later).
+	const server = http.createServer((_req, res) => void sleep(30).then(() => connections.push(new SseConnection(res, rounds))));
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	try {
+		const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
+		client.on("error", () => {});
+		client.write("GET /intents/a/events HTTP/1.1\r\nhost: test\r\n\r\n".repeat(2));
+		await sleep(5);
+		client.destroy();
+		for (let waited = 0; connections.length < 2 && waited < 2000; waited += 10) await sleep(10);
+		expect(connections).toHaveLength(2);
+		expect(connections.map(connection => connection.closed)).toEqual([true, true]);
+	} finally {
+		server.closeAllConnections();
+		await new Promise<void>(resolve => server.close(() => resolve()));
+	}
+});

@@ -175,10 +175,17 @@ export class SseConnection {
 		this.end();
 	}
 
-	/** Writes a comment now, after what is queued (one write). */
-	comment(text: string): void {
+	/**
+	 * For a stream whose id is its place in the logs (GET /events): that place, sent with each
+	 * heartbeat. Events a filter leaves out move it on too, so a client resumes from there, not from
+	 * its last event taken, which may be days back.
+	 */
+	resumeId?: () => string;
+
+	/** Writes a heartbeat now, after what is queued (one write): a comment, and the resume id if any. */
+	heartbeat(): void {
 		if (this.gone) return;
-		this.pending.push(Buffer.from(`: ${text}\n\n`));
+		this.pending.push(Buffer.from(this.resumeId ? `: heartbeat\nid: ${this.resumeId()}\n\n` : ": heartbeat\n\n"));
 		this.flush();
 	}
 
@@ -354,7 +361,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		if (timers.length === 0)
 			timers = [
 				setInterval(() => {
-					for (const stream of open) stream.comment("heartbeat");
+					for (const stream of open) stream.heartbeat();
 				}, config.eventHeartbeatMs).unref(),
 				setInterval(wakeAll, FALLBACK_READ_MS).unref()
 			];
@@ -473,6 +480,10 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 					if (positions[stream] > 0 && positions[stream] > (await ownerHead(stream))) throw badLastEventId();
 			}
 			const connection = connect(res, "/events", "worker", client);
+			// Where the stream starts, before any event: a client that drops before its first one
+			// resumes from here, not from a new "now" that would skip what came meanwhile.
+			connection.resumeId = () => `${positions.intents}-${positions.tin_operations}`;
+			connection.sendFrame(Buffer.from(`id: ${connection.resumeId()}\n\n`));
 			const wanted = states && new Set(states);
 			await Promise.all(
 				streams.map(stream => {

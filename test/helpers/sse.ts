@@ -17,6 +17,8 @@ export interface SseStream {
 	body: any;
 	events: SseEvent[];
 	comments: string[];
+	/** The last `id:` the stream sent, with an event or without one (what a client resumes from). */
+	lastEventId?: string;
 	/** True once the server ended the response. */
 	ended: boolean;
 	/** How many reads the body arrived in (about how many writes the server made). */
@@ -62,12 +64,10 @@ export function openStream(url: string, headers: Record<string, string> = {}): P
 					const block = text.slice(0, end);
 					text = text.slice(end + 2);
 					const fields = block.split("\n");
-					if (fields.every(line => line.startsWith(":"))) {
-						stream.comments.push(...fields.map(line => line.slice(1).trim()));
-						continue;
-					}
+					stream.comments.push(...fields.filter(line => line.startsWith(":")).map(line => line.slice(1).trim()));
 					const field = (name: string) => fields.find(line => line.startsWith(`${name}: `))?.slice(name.length + 2);
-					if (field("data") === undefined) continue; // retry: only
+					if (field("id") !== undefined) stream.lastEventId = field("id");
+					if (field("data") === undefined) continue; // retry:, a heartbeat or an id only
 					stream.events.push({ id: field("id"), event: field("event") ?? "message", data: JSON.parse(field("data")!) });
 				}
 			});

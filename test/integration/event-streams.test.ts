@@ -167,6 +167,23 @@ describe("GET /events", () => {
 		}
 	});
 
+	it("sends its place in the logs as it opens and with each heartbeat: a client that drops before an event it takes misses nothing, and resumes past what its filter left out", async () => {
+		const first = await open("/events?types=intent.status_changed&states=CRANKER_LEASED", workerHeaders);
+		await waitFor(() => first.lastEventId, 2000, "the id the stream opens with");
+		const openedAt = first.lastEventId!;
+		first.close();
+		// While it is away: one intent leased (taken by its filter), after which others are only VERIFIED (left out).
+		const leasedId = await submit();
+		expect((await lease(leasedId, 3)).status).toBe(200);
+		const resumed = await open("/events?types=intent.status_changed&states=CRANKER_LEASED", { ...workerHeaders, "last-event-id": openedAt });
+		const [event] = await resumed.waitFor(1);
+		expect(event.data).toMatchObject({ subject: leasedId, state: "CRANKER_LEASED" });
+		// Events left out move its place on: the next heartbeat's id is past them.
+		await submit();
+		await waitFor(() => Number(resumed.lastEventId!.split("-")[0]) > Number(event.id!.split("-")[0]), 2000, "a heartbeat past the event left out");
+		expect(resumed.events).toHaveLength(1);
+	});
+
 	it("writes busy streams in rounds, at most one write per 25 ms, the same events to every stream", async () => {
 		const streams = [await open("/events", workerHeaders), await open("/events", workerHeaders)];
 		const before = streams.map(stream => stream.chunks);

@@ -13,7 +13,7 @@ import { keypairSigningKey } from "../lib/http-signature";
 import { INTENT_EVENT_TYPE, type MempoolIntent } from "../lib/intents";
 import type { TinStage } from "../lib/schemas";
 import { registryMemo, signMemoTransaction } from "../lib/settlement";
-import { SseParser, readEvents } from "../lib/sse";
+import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
 import type { StageRequest } from "../lib/tin-operations";
 import { Chain } from "./chain";
 import type { CrankerConfig } from "./config";
@@ -169,28 +169,14 @@ export class Cranker {
 		const parser = new SseParser();
 		for (let failures = 0; !this.stopping; failures++) {
 			const connection = (this.stream = new AbortController());
-			let idle: NodeJS.Timeout | undefined;
-			const heard = () => {
-				clearTimeout(idle);
-				idle = setTimeout(() => connection.abort(new Error(`no data for ${STREAM_IDLE_MS} ms`)), STREAM_IDLE_MS);
-			};
+			const silence = new SilenceWatch(STREAM_IDLE_MS, () => connection.abort(new Error(`no data for ${STREAM_IDLE_MS} ms`)));
 			let failure: unknown = null;
 			try {
-				heard();
 				const body = await this.node.eventStream(WORK_EVENTS, parser.lastEventId, connection.signal);
 				this.streamUp = true;
 				failures = 0;
 				this.log.info("following the Node's event stream", { resumedAfter: parser.lastEventId || null });
-				// Every chunk counts as a sign of life, the heartbeat comments included.
-				const watched = body.pipeThrough(
-					new TransformStream<Uint8Array, Uint8Array>({
-						transform(chunk, controller) {
-							heard();
-							controller.enqueue(chunk);
-						}
-					})
-				);
-				for await (const event of readEvents(watched, parser)) {
+				for await (const event of readEvents(silence.watch(body), parser)) {
 					if (event.type !== INTENT_EVENT_TYPE) continue;
 					this.workAnnounced = true;
 					this.wakeSettlement();
@@ -198,7 +184,7 @@ export class Cranker {
 			} catch (err) {
 				failure = connection.signal.aborted && connection.signal.reason instanceof Error ? connection.signal.reason : err;
 			} finally {
-				clearTimeout(idle);
+				silence.stop();
 				this.streamUp = false;
 			}
 			if (this.stopping) break;

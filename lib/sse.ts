@@ -93,3 +93,40 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, parser: SseP
 		await reader.cancel().catch(() => {});
 	}
 }
+
+/**
+ * Calls `onSilent` once a connection has sent nothing for `idleMs`, from its request on: one
+ * dropped without a close (a gateway gone, a route lost) otherwise reads nothing, for good. The
+ * service sends a heartbeat comment every 15 s, so three missed ones mean it is gone.
+ */
+export class SilenceWatch {
+	private timer: ReturnType<typeof setTimeout> | undefined;
+
+	constructor(
+		private readonly idleMs: number,
+		private readonly onSilent: () => void
+	) {
+		this.heard();
+	}
+
+	/** `body`, each chunk of it (an event, a heartbeat comment) a sign of life. */
+	watch(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
+		return body.pipeThrough(
+			new TransformStream<Uint8Array, Uint8Array>({
+				transform: (chunk, controller) => {
+					this.heard();
+					controller.enqueue(chunk);
+				}
+			})
+		);
+	}
+
+	stop(): void {
+		clearTimeout(this.timer);
+	}
+
+	private heard(): void {
+		clearTimeout(this.timer);
+		this.timer = setTimeout(this.onSilent, this.idleMs);
+	}
+}

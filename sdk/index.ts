@@ -12,7 +12,7 @@ import { encodeBase58 } from "../lib/encoding";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
 import { readEncodedSettlementTransaction, settlementMismatches, type ExpectedSettlement } from "../lib/settlement";
-import { SseParser, readEvents } from "../lib/sse";
+import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
 
 // The domain types an app handles through the SDK, so that it can name them.
 export type { PaymentAuthorizationFields } from "../lib/canonical";
@@ -94,6 +94,11 @@ export interface ClientOptions {
 	submitAttempts?: number;
 	/** Solana JSON-RPC endpoint for confirmOnChain(). */
 	solanaRpcUrl?: string;
+	/**
+	 * waitForStatus takes an event stream that sent nothing this long for dropped, and resumes it:
+	 * 45 s, three of the service's heartbeats at its default EVENT_HEARTBEAT_MS (15 s).
+	 */
+	streamSilenceMs?: number;
 }
 
 export interface OnChainSettlement {
@@ -146,12 +151,14 @@ export class SettlementClient {
 	private readonly baseUrl: string;
 	private readonly fetch: typeof fetch;
 	private readonly submitAttempts: number;
+	private readonly streamSilenceMs: number;
 	private readonly rpc: Rpc<SolanaRpcApi> | null;
 
 	constructor(options: ClientOptions) {
 		this.baseUrl = options.baseUrl.replace(/\/+$/, "");
 		this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
 		this.submitAttempts = options.submitAttempts ?? 3;
+		this.streamSilenceMs = options.streamSilenceMs ?? 45_000;
 		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
 	}
 
@@ -213,9 +220,7 @@ export class SettlementClient {
 			try {
 				return await this.request<PublicMempoolIntent>("POST", "/intents", intent);
 			} catch (err) {
-				const error = err as SettlementError;
-				const retryable = error.type === "NETWORK_ERROR" ? !isCorsRefusal(error) : error.code !== null && RETRYABLE_STATUS.has(error.code);
-				if (!retryable || attempt >= this.submitAttempts) throw err;
+				if (!isRetryable(err as SettlementError) || attempt >= this.submitAttempts) throw err;
 				await sleep(100 * 2 ** (attempt - 1));
 			}
 		}
@@ -243,11 +248,18 @@ export class SettlementClient {
 			const streamed = await this.streamStatus(id, stop.signal, view => (last = view));
 			if (streamed) return streamed;
 			if (stop.signal.aborted) throw timeout();
+			// A poll that fails as a submission may (the service restarting, a proxy's 502) is tried
+			// again; none outlives the timeout.
 			for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
-				last = await this.getIntent(id);
-				if (TERMINAL.has(last.status)) return last;
+				try {
+					last = await this.request<PublicMempoolIntent>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal);
+					if (TERMINAL.has(last.status)) return last;
+				} catch (err) {
+					if (stop.signal.aborted) throw timeout();
+					if (!isRetryable(err as SettlementError)) throw err;
+				}
 				if (Date.now() + delay > deadline) throw timeout();
-				await sleep(delay);
+				await pause(delay, stop.signal);
 			}
 		} finally {
 			clearTimeout(timer);
@@ -265,34 +277,44 @@ export class SettlementClient {
 		const parser = new SseParser();
 		for (let streamed = false, failed = 0; ; await pause(parser.retry ?? 1000, signal)) {
 			if (signal.aborted) return null;
-			let response: Response;
+			// This connection ends with the wait, or when it goes silent (dropped without a close).
+			const connection = new AbortController();
+			const ended = () => connection.abort();
+			signal.addEventListener("abort", ended);
+			const silence = new SilenceWatch(this.streamSilenceMs, ended);
 			try {
-				response = await this.fetch(`${this.baseUrl}/intents/${encodeURIComponent(id)}/events`, {
-					headers: { accept: "text/event-stream", ...(parser.lastEventId && failed % 2 === 0 ? { "last-event-id": parser.lastEventId } : {}) },
-					signal
-				});
-			} catch {
-				if (!streamed) return null;
-				failed++;
-				continue;
-			}
-			if (!response.ok || !response.body || !response.headers.get("content-type")?.startsWith("text/event-stream")) {
-				void response.body?.cancel().catch(() => {});
-				if (!streamed || !RETRYABLE_STATUS.has(response.status)) return null;
-				failed++;
-				continue;
-			}
-			streamed = true;
-			failed = 0;
-			try {
-				for await (const event of readEvents(response.body, parser)) {
-					if (event.type !== "status") continue;
-					const view = JSON.parse(event.data) as PublicMempoolIntent;
-					seen(view);
-					if (TERMINAL.has(view.status)) return view;
+				let response: Response;
+				try {
+					response = await this.fetch(`${this.baseUrl}/intents/${encodeURIComponent(id)}/events`, {
+						headers: { accept: "text/event-stream", ...(parser.lastEventId && failed % 2 === 0 ? { "last-event-id": parser.lastEventId } : {}) },
+						signal: connection.signal
+					});
+				} catch {
+					if (!streamed) return null;
+					failed++;
+					continue;
 				}
-			} catch {
-				// A dropped connection (or the abort): resumed, or ended, by the loop.
+				if (!response.ok || !response.body || !response.headers.get("content-type")?.startsWith("text/event-stream")) {
+					void response.body?.cancel().catch(() => {});
+					if (!streamed || !RETRYABLE_STATUS.has(response.status)) return null;
+					failed++;
+					continue;
+				}
+				streamed = true;
+				failed = 0;
+				try {
+					for await (const event of readEvents(silence.watch(response.body), parser)) {
+						if (event.type !== "status") continue;
+						const view = JSON.parse(event.data) as PublicMempoolIntent;
+						seen(view);
+						if (TERMINAL.has(view.status)) return view;
+					}
+				} catch {
+					// A dropped or silent connection (or the abort): resumed, or ended, by the loop.
+				}
+			} finally {
+				silence.stop();
+				signal.removeEventListener("abort", ended);
 			}
 		}
 	}
@@ -321,15 +343,17 @@ export class SettlementClient {
 		return { signature, slot: fetched.slot, memo };
 	}
 
-	private async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+	private async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
 		let response: Response;
 		try {
 			response = await this.fetch(`${this.baseUrl}${path}`, {
 				method,
 				headers: body === undefined ? {} : { "content-type": "application/json" },
-				body: body === undefined ? undefined : JSON.stringify(body)
+				body: body === undefined ? undefined : JSON.stringify(body),
+				...(signal ? { signal } : {})
 			});
 		} catch (err) {
+			if (signal?.aborted) throw err; // the caller's own abort: nothing to tell apart
 			throw await this.networkError(path, err as Error);
 		}
 		const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
@@ -383,6 +407,11 @@ function crossOriginPage(baseUrl: string): string | null {
 }
 
 /** A NETWORK_ERROR that the probes showed to be the browser's CORS refusal: retrying gets the same refusal. */
+/** A failure after which the same request may succeed: a network error that is not a CORS refusal, or a RETRYABLE_STATUS answer. */
+function isRetryable(error: SettlementError): boolean {
+	return error.type === "NETWORK_ERROR" ? !isCorsRefusal(error) : error.code !== null && RETRYABLE_STATUS.has(error.code);
+}
+
 function isCorsRefusal(error: SettlementError): boolean {
 	return (error.data as { cors?: boolean } | undefined)?.cors === true;
 }

@@ -162,6 +162,36 @@ describe("waitForStatus over the event stream", () => {
 		}
 	});
 
+	it("takes a stream silent past streamSilenceMs for dropped (a half-open connection): reopens it with Last-Event-ID, resolves", async () => {
+		const intent = await submitted();
+		const { calls, fetch: recording } = recordingFetch();
+		// The network loses the first stream after its first bytes, without a close: nothing more arrives, nothing ends.
+		let silenced = false;
+		const fetch: typeof globalThis.fetch = async (input, init) => {
+			const answer = await recording(input, init);
+			if (silenced || !String(input).endsWith("/events")) return answer;
+			silenced = true;
+			const reader = answer.body!.getReader();
+			const first = await reader.read();
+			const body = new ReadableStream<Uint8Array>({
+				start(controller) {
+					controller.enqueue(first.value!);
+					init?.signal?.addEventListener("abort", () => {
+						controller.error(new Error("aborted"));
+						reader.cancel().catch(() => {});
+					});
+				}
+			});
+			return new Response(body, { status: answer.status, headers: answer.headers });
+		};
+		const waiting = new SettlementClient({ baseUrl: node.url, fetch, streamSilenceMs: 1000 }).waitForStatus(intent.id, { timeoutMs: 15_000 });
+		await until(() => calls.length === 2, "the stream reopened after its silence");
+		for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
+		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
+		expect(calls[0]).toMatchObject({ path: `/intents/${intent.id}/events`, status: 200, lastEventId: null });
+		expect(calls[1]).toMatchObject({ path: `/intents/${intent.id}/events`, status: 200, lastEventId: expect.stringMatching(/^\d+$/) });
+	});
+
 	it("follows the intent across a Node restart on the same DATA_DIR: reconnects through the refused connections, resumes, resolves", async () => {
 		const intent = await submitted();
 		await move(intent.id, SETTLEMENT_MOVES[0]);
@@ -206,6 +236,35 @@ describe("waitForStatus without a stream: it polls", () => {
 		} finally {
 			held.abort();
 		}
+	});
+
+	it("rides out polls the network or a proxy fails (the Node restarting), and a poll never outlives timeoutMs", async () => {
+		const intent = await submitted();
+		const { calls, fetch: recording } = recordingFetch();
+		// No stream to be had (429), then the second poll finds nothing listening and the third a proxy's 503.
+		let polls = 0;
+		const fetch: typeof globalThis.fetch = async (input, init) => {
+			if (String(input).endsWith("/events")) return new Response(JSON.stringify({ type: "RATE_LIMITED", message: "busy" }), { status: 429 });
+			polls++;
+			if (polls === 2) throw new TypeError("fetch failed");
+			if (polls === 3) return new Response("Service Unavailable", { status: 503 });
+			return recording(input, init);
+		};
+		const waiting = new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 10_000 });
+		await until(() => polls >= 4, "a poll after the failed ones");
+		for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
+		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
+		expect(calls.every(call => call.status === 200)).toBe(true);
+
+		// A poll that never answers ends at the timeout, with TIMEOUT.
+		const hanging: typeof globalThis.fetch = async (input, init) => {
+			if (String(input).endsWith("/events")) return new Response("{}", { status: 429 });
+			return new Promise<Response>((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
+		};
+		const startedAt = Date.now();
+		const error = await new SettlementClient({ baseUrl: node.url, fetch: hanging }).waitForStatus(intent.id, { timeoutMs: 300 }).catch(err => err);
+		expect(error).toMatchObject({ name: "SettlementError", type: "TIMEOUT" });
+		expect(Date.now() - startedAt).toBeLessThan(1500);
 	});
 
 	it("for an unknown intent: the stream's 404, then the poll's NOT_FOUND, as without streams", async () => {

@@ -236,5 +236,5 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		answers: ok(WebhookSubscriptionSchema),
 		errors: ["NOT_FOUND"]
 	},
-	"webhooks.remove": { tag: "webhooks", summary: "Delete a webhook subscription", description: "Answers the subscription as it was; nothing is delivered for it after its attempt in flight.", answers: ok(WebhookSubscriptionSchema, "Deleted"), errors: ["NOT_FOUND"] }
+	"webhooks.remove": { tag: "webhooks", summary: "Delete a webhook subscription", description: "Answers the subscription as it was; a worker holding its lease may still make one attempt, then nothing more is delivered for it.", answers: ok(WebhookSubscriptionSchema, "Deleted"), errors: ["NOT_FOUND"] }
 };

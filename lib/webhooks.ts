@@ -570,8 +570,8 @@ export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Loo
 		}
 	if (!addresses.length) return { problem: `The host ${host} does not resolve.` };
 	const refused = allowPrivate ? [] : addresses.filter(({ address: ip }) => !isPublicAddress(ip));
-	// A few of them: a name may resolve to any number of addresses, and the message is stored.
-	if (refused.length) return { problem: `The url reaches a private, loopback, link-local or otherwise non-public address (${refused.slice(0, 3).map(a => a.address).join(", ")}).` };
+	// The addresses a name resolves to are not told: the answer would map the deployment's internal names.
+	if (refused.length) return { problem: `The url reaches a private, loopback, link-local or otherwise non-public address${family ? "" : ` (the addresses ${host} resolves to are not shown)`}.` };
 	return { addresses };
 }
 

@@ -329,18 +329,27 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	}
 
 	/**
-	 * Opens a stream within the limits (per client and per process, for its access), or refuses it
-	 * with 429. `client` was taken when the request came, before any await: a socket closed since
-	 * has no address, and its stream would never see its close.
+	 * 429 past the limits (per client and per process, for its access), 503 while shutting down.
+	 * Checked as a request comes, before it costs the owners a read, and again as its stream opens.
 	 */
-	function connect(res: ServerResponse, route: string, access: StreamAccess, client: string): SseConnection {
-		if (res.destroyed || res.writableEnded || res.req.socket.destroyed) throw new ClientGone();
+	function assertRoom(res: ServerResponse, access: StreamAccess, client: string): void {
 		if (closing) throw new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance");
 		const budget = budgets[access];
 		if (budget.open >= config.eventStreamsMax || (budget.perClient.get(client) ?? 0) >= config.eventStreamsPerIp) {
 			res.setHeader("Retry-After", String(RECONNECT_MS / 1000));
 			throw new ServiceError("RATE_LIMITED", budget.open >= config.eventStreamsMax ? "This gateway has as many event streams open as it serves; retry later or elsewhere" : "Too many event streams open from this address");
 		}
+	}
+
+	/**
+	 * Opens a stream within the limits (per client and per process, for its access), or refuses it
+	 * with 429. `client` was taken when the request came, before any await: a socket closed since
+	 * has no address, and its stream would never see its close.
+	 */
+	function connect(res: ServerResponse, route: string, access: StreamAccess, client: string): SseConnection {
+		if (res.destroyed || res.writableEnded || res.req.socket.destroyed) throw new ClientGone();
+		assertRoom(res, access, client);
+		const budget = budgets[access];
 		const connection = new SseConnection(res, rounds);
 		connection.onceClosed(() => {
 			open.delete(connection);
@@ -417,6 +426,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const id = params.id as string;
 			const resumeAt = lastEventId(req, /^\d{1,15}$/);
 			const client = clientKey(clientIp(req));
+			assertRoom(res, "public", client);
 			// The current state: the intent's newest event, or (not verified yet, or its events pruned) its view.
 			const latest = await callServed<StoredEvent | null>(broker, "mempool.latestEvent", { subject: id });
 			const view = latest ? null : await callServed<PublicMempoolIntent>(broker, "mempool.view", { id });
@@ -468,6 +478,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 				]);
 			const resumeAt = lastEventId(req, /^\d{1,15}-\d{1,15}$/);
 			const client = clientKey(clientIp(req));
+			assertRoom(res, "worker", client);
 			const streams = (Object.keys(EVENT_TYPES) as EventStream[]).filter(stream => types.includes(EVENT_TYPES[stream]));
 			const positions: Record<EventStream, number> = resumeAt !== null ? { intents: Number(resumeAt.split("-")[0]), tin_operations: Number(resumeAt.split("-")[1]) } : { intents: 0, tin_operations: 0 };
 			// From now: where each log ends as the stream opens. Resumed: never past where a log ends

@@ -114,6 +114,8 @@ describe("GET /intents/{id}/events", () => {
 		const refused = await open(`/intents/${id}/events`);
 		expect(refused).toMatchObject({ status: 429, body: { type: "RATE_LIMITED" } });
 		expect(refused.headers["retry-after"]).toBeDefined();
+		// Refused before it costs the owner a read: an unknown intent's stream is 429 too, not the owner's 404.
+		expect(await open("/intents/int_unknown/events")).toMatchObject({ status: 429, body: { type: "RATE_LIMITED" } });
 		streams[0].close();
 		const deadline = Date.now() + 5000;
 		let admitted: SseStream;

@@ -312,7 +312,7 @@ export type StreamHeads = Partial<Record<WebhookStream, number>>;
 export interface CreateWebhookRequest {
 	url: string;
 	eventTypes: WebhookEventType[];
-	/** The validator lets null through wherever a field is optional: null is taken as absent. */
+	/** null is taken as absent: the gateway drops null members (services/json-body.ts), a caller over the broker may not. */
 	filter?: { senderWallet?: string | null; tins?: string[] | null } | null;
 }
 

@@ -45,6 +45,12 @@ export const MAX_BODY_DEPTH = 32;
  * Why a parsed JSON body is refused, or null: the key `__proto__` anywhere (JSON.parse makes it an
  * own property), or nesting deeper than MAX_BODY_DEPTH. A walk with its own stack: JSON.parse
  * takes nesting as deep as a body allows (tens of thousands of `[` in 64 KB).
+ *
+ * On its way it drops every object member whose value is null: null is no value. The validator
+ * lets null through wherever a field is optional, and the handlers read an optional field's
+ * absence, so a null stood for "given" to them: a submission stored with a null signature, a
+ * webhook filter of `{ "tins": null }` taken as no filter. Dropped, a null is as missing: an
+ * optional field is left out, a required one is refused (422).
  */
 export function refusedShape(value: unknown): string | null {
 	// Objects and arrays only, each with its depth (two stacks: no pair allocated per value).
@@ -65,7 +71,11 @@ export function refusedShape(value: unknown): string | null {
 			continue;
 		}
 		if (Object.hasOwn(next, "__proto__")) return "The body holds the key __proto__";
-		for (const key in next) push((next as Record<string, unknown>)[key], depth + 1);
+		const members = next as Record<string, unknown>;
+		for (const key in members) {
+			if (members[key] === null) delete members[key];
+			else push(members[key], depth + 1);
+		}
 	}
 	return null;
 }

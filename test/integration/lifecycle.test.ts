@@ -221,6 +221,10 @@ describe("PATCH refusals, in SPEC §2.4 order", () => {
 		expect((await patch(id, { status: "SUBMITTED", crankerPubkey: crankerB.address, expectedVersion: 4, transactionSignature: SIG_B })).body).toMatchObject({ code: 403, type: "NOT_LEASE_HOLDER" });
 		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 4 })).body).toMatchObject({ code: 403, type: "NOT_LEASE_HOLDER" });
 		expect((await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4 })).body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
+		// null is no value: a field it stands for is as missing, and nothing is stored with it.
+		for (const nulls of [{ transactionSignature: null, lastValidBlockHeight: LVBH }, { transactionSignature: SIG_A, lastValidBlockHeight: null }])
+			expect((await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, ...nulls })).body).toMatchObject({ code: 422, type: "VALIDATION_ERROR" });
+		expect((await workerView(id)).stateVersion).toBe(4);
 		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 		expect((await patch(id, { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_B })).status).toBe(422);
 		const confirm = { status: "CONFIRMED", crankerPubkey: crankerA.address, expectedVersion: 5, transactionSignature: SIG_A };

@@ -37,13 +37,14 @@ function send(url: string, body: Buffer | string | null, headers: Record<string,
 	});
 }
 
-// body-parser with the rule the gateway keeps for __proto__ (its reviver before this reader).
+// body-parser with the gateway's rules for __proto__ and for null members (its reviver before this reader).
 const reference = bodyParser.json({
 	limit: LIMIT,
 	strict: true,
-	reviver: (key: string, value: unknown) => {
+	reviver(this: unknown, key: string, value: unknown) {
 		if (key === "__proto__") throw new SyntaxError("forbidden key __proto__");
-		return value;
+		// null is no value: an object's null member is dropped, an array's null item kept.
+		return value === null && !Array.isArray(this) ? undefined : value;
 	},
 	verify: (req: BodyRequest, _res: ServerResponse, raw: Buffer) => void (req.rawBody = raw)
 });
@@ -95,6 +96,12 @@ test("refusedShape finds __proto__ at every depth, and only own keys named so", 
 	expect(refusedShape(JSON.parse('{"a":{"b":[1,{"__proto__":0}]}}'))).toBe("The body holds the key __proto__");
 	expect(refusedShape({ a: { b: [1, { c: 0 }] } })).toBeNull();
 	expect(refusedShape(Object.create({ inherited: 1 }))).toBeNull();
+});
+
+test("refusedShape drops null members of objects at every depth (null is no value), and keeps null items of arrays for the schema to refuse", () => {
+	const body = JSON.parse('{"a":null,"b":{"c":null,"d":[null,{"e":null,"f":0}]},"g":""}');
+	expect(refusedShape(body)).toBeNull();
+	expect(body).toEqual({ b: { d: [null, { f: 0 }] }, g: "" });
 });
 
 test("refusedShape refuses nesting past MAX_BODY_DEPTH, walking any depth JSON.parse takes without overflowing the call stack", () => {

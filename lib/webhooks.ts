@@ -100,9 +100,12 @@ export interface WebhookRecord {
 	 */
 	notBefore: string | null;
 	delivered: number;
-	/** Attempts put off because this process had no host lookup free; none is held against the receiver. */
-	deferred: number;
-	lastDeferredAt: string | null;
+	/**
+	 * Attempts put off because this process had no host lookup free; none is held against the
+	 * receiver. Absent from subscriptions stored before these fields were.
+	 */
+	deferred?: number;
+	lastDeferredAt?: string | null;
 	retry: WebhookRetry | null;
 	disabledAt: string | null;
 	disabledReason: string | null;
@@ -184,8 +187,8 @@ export function toWebhookView(record: WebhookRecord): WebhookSubscription {
 		state: record.state,
 		cursors,
 		delivered: record.delivered,
-		deferred: record.deferred,
-		lastDeferredAt: record.lastDeferredAt,
+		deferred: record.deferred ?? 0,
+		lastDeferredAt: record.lastDeferredAt ?? null,
 		retry: record.retry,
 		disabledAt: record.disabledAt,
 		disabledReason: record.disabledReason,
@@ -352,14 +355,15 @@ export function newWebhookRecord(request: CreateWebhookRequest, cursors: StreamC
 /**
  * The events of `stream` up to `seq` are handled (the last one delivered when `delivered`), and the
  * lease runs on. A holder that moves past the event being retried without delivering it found it
- * gone from the log (pruned): nothing is left to retry, and the streak ends. Kept, the retry would
- * stay due with nothing to attempt, and be leased and given back again and again.
+ * gone from the log (pruned): the streak goes on, from its first failure, but nothing is due until
+ * the next event the subscription takes (`nextAttemptAt` null). Left due, it would be leased and
+ * given back again and again with nothing to attempt.
  */
 export function advanced(record: WebhookRecord, stream: WebhookStream, seq: number, delivered: boolean, leaseExpiresAt: string): WebhookRecord {
 	const next = { ...record, [CURSOR_FIELD[stream]]: seq, ...leasedUntil(record.leasedBy ?? "", leaseExpiresAt) };
 	if (delivered) return { ...next, delivered: record.delivered + 1, retry: null };
 	const retried = record.retry && failingStream(record) === stream ? seqOfWebhookId(record.retry.webhookId) : null;
-	return retried !== null && seq >= retried ? { ...next, retry: null } : next;
+	return retried !== null && seq >= retried ? { ...next, retry: { ...record.retry!, nextAttemptAt: null } } : next;
 }
 
 /**
@@ -373,7 +377,7 @@ export function released(record: WebhookRecord, now: Date, deferMs?: number): We
 	return {
 		...record,
 		...unleased(retryAt !== null && retryAt > deferredTo ? retryAt : deferredTo),
-		deferred: record.deferred + 1,
+		deferred: (record.deferred ?? 0) + 1,
 		lastDeferredAt: now.toISOString()
 	};
 }

@@ -188,11 +188,23 @@ describe("delivery state", () => {
 		expect(largest * WEBHOOK_LIST_PAGE).toBeLessThan(512 * 1024);
 	});
 
-	it("an advance past the retried event without delivering it (pruned from the log) ends the streak; one short of it, or in the other stream, does not", () => {
+	it("an advance past the retried event without delivering it (pruned from the log) leaves nothing due, and the streak runs on from its first failure", () => {
 		const failing = { ...failed(subscription(), { ...attempt("evt_intents_10"), seq: 9 }, at(0), schedule), ...leasedUntil("worker", "2026-11-26T10:02:00.000Z") };
 		expect(advanced(failing, "intents", 9, false, "2026-11-26T10:03:00.000Z").retry).toEqual(failing.retry);
 		expect(advanced(failing, "tin_operations", 12, false, "2026-11-26T10:03:00.000Z").retry).toEqual(failing.retry);
-		expect(advanced(failing, "intents", 12, false, "2026-11-26T10:03:00.000Z")).toMatchObject({ intentsCursor: 12, retry: null, delivered: 0, failures: failing.failures });
+		const passed = advanced(failing, "intents", 12, false, "2026-11-26T10:03:00.000Z");
+		expect(passed).toMatchObject({ intentsCursor: 12, retry: { ...failing.retry, nextAttemptAt: null }, delivered: 0, failures: failing.failures });
+		// Given back idle: leased again only once the stream has an event after its cursor.
+		expect(released(passed, at(1))).toMatchObject({ notBefore: null, leasedBy: null });
+		// The next event it takes fails: a first attempt of that event, in the same streak's window.
+		const next = failed(released(passed, at(1)), { ...attempt("evt_intents_20"), seq: 19 }, at(schedule.retryForMs + 1), schedule);
+		expect(next).toMatchObject({ state: "disabled", retry: { webhookId: "evt_intents_20", attempts: 1, firstFailureAt: failing.retry!.firstFailureAt } });
+	});
+
+	it("a subscription stored before deferred and lastDeferredAt were answers 0 and null, and counts from there", () => {
+		const { deferred: _count, lastDeferredAt: _at, ...stored } = subscription();
+		expect(toWebhookView(stored)).toMatchObject({ deferred: 0, lastDeferredAt: null });
+		expect(released(stored, at(0), 1000)).toMatchObject({ deferred: 1, lastDeferredAt: at(0).toISOString() });
 	});
 
 	it("a release gives the lease up, due at its retry; a deferred one (no lookup slot) is due no sooner than deferMs, and counted", () => {

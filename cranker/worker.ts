@@ -176,7 +176,7 @@ export class Cranker {
 				this.streamUp = true;
 				failures = 0;
 				this.log.info("following the Node's event stream", { resumedAfter: parser.lastEventId || null });
-				for await (const event of readEvents(silence.watch(body), parser)) {
+				for await (const event of readEvents(body, parser, silence)) {
 					if (event.type !== INTENT_EVENT_TYPE) continue;
 					this.workAnnounced = true;
 					this.wakeSettlement();

@@ -80,15 +80,18 @@ export class SseParser {
  * The events of `body` until it ends, an event at a time; `parser` may have read earlier connections
  * of the same stream (its Last-Event-ID). Leaving the loop early cancels the body,
  * so that a consumer done with the stream leaves no connection open. An event the stream ended in
- * the middle of is dropped, as the format wants.
+ * the middle of is dropped, as the format wants. `silence` hears every chunk, heartbeats included.
  */
-export async function* readEvents(body: ReadableStream<Uint8Array>, parser: SseParser): AsyncGenerator<SseEvent> {
+export async function* readEvents(body: ReadableStream<Uint8Array>, parser: SseParser, silence?: SilenceWatch): AsyncGenerator<SseEvent> {
 	parser.reconnected();
 	const reader = body.getReader();
 	// The parser strips the one byte order mark the format allows; the decoder must leave it.
 	const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 	try {
-		for (let read = await reader.read(); !read.done; read = await reader.read()) yield* parser.push(decoder.decode(read.value, { stream: true }));
+		for (let read = await reader.read(); !read.done; read = await reader.read()) {
+			silence?.heard();
+			yield* parser.push(decoder.decode(read.value, { stream: true }));
+		}
 	} finally {
 		await reader.cancel().catch(() => {});
 	}
@@ -109,23 +112,12 @@ export class SilenceWatch {
 		this.heard();
 	}
 
-	/** `body`, each chunk of it (an event, a heartbeat comment) a sign of life. */
-	watch(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
-		return body.pipeThrough(
-			new TransformStream<Uint8Array, Uint8Array>({
-				transform: (chunk, controller) => {
-					this.heard();
-					controller.enqueue(chunk);
-				}
-			})
-		);
-	}
-
 	stop(): void {
 		clearTimeout(this.timer);
 	}
 
-	private heard(): void {
+	/** A sign of life: any chunk of the stream, an event or a heartbeat comment (readEvents calls it). */
+	heard(): void {
 		clearTimeout(this.timer);
 		this.timer = setTimeout(this.onSilent, this.idleMs);
 	}

@@ -242,8 +242,15 @@ export class SettlementClient {
 		const stop = new AbortController();
 		const timer = setTimeout(() => stop.abort(), options.timeoutMs);
 		let last: PublicMempoolIntent | undefined;
+		/** The last poll's failure, retried: told with the TIMEOUT (a wrong baseUrl, a service that stayed down). */
+		let failure: SettlementError | undefined;
 		const timeout = () =>
-			new SettlementError(`intent ${id} is ${last ? `still ${last.receiverStatus}` : "not executed or canceled"} after ${options.timeoutMs} ms`, "TIMEOUT", null, last && { intent: last });
+			new SettlementError(
+				`intent ${id} is ${last ? `still ${last.receiverStatus}` : "not executed or canceled"} after ${options.timeoutMs} ms${failure ? ` (the last poll failed: ${failure.message})` : ""}`,
+				"TIMEOUT",
+				null,
+				last && { intent: last }
+			);
 		try {
 			const streamed = await this.streamStatus(id, stop.signal, view => (last = view));
 			if (streamed) return streamed;
@@ -252,13 +259,19 @@ export class SettlementClient {
 			// again; none outlives the timeout.
 			for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
 				try {
-					last = await this.request<PublicMempoolIntent>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal);
-					if (TERMINAL.has(last.status)) return last;
+					const polled = await this.request<PublicMempoolIntent | null>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal);
+					// null: no record in the answer (its body cut by the timeout, a proxy's page): tried again.
+					if (polled) {
+						last = polled;
+						failure = undefined;
+						if (TERMINAL.has(polled.status)) return polled;
+					}
 				} catch (err) {
 					if (stop.signal.aborted) throw timeout();
 					if (!isRetryable(err as SettlementError)) throw err;
+					failure = err as SettlementError;
 				}
-				if (Date.now() + delay > deadline) throw timeout();
+				if (stop.signal.aborted || Date.now() + delay > deadline) throw timeout();
 				await pause(delay, stop.signal);
 			}
 		} finally {
@@ -303,7 +316,7 @@ export class SettlementClient {
 				streamed = true;
 				failed = 0;
 				try {
-					for await (const event of readEvents(silence.watch(response.body), parser)) {
+					for await (const event of readEvents(response.body, parser, silence)) {
 						if (event.type !== "status") continue;
 						const view = JSON.parse(event.data) as PublicMempoolIntent;
 						seen(view);
@@ -315,6 +328,7 @@ export class SettlementClient {
 			} finally {
 				silence.stop();
 				signal.removeEventListener("abort", ended);
+				connection.abort(); // whatever ended this connection, nothing of it stays open
 			}
 		}
 	}

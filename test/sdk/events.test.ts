@@ -248,10 +248,11 @@ describe("waitForStatus without a stream: it polls", () => {
 			polls++;
 			if (polls === 2) throw new TypeError("fetch failed");
 			if (polls === 3) return new Response("Service Unavailable", { status: 503 });
+			if (polls === 4) return new Response("<html>a proxy's page</html>", { status: 200 });
 			return recording(input, init);
 		};
 		const waiting = new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 10_000 });
-		await until(() => polls >= 4, "a poll after the failed ones");
+		await until(() => polls >= 5, "a poll after the failed ones");
 		for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
 		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
 		expect(calls.every(call => call.status === 200)).toBe(true);
@@ -265,6 +266,10 @@ describe("waitForStatus without a stream: it polls", () => {
 		const error = await new SettlementClient({ baseUrl: node.url, fetch: hanging }).waitForStatus(intent.id, { timeoutMs: 300 }).catch(err => err);
 		expect(error).toMatchObject({ name: "SettlementError", type: "TIMEOUT" });
 		expect(Date.now() - startedAt).toBeLessThan(1500);
+
+		// Nothing listening at all: polls retried to the timeout, whose error tells why they failed.
+		const nowhere = await new SettlementClient({ baseUrl: "http://127.0.0.1:9" }).waitForStatus(intent.id, { timeoutMs: 500 }).catch(err => err);
+		expect(nowhere).toMatchObject({ name: "SettlementError", type: "TIMEOUT", message: expect.stringMatching(/the last poll failed/) });
 	});
 
 	it("for an unknown intent: the stream's 404, then the poll's NOT_FOUND, as without streams", async () => {

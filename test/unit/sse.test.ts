@@ -1,5 +1,5 @@
 /** lib/sse.ts: the text/event-stream parser the SDK and the Cranker share, against the WHATWG rules. */
-import { SseParser, readEvents, type SseEvent } from "../../lib/sse";
+import { SilenceWatch, SseParser, readEvents, type SseEvent } from "../../lib/sse";
 
 const parse = (...chunks: string[]): { events: SseEvent[]; parser: SseParser } => {
 	const parser = new SseParser();
@@ -115,5 +115,32 @@ describe("readEvents", () => {
 		const { stream, cancelled } = byteStream([new TextEncoder().encode("data: a\n\ndata: b\n\n"), new TextEncoder().encode("data: c\n\n")]);
 		for await (const event of readEvents(stream, new SseParser())) if (event.data === "a") break;
 		expect(cancelled()).toBe(true);
+	});
+});
+
+describe("SilenceWatch", () => {
+	it("hears every chunk readEvents reads, heartbeats included, without TransformStream (browsers that lack it); fires once they stop", async () => {
+		const saved = globalThis.TransformStream;
+		Reflect.deleteProperty(globalThis, "TransformStream");
+		let silent = 0;
+		const silence = new SilenceWatch(80, () => silent++);
+		try {
+			// Five heartbeats 40 ms apart: each restarts the 80 ms watch, so it does not fire while they come.
+			let sent = 0;
+			const stream = new ReadableStream<Uint8Array>({
+				async pull(controller) {
+					await new Promise(resolve => setTimeout(resolve, 40));
+					if (sent++ === 5) return controller.close();
+					controller.enqueue(new TextEncoder().encode(": heartbeat\n\n"));
+				}
+			});
+			for await (const event of readEvents(stream, new SseParser(), silence)) throw new Error(`no event expected: ${event.type}`);
+			expect(silent).toBe(0);
+			await new Promise(resolve => setTimeout(resolve, 120));
+			expect(silent).toBe(1);
+		} finally {
+			silence.stop();
+			globalThis.TransformStream = saved;
+		}
 	});
 });

@@ -430,14 +430,18 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				}
 			}),
 
-			/** GET /webhooks: the owner's pages of WEBHOOK_LIST_PAGE joined here, none over the bus's message size. */
+			/**
+			 * GET /webhooks: the owner's pages of WEBHOOK_LIST_PAGE joined here, none over the bus's
+			 * message size. An owner of the previous version (a rolling update) has no pages: its one list.
+			 */
 			webhookList: {
 				params: listWebhooksParams,
 				async handler(this: ApiThis, ctx: Context<{ limit: number }>): Promise<WebhookSubscription[]> {
+					if (!isServed(this.broker, "webhooks.page")) return ctx.call<WebhookSubscription[], object>("webhooks.list", { limit: ctx.params.limit });
 					const views: WebhookSubscription[] = [];
 					for (let after: { createdAt: string; id: string } | null = null; views.length < ctx.params.limit; ) {
 						const size = Math.min(WEBHOOK_LIST_PAGE, ctx.params.limit - views.length);
-						const page: WebhookSubscription[] = await ctx.call<WebhookSubscription[], object>("webhooks.list", { limit: size, ...(after ? { after } : {}) });
+						const page: WebhookSubscription[] = await ctx.call<WebhookSubscription[], object>("webhooks.page", { limit: size, ...(after ? { after } : {}) });
 						views.push(...page);
 						if (page.length < size) break;
 						const { createdAt, id } = page[page.length - 1];

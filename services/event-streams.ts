@@ -351,6 +351,8 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		assertRoom(res, access, client);
 		const budget = budgets[access];
 		const connection = new SseConnection(res, rounds);
+		// Ended as it opened (its socket gone): it must not count, its closer would run before it did.
+		if (connection.closed) throw new ClientGone();
 		connection.onceClosed(() => {
 			open.delete(connection);
 			budget.open--;

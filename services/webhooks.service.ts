@@ -123,7 +123,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			},
 
 			/** A page of GET /webhooks (api.webhookList joins them): newest first, after `after`. */
-			list: internal({
+			page: internal({
 				params: webhookPageParams,
 				async handler(this: WebhooksThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>): Promise<WebhookSubscription[]> {
 					const { limit, after } = ctx.params;

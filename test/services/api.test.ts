@@ -11,6 +11,7 @@ import { newId } from "../../lib/ids";
 import { INTAKE_BATCH_ENOUGH, decidedRecord, type Submission, type SubmissionAnswer } from "../../lib/intake";
 import { toPublicView, toWorkerView, type CreateIntentRequest, type WorkPage } from "../../lib/intents";
 import { brokerOptions } from "../../moleculer.config";
+import { newWebhookRecord, toWebhookView } from "../../lib/webhooks";
 import { apiService } from "../../services/api.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { httpClient, tempDir } from "../helpers/node";
@@ -155,6 +156,32 @@ test("GET /intent-work with the mempool in this process: the whole list in one p
 		// Pages of WORK_PAGE are for a mempool across the bus; this one answers the list at once.
 		expect(asked).toEqual([500]);
 		expect(body).toEqual(views.map(view => ({ intent: JSON.parse(view) as unknown, leaseTtlMs: 1234 })));
+	} finally {
+		await gateway.broker.stop();
+	}
+});
+
+test("GET /webhooks with a webhooks owner of the previous version (a rolling update): its one list, not pages it cannot serve", async () => {
+	const subscriptions = [1, 2].map(() => toWebhookView(newWebhookRecord({ url: "https://hooks.example.com/in", eventTypes: ["intent.status_changed"] }, { intents: 0, tin_operations: null }, new Date())));
+	const asked: object[] = [];
+	const gateway = await startGateway({}, { current: created }, broker =>
+		broker.createService({
+			name: "webhooks",
+			actions: {
+				list: {
+					visibility: "public",
+					handler(ctx: Context<{ limit: number }>) {
+						asked.push(ctx.params);
+						return subscriptions.slice(0, ctx.params.limit);
+					}
+				}
+			}
+		})
+	);
+	try {
+		const { status, body } = await gateway.http("GET", "/webhooks?limit=100", undefined, { "x-api-key": "test-worker-key-0123456789" });
+		expect({ status, body }).toEqual({ status: 200, body: subscriptions });
+		expect(asked).toEqual([{ limit: 100 }]);
 	} finally {
 		await gateway.broker.stop();
 	}

@@ -420,12 +420,12 @@ function crossOriginPage(baseUrl: string): string | null {
 	return target === location.origin ? null : location.origin;
 }
 
-/** A NETWORK_ERROR that the probes showed to be the browser's CORS refusal: retrying gets the same refusal. */
 /** A failure after which the same request may succeed: a network error that is not a CORS refusal, or a RETRYABLE_STATUS answer. */
 function isRetryable(error: SettlementError): boolean {
 	return error.type === "NETWORK_ERROR" ? !isCorsRefusal(error) : error.code !== null && RETRYABLE_STATUS.has(error.code);
 }
 
+/** A NETWORK_ERROR that the probes showed to be the browser's CORS refusal: retrying gets the same refusal. */
 function isCorsRefusal(error: SettlementError): boolean {
 	return (error.data as { cors?: boolean } | undefined)?.cors === true;
 }

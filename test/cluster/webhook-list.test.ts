@@ -4,15 +4,12 @@
  * message, a worker-key holder's long urls and TIN filters made the list fail once it outgrew the
  * bus's limit (NATS's default is 1 MB).
  */
-import type { ServiceBroker } from "moleculer";
-import { loadConfig } from "../../lib/config";
 import { tinFromSequence } from "../../lib/tin";
 import { MAX_FILTER_TINS, MAX_URL_LENGTH, WEBHOOK_LIST_PAGE } from "../../lib/webhooks";
-import { createNode, stopNode } from "../../services";
-import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
-import { freePort } from "../../devkit/process";
+import { natsServerAvailable } from "../../devkit/cluster";
 import { newRoute, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, httpClient, tempDir, worker, type Http } from "../helpers/node";
+import { startSplitNodes, type SplitNodes } from "../helpers/split-nodes";
 
 // In CI a missing nats-server is a failure, not a skip (.ci/run installs it).
 const describeWithNats = natsServerAvailable || process.env.CI ? describe : describe.skip;
@@ -20,31 +17,21 @@ const NATS_MAX_PAYLOAD = 128 * 1024;
 const SUBSCRIPTIONS = 60;
 
 describeWithNats("GET /webhooks across the bus", () => {
-	let nats: NatsServer;
-	let owners: ServiceBroker;
-	let gateway: ServiceBroker;
+	let nodes: SplitNodes;
 	let http: Http;
 
 	beforeAll(async () => {
-		nats = new NatsServer(await freePort(), NATS_MAX_PAYLOAD);
-		await nats.start();
-		const shared = { TRANSPORTER: nats.url, NATS_USER: nats.user, NATS_PASSWORD: nats.password, NAMESPACE: `whlist${process.pid}`, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0" };
 		const ownersDir = tempDir();
-		owners = createNode(
-			loadConfig({ ...shared, DATA_DIR: ownersDir, SERVICES: "mempool,crankers,tin,webhooks", REGISTRY_SEED_FILE: writeSeedFile(ownersDir, [newRoute()]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOKS_MAX: String(SUBSCRIPTIONS) }),
-			{ nodeID: `owners-${process.pid}`, logger: false, skipProcessEventRegistration: true }
-		);
-		gateway = createNode(loadConfig({ ...shared, PORT: "0", DATA_DIR: tempDir(), WORKER_API_KEYS: API_KEY, SERVICES: "api" }), { nodeID: `gateway-${process.pid}`, logger: false, skipProcessEventRegistration: true });
-		await owners.start();
-		await gateway.start();
-		await gateway.waitForServices(["webhooks", "mempool", "tin"], 15_000);
-		http = httpClient(`http://127.0.0.1:${(gateway.getLocalService("api") as unknown as { server: { address(): { port: number } } }).server.address().port}`);
+		nodes = await startSplitNodes({
+			namespace: "whlist",
+			natsMaxPayload: NATS_MAX_PAYLOAD,
+			owners: { DATA_DIR: ownersDir, SERVICES: "mempool,crankers,tin,webhooks", REGISTRY_SEED_FILE: writeSeedFile(ownersDir, [newRoute()]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOKS_MAX: String(SUBSCRIPTIONS) },
+			gateway: { WORKER_API_KEYS: API_KEY, SERVICES: "api" },
+			waitFor: ["webhooks", "mempool", "tin"]
+		});
+		http = httpClient(nodes.url);
 	}, 40_000);
-	afterAll(async () => {
-		await gateway?.stop().catch(() => undefined);
-		if (owners) await stopNode(owners);
-		await nats?.stop();
-	});
+	afterAll(() => nodes?.stop());
 
 	test("joins the owner's pages: every subscription once, newest first, in a list larger than one message may be", async () => {
 		const tins = Array.from({ length: MAX_FILTER_TINS }, (_, i) => tinFromSequence(200_000_000 + i));

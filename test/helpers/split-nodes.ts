@@ -1,0 +1,55 @@
+/**
+ * The owners and a gateway as two brokers of this process over a real nats-server, as the
+ * distributed deployment splits them: what crosses between them goes through the bus, its
+ * serializer and its message limit. `owners` and `gateway` are each node's own settings, beside
+ * the bus's and `env`, which both share; the gateway's HTTP port is a free one.
+ */
+import type { ServiceBroker } from "moleculer";
+import { NatsServer } from "../../devkit/cluster";
+import { freePort } from "../../devkit/process";
+import { loadConfig } from "../../lib/config";
+import { createNode, stopNode } from "../../services";
+import { tempDir } from "./node";
+
+export interface SplitNodes {
+	owners: ServiceBroker;
+	gateway: ServiceBroker;
+	/** The gateway's base URL. */
+	url: string;
+	stop(): Promise<void>;
+}
+
+export async function startSplitNodes(options: {
+	namespace: string;
+	owners: Record<string, string>;
+	gateway: Record<string, string>;
+	/** Services the gateway waits for before the nodes count as started. */
+	waitFor: string[];
+	env?: Record<string, string>;
+	/** The bus's message limit (NATS's default: 1 MB). */
+	natsMaxPayload?: number;
+}): Promise<SplitNodes> {
+	const nats = new NatsServer(await freePort(), options.natsMaxPayload);
+	let owners: ServiceBroker | undefined;
+	let gateway: ServiceBroker | undefined;
+	const stop = async () => {
+		await gateway?.stop().catch(() => undefined);
+		if (owners) await stopNode(owners);
+		await nats.stop();
+	};
+	try {
+		await nats.start();
+		const shared = { TRANSPORTER: nats.url, NATS_USER: nats.user, NATS_PASSWORD: nats.password, NAMESPACE: `${options.namespace}${process.pid}`, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
+		const brokerOf = (role: string, env: Record<string, string>) => createNode(loadConfig({ ...shared, DATA_DIR: tempDir(), ...env }), { nodeID: `${role}-${process.pid}`, logger: false, skipProcessEventRegistration: true });
+		owners = brokerOf("owners", options.owners);
+		gateway = brokerOf("gateway", { PORT: "0", ...options.gateway });
+		await owners.start();
+		await gateway.start();
+		await gateway.waitForServices(options.waitFor, 15_000);
+		const api = gateway.getLocalService("api") as unknown as { server: { address(): { port: number } } };
+		return { owners, gateway, url: `http://127.0.0.1:${api.server.address().port}`, stop };
+	} catch (err) {
+		await stop();
+		throw err;
+	}
+}

@@ -57,7 +57,9 @@ export class SettlementError extends Error {
 		message: string,
 		readonly type: string,
 		readonly code: number | null,
-		readonly data?: unknown
+		readonly data?: unknown,
+		/** How long the service asked to wait before asking again (its `retry-after`, as on a `429`), in ms. */
+		readonly retryAfterMs?: number
 	) {
 		super(message);
 		this.name = "SettlementError";
@@ -258,6 +260,7 @@ export class SettlementClient {
 			// A poll that fails as a submission may (the service restarting, a proxy's 502) is tried
 			// again; none outlives the timeout.
 			for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
+				let wait = delay;
 				try {
 					const polled = await this.request<PublicMempoolIntent | null>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal);
 					// null: no record in the answer (its body cut by the timeout, a proxy's page): tried again.
@@ -268,11 +271,14 @@ export class SettlementClient {
 					}
 				} catch (err) {
 					if (stop.signal.aborted) throw timeout();
-					if (!isRetryable(err as SettlementError)) throw err;
-					failure = err as SettlementError;
+					const refused = err as SettlementError;
+					// Too many requests from this client (429): asked again once the service said to.
+					if (refused.code === 429) wait = Math.max(delay, refused.retryAfterMs ?? 0);
+					else if (!isRetryable(refused)) throw err;
+					failure = refused;
 				}
-				if (stop.signal.aborted || Date.now() + delay > deadline) throw timeout();
-				await pause(delay, stop.signal);
+				if (stop.signal.aborted || Date.now() + wait > deadline) throw timeout();
+				await pause(wait, stop.signal);
 			}
 		} finally {
 			clearTimeout(timer);
@@ -371,7 +377,7 @@ export class SettlementClient {
 			throw await this.networkError(path, err as Error);
 		}
 		const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
-		if (!response.ok) throw new SettlementError(payload?.message ?? `HTTP ${response.status}`, payload?.type ?? "HTTP_ERROR", response.status, payload?.data);
+		if (!response.ok) throw new SettlementError(payload?.message ?? `HTTP ${response.status}`, payload?.type ?? "HTTP_ERROR", response.status, payload?.data, retryAfterMs(response.headers.get("retry-after")));
 		return payload as T;
 	}
 
@@ -418,6 +424,13 @@ function crossOriginPage(baseUrl: string): string | null {
 	if (document === undefined || typeof location?.origin !== "string") return null;
 	const target = new URL(baseUrl, location.href).origin;
 	return target === location.origin ? null : location.origin;
+}
+
+/** A `retry-after` header's wait in ms (delay-seconds or an HTTP date); undefined without one, or unreadable. */
+function retryAfterMs(header: string | null): number | undefined {
+	if (header === null) return undefined;
+	const ms = /^\s*\d+\s*$/.test(header) ? Number(header) * 1000 : Date.parse(header) - Date.now();
+	return Number.isFinite(ms) ? Math.max(0, ms) : undefined;
 }
 
 /** A failure after which the same request may succeed: a network error that is not a CORS refusal, or a RETRYABLE_STATUS answer. */

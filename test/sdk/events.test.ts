@@ -272,6 +272,36 @@ describe("waitForStatus without a stream: it polls", () => {
 		expect(nowhere).toMatchObject({ name: "SettlementError", type: "TIMEOUT", message: expect.stringMatching(/the last poll failed/) });
 	});
 
+	it("waits out a poll's 429 for its retry-after, and times out at once when that is past timeoutMs", async () => {
+		const intent = await submitted();
+		const rateLimited = (retryAfter: string) => new Response(JSON.stringify({ name: "ServiceError", type: "RATE_LIMITED", code: 429, message: "Rate limit exceeded" }), { status: 429, headers: { "retry-after": retryAfter } });
+		const pollTimes: number[] = [];
+		const fetch: typeof globalThis.fetch = async (input, init) => {
+			if (String(input).endsWith("/events")) return new Response("{}", { status: 429 });
+			pollTimes.push(Date.now());
+			return pollTimes.length === 1 ? rateLimited("1") : globalThis.fetch(input, init);
+		};
+		const waiting = new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 10_000 });
+		await until(() => pollTimes.length >= 2, "the poll after the 429");
+		expect(pollTimes[1] - pollTimes[0]).toBeGreaterThanOrEqual(990);
+		for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
+		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
+
+		// Told to come back after the wait would have ended: TIMEOUT now, saying why, not at timeoutMs.
+		const startedAt = Date.now();
+		const limited: typeof globalThis.fetch = async input => (String(input).endsWith("/events") ? new Response("{}", { status: 429 }) : rateLimited("60"));
+		const error = await new SettlementClient({ baseUrl: node.url, fetch: limited }).waitForStatus(intent.id, { timeoutMs: 5000 }).catch(err => err);
+		expect(error).toMatchObject({ name: "SettlementError", type: "TIMEOUT", message: expect.stringMatching(/the last poll failed: Rate limit exceeded/) });
+		expect(Date.now() - startedAt).toBeLessThan(1000);
+
+		// Any refused call tells the wait asked for, in either form of the header.
+		const dated = new SettlementClient({ baseUrl: node.url, fetch: async () => rateLimited(new Date(Date.now() + 30_000).toUTCString()) });
+		const refusal = await dated.getIntent(intent.id).catch(err => err);
+		expect(refusal).toMatchObject({ type: "RATE_LIMITED", code: 429 });
+		expect(refusal.retryAfterMs).toBeGreaterThan(28_000);
+		expect(refusal.retryAfterMs).toBeLessThanOrEqual(30_000);
+	});
+
 	it("for an unknown intent: the stream's 404, then the poll's NOT_FOUND, as without streams", async () => {
 		const { calls, fetch } = recordingFetch();
 		const error = await new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus("no_such_intent", { timeoutMs: 5000 }).catch(err => err);

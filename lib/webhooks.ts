@@ -562,20 +562,22 @@ export const deliveryLookup: LimitedLookup = limitedLookup(systemResolver, 2, LO
 export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Lookup): Promise<{ addresses: LookupAddress[] } | { problem: string; busy?: true }> {
 	const host = hostOf(url);
 	const family = net.isIP(host);
+	if (family) return allowPrivate || isPublicAddress(host) ? { addresses: [{ address: host, family }] } : { problem: "The url reaches a private, loopback, link-local or otherwise non-public address." };
+	// A name that does not exist and one that resolves to a private address are refused alike, and
+	// the addresses are not told: either would map the deployment's internal names for the caller.
+	const notPublic = { problem: `The host ${host} does not resolve, or reaches a private, loopback, link-local or otherwise non-public address (which of the two is not told).` };
 	let addresses: LookupAddress[];
-	if (family) addresses = [{ address: host, family }];
-	else
-		try {
-			addresses = await lookup(host);
-		} catch (err) {
-			// Not the host's fault: this process is busy looking up others.
-			if (err instanceof LookupBusyError) return { problem: `The host ${host} was not looked up: ${err.message}.`, busy: true };
-			return { problem: `The host ${host} does not resolve (${(err as { code?: string }).code ?? "lookup failed"}).` };
-		}
-	if (!addresses.length) return { problem: `The host ${host} does not resolve.` };
-	const refused = allowPrivate ? [] : addresses.filter(({ address: ip }) => !isPublicAddress(ip));
-	// The addresses a name resolves to are not told: the answer would map the deployment's internal names.
-	if (refused.length) return { problem: `The url reaches a private, loopback, link-local or otherwise non-public address${family ? "" : ` (the addresses ${host} resolves to are not shown)`}.` };
+	try {
+		addresses = await lookup(host);
+	} catch (err) {
+		// Not the host's fault: this process is busy looking up others.
+		if (err instanceof LookupBusyError) return { problem: `The host ${host} was not looked up: ${err.message}.`, busy: true };
+		const code = (err as { code?: string }).code;
+		if (!allowPrivate && (code === "ENOTFOUND" || code === "ENODATA")) return notPublic;
+		return { problem: `The host ${host} does not resolve (${code ?? "lookup failed"}).` };
+	}
+	if (!addresses.length) return allowPrivate ? { problem: `The host ${host} does not resolve.` } : notPublic;
+	if (!allowPrivate && addresses.some(({ address: ip }) => !isPublicAddress(ip))) return notPublic;
 	return { addresses };
 }
 

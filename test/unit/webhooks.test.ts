@@ -302,11 +302,19 @@ describe("webhook URLs", () => {
 		const rebound = (await resolveTarget(new URL("https://rebind.example.com/"), false, resolvesTo("93.184.215.14", "10.0.0.5"))) as { problem: string };
 		expect(rebound.problem).toMatch(/non-public/);
 		expect(rebound.problem).not.toMatch(/10\.0\.0\.5|93\.184/);
-		expect(await resolveTarget(new URL("https://hooks.example.com/"), false, resolvesTo())).toEqual({ problem: expect.stringMatching(/does not resolve/) });
+		// A name that does not exist is refused as one that resolves to a private address: the answer
+		// does not tell a worker-key holder which internal names exist.
 		const nxdomain = async () => {
 			throw Object.assign(new Error("not found"), { code: "ENOTFOUND" });
 		};
-		expect(await resolveTarget(new URL("https://nowhere.invalid/"), false, nxdomain)).toEqual({ problem: expect.stringMatching(/ENOTFOUND/) });
+		const noData = async () => {
+			throw Object.assign(new Error("no data"), { code: "ENODATA" });
+		};
+		for (const [host, lookup] of [["nowhere.invalid", nxdomain], ["empty.example.com", noData], ["hooks.example.com", resolvesTo()]] as const)
+			expect(await resolveTarget(new URL(`https://${host}/`), false, lookup)).toEqual({ problem: rebound.problem.replace("rebind.example.com", host) });
+		// Where private addresses are allowed there is nothing to hide.
+		expect(await resolveTarget(new URL("https://nowhere.invalid/"), true, nxdomain)).toEqual({ problem: "The host nowhere.invalid does not resolve (ENOTFOUND)." });
+		expect(await resolveTarget(new URL("https://hooks.example.com/"), true, resolvesTo())).toEqual({ problem: "The host hooks.example.com does not resolve." });
 		// WEBHOOK_ALLOW_PRIVATE: resolved, not refused.
 		expect(await resolveTarget(new URL("http://localhost/"), true, resolvesTo("127.0.0.1"))).toEqual({ addresses: [{ address: "127.0.0.1", family: 4 }] });
 	});

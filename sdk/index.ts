@@ -374,7 +374,7 @@ export class SettlementClient {
 			});
 		} catch (err) {
 			if (signal?.aborted) throw err; // the caller's own abort: nothing to tell apart
-			throw await this.networkError(path, err as Error);
+			throw await this.networkError(path, err as Error, signal);
 		}
 		const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
 		if (!response.ok) throw new SettlementError(payload?.message ?? `HTTP ${response.status}`, payload?.type ?? "HTTP_ERROR", response.status, payload?.data, retryAfterMs(response.headers.get("retry-after")));
@@ -389,12 +389,13 @@ export class SettlementClient {
 	 * - refused, but answered in no-cors mode: the service is reachable and refuses this origin;
 	 * - neither: the service is unreachable.
 	 */
-	private async networkError(path: string, err: Error): Promise<SettlementError> {
+	private async networkError(path: string, err: Error, signal?: AbortSignal): Promise<SettlementError> {
 		const pageOrigin = crossOriginPage(this.baseUrl);
 		if (pageOrigin !== null) {
-			// Bounded: a probe that hangs is an unreachable service, not a reason to hang submit().
+			// Bounded: a probe that hangs is an unreachable service, not a reason to hang submit(); and
+			// it ends with the request's own signal (waitForStatus's timeout).
 			const probe = (mode: "cors" | "no-cors") =>
-				this.fetch(`${this.baseUrl}/health/live`, { mode, signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) }).then(
+				this.fetch(`${this.baseUrl}/health/live`, { mode, signal: eitherSignal(AbortSignal.timeout(PROBE_TIMEOUT_MS), signal) }).then(
 					() => true,
 					() => false
 				);
@@ -424,6 +425,17 @@ function crossOriginPage(baseUrl: string): string | null {
 	if (document === undefined || typeof location?.origin !== "string") return null;
 	const target = new URL(baseUrl, location.href).origin;
 	return target === location.origin ? null : location.origin;
+}
+
+/** A signal that aborts with the first of the two (AbortSignal.any, which older browsers lack). */
+function eitherSignal(first: AbortSignal, second: AbortSignal | undefined): AbortSignal {
+	if (!second) return first;
+	const either = new AbortController();
+	for (const signal of [first, second]) {
+		if (signal.aborted) either.abort();
+		else signal.addEventListener("abort", () => either.abort(), { once: true });
+	}
+	return either.signal;
 }
 
 /** A `retry-after` header's wait in ms (delay-seconds or an HTTP date); undefined without one, or unreadable. */

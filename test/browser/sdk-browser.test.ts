@@ -274,6 +274,38 @@ describeInBrowser("the SDK in headless Chromium", () => {
 		await page.context().close();
 	});
 
+	it("waitForStatus ends at its timeoutMs even while the probes after a failed poll get no answer", async () => {
+		// Every request is dropped, and /health/live is never answered: each failed poll is followed
+		// by the CORS probes, which hang until something ends them.
+		const hanging: http.ServerResponse[] = [];
+		const dropping = http.createServer((req, res) => {
+			if (req.url === "/health/live") return void hanging.push(res);
+			req.socket.destroy();
+		});
+		const baseUrl = await listen(dropping);
+		const page = await openPage(allowedOrigin);
+		try {
+			const result = await page.evaluate(async baseUrl => {
+				const { SettlementClient } = (globalThis as unknown as { SettlementSDK: Sdk }).SettlementSDK;
+				const startedAt = Date.now();
+				const error = await new SettlementClient({ baseUrl }).waitForStatus("int_anything", { timeoutMs: 1000 }).then(
+					() => null,
+					(err: { type: string }) => err.type
+				);
+				return { error, ms: Date.now() - startedAt };
+			}, baseUrl);
+			expect(hanging.length).toBeGreaterThanOrEqual(1);
+			expect(result.error).toBe("TIMEOUT");
+			// Without the timeout's signal the probes waited up to 5 s each.
+			expect(result.ms).toBeLessThan(2500);
+		} finally {
+			await page.context().close();
+			for (const res of hanging) res.destroy();
+			dropping.closeAllConnections();
+			await close(dropping);
+		}
+	});
+
 	it("from an allowed origin, an error answer without CORS headers (a proxy's 502) is retried with the same body: not a CORS refusal", async () => {
 		const page = await openPage(allowedOrigin);
 		const fields = paymentFields();

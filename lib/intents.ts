@@ -229,7 +229,7 @@ export interface IntentEventData {
 }
 
 /** States whose record is not verified yet: what it says is the sender's claim, maybe a forgery's. */
-const UNVERIFIED: ReadonlySet<IntentState> = new Set(["RECEIVED", "NODE_VERIFYING"]);
+export const UNVERIFIED_STATES: ReadonlySet<IntentState> = new Set(["RECEIVED", "NODE_VERIFYING"]);
 
 /**
  * The outbox event of a write from `previous` (null: the record is new) to `next`; none when the
@@ -238,7 +238,7 @@ const UNVERIFIED: ReadonlySet<IntentState> = new Set(["RECEIVED", "NODE_VERIFYIN
  * webhooks and streams must never carry what nobody signed. An intent's first event is its verdict.
  */
 export function intentEvent(previous: IntentRecord | null, next: IntentRecord): OutboxEvent | undefined {
-	if ((previous && previous.state === next.state) || UNVERIFIED.has(next.state)) return undefined;
+	if ((previous && previous.state === next.state) || UNVERIFIED_STATES.has(next.state)) return undefined;
 	const data: IntentEventData = { previousState: previous?.state ?? null, state: next.state, view: toPublicView(next) };
 	return { subject: next.id, type: INTENT_EVENT_TYPE, at: next.updatedAt, data };
 }
@@ -296,8 +296,6 @@ export const TRANSITIONS: readonly Transition[] = [
 	{ from: "NODE_VERIFYING", to: "VERIFIED", by: "node", on: "verdict", rule: "the authorization verified and its nonce was free" },
 	{ from: "NODE_VERIFYING", to: "REJECTED", by: "node", on: "verdict", rule: "verification refused it (rejectionReason)" },
 	{ from: "NODE_VERIFYING", to: "RECEIVED", by: "node", on: "verifier-timeout", rule: "no verifier answered in time; a sweep retries" },
-	{ from: "RECEIVED", to: "REJECTED", by: "node", on: "expiry", rule: "expired before verification" },
-	{ from: "NODE_VERIFYING", to: "REJECTED", by: "node", on: "expiry", rule: "expired during verification" },
 	{ from: "VERIFIED", to: "REJECTED", by: "node", on: "expiry", rule: "expired before a lease" },
 	{ from: "CRANKER_LEASED", to: "REJECTED", by: "node", on: "expiry", rule: "expired before submission" },
 	{ from: "CRANKER_LEASED", to: "VERIFIED", by: "node", on: "lease-lapse", rule: "the lease expired without renewal" },
@@ -314,7 +312,12 @@ export const TRANSITIONS: readonly Transition[] = [
 /** States no move leaves: what an epoch close archives. */
 export const TERMINAL_STATES: readonly IntentState[] = INTENT_STATES.filter(state => !TRANSITIONS.some(t => t.from === state));
 
-/** States the node expires an intent from: nothing has been sent on chain yet. */
+/**
+ * States the node expires an intent from: verified, and nothing sent on chain yet. Never before its
+ * verdict: an unverified body may be anyone's forgery, and only a signer holds a paymentId (SPEC
+ * §1), so one that expired waiting is left to its verification, which refuses it EXPIRED when it is
+ * signed and removes it when it is not.
+ */
 export const EXPIRABLE_STATES: readonly IntentState[] = [...new Set(TRANSITIONS.filter(t => t.on === "expiry").map(t => t.from))];
 
 type MoveChanges = Partial<Pick<IntentRecord, "lease" | "submission" | "rejectionReason" | "rejectionDetail">> & { by?: string; reason?: string; onChainChecked?: boolean };

@@ -6,6 +6,7 @@ import {
 	INTENT_STATES,
 	PUBLIC_STATUS,
 	TERMINAL_STATES,
+	UNVERIFIED_STATES,
 	TRANSITIONS,
 	applyMove,
 	decideStatusUpdate,
@@ -446,9 +447,10 @@ describe("the state lists derive from the table", () => {
 		expect([...TERMINAL_STATES].sort()).toEqual(["CONFIRMED", "REJECTED"]);
 	});
 
-	it("expirable: the states the node expires from, never SUBMITTED (its transaction may still land)", () => {
-		expect([...EXPIRABLE_STATES].sort()).toEqual(["CRANKER_LEASED", "NODE_VERIFYING", "RECEIVED", "VERIFIED"]);
+	it("expirable: the states the node expires from, never SUBMITTED (its transaction may still land) nor before a verdict (it may be a forgery's)", () => {
+		expect([...EXPIRABLE_STATES].sort()).toEqual(["CRANKER_LEASED", "VERIFIED"]);
 		expect(EXPIRABLE_STATES).not.toContain("SUBMITTED");
+		for (const state of UNVERIFIED_STATES) expectRefusal(() => applyMove(record(state), "expiry", "REJECTED", NOW.toISOString()), "INVALID_TRANSITION", 409);
 	});
 
 	it("the node's own moves go through the table too: a move it does not list is INVALID_TRANSITION", () => {

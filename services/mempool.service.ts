@@ -24,6 +24,7 @@ import {
 	INTENT_STATES,
 	PUBLIC_STATUS,
 	TERMINAL_STATES,
+	UNVERIFIED_STATES,
 	applyMove,
 	decideStatusUpdate,
 	expire,
@@ -483,13 +484,21 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						return this.answerFor(record, true);
 					}
 					existing = await this.intents.findOne({ paymentId: request.paymentId });
-					// Not the paymentId: the nonce, which only a VERIFIED record holds.
-					if (!existing && record.nonceKey) record = decidedRecord(intake, { ...NONCE_REUSED, verifiedBy: verdict?.verifiedBy });
+					// Not the paymentId: the nonce, which only a VERIFIED record holds, if one still does
+					// (else the paymentId's holder went in between, and the same record is tried again).
+					if (!existing && record.nonceKey && (await this.intents.findOne({ nonceKey: record.nonceKey })))
+						record = decidedRecord(intake, { ...NONCE_REUSED, verifiedBy: verdict?.verifiedBy });
 				}
 				if (!existing) throw new ServiceError("INTERNAL_ERROR", "paymentId collision without a record");
-				if (existing.requestDigest !== requestDigest)
+				if (existing.requestDigest !== requestDigest) {
 					// No record id here: whoever guessed a paymentId must not learn another sender's intent.
-					throw new ServiceError("IDEMPOTENCY_CONFLICT", "paymentId was already used with a different request body", { paymentId: existing.paymentId });
+					const data = { paymentId: existing.paymentId };
+					// Only a signer holds a paymentId: a holder not verified yet (taken while no verifier
+					// answered) may be a forgery, which its verification removes. Not a conflict until then.
+					if (UNVERIFIED_STATES.has(existing.state))
+						throw new ServiceError("NOT_READY", "Another body under this paymentId is waiting for its verification; retry later", data);
+					throw new ServiceError("IDEMPOTENCY_CONFLICT", "paymentId was already used with a different request body", data);
+				}
 				// A retry of the call that recorded it answers as that call did: created (services/replay.ts).
 				return this.answerFor(existing, intakeCall !== null && existing.intakeCall === intakeCall);
 			},

@@ -147,6 +147,11 @@ describe("verification without a verifier", () => {
 			const acceptedForgery = await withoutVerifier.http("POST", "/intents", forged);
 			expect(acceptedForgery.status).toBe(202);
 			forgedId = acceptedForgery.body.id;
+			// The real sender is not told 409 (another signed body) while nothing holding its paymentId is verified: retry later.
+			const held = await withoutVerifier.http("POST", "/intents", genuine);
+			expect(held.status).toBe(503);
+			expect(held.body).toMatchObject({ type: "NOT_READY", data: { paymentId: genuine.paymentId } });
+			expect(Number(held.headers.get("retry-after"))).toBeGreaterThan(0);
 			const wake = await withoutVerifier.http("POST", "/internal/wake", undefined, worker);
 			expect(wake.body).toMatchObject({ code: 503, type: "VERIFIER_UNAVAILABLE" });
 		} finally {

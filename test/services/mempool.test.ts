@@ -110,6 +110,24 @@ describe("intake: one insert, in the verdict's state", () => {
 		expect(mempool.rows().find(row => row.paymentId === request.paymentId)).toBeUndefined();
 	});
 
+	test("a signed body that meets an unsigned holder of its paymentId as the sweep removes it is stored VERIFIED, not NONCE_REUSED: its nonce is free", async () => {
+		const sender = newWallet();
+		const real = signedIntent(sender, route);
+		const unsigned = { ...signedIntent(sender, route, { paymentId: real.paymentId, amount: "1" }), senderAuthorizationSignature: real.senderAuthorizationSignature };
+		await mempool.receive(unsigned);
+		const { id } = mempool.rows().find(row => row.paymentId === real.paymentId)!;
+		await mempool.broker.call("mempool.claimForVerification", { id, expectedVersion: 1 });
+		// In one commit group: the insert is refused by the holder, which is gone by the time it is looked up.
+		const [outcome, removed] = await Promise.all([
+			mempool.receive(real, VERIFIED),
+			mempool.broker.call("mempool.completeVerification", { id, expectedVersion: 2, verdict: { ok: false, reason: "INVALID_SIGNATURE", detail: "forged" } })
+		]);
+		expect(removed).toBeNull();
+		expect(outcome).toMatchObject({ created: true, view: { paymentId: real.paymentId, amount: real.amount, receiverStatus: "VERIFIED" } });
+		expect(outcome.rejection).toBeUndefined();
+		expect(mempool.rows().filter(row => row.paymentId === real.paymentId)).toMatchObject([{ state: "VERIFIED", nonceKey: `${sender.address}:${real.senderAuthorizationNonce}` }]);
+	});
+
 	test("an unsigned body found by the sweep is removed: its paymentId is free again", async () => {
 		const request = signedIntent(newWallet(), route);
 		await mempool.receive(request);

@@ -169,6 +169,34 @@ test("without a verifier: 202 RECEIVED, then the sweep verifies it once a verifi
 	}
 });
 
+test("a forgery taken without a verifier, expired, holds nobody's paymentId: not expired before its verdict, the real body told to retry (503), then the verification removes it", async () => {
+	const intake = await startIntake(false);
+	try {
+		const victim = newWallet();
+		const real = signedIntent(victim, route);
+		// The victim's paymentId and wallet, its canonical message, another key's signature, an expiry already past.
+		const expired = { senderAuthorizationIssuedAt: new Date(Date.now() - 120_000).toISOString(), senderAuthorizationExpiresAt: new Date(Date.now() - 60_000).toISOString() };
+		const forgery = signedIntent(victim, route, { paymentId: real.paymentId, amount: "1", ...expired }, { senderAuthorizationSignature: signedIntent(newWallet(), route).senderAuthorizationSignature });
+		const [taken] = await intake.submitMany([forgery]);
+		expect(taken).toMatchObject({ status: 202, view: { receiverStatus: "RECEIVED" } });
+		// The expiry sweep leaves it to its verification: REJECTED EXPIRED would keep it for good.
+		const mempool = intake.broker.getLocalService("mempool") as unknown as { expireDue(): Promise<number> };
+		expect(await mempool.expireDue()).toBe(0);
+		expect(await intake.broker.call("mempool.view", { id: viewOf(taken).id })).toMatchObject({ receiverStatus: "RECEIVED" });
+		// The real sender is not told another signed body exists: none is known to.
+		const [waiting] = await intake.submitMany([real]);
+		expect(waiting).toMatchObject({ refused: { type: "NOT_READY", data: { paymentId: real.paymentId } } });
+
+		intake.broker.createService(verifierService(intake.config));
+		await intake.broker.waitForServices("verifier");
+		expect(await intake.broker.call("receiver.wake")).toMatchObject({ ok: true, status: { picked: 1, verified: 0 } });
+		await expect(intake.broker.call("mempool.view", { id: viewOf(taken).id })).rejects.toMatchObject({ type: "NOT_FOUND" });
+		expect((await intake.submitMany([real]))[0]).toMatchObject({ status: 201, view: { paymentId: real.paymentId, senderWallet: victim.address, amount: real.amount, receiverStatus: "VERIFIED" } });
+	} finally {
+		await intake.broker.stop();
+	}
+});
+
 test("with several verifiers, a batch is split by the Shard strategy: each sender always meets the same verifier, and each verifier gets one call per batch", async () => {
 	const namespace = `shard-${process.pid}-${Date.now()}`;
 	const seen = new Map<string, Set<string>>();

@@ -218,6 +218,14 @@ async function guarded<R>(client: MongoClient, operation: () => Promise<R>): Pro
 	}
 }
 
+/** An event number the counter handed out is already in the log: the counter is behind it (see alignCounter). */
+class EventCounterBehindError extends Error {
+	constructor(collection: string, seq: number) {
+		super(`The ${collection} event log already holds number ${seq}: its counter is behind the log`);
+		this.name = "EventCounterBehindError";
+	}
+}
+
 /** The name of the plain index on `key` (an index group followed by id), as created and as hinted. */
 const indexName = (key: readonly string[]) => `i_${key.join("_")}`;
 
@@ -297,11 +305,31 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		this.sequences = db.collection<{ _id: string; seq: number }>("__sequences");
 	}
 
-	/** The event log's indexes: per subject in order, and by time for pruning. */
+	/** The event log's index (per subject in order), and its counter past its newest event. */
 	async prepareOutbox(): Promise<void> {
 		if (!this.spec.outbox) return;
 		await guarded(this.client, () =>
 			this.eventLog.createIndexes([{ name: "subject_seq", key: { subject: 1, _id: 1 } }])
+		);
+		await this.alignCounter();
+	}
+
+	/**
+	 * Raises the event counter to the log's newest number if it is behind: a backup taken while
+	 * owners wrote (mongodump without --oplog copies one collection after another) restores a
+	 * counter older than the log, and each number it hands out is then taken. $max never lowers it,
+	 * so replicas running this at once, or beside writers, agree.
+	 */
+	private async alignCounter(): Promise<void> {
+		const [newest] = await guarded(this.client, () => this.eventLog.find({}, { projection: { _id: 1 } }).sort({ _id: -1 }).limit(1).toArray());
+		if (!newest) return;
+		const raise = () => this.sequences.updateOne({ _id: this.spec.name }, { $max: { seq: newest._id } }, { upsert: true });
+		await guarded(this.client, () =>
+			// Two replicas creating the counter at once: one insert wins, the other raises what it made.
+			raise().catch(err => {
+				if (err instanceof MongoServerError && err.code === DUPLICATE_KEY) return raise();
+				throw err;
+			})
 		);
 	}
 
@@ -317,9 +345,21 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	 * Runs a write that changes the tally in one transaction with the tally's update and its outbox
 	 * event. The replica set (required, see DURABLE_OPTIONS) makes it atomic; withTransaction
 	 * retries a transient conflict. `write` answers the document replaced (or null) and the one
-	 * written (or null: nothing written, and no event).
+	 * written (or null: nothing written, and no event). An event number found taken (a counter
+	 * restored behind its log) aborts it all; the counter is raised and the write runs once more.
 	 */
 	private async withTally<R>(write: (session: ClientSession) => Promise<{ result: R; before: T | null; after: T | null }>, event?: OutboxEvent): Promise<R> {
+		try {
+			return await this.inTallyTransaction(write, event);
+		} catch (err) {
+			if (!(err instanceof EventCounterBehindError)) throw err;
+			// Nothing was written: the counter is set past the log, and the write runs again, once.
+			await this.alignCounter();
+			return this.inTallyTransaction(write, event);
+		}
+	}
+
+	private inTallyTransaction<R>(write: (session: ClientSession) => Promise<{ result: R; before: T | null; after: T | null }>, event?: OutboxEvent): Promise<R> {
 		return guarded(this.client, () =>
 			inTransaction(this.client, async session => {
 					const { result, before, after } = await write(session);
@@ -327,7 +367,13 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 					// commits before the next can take one, so numbers become visible in order.
 					if (event && after !== null) {
 						const counter = await this.sequences.findOneAndUpdate({ _id: this.spec.name }, { $inc: { seq: 1 } }, { session, upsert: true, returnDocument: "after" });
-						await this.eventLog.insertOne({ _id: counter!.seq, subject: event.subject, type: event.type, at: event.at, data: event.data }, { session });
+						try {
+							await this.eventLog.insertOne({ _id: counter!.seq, subject: event.subject, type: event.type, at: event.at, data: event.data }, { session });
+						} catch (err) {
+							// Not the document's key taken (which insert and update answer as such): the counter is behind the log.
+							if (err instanceof MongoServerError && err.code === DUPLICATE_KEY) throw new EventCounterBehindError(this.spec.name, counter!.seq);
+							throw err;
+						}
 					}
 					const change = tallyChange(this.spec, before, after);
 					if (change.size) {

@@ -117,6 +117,8 @@ const PROBE_TIMEOUT_MS = 5000;
  * service starting or draining (503). Like a network error, the intent may or may not exist.
  */
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
+/** The longest submit() waits between two attempts for a retry-after. */
+const MAX_SUBMIT_WAIT_MS = 5000;
 const TERMINAL = new Set(["executed", "canceled"]);
 const utf8 = new TextEncoder();
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
@@ -222,8 +224,10 @@ export class SettlementClient {
 			try {
 				return await this.request<PublicMempoolIntent>("POST", "/intents", intent);
 			} catch (err) {
-				if (!isRetryable(err as SettlementError) || attempt >= this.submitAttempts) throw err;
-				await sleep(100 * 2 ** (attempt - 1));
+				const failure = err as SettlementError;
+				if (!isRetryable(failure) || attempt >= this.submitAttempts) throw failure;
+				// A 503 says when to come back (NOT_READY: another body under this paymentId is not verified yet).
+				await sleep(Math.max(100 * 2 ** (attempt - 1), Math.min(failure.retryAfterMs ?? 0, MAX_SUBMIT_WAIT_MS)));
 			}
 		}
 	}
@@ -394,11 +398,22 @@ export class SettlementClient {
 		if (pageOrigin !== null) {
 			// Bounded: a probe that hangs is an unreachable service, not a reason to hang submit(); and
 			// it ends with the request's own signal (waitForStatus's timeout).
-			const probe = (mode: "cors" | "no-cors") =>
-				this.fetch(`${this.baseUrl}/health/live`, { mode, signal: eitherSignal(AbortSignal.timeout(PROBE_TIMEOUT_MS), signal) }).then(
-					() => true,
-					() => false
-				);
+			const probe = async (mode: "cors" | "no-cors") => {
+				if (signal?.aborted) return false;
+				const ended = new AbortController();
+				const end = () => ended.abort();
+				const timer = setTimeout(end, PROBE_TIMEOUT_MS);
+				signal?.addEventListener("abort", end);
+				try {
+					await this.fetch(`${this.baseUrl}/health/live`, { mode, signal: ended.signal });
+					return true;
+				} catch {
+					return false;
+				} finally {
+					clearTimeout(timer);
+					signal?.removeEventListener("abort", end); // a long wait's signal collects no listeners
+				}
+			};
 			if (await probe("cors"))
 				return new SettlementError(
 					`request to ${path} failed: ${err.message} (the service at ${this.baseUrl} answers this page's origin, so not a CORS refusal: the connection or a proxy failed)`,
@@ -425,17 +440,6 @@ function crossOriginPage(baseUrl: string): string | null {
 	if (document === undefined || typeof location?.origin !== "string") return null;
 	const target = new URL(baseUrl, location.href).origin;
 	return target === location.origin ? null : location.origin;
-}
-
-/** A signal that aborts with the first of the two (AbortSignal.any, which older browsers lack). */
-function eitherSignal(first: AbortSignal, second: AbortSignal | undefined): AbortSignal {
-	if (!second) return first;
-	const either = new AbortController();
-	for (const signal of [first, second]) {
-		if (signal.aborted) either.abort();
-		else signal.addEventListener("abort", () => either.abort(), { once: true });
-	}
-	return either.signal;
 }
 
 /** A `retry-after` header's wait in ms (delay-seconds or an HTTP date); undefined without one, or unreadable. */

@@ -121,6 +121,25 @@ describe("SettlementClient", () => {
 		expect(refusals).toHaveLength(1);
 	});
 
+	it("waits for a 503's retry-after before the next attempt (NOT_READY: another body under the paymentId is not verified yet), at most 5 s", async () => {
+		const attempts: number[] = [];
+		let retryAfter = "1";
+		const notReadyOnce: typeof fetch = async (input, init) => {
+			attempts.push(Date.now());
+			if (attempts.length % 2 === 1) return new Response(JSON.stringify({ name: "ServiceError", type: "NOT_READY", code: 503, message: "Another body under this paymentId is waiting for its verification; retry later" }), { status: 503, headers: { "retry-after": retryAfter } });
+			return fetch(input, init);
+		};
+		const patient = new SettlementClient({ baseUrl: node.url, fetch: notReadyOnce, submitAttempts: 2 });
+		const intent = await patient.signPayment(LocalKeypairSigner.generate(), payment(await client.resolveTin(route.tin)));
+		expect(await patient.submit(intent)).toMatchObject({ paymentId: intent.paymentId, receiverStatus: "VERIFIED" });
+		expect(attempts[1] - attempts[0]).toBeGreaterThanOrEqual(990);
+		// A retry-after past the cap waits the cap, not an hour.
+		retryAfter = "3600";
+		const startedAt = Date.now();
+		expect(await patient.submit(await patient.signPayment(LocalKeypairSigner.generate(), payment(await client.resolveTin(route.tin))))).toMatchObject({ receiverStatus: "VERIFIED" });
+		expect(Date.now() - startedAt).toBeLessThan(7000);
+	}, 15_000);
+
 	it("throws the service's error type for a refused intent", async () => {
 		const signer = LocalKeypairSigner.generate();
 		const intent = await client.signPayment(signer, payment({ ...(await client.resolveTin(route.tin)), routeVersion: 7 }));

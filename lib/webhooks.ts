@@ -572,9 +572,9 @@ export async function resolveTarget(url: URL, allowPrivate: boolean, lookup: Loo
 	} catch (err) {
 		// Not the host's fault: this process is busy looking up others.
 		if (err instanceof LookupBusyError) return { problem: `The host ${host} was not looked up: ${err.message}.`, busy: true };
-		const code = (err as { code?: string }).code;
-		if (!allowPrivate && (code === "ENOTFOUND" || code === "ENODATA")) return notPublic;
-		return { problem: `The host ${host} does not resolve (${code ?? "lookup failed"}).` };
+		// Whatever failed (no such name, a zone that does not answer): told apart, the codes would map internal zones too.
+		if (!allowPrivate) return notPublic;
+		return { problem: `The host ${host} does not resolve (${(err as { code?: string }).code ?? "lookup failed"}).` };
 	}
 	if (!addresses.length) return allowPrivate ? { problem: `The host ${host} does not resolve.` } : notPublic;
 	if (!allowPrivate && addresses.some(({ address: ip }) => !isPublicAddress(ip))) return notPublic;

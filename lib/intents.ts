@@ -548,6 +548,15 @@ export function leaseForPayout(record: IntentRecord, crankerPubkey: string, nowM
 	return lease;
 }
 
+/**
+ * A record an earlier version's expiry sweep moved to REJECTED before any verdict (RECEIVED or
+ * NODE_VERIFYING expired): what it holds may be a forgery's, which no verification will now remove.
+ */
+export function expiredUnverified(record: IntentRecord): boolean {
+	const [before, last] = record.history.slice(-2);
+	return record.state === "REJECTED" && record.verdict === undefined && last?.reason === "EXPIRED" && !last.by && before !== undefined && UNVERIFIED_STATES.has(before.state);
+}
+
 /** True when verification refused the intent (as opposed to a later expiry or a Cranker's refusal). */
 export function rejectedAtVerification(record: IntentRecord): boolean {
 	return record.state === "REJECTED" && record.history[record.history.length - 2]?.state === "NODE_VERIFYING";

@@ -57,6 +57,18 @@ export function verifyPaymentAuthorization(request: CreateIntentRequest, context
 }
 
 /**
+ * Whether a body is its sender's, as a body that holds a paymentId must be: the checks whose
+ * refusal leaves no record (UNRECORDED_REJECTIONS), the time window's shape taken at `nowMs`. Not
+ * whether it is still valid (expiry, route, nonce).
+ */
+export function isSignedBody(request: CreateIntentRequest, nowMs: number): boolean {
+	const binding = messageBinding(request);
+	if (!binding.ok || !verifySignature(request.senderWallet, binding.message, request.senderAuthorizationSignature)) return false;
+	const window = checkValidityWindow(request.senderAuthorizationIssuedAt, request.senderAuthorizationExpiresAt, nowMs);
+	return window.ok || window.reason !== "INVALID_MESSAGE";
+}
+
+/**
  * The same checks in the same order, as the verifier runs them: the signature equation solved by
  * `verify` (a VerifyPool, off this thread), the message hashed by `hash` (node:crypto's on the
  * server), and the request's transactionCommitment answered with the verdict, so that nothing

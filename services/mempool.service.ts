@@ -28,6 +28,7 @@ import {
 	applyMove,
 	decideStatusUpdate,
 	expire,
+	expiredUnverified,
 	intentEvent,
 	isExpired,
 	leaseForPayout,
@@ -54,7 +55,7 @@ import { LIST_LIMIT_MAX, WORK_PAGE, address, limit, updateStatusParams } from ".
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, type Collection, type CollectionSpec, type Where } from "../lib/store";
-import { UNRECORDED_REJECTIONS } from "../lib/verification";
+import { UNRECORDED_REJECTIONS, isSignedBody } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeFailure, storeMixin } from "../mixins/store.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
@@ -94,6 +95,12 @@ export const INTENTS_COLLECTION = {
 	// the commit's time, and may equal the previous write's when a renewal follows within a millisecond).
 	viewStamp: ["stateVersion", "updatedAt", "leaseExpiresAt"]
 } satisfies CollectionSpec<IntentRecord>;
+
+/** A one-time migration done: its name, and when. */
+interface MigrationDoc {
+	id: string;
+	at: string;
+}
 
 /** Before nonces were a field of the intent: `<senderWallet>:<nonce>` → the intent holding it. Read once, to migrate. */
 interface LegacyNonceDoc {
@@ -150,6 +157,8 @@ interface MempoolSettings {
 interface MempoolVars {
 	intents: Collection<IntentRecord>;
 	legacyNonces: Collection<LegacyNonceDoc>;
+	/** The one-time migrations done (removeUnsignedExpired). */
+	migrations: Collection<MigrationDoc>;
 	slots: SlotObserver;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL no move out of SUBMITTED can be proven. */
 	chain: ChainReader | null;
@@ -172,6 +181,7 @@ interface MempoolMethods {
 	releaseLapsedLeases(): Promise<number>;
 	observeChain(record: IntentRecord, check: PendingChainCheck): Promise<ChainObservation | null>;
 	migrateLegacyNonces(): Promise<number>;
+	removeUnsignedExpired(): Promise<number>;
 }
 
 /** The lease event a Cranker's move is, if any (a lapse is the sweep's: `expired`). */
@@ -200,6 +210,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				this.legacyNonces = await store.collection<LegacyNonceDoc>({ name: "consumed_nonces", fields: { intentId: "text" } });
 				const migrated = await this.migrateLegacyNonces();
 				if (migrated) this.logger.info(`Moved ${migrated} consumed nonces onto their intents.`);
+				this.migrations = await store.collection<MigrationDoc>({ name: "mempool_migrations", fields: {} });
+				const removed = await this.removeUnsignedExpired();
+				if (removed) this.logger.warn(`Removed ${removed} unsigned intent(s) an earlier version expired before their verification: their paymentIds are free again.`);
 			})
 		],
 
@@ -622,6 +635,30 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					}
 				}
 				return moved;
+			},
+
+			/**
+			 * Once: earlier versions expired bodies taken without a verifier (the 202) before any
+			 * verdict, and a forgery among them held its paymentId for good. Each such record whose
+			 * body is not its sender's (lib/verification.ts isSignedBody) is removed, freeing the
+			 * paymentId; a signed one stays REJECTED EXPIRED, as its verification would have left it.
+			 */
+			async removeUnsignedExpired(this: MempoolThis) {
+				const name = "remove-unsigned-expired";
+				if (await this.migrations.get(name)) return 0;
+				let removed = 0;
+				// By (state, expiresAt): every REJECTED record, archived or not, once, in pages.
+				for (let after: { value: string; id: string } | undefined; ; ) {
+					const page = await this.intents.list({ where: { state: "REJECTED" }, orderBy: ["expiresAt", "asc"], limit: SWEEP_BATCH, ...(after ? { after } : {}) });
+					for (const record of page)
+						if (expiredUnverified(record) && !isSignedBody(record.request, Date.parse(record.createdAt)) && (await this.intents.remove(record.id, { state: "REJECTED", stateVersion: record.stateVersion })))
+							removed++;
+					if (page.length < SWEEP_BATCH) break;
+					const last = page[page.length - 1];
+					after = { value: last.expiresAt, id: last.id };
+				}
+				await this.migrations.insert({ id: name, at: new Date().toISOString() });
+				return removed;
 			}
 		} satisfies MempoolMethods & ThisType<MempoolThis>,
 

@@ -138,6 +138,44 @@ describe("intake: one insert, in the verdict's state", () => {
 	});
 });
 
+test("once, at start: an unsigned body an earlier version expired before its verdict is removed (its paymentId free again), a signed one stays REJECTED EXPIRED", async () => {
+	const dataDir = tempDir();
+	const victim = newWallet();
+	const real = signedIntent(victim, route);
+	const forged = signedIntent(victim, route, { paymentId: real.paymentId, amount: "1" }, { senderAuthorizationSignature: signedIntent(newWallet(), route).senderAuthorizationSignature });
+	const genuine = signedIntent(newWallet(), route);
+	// A store as the earlier version left it: both taken without a verifier, then moved RECEIVED → REJECTED by its expiry sweep.
+	{
+		const { broker, rows } = await startMempool(dataDir);
+		for (const request of [forged, genuine]) await broker.call("mempool.receive", { request, epoch: 1, requestDigest: requestDigest(request) });
+		await broker.stop();
+		const store = await openStore({ kind: "sqlite", dataDir, mongoUrl: null, owner: "mempool" });
+		const intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
+		const at = new Date().toISOString();
+		for (const record of rows())
+			await intents.update(record.id, { state: "RECEIVED", stateVersion: 1 }, {
+				...record,
+				state: "REJECTED",
+				stateVersion: 2,
+				updatedAt: at,
+				rejectionReason: "EXPIRED",
+				rejectionDetail: "the authorization expired before submission",
+				history: [...record.history, { state: "REJECTED", at, reason: "EXPIRED" }]
+			});
+		// That version did not know the migration (this one marked it done on the fresh store above).
+		await (await store.collection<{ id: string }>({ name: "mempool_migrations", fields: {} })).remove("remove-unsigned-expired");
+		await store.close();
+	}
+	const mempool = await startMempool(dataDir);
+	try {
+		expect(mempool.rows().map(row => [row.paymentId, row.state, row.rejectionReason])).toStrictEqual([[genuine.paymentId, "REJECTED", "EXPIRED"]]);
+		// The real sender's body takes its paymentId.
+		expect((await mempool.receive(real, VERIFIED)).view).toMatchObject({ paymentId: real.paymentId, amount: real.amount, receiverStatus: "VERIFIED" });
+	} finally {
+		await mempool.broker.stop();
+	}
+});
+
 test("nonces consumed before they were a field of the intent move onto their holders at start", async () => {
 	const dataDir = tempDir();
 	const sender = newWallet();

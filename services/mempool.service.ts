@@ -221,7 +221,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * Internal, from the receiver: stores a submission, in its verdict's state when a verifier
 			 * answered, else RECEIVED (a sweep verifies it); or answers the record of an identical
 			 * earlier submission (idempotency on paymentId). A different body under the same paymentId
-			 * is 409.
+			 * is 409, or 503 while the body holding it is not verified yet.
 			 */
 			receive: internal({
 				params: { ...intakeParams, epoch: { type: "number", integer: true, min: 1 } },

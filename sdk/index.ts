@@ -301,10 +301,8 @@ export class SettlementClient {
 		for (let streamed = false, failed = 0; ; await pause(parser.retry ?? 1000, signal)) {
 			if (signal.aborted) return null;
 			// This connection ends with the wait, or when it goes silent (dropped without a close).
-			const connection = new AbortController();
-			const ended = () => connection.abort();
-			signal.addEventListener("abort", ended);
-			const silence = new SilenceWatch(this.streamSilenceMs, ended);
+			const connection = abortsWith(signal);
+			const silence = new SilenceWatch(this.streamSilenceMs, connection.abort);
 			try {
 				let response: Response;
 				try {
@@ -337,7 +335,7 @@ export class SettlementClient {
 				}
 			} finally {
 				silence.stop();
-				signal.removeEventListener("abort", ended);
+				connection.release();
 				connection.abort(); // whatever ended this connection, nothing of it stays open
 			}
 		}
@@ -399,19 +397,17 @@ export class SettlementClient {
 			// Bounded: a probe that hangs is an unreachable service, not a reason to hang submit(); and
 			// it ends with the request's own signal (waitForStatus's timeout).
 			const probe = async (mode: "cors" | "no-cors") => {
-				if (signal?.aborted) return false;
-				const ended = new AbortController();
-				const end = () => ended.abort();
-				const timer = setTimeout(end, PROBE_TIMEOUT_MS);
-				signal?.addEventListener("abort", end);
+				if (signal?.aborted) return false; // no request at all for a wait already over
+				const probing = abortsWith(signal);
+				const timer = setTimeout(probing.abort, PROBE_TIMEOUT_MS);
 				try {
-					await this.fetch(`${this.baseUrl}/health/live`, { mode, signal: ended.signal });
+					await this.fetch(`${this.baseUrl}/health/live`, { mode, signal: probing.signal });
 					return true;
 				} catch {
 					return false;
 				} finally {
 					clearTimeout(timer);
-					signal?.removeEventListener("abort", end); // a long wait's signal collects no listeners
+					probing.release();
 				}
 			};
 			if (await probe("cors"))
@@ -440,6 +436,18 @@ function crossOriginPage(baseUrl: string): string | null {
 	if (document === undefined || typeof location?.origin !== "string") return null;
 	const target = new URL(baseUrl, location.href).origin;
 	return target === location.origin ? null : location.origin;
+}
+
+/**
+ * A signal of its own that also aborts with `parent` (at once if it has). `release` detaches it, so
+ * that a long-lived parent (a wait's) collects no listener per connection or probe.
+ */
+function abortsWith(parent: AbortSignal | undefined): { signal: AbortSignal; abort(): void; release(): void } {
+	const controller = new AbortController();
+	const abort = () => controller.abort();
+	if (parent?.aborted) abort();
+	else parent?.addEventListener("abort", abort);
+	return { signal: controller.signal, abort, release: () => parent?.removeEventListener("abort", abort) };
 }
 
 /** A `retry-after` header's wait in ms (delay-seconds or an HTTP date); undefined without one, or unreadable. */

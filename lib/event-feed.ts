@@ -6,10 +6,13 @@
  * the shared position, then joins it: no gap and no duplicate, whichever replica it reconnects to,
  * since every replica reads the same log. Pure: reading is injected.
  */
-import type { StoredEvent } from "./store/port";
+import type { EventPage, StoredEvent } from "./store/port";
 
-/** Reads a log: committed events after `after` (of one record with `subject`), oldest first. */
-export type LogReader = (query: { after: number; subject?: string; limit: number }) => Promise<StoredEvent[]>;
+/** How long a subscriber whose read brought it no further waits before reading again. */
+const BEHIND_RETRY_MS = 50;
+
+/** Reads a log: committed events after `after` (of one record with `subject`), oldest first, and how far it saw. */
+export type LogReader = (query: { after: number; subject?: string; limit: number }) => Promise<EventPage>;
 
 /** A subscriber of one stream; `deliver` gets each event once, in order. */
 export interface FeedSubscriber {
@@ -81,7 +84,7 @@ export class StreamFeed {
 		do {
 			this.readAgain = false;
 			for (;;) {
-				const events = await this.read({ after: this.position!, limit: this.pageSize });
+				const { events } = await this.read({ after: this.position!, limit: this.pageSize });
 				for (const event of events) {
 					this.position = event.seq;
 					this.onLive(event);
@@ -106,17 +109,18 @@ export class StreamFeed {
 	 * everything up to the reader's position (checked and joined in one synchronous step).
 	 */
 	async subscribe(subscriber: FeedSubscriber): Promise<void> {
+		await this.head();
 		for (;;) {
-			const shared = await this.head();
-			const events = await this.read({ after: subscriber.position, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
+			const from = subscriber.position;
+			const { events, through } = await this.read({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
 			for (const event of events) {
 				subscriber.position = event.seq;
 				if (!subscriber.deliver(event)) return;
 			}
 			await subscriber.drained();
-			if (events.length === this.pageSize) continue;
-			// The read began after `shared` was known: it saw every event of the subject up to there.
-			subscriber.position = Math.max(subscriber.position, shared);
+			// Every event of the subject up to `through` was in the read: none is skipped. (Not the head
+			// read before it: a read answered by a member behind it could miss some, a failover say.)
+			subscriber.position = Math.max(subscriber.position, through);
 			if (subscriber.position >= this.position!) {
 				if (subscriber.subject === undefined) this.everyone.add(subscriber);
 				else {
@@ -126,6 +130,8 @@ export class StreamFeed {
 				}
 				return;
 			}
+			// Read from a member behind the shared position (a failover under way): wait before asking again.
+			if (subscriber.position === from) await new Promise(resolve => setTimeout(resolve, BEHIND_RETRY_MS));
 		}
 	}
 

@@ -4,7 +4,7 @@
  * and the `events.appended` notice, so that readers learn of new events without polling for them.
  */
 import type { Context, Service, ServiceBroker, ServiceSchema } from "moleculer";
-import type { Collection, Doc, StoredEvent } from "../lib/store";
+import type { Collection, Doc, EventPage, StoredEvent } from "../lib/store";
 import { eventMetrics, sweepMetrics } from "../services/metrics";
 import { internal } from "../services/internal";
 import { sweeperMixin } from "./sweeper.mixin";
@@ -66,14 +66,14 @@ export function outboxMixin<S>(stream: EventStream, retentionMs: number, sweepIn
 			})
 		],
 		actions: {
-			/** Internal: committed events after `after`, oldest first; of one record with `subject`. */
+			/** Internal: committed events after `after`, oldest first, of one record with `subject`; and how far the read saw. */
 			events: internal({
 				params: {
 					after: { type: "number", integer: true, min: 0 },
 					subject: { type: "string", max: 80, optional: true },
 					limit: { type: "number", integer: true, min: 1, max: EVENT_PAGE }
 				},
-				handler(this: Service, ctx: Context<{ after: number; subject?: string; limit: number }>): Promise<StoredEvent[]> {
+				handler(this: Service, ctx: Context<{ after: number; subject?: string; limit: number }>): Promise<EventPage> {
 					return log(this as unknown as S).events(ctx.params);
 				}
 			}),

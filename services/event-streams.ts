@@ -14,7 +14,7 @@ import { ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
 import { FailureStreak } from "../lib/failure-streak";
 import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, type PublicMempoolIntent } from "../lib/intents";
-import type { StoredEvent } from "../lib/store";
+import type { EventPage, StoredEvent } from "../lib/store";
 import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-operations";
 import { EVENT_PAGE, type EventStream } from "../mixins/outbox.mixin";
 import { callServed } from "./internal";
@@ -277,7 +277,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			return [
 				stream,
 				new StreamFeed(
-					query => callServed<StoredEvent[]>(broker, `${OWNERS[stream]}.events`, query),
+					query => callServed<EventPage>(broker, `${OWNERS[stream]}.events`, query),
 					() => ownerHead(stream),
 					EVENT_PAGE,
 					err => {

@@ -6,7 +6,7 @@ import { SqliteStore } from "./sqlite";
 
 export { mongoDatabaseName, mongoUrlWeakenings } from "./mongo-url";
 export { StoreUnavailableError, UniqueConflictError } from "./port";
-export type { Collection, CollectionSpec, Condition, Doc, EventQuery, FieldValue, ListQuery, OutboxEvent, Store, StoredEvent, Tally, ViewRow, ViewSpec, Where } from "./port";
+export type { Collection, CollectionSpec, Condition, Doc, EventPage, EventQuery, FieldValue, ListQuery, OutboxEvent, Store, StoredEvent, Tally, ViewRow, ViewSpec, Where } from "./port";
 
 export interface StoreOptions {
 	kind: "sqlite" | "mongodb";

@@ -46,6 +46,7 @@ import {
 	type CollectionSpec,
 	type Condition,
 	type Doc,
+	type EventPage,
 	type EventQuery,
 	type FieldValue,
 	type ListQuery,
@@ -582,14 +583,24 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		return Object.fromEntries(groups.map(g => [String(typeof g._id === "boolean" ? Number(g._id) : g._id), g.n]));
 	}
 
-	async events(query: EventQuery): Promise<StoredEvent[]> {
+	async events(query: EventQuery): Promise<EventPage> {
 		assertOutbox(this.spec, "read");
 		const limit = Math.max(0, Math.floor(query.limit));
-		if (limit === 0) return [];
+		if (limit === 0) return { events: [], through: query.after };
 		const filter = { _id: { $gt: query.after }, ...(query.subject !== undefined ? { subject: query.subject } : {}) };
-		// One record's events by its index, as the lists are hinted: the planner might walk _id instead.
-		const found = await guarded(this.client, () => this.eventLog.find(filter).sort({ _id: 1 }).hint(query.subject !== undefined ? "subject_seq" : { _id: 1 }).limit(limit).toArray());
-		return found.map(fromEventDoc);
+		// The log's head, then the events, in one causally consistent session: the second read waits
+		// for a snapshot at least as new as the first, on whichever member answers it (a failover
+		// between them included), so no event up to the head is missing from the page.
+		const { head, found } = await guarded(this.client, () =>
+			this.client.withSession({ causalConsistency: true }, async session => {
+				const [newest] = await this.eventLog.find({}, { session, projection: { _id: 1 } }).sort({ _id: -1 }).limit(1).toArray();
+				// One record's events by its index, as the lists are hinted: the planner might walk _id instead.
+				const found = await this.eventLog.find(filter, { session }).sort({ _id: 1 }).hint(query.subject !== undefined ? "subject_seq" : { _id: 1 }).limit(limit).toArray();
+				return { head: newest?._id ?? 0, found };
+			})
+		);
+		const events = found.map(fromEventDoc);
+		return { events, through: events.length === limit ? events[limit - 1].seq : Math.max(head, query.after, events.at(-1)?.seq ?? 0) };
 	}
 
 	async latestEvent(subject?: string): Promise<StoredEvent | null> {

@@ -146,6 +146,17 @@ export interface EventQuery {
 	limit: number;
 }
 
+export interface EventPage {
+	events: StoredEvent[];
+	/**
+	 * Every event of the query numbered up to `through` is in `events` (or at or before `after`): the
+	 * last event's number when the page is full, else where the log ended in the snapshot read. A
+	 * reader of one subject may skip to it; a separately read head may be newer than this read saw
+	 * (a MongoDB failover), so skipping to that could pass events.
+	 */
+	through: number;
+}
+
 export interface ListQuery {
 	where?: Where;
 	orderBy?: readonly [field: string, direction: "asc" | "desc"];
@@ -200,8 +211,8 @@ export interface Collection<T extends Doc> {
 	countBy(field: string, where?: Where): Promise<Record<string, number>>;
 	/** The collection's tally (CollectionSpec.tally): nonzero sums only. */
 	tally(): Promise<Record<string, bigint>>;
-	/** Committed events after `query.after`, oldest first (outbox collections). */
-	events(query: EventQuery): Promise<StoredEvent[]>;
+	/** Committed events after `query.after`, oldest first (outbox collections), and how far the read saw. */
+	events(query: EventQuery): Promise<EventPage>;
 	/** The newest committed event of `subject`, or of the collection; null when there is none. */
 	latestEvent(subject?: string): Promise<StoredEvent | null>;
 	/**

@@ -13,7 +13,7 @@ import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
 import { BatchWindow } from "../batcher";
-import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Tally, type ViewRow, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventPage, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Tally, type ViewRow, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -632,12 +632,14 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		return Object.fromEntries(rows.map(r => [String(r.k), r.n]));
 	}
 
-	async events(query: EventQuery): Promise<StoredEvent[]> {
+	async events(query: EventQuery): Promise<EventPage> {
 		assertOutbox(this.spec, "read");
 		const bySubject = query.subject !== undefined;
 		const stmt = this.statement(`SELECT seq, subject, type, at, data FROM ${this.eventsTable} WHERE ${bySubject ? "subject = ? AND " : ""}seq > ? AND seq <= ? ORDER BY seq LIMIT ?`);
-		const args = [...(bySubject ? [query.subject] : []), query.after, this.committedSeq, Math.max(0, Math.floor(query.limit))];
-		return guarded(this.db, () => (stmt.all(...args) as EventRow[]).map(storedEvent));
+		const limit = Math.max(0, Math.floor(query.limit));
+		const head = this.committedSeq;
+		const events = guarded(this.db, () => (stmt.all(...(bySubject ? [query.subject] : []), query.after, head, limit) as EventRow[]).map(storedEvent));
+		return { events, through: events.length === limit ? (events.at(-1)?.seq ?? query.after) : Math.max(head, query.after) };
 	}
 
 	async latestEvent(subject?: string): Promise<StoredEvent | null> {

@@ -278,12 +278,16 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				expect(await items.insert({ id: "a", status: "open", version: 1 }, event("a", "again"))).toBe(false);
 				expect(await items.update("a", { version: 1 }, { id: "a", status: "done", version: 2 }, event("a", "done"))).toBe(true);
 				expect(await items.update("a", { version: 1 }, { id: "a", status: "lost", version: 2 }, event("a", "lost"))).toBe(false);
-				const all = await items.events({ after: 0, limit: 10 });
+				const { events: all } = await items.events({ after: 0, limit: 10 });
 				expect(all.map(e => [e.subject, e.data.state])).toStrictEqual([["a", "open"], ["b", "open"], ["a", "done"]]);
 				expect(all.map(e => e.seq)).toStrictEqual([...all.map(e => e.seq)].sort((x, y) => x - y));
 				expect(new Set(all.map(e => e.seq)).size).toBe(3);
-				expect((await items.events({ after: all[0].seq, limit: 1 })).map(e => e.seq)).toStrictEqual([all[1].seq]);
-				expect((await items.events({ after: 0, subject: "a", limit: 10 })).map(e => e.data.state)).toStrictEqual(["open", "done"]);
+				expect((await items.events({ after: all[0].seq, limit: 1 })).events.map(e => e.seq)).toStrictEqual([all[1].seq]);
+				expect((await items.events({ after: 0, subject: "a", limit: 10 })).events.map(e => e.data.state)).toStrictEqual(["open", "done"]);
+				// How far a read saw: the log's end, also past the subject's last event; the last event of a full page.
+				expect((await items.events({ after: 0, subject: "b", limit: 10 })).through).toBe(all[2].seq);
+				expect((await items.events({ after: 0, subject: "a", limit: 1 })).through).toBe(all[0].seq);
+				expect(await items.events({ after: all[2].seq, limit: 10 })).toStrictEqual({ events: [], through: all[2].seq });
 				expect((await items.latestEvent("a"))?.data).toStrictEqual({ state: "done" });
 				expect((await items.latestEvent("b"))?.seq).toBe(all[1].seq);
 				expect((await items.latestEvent())?.seq).toBe(all[2].seq);
@@ -295,7 +299,7 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				await items.insert({ id: "a", paymentId: "p1", version: 1 }, event("a", "one"));
 				await items.insert({ id: "b", paymentId: "p2", version: 1 }, event("b", "one"));
 				await expect(items.update("b", { version: 1 }, { id: "b", paymentId: "p1", version: 2 }, event("b", "two"))).rejects.toThrow(UniqueConflictError);
-				expect((await items.events({ after: 0, limit: 10 })).map(e => e.subject)).toStrictEqual(["a", "b"]);
+				expect((await items.events({ after: 0, limit: 10 })).events.map(e => e.subject)).toStrictEqual(["a", "b"]);
 				const plain = await fresh();
 				await expect(plain.insert({ id: "a" }, event("a", "one"))).rejects.toThrow(/event log/);
 				expect(await plain.get("a")).toBeNull();
@@ -306,7 +310,7 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				await items.insert({ id: "a", status: "open", version: 1 }, event("a", "open"));
 				const wins = await Promise.all(Array.from({ length: 6 }, (_, i) => items.update("a", { version: 1 }, { id: "a", status: `s${i}`, version: 2 }, event("a", `s${i}`))));
 				expect(wins.filter(Boolean)).toHaveLength(1);
-				const events = await items.events({ after: 0, subject: "a", limit: 10 });
+				const { events: events } = await items.events({ after: 0, subject: "a", limit: 10 });
 				expect(events.map(e => e.data.state)).toStrictEqual(["open", (await items.get("a"))!.status]);
 			});
 
@@ -328,7 +332,7 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 					try {
 						const again = await reopened.collection<Item>(spec);
 						expect(await again.insert({ id: "d", version: 1 }, event("d", "open"))).toBe(true);
-						expect((await again.events({ after: 0, limit: 10 })).map(e => [e.subject, e.seq])).toStrictEqual([
+						expect((await again.events({ after: 0, limit: 10 })).events.map(e => [e.subject, e.seq])).toStrictEqual([
 							["a", newest - 1],
 							["b", newest],
 							["c", newest + 1],
@@ -345,14 +349,14 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				for (let i = 0; i < 5; i++) await items.insert({ id: `old${i}` }, event(`old${i}`, "open", `2026-01-0${i + 1}T00:00:00.000Z`));
 				await items.insert({ id: "new" }, event("new", "open", "2026-02-01T00:00:00.000Z"));
 				expect(await items.pruneEvents("2026-01-15T00:00:00.000Z", 2)).toBe(2);
-				expect((await items.events({ after: 0, limit: 10 })).map(e => e.subject)).toStrictEqual(["old2", "old3", "old4", "new"]);
+				expect((await items.events({ after: 0, limit: 10 })).events.map(e => e.subject)).toStrictEqual(["old2", "old3", "old4", "new"]);
 				expect(await items.pruneEvents("2026-01-15T00:00:00.000Z", 10)).toBe(3);
 				expect(await items.pruneEvents("2026-01-15T00:00:00.000Z", 10)).toBe(0);
 				// Everything is old now: all but the newest go, which keeps the numbering going.
 				await items.insert({ id: "newer" }, event("newer", "open", "2026-03-01T00:00:00.000Z"));
 				const newest = (await items.latestEvent())!.seq;
 				expect(await items.pruneEvents("2027-01-01T00:00:00.000Z", 10)).toBe(1);
-				expect((await items.events({ after: 0, limit: 10 })).map(e => e.seq)).toStrictEqual([newest]);
+				expect((await items.events({ after: 0, limit: 10 })).events.map(e => e.seq)).toStrictEqual([newest]);
 				expect(await items.pruneEvents("2027-01-01T00:00:00.000Z", 10)).toBe(0);
 				await items.insert({ id: "next" }, event("next", "open"));
 				expect((await items.latestEvent())!.seq).toBe(newest + 1);

@@ -40,7 +40,7 @@ test("a write of several statements that fails after its first undoes its whole 
 		]);
 		expect(outcomes.map(outcome => outcome.status)).toStrictEqual(["rejected", "rejected", "fulfilled"]);
 		expect((await items.list({})).map(item => item.id)).toStrictEqual(["after"]);
-		expect((await items.events({ after: 0, limit: 10 })).map(e => e.subject)).toStrictEqual(["after"]);
+		expect((await items.events({ after: 0, limit: 10 })).events.map(e => e.subject)).toStrictEqual(["after"]);
 		expect(await items.tally()).toStrictEqual({ n: 1n });
 	} finally {
 		await store.close();
@@ -68,7 +68,7 @@ test("a group SQLite rolled back behind it (an I/O error in a read) fails its wr
 		const outcomes = await Promise.allSettled([alsoLost, next]);
 		expect(outcomes.map(outcome => outcome.status)).toStrictEqual(["rejected", "fulfilled"]);
 		expect((await items.list({})).map(item => item.id)).toStrictEqual(["next"]);
-		expect((await items.events({ after: 0, limit: 10 })).map(e => e.subject)).toStrictEqual(["next"]);
+		expect((await items.events({ after: 0, limit: 10 })).events.map(e => e.subject)).toStrictEqual(["next"]);
 		expect(await items.tally()).toStrictEqual({ n: 1n });
 	} finally {
 		await store.close();

@@ -4,7 +4,13 @@
  * reader, and the shared reader reads once per notice however many subscribers there are.
  */
 import { StreamFeed, type FeedSubscriber } from "../../lib/event-feed";
-import type { StoredEvent } from "../../lib/store";
+import type { EventPage, StoredEvent } from "../../lib/store";
+
+/** A read of `log` as a store answers it: the events after `after`, and how far the read saw. */
+function pageOf(log: StoredEvent[], after: number, limit: number, subject?: string): EventPage {
+	const events = log.filter(e => e.seq > after && (subject === undefined || e.subject === subject)).slice(0, limit);
+	return { events, through: events.length === limit ? events[limit - 1].seq : Math.max(after, log.length) };
+}
 
 /** An event log whose reads answer a turn later, so that appends and reads interleave. */
 class Log {
@@ -19,9 +25,9 @@ class Log {
 		this.reads++;
 		// The log is read at once, and the answer takes a while to come back (as over the bus),
 		// longer for some: the shared reader and a catching-up subscriber overtake each other.
-		const found = this.events.filter(e => e.seq > after && (subject === undefined || e.subject === subject)).slice(0, limit);
+		const page = pageOf(this.events, after, limit, subject);
 		for (let turns = this.reads % 4; turns >= 0; turns--) await new Promise(resolve => setImmediate(resolve));
-		return found;
+		return page;
 	};
 
 	latest = async () => this.events.length;
@@ -38,12 +44,12 @@ class HeldLog {
 	}
 
 	read = async ({ after, limit }: { after: number; limit: number }) => {
-		const found = this.events.filter(e => e.seq > after).slice(0, limit);
+		const page = pageOf(this.events, after, limit);
 		if (this.holdNext) {
 			this.holdNext = false;
 			await new Promise<void>(resolve => (this.held = resolve));
 		}
-		return found;
+		return page;
 	};
 
 	latest = async () => this.events.length;
@@ -158,6 +164,23 @@ describe("StreamFeed", () => {
 		await tick();
 		expect(live.received).toEqual([4, 5]);
 		expect(late.received).toEqual([1, 2, 3, 4, 5]);
+	});
+
+	it("a subscriber whose catch-up read is answered by a member behind the head skips nothing (a MongoDB failover)", async () => {
+		const log = new Log();
+		for (let i = 0; i < 6; i++) log.append(i % 2 ? "b" : "a");
+		// The head is read where the log has 6 events; the first catch-up reads, elsewhere, see only 3.
+		let staleReads = 2;
+		const read = log.read;
+		log.read = async query => (staleReads-- > 0 ? pageOf(log.events.slice(0, 3), query.after, query.limit, query.subject) : read(query));
+		const feed = feedOf(log);
+		const late = collector(0, "a");
+		await feed.subscribe(late);
+		expect(late.received).toEqual([1, 3, 5]);
+		log.append("a");
+		feed.wake();
+		await until(() => late.received.length === 4);
+		expect(late.received).toEqual([1, 3, 5, 7]);
 	});
 
 	it("reads once per notice for any number of caught-up subscribers, and stops delivering to one that leaves", async () => {

@@ -42,6 +42,7 @@ export const TinOperationHistoryEntrySchema = Type.Object(
 	},
 	named("TinOperationHistoryEntry")
 );
+export type TinOperationHistoryEntry = Static<typeof TinOperationHistoryEntrySchema>;
 
 const publicOperationFields = {
 	id: Type.String({ description: "top_ + 32 hex digits" }),
@@ -84,7 +85,7 @@ export interface TinOperationRecord {
 	/** Canonical JSON digest of the request, for idempotency on operationId. */
 	requestDigest: string;
 	request: TinOperationRequest;
-	history: Static<typeof TinOperationHistoryEntrySchema>[];
+	history: TinOperationHistoryEntry[];
 	verifiedBy: string | null;
 	feeCommittedBy: string | null;
 	feeAmount: string | null;
@@ -94,6 +95,8 @@ export interface TinOperationRecord {
 	failureReason?: string;
 	/** Set when a finalization has begun (the route is being written); no other stage may move it then. */
 	finalizing?: string;
+	/** With `finalizing`: the FINALIZED entry the finalization appends, its chain evidence included. */
+	finalizedEntry?: TinOperationHistoryEntry;
 	createdAt: string;
 	updatedAt: string;
 }
@@ -205,6 +208,21 @@ export interface StagePolicy {
 export type StageDecision = { kind: "replay" } | { kind: "move"; next: TinOperationRecord };
 
 /** The record after a move to `to`: the changed fields, the new status and a history entry. */
+/** Marks `record` as being finalized into `finalized` (its last entry kept, so that anyone can finish it alike). */
+export function markFinalizing(record: TinOperationRecord, finalized: TinOperationRecord): TinOperationRecord {
+	return { ...record, finalizing: finalized.updatedAt, finalizedEntry: finalized.history[finalized.history.length - 1] };
+}
+
+/**
+ * The FINALIZED operation a begun finalization makes: the same as the one its Cranker's request
+ * made. A mark of an earlier version keeps no entry: its entry is rebuilt, without chain evidence.
+ */
+export function finishedFinalization(marked: TinOperationRecord): TinOperationRecord {
+	const { finalizing, finalizedEntry, ...record } = marked;
+	const entry = finalizedEntry ?? { status: "FINALIZED" as const, at: finalizing!, ...(record.submittedBy ? { by: record.submittedBy } : {}) };
+	return { ...record, status: "FINALIZED", updatedAt: entry.at, history: [...record.history, entry] };
+}
+
 export function applyStage(record: TinOperationRecord, to: TinOperationState, at: string, by?: string, changes: Partial<TinOperationRecord> = {}, reason?: string): TinOperationRecord {
 	const entry = { status: to, at, ...(by ? { by } : {}), ...(reason ? { reason } : {}) };
 	return { ...record, ...changes, status: to, updatedAt: at, history: [...record.history, entry] };

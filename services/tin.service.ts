@@ -21,9 +21,10 @@ import { readRegistrySubmission } from "../lib/settlement";
 import { tinFromSequence } from "../lib/tin";
 import {
 	TIN_OPERATION_STATES,
-	applyStage,
 	decideStage,
 	finalizedRoute,
+	finishedFinalization,
+	markFinalizing,
 	newTinOperation,
 	tinOperationEvent,
 	toPublicTinOperation,
@@ -38,6 +39,7 @@ import type { Collection, Where } from "../lib/store";
 import { checkValidityWindow } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
+import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { sweepMetrics } from "./metrics";
 import { internal } from "./internal";
 
@@ -52,8 +54,9 @@ const OPERATIONS_COLLECTION = {
 	fields: { operationId: "text", status: "text", intentType: "text", createdAt: "text", verifiedBy: "text", feeCommittedBy: "text", finalizing: "text" },
 	unique: [["operationId"]],
 	// One per filter of the public list (status, intent_type, both, neither), each ending in its order,
-	// and one for a submitter's registry work: anyone can add operations, so no read may scan them.
-	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"], ["feeCommittedBy", "status", "createdAt"]],
+	// one for a submitter's registry work (anyone can add operations, so no read may scan them), and
+	// one of the begun finalizations, for the sweep that finishes abandoned ones.
+	indexes: [["status", "createdAt"], ["createdAt"], ["intentType", "createdAt"], ["status", "intentType", "createdAt"], ["feeCommittedBy", "status", "createdAt"], ["finalizing"]],
 	// Each status change writes its event in the same write (tinOperationEvent).
 	outbox: true,
 	// What the public list and the work lists answer for each operation, kept as text by every write.
@@ -61,6 +64,9 @@ const OPERATIONS_COLLECTION = {
 	// Every stage that changes a view moves the status (marking a finalization changes no view).
 	viewStamp: ["status"]
 } as const;
+
+/** A finalization marked this long ago is abandoned (its replica crashed): a live one takes milliseconds, 8 s at worst on MongoDB. */
+const FINALIZATION_ABANDONED_MS = 60_000;
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
 const FIRST_SEQUENCE = 100_000_000;
@@ -102,7 +108,7 @@ interface TinMethods {
 	moveStage(ctx: Context<StageParams, StageMeta>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
 	finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
-	reconcile(): Promise<number>;
+	reconcile(markedBefore: Date): Promise<number>;
 	observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null>;
 	workList(where: Where, limit: number, meta: TakesJsonTexts): Promise<string[] | unknown[]>;
 }
@@ -131,6 +137,10 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 		},
 		mixins: [
 			outboxMixin<TinThis>("tin_operations", config.eventRetentionMs, config.sweepIntervalMs, service => service.operations),
+			// A replica that crashed while finalizing leaves its mark while the others run on.
+			sweeperMixin<TinThis>("tin finalization", config.sweepIntervalMs, function (this: TinThis) {
+				return this.reconcile(new Date(Date.now() - FINALIZATION_ABANDONED_MS));
+			}),
 			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<TinThis>(config, "tin", async function (this: TinThis, store) {
 				this.routes = await store.collection<RouteRecord>(ROUTES_COLLECTION);
@@ -341,7 +351,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			 * by reconcile() at start, so a route never goes live for an operation that ends otherwise.
 			 */
 			async finalize(record, finalized) {
-				const marked = { ...record, finalizing: finalized.updatedAt };
+				const marked = markFinalizing(record, finalized);
 				if (!(await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, marked))) {
 					const current = await this.mustGetOperation(record.id);
 					if (current.status === "FINALIZED") return current;
@@ -360,20 +370,24 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				}
 				const route = (await this.routes.get(marked.tin))!;
 				const done: TinOperationRecord = { ...finalized, routeVersion: route.routeVersion };
-				delete done.finalizing;
 				if (!(await this.operations.update(marked.id, { status: "SUBMITTED", finalizing: marked.finalizing ?? null }, done, tinOperationEvent(marked, done)))) return this.mustGetOperation(marked.id);
 				this.notifyEvents();
 				this.broker.broadcast("registry.routeChanged", { tin: marked.tin });
 				return done;
 			},
 
-			/** Finishes finalizations a crash interrupted: SUBMITTED operations marked `finalizing`. */
-			async reconcile() {
+			/**
+			 * Finishes the finalizations marked before `markedBefore`, which a crash interrupted: each ends
+			 * as its own would have (finishedFinalization), so finishing one still under way is harmless.
+			 */
+			async reconcile(markedBefore) {
 				let finished = 0;
-				for (const record of await this.operations.list({ where: { status: "SUBMITTED", finalizing: { ne: null } } })) {
-					await this.activate(record, applyStage(record, "FINALIZED", record.finalizing!, record.submittedBy ?? undefined));
+				for (const record of await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } } })) {
+					await this.activate(record, finishedFinalization(record));
 					finished++;
 				}
+				sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);
+				if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) left half-done.`);
 				return finished;
 			},
 
@@ -400,9 +414,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const imported = await this.importGenesis(this.settings.registrySeedFile);
 				this.logger.info(`Registry seed ${this.settings.registrySeedFile}: ${imported} new route(s) imported.`);
 			}
-			const finished = await this.reconcile();
-			sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);
-			if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) a previous run left half-done.`);
+			await this.reconcile(new Date());
 		}
 	};
 }

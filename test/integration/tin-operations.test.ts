@@ -221,7 +221,8 @@ describe("restarts", () => {
 		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
 		await node.stop();
 
-		// A crash right after the finalization began (the operation marked, its route not yet written).
+		// A crash right after the finalization began (the operation marked, its route not yet written),
+		// by an earlier version: its mark keeps no FINALIZED entry, which is rebuilt at the start.
 		const db = new Database(path.join(dataDir, "tin.sqlite"));
 		const op = JSON.parse((db.prepare("SELECT doc FROM tin_operations WHERE id = ?").get(created.id) as { doc: string }).doc);
 		const marked = { ...op, finalizing: new Date().toISOString() };
@@ -234,6 +235,8 @@ describe("restarts", () => {
 		expect((await node.http("GET", `/tin-operations/${created.id}`)).body).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
 		expect((await node.http("GET", `/registry/tins/${created.tin}`)).body).toMatchObject({ routeVersion: 1, routeCommitment: op.request.routeCommitment });
 		// The submitter's own finalize, sent after the restart, is a repeat: 200, nothing changes.
-		expect((await stage(created.id, "finalized", { crankerPubkey: submitter.address })).body).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+		const repeated = (await stage(created.id, "finalized", { crankerPubkey: submitter.address })).body;
+		expect(repeated).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+		expect(repeated.history.at(-1)).toStrictEqual({ status: "FINALIZED", at: marked.finalizing, by: submitter.address });
 	});
 });

@@ -6,7 +6,7 @@
 import { ServiceBroker, type Context } from "moleculer";
 import { loadConfig } from "../../lib/config";
 import { tinFromSequence } from "../../lib/tin";
-import type { CrankerStanding, PublicTinOperation, TinOperationView } from "../../lib/tin-operations";
+import type { CrankerStanding, PublicTinOperation, TinOperationRecord, TinOperationView } from "../../lib/tin-operations";
 import type { ActiveRoute } from "../../lib/registry";
 import { tinService } from "../../services/tin.service";
 import { newWallet, signedTinOperation, uniqueId } from "../helpers/fixtures";
@@ -17,7 +17,7 @@ const verifier = newWallet().address;
 const submitter = newWallet().address;
 const signature = () => newWallet().sign(uniqueId("tx"));
 
-async function startTin() {
+async function startTin(env: Record<string, string> = {}) {
 	const broker = new ServiceBroker({ logger: false });
 	const standings = new Map<string, CrankerStanding>([
 		[verifier, { online: true, roles: ["verifier"] }],
@@ -27,7 +27,7 @@ async function startTin() {
 		name: "crankers",
 		actions: { standing: (ctx: Context<{ crankerPubkey: string }>) => standings.get(ctx.params.crankerPubkey) ?? { online: false, roles: [] } }
 	});
-	broker.createService(tinService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", TIN_CREATE_FEE: FEE })));
+	const service = broker.createService(tinService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", TIN_CREATE_FEE: FEE, ...env }))) as unknown as TinInternals;
 	await broker.start();
 	const submit = (body: object) => {
 		const meta: { $statusCode?: number } = {};
@@ -38,7 +38,22 @@ async function startTin() {
 	/** A list as this version's gateway takes it: the items' JSON texts. */
 	const list = async (action: string, params: object = {}) =>
 		(await broker.call<string[], object>(`tin.${action}`, { limit: 500, ...params }, { meta: { jsonTexts: true } })).map(text => JSON.parse(text) as { id: string; status: string });
-	return { broker, submit, stage, list };
+	/** Moves a new create operation to SUBMITTED, by `submitter`. */
+	const submitted = async () => {
+		const { view } = await submit(signedTinOperation(newWallet(), { intentType: "create" }));
+		await stage("verified", view.id, verifier);
+		await stage("feeCommitted", view.id, submitter, { feeAmount: FEE });
+		const transactionSignature = signature();
+		await stage("submitted", view.id, submitter, { transactionSignature });
+		return { view, transactionSignature };
+	};
+	return { broker, service, submit, stage, list, submitted };
+}
+
+/** What a test reaches inside the service: its stores, to stand a crash in for a failing write. */
+interface TinInternals {
+	routes: { get(tin: string): Promise<unknown> };
+	operations: { get(id: string): Promise<TinOperationRecord | null>; update(id: string, expected: object, next: TinOperationRecord): Promise<boolean> };
 }
 
 describe("tin service", () => {
@@ -84,6 +99,35 @@ describe("tin service", () => {
 		expect(await inList("registryWork", { operator_pubkey: submitter })).toBe(false);
 		const [newest] = await tin.list("listOperations", { status: "FINALIZED" });
 		expect(newest).toMatchObject({ id, status: "FINALIZED" });
+	});
+
+	test("a finalization left after its mark (its replica died) is finished by the sweep once abandoned, as its own would have ended: chain evidence included", async () => {
+		const other = await startTin({ SWEEP_INTERVAL_MS: "50" });
+		try {
+			const { view, transactionSignature } = await other.submitted();
+			// The route write fails right after the mark, as if the process had died there.
+			const routes = other.service.routes;
+			const get = routes.get;
+			routes.get = () => Promise.reject(new Error("the process died here"));
+			await expect(other.stage("finalized", view.id, submitter, { transactionSignature })).rejects.toThrow();
+			routes.get = get;
+			const marked = (await other.service.operations.get(view.id))!;
+			expect(marked).toMatchObject({ status: "SUBMITTED", finalizing: expect.any(String) });
+			// Only just marked: the sweep leaves it to its finalizer.
+			await new Promise(resolve => setTimeout(resolve, 300));
+			expect((await other.service.operations.get(view.id))!.status).toBe("SUBMITTED");
+			// A mark a minute old is abandoned.
+			const longAgo = new Date(Date.now() - 61_000).toISOString();
+			expect(await other.service.operations.update(view.id, { finalizing: marked.finalizing }, { ...marked, finalizing: longAgo })).toBe(true);
+			for (const deadline = Date.now() + 5000; (await other.service.operations.get(view.id))!.status !== "FINALIZED" && Date.now() < deadline; ) await new Promise(resolve => setTimeout(resolve, 20));
+			const finished = await other.stage("finalized", view.id, submitter, { transactionSignature });
+			expect(finished).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+			// The entry its Cranker's request made: no chain is configured here, and that is on record.
+			expect(finished.history.at(-1)).toStrictEqual({ status: "FINALIZED", at: marked.finalizedEntry!.at, by: submitter, onChainChecked: false });
+			expect(await other.broker.call("tin.resolve", { tin: view.tin })).toMatchObject({ routeVersion: 1 });
+		} finally {
+			await other.broker.stop();
+		}
 	});
 
 	test("a caller that does not say it takes JSON texts (a gateway of the previous version) gets the same items whole", async () => {

@@ -22,12 +22,6 @@ import { internal } from "./internal";
 const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Heartbeats read per page when a replica folds in what was stored since its last look. */
 const CATCH_UP_PAGE = 500;
-/**
- * How far back each look reaches past the previous one when replicas may share the store: a
- * heartbeat another replica stamped before a look may be stored after it (a MongoDB write may
- * retry for 8 s; clocks differ). One process alone (no transporter) sees its writes at once.
- */
-const CATCH_UP_OVERLAP_MS = 10_000;
 /** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
 const PRUNE_BATCH = 500;
 
@@ -63,7 +57,7 @@ interface SeenSignature {
 interface CrankersSettings {
 	crankerTtlMs: number;
 	crankerRetentionMs: number;
-	/** Replicas may share the store (a transporter): a look reaches CATCH_UP_OVERLAP_MS back. */
+	/** Replicas may share the store (a transporter): each look reads every heartbeat still counted (catchUp). */
 	replicated: boolean;
 }
 
@@ -218,14 +212,14 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 
 			/**
 			 * Folds in the heartbeats stored since the last look (an index range on lastSeenAt), a page
-			 * at a time (keyset pages: heartbeats share milliseconds). The range reaches
-			 * CATCH_UP_OVERLAP_MS back, for heartbeats another replica stamped just before this look
-			 * and stored just after it; one read twice changes nothing.
+			 * at a time (keyset pages: heartbeats share milliseconds); one read twice changes nothing.
+			 * With replicas, a heartbeat another replica stamped before a look may be stored after it,
+			 * however long after (a MongoDB write retries, clocks differ): each look reads every one still
+			 * counted, stamped within CRANKER_TTL_MS. That is one record per Cranker online, not per heartbeat.
 			 */
 			async catchUp(this: CrankersThis, nowMs) {
 				const floor = this.onlineCutoff(nowMs);
-				const overlap = this.settings.replicated ? CATCH_UP_OVERLAP_MS : 0;
-				const from = this.caughtUpTo ? new Date(Math.max(Date.parse(this.caughtUpTo) - overlap, Date.parse(floor))).toISOString() : floor;
+				const from = this.caughtUpTo && !this.settings.replicated && this.caughtUpTo > floor ? this.caughtUpTo : floor;
 				let after: { value: string; id: string } | undefined;
 				for (;;) {
 					const page = await this.crankers.list({ where: { lastSeenAt: { gt: from } }, orderBy: ["lastSeenAt", "asc"], limit: CATCH_UP_PAGE, ...(after ? { after } : {}) });

@@ -108,6 +108,24 @@ test("a Cranker silent for CRANKER_TTL_MS is offline and leaves the figures; sil
 	}
 });
 
+test("with replicas, a heartbeat another replica stamped long before it was stored (a slow MongoDB write) is counted once stored", async () => {
+	// A transporter says replicas may share the store; this broker runs without one.
+	const crankers = await startCrankers({ TRANSPORTER: "nats://127.0.0.1:4222" });
+	try {
+		await crankers.heartbeat(signedHeartbeat(newWallet()));
+		await sleep(200);
+		// Stored now by the other replica, stamped 20 s ago: still within CRANKER_TTL_MS (30 s).
+		const late = newWallet();
+		const stampedAt = new Date(Date.now() - 20_000).toISOString();
+		const store = (crankers.broker.getLocalService("crankers") as unknown as { crankers: { insert(doc: object): Promise<boolean> } }).crankers;
+		await store.insert({ id: late.address, crankerPubkey: late.address, roles: ["verifier"], liquidity: [], version: null, lastSentAt: stampedAt, lastSeenAt: stampedAt, callKey: "other-replica" });
+		await waitFor(async () => (await crankers.summary()).online === 2, 3000, "the late heartbeat counted");
+		expect(await crankers.summary()).toMatchObject({ online: 2, byRole: { settlement: 1, verifier: 1 } });
+	} finally {
+		await crankers.broker.stop();
+	}
+});
+
 test("a restarted owner counts the Crankers online from its store", async () => {
 	const dataDir = tempDir();
 	// No sweep in the test's time: the figures come from the catch-up at start.

@@ -74,7 +74,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 	"receiver.submit": {
 		tag: "intents",
 		summary: "Submit a signed payment intent",
-		description: "Verifies and records the intent. A replay of the same body answers 200 with the current record. Another body under a paymentId held by a body not verified yet (taken while no verifier answered) is 503 NOT_READY: retry.",
+		description: "Verifies and records the intent. A replay of the same body answers 200 with the current record. Another body under a paymentId held by a body not verified yet (taken while no verifier answered): a signed one has that holder verified at once, and is answered 201 (the holder was a forgery, now removed) or 409; 503 NOT_READY (retry) while the holder cannot be verified.",
 		answers: {
 			200: json("The same body again: the current record", PublicMempoolIntentSchema),
 			201: {

@@ -315,6 +315,18 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				}
 			}),
 
+			/**
+			 * Internal: the RECEIVED intent holding `paymentId`, which a signed body of another content met
+			 * (NOT_READY): the receiver verifies it at once, so that a forgery holds the paymentId no longer.
+			 */
+			receivedHolder: internal({
+				params: { paymentId: { type: "string", max: 200 } },
+				async handler(this: MempoolThis, ctx: Context<{ paymentId: string }>): Promise<WaitingIntent | null> {
+					const holder = await this.intents.findOne({ paymentId: ctx.params.paymentId });
+					return holder?.state === "RECEIVED" ? waitingIntent(holder) : null;
+				}
+			}),
+
 			/** Internal: RECEIVED → NODE_VERIFYING. Null when another verifier claimed it first. */
 			claimForVerification: internal({
 				params: { id: recordRef, expectedVersion: version },

@@ -40,6 +40,8 @@ interface ReceiverVars {
 interface ReceiverMethods {
 	intake(ctx: Context, submissions: Submission[]): Promise<SubmissionAnswer[]>;
 	answerOf(outcome: IntakeOutcome | Refusal, verdict: VerifierAnswer | null, startedAt: number): SubmissionAnswer;
+	store(ctx: Context, epoch: number, items: IntakeItem[]): Promise<(IntakeOutcome | Refusal)[]>;
+	verifyHolders(paymentIds: string[]): Promise<boolean>;
 	verifyAll(ctx: Context, requests: CreateIntentRequest[]): Promise<(VerifierAnswer | null)[]>;
 	verify(ctx: Context | Service["broker"], request: CreateIntentRequest): Promise<VerifierAnswer | null>;
 	currentEpoch(ctx: Context): Promise<number>;
@@ -49,6 +51,11 @@ interface ReceiverMethods {
 }
 
 type ReceiverThis = Service<ReceiverSettings> & ReceiverVars & ReceiverMethods;
+
+/** The mempool's answer that a body not verified yet holds `paymentId` (mempool.receive). */
+function heldUnverified(outcome: IntakeOutcome | Refusal, paymentId: string): boolean {
+	return "refused" in outcome && outcome.refused.type === "NOT_READY" && (outcome.refused.data as { paymentId?: string } | undefined)?.paymentId === paymentId;
+}
 
 export function receiverService(config: Config): ServiceSchema<ReceiverSettings, ReceiverMethods, ReceiverVars, ReceiverThis> {
 	return {
@@ -136,14 +143,42 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				});
 				if (items.length) {
 					const epoch = await this.currentEpoch(ctx);
-					const outcomes = isServed(this.broker, "mempool.receiveMany")
-						? await ctx.call<(IntakeOutcome | Refusal)[], object>("mempool.receiveMany", { epoch, items })
-						: // An owner of the previous version (a rolling update) takes one at a time. Each its own call:
-							// it keys a submission by its caller's context, which one batch's would share.
-							await Promise.all(items.map(({ call: _call, ...item }) => this.broker.call<IntakeOutcome, object>("mempool.receive", { ...item, epoch }).catch(err => refusalOf(err, cause => this.logger.error("mempool.receive failed:", cause)))));
+					const outcomes = await this.store(ctx, epoch, items);
+					// A signed body whose paymentId a body taken unverified holds (a forgery, maybe): that one is
+					// verified now, as a verifier answers, and this one stored again, once.
+					const held = items.flatMap((item, k) => (item.verdict && heldUnverified(outcomes[k], item.request.paymentId) ? [k] : []));
+					if (held.length && (await this.verifyHolders(held.map(k => items[k].request.paymentId)))) {
+						const again = await this.store(ctx, epoch, held.map(k => items[k]));
+						held.forEach((k, j) => (outcomes[k] = again[j]));
+					}
 					outcomes.forEach((outcome, k) => (answers[positions[k]] = this.answerOf(outcome, verdicts[positions[k]], startedAt)));
 				}
 				return answers;
+			},
+
+			async store(this: ReceiverThis, ctx, epoch, items) {
+				if (isServed(this.broker, "mempool.receiveMany")) return ctx.call<(IntakeOutcome | Refusal)[], object>("mempool.receiveMany", { epoch, items });
+				// An owner of the previous version (a rolling update) takes one at a time. Each its own call:
+				// it keys a submission by its caller's context, which one batch's would share.
+				return Promise.all(items.map(({ call: _call, ...item }) => this.broker.call<IntakeOutcome, object>("mempool.receive", { ...item, epoch }).catch(err => refusalOf(err, cause => this.logger.error("mempool.receive failed:", cause)))));
+			},
+
+			/** Verifies the RECEIVED holders of `paymentIds`; whether any was. */
+			async verifyHolders(this: ReceiverThis, paymentIds) {
+				if (!isServed(this.broker, "mempool.receivedHolder")) return false;
+				const verified = await Promise.all(
+					[...new Set(paymentIds)].map(async paymentId => {
+						try {
+							const holder = await this.broker.call<WaitingIntent | null, object>("mempool.receivedHolder", { paymentId });
+							return !!holder && !(await this.verifyWaiting(holder)).verifierUnavailable;
+						} catch (err) {
+							// The submission keeps its NOT_READY (a retry); the sweep verifies the holder later.
+							this.logger.warn(`Verifying the holder of a paymentId failed: ${(err as Error).message}`);
+							return false;
+						}
+					})
+				);
+				return verified.includes(true);
 			},
 
 			answerOf(this: ReceiverThis, outcome, verdict, startedAt) {

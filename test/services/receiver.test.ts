@@ -197,6 +197,30 @@ test("a forgery taken without a verifier, expired, holds nobody's paymentId: not
 	}
 });
 
+test("a signed body meeting a holder of its paymentId taken unverified has it verified at once: a forgery is removed and the body stored (201), a signed other body kept (409)", async () => {
+	const intake = await startIntake(false);
+	try {
+		const victim = newWallet();
+		const real = signedIntent(victim, route);
+		const forgery = signedIntent(victim, route, { paymentId: real.paymentId, amount: "1" }, { senderAuthorizationSignature: signedIntent(newWallet(), route).senderAuthorizationSignature });
+		const sender = newWallet();
+		const first = signedIntent(sender, route);
+		const second = signedIntent(sender, route, { paymentId: first.paymentId, amount: "2" });
+		const taken = await intake.submitMany([forgery, first]);
+		expect(taken).toMatchObject([{ status: 202 }, { status: 202 }]);
+
+		intake.broker.createService(verifierService(intake.config));
+		await intake.broker.waitForServices("verifier");
+		const answers = await intake.submitMany([real, second]);
+		expect(answers[0]).toMatchObject({ status: 201, view: { paymentId: real.paymentId, amount: real.amount, receiverStatus: "VERIFIED" } });
+		await expect(intake.broker.call("mempool.view", { id: viewOf(taken[0]).id })).rejects.toMatchObject({ type: "NOT_FOUND" });
+		expect(answers[1]).toMatchObject({ refused: { type: "IDEMPOTENCY_CONFLICT", data: { paymentId: first.paymentId } } });
+		expect(await intake.broker.call("mempool.view", { id: viewOf(taken[1]).id })).toMatchObject({ amount: first.amount, receiverStatus: "VERIFIED" });
+	} finally {
+		await intake.broker.stop();
+	}
+});
+
 test("with several verifiers, a batch is split by the Shard strategy: each sender always meets the same verifier, and each verifier gets one call per batch", async () => {
 	const namespace = `shard-${process.pid}-${Date.now()}`;
 	const seen = new Map<string, Set<string>>();

@@ -65,6 +65,28 @@ const OPERATIONS_COLLECTION = {
 	viewStamp: ["status"]
 } as const;
 
+/**
+ * The version of its TIN's route each finalized operation made, written once: unique by operation
+ * (a second finisher of the same operation finds it) and by TIN and version (two operations of one
+ * TIN take two versions). A finisher that resumes late, after later operations, cannot write its
+ * route again on top of theirs: the route only moves forward to a version taken here.
+ */
+const ROUTE_VERSIONS_COLLECTION = {
+	name: "registry_route_versions",
+	fields: { tin: "text", routeVersion: "integer" },
+	unique: [["tin", "routeVersion"]],
+	// The newest version of a TIN (the unique group's index may be partial: no list walks it).
+	indexes: [["tin", "routeVersion"]]
+} as const;
+
+/** A finalized operation's route version (its id is the operation's). */
+interface RouteVersionRecord {
+	id: string;
+	tin: string;
+	routeVersion: number;
+	route: RouteRecord;
+}
+
 /** A finalization marked this long ago is abandoned (its replica crashed): a live one takes milliseconds, 8 s at worst on MongoDB. */
 const FINALIZATION_ABANDONED_MS = 60_000;
 
@@ -87,6 +109,7 @@ interface TinSettings {
 
 interface TinVars {
 	routes: Collection<RouteRecord>;
+	routeVersions: Collection<RouteVersionRecord>;
 	operations: Collection<TinOperationRecord>;
 	sequence: Collection<SequenceDoc>;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL a finalization is not checked on chain. */
@@ -108,6 +131,8 @@ interface TinMethods {
 	moveStage(ctx: Context<StageParams, StageMeta>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
 	finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
+	routeVersionOf(marked: TinOperationRecord, at: string): Promise<RouteVersionRecord>;
+	advanceRoute(version: RouteVersionRecord): Promise<void>;
 	reconcile(markedBefore: Date): Promise<number>;
 	observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null>;
 	workList(where: Where, limit: number, meta: TakesJsonTexts): Promise<string[] | unknown[]>;
@@ -144,6 +169,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<TinThis>(config, "tin", async function (this: TinThis, store) {
 				this.routes = await store.collection<RouteRecord>(ROUTES_COLLECTION);
+				this.routeVersions = await store.collection<RouteVersionRecord>(ROUTE_VERSIONS_COLLECTION);
 				this.operations = await store.collection<TinOperationRecord>(OPERATIONS_COLLECTION);
 				this.sequence = await store.collection<SequenceDoc>({ name: "tin_sequence", fields: { next: "integer" } });
 			})
@@ -346,34 +372,60 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 
 			/**
 			 * Finalizes in three steps, each a compare-and-set: mark the SUBMITTED operation `finalizing`
-			 * (from then on no other stage can move it), write the route (version + 1, naming the operation
-			 * in lastOperationId), then move the operation to FINALIZED. A crash after the mark is finished
-			 * by reconcile() at start, so a route never goes live for an operation that ends otherwise.
+			 * with the FINALIZED entry it gets (from then on no other stage can move it), write the route
+			 * (activate), then move the operation to FINALIZED. A crash after the mark is finished by the
+			 * next start, the sweep, or the Cranker's finalize sent again, so a route never goes live for
+			 * an operation that ends otherwise.
 			 */
 			async finalize(record, finalized) {
 				const marked = markFinalizing(record, finalized);
-				if (!(await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, marked))) {
-					const current = await this.mustGetOperation(record.id);
-					if (current.status === "FINALIZED") return current;
-					throw new ServiceError("INVALID_TRANSITION", "The operation moved, or is being finalized, while this stage was applied", { status: current.status });
-				}
-				return this.activate(marked, finalized);
+				if (await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, marked)) return this.activate(marked, finalized);
+				const current = await this.mustGetOperation(record.id);
+				if (current.status === "FINALIZED") return current;
+				// Marked already (a finalization under way, or left by a replica that died): finished alike.
+				if (current.status === "SUBMITTED" && current.finalizing !== undefined) return this.activate(current, finishedFinalization(current));
+				throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: current.status });
 			},
 
-			/** Steps two and three of finalize(): both idempotent, so a resumed finalization repeats them safely. */
+			/**
+			 * Steps two and three of finalize(), each idempotent, so that any number of finishers of one
+			 * operation, at any time, end alike: its route version taken once, the route moved forward to
+			 * it (never back), the operation FINALIZED with that version.
+			 */
 			async activate(marked, finalized) {
-				for (;;) {
-					const current = await this.routes.get(marked.tin);
-					if (current?.lastOperationId === marked.id) break;
-					const next = finalizedRoute(current, marked, finalized.updatedAt);
-					if (current ? await this.routes.update(marked.tin, { routeVersion: current.routeVersion }, next) : await this.routes.insert(next)) break;
-				}
-				const route = (await this.routes.get(marked.tin))!;
-				const done: TinOperationRecord = { ...finalized, routeVersion: route.routeVersion };
+				const version = await this.routeVersionOf(marked, finalized.updatedAt);
+				await this.advanceRoute(version);
+				const done: TinOperationRecord = { ...finalized, routeVersion: version.routeVersion };
 				if (!(await this.operations.update(marked.id, { status: "SUBMITTED", finalizing: marked.finalizing ?? null }, done, tinOperationEvent(marked, done)))) return this.mustGetOperation(marked.id);
 				this.notifyEvents();
 				this.broker.broadcast("registry.routeChanged", { tin: marked.tin });
 				return done;
+			},
+
+			/** The route version `marked` made, or takes now: the one after the newest of its TIN. */
+			async routeVersionOf(marked, at) {
+				for (;;) {
+					const taken = await this.routeVersions.get(marked.id);
+					if (taken) return taken;
+					const current = await this.routes.get(marked.tin);
+					// Written by an earlier version of this service, which kept no version records.
+					if (current?.lastOperationId === marked.id) return { id: marked.id, tin: marked.tin, routeVersion: current.routeVersion, route: current };
+					const [newest] = await this.routeVersions.list({ where: { tin: marked.tin }, orderBy: ["routeVersion", "desc"], limit: 1 });
+					const latest = newest && newest.routeVersion > (current?.routeVersion ?? 0) ? newest.route : current;
+					const route = finalizedRoute(latest, marked, at);
+					const version = { id: marked.id, tin: marked.tin, routeVersion: route.routeVersion, route };
+					// Refused: another finisher of this operation took its version, or another operation this one.
+					if (await this.routeVersions.insert(version)) return version;
+				}
+			},
+
+			/** Moves the TIN's route to `version`, unless it is there or further already. */
+			async advanceRoute(version) {
+				for (;;) {
+					const current = await this.routes.get(version.tin);
+					if (current && current.routeVersion >= version.routeVersion) return;
+					if (current ? await this.routes.update(version.tin, { routeVersion: current.routeVersion }, version.route) : await this.routes.insert(version.route)) return;
+				}
 			},
 
 			/**

@@ -27,7 +27,7 @@ async function startTin(env: Record<string, string> = {}) {
 		name: "crankers",
 		actions: { standing: (ctx: Context<{ crankerPubkey: string }>) => standings.get(ctx.params.crankerPubkey) ?? { online: false, roles: [] } }
 	});
-	const service = broker.createService(tinService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", TIN_CREATE_FEE: FEE, ...env }))) as unknown as TinInternals;
+	const service = broker.createService(tinService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", TIN_CREATE_FEE: FEE, TIN_UPDATE_FEE: FEE, ...env }))) as unknown as TinInternals;
 	await broker.start();
 	const submit = (body: object) => {
 		const meta: { $statusCode?: number } = {};
@@ -38,9 +38,9 @@ async function startTin(env: Record<string, string> = {}) {
 	/** A list as this version's gateway takes it: the items' JSON texts. */
 	const list = async (action: string, params: object = {}) =>
 		(await broker.call<string[], object>(`tin.${action}`, { limit: 500, ...params }, { meta: { jsonTexts: true } })).map(text => JSON.parse(text) as { id: string; status: string });
-	/** Moves a new create operation to SUBMITTED, by `submitter`. */
-	const submitted = async () => {
-		const { view } = await submit(signedTinOperation(newWallet(), { intentType: "create" }));
+	/** Moves a new operation (a create, unless given) to SUBMITTED, by `submitter`. */
+	const submitted = async (body: ReturnType<typeof signedTinOperation> = signedTinOperation(newWallet(), { intentType: "create" })) => {
+		const { view } = await submit(body);
 		await stage("verified", view.id, verifier);
 		await stage("feeCommitted", view.id, submitter, { feeAmount: FEE });
 		const transactionSignature = signature();
@@ -125,6 +125,45 @@ describe("tin service", () => {
 			// The entry its Cranker's request made: no chain is configured here, and that is on record.
 			expect(finished.history.at(-1)).toStrictEqual({ status: "FINALIZED", at: marked.finalizedEntry!.at, by: submitter, onChainChecked: false });
 			expect(await other.broker.call("tin.resolve", { tin: view.tin })).toMatchObject({ routeVersion: 1 });
+
+			// Another left the same way is finished at once by its Cranker's finalize sent again.
+			const again = await other.submitted();
+			routes.get = () => Promise.reject(new Error("the process died here"));
+			await expect(other.stage("finalized", again.view.id, submitter, { transactionSignature: again.transactionSignature })).rejects.toThrow();
+			routes.get = get;
+			expect(await other.stage("finalized", again.view.id, submitter, { transactionSignature: again.transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+		} finally {
+			await other.broker.stop();
+		}
+	});
+
+	test("a finalization that resumes late, after the sweep finished it and a later update of its TIN went live, leaves the later route live", async () => {
+		const other = await startTin({ SWEEP_INTERVAL_MS: "50" });
+		try {
+			const owner = newWallet();
+			const created = await other.submitted(signedTinOperation(owner, { intentType: "create" }));
+			await other.stage("finalized", created.view.id, submitter, { transactionSignature: created.transactionSignature });
+			const tin = created.view.tin;
+			const [first, second] = [signedTinOperation(owner, { intentType: "update", tin }), signedTinOperation(owner, { intentType: "update", tin })];
+			const a = await other.submitted(first);
+			const b = await other.submitted(second);
+			// A's finalization stalls right after its mark (a paused process, a throttled pod)…
+			const routes = other.service.routes;
+			const get = routes.get;
+			let resume!: (value?: unknown) => void;
+			const stalled = new Promise<void>(marked => (routes.get = tinOf => (marked(), new Promise(resolve => (resume = resolve)).then(() => get.call(routes, tinOf)))));
+			const late = other.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature });
+			await stalled;
+			routes.get = get;
+			// …for over a minute: the sweep finishes it (version 2), then B goes live (version 3).
+			const marked = (await other.service.operations.get(a.view.id))!;
+			await other.service.operations.update(a.view.id, { finalizing: marked.finalizing }, { ...marked, finalizing: new Date(Date.now() - 61_000).toISOString() });
+			for (const deadline = Date.now() + 5000; (await other.service.operations.get(a.view.id))!.status !== "FINALIZED" && Date.now() < deadline; ) await new Promise(resolve => setTimeout(resolve, 20));
+			expect(await other.broker.call("tin.resolve", { tin })).toMatchObject({ routeVersion: 2, routeCommitment: first.routeCommitment });
+			expect(await other.stage("finalized", b.view.id, submitter, { transactionSignature: b.transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 3 });
+			resume();
+			expect(await late).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
+			expect(await other.broker.call("tin.resolve", { tin })).toMatchObject({ routeVersion: 3, routeCommitment: second.routeCommitment });
 		} finally {
 			await other.broker.stop();
 		}

@@ -8,8 +8,9 @@
  */
 import type { EventPage, StoredEvent } from "./store/port";
 
-/** How long a subscriber whose read brought it no further waits before reading again. */
+/** How long a subscriber whose read brought it no further waits before reading again, and at most in all. */
 const BEHIND_RETRY_MS = 50;
+const BEHIND_LIMIT_MS = 10_000;
 
 /** Reads a log: committed events after `after` (of one record with `subject`), oldest first, and how far it saw. */
 export type LogReader = (query: { after: number; subject?: string; limit: number }) => Promise<EventPage>;
@@ -110,6 +111,7 @@ export class StreamFeed {
 	 */
 	async subscribe(subscriber: FeedSubscriber): Promise<void> {
 		await this.head();
+		let behindSince: number | null = null;
 		for (;;) {
 			const from = subscriber.position;
 			const { events, through } = await this.read({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
@@ -130,8 +132,11 @@ export class StreamFeed {
 				}
 				return;
 			}
-			// Read from a member behind the shared position (a failover under way): wait before asking again.
-			if (subscriber.position === from) await new Promise(resolve => setTimeout(resolve, BEHIND_RETRY_MS));
+			// Read from a member behind the shared position (a failover under way): wait before asking
+			// again, for a while; then the stream fails, and its client resumes (with Last-Event-ID).
+			if (subscriber.position !== from) behindSince = null;
+			else if ((behindSince ??= Date.now()) + BEHIND_LIMIT_MS < Date.now()) throw new Error("The event log read stays behind the position this gateway follows");
+			else await new Promise(resolve => setTimeout(resolve, BEHIND_RETRY_MS));
 		}
 	}
 

@@ -4,7 +4,7 @@
  * and the `events.appended` notice, so that readers learn of new events without polling for them.
  */
 import type { Context, Service, ServiceBroker, ServiceSchema } from "moleculer";
-import type { Collection, Doc, EventPage, StoredEvent } from "../lib/store";
+import type { Collection, Doc, EventPage, EventQuery, StoredEvent } from "../lib/store";
 import { eventMetrics, sweepMetrics } from "../services/metrics";
 import { internal } from "../services/internal";
 import { sweeperMixin } from "./sweeper.mixin";
@@ -15,6 +15,12 @@ export type EventStream = (typeof EVENT_STREAMS)[number];
 
 /** Events per read: a page stays far below NATS's 1 MB message limit (an event is about 1 KB). */
 export const EVENT_PAGE = 200;
+
+const EVENT_QUERY_PARAMS = {
+	after: { type: "number", integer: true, min: 0 },
+	subject: { type: "string", max: 80, optional: true },
+	limit: { type: "number", integer: true, min: 1, max: EVENT_PAGE }
+} as const;
 
 /** Events pruned per batch, and batches per sweep: the sweep's cost per run is bounded. */
 const PRUNE_BATCH = 500;
@@ -66,14 +72,21 @@ export function outboxMixin<S>(stream: EventStream, retentionMs: number, sweepIn
 			})
 		],
 		actions: {
-			/** Internal: committed events after `after`, oldest first, of one record with `subject`; and how far the read saw. */
+			/** Internal: committed events after `after`, oldest first; of one record with `subject`. */
 			events: internal({
-				params: {
-					after: { type: "number", integer: true, min: 0 },
-					subject: { type: "string", max: 80, optional: true },
-					limit: { type: "number", integer: true, min: 1, max: EVENT_PAGE }
-				},
-				handler(this: Service, ctx: Context<{ after: number; subject?: string; limit: number }>): Promise<EventPage> {
+				params: EVENT_QUERY_PARAMS,
+				async handler(this: Service, ctx: Context<EventQuery>): Promise<StoredEvent[]> {
+					return (await log(this as unknown as S).events(ctx.params)).events;
+				}
+			}),
+
+			/**
+			 * Internal: the same, and how far the read saw (EventPage.through), for a reader that skips
+			 * ahead. Its own action: `events` answers as it did for readers of the previous version.
+			 */
+			eventPage: internal({
+				params: EVENT_QUERY_PARAMS,
+				handler(this: Service, ctx: Context<EventQuery>): Promise<EventPage> {
 					return log(this as unknown as S).events(ctx.params);
 				}
 			}),

@@ -14,10 +14,10 @@ import { ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
 import { FailureStreak } from "../lib/failure-streak";
 import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, type PublicMempoolIntent } from "../lib/intents";
-import type { EventPage, StoredEvent } from "../lib/store";
+import type { EventPage, EventQuery, StoredEvent } from "../lib/store";
 import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-operations";
 import { EVENT_PAGE, type EventStream } from "../mixins/outbox.mixin";
-import { callServed } from "./internal";
+import { callServed, isServed } from "./internal";
 import { eventStreamMetrics } from "./metrics";
 
 /** The owner whose log each stream is. */
@@ -270,6 +270,16 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	const logger = broker.getLogger("event-streams");
 	/** Where the owner's log of `stream` ends now (0: empty). */
 	const ownerHead = async (stream: EventStream) => (await callServed<StoredEvent | null>(broker, `${OWNERS[stream]}.latestEvent`, {}))?.seq ?? 0;
+	/**
+	 * A page of the owner's log, and how far the read saw. An owner of the previous version (a rolling
+	 * update) tells only the events: how far is its head, read just before.
+	 */
+	const readPage = async (stream: EventStream, query: EventQuery): Promise<EventPage> => {
+		if (isServed(broker, `${OWNERS[stream]}.eventPage`)) return callServed<EventPage>(broker, `${OWNERS[stream]}.eventPage`, query);
+		const head = await ownerHead(stream);
+		const events = await callServed<StoredEvent[]>(broker, `${OWNERS[stream]}.events`, query);
+		return { events, through: events.length === query.limit ? events[events.length - 1].seq : Math.max(head, query.after) };
+	};
 	const feeds = Object.fromEntries(
 		(Object.keys(OWNERS) as EventStream[]).map(stream => {
 			// The shared reader retries each FALLBACK_READ_MS while its owner is down: told once a minute, and when it reads again.
@@ -277,7 +287,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			return [
 				stream,
 				new StreamFeed(
-					query => callServed<EventPage>(broker, `${OWNERS[stream]}.events`, query),
+					query => readPage(stream, query),
 					() => ownerHead(stream),
 					EVENT_PAGE,
 					err => {

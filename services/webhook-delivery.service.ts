@@ -15,7 +15,7 @@ import type { Duplex } from "node:stream";
 import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { FailureStreak } from "../lib/failure-streak";
-import type { EventPage, StoredEvent } from "../lib/store";
+import type { StoredEvent } from "../lib/store";
 import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
@@ -295,7 +295,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 					for (let more = true; more && !this.stopping && !sliceOver(); ) {
 						let page: StoredEvent[];
 						try {
-							({ events: page } = await broker.call<EventPage, object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE }));
+							page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
 						} catch (err) {
 							// Left out for a lease, as if its owner were away: no subscription is leased for this
 							// stream meanwhile (each would be given back at once, to be leased again).

@@ -11,10 +11,13 @@ import { newId } from "../../lib/ids";
 import { INTAKE_BATCH_ENOUGH, decidedRecord, type Submission, type SubmissionAnswer } from "../../lib/intake";
 import { toPublicView, toWorkerView, type CreateIntentRequest, type WorkPage } from "../../lib/intents";
 import { brokerOptions } from "../../moleculer.config";
+import type { StoredEvent } from "../../lib/store";
+import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
 import { newWebhookRecord, toWebhookView } from "../../lib/webhooks";
 import { apiService } from "../../services/api.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { httpClient, tempDir } from "../helpers/node";
+import { openStream } from "../helpers/sse";
 
 const route = newRoute();
 
@@ -157,6 +160,33 @@ test("GET /intent-work with the mempool in this process: the whole list in one p
 		expect(asked).toEqual([500]);
 		expect(body).toEqual(views.map(view => ({ intent: JSON.parse(view) as unknown, leaseTtlMs: 1234 })));
 	} finally {
+		await gateway.broker.stop();
+	}
+});
+
+test("GET /events with owners of the previous version (a rolling update): their logs stream from `events` and `latestEvent`, which they serve", async () => {
+	const logs: Record<string, StoredEvent[]> = {
+		mempool: [],
+		tin: [1, 2, 3].map(seq => ({ seq, subject: `top_${seq}`, type: TIN_OPERATION_EVENT_TYPE, at: new Date().toISOString(), data: { previousState: null, state: "PENDING_VERIFICATION", view: { id: `top_${seq}` } } }))
+	};
+	const ownerOfThePreviousVersion = (name: string) => ({
+		name,
+		actions: {
+			latestEvent: { visibility: "public" as const, handler: () => logs[name].at(-1) ?? null },
+			events: { visibility: "public" as const, handler: (ctx: Context<{ after: number; limit: number }>) => logs[name].filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit) }
+		}
+	});
+	const gateway = await startGateway({}, { current: created }, broker => {
+		broker.createService(ownerOfThePreviousVersion("mempool"));
+		broker.createService(ownerOfThePreviousVersion("tin"));
+	});
+	const port = (gateway.broker.getLocalService("api") as unknown as { server: { address(): { port: number } } }).server.address().port;
+	const stream = await openStream(`http://127.0.0.1:${port}/events`, { "x-api-key": "test-worker-key-0123456789", "last-event-id": "0-0" });
+	try {
+		expect(stream.status).toBe(200);
+		expect((await stream.waitFor(3)).map(event => [event.id, event.data.subject])).toEqual([["0-1", "top_1"], ["0-2", "top_2"], ["0-3", "top_3"]]);
+	} finally {
+		stream.close();
 		await gateway.broker.stop();
 	}
 });

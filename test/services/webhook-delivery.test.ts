@@ -59,8 +59,7 @@ function tinOwner(log: StoredEvent[], health: TinHealth = { unreadable: false })
 			},
 			events: (ctx: Context<{ after: number; limit: number }>) => {
 				if (health.unreadable) throw new Error("the TIN store is unavailable");
-				const events = log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
-				return { events, through: events.at(-1)?.seq ?? ctx.params.after };
+				return log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
 			}
 		}
 	};

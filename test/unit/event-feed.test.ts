@@ -183,6 +183,26 @@ describe("StreamFeed", () => {
 		expect(late.received).toEqual([1, 3, 5, 7]);
 	});
 
+	it("a subscriber whose reads stay behind the shared position fails after 10 s, so that its stream ends and its client resumes", async () => {
+		jest.useFakeTimers({ doNotFake: ["setImmediate", "nextTick"] });
+		try {
+			const log = new Log();
+			for (let i = 0; i < 3; i++) log.append("a");
+			// Every read is answered by a member that has only the first event (a restore, say).
+			log.read = async query => pageOf(log.events.slice(0, 1), query.after, query.limit, query.subject);
+			const outcome = feedOf(log).subscribe(collector(0)).then(
+				() => "joined",
+				(err: Error) => err.message
+			);
+			await jest.advanceTimersByTimeAsync(9_000);
+			expect(await Promise.race([outcome, Promise.resolve("still reading")])).toBe("still reading");
+			await jest.advanceTimersByTimeAsync(2_000);
+			expect(await outcome).toMatch(/stays behind/);
+		} finally {
+			jest.useRealTimers();
+		}
+	});
+
 	it("reads once per notice for any number of caught-up subscribers, and stops delivering to one that leaves", async () => {
 		const log = new Log();
 		const feed = feedOf(log);

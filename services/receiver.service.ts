@@ -147,9 +147,14 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 					// A signed body whose paymentId a body taken unverified holds (a forgery, maybe): that one is
 					// verified now, as a verifier answers, and this one stored again, once.
 					const held = items.flatMap((item, k) => (item.verdict && heldUnverified(outcomes[k], item.request.paymentId) ? [k] : []));
-					if (held.length && (await this.verifyHolders(held.map(k => items[k].request.paymentId)))) {
-						const again = await this.store(ctx, epoch, held.map(k => items[k]));
-						held.forEach((k, j) => (outcomes[k] = again[j]));
+					try {
+						if (held.length && (await this.verifyHolders(held.map(k => items[k].request.paymentId)))) {
+							const again = await this.store(ctx, epoch, held.map(k => items[k]));
+							held.forEach((k, j) => (outcomes[k] = again[j]));
+						}
+					} catch (err) {
+						// Those keep their NOT_READY (a retry); the others of the batch were stored, and are answered so.
+						this.logger.warn(`Storing again the submissions whose paymentId's holder was verified failed: ${(err as Error).message}`);
 					}
 					outcomes.forEach((outcome, k) => (answers[positions[k]] = this.answerOf(outcome, verdicts[positions[k]], startedAt)));
 				}

@@ -221,6 +221,39 @@ test("a signed body meeting a holder of its paymentId taken unverified has it ve
 	}
 });
 
+test("when storing again after verifying a holder fails, that submission keeps its 503 and the others of its batch their answers", async () => {
+	const settings = config();
+	let stores = 0;
+	const secondStoreFails: Middleware = {
+		localAction: (next: ActionHandler, action: ActionSchema) => (ctx: Context) => {
+			if (action.name === "mempool.receiveMany" && ++stores === 3) throw new Error("the store went away");
+			return next.call(ctx.service as Service, ctx);
+		}
+	};
+	const broker = new ServiceBroker({ logger: false, middlewares: [secondStoreFails] });
+	standIns(broker);
+	broker.createService(mempoolService(settings));
+	broker.createService(receiverService(settings));
+	await broker.start();
+	try {
+		let call = 0;
+		const submitMany = (requests: object[]) => broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions: requests.map(request => ({ request, call: `http-${++call}` })) });
+		const victim = newWallet();
+		const real = signedIntent(victim, route);
+		const forgery = signedIntent(victim, route, { paymentId: real.paymentId, amount: "1" }, { senderAuthorizationSignature: signedIntent(newWallet(), route).senderAuthorizationSignature });
+		expect(await submitMany([forgery])).toMatchObject([{ status: 202 }]);
+		broker.createService(verifierService(settings));
+		await broker.waitForServices("verifier");
+		const bystander = signedIntent(newWallet(), route);
+		const answers = await submitMany([real, bystander]);
+		expect(answers).toMatchObject([{ refused: { type: "NOT_READY", data: { paymentId: real.paymentId } } }, { status: 201, view: { paymentId: bystander.paymentId } }]);
+		// Its retry is stored: the forgery is gone.
+		expect(await submitMany([real])).toMatchObject([{ status: 201, view: { paymentId: real.paymentId, amount: real.amount } }]);
+	} finally {
+		await broker.stop();
+	}
+});
+
 test("with several verifiers, a batch is split by the Shard strategy: each sender always meets the same verifier, and each verifier gets one call per batch", async () => {
 	const namespace = `shard-${process.pid}-${Date.now()}`;
 	const seen = new Map<string, Set<string>>();

@@ -132,7 +132,7 @@ interface TinMethods {
 	finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	routeVersionOf(marked: TinOperationRecord, at: string): Promise<RouteVersionRecord>;
-	advanceRoute(version: RouteVersionRecord): Promise<void>;
+	advanceRoute(version: RouteVersionRecord): Promise<boolean>;
 	reconcile(markedBefore: Date): Promise<number>;
 	observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null>;
 	workList(where: Where, limit: number, meta: TakesJsonTexts): Promise<string[] | unknown[]>;
@@ -371,19 +371,23 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			},
 
 			/**
-			 * Finalizes in three steps, each a compare-and-set: mark the SUBMITTED operation `finalizing`
-			 * with the FINALIZED entry it gets (from then on no other stage can move it), write the route
-			 * (activate), then move the operation to FINALIZED. A crash after the mark is finished by the
+			 * Finalizes in steps, each a compare-and-set: take the operation's route version (so that
+			 * versions follow the order finalizations began in, whenever each ends), mark the SUBMITTED
+			 * operation `finalizing` with the FINALIZED entry it gets (from then on no other stage can move
+			 * it), then activate: the route, then the operation. A crash after the mark is finished by the
 			 * next start, the sweep, or the Cranker's finalize sent again, so a route never goes live for
 			 * an operation that ends otherwise.
 			 */
 			async finalize(record, finalized) {
+				const version = await this.routeVersionOf(record, finalized.updatedAt);
 				const marked = markFinalizing(record, finalized);
 				if (await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, marked)) return this.activate(marked, finalized);
 				const current = await this.mustGetOperation(record.id);
 				if (current.status === "FINALIZED") return current;
 				// Marked already (a finalization under way, or left by a replica that died): finished alike.
 				if (current.status === "SUBMITTED" && current.finalizing !== undefined) return this.activate(current, finishedFinalization(current));
+				// It moved (a racing stage failed it): it never takes the version; a gap is left at worst.
+				await this.routeVersions.remove(version.id);
 				throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: current.status });
 			},
 
@@ -393,8 +397,13 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			 * it (never back), the operation FINALIZED with that version.
 			 */
 			async activate(marked, finalized) {
-				const version = await this.routeVersionOf(marked, finalized.updatedAt);
-				await this.advanceRoute(version);
+				let version = await this.routeVersionOf(marked, finalized.updatedAt);
+				while (!(await this.advanceRoute(version))) {
+					// That version went live for another operation, by a writer of the previous version (a
+					// rolling update), which keeps no version records: this one takes the next.
+					await this.routeVersions.remove(version.id);
+					version = await this.routeVersionOf(marked, finalized.updatedAt);
+				}
 				const done: TinOperationRecord = { ...finalized, routeVersion: version.routeVersion };
 				if (!(await this.operations.update(marked.id, { status: "SUBMITTED", finalizing: marked.finalizing ?? null }, done, tinOperationEvent(marked, done)))) return this.mustGetOperation(marked.id);
 				this.notifyEvents();
@@ -408,8 +417,18 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					const taken = await this.routeVersions.get(marked.id);
 					if (taken) return taken;
 					const current = await this.routes.get(marked.tin);
-					// Written by an earlier version of this service, which kept no version records.
-					if (current?.lastOperationId === marked.id) return { id: marked.id, tin: marked.tin, routeVersion: current.routeVersion, route: current };
+					// A route an earlier version of this service wrote, which kept no version records: its
+					// record is written now, so that no later operation takes that version again.
+					if (current?.lastOperationId && current.lastOperationId !== marked.id && !(await this.routeVersions.get(current.lastOperationId)))
+						await this.routeVersions.insert({ id: current.lastOperationId, tin: current.tin, routeVersion: current.routeVersion, route: current });
+					if (current?.lastOperationId === marked.id) {
+						const legacy = { id: marked.id, tin: marked.tin, routeVersion: current.routeVersion, route: current };
+						if (await this.routeVersions.insert(legacy)) return legacy;
+						// Another operation took that version, which went live for this one: that one takes the next.
+						const [other] = await this.routeVersions.list({ where: { tin: marked.tin, routeVersion: current.routeVersion }, limit: 1 });
+						if (other && other.id !== marked.id) await this.routeVersions.remove(other.id);
+						continue;
+					}
 					const [newest] = await this.routeVersions.list({ where: { tin: marked.tin }, orderBy: ["routeVersion", "desc"], limit: 1 });
 					const latest = newest && newest.routeVersion > (current?.routeVersion ?? 0) ? newest.route : current;
 					const route = finalizedRoute(latest, marked, at);
@@ -419,12 +438,16 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				}
 			},
 
-			/** Moves the TIN's route to `version`, unless it is there or further already. */
+			/**
+			 * Moves the TIN's route to `version`, unless it is there or further already; false when that
+			 * version went live for another operation (written by the previous version of this service).
+			 */
 			async advanceRoute(version) {
 				for (;;) {
 					const current = await this.routes.get(version.tin);
-					if (current && current.routeVersion >= version.routeVersion) return;
-					if (current ? await this.routes.update(version.tin, { routeVersion: current.routeVersion }, version.route) : await this.routes.insert(version.route)) return;
+					if (current?.routeVersion === version.routeVersion && current.lastOperationId !== version.id) return false;
+					if (current && current.routeVersion >= version.routeVersion) return true;
+					if (current ? await this.routes.update(version.tin, { routeVersion: current.routeVersion }, version.route) : await this.routes.insert(version.route)) return true;
 				}
 			},
 

@@ -7,7 +7,7 @@ import { ServiceBroker, type Context } from "moleculer";
 import { loadConfig } from "../../lib/config";
 import { tinFromSequence } from "../../lib/tin";
 import type { CrankerStanding, PublicTinOperation, TinOperationRecord, TinOperationView } from "../../lib/tin-operations";
-import type { ActiveRoute } from "../../lib/registry";
+import type { ActiveRoute, RouteRecord } from "../../lib/registry";
 import { tinService } from "../../services/tin.service";
 import { newWallet, signedTinOperation, uniqueId } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
@@ -50,9 +50,31 @@ async function startTin(env: Record<string, string> = {}) {
 	return { broker, service, submit, stage, list, submitted };
 }
 
+/**
+ * Stalls the finalization of operation `id` at its first route read after its mark (a paused
+ * process, a throttled pod): `stalled` once it is there, `resume` to let it go on. Other reads pass.
+ */
+function stallAfterMark(service: TinInternals, id: string) {
+	const routes = service.routes;
+	const get = routes.get;
+	let resume!: () => void;
+	const stalled = new Promise<void>(
+		stall =>
+			(routes.get = async tinOf => {
+				if ((await service.operations.get(id))!.finalizing) {
+					routes.get = get;
+					await new Promise<void>(resolve => (stall(), (resume = resolve)));
+				}
+				return get.call(routes, tinOf);
+			})
+	);
+	return { stalled, resume: () => resume() };
+}
+
 /** What a test reaches inside the service: its stores, to stand a crash in for a failing write. */
 interface TinInternals {
-	routes: { get(tin: string): Promise<unknown> };
+	routes: { get(tin: string): Promise<RouteRecord | null>; update(tin: string, expected: object, next: RouteRecord): Promise<boolean> };
+	routeVersions: { remove(id: string): Promise<boolean> };
 	operations: { get(id: string): Promise<TinOperationRecord | null>; update(id: string, expected: object, next: TinOperationRecord): Promise<boolean> };
 }
 
@@ -108,7 +130,7 @@ describe("tin service", () => {
 			// The route write fails right after the mark, as if the process had died there.
 			const routes = other.service.routes;
 			const get = routes.get;
-			routes.get = () => Promise.reject(new Error("the process died here"));
+			routes.get = async tinOf => ((await other.service.operations.get(view.id))!.finalizing ? Promise.reject(new Error("the process died here")) : get.call(routes, tinOf));
 			await expect(other.stage("finalized", view.id, submitter, { transactionSignature })).rejects.toThrow();
 			routes.get = get;
 			const marked = (await other.service.operations.get(view.id))!;
@@ -128,7 +150,7 @@ describe("tin service", () => {
 
 			// Another left the same way is finished at once by its Cranker's finalize sent again.
 			const again = await other.submitted();
-			routes.get = () => Promise.reject(new Error("the process died here"));
+			routes.get = async tinOf => ((await other.service.operations.get(again.view.id))!.finalizing ? Promise.reject(new Error("the process died here")) : get.call(routes, tinOf));
 			await expect(other.stage("finalized", again.view.id, submitter, { transactionSignature: again.transactionSignature })).rejects.toThrow();
 			routes.get = get;
 			expect(await other.stage("finalized", again.view.id, submitter, { transactionSignature: again.transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
@@ -148,13 +170,9 @@ describe("tin service", () => {
 			const a = await other.submitted(first);
 			const b = await other.submitted(second);
 			// A's finalization stalls right after its mark (a paused process, a throttled pod)…
-			const routes = other.service.routes;
-			const get = routes.get;
-			let resume!: (value?: unknown) => void;
-			const stalled = new Promise<void>(marked => (routes.get = tinOf => (marked(), new Promise(resolve => (resume = resolve)).then(() => get.call(routes, tinOf)))));
+			const { stalled, resume } = stallAfterMark(other.service, a.view.id);
 			const late = other.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature });
 			await stalled;
-			routes.get = get;
 			// …for over a minute: the sweep finishes it (version 2), then B goes live (version 3).
 			const marked = (await other.service.operations.get(a.view.id))!;
 			await other.service.operations.update(a.view.id, { finalizing: marked.finalizing }, { ...marked, finalizing: new Date(Date.now() - 61_000).toISOString() });
@@ -167,6 +185,62 @@ describe("tin service", () => {
 		} finally {
 			await other.broker.stop();
 		}
+	});
+
+	test("versions follow the order finalizations began in: one whose finisher failed after its mark, finished after a later update, stays behind it", async () => {
+		const owner = newWallet();
+		const created = await tin.submitted(signedTinOperation(owner, { intentType: "create" }));
+		await tin.stage("finalized", created.view.id, submitter, { transactionSignature: created.transactionSignature });
+		const [first, second] = [signedTinOperation(owner, { intentType: "update", tin: created.view.tin }), signedTinOperation(owner, { intentType: "update", tin: created.view.tin })];
+		const a = await tin.submitted(first);
+		const b = await tin.submitted(second);
+		const routes = tin.service.routes;
+		const get = routes.get;
+		routes.get = async tinOf => ((await tin.service.operations.get(a.view.id))!.finalizing ? Promise.reject(new Error("the store went away")) : get.call(routes, tinOf));
+		await expect(tin.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature })).rejects.toThrow();
+		routes.get = get;
+		expect(await tin.stage("finalized", b.view.id, submitter, { transactionSignature: b.transactionSignature })).toMatchObject({ routeVersion: 3 });
+		expect(await tin.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
+		expect(await tin.broker.call("tin.resolve", { tin: created.view.tin })).toMatchObject({ routeVersion: 3, routeCommitment: second.routeCommitment });
+	});
+
+	test("a route the previous version wrote for a marked operation (no version record) keeps its version: a later update takes the next and stays live", async () => {
+		const owner = newWallet();
+		const created = await tin.submitted(signedTinOperation(owner, { intentType: "create" }));
+		await tin.stage("finalized", created.view.id, submitter, { transactionSignature: created.transactionSignature });
+		const tinOf = created.view.tin;
+		// As the previous version left things: no version records, A marked and its route (v2) written, then a crash.
+		await tin.service.routeVersions.remove(created.view.id);
+		const [first, second] = [signedTinOperation(owner, { intentType: "update", tin: tinOf }), signedTinOperation(owner, { intentType: "update", tin: tinOf })];
+		const a = await tin.submitted(first);
+		const b = await tin.submitted(second);
+		const at = new Date().toISOString();
+		const operation = (await tin.service.operations.get(a.view.id))!;
+		expect(await tin.service.operations.update(a.view.id, { status: "SUBMITTED" }, { ...operation, finalizing: at })).toBe(true);
+		const v1 = (await tin.service.routes.get(tinOf))!;
+		expect(await tin.service.routes.update(tinOf, { routeVersion: 1 }, { ...v1, routeVersion: 2, routeCommitment: first.routeCommitment, policyCommitment: first.policyCommitment, lastOperationId: a.view.id, updatedAt: at })).toBe(true);
+		expect(await tin.stage("finalized", b.view.id, submitter, { transactionSignature: b.transactionSignature })).toMatchObject({ routeVersion: 3 });
+		expect(await tin.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
+		expect(await tin.broker.call("tin.resolve", { tin: tinOf })).toMatchObject({ routeVersion: 3, routeCommitment: second.routeCommitment });
+	});
+
+	test("a version the previous version of the service wrote live for another operation meanwhile (a rolling update) is not shared: this one takes the next", async () => {
+		const owner = newWallet();
+		const created = await tin.submitted(signedTinOperation(owner, { intentType: "create" }));
+		await tin.stage("finalized", created.view.id, submitter, { transactionSignature: created.transactionSignature });
+		const tinOf = created.view.tin;
+		const [mine, theirs] = [signedTinOperation(owner, { intentType: "update", tin: tinOf }), signedTinOperation(owner, { intentType: "update", tin: tinOf })];
+		const e = await tin.submitted(mine);
+		const d = await tin.submitted(theirs);
+		// E took version 2 and is marked; before its route write, an owner of the previous version writes D's route as version 2.
+		const { stalled, resume } = stallAfterMark(tin.service, e.view.id);
+		const finishing = tin.stage("finalized", e.view.id, submitter, { transactionSignature: e.transactionSignature });
+		await stalled;
+		const v1 = (await tin.service.routes.get(tinOf))!;
+		expect(await tin.service.routes.update(tinOf, { routeVersion: 1 }, { ...v1, routeVersion: 2, routeCommitment: theirs.routeCommitment, lastOperationId: d.view.id })).toBe(true);
+		resume();
+		expect(await finishing).toMatchObject({ status: "FINALIZED", routeVersion: 3 });
+		expect(await tin.broker.call("tin.resolve", { tin: tinOf })).toMatchObject({ routeVersion: 3, routeCommitment: mine.routeCommitment });
 	});
 
 	test("a caller that does not say it takes JSON texts (a gateway of the previous version) gets the same items whole", async () => {

@@ -207,7 +207,6 @@ export interface StagePolicy {
 
 export type StageDecision = { kind: "replay" } | { kind: "move"; next: TinOperationRecord };
 
-/** The record after a move to `to`: the changed fields, the new status and a history entry. */
 /** Marks `record` as being finalized into `finalized` (its last entry kept, so that anyone can finish it alike). */
 export function markFinalizing(record: TinOperationRecord, finalized: TinOperationRecord): TinOperationRecord {
 	return { ...record, finalizing: finalized.updatedAt, finalizedEntry: finalized.history[finalized.history.length - 1] };
@@ -223,6 +222,7 @@ export function finishedFinalization(marked: TinOperationRecord): TinOperationRe
 	return { ...record, status: "FINALIZED", updatedAt: entry.at, history: [...record.history, entry] };
 }
 
+/** The record after a move to `to`: the changed fields, the new status and a history entry. */
 export function applyStage(record: TinOperationRecord, to: TinOperationState, at: string, by?: string, changes: Partial<TinOperationRecord> = {}, reason?: string): TinOperationRecord {
 	const entry = { status: to, at, ...(by ? { by } : {}), ...(reason ? { reason } : {}) };
 	return { ...record, ...changes, status: to, updatedAt: at, history: [...record.history, entry] };

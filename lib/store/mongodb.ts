@@ -322,9 +322,9 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	 * so replicas running this at once, or beside writers, agree.
 	 */
 	private async alignCounter(): Promise<void> {
-		const [newest] = await guarded(this.client, () => this.eventLog.find({}, { projection: { _id: 1 } }).sort({ _id: -1 }).limit(1).toArray());
-		if (!newest) return;
-		const raise = () => this.sequences.updateOne({ _id: this.spec.name }, { $max: { seq: newest._id } }, { upsert: true });
+		const newest = await guarded(this.client, () => this.newestSeq());
+		if (newest === 0) return;
+		const raise = () => this.sequences.updateOne({ _id: this.spec.name }, { $max: { seq: newest } }, { upsert: true });
 		await guarded(this.client, () =>
 			// Two replicas creating the counter at once: one insert wins, the other raises what it made.
 			raise().catch(err => {
@@ -332,6 +332,12 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 				throw err;
 			})
 		);
+	}
+
+	/** The number of the log's newest event (0: empty). */
+	private async newestSeq(session?: ClientSession): Promise<number> {
+		const [newest] = await this.eventLog.find({}, { session, projection: { _id: 1 } }).sort({ _id: -1 }).limit(1).toArray();
+		return newest?._id ?? 0;
 	}
 
 	/** Checks once per query shape that an index serves it (servingIndex). */
@@ -593,10 +599,10 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		// between them included), so no event up to the head is missing from the page.
 		const { head, found } = await guarded(this.client, () =>
 			this.client.withSession({ causalConsistency: true }, async session => {
-				const [newest] = await this.eventLog.find({}, { session, projection: { _id: 1 } }).sort({ _id: -1 }).limit(1).toArray();
+				const head = await this.newestSeq(session);
 				// One record's events by its index, as the lists are hinted: the planner might walk _id instead.
 				const found = await this.eventLog.find(filter, { session }).sort({ _id: 1 }).hint(query.subject !== undefined ? "subject_seq" : { _id: 1 }).limit(limit).toArray();
-				return { head: newest?._id ?? 0, found };
+				return { head, found };
 			})
 		);
 		const events = found.map(fromEventDoc);

@@ -70,6 +70,14 @@ export function uniqueId(prefix = "pay"): string {
 }
 
 /** A correctly signed CreateIntentRequest; `fields` override what is signed, `after` what is sent. */
+/**
+ * A forgery of `real`: its sender's wallet and paymentId (and `fields`, an amount of 1 unless
+ * given), its canonical message, signed by another key.
+ */
+export function forgedIntent(real: CreateIntentRequest, route: GenesisRoute, fields: Partial<CreateIntentRequest> = {}): CreateIntentRequest {
+	return signedIntent({ ...newWallet(), address: real.senderWallet }, route, { paymentId: real.paymentId, amount: "1", ...fields });
+}
+
 export function signedIntent(
 	wallet: Wallet,
 	route: GenesisRoute,

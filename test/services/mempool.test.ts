@@ -13,7 +13,7 @@ import type { CreateIntentRequest, IntentRecord } from "../../lib/intents";
 import { WORK_PAGE } from "../../lib/schemas";
 import { openStore } from "../../lib/store";
 import { INTENTS_COLLECTION, mempoolService, type IntakeOutcome, type WaitingIntent } from "../../services/mempool.service";
-import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+import { forgedIntent, newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { sleep, tempDir } from "../helpers/node";
 
 const route = newRoute();
@@ -142,7 +142,7 @@ test("once, at start: an unsigned body an earlier version expired before its ver
 	const dataDir = tempDir();
 	const victim = newWallet();
 	const real = signedIntent(victim, route);
-	const forged = signedIntent(victim, route, { paymentId: real.paymentId, amount: "1" }, { senderAuthorizationSignature: signedIntent(newWallet(), route).senderAuthorizationSignature });
+	const forged = forgedIntent(real, route);
 	const genuine = signedIntent(newWallet(), route);
 	// A store as the earlier version left it: both taken without a verifier, then moved RECEIVED → REJECTED by its expiry sweep.
 	{

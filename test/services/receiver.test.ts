@@ -14,7 +14,7 @@ import type { ActiveRoute } from "../../lib/registry";
 import { mempoolService } from "../../services/mempool.service";
 import { receiverService } from "../../services/receiver.service";
 import { verifierService } from "../../services/verifier.service";
-import { newRoute, newWallet, signedIntent, walletOf } from "../helpers/fixtures";
+import { forgedIntent, newRoute, newWallet, signedIntent, walletOf } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 
 const route = newRoute();
@@ -176,7 +176,7 @@ test("a forgery taken without a verifier, expired, holds nobody's paymentId: not
 		const real = signedIntent(victim, route);
 		// The victim's paymentId and wallet, its canonical message, another key's signature, an expiry already past.
 		const expired = { senderAuthorizationIssuedAt: new Date(Date.now() - 120_000).toISOString(), senderAuthorizationExpiresAt: new Date(Date.now() - 60_000).toISOString() };
-		const forgery = signedIntent(victim, route, { paymentId: real.paymentId, amount: "1", ...expired }, { senderAuthorizationSignature: signedIntent(newWallet(), route).senderAuthorizationSignature });
+		const forgery = forgedIntent(real, route, expired);
 		const [taken] = await intake.submitMany([forgery]);
 		expect(taken).toMatchObject({ status: 202, view: { receiverStatus: "RECEIVED" } });
 		// The expiry sweep leaves it to its verification: REJECTED EXPIRED would keep it for good.
@@ -202,7 +202,7 @@ test("a signed body meeting a holder of its paymentId taken unverified has it ve
 	try {
 		const victim = newWallet();
 		const real = signedIntent(victim, route);
-		const forgery = signedIntent(victim, route, { paymentId: real.paymentId, amount: "1" }, { senderAuthorizationSignature: signedIntent(newWallet(), route).senderAuthorizationSignature });
+		const forgery = forgedIntent(real, route);
 		const sender = newWallet();
 		const first = signedIntent(sender, route);
 		const second = signedIntent(sender, route, { paymentId: first.paymentId, amount: "2" });
@@ -240,7 +240,7 @@ test("when storing again after verifying a holder fails, that submission keeps i
 		const submitMany = (requests: object[]) => broker.call<SubmissionAnswer[], object>("receiver.submitMany", { submissions: requests.map(request => ({ request, call: `http-${++call}` })) });
 		const victim = newWallet();
 		const real = signedIntent(victim, route);
-		const forgery = signedIntent(victim, route, { paymentId: real.paymentId, amount: "1" }, { senderAuthorizationSignature: signedIntent(newWallet(), route).senderAuthorizationSignature });
+		const forgery = forgedIntent(real, route);
 		expect(await submitMany([forgery])).toMatchObject([{ status: 202 }]);
 		broker.createService(verifierService(settings));
 		await broker.waitForServices("verifier");

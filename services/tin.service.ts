@@ -79,6 +79,22 @@ const ROUTE_VERSIONS_COLLECTION = {
 	indexes: [["tin", "routeVersion"]]
 } as const;
 
+/**
+ * Who a TIN belongs to before it has a route: a create that was handed it, or the genesis seed
+ * that is importing it. Written once (its id is the TIN), so an import and an allocation of one
+ * TIN, even at the same moment on two replicas, cannot both have it (SPEC §5: a TIN is never
+ * allocated twice).
+ */
+const TIN_CLAIMS_COLLECTION = { name: "registry_tin_claims", fields: {} } as const;
+
+/** Seed entries imported at once. */
+const GENESIS_SLICE = 100;
+
+interface TinClaim {
+	id: string;
+	by: "create" | "genesis";
+}
+
 /** A finalized operation's route version (its id is the operation's). */
 interface RouteVersionRecord {
 	id: string;
@@ -112,6 +128,7 @@ interface TinVars {
 	routeVersions: Collection<RouteVersionRecord>;
 	operations: Collection<TinOperationRecord>;
 	sequence: Collection<SequenceDoc>;
+	claims: Collection<TinClaim>;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL a finalization is not checked on chain. */
 	chain: ChainReader | null;
 	/** Tells the gateways that new TIN operation events are committed (coalesced: see eventNotifier). */
@@ -123,6 +140,7 @@ type StageMeta = { crankerPubkey?: string };
 
 interface TinMethods {
 	importGenesis(file: string): Promise<number>;
+	claimForGenesis(tin: string): Promise<boolean>;
 	activeRoute(tin: string): Promise<RouteRecord | null>;
 	allocateTin(): Promise<string>;
 	mustGetOperation(id: string): Promise<TinOperationRecord>;
@@ -172,6 +190,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				this.routeVersions = await store.collection<RouteVersionRecord>(ROUTE_VERSIONS_COLLECTION);
 				this.operations = await store.collection<TinOperationRecord>(OPERATIONS_COLLECTION);
 				this.sequence = await store.collection<SequenceDoc>({ name: "tin_sequence", fields: { next: "integer" } });
+				this.claims = await store.collection<TinClaim>(TIN_CLAIMS_COLLECTION);
 			})
 		],
 
@@ -278,12 +297,38 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				}
 				const updatedAt = new Date().toISOString();
 				let imported = 0;
-				for (const entry of entries) {
-					// insert() leaves an existing TIN as it is: importing twice changes nothing.
-					const route: RouteRecord = { ...entry, id: entry.tin, ownerWallet: entry.ownerWallet ?? null, active: true, updatedAt };
-					if (await this.routes.insert(route)) imported++;
+				// In slices, so that a large seed shares commits instead of waiting out one per route.
+				for (let start = 0; start < entries.length; start += GENESIS_SLICE) {
+					const results = await Promise.all(
+						entries.slice(start, start + GENESIS_SLICE).map(async entry => {
+							if (!(await this.claimForGenesis(entry.tin))) {
+								this.logger.warn(`Registry seed ${file}: TIN ${entry.tin} was handed to a create operation, so it is not imported.`);
+								return false;
+							}
+							// insert() leaves an existing TIN as it is: importing twice changes nothing.
+							return this.routes.insert({ ...entry, id: entry.tin, ownerWallet: entry.ownerWallet ?? null, active: true, updatedAt });
+						})
+					);
+					imported += results.filter(Boolean).length;
 				}
 				return imported;
+			},
+
+			/**
+			 * Whether the seed may have `tin`: claimed for genesis now or before (an import that stopped
+			 * before its route), or a route already there (left as it is), and not a create's. A TIN the
+			 * sequence passed without a claim was handed out by a version of this service that kept none.
+			 */
+			async claimForGenesis(value) {
+				for (;;) {
+					const claim = await this.claims.get(value);
+					if (claim) return claim.by === "genesis";
+					if (await this.routes.get(value)) return true;
+					const next = (await this.sequence.get("tin"))?.next ?? FIRST_SEQUENCE;
+					if (Number(value.slice(0, 9)) < next) return false;
+					// Refused: an allocation claimed it first, since the counter was read.
+					if (await this.claims.insert({ id: value, by: "genesis" })) return true;
+				}
 			},
 
 			async activeRoute(value) {
@@ -291,15 +336,19 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				return route?.active ? route : null;
 			},
 
-			/** The next TIN of the sequence that no route holds; each is handed out once (compare-and-set on the counter). */
+			/**
+			 * The next TIN of the sequence that the seed does not have; each is handed out once
+			 * (compare-and-set on the counter), and claimed before it is (claimForGenesis).
+			 */
 			async allocateTin() {
 				for (;;) {
 					const current = await this.sequence.get("tin");
 					const n = current?.next ?? FIRST_SEQUENCE;
-					const claimed = current ? await this.sequence.update("tin", { next: n }, { id: "tin", next: n + 1 }) : await this.sequence.insert({ id: "tin", next: n + 1 });
-					if (!claimed) continue; // another allocation took n first
+					const taken = current ? await this.sequence.update("tin", { next: n }, { id: "tin", next: n + 1 }) : await this.sequence.insert({ id: "tin", next: n + 1 });
+					if (!taken) continue; // another allocation took n first
 					const candidate = tinFromSequence(n);
-					if (!(await this.routes.get(candidate))) return candidate; // genesis routes keep theirs
+					// Genesis routes keep theirs: imported (before claims were kept), or being imported.
+					if (!(await this.routes.get(candidate)) && (await this.claims.insert({ id: candidate, by: "create" }))) return candidate;
 				}
 			},
 

@@ -9,7 +9,7 @@ import { tinFromSequence } from "../../lib/tin";
 import type { CrankerStanding, PublicTinOperation, TinOperationRecord, TinOperationView } from "../../lib/tin-operations";
 import type { ActiveRoute, RouteRecord } from "../../lib/registry";
 import { tinService } from "../../services/tin.service";
-import { newWallet, signedTinOperation, uniqueId } from "../helpers/fixtures";
+import { newRoute, newWallet, signedTinOperation, uniqueId, writeSeedFile } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 
 const FEE = "50000";
@@ -71,9 +71,13 @@ function stallAfterMark(service: TinInternals, id: string) {
 	return { stalled, resume: () => resume() };
 }
 
-/** What a test reaches inside the service: its stores, to stand a crash in for a failing write. */
+/** What a test reaches inside the service: its stores, to stand a crash in for a failing write, and its steps. */
 interface TinInternals {
 	routes: { get(tin: string): Promise<RouteRecord | null>; update(tin: string, expected: object, next: RouteRecord): Promise<boolean> };
+	sequence: { get(id: string): Promise<{ next: number } | null> };
+	claims: { remove(id: string): Promise<boolean> };
+	importGenesis(file: string): Promise<number>;
+	allocateTin(): Promise<string>;
 	routeVersions: { remove(id: string): Promise<boolean> };
 	operations: { get(id: string): Promise<TinOperationRecord | null>; update(id: string, expected: object, next: TinOperationRecord): Promise<boolean> };
 }
@@ -256,5 +260,84 @@ describe("tin service", () => {
 		const { view } = await tin.submit(signedTinOperation(newWallet(), { intentType: "create" }));
 		await expect(tin.stage("submitted", view.id, submitter, { transactionSignature: signature() })).rejects.toMatchObject({ type: "INVALID_TRANSITION" });
 		await expect(tin.stage("verified", "top_missing", verifier)).rejects.toMatchObject({ type: "NOT_FOUND" });
+	});
+
+	describe("genesis routes against creates: a TIN has one of them (SPEC §5: a TIN is never allocated twice)", () => {
+		test("a seed that gains a TIN a create was handed does not import it: the create's finalization makes its route, version 1, its owner's", async () => {
+			const dataDir = tempDir();
+			const creator = newWallet();
+			const first = await startTin({ DATA_DIR: dataDir });
+			const body = signedTinOperation(creator, { intentType: "create" });
+			const { view } = await first.submit(body);
+			await first.broker.stop();
+
+			const seeded = newRoute({ tin: view.tin, ownerWallet: newWallet().address });
+			const again = await startTin({ DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [seeded, newRoute()]) });
+			try {
+				expect(await again.broker.call("tin.resolve", { tin: view.tin })).toBeNull();
+				await again.stage("verified", view.id, verifier);
+				await again.stage("feeCommitted", view.id, submitter, { feeAmount: FEE });
+				const transactionSignature = signature();
+				await again.stage("submitted", view.id, submitter, { transactionSignature });
+				expect(await again.stage("finalized", view.id, submitter, { transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+				expect(await again.service.routes.get(view.tin)).toMatchObject({ routeVersion: 1, routeCommitment: body.routeCommitment, ownerWallet: creator.address });
+			} finally {
+				await again.broker.stop();
+			}
+		});
+
+		test("an import that read the counter just before an allocation took the same TIN leaves it to the create", async () => {
+			const other = await startTin();
+			try {
+				const next = tinFromSequence((await other.service.sequence.get("tin"))?.next ?? 100_000_000);
+				// The import reads the counter, then another replica's allocation takes that TIN.
+				const sequence = other.service.sequence;
+				const get = sequence.get;
+				let allocated: string | undefined;
+				sequence.get = async id => {
+					const value = await get.call(sequence, id);
+					sequence.get = get;
+					allocated = await other.service.allocateTin();
+					return value;
+				};
+				expect(await other.service.importGenesis(writeSeedFile(tempDir(), [newRoute({ tin: next })]))).toBe(0);
+				expect(allocated).toBe(next);
+				expect(await other.service.routes.get(next)).toBeNull();
+			} finally {
+				await other.broker.stop();
+			}
+		});
+
+		test("an allocation meets a TIN the seed is importing (claimed, its route not written yet): it takes the next, and the seed's route lands", async () => {
+			const other = await startTin();
+			try {
+				const seeded = newRoute({ tin: tinFromSequence(100_000_000) });
+				// The import's route write fails once, as if its process stopped between its claim and its route.
+				const routes = other.service.routes as unknown as { insert(route: RouteRecord): Promise<boolean> };
+				const insert = routes.insert;
+				routes.insert = async () => {
+					routes.insert = insert;
+					throw new Error("stopped");
+				};
+				await expect(other.service.importGenesis(writeSeedFile(tempDir(), [seeded]))).rejects.toThrow("stopped");
+				expect(await other.service.allocateTin()).toBe(tinFromSequence(100_000_001));
+				expect(await other.service.importGenesis(writeSeedFile(tempDir(), [seeded]))).toBe(1);
+				expect(await other.service.routes.get(seeded.tin)).toMatchObject({ routeCommitment: seeded.routeCommitment, routeVersion: 1 });
+			} finally {
+				await other.broker.stop();
+			}
+		});
+
+		test("a TIN the previous version handed out (the counter passed it, no claim kept) is not imported either", async () => {
+			const other = await startTin();
+			try {
+				const handedOut = await other.service.allocateTin();
+				expect(await other.service.claims.remove(handedOut)).toBe(true);
+				expect(await other.service.importGenesis(writeSeedFile(tempDir(), [newRoute({ tin: handedOut })]))).toBe(0);
+				expect(await other.service.routes.get(handedOut)).toBeNull();
+			} finally {
+				await other.broker.stop();
+			}
+		});
 	});
 });

@@ -148,7 +148,7 @@ interface TinMethods {
 	replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string): ReturnType<typeof toPublicTinOperation>;
 	moveStage(ctx: Context<StageParams, StageMeta>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
 	finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
-	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
+	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<{ record: TinOperationRecord; moved: boolean }>;
 	routeVersionOf(marked: TinOperationRecord, at: string): Promise<RouteVersionRecord>;
 	advanceRoute(version: RouteVersionRecord): Promise<boolean>;
 	reconcile(markedBefore: Date): Promise<number>;
@@ -430,11 +430,11 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			async finalize(record, finalized) {
 				const version = await this.routeVersionOf(record, finalized.updatedAt);
 				const marked = markFinalizing(record, finalized);
-				if (await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, marked)) return this.activate(marked, finalized);
+				if (await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, marked)) return (await this.activate(marked, finalized)).record;
 				const current = await this.mustGetOperation(record.id);
 				if (current.status === "FINALIZED") return current;
 				// Marked already (a finalization under way, or left by a replica that died): finished alike.
-				if (current.status === "SUBMITTED" && current.finalizing !== undefined) return this.activate(current, finishedFinalization(current));
+				if (current.status === "SUBMITTED" && current.finalizing !== undefined) return (await this.activate(current, finishedFinalization(current))).record;
 				// It moved (a racing stage failed it): it never takes the version; a gap is left at worst.
 				await this.routeVersions.remove(version.id);
 				throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: current.status });
@@ -443,7 +443,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			/**
 			 * Steps two and three of finalize(), each idempotent, so that any number of finishers of one
 			 * operation, at any time, end alike: its route version taken once, the route moved forward to
-			 * it (never back), the operation FINALIZED with that version.
+			 * it (never back), the operation FINALIZED with that version; `moved` when this call moved it.
 			 */
 			async activate(marked, finalized) {
 				let version = await this.routeVersionOf(marked, finalized.updatedAt);
@@ -454,10 +454,10 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					version = await this.routeVersionOf(marked, finalized.updatedAt);
 				}
 				const done: TinOperationRecord = { ...finalized, routeVersion: version.routeVersion };
-				if (!(await this.operations.update(marked.id, { status: "SUBMITTED", finalizing: marked.finalizing ?? null }, done, tinOperationEvent(marked, done)))) return this.mustGetOperation(marked.id);
+				if (!(await this.operations.update(marked.id, { status: "SUBMITTED", finalizing: marked.finalizing ?? null }, done, tinOperationEvent(marked, done)))) return { record: await this.mustGetOperation(marked.id), moved: false };
 				this.notifyEvents();
 				this.broker.broadcast("registry.routeChanged", { tin: marked.tin });
-				return done;
+				return { record: done, moved: true };
 			},
 
 			/** The route version `marked` made, or takes now: the one after the newest of its TIN. */
@@ -506,10 +506,9 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			 */
 			async reconcile(markedBefore) {
 				let finished = 0;
-				for (const record of await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } } })) {
-					await this.activate(record, finishedFinalization(record));
-					finished++;
-				}
+				// Those the live finisher ends first, meanwhile, are not counted.
+				for (const record of await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } } }))
+					if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
 				sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);
 				if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) left half-done.`);
 				return finished;

@@ -78,6 +78,7 @@ interface TinInternals {
 	claims: { remove(id: string): Promise<boolean> };
 	importGenesis(file: string): Promise<number>;
 	allocateTin(): Promise<string>;
+	reconcile(markedBefore: Date): Promise<number>;
 	routeVersions: { remove(id: string): Promise<boolean> };
 	operations: { get(id: string): Promise<TinOperationRecord | null>; update(id: string, expected: object, next: TinOperationRecord): Promise<boolean> };
 }
@@ -161,6 +162,21 @@ describe("tin service", () => {
 		} finally {
 			await other.broker.stop();
 		}
+	});
+
+	test("the sweep counts only the finalizations it finished: one the live finisher ended first, meanwhile, is not", async () => {
+		const { view, transactionSignature } = await tin.submitted();
+		const live = stallAfterMark(tin.service, view.id);
+		const finishing = tin.stage("finalized", view.id, submitter, { transactionSignature });
+		await live.stalled;
+		// The sweep takes the mark as abandoned, and stalls at the same point.
+		const sweep = stallAfterMark(tin.service, view.id);
+		const swept = tin.service.reconcile(new Date(Date.now() + 60_000));
+		await sweep.stalled;
+		live.resume();
+		expect(await finishing).toMatchObject({ status: "FINALIZED", routeVersion: 1 });
+		sweep.resume();
+		expect(await swept).toBe(0);
 	});
 
 	test("a finalization that resumes late, after the sweep finished it and a later update of its TIN went live, leaves the later route live", async () => {

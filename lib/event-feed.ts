@@ -50,12 +50,14 @@ export class StreamFeed {
 	/**
 	 * Where the log ends now: the shared reader's position while it follows the log; otherwise
 	 * read from the owner (a position left by earlier subscribers would replay what came since as
-	 * "now", and have the next reader page through all of it).
+	 * "now", and have the next reader page through all of it), even if it is behind that position:
+	 * a restored log numbers its new events from its own end, and a reader kept past them would
+	 * hand none to the streams that start now.
 	 */
 	async head(): Promise<number> {
 		if (this.position === null || this.unfollowed) {
 			const seq = await this.latestSeq();
-			if (this.position === null || this.unfollowed) this.position = Math.max(this.position ?? 0, seq);
+			if (this.position === null || this.unfollowed) this.position = seq;
 		}
 		return this.position!;
 	}

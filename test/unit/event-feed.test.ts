@@ -243,6 +243,24 @@ describe("StreamFeed", () => {
 		expect(log.reads).toBe(2);
 	});
 
+	it("once nobody follows the log, now is where the log ends even behind where its last follower left it (a restored backup)", async () => {
+		const log = new Log();
+		const feed = feedOf(log);
+		for (let i = 0; i < 50; i++) log.append("a");
+		const first = collector(await feed.head());
+		await feed.subscribe(first);
+		feed.leave(first);
+		// Restored from a backup of 20 events: the next one is 21.
+		log.events.length = 20;
+		expect(await feed.head()).toBe(20);
+		const next = collector(await feed.head());
+		await feed.subscribe(next);
+		log.append("b");
+		feed.wake();
+		await until(() => next.received.length === 1);
+		expect(next.received).toEqual([21]);
+	});
+
 	it("drops a subscriber whose delivery answers false", async () => {
 		const log = new Log();
 		const feed = feedOf(log);

@@ -52,7 +52,8 @@ export class StreamFeed {
 	 * read from the owner (a position left by earlier subscribers would replay what came since as
 	 * "now", and have the next reader page through all of it), even if it is behind that position:
 	 * a restored log numbers its new events from its own end, and a reader kept past them would
-	 * hand none to the streams that start now.
+	 * hand none to the streams that start now. A member behind the others (a MongoDB failover) can
+	 * make "now" a moment early: a stream then starts with a few events again, never with a gap.
 	 */
 	async head(): Promise<number> {
 		if (this.position === null || this.unfollowed) {

@@ -302,7 +302,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					const results = await Promise.all(
 						entries.slice(start, start + GENESIS_SLICE).map(async entry => {
 							if (!(await this.claimForGenesis(entry.tin))) {
-								this.logger.warn(`Registry seed ${file}: TIN ${entry.tin} was handed to a create operation, so it is not imported.`);
+								this.logger.warn(`Registry seed ${file}: TIN ${entry.tin} was handed out by the sequence (to a create, which may have failed), so it is not imported.`);
 								return false;
 							}
 							// insert() leaves an existing TIN as it is: importing twice changes nothing.

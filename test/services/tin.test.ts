@@ -288,9 +288,11 @@ describe("tin service", () => {
 			await first.broker.stop();
 
 			const seeded = newRoute({ tin: view.tin, ownerWallet: newWallet().address });
-			const again = await startTin({ DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [seeded, newRoute()]) });
+			const unrelated = newRoute();
+			const again = await startTin({ DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [seeded, unrelated]) });
 			try {
 				expect(await again.broker.call("tin.resolve", { tin: view.tin })).toBeNull();
+				expect(await again.broker.call("tin.resolve", { tin: unrelated.tin })).toMatchObject({ routeCommitment: unrelated.routeCommitment });
 				await again.stage("verified", view.id, verifier);
 				await again.stage("feeCommitted", view.id, submitter, { feeAmount: FEE });
 				const transactionSignature = signature();
@@ -339,6 +341,22 @@ describe("tin service", () => {
 				expect(await other.service.allocateTin()).toBe(tinFromSequence(100_000_001));
 				expect(await other.service.importGenesis(writeSeedFile(tempDir(), [seeded]))).toBe(1);
 				expect(await other.service.routes.get(seeded.tin)).toMatchObject({ routeCommitment: seeded.routeCommitment, routeVersion: 1 });
+			} finally {
+				await other.broker.stop();
+			}
+		});
+
+		test("a seed is imported whatever the counter: a TIN below it keeps its route, one above it after creates lands, a large seed lands whole", async () => {
+			const dataDir = tempDir();
+			const below = newRoute({ tin: tinFromSequence(100_000_000) });
+			const other = await startTin({ DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [below]) });
+			try {
+				expect((await other.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin).toBe(tinFromSequence(100_000_001));
+				expect((await other.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin).toBe(tinFromSequence(100_000_002));
+				const above = Array.from({ length: 250 }, (_, i) => newRoute({ tin: tinFromSequence(100_000_010 + i) }));
+				expect(await other.service.importGenesis(writeSeedFile(tempDir(), [below, ...above]))).toBe(250);
+				for (const route of [below, ...above]) expect(await other.service.routes.get(route.tin)).toMatchObject({ routeCommitment: route.routeCommitment });
+				expect((await other.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin).toBe(tinFromSequence(100_000_003));
 			} finally {
 				await other.broker.stop();
 			}

@@ -14,7 +14,7 @@ import { ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
 import { FailureStreak } from "../lib/failure-streak";
 import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, type PublicMempoolIntent } from "../lib/intents";
-import type { EventPage, EventQuery, StoredEvent } from "../lib/store";
+import { eventPage, type EventPage, type EventQuery, type StoredEvent } from "../lib/store";
 import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-operations";
 import { EVENT_PAGE, type EventStream } from "../mixins/outbox.mixin";
 import { callServed, isServed } from "./internal";
@@ -277,8 +277,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	const readPage = async (stream: EventStream, query: EventQuery): Promise<EventPage> => {
 		if (isServed(broker, `${OWNERS[stream]}.eventPage`)) return callServed<EventPage>(broker, `${OWNERS[stream]}.eventPage`, query);
 		const head = await ownerHead(stream);
-		const events = await callServed<StoredEvent[]>(broker, `${OWNERS[stream]}.events`, query);
-		return { events, through: events.length === query.limit ? events[events.length - 1].seq : Math.max(head, query.after) };
+		return eventPage(await callServed<StoredEvent[]>(broker, `${OWNERS[stream]}.events`, query), query, head);
 	};
 	const feeds = Object.fromEntries(
 		(Object.keys(OWNERS) as EventStream[]).map(stream => {

@@ -31,6 +31,7 @@ import {
 	assertOutbox,
 	assertWhere,
 	batchSize,
+	eventPage,
 	isComparison,
 	servingIndex,
 	tallyChange,
@@ -605,8 +606,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 				return { head, found };
 			})
 		);
-		const events = found.map(fromEventDoc);
-		return { events, through: events.length === limit ? events[limit - 1].seq : Math.max(head, query.after, events.at(-1)?.seq ?? 0) };
+		return eventPage(found.map(fromEventDoc), { after: query.after, limit }, head);
 	}
 
 	async latestEvent(subject?: string): Promise<StoredEvent | null> {

@@ -157,6 +157,12 @@ export interface EventPage {
 	through: number;
 }
 
+/** The page of `events`, read after `query.after` up to `query.limit`, from a log that ended at `head` when read. */
+export function eventPage(events: StoredEvent[], query: { after: number; limit: number }, head: number): EventPage {
+	const last = events.at(-1)?.seq;
+	return { events, through: events.length === query.limit ? (last ?? query.after) : Math.max(head, query.after, last ?? 0) };
+}
+
 export interface ListQuery {
 	where?: Where;
 	orderBy?: readonly [field: string, direction: "asc" | "desc"];

@@ -13,7 +13,7 @@ import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
 import { BatchWindow } from "../batcher";
-import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventPage, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Tally, type ViewRow, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, eventPage, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventPage, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Tally, type ViewRow, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -639,7 +639,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const limit = Math.max(0, Math.floor(query.limit));
 		const head = this.committedSeq;
 		const events = guarded(this.db, () => (stmt.all(...(bySubject ? [query.subject] : []), query.after, head, limit) as EventRow[]).map(storedEvent));
-		return { events, through: events.length === limit ? (events.at(-1)?.seq ?? query.after) : Math.max(head, query.after) };
+		return eventPage(events, { after: query.after, limit }, head);
 	}
 
 	async latestEvent(subject?: string): Promise<StoredEvent | null> {

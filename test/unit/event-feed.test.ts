@@ -4,12 +4,11 @@
  * reader, and the shared reader reads once per notice however many subscribers there are.
  */
 import { StreamFeed, type FeedSubscriber } from "../../lib/event-feed";
-import type { EventPage, StoredEvent } from "../../lib/store";
+import { eventPage, type EventPage, type StoredEvent } from "../../lib/store";
 
 /** A read of `log` as a store answers it: the events after `after`, and how far the read saw. */
 function pageOf(log: StoredEvent[], after: number, limit: number, subject?: string): EventPage {
-	const events = log.filter(e => e.seq > after && (subject === undefined || e.subject === subject)).slice(0, limit);
-	return { events, through: events.length === limit ? events[limit - 1].seq : Math.max(after, log.length) };
+	return eventPage(log.filter(e => e.seq > after && (subject === undefined || e.subject === subject)).slice(0, limit), { after, limit }, log.length);
 }
 
 /** An event log whose reads answer a turn later, so that appends and reads interleave. */

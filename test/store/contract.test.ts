@@ -310,7 +310,7 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				await items.insert({ id: "a", status: "open", version: 1 }, event("a", "open"));
 				const wins = await Promise.all(Array.from({ length: 6 }, (_, i) => items.update("a", { version: 1 }, { id: "a", status: `s${i}`, version: 2 }, event("a", `s${i}`))));
 				expect(wins.filter(Boolean)).toHaveLength(1);
-				const { events: events } = await items.events({ after: 0, subject: "a", limit: 10 });
+				const { events } = await items.events({ after: 0, subject: "a", limit: 10 });
 				expect(events.map(e => e.data.state)).toStrictEqual(["open", (await items.get("a"))!.status]);
 			});
 

@@ -20,9 +20,11 @@ export interface CrankerFigures {
 export class CrankerTotals {
 	/** The heartbeat each online Cranker counts with. */
 	private readonly counted = new Map<string, CrankerContribution>();
-	/** Heartbeats in arrival order (lastSeenAt ascending, near enough): the next to fall silent come first. */
-	private readonly arrivals: { crankerPubkey: string; lastSeenAt: string }[] = [];
-	private head = 0;
+	/**
+	 * Every counted heartbeat, the oldest first (a binary min-heap on lastSeenAt): one another replica
+	 * stamped before some already here, and read after them, still falls silent at its own time.
+	 */
+	private readonly dueToExpire = new ExpiryHeap();
 	private readonly byRole = new Map<string, number>();
 	private readonly mints = new Map<string, { liquidity: bigint; crankersOnline: number }>();
 
@@ -38,23 +40,18 @@ export class CrankerTotals {
 		if (previous) this.add(previous, -1);
 		this.add(contribution, 1);
 		this.counted.set(contribution.crankerPubkey, contribution);
-		this.arrivals.push({ crankerPubkey: contribution.crankerPubkey, lastSeenAt: contribution.lastSeenAt });
+		this.dueToExpire.push({ crankerPubkey: contribution.crankerPubkey, lastSeenAt: contribution.lastSeenAt });
 	}
 
 	/** Stops counting the Crankers whose last heartbeat is at or before `cutoff` (ISO time). */
 	expire(cutoff: string): void {
-		while (this.head < this.arrivals.length && this.arrivals[this.head].lastSeenAt <= cutoff) {
-			const { crankerPubkey, lastSeenAt } = this.arrivals[this.head++];
+		for (let next = this.dueToExpire.peek(); next && next.lastSeenAt <= cutoff; next = this.dueToExpire.peek()) {
+			const { crankerPubkey, lastSeenAt } = this.dueToExpire.pop()!;
 			const current = this.counted.get(crankerPubkey);
-			// A later heartbeat of the same Cranker supersedes this arrival.
+			// A later heartbeat of the same Cranker supersedes this one.
 			if (current?.lastSeenAt !== lastSeenAt) continue;
 			this.add(current, -1);
 			this.counted.delete(crankerPubkey);
-		}
-		// Compact now and then, so the queue's memory follows the Crankers online, not all arrivals.
-		if (this.head > 1024 && this.head * 2 > this.arrivals.length) {
-			this.arrivals.splice(0, this.head);
-			this.head = 0;
 		}
 	}
 
@@ -80,5 +77,53 @@ export class CrankerTotals {
 			if (mint.crankersOnline === 0) this.mints.delete(tokenMintAddress);
 			else this.mints.set(tokenMintAddress, mint);
 		}
+	}
+}
+
+interface Due {
+	crankerPubkey: string;
+	lastSeenAt: string;
+}
+
+/** A binary min-heap of heartbeats on lastSeenAt (ISO times compare as strings). */
+class ExpiryHeap {
+	private readonly items: Due[] = [];
+
+	get size(): number {
+		return this.items.length;
+	}
+
+	peek(): Due | undefined {
+		return this.items[0];
+	}
+
+	push(item: Due): void {
+		const items = this.items;
+		let i = items.push(item) - 1;
+		while (i > 0) {
+			const parent = (i - 1) >> 1;
+			if (items[parent].lastSeenAt <= item.lastSeenAt) break;
+			items[i] = items[parent];
+			i = parent;
+		}
+		items[i] = item;
+	}
+
+	pop(): Due | undefined {
+		const items = this.items;
+		const top = items[0];
+		const last = items.pop();
+		if (!items.length || !last) return top;
+		let i = 0;
+		for (;;) {
+			const left = 2 * i + 1;
+			if (left >= items.length) break;
+			const child = left + 1 < items.length && items[left + 1].lastSeenAt < items[left].lastSeenAt ? left + 1 : left;
+			if (items[child].lastSeenAt >= last.lastSeenAt) break;
+			items[i] = items[child];
+			i = child;
+		}
+		items[i] = last;
+		return top;
 	}
 }

@@ -106,6 +106,9 @@ interface RouteVersionRecord {
 /** A finalization marked this long ago is abandoned (its replica crashed): a live one takes milliseconds, 8 s at worst on MongoDB. */
 const FINALIZATION_ABANDONED_MS = 60_000;
 
+/** Abandoned finalizations finished per sweep, the oldest first: a sweep's cost stays bounded whatever accumulated. */
+const FINALIZATION_SWEEP_BATCH = 100;
+
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
 const FIRST_SEQUENCE = 100_000_000;
 
@@ -503,11 +506,13 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			/**
 			 * Finishes the finalizations marked before `markedBefore`, which a crash interrupted: each ends
 			 * as its own would have (finishedFinalization), so finishing one still under way is harmless.
+			 * A batch at a time, the oldest first; the next sweep takes the rest.
 			 */
 			async reconcile(markedBefore) {
 				let finished = 0;
+				const abandoned = await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } }, orderBy: ["finalizing", "asc"], limit: FINALIZATION_SWEEP_BATCH });
 				// Those the live finisher ends first, meanwhile, are not counted.
-				for (const record of await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } } }))
+				for (const record of abandoned)
 					if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
 				sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);
 				if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) left half-done.`);

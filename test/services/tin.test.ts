@@ -179,6 +179,28 @@ describe("tin service", () => {
 		expect(await swept).toBe(0);
 	});
 
+	test("the sweep finishes abandoned finalizations a batch at a time, the oldest first: 101 take two sweeps", async () => {
+		const other = await startTin();
+		try {
+			const ids: string[] = [];
+			for (let i = 0; i < 101; i++) {
+				const { view } = await other.submitted();
+				// Marked, then its replica died: the 101st the most recently.
+				const operation = (await other.service.operations.get(view.id))!;
+				const markedAt = new Date(Date.now() - 3_600_000 + i * 1000).toISOString();
+				expect(await other.service.operations.update(view.id, { status: "SUBMITTED" }, { ...operation, finalizing: markedAt })).toBe(true);
+				ids.push(view.id);
+			}
+			expect(await other.service.reconcile(new Date())).toBe(100);
+			const statuses = async () => Promise.all(ids.map(async id => (await other.service.operations.get(id))!.status));
+			expect(await statuses()).toStrictEqual([...Array(100).fill("FINALIZED"), "SUBMITTED"]);
+			expect(await other.service.reconcile(new Date())).toBe(1);
+			expect(new Set(await statuses())).toStrictEqual(new Set(["FINALIZED"]));
+		} finally {
+			await other.broker.stop();
+		}
+	});
+
 	test("a finalization that resumes late, after the sweep finished it and a later update of its TIN went live, leaves the later route live", async () => {
 		const other = await startTin({ SWEEP_INTERVAL_MS: "50" });
 		try {

@@ -106,8 +106,8 @@ interface RouteVersionRecord {
 /** A finalization marked this long ago is abandoned (its replica crashed): a live one takes milliseconds, 8 s at worst on MongoDB. */
 const FINALIZATION_ABANDONED_MS = 60_000;
 
-/** Abandoned finalizations finished per sweep, the oldest first: a sweep's cost stays bounded whatever accumulated. */
-const FINALIZATION_SWEEP_BATCH = 100;
+/** Abandoned finalizations read at a time: no read of the sweep grows with what accumulated. */
+const FINALIZATION_SWEEP_PAGE = 100;
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
 const FIRST_SEQUENCE = 100_000_000;
@@ -506,15 +506,30 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			/**
 			 * Finishes the finalizations marked before `markedBefore`, which a crash interrupted: each ends
 			 * as its own would have (finishedFinalization), so finishing one still under way is harmless.
-			 * A batch at a time, the oldest first; the next sweep takes the rest.
+			 * Pages of a bounded size, the oldest first; one that fails (a store error) is counted and left
+			 * to the next sweep, and the others go on.
 			 */
 			async reconcile(markedBefore) {
 				let finished = 0;
-				const abandoned = await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } }, orderBy: ["finalizing", "asc"], limit: FINALIZATION_SWEEP_BATCH });
-				// Those the live finisher ends first, meanwhile, are not counted.
-				for (const record of abandoned)
-					if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
+				let failed = 0;
+				let after: { value: string; id: string } | undefined;
+				for (;;) {
+					const page = await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } }, orderBy: ["finalizing", "asc"], limit: FINALIZATION_SWEEP_PAGE, ...(after ? { after } : {}) });
+					for (const record of page) {
+						try {
+							// Those the live finisher ends first, meanwhile, are not counted.
+							if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
+						} catch (err) {
+							failed++;
+							this.logger.warn(`Finishing the finalization of TIN operation ${record.id} failed: ${(err as Error).message}`);
+						}
+					}
+					if (page.length < FINALIZATION_SWEEP_PAGE) break;
+					const last = page[page.length - 1];
+					after = { value: last.finalizing!, id: last.id };
+				}
 				sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);
+				sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "failed" }, failed);
 				if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) left half-done.`);
 				return finished;
 			},

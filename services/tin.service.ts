@@ -35,7 +35,7 @@ import {
 	type TinOperationRequest,
 	type TinOperationState
 } from "../lib/tin-operations";
-import type { Collection, Where } from "../lib/store";
+import { StoreUnavailableError, type Collection, type Where } from "../lib/store";
 import { checkValidityWindow } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
@@ -106,8 +106,23 @@ interface RouteVersionRecord {
 /** A finalization marked this long ago is abandoned (its replica crashed): a live one takes milliseconds, 8 s at worst on MongoDB. */
 const FINALIZATION_ABANDONED_MS = 60_000;
 
-/** Abandoned finalizations read at a time: no read of the sweep grows with what accumulated. */
+/**
+ * Abandoned finalizations read at a time: each read stays bounded, though a sweep reads on until
+ * it has tried every one (each must be finished anyway, and they are few: each needs a fee and a
+ * submission).
+ */
 const FINALIZATION_SWEEP_PAGE = 100;
+
+/** Some abandoned finalizations could not be finished; the others were, and the next sweep tries these again. */
+class UnfinishedFinalizationsError extends Error {
+	constructor(
+		readonly count: number,
+		first: string
+	) {
+		super(`${count} TIN finalization(s) left half-done could not be finished (the next sweep tries again); the first: ${first}`);
+		this.name = "UnfinishedFinalizationsError";
+	}
+}
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
 const FIRST_SEQUENCE = 100_000_000;
@@ -506,31 +521,37 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			/**
 			 * Finishes the finalizations marked before `markedBefore`, which a crash interrupted: each ends
 			 * as its own would have (finishedFinalization), so finishing one still under way is harmless.
-			 * Pages of a bounded size, the oldest first; one that fails (a store error) is counted and left
-			 * to the next sweep, and the others go on.
+			 * Pages of a bounded size, the oldest first. One that fails does not stop the others: the sweep
+			 * then fails as a whole (UnfinishedFinalizationsError, counted and logged by the sweeper) once
+			 * it has tried them all. A store that cannot answer ends it at once.
 			 */
 			async reconcile(markedBefore) {
 				let finished = 0;
 				let failed = 0;
+				let firstFailure = "";
 				let after: { value: string; id: string } | undefined;
-				for (;;) {
-					const page = await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } }, orderBy: ["finalizing", "asc"], limit: FINALIZATION_SWEEP_PAGE, ...(after ? { after } : {}) });
-					for (const record of page) {
-						try {
-							// Those the live finisher ends first, meanwhile, are not counted.
-							if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
-						} catch (err) {
-							failed++;
-							this.logger.warn(`Finishing the finalization of TIN operation ${record.id} failed: ${(err as Error).message}`);
+				try {
+					for (;;) {
+						const page = await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } }, orderBy: ["finalizing", "asc"], limit: FINALIZATION_SWEEP_PAGE, ...(after ? { after } : {}) });
+						for (const record of page) {
+							try {
+								// Those the live finisher ends first, meanwhile, are not counted.
+								if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
+							} catch (err) {
+								if (err instanceof StoreUnavailableError) throw err;
+								if (!failed++) firstFailure = `${record.id}: ${(err as Error).message}`;
+							}
 						}
+						if (page.length < FINALIZATION_SWEEP_PAGE) break;
+						const last = page[page.length - 1];
+						after = { value: last.finalizing!, id: last.id };
 					}
-					if (page.length < FINALIZATION_SWEEP_PAGE) break;
-					const last = page[page.length - 1];
-					after = { value: last.finalizing!, id: last.id };
+				} finally {
+					sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);
+					sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "failed" }, failed);
+					if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) left half-done.`);
 				}
-				sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);
-				sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "failed" }, failed);
-				if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) left half-done.`);
+				if (failed) throw new UnfinishedFinalizationsError(failed, firstFailure);
 				return finished;
 			},
 
@@ -557,7 +578,11 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const imported = await this.importGenesis(this.settings.registrySeedFile);
 				this.logger.info(`Registry seed ${this.settings.registrySeedFile}: ${imported} new route(s) imported.`);
 			}
-			await this.reconcile(new Date());
+			// One that cannot be finished (the sweep goes on trying) must not keep the owners from starting.
+			await this.reconcile(new Date()).catch(err => {
+				if (!(err instanceof UnfinishedFinalizationsError)) throw err;
+				this.logger.warn(err.message);
+			});
 		}
 	};
 }

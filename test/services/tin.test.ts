@@ -5,6 +5,7 @@
  */
 import { ServiceBroker, type Context } from "moleculer";
 import { loadConfig } from "../../lib/config";
+import { StoreUnavailableError } from "../../lib/store";
 import { tinFromSequence } from "../../lib/tin";
 import type { CrankerStanding, PublicTinOperation, TinOperationRecord, TinOperationView } from "../../lib/tin-operations";
 import type { ActiveRoute, RouteRecord } from "../../lib/registry";
@@ -179,11 +180,11 @@ describe("tin service", () => {
 		expect(await swept).toBe(0);
 	});
 
-	test("the sweep reads abandoned finalizations a page at a time and finishes them all; one that fails is left for the next sweep, not in the others' way", async () => {
+	test("the sweep tries every abandoned finalization, a page at a time: those that fail are counted and fail the sweep once the others are done; a store that cannot answer ends it at once", async () => {
 		const other = await startTin();
 		try {
 			const marked: { id: string; tin: string }[] = [];
-			for (let i = 0; i < 101; i++) {
+			for (let i = 0; i < 102; i++) {
 				const { view } = await other.submitted();
 				// Marked, then its replica died: the first the longest ago.
 				const operation = (await other.service.operations.get(view.id))!;
@@ -191,15 +192,21 @@ describe("tin service", () => {
 				expect(await other.service.operations.update(view.id, { status: "SUBMITTED" }, { ...operation, finalizing: markedAt })).toBe(true);
 				marked.push({ id: view.id, tin: view.tin });
 			}
-			// The oldest one's route write fails, again and again (a store error on its TIN).
+			const statuses = async () => Promise.all(marked.map(async ({ id }) => (await other.service.operations.get(id))!.status));
+			// The route reads of the 101 oldest fail, again and again: more than a page of them.
 			const routes = other.service.routes;
 			const get = routes.get;
-			routes.get = async tinOf => (tinOf === marked[0].tin ? Promise.reject(new Error("the store refused this write")) : get.call(routes, tinOf));
-			const statuses = async () => Promise.all(marked.map(async ({ id }) => (await other.service.operations.get(id))!.status));
-			expect(await other.service.reconcile(new Date())).toBe(100);
-			expect(await statuses()).toStrictEqual(["SUBMITTED", ...Array(100).fill("FINALIZED")]);
+			const failing = new Set(marked.slice(0, 101).map(({ tin }) => tin));
+			routes.get = async tinOf => (failing.has(tinOf) ? Promise.reject(new Error("this record cannot be read")) : get.call(routes, tinOf));
+			await expect(other.service.reconcile(new Date())).rejects.toMatchObject({ name: "UnfinishedFinalizationsError", count: 101 });
+			expect(await statuses()).toStrictEqual([...Array(101).fill("SUBMITTED"), "FINALIZED"]);
+			// The store cannot answer: the first attempt ends the sweep.
+			let reads = 0;
+			routes.get = async () => (reads++, Promise.reject(new StoreUnavailableError("no primary")));
+			await expect(other.service.reconcile(new Date())).rejects.toBeInstanceOf(StoreUnavailableError);
+			expect(reads).toBe(1);
 			routes.get = get;
-			expect(await other.service.reconcile(new Date())).toBe(1);
+			expect(await other.service.reconcile(new Date())).toBe(101);
 			expect(new Set(await statuses())).toStrictEqual(new Set(["FINALIZED"]));
 		} finally {
 			await other.broker.stop();

@@ -113,13 +113,18 @@ const FINALIZATION_ABANDONED_MS = 60_000;
  */
 const FINALIZATION_SWEEP_PAGE = 100;
 
-/** Some abandoned finalizations could not be finished; the others were, and the next sweep tries these again. */
+/**
+ * Some abandoned finalizations could not be finished; the others were, and the next sweep tries
+ * these again. The message names the oldest, not how many (scs_sweep_results_total counts them), so
+ * that the sweeper tells the same failure once a minute, not at every sweep.
+ */
 class UnfinishedFinalizationsError extends Error {
 	constructor(
 		readonly count: number,
-		first: string
+		oldestId: string,
+		override readonly cause: Error
 	) {
-		super(`${count} TIN finalization(s) left half-done could not be finished (the next sweep tries again); the first: ${first}`);
+		super(`TIN finalizations left half-done could not be finished (the next sweep tries again); the oldest: ${oldestId}: ${cause.message}`);
 		this.name = "UnfinishedFinalizationsError";
 	}
 }
@@ -528,7 +533,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			async reconcile(markedBefore) {
 				let finished = 0;
 				let failed = 0;
-				let firstFailure = "";
+				let oldestFailure: { id: string; error: Error } | undefined;
 				let after: { value: string; id: string } | undefined;
 				try {
 					for (;;) {
@@ -539,7 +544,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 								if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
 							} catch (err) {
 								if (err instanceof StoreUnavailableError) throw err;
-								if (!failed++) firstFailure = `${record.id}: ${(err as Error).message}`;
+								if (!failed++) oldestFailure = { id: record.id, error: err as Error };
 							}
 						}
 						if (page.length < FINALIZATION_SWEEP_PAGE) break;
@@ -551,7 +556,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "failed" }, failed);
 					if (finished) this.logger.warn(`Finished ${finished} TIN finalization(s) left half-done.`);
 				}
-				if (failed) throw new UnfinishedFinalizationsError(failed, firstFailure);
+				if (oldestFailure) throw new UnfinishedFinalizationsError(failed, oldestFailure.id, oldestFailure.error);
 				return finished;
 			},
 
@@ -581,7 +586,8 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			// One that cannot be finished (the sweep goes on trying) must not keep the owners from starting.
 			await this.reconcile(new Date()).catch(err => {
 				if (!(err instanceof UnfinishedFinalizationsError)) throw err;
-				this.logger.warn(err.message);
+				// The cause's stack too: a fault here may be a bug, not the store.
+				this.logger.warn(err.message, err.cause);
 			});
 		}
 	};

@@ -12,6 +12,7 @@ import {
 	MongoClient,
 	MongoError,
 	MongoNetworkError,
+	MongoOperationTimeoutError,
 	MongoServerError,
 	MongoServerSelectionError,
 	MongoWriteConcernError,
@@ -181,7 +182,8 @@ export function assertDurableClient(client: MongoClient): void {
  * yet, so neither "taken" nor "written" can be answered truthfully.
  */
 export function isTransientMongoError(err: unknown): boolean {
-	if (err instanceof MongoNetworkError || err instanceof MongoServerSelectionError || err instanceof MongoWriteConcernError) return true;
+	// MongoOperationTimeoutError: what the driver throws in their place when the URL sets timeoutMS.
+	if (err instanceof MongoNetworkError || err instanceof MongoServerSelectionError || err instanceof MongoWriteConcernError || err instanceof MongoOperationTimeoutError) return true;
 	if (!(err instanceof MongoError)) return false;
 	if (err.hasErrorLabel("RetryableWriteError") || err.hasErrorLabel("TransientTransactionError") || err.hasErrorLabel("UnknownTransactionCommitResult")) return true;
 	const { code, writeConcernError, errInfo } = err as MongoError & { writeConcernError?: unknown; errInfo?: { writeConcern?: unknown } };

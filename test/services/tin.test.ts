@@ -198,15 +198,19 @@ describe("tin service", () => {
 			const get = routes.get;
 			const failing = new Set(marked.slice(0, 101).map(({ tin }) => tin));
 			routes.get = async tinOf => (failing.has(tinOf) ? Promise.reject(new Error("this record cannot be read")) : get.call(routes, tinOf));
-			await expect(other.service.reconcile(new Date())).rejects.toMatchObject({ name: "UnfinishedFinalizationsError", count: 101 });
+			const failure = await other.service.reconcile(new Date()).catch((err: Error) => err);
+			expect(failure).toMatchObject({ name: "UnfinishedFinalizationsError", count: 101 });
 			expect(await statuses()).toStrictEqual([...Array(101).fill("SUBMITTED"), "FINALIZED"]);
+			// The next sweep fails with one mark fewer (it finishes that one), in the same words: the sweeper tells it once a minute, not at every sweep.
+			failing.delete(marked[100].tin);
+			await expect(other.service.reconcile(new Date())).rejects.toMatchObject({ count: 100, message: (failure as Error).message });
 			// The store cannot answer: the first attempt ends the sweep.
 			let reads = 0;
 			routes.get = async () => (reads++, Promise.reject(new StoreUnavailableError("no primary")));
 			await expect(other.service.reconcile(new Date())).rejects.toBeInstanceOf(StoreUnavailableError);
 			expect(reads).toBe(1);
 			routes.get = get;
-			expect(await other.service.reconcile(new Date())).toBe(101);
+			expect(await other.service.reconcile(new Date())).toBe(100);
 			expect(new Set(await statuses())).toStrictEqual(new Set(["FINALIZED"]));
 		} finally {
 			await other.broker.stop();

@@ -3,7 +3,7 @@
  * durability are refused at start, transient driver errors are told from bugs, every index ends
  * in _id and every query shape needs one that serves it, and NATS credentials reach the URL.
  */
-import { MongoClient, MongoNetworkError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
+import { MongoClient, MongoNetworkError, MongoOperationTimeoutError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
 import { ConfigError, loadConfig } from "../../lib/config";
 import { StoreUnavailableError } from "../../lib/store";
 import { DURABLE_OPTIONS, assertDurableClient, closeClient, indexDescriptions, isTransientMongoError, storeError } from "../../lib/store/mongodb";
@@ -64,6 +64,8 @@ describe("MongoDB errors at the store boundary", () => {
 	test("no primary, a lost connection, a timed-out majority write: transient (503)", () => {
 		expect(isTransientMongoError(new MongoNetworkError("socket closed"))).toBe(true);
 		expect(isTransientMongoError(new MongoServerSelectionError("no primary", { type: "ReplicaSetNoPrimary" } as never))).toBe(true);
+		// With timeoutMS in the URL (client-side operation timeouts) the driver throws this one instead.
+		expect(isTransientMongoError(new MongoOperationTimeoutError("Timed out during server selection"))).toBe(true);
 		expect(isTransientMongoError(server({ code: 10107, codeName: "NotWritablePrimary" }))).toBe(true);
 		expect(isTransientMongoError(server({ code: 189, codeName: "PrimarySteppedDown" }))).toBe(true);
 		expect(isTransientMongoError(new MongoWriteConcernError({ writeConcernError: { code: 64, errmsg: "waiting for replication timed out", errInfo: { wtimeout: true } } } as never))).toBe(true);

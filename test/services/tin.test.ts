@@ -201,6 +201,9 @@ describe("tin service", () => {
 			const failure = await other.service.reconcile(new Date()).catch((err: Error) => err);
 			expect(failure).toMatchObject({ name: "UnfinishedFinalizationsError", count: 101 });
 			expect(await statuses()).toStrictEqual([...Array(101).fill("SUBMITTED"), "FINALIZED"]);
+			// The start (as after a crash) logs them and goes on: one mark that cannot be finished does not keep the owners down.
+			const started = tinService(loadConfig({ DATA_DIR: tempDir() })).started as (this: unknown) => Promise<void>;
+			await expect(started.call(other.service)).resolves.toBeUndefined();
 			// The next sweep fails with one mark fewer (it finishes that one), in the same words: the sweeper tells it once a minute, not at every sweep.
 			failing.delete(marked[100].tin);
 			await expect(other.service.reconcile(new Date())).rejects.toMatchObject({ count: 100, message: (failure as Error).message });
@@ -209,6 +212,8 @@ describe("tin service", () => {
 			routes.get = async () => (reads++, Promise.reject(new StoreUnavailableError("no primary")));
 			await expect(other.service.reconcile(new Date())).rejects.toBeInstanceOf(StoreUnavailableError);
 			expect(reads).toBe(1);
+			// …and a start that meets it fails, as any start on a store that cannot answer.
+			await expect(started.call(other.service)).rejects.toBeInstanceOf(StoreUnavailableError);
 			routes.get = get;
 			expect(await other.service.reconcile(new Date())).toBe(100);
 			expect(new Set(await statuses())).toStrictEqual(new Set(["FINALIZED"]));

@@ -12,7 +12,7 @@ import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { MAX_CLOCK_SKEW_S, assertSignedBy } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
-import type { Collection } from "../lib/store";
+import { listInPages, type Collection } from "../lib/store";
 import { sweepMetrics } from "./metrics";
 import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
@@ -220,14 +220,8 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			async catchUp(this: CrankersThis, nowMs) {
 				const floor = this.onlineCutoff(nowMs);
 				const from = this.caughtUpTo && !this.settings.replicated && this.caughtUpTo > floor ? this.caughtUpTo : floor;
-				let after: { value: string; id: string } | undefined;
-				for (;;) {
-					const page = await this.crankers.list({ where: { lastSeenAt: { gt: from } }, orderBy: ["lastSeenAt", "asc"], limit: CATCH_UP_PAGE, ...(after ? { after } : {}) });
-					for (const doc of page) if (this.isOperator(doc.crankerPubkey)) this.totals.seen(doc);
-					if (page.length < CATCH_UP_PAGE) break;
-					const last = page[page.length - 1];
-					after = { value: last.lastSeenAt, id: last.id };
-				}
+				for await (const doc of listInPages(this.crankers, { where: { lastSeenAt: { gt: from } }, orderBy: ["lastSeenAt", "asc"] }, CATCH_UP_PAGE))
+					if (this.isOperator(doc.crankerPubkey)) this.totals.seen(doc);
 				this.caughtUpTo = new Date(nowMs).toISOString();
 				this.totals.expire(floor);
 			},

@@ -54,7 +54,7 @@ import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-te
 import { LIST_LIMIT_MAX, WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
-import { UniqueConflictError, type Collection, type CollectionSpec, type Where } from "../lib/store";
+import { UniqueConflictError, listInPages, type Collection, type CollectionSpec, type Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS, isSignedBody } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeFailure, storeMixin } from "../mixins/store.mixin";
@@ -660,15 +660,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				if (await this.migrations.get(name)) return 0;
 				let removed = 0;
 				// By (state, expiresAt): every REJECTED record, archived or not, once, in pages.
-				for (let after: { value: string; id: string } | undefined; ; ) {
-					const page = await this.intents.list({ where: { state: "REJECTED" }, orderBy: ["expiresAt", "asc"], limit: SWEEP_BATCH, ...(after ? { after } : {}) });
-					for (const record of page)
-						if (expiredUnverified(record) && !isSignedBody(record.request, Date.parse(record.createdAt)) && (await this.intents.remove(record.id, { state: "REJECTED", stateVersion: record.stateVersion })))
-							removed++;
-					if (page.length < SWEEP_BATCH) break;
-					const last = page[page.length - 1];
-					after = { value: last.expiresAt, id: last.id };
-				}
+				for await (const record of listInPages(this.intents, { where: { state: "REJECTED" }, orderBy: ["expiresAt", "asc"] }, SWEEP_BATCH))
+					if (expiredUnverified(record) && !isSignedBody(record.request, Date.parse(record.createdAt)) && (await this.intents.remove(record.id, { state: "REJECTED", stateVersion: record.stateVersion })))
+						removed++;
 				await this.migrations.insert({ id: name, at: new Date().toISOString() });
 				return removed;
 			}

@@ -35,7 +35,7 @@ import {
 	type TinOperationRequest,
 	type TinOperationState
 } from "../lib/tin-operations";
-import { StoreUnavailableError, type Collection, type Where } from "../lib/store";
+import { StoreUnavailableError, listInPages, type Collection, type Where } from "../lib/store";
 import { checkValidityWindow } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
@@ -534,22 +534,15 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				let finished = 0;
 				let failed = 0;
 				let oldestFailure: { id: string; error: Error } | undefined;
-				let after: { value: string; id: string } | undefined;
 				try {
-					for (;;) {
-						const page = await this.operations.list({ where: { finalizing: { lt: markedBefore.toISOString() } }, orderBy: ["finalizing", "asc"], limit: FINALIZATION_SWEEP_PAGE, ...(after ? { after } : {}) });
-						for (const record of page) {
-							try {
-								// Those the live finisher ends first, meanwhile, are not counted.
-								if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
-							} catch (err) {
-								if (err instanceof StoreUnavailableError) throw err;
-								if (!failed++) oldestFailure = { id: record.id, error: err as Error };
-							}
+					for await (const record of listInPages(this.operations, { where: { finalizing: { lt: markedBefore.toISOString() } }, orderBy: ["finalizing", "asc"] }, FINALIZATION_SWEEP_PAGE)) {
+						try {
+							// Those the live finisher ends first, meanwhile, are not counted.
+							if ((await this.activate(record, finishedFinalization(record))).moved) finished++;
+						} catch (err) {
+							if (err instanceof StoreUnavailableError) throw err;
+							if (!failed++) oldestFailure = { id: record.id, error: err as Error };
 						}
-						if (page.length < FINALIZATION_SWEEP_PAGE) break;
-						const last = page[page.length - 1];
-						after = { value: last.finalizing!, id: last.id };
 					}
 				} finally {
 					sweepMetrics(this.broker).inc({ sweep: "tin-finalization", result: "finished" }, finished);

@@ -7,7 +7,7 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
-import type { Collection, ListQuery, StoredEvent, Where } from "../lib/store";
+import { listInPages, type Collection, type StoredEvent, type Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
 	MAX_ERROR_CHARS,
@@ -287,17 +287,12 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			async dueFor(this: WebhooksThis, heads, nowMs, wanted) {
 				const found: WebhookRecord[] = [];
 				const where: Where = { state: "enabled", notBefore: { lte: new Date(nowMs).toISOString() } };
-				for (let after: ListQuery["after"]; found.length < wanted; ) {
-					const page = await this.webhooks.list({ where, orderBy: ["notBefore", "asc"], limit: DUE_PAGE, ...(after ? { after } : {}) });
-					for (const candidate of page) {
-						const failing = failingStream(candidate);
-						if (!failing || heads[failing] !== undefined) found.push(candidate);
-					}
-					if (page.length < DUE_PAGE) break;
-					const last = page[page.length - 1];
-					after = { value: last.notBefore!, id: last.id }; // set: the query asks for notBefore ≤ now
+				for await (const candidate of listInPages(this.webhooks, { where, orderBy: ["notBefore", "asc"] }, DUE_PAGE)) {
+					const failing = failingStream(candidate);
+					if (!failing || heads[failing] !== undefined) found.push(candidate);
+					if (found.length === wanted) break;
 				}
-				return found.slice(0, wanted);
+				return found;
 			},
 
 			/** Up to `wanted` idle subscriptions behind each stream's head, the furthest behind first. */

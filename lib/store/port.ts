@@ -175,6 +175,22 @@ export interface ListQuery {
 	after?: { value: string | number; id: string };
 }
 
+/**
+ * Every document of a list, in its order, read in keyset pages of `pageSize`: each read stays
+ * bounded, the next page starts after the last document of the one before (lists are ordered by
+ * their field, then id), and none is read before the caller asks for its documents.
+ */
+export async function* listInPages<T extends Doc>(collection: Pick<Collection<T>, "list">, query: Omit<ListQuery, "limit" | "after"> & Required<Pick<ListQuery, "orderBy">>, pageSize: number): AsyncGenerator<T> {
+	for (let after: ListQuery["after"]; ; ) {
+		const page = await collection.list({ ...query, limit: pageSize, ...(after ? { after } : {}) });
+		yield* page;
+		if (page.length < pageSize) return;
+		const last = page[page.length - 1];
+		// The ordered field is a declared scalar; a null there is refused by assertCursor.
+		after = { value: (last as unknown as Record<string, string | number>)[query.orderBy[0]], id: last.id };
+	}
+}
+
 /** Checks a keyset cursor: it needs an order, and a value of the ordered field's type. */
 export function assertCursor(spec: CollectionSpec, query: ListQuery): void {
 	if (!query.after) return;

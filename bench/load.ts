@@ -356,14 +356,14 @@ export interface RunningTarget {
 	stop(): Promise<void>;
 }
 
-/** `node <script>` with `env`, once its /health/ready answers 200 (both targets serve it). */
-export async function startProcess(name: string, script: string, args: string[], env: Record<string, string>, url: string): Promise<RunningTarget> {
-	const proc: ScriptProcess = spawnScript(script, env, args, name);
+/** `node <script>` with `env` (behind `wrapper`, if any), once its /health/ready answers 200 (both targets serve it). */
+export async function startProcess(name: string, script: string, args: string[], env: Record<string, string>, url: string, wrapper: readonly string[] = [], readyTimeoutMs = 30_000): Promise<RunningTarget> {
+	const proc: ScriptProcess = spawnScript(script, env, args, name, wrapper);
 	try {
 		await waitFor(async () => {
 			if (proc.child.exitCode !== null) throw new Error(`${name} exited with ${proc.child.exitCode}:\n${proc.output().slice(-3000)}`);
 			return (await fetch(`${url}/health/ready`).catch(() => null))?.status === 200;
-		}, 30_000, `${name} to be ready`, 100);
+		}, readyTimeoutMs, `${name} to be ready`, 100);
 	} catch (err) {
 		proc.child.kill("SIGKILL");
 		throw err;

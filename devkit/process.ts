@@ -14,8 +14,10 @@ export interface ScriptProcess {
 }
 
 /** `node <script> ...args` with only PATH and `env` in its environment; TEST_LOG=1 echoes its stdout under `name`. */
-export function spawnScript(script: string, env: Record<string, string>, args: string[] = [], name = script): ScriptProcess {
-	const child = spawn(process.execPath, [script, ...args], { env: { PATH: process.env.PATH ?? "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+export function spawnScript(script: string, env: Record<string, string>, args: string[] = [], name = script, wrapper: readonly string[] = []): ScriptProcess {
+	// A wrapper (valgrind and its options, say) runs Node itself: `wrapper... node script args...`.
+	const [command, ...prefix] = [...wrapper, process.execPath];
+	const child = spawn(command, [...prefix, script, ...args], { env: { PATH: process.env.PATH ?? "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
 	let output = "";
 	child.stdout!.on("data", chunk => (output += chunk));
 	child.stderr!.on("data", chunk => (output += chunk));

@@ -1,11 +1,11 @@
 /**
  * POST /intents counted in instructions, not timed: the service and the lean ideal each run under
- * valgrind's callgrind, take WARMUP intents at concurrency 32, then COUNT more with the counters
- * zeroed first. Instructions per intent, over every thread of the process, do not move with the
- * machine's speed or with what else runs on it (two runs of the same code differ by a few
- * percent), so this tells the CPU ratio to the lean ideal, and where the difference lies, on a
- * machine too noisy for bench:intents to tell a change of a few percent. What it cannot tell is
- * time: waiting for the disk, and what an instruction costs (cache misses, system calls).
+ * valgrind's callgrind, take WARMUP intents at concurrency 32, then COUNT more, counted apart.
+ * Instructions per intent, over every thread of the process, do not move with the machine's
+ * speed or with what else runs on it (two runs of the same code differ by a few percent), so this
+ * tells the CPU ratio to the lean ideal, and where the difference lies, on a machine too noisy
+ * for bench:intents to tell a change of a few percent. What it cannot tell is time: waiting for
+ * the disk, and what an instruction costs (cache misses, system calls).
  *
  *   npm run bench:instructions                       # needs valgrind (Debian: apt-get install valgrind)
  *   npm run bench:instructions -- --count 3000 --service-env VERIFY_THREADS=0
@@ -22,7 +22,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { freePort } from "../devkit/process";
+import { freePort, waitFor } from "../devkit/process";
 import { tinFromSequence } from "../lib/tin";
 import { BodyFactory, fmt, runClosed, startProcess, type Route } from "./load";
 
@@ -61,6 +61,8 @@ function instructionsByCategory(dump: string): Map<string, number> {
 	let object = "";
 	let fn = "";
 	let callee = false;
+	// Costs are read as `<line> <Ir>`: callgrind's defaults, which this bench does not change.
+	if (!/^positions: line$/m.test(dump) || !/^events: Ir$/m.test(dump)) throw new Error("a callgrind dump with other positions or events than `line` and `Ir`");
 	for (const line of dump.split("\n")) {
 		const eq = line.indexOf("=");
 		const key = eq > 0 ? line.slice(0, eq) : "";
@@ -71,7 +73,7 @@ function instructionsByCategory(dump: string): Map<string, number> {
 			const name = named(names.fn, line.slice(eq + 1));
 			if (key === "fn") fn = `${name} [${object}]`;
 		} else if (key === "calls") callee = true;
-		else if (/^[+\-*]?\d/.test(line)) {
+		else if (/^([+-]?\d+|\*) /.test(line)) {
 			if (callee) callee = false;
 			else {
 				const category = categoryOf(fn);
@@ -95,14 +97,21 @@ async function count(kind: "service" | "lean ideal", route: Route, seedFile: str
 	try {
 		const bodies = new BodyFactory(route, options.wallets);
 		const phase = (n: number) => runClosed({ url, path: "/intents", expected: 201 }, bodies.take(n), CONCURRENCY);
+		// Each dump starts the counts afresh: the first holds the start and the warm-up, the second
+		// the measured intents. callgrind_control exits 0 even when it reached nothing, so each
+		// dump is awaited as a file, whole once its closing `totals:` line is written.
+		const dump = async (part: number) => {
+			execFileSync("callgrind_control", ["--dump", String(target.pid)], { stdio: "ignore" });
+			const file = `${dumpFile}.${part}`;
+			return waitFor(() => fs.existsSync(file) && /\ntotals: \d+\s*$/.test(fs.readFileSync(file, "utf8")) && fs.readFileSync(file, "utf8"), 60_000, `callgrind's dump ${part}`, 500);
+		};
 		await phase(options.warmup);
-		execFileSync("callgrind_control", ["--zero", String(target.pid)], { stdio: "ignore" });
+		await dump(1);
 		const measured = await phase(options.count);
-		execFileSync("callgrind_control", ["--dump", String(target.pid)], { stdio: "ignore" });
+		const counted = await dump(2);
 		const accepted = measured.statuses["201"] ?? 0;
 		if (accepted !== options.count) throw new Error(`${kind}: ${accepted} of ${options.count} answered 201 (${JSON.stringify(measured.statuses)})`);
-		// The dump after --zero is the file's first part.
-		const byCategory = instructionsByCategory(fs.readFileSync(`${dumpFile}.1`, "utf8"));
+		const byCategory = instructionsByCategory(counted);
 		return new Map([...byCategory].map(([category, n]) => [category, n / accepted]));
 	} finally {
 		await target.stop();

@@ -23,8 +23,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { freePort, waitFor } from "../devkit/process";
-import { tinFromSequence } from "../lib/tin";
-import { BodyFactory, fmt, runClosed, startProcess, type Route } from "./load";
+import { BodyFactory, envPairs, fmt, newRouteSeed, runClosed, startProcess, type Route } from "./load";
 
 const root = path.resolve(__dirname, "..", "..");
 const CONCURRENCY = 32;
@@ -103,7 +102,15 @@ async function count(kind: "service" | "lean ideal", route: Route, seedFile: str
 		const dump = async (part: number) => {
 			execFileSync("callgrind_control", ["--dump", String(target.pid)], { stdio: "ignore" });
 			const file = `${dumpFile}.${part}`;
-			return waitFor(() => fs.existsSync(file) && /\ntotals: \d+\s*$/.test(fs.readFileSync(file, "utf8")) && fs.readFileSync(file, "utf8"), 60_000, `callgrind's dump ${part}`, 500);
+			return waitFor(
+				() => {
+					const text = fs.existsSync(file) ? fs.readFileSync(file, "utf8") : "";
+					return /\ntotals: \d+\s*$/.test(text) && text;
+				},
+				60_000,
+				`callgrind's dump ${part}`,
+				500
+			);
 		};
 		await phase(options.warmup);
 		await dump(1);
@@ -122,12 +129,9 @@ async function count(kind: "service" | "lean ideal", route: Route, seedFile: str
 async function main(): Promise<void> {
 	const { values } = parseArgs({ options: { count: { type: "string" }, warmup: { type: "string" }, wallets: { type: "string" }, "service-env": { type: "string" } } });
 	const option = (name: "count" | "warmup" | "wallets", fallback: number) => Number(values[name] ?? process.env[name.toUpperCase()] ?? fallback);
-	const serviceEnv = Object.fromEntries((values["service-env"] ?? process.env.SERVICE_ENV ?? "").split(",").filter(Boolean).map(pair => [pair.slice(0, pair.indexOf("=")), pair.slice(pair.indexOf("=") + 1)]));
-	const options = { count: option("count", 2000), warmup: option("warmup", 4000), wallets: option("wallets", 256), serviceEnv };
+	const options = { count: option("count", 2000), warmup: option("warmup", 4000), wallets: option("wallets", 256), serviceEnv: envPairs(values["service-env"] ?? process.env.SERVICE_ENV ?? "") };
 	if (!fs.existsSync(path.join(root, "dist", "index.js"))) throw new Error("dist/index.js does not exist: run npm run build first");
-	const route: Route = { tin: tinFromSequence(100_000_000 + Math.floor(Math.random() * 800_000_000)), routeCommitment: randomBytes(32).toString("hex"), routeVersion: 1, policyCommitment: randomBytes(32).toString("hex") };
-	const seedFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "scs-bench-seed-")), "registry-seed.json");
-	fs.writeFileSync(seedFile, JSON.stringify([route]));
+	const { route, seedFile } = newRouteSeed();
 
 	const lean = await count("lean ideal", route, seedFile, options);
 	const service = await count("service", route, seedFile, options);

@@ -41,8 +41,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { freePort } from "../devkit/process";
-import { tinFromSequence } from "../lib/tin";
-import { BodyFactory, cpuSeconds, fmt, mostlyRefused, runClosed, runPaced, startProcess, summarize, verifiesPerSecond, type PhaseResult, type RunningTarget, type Route, type Summary } from "./load";
+import { BodyFactory, cpuSeconds, envPairs, fmt, mostlyRefused, newRouteSeed, runClosed, runPaced, startProcess, summarize, verifiesPerSecond, type PhaseResult, type RunningTarget, type Route, type Summary } from "./load";
 
 const OPTIONS = {
 	concurrencies: "16,32,64",
@@ -220,13 +219,10 @@ async function main(): Promise<number> {
 		route = (options.bench_tin ? routes.find(r => r.tin === options.bench_tin) : routes[0]) ?? (() => { throw new Error(`no route for TIN ${options.bench_tin} in ${seedFile}`); })();
 	} else {
 		if (!fs.existsSync(path.join(root, "dist", "index.js"))) throw new Error("dist/index.js does not exist: run npm run build first");
-		route = { tin: tinFromSequence(100_000_000 + Math.floor(Math.random() * 800_000_000)), routeCommitment: randomBytes(32).toString("hex"), routeVersion: 1, policyCommitment: randomBytes(32).toString("hex") };
-		seedFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "scs-bench-seed-")), "registry-seed.json");
-		fs.writeFileSync(seedFile, JSON.stringify([route]));
+		({ route, seedFile } = newRouteSeed());
 	}
 	const bodies = new BodyFactory(route, positiveInt("WALLETS", options.wallets));
-	// NAME=value pairs; a value may hold "=" itself (NODE_OPTIONS=--max-semi-space-size=64).
-	const serviceEnv = Object.fromEntries(options.service_env.split(",").filter(Boolean).map(pair => [pair.slice(0, pair.indexOf("=")).trim(), pair.slice(pair.indexOf("=") + 1).trim()]));
+	const serviceEnv = envPairs(options.service_env);
 	const target = { path: "/intents", expected: 201 };
 	// A phase's bodies, warm-up and measured, are signed before its warm-up, so that the target
 	// does not idle between the two while the generator signs (the listener pair pauses 300 ms).

@@ -8,6 +8,8 @@
 import { execFileSync } from "node:child_process";
 import { createPublicKey, verify as cryptoVerify, randomBytes, type KeyObject } from "node:crypto";
 import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import http from "node:http";
 import net from "node:net";
 import { spawnScript, waitFor, type ScriptProcess } from "../devkit/process";
@@ -15,12 +17,26 @@ import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/can
 import { createSigner, generateKeypair, verifySignature } from "../lib/ed25519";
 import { decodeBase58, encodeBase58 } from "../lib/encoding";
 import type { CreateIntentRequest } from "../lib/intents";
+import { tinFromSequence } from "../lib/tin";
 
 export interface Route {
 	tin: string;
 	routeCommitment: string;
 	routeVersion: number;
 	policyCommitment?: string;
+}
+
+/** A route of a random TIN, and a registry seed file (in a temp folder) that holds it alone, for a target to start with. */
+export function newRouteSeed(): { route: Route; seedFile: string } {
+	const route: Route = { tin: tinFromSequence(100_000_000 + Math.floor(Math.random() * 800_000_000)), routeCommitment: randomBytes(32).toString("hex"), routeVersion: 1, policyCommitment: randomBytes(32).toString("hex") };
+	const seedFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "scs-bench-seed-")), "registry-seed.json");
+	fs.writeFileSync(seedFile, JSON.stringify([route]));
+	return { route, seedFile };
+}
+
+/** `NAME=value,NAME=value` settings as an environment; a value may hold "=" itself (NODE_OPTIONS=--max-semi-space-size=64). */
+export function envPairs(text: string): Record<string, string> {
+	return Object.fromEntries(text.split(",").filter(Boolean).map(pair => [pair.slice(0, pair.indexOf("=")).trim(), pair.slice(pair.indexOf("=") + 1).trim()]));
 }
 
 /** A fixed token mint: base58 of 32 bytes. */

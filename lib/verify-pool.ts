@@ -11,6 +11,12 @@ import { strictSignatureEquation, verifySignature } from "./ed25519";
 /** One job on the wire: the key's 32 bytes (a worker keeps its own key objects), the message, the signature. */
 type Job = [id: number, address: string, key: Uint8Array, message: string | Uint8Array, signature: Uint8Array];
 
+/** Jobs that travel as one message, and who waits for each one's verdict. */
+interface Sent {
+	jobs: Job[];
+	resolves: ((ok: boolean) => void)[];
+}
+
 // Plain CommonJS, evaluated: the same code whether the pool runs compiled or under ts-jest.
 const WORKER_SOURCE = `
 const { parentPort } = require("node:worker_threads");
@@ -36,9 +42,14 @@ parentPort.on("message", jobs => {
 
 export class VerifyPool {
 	private readonly workers: Worker[] = [];
-	/** Jobs sent and not answered, with the worker that has them. */
-	private readonly waiting = new Map<number, { resolve(ok: boolean): void; job: Job; worker: number }>();
-	private batch: { job: Job; resolve(ok: boolean): void }[] = [];
+	/**
+	 * Per worker, the messages sent to it and not answered yet, oldest first: a worker answers its
+	 * messages in the order they came. Queues, not a Map of jobs by id, for the reason
+	 * lib/transient-set.ts gives: a Map churned by every intent kept the jobs, and their requests,
+	 * alive into the old generation.
+	 */
+	private readonly sent: Sent[][] = [];
+	private batch: Sent = { jobs: [], resolves: [] };
 	private flushScheduled = false;
 	private nextId = 0;
 	private nextWorker = 0;
@@ -46,7 +57,10 @@ export class VerifyPool {
 
 	constructor(readonly threads: number) {
 		if (!Number.isInteger(threads) || threads < 1) throw new Error(`a verify pool needs at least one thread, not ${threads}`);
-		for (let index = 0; index < threads; index++) this.workers.push(this.startWorker(index));
+		for (let index = 0; index < threads; index++) {
+			this.sent.push([]);
+			this.workers.push(this.startWorker(index));
+		}
 	}
 
 	/** verifySignature's verdict, the equation solved on a worker thread. */
@@ -56,7 +70,8 @@ export class VerifyPool {
 		const job: Job = [this.nextId++, address, equation.key.raw, message, equation.signature];
 		if (this.closed) return Promise.resolve(verifyOnThisThread(job));
 		return new Promise(resolve => {
-			this.batch.push({ job, resolve });
+			this.batch.jobs.push(job);
+			this.batch.resolves.push(resolve);
 			if (!this.flushScheduled) {
 				this.flushScheduled = true;
 				setImmediate(() => this.flush());
@@ -69,23 +84,25 @@ export class VerifyPool {
 		this.closed = true;
 		this.flush();
 		await Promise.all(this.workers.map(worker => worker.terminate()));
-		this.settleOnThisThread(() => true);
+		this.workers.forEach((_, index) => this.settleOnThisThread(index));
 	}
 
 	private startWorker(index: number): Worker {
 		const worker = new Worker(WORKER_SOURCE, { eval: true, name: "ed25519-verify" });
 		worker.on("message", (verdicts: [number, boolean][]) => {
-			for (const [id, ok] of verdicts) {
-				this.waiting.get(id)?.resolve(ok);
-				this.waiting.delete(id);
-			}
-			this.idleUnlessBusy(index);
+			// A replaced worker's late answer: its jobs were verified here already.
+			if (this.workers[index] !== worker) return;
+			const answered = this.sent[index].shift();
+			if (!answered) return;
+			// A verdict is taken only for the job it names; anything else is verified here.
+			answered.jobs.forEach((job, i) => answered.resolves[i](verdicts[i]?.[0] === job[0] ? verdicts[i][1] : verifyOnThisThread(job)));
+			if (!this.sent[index].length) worker.unref();
 		});
 		// A worker that fails (out of memory, a crash) takes no verdict with it: its jobs are verified
 		// here, never answered as forgeries or as errors, and a new worker takes its place.
 		const replace = () => {
 			if (this.closed || this.workers[index] !== worker) return;
-			this.settleOnThisThread(pending => pending.worker === index);
+			this.settleOnThisThread(index);
 			this.workers[index] = this.startWorker(index);
 		};
 		worker.on("error", replace);
@@ -96,34 +113,28 @@ export class VerifyPool {
 		return worker;
 	}
 
-	private idleUnlessBusy(index: number): void {
-		for (const pending of this.waiting.values()) if (pending.worker === index) return;
-		this.workers[index].unref();
-	}
-
 	/** This turn's jobs, split evenly over the workers. */
 	private flush(): void {
 		this.flushScheduled = false;
-		const batch = this.batch;
-		this.batch = [];
-		if (!batch.length) return;
-		if (this.closed) return batch.forEach(({ job, resolve }) => resolve(verifyOnThisThread(job)));
-		const share = Math.ceil(batch.length / this.workers.length);
-		for (let i = 0; i < batch.length; i += share) {
+		const { jobs, resolves } = this.batch;
+		this.batch = { jobs: [], resolves: [] };
+		if (!jobs.length) return;
+		if (this.closed) return jobs.forEach((job, i) => resolves[i](verifyOnThisThread(job)));
+		const share = Math.ceil(jobs.length / this.workers.length);
+		for (let i = 0; i < jobs.length; i += share) {
 			const index = this.nextWorker++ % this.workers.length;
-			const part = batch.slice(i, i + share);
-			for (const { job, resolve } of part) this.waiting.set(job[0], { resolve, job, worker: index });
+			const part = { jobs: jobs.slice(i, i + share), resolves: resolves.slice(i, i + share) };
+			this.sent[index].push(part);
 			this.workers[index].ref();
-			this.workers[index].postMessage(part.map(({ job }) => job));
+			this.workers[index].postMessage(part.jobs);
 		}
 	}
 
-	private settleOnThisThread(which: (pending: { worker: number }) => boolean): void {
-		for (const [id, pending] of this.waiting)
-			if (which(pending)) {
-				this.waiting.delete(id);
-				pending.resolve(verifyOnThisThread(pending.job));
-			}
+	/** Verifies here what worker `index` was sent and has not answered. */
+	private settleOnThisThread(index: number): void {
+		const unanswered = this.sent[index];
+		this.sent[index] = [];
+		for (const { jobs, resolves } of unanswered) jobs.forEach((job, i) => resolves[i](verifyOnThisThread(job)));
 	}
 }
 

@@ -22,6 +22,7 @@ import { WORK_PAGE, createIntentParams, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import { WEBHOOK_LIST_PAGE, listWebhooksParams, type WebhookSubscription } from "../lib/webhooks";
 import { Batcher } from "../lib/batcher";
+import { TransientSet } from "../lib/transient-set";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
@@ -266,7 +267,7 @@ interface ApiVars {
 	/** The keys of the submissions (services/replay.ts), which no client chooses: this process's, then a count. */
 	submissionKeys: { process: string; count: number };
 	/** Requests being answered now; on SIGTERM those not yet answered are told the connection closes. */
-	inFlight: Set<ServerResponse>;
+	inFlight: TransientSet<ServerResponse>;
 	draining: boolean;
 	drained: () => void;
 	/** GET /openapi.json as last built (about 110 KB): rebuilt only when the registry changes. */
@@ -672,9 +673,9 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 							res.shouldKeepAlive = false;
 							return sendJson(res, 413, new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`), { connection: "close" });
 						}
-						this.inFlight.add(res);
+						const answered = this.inFlight.add(res);
 						res.once("close", () => {
-							this.inFlight.delete(res);
+							answered();
 							if (this.draining && this.inFlight.size === 0) this.drained();
 						});
 						if (req.method === "POST" && req.url === "/intents") return void this.serveIntake(req, res).catch(err => this.sendError(req, res, err));
@@ -712,7 +713,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				batch: new Batcher(submissions => submitAll(this.broker, submissions), { items: INTAKE_BATCH_MAX, weight: INTAKE_BATCH_BYTES, windowMs: config.intakeWindowMs, enough: INTAKE_BATCH_ENOUGH })
 			};
 			this.submissionKeys = { process: randomUUID(), count: 0 };
-			this.inFlight = new Set();
+			this.inFlight = new TransientSet();
 			this.draining = false;
 			this.drained = () => {};
 			this.openApiCache = null;

@@ -1,10 +1,10 @@
 /**
  * A set for members that come and go by the thousand a second (the responses in flight), kept in
- * an array instead of a Set or a Map. V8's hash tables keep the entries of a table they outgrew;
- * with members added and removed at that rate, such a discarded table, once in the old generation,
- * held every young member it had through the young-generation collections, which then moved them,
- * and all they point to, to the old generation: under load, most of every request (README,
- * "Garbage collection"). An array drops a removed member's reference at once. Pure.
+ * an array instead of a Set or a Map. A V8 hash table it outgrew keeps its entries; in the old
+ * generation, such a discarded table held the young members it still had through the
+ * young-generation collections, which then moved them, and all they point to, to the old
+ * generation: under load, most of every request (README, "Garbage collection"). An array drops a
+ * removed member's reference at once. Pure.
  */
 export class TransientSet<T> implements Iterable<T> {
 	private readonly entries: { member: T; index: number }[] = [];
@@ -29,6 +29,7 @@ export class TransientSet<T> implements Iterable<T> {
 		};
 	}
 
+	/** The members as they were when the iteration began: removing one meanwhile changes nothing. */
 	*[Symbol.iterator](): Iterator<T> {
 		for (const { member } of [...this.entries]) yield member;
 	}

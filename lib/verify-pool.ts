@@ -98,15 +98,18 @@ export class VerifyPool {
 			answered.jobs.forEach((job, i) => answered.resolves[i](verdicts[i]?.[0] === job[0] ? verdicts[i][1] : verifyOnThisThread(job)));
 			if (!this.sent[index].length) worker.unref();
 		});
-		// A worker that fails (out of memory, a crash) takes no verdict with it: its jobs are verified
-		// here, never answered as forgeries or as errors, and a new worker takes its place.
+		// A worker that fails (out of memory, a crash, an answer that cannot be read) takes no verdict
+		// with it: its jobs are verified here, never answered as forgeries or as errors, and a new
+		// worker takes its place (an answer lost would pair each later answer with the wrong message).
 		const replace = () => {
 			if (this.closed || this.workers[index] !== worker) return;
 			this.settleOnThisThread(index);
 			this.workers[index] = this.startWorker(index);
+			void worker.terminate();
 		};
 		worker.on("error", replace);
 		worker.on("exit", replace);
+		worker.on("messageerror", replace);
 		// After the listeners (adding one refs the worker again): an idle pool keeps no process alive,
 		// a busy one does (flush refs a worker it sends jobs to).
 		worker.unref();

@@ -6,6 +6,7 @@
 import { spawnSync } from "node:child_process";
 import nodeCrypto, { createHash, createPublicKey, randomBytes, verify as cryptoVerify } from "node:crypto";
 import { ed25519 } from "@noble/curves/ed25519.js";
+import * as strictEd25519 from "../../lib/ed25519";
 import { createSigner, generateKeypair, keypairFromSecretKey, verifySignature } from "../../lib/ed25519";
 import { VerifyPool } from "../../lib/verify-pool";
 import { decodeBase58, encodeBase58 } from "../../lib/encoding";
@@ -477,6 +478,55 @@ describe("VerifyPool: the equation on worker threads, the strict checks unchange
 			expect(await verdicts).toEqual(batch.map(job => job.ok));
 			const again = jobs();
 			expect(await Promise.all(again.map(job => own.verify(job.address, job.message, job.signature)))).toEqual(again.map(job => job.ok));
+		} finally {
+			await own.close();
+		}
+	});
+
+	/** The pool's insides these tests reach: its workers, and per worker the messages it sent and awaits. */
+	const insides = (own: VerifyPool) => own as unknown as { workers: import("node:worker_threads").Worker[]; sent: { jobs: [number, ...unknown[]][] }[][]; flush(): void };
+
+	it("many messages in flight per worker: each answer is taken for the message it answers, none verified again here", async () => {
+		const own = new VerifyPool(2);
+		try {
+			const turns = Array.from({ length: 10 }, jobs);
+			const onThisThread = jest.spyOn(strictEd25519, "verifySignature");
+			const verdicts: Promise<boolean[]>[] = [];
+			for (const batch of turns) {
+				verdicts.push(Promise.all(batch.map(job => own.verify(job.address, job.message, job.signature))));
+				// Out now, as the end of a turn sends them: all ten go before any answer is read.
+				insides(own).flush();
+			}
+			expect(insides(own).sent.map(queue => queue.length)).toEqual([10, 10]);
+			expect(await Promise.all(verdicts)).toEqual(turns.map(batch => batch.map(job => job.ok)));
+			expect(onThisThread).not.toHaveBeenCalled();
+		} finally {
+			jest.restoreAllMocks();
+			await own.close();
+		}
+	});
+
+	it("an answer naming other jobs is not taken, and a replaced worker's last words are ignored: those jobs are verified here", async () => {
+		const own = new VerifyPool(1);
+		try {
+			const forged = jobs().filter(job => !job.ok);
+			const claimAllValid = (worker: { emit(event: string, value: unknown): boolean }, shift: number) =>
+				worker.emit("message", insides(own).sent[0][0].jobs.map(job => [job[0] + shift, true]));
+			// An answer whose ids are not the jobs': each of those is verified on this thread instead.
+			let verdicts = Promise.all(forged.map(job => own.verify(job.address, job.message, job.signature)));
+			await new Promise(resolve => setImmediate(resolve));
+			claimAllValid(insides(own).workers[0], 1);
+			expect(await verdicts).toEqual(forged.map(() => false));
+			// A worker replaced (one of its answers could not be read): whatever it says while it is
+			// being stopped is not an answer to its successor's jobs.
+			const first = insides(own).workers[0];
+			first.emit("messageerror", new Error("an answer that cannot be deserialized"));
+			expect(insides(own).workers[0]).not.toBe(first);
+			verdicts = Promise.all(forged.map(job => own.verify(job.address, job.message, job.signature)));
+			// All in this turn, before the old worker can have stopped: the jobs go out, and it speaks.
+			insides(own).flush();
+			claimAllValid(first, 0);
+			expect(await verdicts).toEqual(forged.map(() => false));
 		} finally {
 			await own.close();
 		}

@@ -119,10 +119,11 @@ export class VerifyPool {
 	/** This turn's jobs, split evenly over the workers. */
 	private flush(): void {
 		this.flushScheduled = false;
-		const { jobs, resolves } = this.batch;
+		const batch = this.batch;
+		const { jobs, resolves } = batch;
 		this.batch = { jobs: [], resolves: [] };
 		if (!jobs.length) return;
-		if (this.closed) return jobs.forEach((job, i) => resolves[i](verifyOnThisThread(job)));
+		if (this.closed) return answerOnThisThread(batch);
 		const share = Math.ceil(jobs.length / this.workers.length);
 		for (let i = 0; i < jobs.length; i += share) {
 			const index = this.nextWorker++ % this.workers.length;
@@ -137,11 +138,16 @@ export class VerifyPool {
 	private settleOnThisThread(index: number): void {
 		const unanswered = this.sent[index];
 		this.sent[index] = [];
-		for (const { jobs, resolves } of unanswered) jobs.forEach((job, i) => resolves[i](verifyOnThisThread(job)));
+		unanswered.forEach(answerOnThisThread);
 	}
 }
 
 /** The equation on the calling thread: what a worker would have answered. */
 function verifyOnThisThread([, address, , message, signature]: Job): boolean {
 	return verifySignature(address, message, signature);
+}
+
+/** Every job of a message, answered on the calling thread. */
+function answerOnThisThread({ jobs, resolves }: Sent): void {
+	jobs.forEach((job, i) => resolves[i](verifyOnThisThread(job)));
 }

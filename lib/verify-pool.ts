@@ -17,6 +17,13 @@ interface Sent {
 	resolves: ((ok: boolean) => void)[];
 }
 
+/**
+ * Why jobs sent to a worker were verified on the calling thread instead: its worker was lost (it
+ * died, failed, or sent an answer that could not be read), or it answered for other jobs. Either
+ * slows the event loop, and neither should happen: the pool tells its owner.
+ */
+export type VerifyFallback = "worker_lost" | "unmatched_answer";
+
 // Plain CommonJS, evaluated: the same code whether the pool runs compiled or under ts-jest.
 const WORKER_SOURCE = `
 const { parentPort } = require("node:worker_threads");
@@ -55,7 +62,11 @@ export class VerifyPool {
 	private nextWorker = 0;
 	private closed = false;
 
-	constructor(readonly threads: number) {
+	constructor(
+		readonly threads: number,
+		/** Told of each fallback, with the number of jobs it verified here. */
+		private readonly onFallback: (reason: VerifyFallback, jobs: number) => void = () => {}
+	) {
 		if (!Number.isInteger(threads) || threads < 1) throw new Error(`a verify pool needs at least one thread, not ${threads}`);
 		for (let index = 0; index < threads; index++) {
 			this.sent.push([]);
@@ -95,7 +106,13 @@ export class VerifyPool {
 			const answered = this.sent[index].shift();
 			if (!answered) return;
 			// A verdict is taken only for the job it names; anything else is verified here.
-			answered.jobs.forEach((job, i) => answered.resolves[i](verdicts[i]?.[0] === job[0] ? verdicts[i][1] : verifyOnThisThread(job)));
+			let unmatched = 0;
+			answered.jobs.forEach((job, i) => {
+				if (verdicts[i]?.[0] === job[0]) return answered.resolves[i](verdicts[i][1]);
+				unmatched++;
+				answered.resolves[i](verifyOnThisThread(job));
+			});
+			if (unmatched) this.onFallback("unmatched_answer", unmatched);
 			if (!this.sent[index].length) worker.unref();
 		});
 		// A worker that fails (out of memory, a crash, an answer that cannot be read) takes no verdict
@@ -103,7 +120,8 @@ export class VerifyPool {
 		// worker takes its place (an answer lost would pair each later answer with the wrong message).
 		const replace = () => {
 			if (this.closed || this.workers[index] !== worker) return;
-			this.settleOnThisThread(index);
+			const jobs = this.settleOnThisThread(index);
+			this.onFallback("worker_lost", jobs);
 			this.workers[index] = this.startWorker(index);
 			void worker.terminate();
 		};
@@ -134,11 +152,12 @@ export class VerifyPool {
 		}
 	}
 
-	/** Verifies here what worker `index` was sent and has not answered. */
-	private settleOnThisThread(index: number): void {
+	/** Verifies here what worker `index` was sent and has not answered; answers how many jobs that was. */
+	private settleOnThisThread(index: number): number {
 		const unanswered = this.sent[index];
 		this.sent[index] = [];
 		unanswered.forEach(answerOnThisThread);
+		return unanswered.reduce((jobs, message) => jobs + message.jobs.length, 0);
 	}
 }
 

@@ -99,7 +99,16 @@ export function verificationMetrics(broker: ServiceBroker) {
 
 /** A verifier's checks, by result: per node, how the shard ring spreads the work. */
 export function verifierMetrics(broker: ServiceBroker) {
-	return counter(broker, "scs_verifier_checks_total", "Payment authorizations this verifier checked, by result.", ["result"], each("result", ["ok", "refused"]));
+	return {
+		checks: counter(broker, "scs_verifier_checks_total", "Payment authorizations this verifier checked, by result.", ["result"], each("result", ["ok", "refused"])),
+		fallbacks: counter(
+			broker,
+			"scs_verifier_thread_fallbacks_total",
+			"Signatures sent to a verify worker thread but verified on the event loop, because the worker was lost or answered for other jobs, by reason.",
+			["reason"],
+			each("reason", ["worker_lost", "unmatched_answer"])
+		)
+	};
 }
 
 const LEASE_EVENTS = ["granted", "renewed", "released", "expired"] as const;

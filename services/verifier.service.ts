@@ -14,7 +14,8 @@ import { sha256HexNative } from "../lib/digest";
 import { verifySignature } from "../lib/ed25519";
 import { INTAKE_BATCH_MAX } from "../lib/intake";
 import { verifyPaymentAuthorizationWith, type VerificationContext, type VerificationResult } from "../lib/verification";
-import { VerifyPool } from "../lib/verify-pool";
+import { FailureStreak } from "../lib/failure-streak";
+import { VerifyPool, type VerifyFallback } from "../lib/verify-pool";
 import { verifierMetrics } from "./metrics";
 import { internal } from "./internal";
 
@@ -33,8 +34,14 @@ interface VerifierVars {
 	slots: SlotObserver;
 	/** Null with VERIFY_THREADS=0: the equation is solved on the event loop. */
 	pool: VerifyPool | null;
-	checks: ReturnType<typeof verifierMetrics>;
+	metrics: ReturnType<typeof verifierMetrics>;
 }
+
+/** What the log says of a fallback, once a minute at most per reason (the metric counts every signature). */
+const FALLBACK_LINES: Record<VerifyFallback, string> = {
+	worker_lost: "A verify worker thread was lost; the signatures it had were verified on the event loop, and a new thread took its place",
+	unmatched_answer: "A verify worker thread answered for other jobs than it was sent; those signatures were verified on the event loop"
+};
 
 interface VerifierMethods {
 	answer(ctx: Context, request: CreateIntentRequest): Promise<VerifierAnswer>;
@@ -88,7 +95,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 			async answer(this: VerifierThis, ctx, request) {
 				const route = await this.routeOf(ctx, request.recipientTin);
 				const answer = await this.decide(request, () => ({ nowMs: Date.now(), latestSlot: this.slots.latest(), route }));
-				this.checks.inc({ result: answer.ok ? "ok" : "refused" });
+				this.metrics.checks.inc({ result: answer.ok ? "ok" : "refused" });
 				return { ...answer, verifiedBy: `verifier@${ctx.broker.nodeID}` };
 			},
 
@@ -108,13 +115,20 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 
 		created(this: VerifierThis) {
 			this.routeCache = new Map();
-			this.checks = verifierMetrics(this.broker);
+			this.metrics = verifierMetrics(this.broker);
 			this.slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
 			this.pool = null;
 		},
 
 		async started(this: VerifierThis) {
-			if (this.settings.verifyThreads > 0) this.pool = new VerifyPool(this.settings.verifyThreads);
+			if (this.settings.verifyThreads > 0) {
+				const streaks = { worker_lost: new FailureStreak(), unmatched_answer: new FailureStreak() };
+				this.pool = new VerifyPool(this.settings.verifyThreads, (reason, jobs) => {
+					this.metrics.fallbacks.inc({ reason }, jobs);
+					const line = streaks[reason].failed(FALLBACK_LINES[reason]);
+					if (line) this.logger.warn(line);
+				});
+			}
 			await this.slots.start();
 		},
 

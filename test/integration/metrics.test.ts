@@ -86,6 +86,9 @@ describe("GET /metrics?format=prometheus", () => {
 		expect(sample(text, "scs_payout_authorizations_total", { result: "repeated", node: own })).toBe(1);
 		expect(sample(text, "scs_payout_authorization_duration_seconds_count", { node: own })).toBe(2);
 		expect(sample(text, "scs_sweep_results_total", { sweep: "intent-expiry", result: "expired", node: own })).toBe(0);
+		// The verify threads answered every signature: none fell back to the event loop.
+		expect(sample(text, "scs_verifier_thread_fallbacks_total", { reason: "worker_lost", node: own })).toBe(0);
+		expect(sample(text, "scs_verifier_thread_fallbacks_total", { reason: "unmatched_answer", node: own })).toBe(0);
 		// Process and runtime metrics under their standard names.
 		expect(sample(text, "process_cpu_user_seconds_total", { node: own })).toBeGreaterThan(0);
 		expect(sample(text, "nodejs_heap_size_used_bytes", { node: own })).toBeGreaterThan(0);

@@ -467,15 +467,19 @@ describe("VerifyPool: the equation on worker threads, the strict checks unchange
 		});
 	}
 
-	it("a worker that dies mid-batch is replaced, and the jobs it had are verified on the calling thread, never refused", async () => {
-		const own = new VerifyPool(2);
+	it("a worker that dies mid-batch is replaced, and the jobs it had are verified on the calling thread, never refused, and told", async () => {
+		const fallbacks: [string, number][] = [];
+		const own = new VerifyPool(2, (reason, count) => fallbacks.push([reason, count]));
 		try {
 			const batch = jobs();
 			const verdicts = Promise.all(batch.map(job => own.verify(job.address, job.message, job.signature)));
-			// The batch goes out at the end of this turn; then one worker dies with its share.
+			// The batch goes out at the end of this turn; then one worker dies with its share (half).
 			await new Promise(resolve => setImmediate(resolve));
 			await (own as unknown as { workers: { terminate(): Promise<number> }[] }).workers[0].terminate();
 			expect(await verdicts).toEqual(batch.map(job => job.ok));
+			// Told once, with the jobs it still had (none if it answered before it died).
+			expect(fallbacks).toEqual([["worker_lost", expect.any(Number)]]);
+			expect(fallbacks[0][1]).toBeLessThanOrEqual(batch.length / 2);
 			const again = jobs();
 			expect(await Promise.all(again.map(job => own.verify(job.address, job.message, job.signature)))).toEqual(again.map(job => job.ok));
 		} finally {
@@ -487,7 +491,8 @@ describe("VerifyPool: the equation on worker threads, the strict checks unchange
 	const insides = (own: VerifyPool) => own as unknown as { workers: import("node:worker_threads").Worker[]; sent: { jobs: [number, ...unknown[]][] }[][]; flush(): void };
 
 	it("many messages in flight per worker: each answer is taken for the message it answers, none verified again here", async () => {
-		const own = new VerifyPool(2);
+		const fallbacks: unknown[] = [];
+		const own = new VerifyPool(2, (...fallback) => fallbacks.push(fallback));
 		try {
 			const turns = Array.from({ length: 10 }, jobs);
 			const onThisThread = jest.spyOn(strictEd25519, "verifySignature");
@@ -500,14 +505,16 @@ describe("VerifyPool: the equation on worker threads, the strict checks unchange
 			expect(insides(own).sent.map(queue => queue.length)).toEqual([10, 10]);
 			expect(await Promise.all(verdicts)).toEqual(turns.map(batch => batch.map(job => job.ok)));
 			expect(onThisThread).not.toHaveBeenCalled();
+			expect(fallbacks).toEqual([]);
 		} finally {
 			jest.restoreAllMocks();
 			await own.close();
 		}
 	});
 
-	it("an answer naming other jobs is not taken, and a replaced worker's last words are ignored: those jobs are verified here", async () => {
-		const own = new VerifyPool(1);
+	it("an answer naming other jobs is not taken, and a replaced worker's last words are ignored: those jobs are verified here, and told", async () => {
+		const fallbacks: [string, number][] = [];
+		const own = new VerifyPool(1, (reason, count) => fallbacks.push([reason, count]));
 		try {
 			const forged = jobs().filter(job => !job.ok);
 			const claimAllValid = (worker: { emit(event: string, value: unknown): boolean }, shift: number) =>
@@ -517,6 +524,7 @@ describe("VerifyPool: the equation on worker threads, the strict checks unchange
 			await new Promise(resolve => setImmediate(resolve));
 			claimAllValid(insides(own).workers[0], 1);
 			expect(await verdicts).toEqual(forged.map(() => false));
+			expect(fallbacks).toEqual([["unmatched_answer", forged.length]]);
 			// A worker replaced (one of its answers could not be read): whatever it says while it is
 			// being stopped is not an answer to its successor's jobs.
 			const first = insides(own).workers[0];
@@ -527,6 +535,11 @@ describe("VerifyPool: the equation on worker threads, the strict checks unchange
 			insides(own).flush();
 			claimAllValid(first, 0);
 			expect(await verdicts).toEqual(forged.map(() => false));
+			// The replacement is told (with no job lost: the first message was answered); the old worker's words are not a fallback.
+			expect(fallbacks).toEqual([
+				["unmatched_answer", forged.length],
+				["worker_lost", 0]
+			]);
 		} finally {
 			await own.close();
 		}

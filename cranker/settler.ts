@@ -198,7 +198,9 @@ export class Settler {
 
 	/**
 	 * Finishes SUBMITTED intents whose holder's lease has lapsed (its Cranker died or stopped):
-	 * confirms what landed, and returns to VERIFIED what can no longer land.
+	 * confirms what landed, and returns to VERIFIED what can no longer land. One that failed on
+	 * chain is rejected only by its holder (this Cranker's own, after a restart): cancelling a
+	 * payment for good is not another Cranker's call (SPEC §2.4), so others leave it be.
 	 */
 	async finishOrphans(): Promise<void> {
 		const candidates = await this.node.intentIds("SUBMITTED", 500);
@@ -218,8 +220,9 @@ export class Settler {
 		const [height, slot] = [await this.chain.blockHeight(), await this.chain.slot()];
 		const state = await this.chain.signatureState(transactionSignature);
 		if (state.kind === "landed") await this.finishLanded(record, transactionSignature);
-		else if (state.kind === "failed") await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
-		else if (state.kind === "unknown") {
+		else if (state.kind === "failed") {
+			if (mine) await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
+		} else if (state.kind === "unknown") {
 			const expired =
 				lastValidBlockHeight !== undefined
 					? height > BigInt(lastValidBlockHeight)

@@ -429,9 +429,10 @@ export function decideStatusUpdate(record: IntentRecord, request: UpdateStatusRe
 	if (from === "CRANKER_LEASED") {
 		if (!isHolder) throw new ServiceError("NOT_LEASE_HOLDER", "Another Cranker holds the lease");
 		if (!leaseLive) throw new ServiceError("LEASE_EXPIRED", "The lease has expired", { leaseExpiresAt: record.lease?.expiresAt });
-	} else if (from === "SUBMITTED" && !isHolder && leaseLive) {
-		// Once the holder's lease has lapsed, any settlement Cranker may finish it; the chain decides how.
-		throw new ServiceError("NOT_LEASE_HOLDER", "Another Cranker holds the lease");
+	} else if (from === "SUBMITTED" && !isHolder && (leaseLive || transition.on === "refuse")) {
+		// Once the holder's lease has lapsed, any settlement Cranker may finish it as the chain shows:
+		// confirm it, or return it for another try. Cancelling it for good stays the holder's call.
+		throw new ServiceError("NOT_LEASE_HOLDER", leaseLive ? "Another Cranker holds the lease" : "Only the lease holder may reject a submitted intent");
 	}
 
 	const by = request.crankerPubkey;

@@ -261,13 +261,16 @@ describe("lease expiry", () => {
 		expect((await patch(other.id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 5 })).status).toBe(200);
 	});
 
-	it("never sweeps a SUBMITTED intent; once its lease lapsed another Cranker may finish it", async () => {
+	it("never sweeps a SUBMITTED intent; once its lease lapsed another Cranker may finish it, but not reject it", async () => {
 		const { id } = await verifiedIntent();
 		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
 		await patch(id, { status: "SUBMITTED", crankerPubkey: crankerA.address, expectedVersion: 4, transactionSignature: SIG_A, lastValidBlockHeight: LVBH });
 		expect((await patch(id, { status: "CONFIRMED", crankerPubkey: crankerB.address, expectedVersion: 5, transactionSignature: SIG_A })).body.type).toBe("NOT_LEASE_HOLDER");
 		await wait(1800);
 		expect((await workerView(id)).receiverStatus).toBe("SUBMITTED");
+		// Not cancel it for good, which is the holder's call (a review's replay: it was taken, then checked on chain).
+		const rivalReject = await patch(id, { status: "REJECTED", crankerPubkey: crankerB.address, expectedVersion: 5, reason: "griefing" });
+		expect([rivalReject.status, rivalReject.body.type]).toEqual([403, "NOT_LEASE_HOLDER"]);
 		const finished = await patch(id, { status: "CONFIRMED", crankerPubkey: crankerB.address, expectedVersion: 5, transactionSignature: SIG_A });
 		expect(finished.body).toMatchObject({ receiverStatus: "CONFIRMED", transactionSignature: SIG_A });
 	});

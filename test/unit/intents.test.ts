@@ -287,9 +287,13 @@ describe("decideStatusUpdate: a SUBMITTED intent whose lease has expired", () =>
 		expect(next.history.at(-1)?.by).toBe(CRANKER_B);
 	});
 
-	it("another allowed Cranker may report it dropped or rejected", () => {
+	it("another allowed Cranker may report it dropped, which returns it for another try", () => {
 		expect(move(lapsed(), { status: "VERIFIED", crankerPubkey: CRANKER_B, reason: "dropped" }).state).toBe("VERIFIED");
-		expect(move(lapsed(), { status: "REJECTED", crankerPubkey: CRANKER_B, reason: "refused" }).state).toBe("REJECTED");
+	});
+
+	it("but only the holder may reject it, which cancels the payment for good (SPEC §2.4; a rival's REJECTED was taken)", () => {
+		expectRefusal(() => move(lapsed(), { status: "REJECTED", crankerPubkey: CRANKER_B, reason: "griefing" }), "NOT_LEASE_HOLDER", 403);
+		expect(move(lapsed(), { status: "REJECTED", crankerPubkey: CRANKER_A, reason: "refused on chain" }).state).toBe("REJECTED");
 	});
 
 	it("but not while the holder's lease is live", () => {

@@ -190,14 +190,19 @@ export function expectedSettlementOf(
 
 /**
  * Why the transaction is not the settlement expected (empty when it is): exactly one memo of
- * this commitment, and a TransferChecked of exactly the amount of the mint to the credit account.
+ * this commitment and no other settlement's memo, and a TransferChecked of exactly the amount of
+ * the mint to the credit account.
  */
 export async function settlementMismatches(contents: SettlementContents, expected: ExpectedSettlement): Promise<string[]> {
 	const problems: string[] = [];
-	const memos = contents.memos.filter(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`));
+	const settlementMemos = contents.memos.filter(memo => memo.startsWith(MEMO_PREFIX));
+	const memos = settlementMemos.filter(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`));
 	if (memos.length !== 1) problems.push(`expected one memo for transactionCommitment ${expected.transactionCommitment}, found ${memos.length}`);
 	else if (expected.payoutNullifier && memos[0] !== settlementMemo(expected.transactionCommitment, expected.payoutNullifier))
 		problems.push(`the memo does not name payoutNullifier ${expected.payoutNullifier}`);
+	// One transfer settles one intent: with another intent's memo beside it, the same payment
+	// (same TIN, mint and amount) would be taken for both.
+	else if (settlementMemos.length > 1) problems.push(`the transaction also carries ${settlementMemos.length - 1} other settlement memo(s): one transaction settles one intent`);
 	const creditAccount = expected.recipientRouteCommitment
 		? await creditAccountAddress(expected.recipientRouteCommitment, address(expected.tokenMintAddress), expected.programId)
 		: null;

@@ -3,11 +3,25 @@
  * with SOLANA_RPC_URL on the local chain (litesvm), Crankers signing their requests, and real
  * settlement transactions, sent or kept back.
  */
-import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type Address, type KeyPairSigner } from "@solana/kit";
+import {
+	appendTransactionMessageInstructions,
+	createKeyPairSignerFromBytes,
+	createSolanaRpc,
+	createTransactionMessage,
+	getBase64EncodedWireTransaction,
+	getSignatureFromTransaction,
+	pipe,
+	setTransactionMessageFeePayerSigner,
+	setTransactionMessageLifetimeUsingBlockhash,
+	signTransactionMessageWithSigners,
+	type Address,
+	type KeyPairSigner
+} from "@solana/kit";
+import { getAddMemoInstruction } from "@solana-program/memo";
 import { randomBytes } from "node:crypto";
 import { decodeBase58, encodeBase58, sha256Hex } from "../../lib/encoding";
 import type { GenesisRoute } from "../../lib/registry";
-import { registryMemo, signMemoTransaction, signSettlementTransaction } from "../../lib/settlement";
+import { buildSettlementInstructions, MEMO_PROGRAM, registryMemo, settlementMemo, signMemoTransaction, signSettlementTransaction } from "../../lib/settlement";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
@@ -178,6 +192,32 @@ describe("SUBMITTED → CONFIRMED: only a landed transaction that is exactly thi
 		expect(JSON.stringify(confirmed.body.data.problems)).toContain("expected 1500000");
 		const rejected = await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "wrong amount" });
 		expect(rejected.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
+	});
+
+	it("refuses one transfer carrying two intents' memos (422 SETTLEMENT_MISMATCH for each): one payment settles one intent", async () => {
+		// Two intents of the same TIN, mint and amount; one transfer, and a memo for each (a review's replay: both were CONFIRMED).
+		const [first, second] = [await leased(), await leased()];
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const cranker = await kitSigner(holder);
+		const { instructions } = await buildSettlementInstructions({ cranker, mint, decimals: 6, amount: 1_500_000n, recipientRouteCommitment: route.routeCommitment, transactionCommitment: first.transactionCommitment, payoutNullifier: first.payoutNullifier });
+		instructions.push(getAddMemoInstruction({ memo: settlementMemo(second.transactionCommitment, second.payoutNullifier) }, { programAddress: MEMO_PROGRAM }));
+		const transaction = await signTransactionMessageWithSigners(
+			pipe(
+				createTransactionMessage({ version: 0 }),
+				m => setTransactionMessageFeePayerSigner(cranker, m),
+				m => setTransactionMessageLifetimeUsingBlockhash(lifetime, m),
+				m => appendTransactionMessageInstructions(instructions, m)
+			)
+		);
+		await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
+		const tx = { signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) };
+		for (const intent of [first, second]) {
+			expect((await submit(intent.id, tx)).status).toBe(200);
+			const confirmed = await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: tx.signature });
+			expect(confirmed.body).toMatchObject({ code: 422, type: "SETTLEMENT_MISMATCH" });
+			expect(JSON.stringify(confirmed.body.data.problems)).toContain("1 other settlement memo");
+			expect((await node.http("GET", `/intents/${intent.id}`)).body.status).toBe("pending");
+		}
 	});
 
 	it("accepts the real settlement, marked onChainChecked", async () => {

@@ -80,6 +80,10 @@ describe("settlement transaction", () => {
 		// With the nullifier known (the Node, the Cranker), the memo must name exactly it.
 		expect(await settlementMismatches(contents, { ...expected, payoutNullifier })).toEqual([]);
 		expect(await settlementMismatches(contents, { ...expected, payoutNullifier: sha256Hex("another nullifier") })).toHaveLength(1);
+		// Another intent's memo beside it (a review's replay): the one transfer would settle both.
+		const twoMemos = { ...contents, memos: [...contents.memos, settlementMemo(sha256Hex("another intent"), sha256Hex("its nullifier"))] };
+		expect(await settlementMismatches(twoMemos, { ...expected, payoutNullifier })).toEqual(["the transaction also carries 1 other settlement memo(s): one transaction settles one intent"]);
+		expect(await settlementMismatches({ ...contents, memos: [...contents.memos, "a note that is no settlement"] }, { ...expected, payoutNullifier })).toEqual([]);
 		// Whether a transaction touches the settlement at all: what tells a wrong payment from an unrelated one.
 		expect(await readSettlement(contents, { ...expected, payoutNullifier })).toEqual({ mismatches: [], related: true });
 		expect(await readSettlement(contents, { ...expected, amount: "1" })).toMatchObject({ related: true });

@@ -4,6 +4,8 @@
  * as Crankers fall silent, so the observation routes answer in time that does not grow with the
  * number of Crankers ever stored.
  */
+import { U64_MAX } from "./encoding";
+
 export interface CrankerContribution {
 	crankerPubkey: string;
 	roles: readonly string[];
@@ -63,7 +65,8 @@ export class CrankerTotals {
 		return {
 			online: this.online,
 			byRole: Object.fromEntries(this.roles.map(role => [role, this.byRole.get(role) ?? 0])),
-			mints: Object.fromEntries([...this.mints].map(([mint, m]) => [mint, { liquidity: m.liquidity.toString(), crankersOnline: m.crankersOnline }]))
+			// A sum over many Crankers may pass what one amount can say (u64): it is told as that much.
+			mints: Object.fromEntries([...this.mints].map(([mint, m]) => [mint, { liquidity: (m.liquidity < U64_MAX ? m.liquidity : U64_MAX).toString(), crankersOnline: m.crankersOnline }]))
 		};
 	}
 

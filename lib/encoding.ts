@@ -15,7 +15,8 @@ export const BASE58_PATTERN = "^[1-9A-HJ-NP-Za-km-z]+$";
 /** ISO-8601 UTC with milliseconds, as `Date.prototype.toISOString` writes it. */
 export const ISO_TIME_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$";
 
-const U64_MAX = 18446744073709551615n;
+/** The largest amount an intent, a liquidity or a figure can state (a u64 of base units). */
+export const U64_MAX = 18446744073709551615n;
 const AMOUNT_RE = new RegExp(AMOUNT_PATTERN);
 const BASE58_RE = new RegExp(BASE58_PATTERN);
 const ISO_TIME_RE = new RegExp(ISO_TIME_PATTERN);

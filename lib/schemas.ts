@@ -17,7 +17,8 @@ export const VALIDATION_MESSAGES = {
 	u64: "The '{field}' field must be a decimal amount() of base units no greater than 18446744073709551615.",
 	positiveAmount: "The '{field}' field must be greater than 0.",
 	isoTime: "The '{field}' field must be an ISO-8601 UTC time with milliseconds (2026-11-21T18:00:00.000Z).",
-	luhn: "The '{field}' field must be a 10-digit TIN with a valid Luhn check digit."
+	luhn: "The '{field}' field must be a 10-digit TIN with a valid Luhn check digit.",
+	distinctMints: "The '{field}' field must name each tokenMintAddress once."
 };
 
 /**
@@ -104,7 +105,13 @@ export const heartbeatParams = {
 	liquidity: {
 		type: "array",
 		max: 64,
-		items: { type: "object", strict: true, props: { tokenMintAddress: address(), available: amount() } }
+		items: { type: "object", strict: true, props: { tokenMintAddress: address(), available: amount() } },
+		// A mint named twice would count its liquidity, and its Cranker, twice in the public figures.
+		custom: (value: unknown, errors: Errors) => {
+			const mints = Array.isArray(value) ? value.map(entry => (entry as { tokenMintAddress?: unknown } | null)?.tokenMintAddress) : [];
+			if (new Set(mints).size !== mints.length) errors.push({ type: "distinctMints" });
+			return value;
+		}
 	},
 	version: { type: "string", max: 64, optional: true },
 	sentAt: isoTime(),

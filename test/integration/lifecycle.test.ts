@@ -81,6 +81,11 @@ describe("POST /crankers/heartbeat", () => {
 		const manyMints = Array.from({ length: 65 }, (_, i) => ({ tokenMintAddress: encodeBase58(new Uint8Array(32).fill(i + 1)), available: "1" }));
 		for (const bad of [{ roles: ["admin"] }, { roles: [] }, { liquidity: [{ tokenMintAddress: cranker.address, available: "-1" }] }, { liquidity: manyMints }, { extra: true }])
 			expect((await node.as(cranker)("POST", "/crankers/heartbeat", { ...signedHeartbeat(cranker), ...bad })).status).toBe(422);
+		// A mint named twice, signed as it is (a review's replay: 64 of one mint counted the Cranker 64 times in the public figures).
+		const twice = [1, 2].map(available => ({ tokenMintAddress: manyMints[0].tokenMintAddress, available: String(available) }));
+		const duplicated = await node.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker, ["settlement"], { liquidity: twice, sentAt: iso(1000) }));
+		expect(duplicated.body).toMatchObject({ code: 422, type: "VALIDATION_ERROR", data: [expect.objectContaining({ type: "distinctMints", field: "liquidity" })] });
+		expect((await node.http("GET", "/settlement-networks")).body).not.toContainEqual(expect.objectContaining({ tokenMintAddress: manyMints[0].tokenMintAddress }));
 	});
 
 	it("refuses operators outside CRANKER_OPERATORS with 403", async () => {

@@ -82,7 +82,8 @@ describe("GET /network/overview", () => {
 		expect(status).toBe(200);
 		expect(body).toEqual({
 			crankers: { online: 3, total: 3, byRole: { settlement: 2, verifier: 1, submitter: 1 } },
-			liquidity: { [MINT]: "18446744073709552615", [OTHER_MINT]: "0" },
+			// 1,000 + the u64 maximum: a figure is an amount, and says no more than that maximum (SPEC §0).
+			liquidity: { [MINT]: "18446744073709551615", [OTHER_MINT]: "0" },
 			intents: { pending: 2, executed: 1, canceled: 1 },
 			epoch: { epoch: 1, startedAt: expect.any(String), intents: { received: 4, executed: 1, canceled: 1 }, volume: { [MINT]: "30" } }
 		});
@@ -93,7 +94,7 @@ describe("GET /settlement-networks", () => {
 	it("lists each mint an online settlement Cranker offers liquidity in", async () => {
 		const { status, body } = await node.http("GET", "/settlement-networks");
 		expect(status).toBe(200);
-		expect(body).toEqual([{ network: "solana-localnet", tokenMintAddress: MINT, ready: true, liquidity: "18446744073709552615", crankersOnline: 2 }]);
+		expect(body).toEqual([{ network: "solana-localnet", tokenMintAddress: MINT, ready: true, liquidity: "18446744073709551615", crankersOnline: 2 }]);
 	});
 
 	it("answers 503 REGISTRY_INVALID when the registry cannot be read", async () => {

@@ -35,16 +35,21 @@ describe("CrankerTotals", () => {
 		expect(totals.snapshot()).toEqual({ online: 0, byRole: { settlement: 0, verifier: 0, submitter: 0 }, mints: {} });
 	});
 
-	it("keeps exact u64 sums past 2^53 and stays bounded over many heartbeats", () => {
+	it("keeps exact u64 sums past 2^53, tells a sum past u64 as the u64 maximum, and stays bounded over many heartbeats", () => {
 		const totals = new CrankerTotals(ROLES);
-		const big = [{ tokenMintAddress: "M1", available: "18446744073709551615" }];
+		const third = [{ tokenMintAddress: "M1", available: "6148914691236517205" }];
+		const max = [{ tokenMintAddress: "M2", available: "18446744073709551615" }];
 		for (let s = 0; s < 5000; s++) {
-			totals.seen(beat(`C${s % 3}`, s, ["settlement"], big));
+			totals.seen(beat(`C${s % 3}`, s, ["settlement"], [...third, ...max]));
 			totals.expire(at(s - 10));
 		}
-		expect(totals.snapshot().mints.M1).toEqual({ liquidity: (3n * 18446744073709551615n).toString(), crankersOnline: 3 });
+		expect(totals.snapshot().mints.M1).toEqual({ liquidity: "18446744073709551615", crankersOnline: 3 });
+		// Three times the maximum: an amount can say no more (SPEC §0), the sum underneath stays exact.
+		expect(totals.snapshot().mints.M2).toEqual({ liquidity: "18446744073709551615", crankersOnline: 3 });
 		// Only the heartbeats of the last 10 s wait to expire: 10 of them.
 		expect((totals as unknown as { dueToExpire: { size: number } }).dueToExpire.size).toBe(10);
+		totals.expire(at(5000));
+		expect(totals.snapshot().mints).toEqual({});
 	});
 
 	it("a heartbeat read again from the store, or an older one, changes nothing", () => {

@@ -67,7 +67,7 @@ async function main(): Promise<void> {
 	const cranker = await Cranker.create(crankerConfig, crankerLog);
 	cranker.start();
 
-	step(4, "Sender: the SDK checks readiness, resolves the TIN, signs the SPEC §1 message and submits");
+	step(4, "Sender: the SDK checks readiness, resolves the TIN, signs the payment message (docs/signing.md §1) and submits");
 	const client = new SettlementClient({ baseUrl: nodeUrl, solanaRpcUrl: rpcUrl });
 	for (let tries = 0; !(await client.checkReadiness(mint)).canSettleNow; tries++) {
 		if (tries > 50) throw new Error("no settlement network for the mint");

@@ -18,7 +18,9 @@ export const VALIDATION_MESSAGES = {
 	positiveAmount: "The '{field}' field must be greater than 0.",
 	isoTime: "The '{field}' field must be an ISO-8601 UTC time with milliseconds (2026-11-21T18:00:00.000Z).",
 	luhn: "The '{field}' field must be a 10-digit TIN with a valid Luhn check digit.",
-	distinctMints: "The '{field}' field must name each tokenMintAddress once."
+	distinctMints: "The '{field}' field must name each tokenMintAddress once.",
+	// fastest-validator's own wording shows the allowed values as if they were the value sent.
+	enumValue: "The '{field}' field value '{actual}' is not one of the allowed values: {expected}."
 };
 
 /**

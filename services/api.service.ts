@@ -26,7 +26,7 @@ import { TransientSet } from "../lib/transient-set";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
-import { isJson, jsonBody } from "./json-body";
+import { BodyError, isJson, jsonBody, MAX_BODY_DEPTH } from "./json-body";
 import { isServed, isServedHere } from "./internal";
 import { httpMetrics, metricsForm } from "./metrics";
 
@@ -46,10 +46,13 @@ function bodyError(err: WireError, req: IncomingMessage): ServiceError {
 			return new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes, as sent and as decoded`);
 		case "encoding.unsupported":
 			return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The content-encoding is not one this route takes (gzip, deflate, br or none)");
-		case "entity.parse.failed":
-			return new ServiceError("VALIDATION_ERROR", "The request body is not valid JSON", [
-				{ type: "json", field: "$body", message: "The body must be a JSON document without the key __proto__." }
+		case "entity.parse.failed": {
+			// This gateway's reader says why (not an object or array, too deep, __proto__); body-parser's only that it failed.
+			const reason = err instanceof BodyError ? err.message : "The body is not valid JSON";
+			return new ServiceError("VALIDATION_ERROR", reason, [
+				{ type: "json", field: "$body", message: `The body must be a JSON object, nested at most ${MAX_BODY_DEPTH} deep, without the key __proto__.` }
 			]);
+		}
 	}
 	// A compressed body that does not decode (zlib's and brotli's many error codes): never a 5xx.
 	if ((req.headers["content-encoding"] ?? "identity") !== "identity") return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The request body does not decode with its content-encoding");
@@ -617,7 +620,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				const check = await verifyRequestSignature({ method: req.method ?? "", targetUri, headers: req.headersDistinct, body: req.rawBody ?? Buffer.alloc(0) }, Date.now());
 				if (!check.ok)
 					throw check.status === 401
-						? new ServiceError("UNAUTHORIZED", "This route takes an HTTP message signature by the Cranker (SPEC §6.1)", { reason: check.reason })
+						? new ServiceError("UNAUTHORIZED", "This route takes an HTTP message signature (RFC 9421) by the Cranker named in crankerPubkey (docs/signing.md §6)", { reason: check.reason })
 						: new ServiceError("FORBIDDEN", `The request signature is refused: ${check.detail}`, { reason: check.reason });
 				if ((req.body as { crankerPubkey?: unknown } | undefined)?.crankerPubkey !== check.keyid)
 					throw new ServiceError("FORBIDDEN", "The request is signed by another key than crankerPubkey", { reason: "keyid-mismatch" });

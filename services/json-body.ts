@@ -1,8 +1,8 @@
 /**
  * The gateway's JSON request bodies. Every body is held to `limit` bytes as sent and as decoded,
- * keeps its exact bytes (`rawBody`: a Cranker's signature covers them), must be an object or an
- * array (strict), and may not hold the key `__proto__` at any depth: it would become the params'
- * prototype when the gateway merges them, dodging the strict schema.
+ * keeps its exact bytes (`rawBody`: a Cranker's signature covers them), must be an object (every
+ * route's input is one), and may not hold the key `__proto__` at any depth: it would become the
+ * params' prototype when the gateway merges them, dodging the strict schema.
  *
  * The body of almost every request (application/json, UTF-8, no content-encoding) is read here in
  * one pass; any other (gzip, deflate, br or zstd, another charset) goes to body-parser, which
@@ -82,13 +82,14 @@ export function refusedShape(value: unknown): string | null {
 
 /** A body of a refused shape, as the refusal both readers answer. */
 function shapeRefusal(value: unknown): BodyError | undefined {
-	const reason = refusedShape(value);
+	// Every route's input is an object: an array would reach the schema as fields "0", "1", ….
+	const reason = Array.isArray(value) ? "The body is a JSON array; every route takes a JSON object" : refusedShape(value);
 	return reason ? new BodyError("entity.parse.failed", reason) : undefined;
 }
 
 const WHITESPACE = new Set([" ", "\t", "\n", "\r"]);
 
-/** body-parser's strict JSON: nothing is {}, else an object or array; no __proto__ anywhere. */
+/** body-parser's strict JSON (nothing is {}, else an object or array), then the shape every route takes: an object, no __proto__ anywhere. */
 export function parseStrictJson(text: string): unknown {
 	if (text.length === 0) return {};
 	let first = 0;

@@ -228,6 +228,24 @@ describe("bad input is refused with SPEC §7 bodies and stores nothing", () => {
 		}
 	});
 
+	it("says why a JSON body is refused as a whole, naming $body (a reader of the docs found one message for every reason, and an array refused field by field)", async () => {
+		const reasons: [payload: string, message: string][] = [
+			["{not json", "The body is not valid JSON"],
+			["12", "The body is not a JSON object or array"],
+			["null", "The body is not a JSON object or array"],
+			["[1]", "The body is a JSON array; every route takes a JSON object"],
+			['{"__proto__":{}}', "The body holds the key __proto__"]
+		];
+		for (const [payload, message] of reasons) {
+			const { status, body } = await node.http("POST", "/intents", payload);
+			expect([status, body.message]).toEqual([422, message]);
+			expect(body.data).toEqual([expect.objectContaining({ type: "json", field: "$body" })]);
+		}
+		// An enum's refusal names the value sent, then the allowed ones (fastest-validator's own message had them swapped).
+		const { body } = await node.http("POST", "/", { include: ["bogus"] });
+		expect(body.data).toEqual([expect.objectContaining({ type: "enumValue", message: expect.stringContaining("value 'bogus' is not one of the allowed values: epoch, crankers, counts") })]);
+	});
+
 	it("refuses a body over 65,536 bytes with 413 and accepts one just under", async () => {
 		const big = JSON.stringify({ ...signedIntent(wallet, route), senderAuthorizationMessage: "x".repeat(65_536) });
 		const tooLarge = await node.http("POST", "/intents", big);

@@ -43,6 +43,8 @@ const reference = bodyParser.json({
 	strict: true,
 	reviver(this: unknown, key: string, value: unknown) {
 		if (key === "__proto__") throw new SyntaxError("forbidden key __proto__");
+		// The root (key ""): every route takes an object, never an array.
+		if (key === "" && Array.isArray(value)) throw new SyntaxError("an array body");
 		// null is no value: an object's null member is dropped, an array's null item kept.
 		return value === null && !Array.isArray(this) ? undefined : value;
 	},

@@ -199,8 +199,9 @@ export class Settler {
 	/**
 	 * Finishes SUBMITTED intents whose holder's lease has lapsed (its Cranker died or stopped):
 	 * confirms what landed, and returns to VERIFIED what can no longer land. One that failed on
-	 * chain is rejected only by its holder (this Cranker's own, after a restart): cancelling a
-	 * payment for good is not another Cranker's call (SPEC §2.4), so others leave it be.
+	 * chain is rejected by its holder (this Cranker's own, after a restart); cancelling a payment
+	 * for good is not another Cranker's call (SPEC §2.4), so another returns it to VERIFIED once its
+	 * blockhash has expired, for another try.
 	 */
 	async finishOrphans(): Promise<void> {
 		const candidates = await this.node.intentIds("SUBMITTED", 500);
@@ -220,9 +221,8 @@ export class Settler {
 		const [height, slot] = [await this.chain.blockHeight(), await this.chain.slot()];
 		const state = await this.chain.signatureState(transactionSignature);
 		if (state.kind === "landed") await this.finishLanded(record, transactionSignature);
-		else if (state.kind === "failed") {
-			if (mine) await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
-		} else if (state.kind === "unknown") {
+		else if (state.kind === "failed" && mine) await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
+		else if (state.kind === "unknown" || state.kind === "failed") {
 			const expired =
 				lastValidBlockHeight !== undefined
 					? height > BigInt(lastValidBlockHeight)
@@ -232,7 +232,7 @@ export class Settler {
 			if (!expired) return;
 			this.log.warn("orphaned submission can no longer land: returning the intent to VERIFIED", { intent: id, signature: transactionSignature });
 			// The Node checks the same on its own chain view; SUBMISSION_LIVE means later, in another round.
-			await this.drop(record, "DROPPED: blockhash expired before the transaction landed");
+			await this.drop(record, state.kind === "failed" ? `DROPPED: failed on chain (${state.detail}), and its blockhash expired` : "DROPPED: blockhash expired before the transaction landed");
 		}
 	}
 

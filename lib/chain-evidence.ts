@@ -9,7 +9,7 @@ import { ServiceError } from "./errors";
 export type ChainEvidence =
 	/** CONFIRMED, TIN `finalized`: a confirmed, successful transaction with exactly the expected content. */
 	| "landed"
-	/** SUBMITTED → VERIFIED: the blockhash expired and the chain does not know the signature. */
+	/** SUBMITTED → VERIFIED: the blockhash expired, and the chain does not know the signature or knows it failed. */
 	| "cannot-land"
 	/** SUBMITTED → REJECTED: the transaction failed on chain, or can never land. */
 	| "failed-or-cannot-land";
@@ -48,8 +48,10 @@ export function judgeChainEvidence(need: ChainEvidence, observation: ChainObserv
 	// A reported signature the chain has, but whose transaction does not touch this settlement, was
 	// never this submission: it says nothing about whether the real one can still land.
 	const unrelated = (status === "landed" || status === "failed") && content?.related === false;
-	// A submission without a known last landing height can never be proven dead.
-	const cannotLand = (status === "unknown" || unrelated) && lastLandingHeight !== undefined && observation.blockHeight > lastLandingHeight;
+	// A submission without a known last landing height can never be proven dead. A failed one moved
+	// nothing, and once past that height it cannot land on any fork either: it may go back to
+	// VERIFIED too, or a failure whose holder never returns would keep the payment SUBMITTED for good.
+	const cannotLand = (status === "unknown" || status === "failed" || unrelated) && lastLandingHeight !== undefined && observation.blockHeight > lastLandingHeight;
 	switch (need) {
 		case "landed":
 			if (status === "failed") throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction failed on chain");

@@ -33,12 +33,14 @@ describe("judgeChainEvidence", () => {
 		expect(answer("landed", null)).toBe("ok:false");
 	});
 
-	it("cannot-land (dropped): only once past lastValidBlockHeight with the signature unknown", () => {
+	it("cannot-land (dropped): only once past lastValidBlockHeight with the signature unknown, or failed", () => {
 		expect(answer("cannot-land", seen("unknown", LAST_VALID + 1))).toBe("ok:true");
 		expect(answer("cannot-land", seen("unknown", LAST_VALID))).toBe("409 SUBMISSION_LIVE");
 		expect(answer("cannot-land", seen("pending", LAST_VALID + 50))).toBe("409 SUBMISSION_LIVE");
 		expect(answer("cannot-land", seen("landed", LAST_VALID + 50, []))).toBe("409 SUBMISSION_LIVE");
-		expect(answer("cannot-land", seen("failed", LAST_VALID + 50, []))).toBe("409 SUBMISSION_LIVE");
+		// A failure moved nothing; past its last landing height it cannot land on any fork (a review: it stayed SUBMITTED for good once only its absent holder could reject it).
+		expect(answer("cannot-land", seen("failed", LAST_VALID + 50, []))).toBe("ok:true");
+		expect(answer("cannot-land", seen("failed", LAST_VALID, []))).toBe("409 SUBMISSION_LIVE");
 		// A reported signature whose transaction does not touch this settlement proves nothing about it:
 		// judged as an unknown one, by the last landing height.
 		expect(answer("cannot-land", seen("landed", LAST_VALID, "unrelated"))).toBe("409 SUBMISSION_LIVE");

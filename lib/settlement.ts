@@ -129,6 +129,7 @@ export async function readSettlement(contents: SettlementContents, expected: Exp
 	const mismatches = await settlementMismatches(contents, expected);
 	const creditAccount = expected.recipientRouteCommitment ? await creditAccountAddress(expected.recipientRouteCommitment, address(expected.tokenMintAddress), expected.programId) : null;
 	const related =
+		contents.unreadable !== undefined ||
 		contents.memos.some(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`) || (!!expected.payoutNullifier && memo.startsWith(MEMO_PREFIX) && memo.endsWith(`:${expected.payoutNullifier}`))) ||
 		contents.transfers.some(transfer => transfer.destination === creditAccount);
 	return { mismatches, related };
@@ -142,12 +143,23 @@ export function registryMemo(operationId: string, routeCommitment: string): stri
 export interface SettlementContents {
 	memos: string[];
 	transfers: { source: Address; mint: Address; destination: Address; authority: Address; amount: bigint; decimals: number }[];
+	/**
+	 * Why the transaction could not be read (one that loads accounts from address lookup tables,
+	 * say, which a settlement never does): it is then no settlement, and it proves nothing else
+	 * either, so it is taken as touching the settlement (nothing lets the intent go on its account).
+	 */
+	unreadable?: string;
 }
 
 /** What a wire transaction does, as far as a settlement goes: its memos and its TransferChecked instructions. */
 export function readSettlementTransaction(wireTransaction: ReadonlyUint8Array): SettlementContents {
-	const { messageBytes } = getTransactionDecoder().decode(wireTransaction);
-	const { instructions } = decompileTransactionMessage(getCompiledTransactionMessageDecoder().decode(messageBytes));
+	let instructions: ReturnType<typeof decompileTransactionMessage>["instructions"];
+	try {
+		const { messageBytes } = getTransactionDecoder().decode(wireTransaction);
+		({ instructions } = decompileTransactionMessage(getCompiledTransactionMessageDecoder().decode(messageBytes)));
+	} catch (err) {
+		return { memos: [], transfers: [], unreadable: (err as Error).message };
+	}
 	const transfers = instructions
 		.filter(ix => ix.programAddress === TOKEN_PROGRAM_ADDRESS && ix.data && identifyTokenInstruction(ix.data) === TokenInstruction.TransferChecked)
 		.map(ix => {
@@ -194,6 +206,7 @@ export function expectedSettlementOf(
  * the mint to the credit account.
  */
 export async function settlementMismatches(contents: SettlementContents, expected: ExpectedSettlement): Promise<string[]> {
+	if (contents.unreadable !== undefined) return [`the transaction could not be read (${contents.unreadable})`];
 	const problems: string[] = [];
 	const settlementMemos = contents.memos.filter(memo => memo.startsWith(MEMO_PREFIX));
 	const memos = settlementMemos.filter(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`));
@@ -214,6 +227,7 @@ export async function settlementMismatches(contents: SettlementContents, expecte
 
 /** What a transaction does to a TIN operation's registry submission: exactly its one memo. */
 export function readRegistrySubmission(contents: SettlementContents, operationId: string, routeCommitment: string): { mismatches: string[]; related: boolean } {
+	if (contents.unreadable !== undefined) return { mismatches: [`the transaction could not be read (${contents.unreadable})`], related: true };
 	const expected = registryMemo(operationId, routeCommitment);
 	const found = contents.memos.filter(memo => memo === expected).length;
 	return { mismatches: found === 1 ? [] : [`expected one memo "${expected}", found ${found}`], related: found > 0 };

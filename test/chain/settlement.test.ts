@@ -2,16 +2,32 @@
  * The settlement transaction of SPEC §11 run for real: built and signed by lib/settlement, executed
  * by litesvm, read back through the local JSON-RPC server with @solana/kit.
  */
-import { address, createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
+import {
+	address,
+	appendTransactionMessageInstructions,
+	compressTransactionMessageUsingAddressLookupTables,
+	createKeyPairSignerFromBytes,
+	createSolanaRpc,
+	createTransactionMessage,
+	getBase64EncodedWireTransaction,
+	getSignatureFromTransaction,
+	pipe,
+	setTransactionMessageFeePayerSigner,
+	setTransactionMessageLifetimeUsingBlockhash,
+	signTransactionMessageWithSigners,
+	type KeyPairSigner
+} from "@solana/kit";
 import { findAssociatedTokenPda, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { generateKeypair } from "../../lib/ed25519";
 import { sha256Hex } from "../../lib/encoding";
 import {
+	buildSettlementInstructions,
 	creditAccountAddress,
 	creditOwnerAddress,
 	DEFAULT_SETTLEMENT_PROGRAM_ID,
 	memoFieldNamesNullifier,
 	readEncodedSettlementTransaction,
+	readRegistrySubmission,
 	readSettlement,
 	settlementMemo,
 	settlementMismatches,
@@ -96,6 +112,29 @@ describe("settlement transaction", () => {
 		expect(history.map(h => h.signature)).toEqual([signature]);
 		expect(memoFieldNamesNullifier(history[0].memo, payoutNullifier)).toBe(true);
 		expect(memoFieldNamesNullifier(history[0].memo, sha256Hex("another nullifier"))).toBe(false);
+	});
+
+	it("a transaction that loads accounts from an address lookup table is unreadable: no settlement, and taken as touching it (a review: it made every read of the chain a 503)", async () => {
+		const mint = chain.createMint(6);
+		const params = { cranker, mint, decimals: 6, amount: 250_000n, recipientRouteCommitment: routeCommitment, transactionCommitment, payoutNullifier };
+		const { instructions, creditAccount } = await buildSettlementInstructions(params);
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const lookupTable = address("AddressLookupTab1e1111111111111111111111111");
+		const transaction = await signTransactionMessageWithSigners(
+			pipe(
+				createTransactionMessage({ version: 0 }),
+				m => setTransactionMessageFeePayerSigner(cranker, m),
+				m => setTransactionMessageLifetimeUsingBlockhash(lifetime, m),
+				m => appendTransactionMessageInstructions(instructions, m),
+				m => compressTransactionMessageUsingAddressLookupTables(m, { [lookupTable]: [creditAccount] })
+			)
+		);
+		const contents = readEncodedSettlementTransaction(getBase64EncodedWireTransaction(transaction));
+		expect(contents).toMatchObject({ memos: [], transfers: [], unreadable: expect.any(String) });
+		const expected = { transactionCommitment, amount: "250000", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment, payoutNullifier };
+		expect(await settlementMismatches(contents, expected)).toEqual([expect.stringMatching(/^the transaction could not be read/)]);
+		expect(await readSettlement(contents, expected)).toMatchObject({ related: true });
+		expect(readRegistrySubmission(contents, "top_1", routeCommitment)).toMatchObject({ related: true, mismatches: [expect.stringMatching(/could not be read/)] });
 	});
 
 	it("pays into an existing credit account (the create is idempotent)", async () => {

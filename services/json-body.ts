@@ -94,7 +94,7 @@ export function parseStrictJson(text: string): unknown {
 	if (text.length === 0) return {};
 	let first = 0;
 	while (first < text.length && WHITESPACE.has(text[first])) first++;
-	if (text[first] !== "{" && text[first] !== "[") throw new BodyError("entity.parse.failed", "The body is not a JSON object or array");
+	if (text[first] !== "{" && text[first] !== "[") throw new BodyError("entity.parse.failed", "The body is not a JSON object");
 	let value: unknown;
 	try {
 		value = JSON.parse(text);

@@ -14,7 +14,6 @@ import { sha256HexNative } from "../lib/digest";
 import { verifySignature } from "../lib/ed25519";
 import { INTAKE_BATCH_MAX } from "../lib/intake";
 import { verifyPaymentAuthorizationWith, type VerificationContext, type VerificationResult } from "../lib/verification";
-import { FailureStreak } from "../lib/failure-streak";
 import { VerifyPool, type VerifyFallback } from "../lib/verify-pool";
 import { verifierMetrics } from "./metrics";
 import { internal } from "./internal";
@@ -37,7 +36,7 @@ interface VerifierVars {
 	metrics: ReturnType<typeof verifierMetrics>;
 }
 
-/** What the log says of a fallback, once a minute at most per reason (the metric counts every signature). */
+/** What the log says of a fallback (the metric counts every signature). */
 const FALLBACK_LINES: Record<VerifyFallback, string> = {
 	worker_lost: "A verify worker thread was lost; the signatures it had were verified on the event loop, and a new thread took its place",
 	unmatched_answer: "A verify worker thread answered for other jobs than it was sent; those signatures were verified on the event loop"
@@ -122,11 +121,16 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 
 		async started(this: VerifierThis) {
 			if (this.settings.verifyThreads > 0) {
-				const streaks = { worker_lost: new FailureStreak(), unmatched_answer: new FailureStreak() };
+				// Each a separate incident (a new thread takes over), told once a minute at most per reason, with how many since.
+				const told = { worker_lost: { atMs: -Infinity, since: 0 }, unmatched_answer: { atMs: -Infinity, since: 0 } };
 				this.pool = new VerifyPool(this.settings.verifyThreads, (reason, jobs) => {
 					this.metrics.fallbacks.inc({ reason }, jobs);
-					const line = streaks[reason].failed(FALLBACK_LINES[reason]);
-					if (line) this.logger.warn(line);
+					const last = told[reason];
+					last.since++;
+					if (performance.now() - last.atMs < 60_000) return;
+					this.logger.warn(last.since > 1 ? `${FALLBACK_LINES[reason]} (${last.since} times since the last such line)` : FALLBACK_LINES[reason]);
+					last.atMs = performance.now();
+					last.since = 0;
 				});
 			}
 			await this.slots.start();

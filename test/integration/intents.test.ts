@@ -231,8 +231,8 @@ describe("bad input is refused with SPEC §7 bodies and stores nothing", () => {
 	it("says why a JSON body is refused as a whole, naming $body (a reader of the docs found one message for every reason, and an array refused field by field)", async () => {
 		const reasons: [payload: string, message: string][] = [
 			["{not json", "The body is not valid JSON"],
-			["12", "The body is not a JSON object or array"],
-			["null", "The body is not a JSON object or array"],
+			["12", "The body is not a JSON object"],
+			["null", "The body is not a JSON object"],
 			["[1]", "The body is a JSON array; every route takes a JSON object"],
 			['{"__proto__":{}}', "The body holds the key __proto__"]
 		];

@@ -49,8 +49,9 @@ export function judgeChainEvidence(need: ChainEvidence, observation: ChainObserv
 	// never this submission: it says nothing about whether the real one can still land.
 	const unrelated = (status === "landed" || status === "failed") && content?.related === false;
 	// A submission without a known last landing height can never be proven dead. A failed one moved
-	// nothing, and once past that height it cannot land on any fork either: it may go back to
-	// VERIFIED too, or a failure whose holder never returns would keep the payment SUBMITTED for good.
+	// nothing, and once past that height it cannot land again either (as far as the confirmed chain
+	// tells, as for one never seen): it may go back to VERIFIED too, or a failure whose holder never
+	// returns would keep the payment SUBMITTED for good.
 	const cannotLand = (status === "unknown" || status === "failed" || unrelated) && lastLandingHeight !== undefined && observation.blockHeight > lastLandingHeight;
 	switch (need) {
 		case "landed":

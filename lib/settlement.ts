@@ -11,6 +11,7 @@ import {
 	getCompiledTransactionMessageDecoder,
 	getProgramDerivedAddress,
 	getTransactionDecoder,
+	isTransactionMessageWithDurableNonceLifetime,
 	pipe,
 	setTransactionMessageFeePayerSigner,
 	setTransactionMessageLifetimeUsingBlockhash,
@@ -144,6 +145,12 @@ export interface SettlementContents {
 	memos: string[];
 	transfers: { source: Address; mint: Address; destination: Address; authority: Address; amount: bigint; decimals: number }[];
 	/**
+	 * Whether it lives by a durable nonce instead of a recent blockhash: such a transaction never
+	 * expires, so the Node could never prove that it can no longer land (SPEC §2.4), and a settlement
+	 * must not use one.
+	 */
+	durableNonce?: boolean;
+	/**
 	 * Why the transaction could not be read (one that loads accounts from address lookup tables,
 	 * say, which a settlement never does): it is then no settlement, and it proves nothing else
 	 * either, so it is taken as touching the settlement (nothing lets the intent go on its account).
@@ -153,20 +160,21 @@ export interface SettlementContents {
 
 /** What a wire transaction does, as far as a settlement goes: its memos and its TransferChecked instructions. */
 export function readSettlementTransaction(wireTransaction: ReadonlyUint8Array): SettlementContents {
-	let instructions: ReturnType<typeof decompileTransactionMessage>["instructions"];
 	try {
 		const { messageBytes } = getTransactionDecoder().decode(wireTransaction);
-		({ instructions } = decompileTransactionMessage(getCompiledTransactionMessageDecoder().decode(messageBytes)));
+		const message = decompileTransactionMessage(getCompiledTransactionMessageDecoder().decode(messageBytes));
+		const { instructions } = message;
+		const transfers = instructions
+			.filter(ix => ix.programAddress === TOKEN_PROGRAM_ADDRESS && ix.data && identifyTokenInstruction(ix.data) === TokenInstruction.TransferChecked)
+			.map(ix => {
+				const { accounts, data } = parseTransferCheckedInstruction(ix as Parameters<typeof parseTransferCheckedInstruction>[0]);
+				return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
+			});
+		return { memos: getMemosFromInstructions(instructions).map(m => m.memo), transfers, durableNonce: isTransactionMessageWithDurableNonceLifetime(message) };
 	} catch (err) {
+		// Not decodable, accounts in lookup tables, or an instruction too short to parse (one that can only fail).
 		return { memos: [], transfers: [], unreadable: (err as Error).message };
 	}
-	const transfers = instructions
-		.filter(ix => ix.programAddress === TOKEN_PROGRAM_ADDRESS && ix.data && identifyTokenInstruction(ix.data) === TokenInstruction.TransferChecked)
-		.map(ix => {
-			const { accounts, data } = parseTransferCheckedInstruction(ix as Parameters<typeof parseTransferCheckedInstruction>[0]);
-			return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
-		});
-	return { memos: getMemosFromInstructions(instructions).map(m => m.memo), transfers };
 }
 
 /** The same, from the base64 text an RPC `getTransaction` answers with `encoding: "base64"`. */
@@ -208,6 +216,7 @@ export function expectedSettlementOf(
 export async function settlementMismatches(contents: SettlementContents, expected: ExpectedSettlement): Promise<string[]> {
 	if (contents.unreadable !== undefined) return [`the transaction could not be read (${contents.unreadable})`];
 	const problems: string[] = [];
+	if (contents.durableNonce) problems.push("the transaction lives by a durable nonce: a settlement expires with its blockhash");
 	const settlementMemos = contents.memos.filter(memo => memo.startsWith(MEMO_PREFIX));
 	const memos = settlementMemos.filter(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`));
 	if (memos.length !== 1) problems.push(`expected one memo for transactionCommitment ${expected.transactionCommitment}, found ${memos.length}`);

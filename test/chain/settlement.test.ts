@@ -14,10 +14,13 @@ import {
 	pipe,
 	setTransactionMessageFeePayerSigner,
 	setTransactionMessageLifetimeUsingBlockhash,
+	setTransactionMessageLifetimeUsingDurableNonce,
 	signTransactionMessageWithSigners,
-	type KeyPairSigner
+	type Instruction,
+	type KeyPairSigner,
+	type Nonce
 } from "@solana/kit";
-import { findAssociatedTokenPda, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
+import { findAssociatedTokenPda, getTransferCheckedInstructionDataEncoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { generateKeypair } from "../../lib/ed25519";
 import { sha256Hex } from "../../lib/encoding";
 import {
@@ -135,6 +138,46 @@ describe("settlement transaction", () => {
 		expect(await settlementMismatches(contents, expected)).toEqual([expect.stringMatching(/^the transaction could not be read/)]);
 		expect(await readSettlement(contents, expected)).toMatchObject({ related: true });
 		expect(readRegistrySubmission(contents, "top_1", routeCommitment)).toMatchObject({ related: true, mismatches: [expect.stringMatching(/could not be read/)] });
+	});
+
+	/** The wire bytes (base64) of `instructions` signed by the Cranker, on a recent blockhash or a durable nonce. */
+	async function wire(instructions: Instruction[], durableNonce = false) {
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const nonceAccount = (await signerFor()).address;
+		return getBase64EncodedWireTransaction(
+			await signTransactionMessageWithSigners(
+				pipe(
+					createTransactionMessage({ version: 0 }),
+					m => setTransactionMessageFeePayerSigner(cranker, m),
+					m => appendTransactionMessageInstructions(instructions, m),
+					m =>
+						durableNonce
+							? setTransactionMessageLifetimeUsingDurableNonce({ nonce: lifetime.blockhash as string as Nonce, nonceAccountAddress: nonceAccount, nonceAuthorityAddress: cranker.address }, m)
+							: setTransactionMessageLifetimeUsingBlockhash(lifetime, m)
+				)
+			)
+		);
+	}
+
+	it("a settlement on a durable nonce is refused: it never expires, so the Node could never prove it can no longer land (a review)", async () => {
+		const mint = chain.createMint(6);
+		const params = { cranker, mint, decimals: 6, amount: 250_000n, recipientRouteCommitment: routeCommitment, transactionCommitment, payoutNullifier };
+		const { instructions } = await buildSettlementInstructions(params);
+		const expected = { transactionCommitment, amount: "250000", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment, payoutNullifier };
+		const onNonce = readEncodedSettlementTransaction(await wire(instructions, true));
+		expect(onNonce).toMatchObject({ durableNonce: true, memos: [settlementMemo(transactionCommitment, payoutNullifier)] });
+		expect(await settlementMismatches(onNonce, expected)).toEqual(["the transaction lives by a durable nonce: a settlement expires with its blockhash"]);
+		const onBlockhash = readEncodedSettlementTransaction(await wire(instructions));
+		expect(onBlockhash.durableNonce).toBe(false);
+		expect(await settlementMismatches(onBlockhash, expected)).toEqual([]);
+	});
+
+	it("a TransferChecked too short to parse (one that can only fail) makes the transaction unreadable, not a thrown error (a review: every read of the chain was a 503)", async () => {
+		const data = getTransferCheckedInstructionDataEncoder().encode({ amount: 1n, decimals: 6 });
+		const short: Instruction = { programAddress: TOKEN_PROGRAM_ADDRESS, accounts: [], data };
+		const contents = readEncodedSettlementTransaction(await wire([short]));
+		expect(contents).toMatchObject({ memos: [], transfers: [], unreadable: expect.any(String) });
+		expect(await readSettlement(contents, { transactionCommitment, amount: "1", tokenMintAddress: cranker.address, recipientRouteCommitment: routeCommitment })).toMatchObject({ related: true });
 	});
 
 	it("pays into an existing credit account (the create is idempotent)", async () => {

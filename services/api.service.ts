@@ -47,7 +47,7 @@ function bodyError(err: WireError, req: IncomingMessage): ServiceError {
 		case "encoding.unsupported":
 			return new ServiceError("UNSUPPORTED_MEDIA_TYPE", "The content-encoding is not one this route takes (gzip, deflate, br or none)");
 		case "entity.parse.failed": {
-			// This gateway's reader says why (not an object or array, too deep, __proto__); body-parser's only that it failed.
+			// This gateway's reader says why (not an object, an array, too deep, __proto__); body-parser's only that it failed.
 			const reason = err instanceof BodyError ? err.message : "The body is not valid JSON";
 			return new ServiceError("VALIDATION_ERROR", reason, [
 				{ type: "json", field: "$body", message: `The body must be a JSON object, nested at most ${MAX_BODY_DEPTH} deep, without the key __proto__.` }

@@ -31,6 +31,13 @@ const STOP_WAIT_MS = 20_000;
 const SLOT_MS_UPPER_BOUND = 1000;
 /** The Node keeps reasons up to 512 characters. */
 const MAX_REASON_LENGTH = 500;
+/**
+ * An orphan whose landed transaction is not its settlement waits for an operator: it is looked at
+ * again this rarely, not at every orphan round (an RPC read and an error line each time), and at
+ * most this many are remembered.
+ */
+const OPERATOR_RECHECK_MS = 10 * 60_000;
+const OPERATOR_CASES_MAX = 10_000;
 
 type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlockHeight?: number; reason?: string };
 
@@ -39,6 +46,8 @@ const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >=
 
 export class Settler {
 	private readonly me: string;
+	/** Orphans left for an operator, by intent id: when to look at each again. */
+	private readonly leftForOperator = new Map<string, number>();
 
 	constructor(
 		private readonly node: NodeClient,
@@ -212,6 +221,7 @@ export class Settler {
 	}
 
 	private async finishOrphan(id: string): Promise<void> {
+		if ((this.leftForOperator.get(id) ?? 0) > Date.now()) return;
 		const record = await this.node.intent(id);
 		if (record.receiverStatus !== "SUBMITTED" || !record.submission) return;
 		const mine = record.lease?.crankerPubkey === this.me;
@@ -220,8 +230,9 @@ export class Settler {
 		// Height and slot first, then the signature: a transaction not seen after its blockhash expired can never land.
 		const [height, slot] = [await this.chain.blockHeight(), await this.chain.slot()];
 		const state = await this.chain.signatureState(transactionSignature);
-		if (state.kind === "landed") await this.finishLanded(record, transactionSignature);
-		else if (state.kind === "failed" && mine) await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
+		if (state.kind === "landed") {
+			if ((await this.finishLanded(record, transactionSignature)) === "lost") this.leaveForOperator(id);
+		} else if (state.kind === "failed" && mine) await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
 		else if (state.kind === "unknown" || state.kind === "failed") {
 			const expired =
 				lastValidBlockHeight !== undefined
@@ -234,6 +245,12 @@ export class Settler {
 			// The Node checks the same on its own chain view; SUBMISSION_LIVE means later, in another round.
 			await this.drop(record, state.kind === "failed" ? `DROPPED: failed on chain (${state.detail}), and its blockhash expired` : "DROPPED: blockhash expired before the transaction landed");
 		}
+	}
+
+	private leaveForOperator(id: string): void {
+		this.leftForOperator.delete(id);
+		if (this.leftForOperator.size >= OPERATOR_CASES_MAX) this.leftForOperator.delete(this.leftForOperator.keys().next().value!);
+		this.leftForOperator.set(id, Date.now() + OPERATOR_RECHECK_MS);
 	}
 
 	private release(leased: MempoolIntent, reason: string): Promise<SettleResult> {

@@ -3,7 +3,7 @@
  * server): settlement end to end, racing Crankers, a Cranker killed mid-lease or after submitting,
  * injected RPC failures, an expired blockhash, an expired intent, SIGTERM, and the TIN roles.
  */
-import { createKeyPairSignerFromBytes } from "@solana/kit";
+import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type Address } from "@solana/kit";
 import { Chain } from "../../cranker/chain";
 import { loadCrankerConfig } from "../../cranker/config";
 import { createLogger } from "../../cranker/log";
@@ -15,7 +15,7 @@ import { keypairSigningKey } from "../../lib/http-signature";
 import { sha256Hex } from "../../lib/encoding";
 import { iso, newWallet, uniqueId } from "../helpers/fixtures";
 import { worker } from "../helpers/node";
-import { creditAccountAddress } from "../../lib/settlement";
+import { creditAccountAddress, signSettlementTransaction } from "../../lib/settlement";
 import { itWithPromtool, promtoolCheck } from "../helpers/promtool";
 import { Harness, waitFor } from "./harness";
 
@@ -45,6 +45,22 @@ const recordIn = (id: string, state: string) =>
 		return record.receiverStatus === state ? record : null;
 	}, 20_000, state);
 
+/**
+ * A settlement Cranker of its own key (holding `mint`), online by one signed heartbeat, driven
+ * step by step through its Settler instead of its loops; its log lines kept.
+ */
+async function steppedCranker(mint: Address) {
+	// No argv: by default it reads the process's, which is jest's own command line here.
+	const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)), []);
+	const node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair));
+	const heartbeat = { crankerPubkey: config.keypair.publicKey, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString() };
+	await node.heartbeat({ ...heartbeat, signature: createSigner(config.keypair)(buildHeartbeatMessage(heartbeat)) });
+	const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
+	const lines: string[] = [];
+	const settler = new Settler(node, new Chain(config.solanaRpcUrl), signer, config, createLogger({}, line => lines.push(line)), () => false);
+	return { pubkey: config.keypair.publicKey, node, signer, lines, settler };
+}
+
 /** A new mint and a Cranker holding it, once its heartbeat has offered that liquidity (it then takes the mint's work). */
 async function onlineCrankerForNewMint() {
 	const mint = h.chain.createMint(6);
@@ -71,15 +87,7 @@ describe("Cranker settling payments", () => {
 
 	it("two Crankers racing for the same intent: one lease, one settlement, the other is told it lost", async () => {
 		const mint = h.chain.createMint(6);
-		const settlers = await Promise.all([0, 1].map(async () => {
-			// No argv: by default it reads the process's, which is jest's own command line here.
-			const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)), []);
-			const node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair));
-			const heartbeat = { crankerPubkey: config.keypair.publicKey, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString() };
-			await node.heartbeat({ ...heartbeat, signature: createSigner(config.keypair)(buildHeartbeatMessage(heartbeat)) });
-			const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
-			return new Settler(node, new Chain(config.solanaRpcUrl), signer, config, createLogger({}, () => {}), () => false);
-		}));
+		const settlers = await Promise.all([0, 1].map(async () => (await steppedCranker(mint)).settler));
 		const intent = await h.pay(mint, "2500");
 		const [work] = (await h.node.http("GET", "/intent-work?limit=500", undefined, worker)).body.filter((item: { intent: { id: string } }) => item.intent.id === intent.id);
 		const results = await Promise.all(settlers.map(settler => settler.settle(work.intent)));
@@ -205,6 +213,36 @@ describe("Cranker settling payments", () => {
 		expect(await settlementsOf(intent.id)).toHaveLength(0);
 		expect((await h.client.getIntent(intent.id)).status).toBe("canceled");
 		await h.stopCranker(cranker);
+	});
+
+	it("an orphan whose landed transaction is not its settlement is left for an operator, not read again at every orphan round", async () => {
+		const mint = h.chain.createMint(6);
+		// One that pays a wrong amount, reports it, and goes away.
+		const careless = await steppedCranker(mint);
+		const intent = await h.pay(mint, "3000");
+		await careless.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: careless.pubkey, expectedVersion: 3 });
+		const { payoutNullifier: nullifier } = await careless.node.payoutAuthorization(intent.id, careless.pubkey);
+		const rpc = createSolanaRpc(h.chain.url);
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const route = await h.client.resolveTin(h.route.tin);
+		const { transaction } = await signSettlementTransaction(
+			{ cranker: careless.signer, mint, decimals: 6, amount: 2999n, recipientRouteCommitment: route.routeCommitment, transactionCommitment: intent.transactionCommitment, payoutNullifier: nullifier },
+			lifetime
+		);
+		const transactionSignature = getSignatureFromTransaction(transaction);
+		await careless.node.updateStatus(intent.id, { status: "SUBMITTED", crankerPubkey: careless.pubkey, expectedVersion: 4, transactionSignature, lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) });
+		await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
+		await waitFor(async () => Date.parse((await h.record(intent.id)).lease.expiresAt) < Date.now(), 15_000, "the careless Cranker's lease lapsed");
+
+		// Another Cranker's orphan rounds: the first reads the transaction and says so once; the next ones leave it be.
+		const rescuer = await steppedCranker(mint);
+		const toldOf = () => rescuer.lines.filter(line => line.includes("not this settlement") && line.includes(intent.id)).length;
+		await rescuer.settler.finishOrphans();
+		expect(toldOf()).toBe(1);
+		await rescuer.settler.finishOrphans();
+		await rescuer.settler.finishOrphans();
+		expect(toldOf()).toBe(1);
+		expect((await h.record(intent.id)).receiverStatus).toBe("SUBMITTED");
 	});
 });
 

@@ -192,10 +192,14 @@ export class Settler {
 		return !!contents && (await settlementMismatches(contents, expectedSettlementOf(intent, this.config.settlementProgramId))).length === 0;
 	}
 
-	/** A landed transaction is checked against the intent (memo, mint, amount, credit account) before CONFIRMED. */
-	private async finishLanded(submitted: MempoolIntent, signature: string): Promise<SettleResult> {
+	/**
+	 * A landed transaction is checked against the intent (memo, mint, amount, credit account) before
+	 * CONFIRMED; one that is not its settlement is left for an operator (`onLeft`, then "lost").
+	 */
+	private async finishLanded(submitted: MempoolIntent, signature: string, onLeft: () => void = () => {}): Promise<SettleResult> {
 		if (!(await this.isSettlementOf(submitted, signature))) {
 			this.log.error("landed transaction is not this settlement; leaving it for an operator", { intent: submitted.id, signature });
+			onLeft();
 			return "lost";
 		}
 		const state = await this.chain.signatureState(signature);
@@ -230,9 +234,10 @@ export class Settler {
 		// Height and slot first, then the signature: a transaction not seen after its blockhash expired can never land.
 		const [height, slot] = [await this.chain.blockHeight(), await this.chain.slot()];
 		const state = await this.chain.signatureState(transactionSignature);
-		if (state.kind === "landed") {
-			if ((await this.finishLanded(record, transactionSignature)) === "lost") this.leaveForOperator(id);
-		} else if (state.kind === "failed" && mine) await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
+		// Left for an operator only when the transaction is not the settlement: a refused CONFIRMED (the
+		// Node's chain view a moment behind, say) is tried again at the next round.
+		if (state.kind === "landed") await this.finishLanded(record, transactionSignature, () => this.leaveForOperator(id));
+		else if (state.kind === "failed" && mine) await this.finish(record, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
 		else if (state.kind === "unknown" || state.kind === "failed") {
 			const expired =
 				lastValidBlockHeight !== undefined

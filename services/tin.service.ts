@@ -21,6 +21,7 @@ import { readRegistrySubmission } from "../lib/settlement";
 import { tinFromSequence } from "../lib/tin";
 import {
 	TIN_OPERATION_STATES,
+	applyStage,
 	decideStage,
 	finalizedRoute,
 	finishedFinalization,
@@ -170,6 +171,8 @@ interface TinMethods {
 	submit(ctx: Context<TinOperationRequest, { $statusCode?: number }>): Promise<ReturnType<typeof toPublicTinOperation>>;
 	replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string): ReturnType<typeof toPublicTinOperation>;
 	moveStage(ctx: Context<StageParams, StageMeta>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
+	supersedingOperation(record: TinOperationRecord): Promise<TinOperationRecord | null>;
+	failSuperseded(record: TinOperationRecord, by: TinOperationRecord): Promise<never>;
 	finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<{ record: TinOperationRecord; moved: boolean }>;
 	routeVersionOf(marked: TinOperationRecord, at: string): Promise<RouteVersionRecord>;
@@ -428,6 +431,8 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const decision = decideStage(record, stage, request, standing, this.settings.policy, new Date());
 				if (decision.kind === "replay") return toTinOperationView(record);
 				if (stage === "finalized") {
+					const later = record.finalizing === undefined ? await this.supersedingOperation(record) : null;
+					if (later) return this.failSuperseded(record, later);
 					// As for an intent's CONFIRMED: the route goes live only on a landed registry transaction.
 					const onChainChecked = judgeChainEvidence("landed", await this.observeRegistrySubmission(record), undefined);
 					const history = [...decision.next.history];
@@ -440,6 +445,33 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					return toTinOperationView(decision.next);
 				}
 				throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: (await this.mustGetOperation(id)).status });
+			},
+
+			/**
+			 * The update that set the TIN's newest route (live, or claimed by a finalization under way),
+			 * when its owner signed it after `record`: then `record` must not replace it. Otherwise a
+			 * submitter that held an older update back could finalize it after the owner had moved on
+			 * (away from a compromised route, say) and bring the old route back. Null when none is.
+			 */
+			async supersedingOperation(record) {
+				const current = await this.routes.get(record.tin);
+				const [newest] = await this.routeVersions.list({ where: { tin: record.tin }, orderBy: ["routeVersion", "desc"], limit: 1 });
+				const latest = newest && newest.routeVersion > (current?.routeVersion ?? 0) ? newest.route : current;
+				if (!latest?.lastOperationId || latest.lastOperationId === record.id) return null;
+				const writer = await this.operations.get(latest.lastOperationId);
+				return writer && writer.request.issuedAt > record.request.issuedAt ? writer : null;
+			},
+
+			/** Ends `record` FAILED (SUPERSEDED), as one compare-and-set, and refuses its finalization (409). */
+			async failSuperseded(record, later) {
+				const reason = `SUPERSEDED: the TIN's route was set by ${later.operationId}, which its owner signed later`;
+				const failed = applyStage(record, "FAILED", new Date().toISOString(), undefined, { failureReason: reason }, reason);
+				if (await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, failed, tinOperationEvent(record, failed))) this.notifyEvents();
+				const now = await this.mustGetOperation(record.id);
+				throw new ServiceError("INVALID_TRANSITION", "A later update of this TIN, signed after this one, is live: this operation does not replace it", {
+					status: now.status,
+					...(now.failureReason !== undefined ? { failureReason: now.failureReason } : {})
+				});
 			},
 
 			/**

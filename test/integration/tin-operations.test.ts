@@ -144,6 +144,27 @@ describe("the stage pipeline", () => {
 		expect((await node.http("POST", "/intents", signedIntent(sender, v2))).status).toBe(201);
 	});
 
+	it("an update the owner signed earlier never replaces a route set by one it signed later: it ends FAILED (SUPERSEDED) at its finalization", async () => {
+		const tin = genesisOwned.tin;
+		const older = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-3000) }))).body;
+		const newer = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-2000) }))).body;
+		const newest = await finalize(newer.id, "10000");
+		// A submitter that held the older one back (a review's replay: it went live over the newer route).
+		expect((await stage(older.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
+		expect((await stage(older.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" })).status).toBe(200);
+		expect((await stage(older.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
+		const refused = await stage(older.id, "finalized", { crankerPubkey: submitter.address, transactionSignature: SIG });
+		expect(refused.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
+		expect((await node.http("GET", `/tin-operations/${older.id}`)).body).toMatchObject({ status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) });
+		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: newest.request.routeCommitment, routeVersion: newest.routeVersion });
+		// In the owner's order, both go live, the later last.
+		const first = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-1500) }))).body;
+		const second = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-1000) }))).body;
+		await finalize(first.id, "10000");
+		const last = await finalize(second.id, "10000");
+		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: last.request.routeCommitment, routeVersion: newest.routeVersion + 2 });
+	});
+
 	it("never lets a route go live for an operation that a racing stage failed", async () => {
 		for (let round = 0; round < 5; round++) {
 			const { id, tin } = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;

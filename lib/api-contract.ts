@@ -156,7 +156,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 			200: json("The same body again: the stored record", PublicTinOperationSchema),
 			201: json("Recorded, PENDING_VERIFICATION", PublicTinOperationSchema)
 		},
-		errors: ["INVALID_SIGNATURE", "INVALID_MESSAGE", "EXPIRED", "UNKNOWN_TIN", "NOT_OWNER", "IDEMPOTENCY_CONFLICT"]
+		errors: ["INVALID_SIGNATURE", "INVALID_MESSAGE", "EXPIRED", "UNKNOWN_TIN", "NOT_OWNER", "IDEMPOTENCY_CONFLICT", "LIMIT_REACHED"]
 	},
 	"tin.listOperations": { tag: "tin-operations", summary: "List TIN operations", description: "Newest first.", answers: ok(Type.Array(PublicTinOperationSchema)), errors: [] },
 	"tin.getOperation": { tag: "tin-operations", summary: "Read a TIN operation", answers: ok(PublicTinOperationSchema), errors: ["NOT_FOUND"] },
@@ -166,7 +166,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 	"tin.verified": tinStage("Mark an operation verified", "By an online verifier Cranker."),
 	"tin.feeCommitted": tinStage("Commit an operation's fee", "By an online submitter, not the Cranker that verified it."),
 	"tin.submitted": tinStage("Report an operation's registry submission", "By the Cranker that committed the fee."),
-	"tin.finalized": tinStage("Finalize an operation and activate its route", "By the Cranker that submitted; with a chain, the Node reads the transaction first.", [
+	"tin.finalized": tinStage("Finalize an operation and activate its route", "By the Cranker that submitted; with a chain, the Node reads the transaction first. An update its owner signed before the one that set the TIN's newest route ends FAILED (SUPERSEDED), answered 409 INVALID_TRANSITION.", [
 		"NOT_ON_CHAIN",
 		"SETTLEMENT_MISMATCH",
 		"CHAIN_UNAVAILABLE"

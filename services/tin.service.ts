@@ -132,6 +132,7 @@ class UnfinishedFinalizationsError extends Error {
 
 /** SPEC §5: the first TIN of the sequence is tinFromSequence(100000000) = 1000000008. */
 const FIRST_SEQUENCE = 100_000_000;
+const LAST_SEQUENCE = 999_999_999;
 
 interface SequenceDoc {
 	id: string;
@@ -370,6 +371,8 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				for (;;) {
 					const current = await this.sequence.get("tin");
 					const n = current?.next ?? FIRST_SEQUENCE;
+					// Past 999999999 there is no 9-digit sequence number left: a clear refusal, and the counter stays.
+					if (n > LAST_SEQUENCE) throw new ServiceError("LIMIT_REACHED", "Every TIN of the sequence has been allocated: no create can be taken");
 					const taken = current ? await this.sequence.update("tin", { next: n }, { id: "tin", next: n + 1 }) : await this.sequence.insert({ id: "tin", next: n + 1 });
 					if (!taken) continue; // another allocation took n first
 					const candidate = tinFromSequence(n);

@@ -75,7 +75,7 @@ function stallAfterMark(service: TinInternals, id: string) {
 /** What a test reaches inside the service: its stores, to stand a crash in for a failing write, and its steps. */
 interface TinInternals {
 	routes: { get(tin: string): Promise<RouteRecord | null>; update(tin: string, expected: object, next: RouteRecord): Promise<boolean> };
-	sequence: { get(id: string): Promise<{ next: number } | null> };
+	sequence: { get(id: string): Promise<{ next: number } | null>; update(id: string, expected: object, next: { id: string; next: number }): Promise<boolean> };
 	claims: { remove(id: string): Promise<boolean> };
 	importGenesis(file: string): Promise<number>;
 	allocateTin(): Promise<string>;
@@ -99,6 +99,19 @@ describe("tin service", () => {
 		await expect(tin.submit(other)).rejects.toMatchObject({ type: "IDEMPOTENCY_CONFLICT" });
 		const next = await tin.submit(signedTinOperation(newWallet(), { intentType: "create" }));
 		expect(next.view.tin).toBe(tinFromSequence(100_000_001));
+	});
+
+	test("the last TIN of the sequence is allocated, then a create is refused 409 LIMIT_REACHED, not a 500 (a review)", async () => {
+		const own = await startTin();
+		try {
+			await own.submit(signedTinOperation(newWallet(), { intentType: "create" }));
+			expect(await own.service.sequence.update("tin", { next: 100_000_001 }, { id: "tin", next: 999_999_999 })).toBe(true);
+			expect((await own.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin).toBe(tinFromSequence(999_999_999));
+			await expect(own.submit(signedTinOperation(newWallet(), { intentType: "create" }))).rejects.toMatchObject({ type: "LIMIT_REACHED", code: 409 });
+			expect((await own.service.sequence.get("tin"))?.next).toBe(1_000_000_000);
+		} finally {
+			await own.broker.stop();
+		}
 	});
 
 	test("the stages move an operation through the work lists, and finalizing makes its route live", async () => {

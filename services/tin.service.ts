@@ -97,6 +97,13 @@ interface TinClaim {
 }
 
 /** A finalized operation's route version (its id is the operation's). */
+/** A finalization that must not begin: its update was signed before the one that set the TIN's newest route (`by`). */
+class Superseded extends Error {
+	constructor(readonly by: TinOperationRecord) {
+		super(`superseded by ${by.operationId}`);
+	}
+}
+
 interface RouteVersionRecord {
 	id: string;
 	tin: string;
@@ -172,11 +179,11 @@ interface TinMethods {
 	submit(ctx: Context<TinOperationRequest, { $statusCode?: number }>): Promise<ReturnType<typeof toPublicTinOperation>>;
 	replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string): ReturnType<typeof toPublicTinOperation>;
 	moveStage(ctx: Context<StageParams, StageMeta>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
-	supersedingOperation(record: TinOperationRecord): Promise<TinOperationRecord | null>;
+	supersedingOperation(record: TinOperationRecord, routes: readonly (RouteRecord | null | undefined)[]): Promise<TinOperationRecord | null>;
 	failSuperseded(record: TinOperationRecord, by: TinOperationRecord): Promise<never>;
 	finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<{ record: TinOperationRecord; moved: boolean }>;
-	routeVersionOf(marked: TinOperationRecord, at: string): Promise<RouteVersionRecord>;
+	routeVersionOf(marked: TinOperationRecord, at: string, beginning?: boolean): Promise<RouteVersionRecord>;
 	advanceRoute(version: RouteVersionRecord): Promise<boolean>;
 	reconcile(markedBefore: Date): Promise<number>;
 	observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null>;
@@ -434,8 +441,6 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const decision = decideStage(record, stage, request, standing, this.settings.policy, new Date());
 				if (decision.kind === "replay") return toTinOperationView(record);
 				if (stage === "finalized") {
-					const later = record.finalizing === undefined ? await this.supersedingOperation(record) : null;
-					if (later) return this.failSuperseded(record, later);
 					// As for an intent's CONFIRMED: the route goes live only on a landed registry transaction.
 					const onChainChecked = judgeChainEvidence("landed", await this.observeRegistrySubmission(record), undefined);
 					const history = [...decision.next.history];
@@ -451,18 +456,23 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			},
 
 			/**
-			 * The update that set the TIN's newest route (live, or claimed by a finalization under way),
-			 * when its owner signed it after `record`: then `record` must not replace it. Otherwise a
-			 * submitter that held an older update back could finalize it after the owner had moved on
-			 * (away from a compromised route, say) and bring the old route back. Null when none is.
+			 * The update that wrote one of `routes` (the TIN's live route and the newest version claimed),
+			 * not failed, when its owner signed it after `record` (or at the same instant, and
+			 * it was recorded after): then `record` must not replace it. Otherwise a submitter that held an
+			 * older update back could finalize it after the owner had moved on (away from a compromised
+			 * route, say) and bring the old route back. A claim whose operation failed before its mark
+			 * never goes live, and blocks nothing. Null when none is later.
 			 */
-			async supersedingOperation(record) {
-				const current = await this.routes.get(record.tin);
-				const [newest] = await this.routeVersions.list({ where: { tin: record.tin }, orderBy: ["routeVersion", "desc"], limit: 1 });
-				const latest = newest && newest.routeVersion > (current?.routeVersion ?? 0) ? newest.route : current;
-				if (!latest?.lastOperationId || latest.lastOperationId === record.id) return null;
-				const writer = await this.operations.get(latest.lastOperationId);
-				return writer && writer.request.issuedAt > record.request.issuedAt ? writer : null;
+			async supersedingOperation(record, routes) {
+				const writers = new Set(routes.map(route => route?.lastOperationId).filter((id): id is string => id !== undefined && id !== record.id));
+				for (const id of writers) {
+					const writer = await this.operations.get(id);
+					// A create came first whatever the clocks said: an update needs its TIN.
+					if (!writer || writer.intentType !== "update" || writer.status === "FAILED" || writer.status === "REJECTED") continue;
+					const { issuedAt } = writer.request;
+					if (issuedAt > record.request.issuedAt || (issuedAt === record.request.issuedAt && writer.createdAt > record.createdAt)) return writer;
+				}
+				return null;
 			},
 
 			/** Ends `record` FAILED (SUPERSEDED), as one compare-and-set, and refuses its finalization (409). */
@@ -486,7 +496,13 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			 * an operation that ends otherwise.
 			 */
 			async finalize(record, finalized) {
-				const version = await this.routeVersionOf(record, finalized.updatedAt);
+				let version: RouteVersionRecord;
+				try {
+					version = await this.routeVersionOf(record, finalized.updatedAt, true);
+				} catch (err) {
+					if (err instanceof Superseded) return this.failSuperseded(record, err.by);
+					throw err;
+				}
 				const marked = markFinalizing(record, finalized);
 				if (await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, marked)) return (await this.activate(marked, finalized)).record;
 				const current = await this.mustGetOperation(record.id);
@@ -518,8 +534,14 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				return { record: done, moved: true };
 			},
 
-			/** The route version `marked` made, or takes now: the one after the newest of its TIN. */
-			async routeVersionOf(marked, at) {
+			/**
+			 * The route version `marked` made, or takes now: the one after the newest of its TIN. As a
+			 * finalization begins, none is claimed for an update signed before the newest route's: it
+			 * throws Superseded, naming that route's operation. The check and the claim are one step, since
+			 * a version is claimed by a unique insert: a claim that lost to another is checked again
+			 * against the winner.
+			 */
+			async routeVersionOf(marked, at, beginning = false) {
 				for (;;) {
 					const taken = await this.routeVersions.get(marked.id);
 					if (taken) return taken;
@@ -538,6 +560,10 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					}
 					const [newest] = await this.routeVersions.list({ where: { tin: marked.tin }, orderBy: ["routeVersion", "desc"], limit: 1 });
 					const latest = newest && newest.routeVersion > (current?.routeVersion ?? 0) ? newest.route : current;
+					if (beginning) {
+						const later = await this.supersedingOperation(marked, [current, newest?.route]);
+						if (later) throw new Superseded(later);
+					}
 					const route = finalizedRoute(latest, marked, at);
 					const version = { id: marked.id, tin: marked.tin, routeVersion: route.routeVersion, route };
 					// Refused: another finisher of this operation took its version, or another operation this one.

@@ -80,6 +80,7 @@ interface TinInternals {
 	importGenesis(file: string): Promise<number>;
 	allocateTin(): Promise<string>;
 	reconcile(markedBefore: Date): Promise<number>;
+	observeRegistrySubmission(record: TinOperationRecord): Promise<unknown>;
 	routeVersions: { remove(id: string): Promise<boolean> };
 	operations: { get(id: string): Promise<TinOperationRecord | null>; update(id: string, expected: object, next: TinOperationRecord): Promise<boolean> };
 }
@@ -99,6 +100,32 @@ describe("tin service", () => {
 		await expect(tin.submit(other)).rejects.toMatchObject({ type: "IDEMPOTENCY_CONFLICT" });
 		const next = await tin.submit(signedTinOperation(newWallet(), { intentType: "create" }));
 		expect(next.view.tin).toBe(tinFromSequence(100_000_001));
+	});
+
+	test("an update signed before the one that went live meanwhile ends FAILED (SUPERSEDED), also when it was already past its checks as the other finished (a review's race)", async () => {
+		const owner = newWallet();
+		const created = await tin.submitted(signedTinOperation(owner, { intentType: "create" }));
+		await tin.stage("finalized", created.view.id, submitter, { transactionSignature: created.transactionSignature });
+		const older = await tin.submitted(signedTinOperation(owner, { intentType: "update", tin: created.view.tin, issuedAt: new Date(Date.now() - 3000).toISOString() }));
+		const newer = await tin.submitted(signedTinOperation(owner, { intentType: "update", tin: created.view.tin, issuedAt: new Date(Date.now() - 2000).toISOString() }));
+		// The older one's finalization stalls in its chain read (a slow RPC) while the newer one finishes.
+		const observe = tin.service.observeRegistrySubmission;
+		let release!: () => void;
+		const held = new Promise<void>(resolve => (release = resolve));
+		tin.service.observeRegistrySubmission = async record => {
+			if (record.id === older.view.id) await held;
+			return observe.call(tin.service, record);
+		};
+		try {
+			const stalled = tin.stage("finalized", older.view.id, submitter, { transactionSignature: older.transactionSignature });
+			const done = await tin.stage("finalized", newer.view.id, submitter, { transactionSignature: newer.transactionSignature });
+			expect(done).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
+			release();
+			await expect(stalled).rejects.toMatchObject({ type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
+		} finally {
+			tin.service.observeRegistrySubmission = observe;
+		}
+		expect(await tin.service.routes.get(created.view.tin)).toMatchObject({ routeVersion: 2, lastOperationId: newer.view.id });
 	});
 
 	test("the last TIN of the sequence is allocated, then a create is refused 409 LIMIT_REACHED, not a 500 (a review)", async () => {

@@ -96,7 +96,6 @@ interface TinClaim {
 	by: "create" | "genesis";
 }
 
-/** A finalized operation's route version (its id is the operation's). */
 /** A finalization that must not begin: its update was signed before the one that set the TIN's newest route (`by`). */
 class Superseded extends Error {
 	constructor(readonly by: TinOperationRecord) {
@@ -104,6 +103,7 @@ class Superseded extends Error {
 	}
 }
 
+/** A finalized operation's route version (its id is the operation's). */
 interface RouteVersionRecord {
 	id: string;
 	tin: string;
@@ -457,8 +457,8 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 
 			/**
 			 * The update that wrote one of `routes` (the TIN's live route and the newest version claimed),
-			 * not failed, when its owner signed it after `record` (or at the same instant, and
-			 * it was recorded after): then `record` must not replace it. Otherwise a submitter that held an
+			 * not failed, when its owner signed it after `record` (or at the same instant, and it was
+			 * recorded after): then `record` must not replace it. Otherwise a submitter that held an
 			 * older update back could finalize it after the owner had moved on (away from a compromised
 			 * route, say) and bring the old route back. A claim whose operation failed before its mark
 			 * never goes live, and blocks nothing. Null when none is later.
@@ -481,7 +481,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const failed = applyStage(record, "FAILED", new Date().toISOString(), undefined, { failureReason: reason }, reason);
 				if (await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, failed, tinOperationEvent(record, failed))) this.notifyEvents();
 				const now = await this.mustGetOperation(record.id);
-				throw new ServiceError("INVALID_TRANSITION", "A later update of this TIN, signed after this one, is live: this operation does not replace it", {
+				throw new ServiceError("INVALID_TRANSITION", "An update of this TIN that its owner signed after this one is live or going live: this one does not replace it", {
 					status: now.status,
 					...(now.failureReason !== undefined ? { failureReason: now.failureReason } : {})
 				});

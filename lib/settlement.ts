@@ -112,14 +112,19 @@ export function signMemoTransaction(payer: TransactionSigner, memo: string, life
 
 type Lifetime = { blockhash: Blockhash; lastValidBlockHeight: bigint };
 
-function signInstructions(feePayer: TransactionSigner, instructions: Instruction[], lifetime: Lifetime) {
-	const message = pipe(
+/** The v0 message of `instructions`, paid by `feePayer`, living by a recent blockhash. */
+export function transactionMessageOf(feePayer: TransactionSigner, instructions: Instruction[], lifetime: Lifetime) {
+	return pipe(
 		createTransactionMessage({ version: 0 }),
 		m => setTransactionMessageFeePayerSigner(feePayer, m),
 		m => setTransactionMessageLifetimeUsingBlockhash(lifetime, m),
 		m => appendTransactionMessageInstructions(instructions, m)
 	);
-	return signTransactionMessageWithSigners(message);
+}
+
+/** The same, signed by every signer it names. */
+export function signInstructions(feePayer: TransactionSigner, instructions: Instruction[], lifetime: Lifetime) {
+	return signTransactionMessageWithSigners(transactionMessageOf(feePayer, instructions, lifetime));
 }
 
 /**

@@ -3,25 +3,12 @@
  * with SOLANA_RPC_URL on the local chain (litesvm), Crankers signing their requests, and real
  * settlement transactions, sent or kept back.
  */
-import {
-	appendTransactionMessageInstructions,
-	createKeyPairSignerFromBytes,
-	createSolanaRpc,
-	createTransactionMessage,
-	getBase64EncodedWireTransaction,
-	getSignatureFromTransaction,
-	pipe,
-	setTransactionMessageFeePayerSigner,
-	setTransactionMessageLifetimeUsingBlockhash,
-	signTransactionMessageWithSigners,
-	type Address,
-	type KeyPairSigner
-} from "@solana/kit";
+import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type Address, type KeyPairSigner } from "@solana/kit";
 import { getAddMemoInstruction } from "@solana-program/memo";
 import { randomBytes } from "node:crypto";
 import { decodeBase58, encodeBase58, sha256Hex } from "../../lib/encoding";
 import type { GenesisRoute } from "../../lib/registry";
-import { buildSettlementInstructions, MEMO_PROGRAM, registryMemo, settlementMemo, signMemoTransaction, signSettlementTransaction } from "../../lib/settlement";
+import { buildSettlementInstructions, MEMO_PROGRAM, registryMemo, settlementMemo, signInstructions, signMemoTransaction, signSettlementTransaction } from "../../lib/settlement";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
@@ -201,14 +188,7 @@ describe("SUBMITTED → CONFIRMED: only a landed transaction that is exactly thi
 		const cranker = await kitSigner(holder);
 		const { instructions } = await buildSettlementInstructions({ cranker, mint, decimals: 6, amount: 1_500_000n, recipientRouteCommitment: route.routeCommitment, transactionCommitment: first.transactionCommitment, payoutNullifier: first.payoutNullifier });
 		instructions.push(getAddMemoInstruction({ memo: settlementMemo(second.transactionCommitment, second.payoutNullifier) }, { programAddress: MEMO_PROGRAM }));
-		const transaction = await signTransactionMessageWithSigners(
-			pipe(
-				createTransactionMessage({ version: 0 }),
-				m => setTransactionMessageFeePayerSigner(cranker, m),
-				m => setTransactionMessageLifetimeUsingBlockhash(lifetime, m),
-				m => appendTransactionMessageInstructions(instructions, m)
-			)
-		);
+		const transaction = await signInstructions(cranker, instructions, lifetime);
 		await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
 		const tx = { signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) };
 		for (const intent of [first, second]) {

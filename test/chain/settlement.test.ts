@@ -4,16 +4,11 @@
  */
 import {
 	address,
-	appendTransactionMessageInstructions,
 	compressTransactionMessageUsingAddressLookupTables,
 	createKeyPairSignerFromBytes,
 	createSolanaRpc,
-	createTransactionMessage,
 	getBase64EncodedWireTransaction,
 	getSignatureFromTransaction,
-	pipe,
-	setTransactionMessageFeePayerSigner,
-	setTransactionMessageLifetimeUsingBlockhash,
 	setTransactionMessageLifetimeUsingDurableNonce,
 	signTransactionMessageWithSigners,
 	type Instruction,
@@ -35,6 +30,7 @@ import {
 	settlementMemo,
 	settlementMismatches,
 	signSettlementTransaction,
+	transactionMessageOf,
 	type SettlementParams
 } from "../../lib/settlement";
 import { LocalChain } from "../../devkit/local-chain";
@@ -123,15 +119,7 @@ describe("settlement transaction", () => {
 		const { instructions, creditAccount } = await buildSettlementInstructions(params);
 		const { value: lifetime } = await rpc.getLatestBlockhash().send();
 		const lookupTable = address("AddressLookupTab1e1111111111111111111111111");
-		const transaction = await signTransactionMessageWithSigners(
-			pipe(
-				createTransactionMessage({ version: 0 }),
-				m => setTransactionMessageFeePayerSigner(cranker, m),
-				m => setTransactionMessageLifetimeUsingBlockhash(lifetime, m),
-				m => appendTransactionMessageInstructions(instructions, m),
-				m => compressTransactionMessageUsingAddressLookupTables(m, { [lookupTable]: [creditAccount] })
-			)
-		);
+		const transaction = await signTransactionMessageWithSigners(compressTransactionMessageUsingAddressLookupTables(transactionMessageOf(cranker, instructions, lifetime), { [lookupTable]: [creditAccount] }));
 		const contents = readEncodedSettlementTransaction(getBase64EncodedWireTransaction(transaction));
 		expect(contents).toMatchObject({ memos: [], transfers: [], unreadable: expect.any(String) });
 		const expected = { transactionCommitment, amount: "250000", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment, payoutNullifier };
@@ -143,20 +131,9 @@ describe("settlement transaction", () => {
 	/** The wire bytes (base64) of `instructions` signed by the Cranker, on a recent blockhash or a durable nonce. */
 	async function wire(instructions: Instruction[], durableNonce = false) {
 		const { value: lifetime } = await rpc.getLatestBlockhash().send();
-		const nonceAccount = (await signerFor()).address;
-		return getBase64EncodedWireTransaction(
-			await signTransactionMessageWithSigners(
-				pipe(
-					createTransactionMessage({ version: 0 }),
-					m => setTransactionMessageFeePayerSigner(cranker, m),
-					m => appendTransactionMessageInstructions(instructions, m),
-					m =>
-						durableNonce
-							? setTransactionMessageLifetimeUsingDurableNonce({ nonce: lifetime.blockhash as string as Nonce, nonceAccountAddress: nonceAccount, nonceAuthorityAddress: cranker.address }, m)
-							: setTransactionMessageLifetimeUsingBlockhash(lifetime, m)
-				)
-			)
-		);
+		const message = transactionMessageOf(cranker, instructions, lifetime);
+		const nonce = { nonce: lifetime.blockhash as string as Nonce, nonceAccountAddress: (await signerFor()).address, nonceAuthorityAddress: cranker.address };
+		return getBase64EncodedWireTransaction(await signTransactionMessageWithSigners(durableNonce ? setTransactionMessageLifetimeUsingDurableNonce(nonce, message) : message));
 	}
 
 	it("a settlement on a durable nonce is refused: it never expires, so the Node could never prove it can no longer land (a review)", async () => {

@@ -22,7 +22,8 @@ interface Sent {
  * died, failed, or sent an answer that could not be read), or it answered for other jobs. Either
  * slows the event loop, and neither should happen: the pool tells its owner.
  */
-export type VerifyFallback = "worker_lost" | "unmatched_answer";
+export const VERIFY_FALLBACKS = ["worker_lost", "unmatched_answer"] as const;
+export type VerifyFallback = (typeof VERIFY_FALLBACKS)[number];
 
 // Plain CommonJS, evaluated: the same code whether the pool runs compiled or under ts-jest.
 const WORKER_SOURCE = `

@@ -9,6 +9,7 @@
 import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { registerProcessMetrics } from "../lib/process-metrics";
+import { VERIFY_FALLBACKS } from "../lib/verify-pool";
 import { internal } from "./internal";
 
 /** One metric family as `registry.getMetricsAsJSON()` gives it; NaN and ±Inf travel as strings (JSON has no such numbers). */
@@ -97,7 +98,7 @@ export function verificationMetrics(broker: ServiceBroker) {
 	};
 }
 
-/** A verifier's checks, by result: per node, how the shard ring spreads the work. */
+/** A verifier's checks, by result (per node: how the shard ring spreads the work), and its fallbacks off its verify threads. */
 export function verifierMetrics(broker: ServiceBroker) {
 	return {
 		checks: counter(broker, "scs_verifier_checks_total", "Payment authorizations this verifier checked, by result.", ["result"], each("result", ["ok", "refused"])),
@@ -106,7 +107,7 @@ export function verifierMetrics(broker: ServiceBroker) {
 			"scs_verifier_thread_fallbacks_total",
 			"Signatures sent to a verify worker thread but verified on the event loop, because the worker was lost or answered for other jobs, by reason.",
 			["reason"],
-			each("reason", ["worker_lost", "unmatched_answer"])
+			each("reason", VERIFY_FALLBACKS)
 		)
 	};
 }

@@ -21,6 +21,9 @@ import type { Logger } from "./log";
 import type { CrankerMetrics } from "./metrics";
 import { NodeApiError, type NodeClient } from "./node-client";
 
+/** What authorize answers when the Node refused the payout by rejecting the intent itself. */
+const ENDED_BY_NODE = Symbol("ended by the Node");
+
 export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "lost";
 
 type SignedSettlement = Awaited<ReturnType<typeof signSettlementTransaction>>["transaction"];
@@ -85,6 +88,10 @@ export class Settler {
 
 	private async settleLeased(leased: MempoolIntent): Promise<SettleResult> {
 		const authorization = await this.authorize(leased);
+		if (authorization === ENDED_BY_NODE) {
+			this.log.info("the Node rejected the intent when it refused its payout", { intent: leased.id });
+			return "rejected";
+		}
 		if (typeof authorization === "string") return this.release(leased, authorization);
 
 		const creditAccount = await creditAccountAddress(leased.recipientRouteCommitment, address(leased.tokenMintAddress), this.config.settlementProgramId);
@@ -124,14 +131,17 @@ export class Settler {
 		return this.land(submitted, transaction, lifetime);
 	}
 
-	/** The payout authorization, checked against the lease; a string is the reason to release instead. */
-	private async authorize(leased: MempoolIntent): Promise<PayoutAuthorization | string> {
+	/** The payout authorization, checked against the lease; a string is the reason to release instead, ENDED_BY_NODE none to. */
+	private async authorize(leased: MempoolIntent): Promise<PayoutAuthorization | string | typeof ENDED_BY_NODE> {
 		let authorization: PayoutAuthorization;
 		try {
 			authorization = await this.node.payoutAuthorization(leased.id, this.me);
 		} catch (err) {
-			if (isRefusal(err)) return `no payout authorization: ${(err as NodeApiError).type}`;
-			throw err;
+			if (!isRefusal(err)) throw err;
+			// Its route was replaced: the Node rejected the intent, and there is no lease left to give back.
+			const { type, data } = err as NodeApiError;
+			if ((data as { state?: unknown } | undefined)?.state === "REJECTED") return ENDED_BY_NODE;
+			return `no payout authorization: ${type}`;
 		}
 		const { programId: _programId, ...settlement } = expectedSettlementOf(leased, this.config.settlementProgramId);
 		const problem = payoutAuthorizationProblem(authorization, { ...settlement, workId: leased.id, crankerPubkey: this.me }, this.config.nodeAuthorityPubkey, Date.now());

@@ -167,21 +167,37 @@ export type MempoolIntent = Static<typeof MempoolIntentSchema>;
 export const IntentWorkItemSchema = Type.Object({ intent: MempoolIntentSchema, leaseTtlMs: Type.Integer({ minimum: 1 }) }, named("IntentWorkItem"));
 export type IntentWorkItem = Static<typeof IntentWorkItemSchema>;
 
-/** A page of GET /intent-work from the mempool to the gateway: the worker views' JSON texts, and the last one's place (the next page's cursor). */
+/**
+ * A page of GET /intent-work from the mempool to the gateway: the worker views' JSON texts, and the
+ * last one's place (the next page's cursor). `cut`: the page stopped at its byte budget
+ * (WORK_PAGE_BYTES) before its `limit`, and more may follow.
+ */
 export interface WorkPage {
 	intents: string[];
 	leaseTtlMs: number;
 	last: { createdAt: string; id: string } | null;
+	cut?: true;
 }
 
 /**
- * A page's worker views as JSON text, the lease length its items carry, and its last item's place.
- * A mempool of an earlier version (a rolling update runs both) answers the items whole.
+ * A page's worker views as JSON text, the lease length its items carry, its last item's place and
+ * whether it was cut short. A mempool of an earlier version (a rolling update runs both) answers
+ * the items whole.
  */
-export function workPageViews(page: WorkPage | IntentWorkItem[]): { views: string[]; leaseTtlMs: number | null; last: WorkPage["last"] } {
-	if (!Array.isArray(page)) return { views: page.intents, leaseTtlMs: page.leaseTtlMs, last: page.last };
+export function workPageViews(page: WorkPage | IntentWorkItem[]): { views: string[]; leaseTtlMs: number | null; last: WorkPage["last"]; cut: boolean } {
+	if (!Array.isArray(page)) return { views: page.intents, leaseTtlMs: page.leaseTtlMs, last: page.last, cut: page.cut === true };
 	const last = page[page.length - 1]?.intent;
-	return { views: page.map(item => JSON.stringify(item.intent)), leaseTtlMs: page[0]?.leaseTtlMs ?? null, last: last ? { createdAt: last.createdAt, id: last.id } : null };
+	return { views: page.map(item => JSON.stringify(item.intent)), leaseTtlMs: page[0]?.leaseTtlMs ?? null, last: last ? { createdAt: last.createdAt, id: last.id } : null, cut: false };
+}
+
+/** How many of `texts`, from the first, fit in `budget` characters: at least one, so that a page always moves on. */
+export function fittingCount(texts: readonly string[], budget: number): number {
+	let used = 0;
+	for (let i = 0; i < texts.length; i++) {
+		used += texts[i].length;
+		if (used > budget) return Math.max(i, 1);
+	}
+	return texts.length;
 }
 
 /**
@@ -273,6 +289,7 @@ export type Trigger =
 	| "verdict"
 	| "verifier-timeout"
 	| "expiry"
+	| "route-replaced"
 	| "lease-lapse"
 	| "lease"
 	| "renew"
@@ -299,6 +316,7 @@ export const TRANSITIONS: readonly Transition[] = [
 	{ from: "VERIFIED", to: "REJECTED", by: "node", on: "expiry", rule: "expired before a lease" },
 	{ from: "CRANKER_LEASED", to: "REJECTED", by: "node", on: "expiry", rule: "expired before submission" },
 	{ from: "CRANKER_LEASED", to: "VERIFIED", by: "node", on: "lease-lapse", rule: "the lease expired without renewal" },
+	{ from: "CRANKER_LEASED", to: "REJECTED", by: "node", on: "route-replaced", rule: "a newer route of the recipient's TIN went live after the sender signed: the signed route can no longer be paid" },
 	{ from: "VERIFIED", to: "CRANKER_LEASED", by: "cranker", on: "lease", rule: "an online settlement Cranker leases it" },
 	{ from: "CRANKER_LEASED", to: "CRANKER_LEASED", by: "cranker", on: "renew", rule: "the holder renews the lease" },
 	{ from: "CRANKER_LEASED", to: "VERIFIED", by: "cranker", on: "release", rule: "the holder releases it" },
@@ -365,6 +383,22 @@ export function isExpired(record: IntentRecord, nowMs: number, latestSlot: numbe
 /** The node's expiry move (SPEC §2.4): REJECTED with reason EXPIRED. */
 export function expire(record: IntentRecord, at: string): IntentRecord {
 	return applyMove(record, "expiry", "REJECTED", at, { reason: "EXPIRED", rejectionReason: "EXPIRED", rejectionDetail: "the authorization expired before submission" });
+}
+
+/**
+ * The node's refusal of a leased intent whose signed route a newer version of its TIN replaced:
+ * route versions only grow, so no Cranker can ever be authorized to pay it, and a release would
+ * only have the next Cranker lease it and fail again until it expires. Null while the signed
+ * version is still the live one (or newer: a registry behind), or the intent is not leased.
+ */
+export function rejectReplacedRoute(record: IntentRecord, liveRouteVersion: number, at: string): IntentRecord | null {
+	const signed = record.request.recipientRouteVersion;
+	if (record.state !== "CRANKER_LEASED" || liveRouteVersion <= signed) return null;
+	return applyMove(record, "route-replaced", "REJECTED", at, {
+		reason: "ROUTE_MISMATCH",
+		rejectionReason: "ROUTE_MISMATCH",
+		rejectionDetail: `the recipient's route version ${signed} was replaced by version ${liveRouteVersion}`
+	});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -57,6 +57,12 @@ export const slot = () => ({ type: "number", integer: true, min: 0, max: Number.
  * 2.5 KB each, so a page is a few hundred KB on the bus, under NATS's 1 MB message limit.
  */
 export const WORK_PAGE = 100;
+/**
+ * And at most this many bytes of their views' JSON: an intent leased and released many times
+ * carries a long history (each release up to a 512-character reason), and a hundred such views
+ * would pass the bus's limit. The bus escapes each view's quotes again, at most doubling it.
+ */
+export const WORK_PAGE_BYTES = 256 * 1024;
 
 /** The most items a list route answers (`limit`). */
 export const LIST_LIMIT_MAX = 500;

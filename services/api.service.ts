@@ -409,9 +409,9 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			 * GET /intent-work: the mempool's work pages joined here, written as one JSON array with
 			 * each stored view inside its item, never copied into a string. A mempool in this process
 			 * answers the whole list in one page (passed by reference); one in another process, pages
-			 * of WORK_PAGE, so that no list of up to 500 intents crosses the bus in one message (NATS
-			 * refuses messages over 1 MB). Every mempool runs with the same LEASE_TTL_MS; the items
-			 * carry the first page's.
+			 * of WORK_PAGE intents and WORK_PAGE_BYTES, so that no list of up to 500 intents crosses the
+			 * bus in one message (NATS refuses messages over 1 MB). Every mempool runs with the same
+			 * LEASE_TTL_MS; the items carry the first page's.
 			 */
 			intentWork: answersJsonTexts({
 				params: { $$strict: true, limit: limit() },
@@ -426,7 +426,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) }, options));
 						views.push(...page.views);
 						leaseTtlMs ??= page.leaseTtlMs;
-						if (page.views.length < size) break;
+						if (page.views.length < size && !page.cut) break;
 						after = page.last;
 					}
 					// No page had an item: the answer is [] whatever the lease length.

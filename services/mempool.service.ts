@@ -31,7 +31,9 @@ import {
 	expiredUnverified,
 	intentEvent,
 	isExpired,
+	fittingCount,
 	leaseForPayout,
+	rejectReplacedRoute,
 	rejectedAtVerification,
 	restamped,
 	statesOfStatus,
@@ -51,7 +53,7 @@ import {
 } from "../lib/intents";
 import { byId, merkleRoot } from "../lib/merkle";
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
-import { LIST_LIMIT_MAX, WORK_PAGE, address, limit, updateStatusParams } from "../lib/schemas";
+import { LIST_LIMIT_MAX, WORK_PAGE, WORK_PAGE_BYTES, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, listInPages, type Collection, type CollectionSpec, type Where } from "../lib/store";
@@ -291,11 +293,14 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						throw new ServiceError("VALIDATION_ERROR", `A page for another node holds at most ${WORK_PAGE} intents`, [{ type: "numberMax", field: "limit", message: `limit must be at most ${WORK_PAGE} for a caller on another node` }]);
 					const latestSlot = this.slots.latest();
 					const where: Where = { state: "VERIFIED", archivedIn: null, expiresAt: { gt: new Date().toISOString() }, ...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}) };
-					const rows = await this.intents.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
+					let rows = await this.intents.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
 					// A gateway of an earlier version takes the items whole.
 					if (!ctx.meta.jsonTexts) return rows.map(row => ({ intent: JSON.parse(row.json) as MempoolIntent, leaseTtlMs: this.settings.leaseTtlMs }));
+					const fitting = ctx.nodeID === this.broker.nodeID ? rows.length : fittingCount(rows.map(row => row.json), WORK_PAGE_BYTES);
+					const cut = fitting < rows.length;
+					if (cut) rows = rows.slice(0, fitting);
 					const last = rows[rows.length - 1];
-					return { intents: rows.map(row => row.json), leaseTtlMs: this.settings.leaseTtlMs, last: last ? { createdAt: String(last.order), id: last.id } : null };
+					return { intents: rows.map(row => row.json), leaseTtlMs: this.settings.leaseTtlMs, last: last ? { createdAt: String(last.order), id: last.id } : null, ...(cut ? { cut: true as const } : {}) };
 				}
 			}),
 
@@ -411,6 +416,20 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const record = await this.mustGet(ctx.params.id);
 					leaseForPayout(record, ctx.params.crankerPubkey, Date.now(), this.slots.latest());
 					return record;
+				}
+			}),
+
+			/**
+			 * Internal, from payouts, which found the TIN's live route at `liveRouteVersion`, newer than
+			 * the one the sender signed: the leased intent is REJECTED (ROUTE_MISMATCH), compare-and-set
+			 * on the version payouts read. Whether it was.
+			 */
+			rejectReplacedRoute: internal({
+				params: { id: recordRef, stateVersion: { type: "number", integer: true, min: 1 }, liveRouteVersion: { type: "number", integer: true, min: 1 } },
+				async handler(this: MempoolThis, ctx: Context<{ id: string; stateVersion: number; liveRouteVersion: number }>): Promise<boolean> {
+					const record = await this.mustGet(ctx.params.id);
+					const next = record.stateVersion === ctx.params.stateVersion ? rejectReplacedRoute(record, ctx.params.liveRouteVersion, new Date().toISOString()) : null;
+					return next !== null && (await this.commit(record, next)) !== null;
 				}
 			}),
 

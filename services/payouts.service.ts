@@ -83,8 +83,11 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 			async issue(this: PayoutsThis, record, ctx) {
 				const now = new Date();
 				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
-				if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion)
-					throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH" });
+				if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion) {
+					// A newer route never gives way to an older one: the intent can never be paid, so it ends here.
+					const rejected = route !== null && (await ctx.call<boolean, object>("mempool.rejectReplacedRoute", { id: record.id, stateVersion: record.stateVersion, liveRouteVersion: route.routeVersion }));
+					throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH", ...(rejected ? { state: "REJECTED" } : {}) });
+				}
 
 				const existing = await this.authorizations.get(record.id);
 				if (existing && Date.parse(existing.authorization.expiresAt) > now.getTime()) {

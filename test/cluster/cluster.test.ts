@@ -265,6 +265,34 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		const created = work.body.map((item: { intent: { createdAt: string } }) => item.intent.createdAt);
 		expect([...created].sort()).toEqual(created);
 	});
+
+	it("GET /intent-work of intents whose histories grew (leased and released with long reasons) still crosses the bus: pages end at a byte budget", async () => {
+		const cranker = newWallet();
+		const settle = crankerClient(cluster.gateway.url, cranker);
+		expect((await settle("POST", "/crankers/heartbeat", signedHeartbeat(cranker))).status).toBe(200);
+		const oldest: { intent: { id: string; stateVersion: number } }[] = (await http("GET", "/intent-work?limit=100", undefined, worker)).body;
+		expect(oldest).toHaveLength(100);
+		// Six rounds each, as Crankers that cannot pay (a chain outage, say) lease and give back: about 3.5 KB more per view.
+		let next = 0;
+		await Promise.all(
+			Array.from({ length: 8 }, async () => {
+				while (next < oldest.length) {
+					const { id, stateVersion } = oldest[next++].intent;
+					for (let round = 0, version = stateVersion; round < 6; round++, version += 2) {
+						expect((await settle("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: cranker.address, expectedVersion: version })).status).toBe(200);
+						const reason = `cannot pay now: ${"\"quoted\" ".repeat(60)}`.slice(0, 512);
+						expect((await settle("PATCH", `/intents/${id}/status`, { status: "VERIFIED", crankerPubkey: cranker.address, expectedVersion: version + 1, reason })).status).toBe(200);
+					}
+				}
+			})
+		);
+		const work = await http("GET", "/intent-work?limit=100", undefined, worker);
+		expect(work.status).toBe(200);
+		expect(work.body.map((item: { intent: { id: string } }) => item.intent.id)).toEqual(oldest.map(item => item.intent.id));
+		// One page of 100 would have been over the bus's message limit (the gateway answered 500 before the byte budget).
+		expect(JSON.stringify(work.body).length).toBeGreaterThan(NATS_MAX_PAYLOAD);
+		expect(work.body.every((item: { intent: { history: unknown[] } }) => item.intent.history.length === 3 + 12)).toBe(true);
+	});
 });
 
 const mongoUrl = process.env.MONGO_URL;

@@ -144,6 +144,30 @@ describe("the stage pipeline", () => {
 		expect((await node.http("POST", "/intents", signedIntent(sender, v2))).status).toBe(201);
 	});
 
+	it("an intent signed for a route that an update replaced since is REJECTED (ROUTE_MISMATCH) at its first payout request, not leased again and again", async () => {
+		const created = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
+		await finalize(created.id, "50000");
+		const v1 = (await node.http("GET", `/registry/tins/${created.tin}`)).body;
+		const payment = await node.http("POST", "/intents", signedIntent(sender, v1));
+		expect(payment.status).toBe(201);
+		await finalize((await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin: created.tin }))).body.id, "10000");
+
+		const settler = node.as(submitter);
+		const id = payment.body.id;
+		expect((await settler("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: submitter.address, expectedVersion: 3 })).status).toBe(200);
+		const refused = await settler("POST", "/internal/settlement-authorizations/settlement", { workId: id, crankerPubkey: submitter.address });
+		expect(refused.body).toMatchObject({ code: 422, type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH", state: "REJECTED" } });
+		// Before, a Cranker could only release it, and the next one leased it again, each round until it expired.
+		const intent = (await node.http("GET", `/intents/${id}`, undefined, worker)).body;
+		expect(intent).toMatchObject({ receiverStatus: "REJECTED", status: "canceled", rejectionReason: "ROUTE_MISMATCH", stateVersion: 5 });
+		expect(intent.history.at(-1)).toEqual({ state: "REJECTED", at: expect.any(String), reason: "ROUTE_MISMATCH" });
+		expect((await settler("PATCH", `/intents/${id}/status`, { status: "VERIFIED", crankerPubkey: submitter.address, expectedVersion: 4, reason: "no payout" })).body).toMatchObject({ code: 409 });
+		// An intent signed for the live route is paid as before.
+		const current = await node.http("POST", "/intents", signedIntent(sender, (await node.http("GET", `/registry/tins/${created.tin}`)).body));
+		expect((await settler("PATCH", `/intents/${current.body.id}/status`, { status: "CRANKER_LEASED", crankerPubkey: submitter.address, expectedVersion: 3 })).status).toBe(200);
+		expect((await settler("POST", "/internal/settlement-authorizations/settlement", { workId: current.body.id, crankerPubkey: submitter.address })).status).toBe(200);
+	});
+
 	it("an update the owner signed earlier never replaces a route set by one it signed later: it ends FAILED (SUPERSEDED) at its finalization", async () => {
 		const tin = genesisOwned.tin;
 		const older = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-3000) }))).body;

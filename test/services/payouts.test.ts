@@ -10,7 +10,7 @@ import { ServiceBroker, type Context, type ServiceSchema } from "moleculer";
 import { buildPayoutMessage, payoutNullifier } from "../../lib/canonical";
 import { loadConfig } from "../../lib/config";
 import { verifySignature } from "../../lib/ed25519";
-import { leaseForPayout, type LeasedIntentRecord } from "../../lib/intents";
+import { leaseForPayout, rejectReplacedRoute, type LeasedIntentRecord } from "../../lib/intents";
 import type { PayoutAuthorization } from "../../lib/payout";
 import type { ActiveRoute } from "../../lib/registry";
 import { AUTHORITY_KEYPAIR_FILE, readKeypairFile } from "../../lib/secrets";
@@ -44,6 +44,12 @@ const standIns: ServiceSchema[] = [
 				const record = intents.get(ctx.params.id)!;
 				leaseForPayout(record, ctx.params.crankerPubkey, Date.now(), null);
 				return record;
+			},
+			rejectReplacedRoute: (ctx: Context<{ id: string; stateVersion: number; liveRouteVersion: number }>) => {
+				const record = intents.get(ctx.params.id)!;
+				const next = record.stateVersion === ctx.params.stateVersion ? rejectReplacedRoute(record, ctx.params.liveRouteVersion, iso(0)) : null;
+				if (next) intents.set(record.id, next as LeasedIntentRecord);
+				return next !== null;
 			}
 		}
 	},
@@ -53,7 +59,7 @@ const standIns: ServiceSchema[] = [
 /** An intent leased to `cranker` until `leaseMs` from now. */
 function leasedIntent(cranker: string, leaseMs = 60_000): LeasedIntentRecord {
 	const request = signedIntent(newWallet(), route);
-	const record = { id: uniqueId("int"), paymentId: request.paymentId, state: "CRANKER_LEASED", request, transactionCommitment: request.transactionCommitment, expiresAt: request.senderAuthorizationExpiresAt, expiresAtSlot: request.expiresAtSlot, lease: { crankerPubkey: cranker, leasedAt: iso(0), expiresAt: iso(leaseMs) } };
+	const record = { id: uniqueId("int"), paymentId: request.paymentId, state: "CRANKER_LEASED", stateVersion: 4, history: [], request, transactionCommitment: request.transactionCommitment, expiresAt: request.senderAuthorizationExpiresAt, expiresAtSlot: request.expiresAtSlot, lease: { crankerPubkey: cranker, leasedAt: iso(0), expiresAt: iso(leaseMs) } };
 	intents.set(record.id, record as unknown as LeasedIntentRecord);
 	return intents.get(record.id)!;
 }
@@ -136,13 +142,21 @@ test("refused without an authorization: a request another key signed, a Cranker 
 	const record = leasedIntent(cranker);
 	await expect(authorize(record.id, cranker, newWallet().address)).rejects.toMatchObject({ type: "FORBIDDEN", data: { reason: "keyid-mismatch" } });
 	await expect(authorize(record.id, newWallet().address)).rejects.toMatchObject({ type: "NOT_LEASE_HOLDER" });
-	activeRoute = { ...route, routeVersion: route.routeVersion + 1 };
-	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
+	// No live route (the stand-in's answer for a TIN it does not know): refused, and the intent stays leased.
 	activeRoute = null;
-	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT" });
+	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
+	expect(intents.get(record.id)?.state).toBe("CRANKER_LEASED");
 	// None of them stored one: the holder's first authorization is issued now, not repeated.
 	activeRoute = { ...route };
 	await sleep(5);
 	const issuedAfter = Date.now();
 	expect(Date.parse((await authorize(record.id, cranker)).issuedAt)).toBeGreaterThanOrEqual(issuedAfter);
+});
+
+test("a route replaced by a newer version: refused, and the intent REJECTED (ROUTE_MISMATCH), as it can never be paid", async () => {
+	const cranker = newWallet().address;
+	const record = leasedIntent(cranker);
+	activeRoute = { ...route, routeVersion: route.routeVersion + 1 };
+	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH", state: "REJECTED" } });
+	expect(intents.get(record.id)).toMatchObject({ state: "REJECTED", rejectionReason: "ROUTE_MISMATCH" });
 });

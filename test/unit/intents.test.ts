@@ -10,9 +10,11 @@ import {
 	TRANSITIONS,
 	applyMove,
 	decideStatusUpdate,
+	fittingCount,
 	isExpired,
 	lastLandingHeight,
 	leaseForPayout,
+	rejectReplacedRoute,
 	withChainEvidence,
 	withSubmissionHeight,
 	rejectedAtVerification,
@@ -551,6 +553,23 @@ describe("leaseForPayout: the lease rules of SPEC §2.5, in order", () => {
 	});
 });
 
+describe("rejectReplacedRoute: a leased intent whose signed route a newer version replaced", () => {
+	const leased = record("CRANKER_LEASED");
+	const signed = leased.request.recipientRouteVersion;
+
+	it("is REJECTED (ROUTE_MISMATCH) by the node once a newer version is live", () => {
+		const next = rejectReplacedRoute(leased, signed + 1, at(0))!;
+		expect(next).toMatchObject({ state: "REJECTED", stateVersion: leased.stateVersion + 1, rejectionReason: "ROUTE_MISMATCH", nonceKey: null });
+		expect(next.history.at(-1)).toEqual({ state: "REJECTED", at: at(0), reason: "ROUTE_MISMATCH" });
+	});
+
+	it("is left as it is while its version is the live one, or newer (a registry behind), or it is not leased", () => {
+		expect(rejectReplacedRoute(leased, signed, at(0))).toBeNull();
+		expect(rejectReplacedRoute(leased, signed - 1, at(0))).toBeNull();
+		for (const state of ["VERIFIED", "SUBMITTED", "CONFIRMED", "REJECTED"] as const) expect(rejectReplacedRoute(record(state), signed + 1, at(0))).toBeNull();
+	});
+});
+
 describe("applyMove", () => {
 	it("appends a history entry with by and reason, and bumps stateVersion", () => {
 		const rec = record("VERIFIED");
@@ -717,20 +736,28 @@ describe("GET /intent-work pages (workPageViews)", () => {
 	test("a page of texts gives its views, its lease length and its cursor as they are", () => {
 		const texts = views.map(view => JSON.stringify(view));
 		const last = { createdAt: views[1].createdAt, id: views[1].id };
-		expect(workPageViews({ intents: texts, leaseTtlMs: 1500, last })).toEqual({ views: texts, leaseTtlMs: 1500, last });
+		expect(workPageViews({ intents: texts, leaseTtlMs: 1500, last })).toEqual({ views: texts, leaseTtlMs: 1500, last, cut: false });
+		expect(workPageViews({ intents: texts, leaseTtlMs: 1500, last, cut: true }).cut).toBe(true);
 	});
 
 	test("a page of whole items (a mempool of the previous version) gives the same: views, lease length, and the last item as the cursor", () => {
 		const items: IntentWorkItem[] = views.map(intent => ({ intent, leaseTtlMs: 1500 }));
 		const page = workPageViews(items);
-		expect(page).toEqual({ views: views.map(view => JSON.stringify(view)), leaseTtlMs: 1500, last: { createdAt: views[1].createdAt, id: views[1].id } });
+		expect(page).toEqual({ views: views.map(view => JSON.stringify(view)), leaseTtlMs: 1500, last: { createdAt: views[1].createdAt, id: views[1].id }, cut: false });
 		// Wrapped again, the views are the items the old mempool answered.
 		const { before, after } = workItemWrapper(page.leaseTtlMs!);
 		expect(page.views.map(view => JSON.parse(before + view + after) as unknown)).toEqual(items);
 	});
 
 	test("an empty page of either form has no lease length and no cursor", () => {
-		expect(workPageViews([])).toEqual({ views: [], leaseTtlMs: null, last: null });
-		expect(workPageViews({ intents: [], leaseTtlMs: 1500, last: null })).toEqual({ views: [], leaseTtlMs: 1500, last: null });
+		expect(workPageViews([])).toEqual({ views: [], leaseTtlMs: null, last: null, cut: false });
+		expect(workPageViews({ intents: [], leaseTtlMs: 1500, last: null })).toEqual({ views: [], leaseTtlMs: 1500, last: null, cut: false });
+	});
+
+	test("fittingCount: the views, from the first, within the byte budget; always at least one, so a page moves on", () => {
+		expect(fittingCount(["aaaa", "bbbb", "cccc"], 8)).toBe(2);
+		expect(fittingCount(["aaaa", "bbbb", "cccc"], 12)).toBe(3);
+		expect(fittingCount(["a".repeat(20), "b"], 8)).toBe(1);
+		expect(fittingCount([], 8)).toBe(0);
 	});
 });

@@ -113,6 +113,8 @@ export interface IntentRecord {
 	intakeCall?: string | null;
 	/** Verification's verdict, set by the verdict move only (the metrics count verdicts by it). */
 	verdict?: "VERIFIED" | "REJECTED";
+	/** How many entries HISTORY_MAX dropped from the history, after its first ones; absent while none. */
+	historyOmitted?: number;
 	/** How many times the lease sweep returned a lapsed lease (a Cranker's own release is not one). */
 	lapsedLeases?: number;
 	/**
@@ -158,7 +160,10 @@ export const MempoolIntentSchema = Type.Object(
 		stateVersion: Version,
 		lease: Nullable(LeaseSchema),
 		submission: Nullable(SubmissionSchema),
-		history: Type.Array(IntentHistoryEntrySchema)
+		history: Type.Array(IntentHistoryEntrySchema),
+		historyOmitted: Type.Optional(
+			Type.Integer({ minimum: 1, description: "Entries left out of `history` after its first three, to keep its latest 256; absent while none were" })
+		)
 	},
 	named("MempoolIntent")
 );
@@ -275,6 +280,7 @@ export function toWorkerView(record: IntentRecord): MempoolIntent {
 	view.lease = record.lease;
 	view.submission = record.submission;
 	view.history = record.history;
+	if (record.historyOmitted) view.historyOmitted = record.historyOmitted;
 	return view as MempoolIntent;
 }
 
@@ -365,9 +371,22 @@ export function applyMove(record: IntentRecord, on: Trigger, to: IntentState, at
 		if (reason) entry.reason = reason;
 		if (onChainChecked !== undefined) entry.onChainChecked = onChainChecked;
 		next.history = [...record.history, entry];
+		if (next.history.length > HISTORY_MAX) {
+			const dropped = next.history.splice(HISTORY_HEAD, next.history.length - HISTORY_MAX).length;
+			next.historyOmitted = (record.historyOmitted ?? 0) + dropped;
+		}
 	}
 	return next;
 }
+
+/**
+ * The most entries a history keeps: its first HISTORY_HEAD (the intake: received, claimed,
+ * verdict) and the latest. Leases and releases can repeat without end (Crankers that cannot pay,
+ * a chain outage, a Cranker that means harm), and every write and every worker view carries the
+ * whole history: 256 entries of at most about 600 bytes keep a view within a work page's budget.
+ */
+export const HISTORY_MAX = 256;
+const HISTORY_HEAD = 3;
 
 /** The move from `current` to `next` as stored at `at`: its updatedAt, and the history entry it added. */
 export function restamped(current: IntentRecord, next: IntentRecord, at: string): IntentRecord {

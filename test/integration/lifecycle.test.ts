@@ -154,6 +154,26 @@ describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
 		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 5 })).status).toBe(200);
 	});
 
+	it("keeps a history of at most 256 entries however often an intent is leased and released: its first three and its latest, the rest counted", async () => {
+		const { id } = await verifiedIntent();
+		const reason = "cannot pay now ".repeat(34).slice(0, 512);
+		let version = 3;
+		for (let round = 0; round < 130; round++, version += 2) {
+			expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: version })).status).toBe(200);
+			expect((await patch(id, { status: "VERIFIED", crankerPubkey: crankerA.address, expectedVersion: version + 1, reason })).status).toBe(200);
+		}
+		const view = await workerView(id);
+		// 3 + 260 entries: every move still counts in stateVersion, the oldest leases are left out of the history.
+		expect(view).toMatchObject({ stateVersion: 263, historyOmitted: 7 });
+		expect(view.history).toHaveLength(256);
+		expect(view.history.slice(0, 3).map((entry: { state: string }) => entry.state)).toEqual(["RECEIVED", "NODE_VERIFYING", "VERIFIED"]);
+		expect(view.history.at(-1)).toEqual({ state: "VERIFIED", at: expect.any(String), by: crankerA.address, reason });
+		// The seven oldest moves (leases 1–4, releases 1–3) are the ones left out.
+		expect(view.history[3]).toMatchObject({ state: "VERIFIED", by: crankerA.address });
+		expect(view.history.filter((entry: { state: string }) => entry.state === "CRANKER_LEASED")).toHaveLength(126);
+		expect(JSON.stringify(view).length).toBeLessThan(256 * 1024);
+	});
+
 	it("without a chain, never lets a submission go back to VERIFIED (503 CHAIN_UNAVAILABLE; reason still required first)", async () => {
 		const { id } = await verifiedIntent();
 		await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });

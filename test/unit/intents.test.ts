@@ -3,6 +3,7 @@ import { ServiceError } from "../../lib/errors";
 import {
 	restamped,
 	EXPIRABLE_STATES,
+	HISTORY_MAX,
 	INTENT_STATES,
 	PUBLIC_STATUS,
 	TERMINAL_STATES,
@@ -579,6 +580,21 @@ describe("applyMove", () => {
 		expect(next.history.at(-1)).toEqual({ state: "REJECTED", at: NOW.toISOString(), reason: "EXPIRED" });
 		expect(next.rejectionReason).toBe("EXPIRED");
 		expect(rec.history).toHaveLength(3);
+	});
+
+	it("keeps the first three history entries and the latest, up to HISTORY_MAX, and counts those it leaves out", () => {
+		let rec = record("VERIFIED");
+		for (let i = 0; rec.history.length < HISTORY_MAX; i++) rec = applyMove(rec, i % 2 ? "release" : "lease", i % 2 ? "VERIFIED" : "CRANKER_LEASED", at(i), { lease: i % 2 ? null : lease(CRANKER_A, 10_000) });
+		expect(rec.historyOmitted).toBeUndefined();
+		const next = applyMove(rec, "release", "VERIFIED", at(999), { lease: null });
+		expect(next.history).toHaveLength(HISTORY_MAX);
+		expect(next.history.slice(0, 3)).toEqual(rec.history.slice(0, 3));
+		expect(next.history.slice(3, -1)).toEqual(rec.history.slice(4));
+		expect(next.history.at(-1)).toEqual({ state: "VERIFIED", at: at(999) });
+		expect(next.historyOmitted).toBe(1);
+		expect(applyMove(next, "lease", "CRANKER_LEASED", at(1000), { lease: lease(CRANKER_A, 10_000) }).historyOmitted).toBe(2);
+		expect(toWorkerView(next).historyOmitted).toBe(1);
+		expect("historyOmitted" in toWorkerView(rec)).toBe(false);
 	});
 
 	it("keeps leaseExpiresAt in step with the lease", () => {

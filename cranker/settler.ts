@@ -90,6 +90,7 @@ export class Settler {
 		const authorization = await this.authorize(leased);
 		if (authorization === ENDED_BY_NODE) {
 			this.log.info("the Node rejected the intent when it refused its payout", { intent: leased.id });
+			this.metrics?.settlements.inc({ outcome: "rejected" });
 			return "rejected";
 		}
 		if (typeof authorization === "string") return this.release(leased, authorization);

@@ -195,14 +195,14 @@ export function workPageViews(page: WorkPage | IntentWorkItem[]): { views: strin
 	return { views: page.map(item => JSON.stringify(item.intent)), leaseTtlMs: page[0]?.leaseTtlMs ?? null, last: last ? { createdAt: last.createdAt, id: last.id } : null, cut: false };
 }
 
-/** How many of `texts`, from the first, fit in `budget` characters: at least one, so that a page always moves on. */
-export function fittingCount(texts: readonly string[], budget: number): number {
+/** How many items of these `sizes`, from the first, fit in `budget`: at least one, so that a page always moves on. */
+export function fittingCount(sizes: readonly number[], budget: number): number {
 	let used = 0;
-	for (let i = 0; i < texts.length; i++) {
-		used += texts[i].length;
+	for (let i = 0; i < sizes.length; i++) {
+		used += sizes[i];
 		if (used > budget) return Math.max(i, 1);
 	}
-	return texts.length;
+	return sizes.length;
 }
 
 /**

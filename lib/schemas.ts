@@ -58,9 +58,10 @@ export const slot = () => ({ type: "number", integer: true, min: 0, max: Number.
  */
 export const WORK_PAGE = 100;
 /**
- * And at most this many bytes of their views' JSON: an intent leased and released many times
- * carries a long history (each release up to a 512-character reason), and a hundred such views
- * would pass the bus's limit. The bus escapes each view's quotes again, at most doubling it.
+ * And at most this many bytes (UTF-8) of their views' JSON: an intent leased and released many
+ * times carries a long history (each release up to a 512-character reason), and a hundred such
+ * views would pass the bus's limit. The bus escapes each view's quotes and backslashes again, at
+ * most doubling it; one view alone may pass the budget (its history is bounded: HISTORY_MAX).
  */
 export const WORK_PAGE_BYTES = 256 * 1024;
 

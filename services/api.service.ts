@@ -417,7 +417,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				params: { $$strict: true, limit: limit() },
 				async handler(this: ApiThis, ctx: Context<{ limit: number }>): Promise<Buffer> {
 					const here = isServedHere(this.broker, "mempool.workPage");
-					const pageSize = here ? ctx.params.limit : WORK_PAGE;
+					let pageSize = here ? ctx.params.limit : WORK_PAGE;
 					const options = { meta: { jsonTexts: true } satisfies TakesJsonTexts, ...(here ? { nodeID: this.broker.nodeID } : {}) };
 					const views: string[] = [];
 					let leaseTtlMs: number | null = null;
@@ -427,6 +427,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 						views.push(...page.views);
 						leaseTtlMs ??= page.leaseTtlMs;
 						if (page.views.length < size && !page.cut) break;
+						// A page cut at its byte budget read rows it did not send: ask the next for about as many as fit.
+						pageSize = page.cut ? page.views.length * 2 : Math.min(pageSize * 2, WORK_PAGE);
 						after = page.last;
 					}
 					// No page had an item: the answer is [] whatever the lease length.

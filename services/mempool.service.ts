@@ -296,7 +296,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					let rows = await this.intents.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
 					// A gateway of an earlier version takes the items whole.
 					if (!ctx.meta.jsonTexts) return rows.map(row => ({ intent: JSON.parse(row.json) as MempoolIntent, leaseTtlMs: this.settings.leaseTtlMs }));
-					const fitting = ctx.nodeID === this.broker.nodeID ? rows.length : fittingCount(rows.map(row => row.json), WORK_PAGE_BYTES);
+					const fitting = ctx.nodeID === this.broker.nodeID ? rows.length : fittingCount(rows.map(row => Buffer.byteLength(row.json)), WORK_PAGE_BYTES);
 					const cut = fitting < rows.length;
 					if (cut) rows = rows.slice(0, fitting);
 					const last = rows[rows.length - 1];

@@ -15,6 +15,7 @@ import { payoutAuthorizationParams } from "../lib/schemas";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import type { Collection } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
+import { isServed } from "./internal";
 import { payoutMetrics, type PayoutResult } from "./metrics";
 
 interface AuthorizationDoc {
@@ -33,6 +34,7 @@ interface PayoutsVars {
 
 interface PayoutsMethods {
 	issue(record: LeasedIntentRecord, ctx: Context): Promise<{ authorization: PayoutAuthorization; result: PayoutResult }>;
+	rejectReplacedRoute(record: LeasedIntentRecord, route: ActiveRoute, ctx: Context): Promise<boolean>;
 }
 
 type PayoutsThis = Service & PayoutsVars & PayoutsMethods;
@@ -83,13 +85,12 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 			async issue(this: PayoutsThis, record, ctx) {
 				const now = new Date();
 				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
+				const existing = await this.authorizations.get(record.id);
 				if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion) {
-					// A newer route never gives way to an older one: the intent can never be paid, so it ends here.
-					const rejected = route !== null && (await ctx.call<boolean, object>("mempool.rejectReplacedRoute", { id: record.id, stateVersion: record.stateVersion, liveRouteVersion: route.routeVersion }));
+					const rejected = route !== null && !existing && (await this.rejectReplacedRoute(record, route, ctx));
 					throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH", ...(rejected ? { state: "REJECTED" } : {}) });
 				}
 
-				const existing = await this.authorizations.get(record.id);
 				if (existing && Date.parse(existing.authorization.expiresAt) > now.getTime()) {
 					if (existing.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: existing.authorization, result: "repeated" };
 					throw new ServiceError("INVALID_TRANSITION", "A payout authorization issued under an earlier lease is still valid", {
@@ -103,6 +104,17 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 				const winner = await this.authorizations.get(record.id);
 				if (winner && winner.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: winner.authorization, result: "repeated" };
 				throw new ServiceError("VERSION_CONFLICT", "The authorization changed concurrently; ask again");
+			},
+
+			/**
+			 * A newer route never gives way to an older one, so an intent signed for a replaced route can
+			 * never be paid: the mempool ends it. Only while no authorization was ever issued for it,
+			 * since a settlement sent under one might have landed. Whether it did.
+			 */
+			async rejectReplacedRoute(this: PayoutsThis, record, route, ctx) {
+				// A mempool of an earlier version (a rolling update) has no such move: refused as before.
+				if (!isServed(this.broker, "mempool.rejectReplacedRoute")) return false;
+				return ctx.call<boolean, object>("mempool.rejectReplacedRoute", { id: record.id, stateVersion: record.stateVersion, liveRouteVersion: route.routeVersion });
 			}
 		} satisfies PayoutsMethods & ThisType<PayoutsThis>,
 

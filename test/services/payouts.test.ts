@@ -160,3 +160,16 @@ test("a route replaced by a newer version: refused, and the intent REJECTED (ROU
 	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH", state: "REJECTED" } });
 	expect(intents.get(record.id)).toMatchObject({ state: "REJECTED", rejectionReason: "ROUTE_MISMATCH" });
 });
+
+test("a route replaced after an authorization was issued for the intent: refused, but the intent is not ended, as a settlement sent under it may have landed", async () => {
+	const first = newWallet().address;
+	const record = leasedIntent(first);
+	await authorize(record.id, first);
+	const second = newWallet().address;
+	intents.set(record.id, { ...record, stateVersion: record.stateVersion + 2, lease: { crankerPubkey: second, leasedAt: iso(0), expiresAt: iso(60_000) } });
+	activeRoute = { ...route, routeVersion: route.routeVersion + 1 };
+	const refusal = await authorize(record.id, second).catch((err: { type: string; data: object }) => err);
+	expect(refusal).toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
+	expect((refusal as { data: object }).data).not.toHaveProperty("state");
+	expect(intents.get(record.id)?.state).toBe("CRANKER_LEASED");
+});

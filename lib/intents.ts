@@ -162,7 +162,7 @@ export const MempoolIntentSchema = Type.Object(
 		submission: Nullable(SubmissionSchema),
 		history: Type.Array(IntentHistoryEntrySchema),
 		historyOmitted: Type.Optional(
-			Type.Integer({ minimum: 1, description: "Entries left out of `history` after its first three, to keep its latest 256; absent while none were" })
+			Type.Integer({ minimum: 1, description: "Entries left out of `history` after its first three, to keep 128 in all; absent while none were" })
 		)
 	},
 	named("MempoolIntent")
@@ -380,18 +380,21 @@ export function applyMove(record: IntentRecord, on: Trigger, to: IntentState, at
 }
 
 /**
- * The most entries a history keeps: its first HISTORY_HEAD (the intake: received, claimed,
- * verdict) and the latest. Leases and releases can repeat without end (Crankers that cannot pay,
- * a chain outage, a Cranker that means harm), and every write and every worker view carries the
- * whole history: 256 entries of at most about 600 bytes keep a view within a work page's budget.
+ * The most entries a history keeps: its first HISTORY_HEAD (for most intents the intake: received,
+ * claimed, verdict) and the latest. Leases and releases can repeat without end (Crankers that
+ * cannot pay, a chain outage, a Cranker that means harm), and every write and every worker view
+ * carries the whole history. An entry's reason is at most 512 characters, up to about 3 KB as JSON
+ * (control characters escaped), so a view stays under about 0.4 MB, and under 0.5 MB as the bus
+ * escapes it again: within NATS's 1 MB messages.
  */
-export const HISTORY_MAX = 256;
+export const HISTORY_MAX = 128;
 const HISTORY_HEAD = 3;
 
 /** The move from `current` to `next` as stored at `at`: its updatedAt, and the history entry it added. */
 export function restamped(current: IntentRecord, next: IntentRecord, at: string): IntentRecord {
 	if (next.updatedAt === current.updatedAt) return next;
-	const added = next.history.length > current.history.length;
+	// Every move but a renewal adds an entry (stateVersion + 1), also once a full history drops its oldest.
+	const added = next.stateVersion !== current.stateVersion;
 	return { ...next, updatedAt: at, history: added ? [...next.history.slice(0, -1), { ...next.history[next.history.length - 1], at }] : next.history };
 }
 

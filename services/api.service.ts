@@ -428,7 +428,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 						leaseTtlMs ??= page.leaseTtlMs;
 						if (page.views.length < size && !page.cut) break;
 						// A page cut at its byte budget read rows it did not send: ask the next for about as many as fit.
-						pageSize = page.cut ? page.views.length * 2 : Math.min(pageSize * 2, WORK_PAGE);
+						pageSize = Math.min(page.cut ? page.views.length * 2 : pageSize * 2, WORK_PAGE);
 						after = page.last;
 					}
 					// No page had an item: the answer is [] whatever the lease length.

@@ -154,7 +154,7 @@ describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
 		expect((await patch(id, { status: "CRANKER_LEASED", crankerPubkey: crankerB.address, expectedVersion: 5 })).status).toBe(200);
 	});
 
-	it("keeps a history of at most 256 entries however often an intent is leased and released: its first three and its latest, the rest counted", async () => {
+	it("keeps a history of at most 128 entries however often an intent is leased and released: its first three and its latest, the rest counted", async () => {
 		const { id } = await verifiedIntent();
 		const reason = "cannot pay now ".repeat(34).slice(0, 512);
 		let version = 3;
@@ -164,14 +164,14 @@ describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {
 		}
 		const view = await workerView(id);
 		// 3 + 260 entries: every move still counts in stateVersion, the oldest leases are left out of the history.
-		expect(view).toMatchObject({ stateVersion: 263, historyOmitted: 7 });
-		expect(view.history).toHaveLength(256);
+		expect(view).toMatchObject({ stateVersion: 263, historyOmitted: 135 });
+		expect(view.history).toHaveLength(128);
 		expect(view.history.slice(0, 3).map((entry: { state: string }) => entry.state)).toEqual(["RECEIVED", "NODE_VERIFYING", "VERIFIED"]);
 		expect(view.history.at(-1)).toEqual({ state: "VERIFIED", at: expect.any(String), by: crankerA.address, reason });
-		// The seven oldest moves (leases 1–4, releases 1–3) are the ones left out.
+		// The 135 oldest moves (leases 1–68, releases 1–67) are the ones left out.
 		expect(view.history[3]).toMatchObject({ state: "VERIFIED", by: crankerA.address });
-		expect(view.history.filter((entry: { state: string }) => entry.state === "CRANKER_LEASED")).toHaveLength(126);
-		expect(JSON.stringify(view).length).toBeLessThan(256 * 1024);
+		expect(view.history.filter((entry: { state: string }) => entry.state === "CRANKER_LEASED")).toHaveLength(62);
+		expect(JSON.stringify(view).length).toBeLessThan(128 * 1024);
 	});
 
 	it("without a chain, never lets a submission go back to VERIFIED (503 CHAIN_UNAVAILABLE; reason still required first)", async () => {

@@ -740,6 +740,15 @@ describe("restamped: a move carries the time it is stored at", () => {
 		expect({ ...stored, updatedAt: next.updatedAt, history: next.history }).toEqual(next);
 	});
 
+	it("restamps the added entry of a full history too, where the move dropped the oldest and the length stayed", () => {
+		let current = record("VERIFIED");
+		while (current.history.length < HISTORY_MAX || current.state !== "VERIFIED")
+			current = current.state === "VERIFIED" ? applyMove(current, "lease", "CRANKER_LEASED", at(0), { lease: lease(CRANKER_A, 10_000) }) : applyMove(current, "release", "VERIFIED", at(0), { lease: null });
+		const next = applyMove(current, "lease", "CRANKER_LEASED", "2026-01-01T00:00:00.000Z", { lease: lease(CRANKER_A, 10_000) });
+		expect(next.history).toHaveLength(current.history.length);
+		expect(restamped(current, next, "2026-01-01T00:00:02.500Z").history.at(-1)?.at).toBe("2026-01-01T00:00:02.500Z");
+	});
+
 	it("leaves a record that did not move as it is", () => {
 		const current = record("VERIFIED");
 		expect(restamped(current, { ...current }, "2030-01-01T00:00:00.000Z")).toEqual(current);

@@ -61,7 +61,7 @@ export interface Config {
 	slotPollIntervalMs: number;
 	/** An epoch closes by itself once it is this old. */
 	epochDurationMs: number;
-	/** Lets one Cranker both verify a TIN operation and commit its fee (separation of duties off). */
+	/** Lets one Cranker both verify a TIN operation and commit its fee, and an owner verify its own (separation of duties off). */
 	allowSingleCrankerTins: boolean;
 	tinCreateFee: string;
 	tinUpdateFee: string;

@@ -256,6 +256,8 @@ export function decideStage(record: TinOperationRecord, stage: TinStage, request
 	switch (stage) {
 		case "verified":
 			if (!has("verifier")) throw notAllowed("Only an online Cranker with the verifier role can verify");
+			// Verification is the check on what the owner signed: not the owner's own to give.
+			if (!policy.allowSingleCrankerTins && record.request.ownerWallet === by) throw notAllowed("The owner of a TIN operation cannot verify it");
 			return move({ verifiedBy: by });
 		case "fee-committed": {
 			if (!has("submitter")) throw notAllowed("Only an online Cranker with the submitter role can commit the fee");

@@ -229,6 +229,10 @@ describe("the stage pipeline", () => {
 		// Separation of duties: the verifier cannot commit the fee.
 		expect((await stage(id, "fee-committed", { crankerPubkey: both.address, feeAmount: "50000" })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
 		expect((await stage(id, "rejected", { crankerPubkey: verifier.address })).body).toMatchObject({ code: 422 });
+		// Nor may an owner that is also a verifier verify its own operation.
+		const own = (await node.http("POST", "/tin-operations", signedTinOperation(both, { intentType: "create" }))).body;
+		expect((await stage(own.id, "verified", { crankerPubkey: both.address })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED", message: "The owner of a TIN operation cannot verify it" });
+		expect((await stage(own.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
 		const rejected = await stage(id, "rejected", { crankerPubkey: verifier.address, reason: "route commitment unreadable" });
 		expect(rejected.body).toMatchObject({ status: "REJECTED", failureReason: "route commitment unreadable" });
 		expect((await node.http("GET", `/tin-operations/${id}`)).body).toMatchObject({ status: "REJECTED", failureReason: "route commitment unreadable" });

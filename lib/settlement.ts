@@ -132,8 +132,8 @@ export function signInstructions(feePayer: TransactionSigner, instructions: Inst
  * touches it at all (a memo naming its nullifier or commitment, or a transfer to its credit account).
  */
 export async function readSettlement(contents: SettlementContents, expected: ExpectedSettlement): Promise<{ mismatches: string[]; related: boolean }> {
-	const mismatches = await settlementMismatches(contents, expected);
-	const creditAccount = expected.recipientRouteCommitment ? await creditAccountAddress(expected.recipientRouteCommitment, address(expected.tokenMintAddress), expected.programId) : null;
+	const creditAccount = await expectedCreditAccount(expected);
+	const mismatches = mismatchesWith(contents, expected, creditAccount);
 	const related =
 		contents.unreadable !== undefined ||
 		contents.memos.some(memo => memo.startsWith(`${MEMO_PREFIX}${expected.transactionCommitment}:`) || (!!expected.payoutNullifier && memo.startsWith(MEMO_PREFIX) && memo.endsWith(`:${expected.payoutNullifier}`))) ||
@@ -219,6 +219,15 @@ export function expectedSettlementOf(
  * the mint to the credit account.
  */
 export async function settlementMismatches(contents: SettlementContents, expected: ExpectedSettlement): Promise<string[]> {
+	return mismatchesWith(contents, expected, await expectedCreditAccount(expected));
+}
+
+/** The credit account the settlement must pay; null when the route commitment is not known (the transfer is then matched by mint only). */
+function expectedCreditAccount(expected: ExpectedSettlement): Promise<Address> | null {
+	return expected.recipientRouteCommitment ? creditAccountAddress(expected.recipientRouteCommitment, address(expected.tokenMintAddress), expected.programId) : null;
+}
+
+function mismatchesWith(contents: SettlementContents, expected: ExpectedSettlement, creditAccount: Address | null): string[] {
 	if (contents.unreadable !== undefined) return [`the transaction could not be read (${contents.unreadable})`];
 	const problems: string[] = [];
 	if (contents.durableNonce) problems.push("the transaction lives by a durable nonce: a settlement expires with its blockhash");
@@ -230,9 +239,6 @@ export async function settlementMismatches(contents: SettlementContents, expecte
 	// One transfer settles one intent: with another intent's memo beside it, the same payment
 	// (same TIN, mint and amount) would be taken for both.
 	else if (settlementMemos.length > 1) problems.push(`the transaction also carries ${settlementMemos.length - 1} other settlement memo(s): one transaction settles one intent`);
-	const creditAccount = expected.recipientRouteCommitment
-		? await creditAccountAddress(expected.recipientRouteCommitment, address(expected.tokenMintAddress), expected.programId)
-		: null;
 	const transfers = contents.transfers.filter(t => t.mint === expected.tokenMintAddress && (!creditAccount || t.destination === creditAccount));
 	if (transfers.length !== 1) problems.push(`expected one TransferChecked of mint ${expected.tokenMintAddress}${creditAccount ? ` to ${creditAccount}` : ""}, found ${transfers.length}`);
 	else if (transfers[0].amount !== BigInt(expected.amount)) problems.push(`transferred ${transfers[0].amount}, expected ${expected.amount}`);

@@ -6,7 +6,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from "./chain-evidence";
 import { ServiceError, type RejectionReason } from "./errors";
 import { Address, Amount, Hex64, Identifier, IsoTime, Nonce, Nullable, Signature, Slot, StringEnum, Tin, Version, named } from "./wire-formats";
-import type { OutboxEvent } from "./store/port";
+import type { OutboxEvent } from "./outbox-event";
 
 export const INTENT_STATES = ["RECEIVED", "NODE_VERIFYING", "VERIFIED", "CRANKER_LEASED", "SUBMITTED", "CONFIRMED", "REJECTED"] as const;
 export const PUBLIC_STATUSES = ["pending", "canceled", "executed"] as const;

@@ -7,7 +7,7 @@ import { isBase58OfLength } from "./encoding";
 import { ServiceError } from "./errors";
 import type { TinStage } from "./schemas";
 import type { RouteRecord } from "./registry";
-import type { OutboxEvent } from "./store/port";
+import type { OutboxEvent } from "./outbox-event";
 import { Address, Amount, Hex64, Identifier, IsoTime, Nullable, Signature, StringEnum, Tin, Version, named } from "./wire-formats";
 
 export const TIN_OPERATION_STATES = ["PENDING_VERIFICATION", "VERIFIED", "FEE_COMMITTED", "SUBMITTED", "FINALIZED", "FAILED", "REJECTED"] as const;

@@ -3,6 +3,7 @@
  * JSON objects with a string `id`; the fields a collection declares are the only ones that can be
  * filtered, ordered, counted or made unique, and each adapter indexes them natively.
  */
+import type { OutboxEvent } from "../outbox-event";
 
 export type FieldValue = string | number | boolean | null;
 
@@ -120,18 +121,7 @@ export function viewOf<T extends Doc>(spec: CollectionSpec<T>, name: string): Vi
 	return view;
 }
 
-/**
- * A change to announce, written in the same atomic write as the document it describes (a
- * transactional outbox): no change without its event, no event without its change.
- */
-export interface OutboxEvent {
-	/** The document the event is about. */
-	subject: string;
-	type: string;
-	/** When the change happened (ISO time): what retention prunes by. */
-	at: string;
-	data: Record<string, unknown>;
-}
+export type { OutboxEvent };
 
 /** An event as stored: `seq` increases with each event of the collection, in commit order. */
 export interface StoredEvent extends OutboxEvent {

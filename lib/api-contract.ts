@@ -163,8 +163,8 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 	"tin.verificationWork": { tag: "tin-operations", summary: "List operations waiting for verification", answers: ok(Type.Array(TinOperationViewSchema)), errors: [] },
 	"tin.feeWork": { tag: "tin-operations", summary: "List verified operations waiting for their fee", answers: ok(Type.Array(TinOperationViewSchema)), errors: [] },
 	"tin.registryWork": { tag: "tin-operations", summary: "List operations waiting for their registry submission", answers: ok(Type.Array(TinOperationViewSchema)), errors: [] },
-	"tin.verified": tinStage("Mark an operation verified", "By an online verifier Cranker."),
-	"tin.feeCommitted": tinStage("Commit an operation's fee", "By an online submitter, not the Cranker that verified it."),
+	"tin.verified": tinStage("Mark an operation verified", "By an online verifier Cranker, not the operation's owner."),
+	"tin.feeCommitted": tinStage("Commit an operation's fee", "By an online submitter, not the Cranker that verified it. An update already superseded (see finalized) ends FAILED (SUPERSEDED) here, answered 409 INVALID_TRANSITION."),
 	"tin.submitted": tinStage("Report an operation's registry submission", "By the Cranker that committed the fee."),
 	"tin.finalized": tinStage("Finalize an operation and activate its route", "By the Cranker that submitted; with a chain, the Node reads the transaction first. An update its owner signed before the one that set the TIN's newest route ends FAILED (SUPERSEDED), answered 409 INVALID_TRANSITION.", [
 		"NOT_ON_CHAIN",

@@ -184,6 +184,8 @@ interface TinMethods {
 	finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<{ record: TinOperationRecord; moved: boolean }>;
 	routeVersionOf(marked: TinOperationRecord, at: string, beginning?: boolean): Promise<RouteVersionRecord>;
+	newestClaim(tin: string): Promise<RouteVersionRecord | null>;
+	newestRoutes(tin: string): Promise<(RouteRecord | null | undefined)[]>;
 	advanceRoute(version: RouteVersionRecord): Promise<boolean>;
 	reconcile(markedBefore: Date): Promise<number>;
 	observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null>;
@@ -440,6 +442,11 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const standing = await ctx.call<CrankerStanding, object>("crankers.standing", { crankerPubkey: request.crankerPubkey });
 				const decision = decideStage(record, stage, request, standing, this.settings.policy, new Date());
 				if (decision.kind === "replay") return toTinOperationView(record);
+				// Before its fee is paid, not only at its finalization: an update already superseded ends here.
+				if (stage === "fee-committed") {
+					const later = await this.supersedingOperation(record, await this.newestRoutes(record.tin));
+					if (later) return this.failSuperseded(record, later);
+				}
 				if (stage === "finalized") {
 					// As for an intent's CONFIRMED: the route goes live only on a landed registry transaction.
 					const onChainChecked = judgeChainEvidence("landed", await this.observeRegistrySubmission(record), undefined);
@@ -475,11 +482,11 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				return null;
 			},
 
-			/** Ends `record` FAILED (SUPERSEDED), as one compare-and-set, and refuses its finalization (409). */
+			/** Ends `record` FAILED (SUPERSEDED), as one compare-and-set, and refuses its stage (409). */
 			async failSuperseded(record, later) {
 				const reason = `SUPERSEDED: the TIN's route was set by ${later.operationId}, which its owner signed later`;
 				const failed = applyStage(record, "FAILED", new Date().toISOString(), undefined, { failureReason: reason }, reason);
-				if (await this.operations.update(record.id, { status: "SUBMITTED", finalizing: null }, failed, tinOperationEvent(record, failed))) this.notifyEvents();
+				if (await this.operations.update(record.id, { status: record.status, finalizing: null }, failed, tinOperationEvent(record, failed))) this.notifyEvents();
 				const now = await this.mustGetOperation(record.id);
 				throw new ServiceError("INVALID_TRANSITION", "An update of this TIN that its owner signed after this one is live or going live: this one does not replace it", {
 					status: now.status,
@@ -558,7 +565,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 						if (other && other.id !== marked.id) await this.routeVersions.remove(other.id);
 						continue;
 					}
-					const [newest] = await this.routeVersions.list({ where: { tin: marked.tin }, orderBy: ["routeVersion", "desc"], limit: 1 });
+					const newest = await this.newestClaim(marked.tin);
 					const latest = newest && newest.routeVersion > (current?.routeVersion ?? 0) ? newest.route : current;
 					if (beginning) {
 						const later = await this.supersedingOperation(marked, [current, newest?.route]);
@@ -569,6 +576,18 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					// Refused: another finisher of this operation took its version, or another operation this one.
 					if (await this.routeVersions.insert(version)) return version;
 				}
+			},
+
+			/** The newest route version claimed for `tin`, live or going live; null when none is. */
+			async newestClaim(tin) {
+				const [newest] = await this.routeVersions.list({ where: { tin }, orderBy: ["routeVersion", "desc"], limit: 1 });
+				return newest ?? null;
+			},
+
+			/** The TIN's live route and its newest claimed one: what supersedingOperation checks an update against. */
+			async newestRoutes(tin) {
+				const [current, newest] = await Promise.all([this.routes.get(tin), this.newestClaim(tin)]);
+				return [current, newest?.route];
 			},
 
 			/**

@@ -168,19 +168,26 @@ describe("the stage pipeline", () => {
 		expect((await settler("POST", "/internal/settlement-authorizations/settlement", { workId: current.body.id, crankerPubkey: submitter.address })).status).toBe(200);
 	});
 
-	it("an update the owner signed earlier never replaces a route set by one it signed later: it ends FAILED (SUPERSEDED) at its finalization", async () => {
+	it("an update the owner signed earlier never replaces a route set by one it signed later: it ends FAILED (SUPERSEDED) at its fee or its finalization", async () => {
 		const tin = genesisOwned.tin;
 		const older = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-3000) }))).body;
 		const newer = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-2000) }))).body;
-		const newest = await finalize(newer.id, "10000");
-		// A submitter that held the older one back (a review's replay: it went live over the newer route).
+		// A submitter that held the older one back (a review's replay: it went live over the newer route),
+		// its fee paid and its registry transaction sent before the newer one went live.
 		expect((await stage(older.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
 		expect((await stage(older.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" })).status).toBe(200);
 		expect((await stage(older.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
+		const newest = await finalize(newer.id, "10000");
 		const refused = await stage(older.id, "finalized", { crankerPubkey: submitter.address, transactionSignature: SIG });
 		expect(refused.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
 		expect((await node.http("GET", `/tin-operations/${older.id}`)).body).toMatchObject({ status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) });
 		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: newest.request.routeCommitment, routeVersion: newest.routeVersion });
+		// One still waiting for its fee ends there: no fee is paid for an update that can never go live.
+		const stale = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-2500) }))).body;
+		expect((await stage(stale.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
+		const unpaid = await stage(stale.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" });
+		expect(unpaid.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
+		expect((await node.http("GET", `/tin-operations/${stale.id}`)).body).toMatchObject({ status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) });
 		// In the owner's order, both go live, the later last.
 		const first = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-1500) }))).body;
 		const second = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-1000) }))).body;

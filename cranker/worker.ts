@@ -223,7 +223,11 @@ export class Cranker {
 	private async tinRound(): Promise<void> {
 		if (!this.online) return;
 		const { roles } = this.config;
-		if (roles.includes("verifier")) for (const op of await this.node.tinWork("verification-work")) await this.tinStep(op, () => this.verifyOperation(op));
+		if (roles.includes("verifier"))
+			for (const op of await this.node.tinWork("verification-work")) {
+				// The Node refuses an owner's verification of its own operation: another verifier's to give.
+				if (op.request.ownerWallet !== this.pubkey) await this.tinStep(op, () => this.verifyOperation(op));
+			}
 		if (roles.includes("submitter")) {
 			for (const op of await this.node.tinWork("fee-work", this.pubkey)) await this.tinStep(op, () => this.commitFee(op));
 			for (const op of await this.node.tinWork("registry-work", this.pubkey)) await this.tinStep(op, () => this.advanceRegistry(op));

@@ -458,7 +458,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				async handler(this: MempoolThis, ctx: Context<{ epoch: number; changedBefore: string; limit: number }>): Promise<number> {
 					const { epoch, changedBefore, limit: size } = ctx.params;
 					const due = await this.intents.list({ where: { archivedIn: null, state: { in: TERMINAL_STATES }, epoch: { lte: epoch }, updatedAt: { lte: changedBefore } }, limit: size });
-					for (const record of due) await this.intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch });
+					// All at once, so that they share commit groups: one at a time, each waited for its own
+					// commit (about 5 ms), and a close of a few thousand intents outlasted its HTTP answer.
+					await Promise.all(due.map(record => this.intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch })));
 					return due.length;
 				}
 			}),
@@ -468,14 +470,18 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				params: { epoch: { type: "number", integer: true, min: 1 } },
 				async handler(this: MempoolThis, ctx: Context<{ epoch: number }>) {
 					const byState = await this.intents.countBy("state", { archivedIn: ctx.params.epoch });
-					const executed = (await this.intents.list({ where: { archivedIn: ctx.params.epoch, state: "CONFIRMED" } })).sort(byId);
+					// In pages, keeping of each record only its leaf: an epoch may have archived millions.
+					const leaves: { id: string; transactionCommitment: string }[] = [];
 					const volume = new Map<string, bigint>();
-					for (const { request } of executed) volume.set(request.tokenMintAddress, (volume.get(request.tokenMintAddress) ?? 0n) + BigInt(request.amount));
+					for await (const { id, transactionCommitment, request } of listInPages(this.intents, { where: { archivedIn: ctx.params.epoch, state: "CONFIRMED" }, orderBy: ["createdAt", "asc"] }, SWEEP_BATCH)) {
+						leaves.push({ id, transactionCommitment });
+						volume.set(request.tokenMintAddress, (volume.get(request.tokenMintAddress) ?? 0n) + BigInt(request.amount));
+					}
 					return {
 						executed: byState.CONFIRMED ?? 0,
 						canceled: byState.REJECTED ?? 0,
 						volume: Object.fromEntries([...volume].map(([mint, sum]) => [mint, sum.toString()])),
-						root: merkleRoot(executed.map(record => record.transactionCommitment))
+						root: merkleRoot(leaves.sort(byId).map(leaf => leaf.transactionCommitment))
 					};
 				}
 			}),

@@ -187,3 +187,21 @@ describe("epoch closes that happen by themselves", () => {
 		}
 	});
 });
+
+describe("the close of a large epoch", () => {
+	it("archives 1,400 terminal intents within its answer's time, where one commit per intent outlasted it (503) and its result was never answered", async () => {
+		const route = newRoute();
+		const dataDir = tempDir();
+		// A wide commit window, so that 1,400 intents take what tens of thousands take with the default one.
+		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), STORE_COMMIT_WINDOW_MS: "25" }, dataDir);
+		try {
+			for (let i = 0; i < 1400; i += 100)
+				for (const { status } of await Promise.all(Array.from({ length: 100 }, () => node.http("POST", "/intents", signedIntent(sender, { ...route, routeVersion: 2 }))))) expect(status).toBe(422);
+			const closed = await node.http("POST", "/epoch/close", undefined, worker);
+			expect(closed.status).toBe(200);
+			expect(closed.body).toMatchObject({ epoch: 1, canceled: 1400, archived: 1400 });
+		} finally {
+			await node.stop();
+		}
+	}, 120_000);
+});

@@ -8,7 +8,9 @@ import path from "node:path";
 import { ServiceBroker } from "moleculer";
 import { loadConfig } from "../../lib/config";
 import { requestDigest } from "../../lib/digest";
-import type { Verdict } from "../../lib/intake";
+import { decidedRecord, type Verdict } from "../../lib/intake";
+import { newId } from "../../lib/ids";
+import { byId, merkleRoot } from "../../lib/merkle";
 import type { CreateIntentRequest, IntentRecord } from "../../lib/intents";
 import { WORK_PAGE } from "../../lib/schemas";
 import { openStore } from "../../lib/store";
@@ -240,4 +242,38 @@ test("a call that reaches the mempool after its store closed, while its broker s
 	await broker.start();
 	await broker.stop();
 	expect(answers).toEqual([expect.objectContaining({ type: "NOT_READY", code: 503 }), expect.objectContaining({ type: "NOT_READY", code: 503 })]);
+});
+
+test("an epoch's archive of more intents than a page: every terminal one archived, batch by batch, and its summary read in pages equals the whole", async () => {
+	const dataDir = tempDir();
+	const at = new Date(Date.now() - 60_000).toISOString();
+	const store = await openStore({ kind: "sqlite", dataDir, mongoUrl: null, owner: "mempool" });
+	const intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
+	const sender = newWallet();
+	const executed: IntentRecord[] = [];
+	for (let i = 0; i < 1300; i++) {
+		const request = signedIntent(sender, route, { amount: String(1000 + i) });
+		const verified = decidedRecord({ id: newId("int"), request, requestDigest: requestDigest(request), transactionCommitment: request.transactionCommitment!, epoch: 1, at, intakeCall: null }, VERIFIED);
+		const record: IntentRecord = { ...verified, state: i % 13 === 0 ? "REJECTED" : "CONFIRMED", nonceKey: null, stateVersion: 6 };
+		expect(await intents.insert(record)).toBe(true);
+		if (record.state === "CONFIRMED") executed.push(record);
+	}
+	await store.close();
+	const mempool = await startMempool(dataDir);
+	try {
+		const cutoff = { epoch: 1, changedBefore: new Date().toISOString(), limit: 500 };
+		const found: number[] = [];
+		do found.push(await mempool.broker.call<number, object>("mempool.archiveTerminal", cutoff));
+		while (found.at(-1) !== 0);
+		expect(found).toEqual([500, 500, 300, 0]);
+		const summary = await mempool.broker.call<{ executed: number; canceled: number; volume: Record<string, string>; root: string }, object>("mempool.archiveSummary", { epoch: 1 });
+		expect(summary).toEqual({
+			executed: executed.length,
+			canceled: 1300 - executed.length,
+			volume: { [executed[0].request.tokenMintAddress]: executed.reduce((sum, record) => sum + BigInt(record.request.amount), 0n).toString() },
+			root: merkleRoot([...executed].sort(byId).map(record => record.transactionCommitment))
+		});
+	} finally {
+		await mempool.broker.stop();
+	}
 });

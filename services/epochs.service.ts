@@ -68,6 +68,7 @@ interface EpochsMethods {
 	runClose(closing: EpochDoc): Promise<EpochCloseResult>;
 	closeEpoch(open: EpochDoc, closeCall?: string | null): Promise<EpochCloseResult>;
 	close(expectedEpoch?: number, closeCall?: string | null): Promise<EpochCloseResult>;
+	closeNumbered(epoch: number, closeCall: string | null): Promise<EpochCloseResult>;
 	maintain(atStart: boolean): Promise<void>;
 	counted(result: "closed" | "resumed"): void;
 }
@@ -116,14 +117,17 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				}
 			},
 
-			/** POST /epoch/close */
+			/**
+			 * POST /epoch/close, optionally `{ epoch }`: then it closes that epoch only, and answers the
+			 * result of one closed already, so that an operator's retry never closes the next epoch.
+			 */
 			close: {
-				params: { $$strict: true },
+				params: { $$strict: true, epoch: { type: "number", integer: true, min: 1, optional: true } },
 				// Longer than the broker's default: a close waits EPOCH_CLOSE_SETTLE_MS and archives in
 				// batches. (Moleculer reads an action's `timeout`; its types leave it out.)
 				...({ timeout: 28_000 } as object),
-				handler(this: EpochsThis, ctx: Context) {
-					return this.close(undefined, callKey(ctx));
+				handler(this: EpochsThis, ctx: Context<{ epoch?: number }>) {
+					return ctx.params.epoch === undefined ? this.close(undefined, callKey(ctx)) : this.closeNumbered(ctx.params.epoch, callKey(ctx));
 				}
 			}
 		},
@@ -203,6 +207,21 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				const unfinished = await this.epochs.findOne({ status: { in: ["open", "closing"] }, epoch: { lt: open.epoch } });
 				if (unfinished) throw new ServiceError("INVALID_TRANSITION", `Epoch ${unfinished.epoch} is still being closed`, { epoch: unfinished.epoch });
 				return this.closeEpoch(open, closeCall);
+			},
+
+			/**
+			 * Closes epoch `epoch` if it is the open one; answers its result once it is closed; joins its
+			 * close while this process runs it (a close that outlasted its answer goes on); 409 otherwise.
+			 */
+			async closeNumbered(this: EpochsThis, epoch, closeCall) {
+				const doc = await this.epochs.get(String(epoch));
+				if (doc?.result) return doc.result;
+				if (doc?.status === "closing") {
+					const running = this.inFlight.get(epoch);
+					if (running) return running;
+					throw new ServiceError("INVALID_TRANSITION", `Epoch ${epoch} is still being closed`, { epoch });
+				}
+				return this.close(epoch, closeCall);
 			},
 
 			/**

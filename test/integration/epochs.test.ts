@@ -189,7 +189,7 @@ describe("epoch closes that happen by themselves", () => {
 });
 
 describe("the close of a large epoch", () => {
-	it("archives 1,400 terminal intents within its answer's time, where one commit per intent outlasted it (503) and its result was never answered", async () => {
+	it("archives 1,400 terminal intents within its answer's time, where one commit per intent outlasted it (503), and a retry naming the epoch answers its result", async () => {
 		const route = newRoute();
 		const dataDir = tempDir();
 		// A wide commit window, so that 1,400 intents take what tens of thousands take with the default one.
@@ -197,9 +197,15 @@ describe("the close of a large epoch", () => {
 		try {
 			for (let i = 0; i < 1400; i += 100)
 				for (const { status } of await Promise.all(Array.from({ length: 100 }, () => node.http("POST", "/intents", signedIntent(sender, { ...route, routeVersion: 2 }))))) expect(status).toBe(422);
-			const closed = await node.http("POST", "/epoch/close", undefined, worker);
+			const closed = await node.http("POST", "/epoch/close", { epoch: 1 }, worker);
 			expect(closed.status).toBe(200);
 			expect(closed.body).toMatchObject({ epoch: 1, canceled: 1400, archived: 1400 });
+			// An operator's retry that names the epoch gets its result again, and never closes the next one.
+			expect(await node.http("POST", "/epoch/close", { epoch: 1 }, worker)).toMatchObject({ status: 200, body: closed.body });
+			expect((await node.http("GET", "/epoch/status")).body).toMatchObject({ epoch: 2 });
+			expect((await node.http("POST", "/epoch/close", { epoch: 3 }, worker)).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", message: "Epoch 3 is not open" });
+			expect((await node.http("POST", "/epoch/close", { epoch: 0 }, worker)).status).toBe(422);
+			expect(await node.http("POST", "/epoch/close", { epoch: 2 }, worker)).toMatchObject({ status: 200, body: { epoch: 2, archived: 0 } });
 		} finally {
 			await node.stop();
 		}

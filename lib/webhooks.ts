@@ -471,6 +471,8 @@ export function urlProblem(raw: string): string | null {
 	if (url.username || url.password) return "The url must not hold credentials.";
 	if (url.hash) return "The url must not hold a fragment.";
 	if (!hostOf(url)) return "The url must name a host.";
+	// What is stored and requested is the parsed form, which percent-encodes: up to nine characters for one.
+	if (url.href.length > MAX_URL_LENGTH) return `The url must be at most ${MAX_URL_LENGTH} characters once percent-encoded.`;
 	return null;
 }
 

@@ -268,6 +268,8 @@ describe("webhooks (one node, WEBHOOK_ALLOW_PRIVATE for a local receiver)", () =
 			[{ url: "ftp://example.com/", eventTypes: [INTENT] }, "url"],
 			[{ url: "http://user:pass@example.com/", eventTypes: [INTENT] }, "url"],
 			[{ url: "not a url", eventTypes: [INTENT] }, "url"],
+			// 2,000 characters as sent, 18,000 once percent-encoded as stored and requested (a review's replay: stored).
+			[{ url: `http://1.1.1.1/${"€".repeat(2000)}`, eventTypes: [INTENT] }, "url"],
 			[{ url, eventTypes: [INTENT], filter: {} }, "filter"],
 			[{ url, eventTypes: [INTENT], filter: { senderWallet: alice.address, tins: [route.tin] } }, "filter"],
 			[{ url, eventTypes: [INTENT, OPERATION], filter: { senderWallet: alice.address } }, "filter"],

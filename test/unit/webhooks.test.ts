@@ -284,6 +284,8 @@ describe("webhook URLs", () => {
 		expect(urlProblem("https://user:pass@hooks.example.com/")).toMatch(/credentials/);
 		expect(urlProblem("https://user@hooks.example.com/")).toMatch(/credentials/);
 		expect(urlProblem("https://hooks.example.com/#frag")).toMatch(/fragment/);
+		expect(urlProblem(`https://hooks.example.com/${"€".repeat(300)}`)).toMatch(/percent-encoded/);
+		expect(urlProblem(`https://hooks.example.com/${"€".repeat(200)}`)).toBeNull();
 	});
 
 	const resolvesTo = (...addresses: string[]) => async () => addresses.map(address => ({ address, family: address.includes(":") ? 6 : 4 }));

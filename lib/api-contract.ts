@@ -180,7 +180,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		summary: "Close the open epoch",
 		description: "Archives its terminal intents, records the Merkle root of the executed ones and opens the next epoch. With `epoch`, closes that epoch only (409 unless it is the open one) and answers its result once closed: the safe retry of a close that answered 503 while it went on.",
 		answers: ok(EpochCloseResultSchema),
-		errors: ["INVALID_TRANSITION"]
+		errors: ["INVALID_TRANSITION", "NOT_READY"]
 	},
 
 	"network.status": { tag: "observation", summary: "Status of the mempool", answers: ok(MempoolStatusSchema), errors: [] },

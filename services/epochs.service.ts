@@ -127,6 +127,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				// batches. (Moleculer reads an action's `timeout`; its types leave it out.)
 				...({ timeout: 28_000 } as object),
 				handler(this: EpochsThis, ctx: Context<{ epoch?: number }>) {
+					// A null epoch never gets here: the body reader drops null members (null is no value).
 					return ctx.params.epoch === undefined ? this.close(undefined, callKey(ctx)) : this.closeNumbered(ctx.params.epoch, callKey(ctx));
 				}
 			}
@@ -219,7 +220,10 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				if (doc?.status === "closing") {
 					const running = this.inFlight.get(epoch);
 					if (running) return running;
-					throw new ServiceError("INVALID_TRANSITION", `Epoch ${epoch} is still being closed`, { epoch });
+					// A sole SQLite owner is the only finisher there can be: one that stopped (a store error) is resumed.
+					if (this.settings.soleOwner) return this.finishClose(doc);
+					// Another replica finishes it, or takes it over once abandoned: a retry, not a refusal.
+					throw new ServiceError("NOT_READY", `Epoch ${epoch} is still being closed; retry later for its result`, { epoch });
 				}
 				return this.close(epoch, closeCall);
 			},

@@ -206,6 +206,13 @@ describe("the close of a large epoch", () => {
 			expect((await node.http("POST", "/epoch/close", { epoch: 3 }, worker)).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", message: "Epoch 3 is not open" });
 			expect((await node.http("POST", "/epoch/close", { epoch: 0 }, worker)).status).toBe(422);
 			expect(await node.http("POST", "/epoch/close", { epoch: 2 }, worker)).toMatchObject({ status: 200, body: { epoch: 2, archived: 0 } });
+			// A close this process began and no longer runs (its store failed midway, say): the sole SQLite
+			// owner resumes it for the retry, where it answered 409 "still being closed" for ten minutes.
+			const db = new Database(path.join(dataDir, "epochs.sqlite"));
+			const row = db.prepare("SELECT doc FROM epochs WHERE id = '3'").get() as { doc: string };
+			db.prepare("UPDATE epochs SET status = 'closing', doc = ? WHERE id = '3'").run(JSON.stringify({ ...JSON.parse(row.doc), status: "closing", closedAt: new Date().toISOString() }));
+			db.close();
+			expect(await node.http("POST", "/epoch/close", { epoch: 3 }, worker)).toMatchObject({ status: 200, body: { epoch: 3, archived: 0 } });
 		} finally {
 			await node.stop();
 		}

@@ -15,6 +15,7 @@ import { address, getSignatureFromTransaction, type KeyPairSigner } from "@solan
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
 import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
+import { isSignedBody } from "../lib/verification";
 import type { Chain, Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
 import type { Logger } from "./log";
@@ -24,7 +25,8 @@ import { NodeApiError, type NodeClient } from "./node-client";
 /** What authorize answers when the Node refused the payout by rejecting the intent itself. */
 const ENDED_BY_NODE = Symbol("ended by the Node");
 
-export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "lost";
+/** "unsigned": the work item is not a payment its sender signed, as it reads; left alone, never leased. */
+export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "lost" | "unsigned";
 
 type SignedSettlement = Awaited<ReturnType<typeof signSettlementTransaction>>["transaction"];
 
@@ -67,6 +69,8 @@ export class Settler {
 
 	/** Leases `intent` (a VERIFIED work item) and settles it. "lost" when another Cranker got it first. */
 	async settle(intent: MempoolIntent): Promise<SettleResult> {
+		// The Node's word is not the sender's: this Cranker pays out of its own liquidity.
+		if (!this.signedBySender(intent)) return "unsigned";
 		let leased: MempoolIntent;
 		try {
 			leased = await this.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: this.me, expectedVersion: intent.stateVersion });
@@ -87,6 +91,8 @@ export class Settler {
 	}
 
 	private async settleLeased(leased: MempoolIntent): Promise<SettleResult> {
+		// The lease's answer is the Node's word again: what is paid is what it says now.
+		if (!this.signedBySender(leased)) return this.release(leased, "not a payment its sender signed");
 		const authorization = await this.authorize(leased);
 		if (authorization === ENDED_BY_NODE) {
 			this.log.info("the Node rejected the intent when it refused its payout", { intent: leased.id });
@@ -109,7 +115,7 @@ export class Settler {
 		const lifetime = await this.chain.latestBlockhash();
 		// Read after the blockhash, so `slot` is never later than the blockhash's own slot: others add the lifetime to it.
 		const slot = await this.chain.slot();
-		if (Date.parse(leased.expiresAt) <= Date.now() || BigInt(leased.expiresAtSlot) <= slot) return this.finish(leased, "REJECTED", { reason: "EXPIRED" });
+		if (Date.parse(leased.senderAuthorizationExpiresAt) <= Date.now() || BigInt(leased.expiresAtSlot) <= slot) return this.finish(leased, "REJECTED", { reason: "EXPIRED" });
 		if (this.stopping()) return this.release(leased, "cranker stopping");
 		const { transaction } = await signSettlementTransaction(
 			{
@@ -261,6 +267,18 @@ export class Settler {
 			// The Node checks the same on its own chain view; SUBMISSION_LIVE means later, in another round.
 			await this.drop(record, state.kind === "failed" ? `DROPPED: failed on chain (${state.detail}), and its blockhash expired` : "DROPPED: blockhash expired before the transaction landed");
 		}
+	}
+
+	/**
+	 * Whether `intent` is a payment its sender signed, as it reads: its message rebuilt from its
+	 * fields (amount, mint, TIN, route commitment, expiry…), that message's commitment, and the
+	 * sender's strict signature of it. The payout authorization is the Node's own word on the same
+	 * fields, and a Node that holds its authority key could sign one for anything.
+	 */
+	private signedBySender(intent: MempoolIntent): boolean {
+		if (isSignedBody(intent, Date.now())) return true;
+		this.log.warn("not a payment its sender signed: left alone", { intent: intent.id });
+		return false;
 	}
 
 	private leaveForOperator(id: string): void {

@@ -204,7 +204,7 @@ export class Cranker {
 			if (!this.canPay(intent) || this.skipUntil.has(intent.id)) continue;
 			const result = await this.settler.settle(intent);
 			if (result === "lost") continue; // another Cranker leased it first
-			if (result === "released") {
+			if (result === "released" || result === "unsigned") {
 				this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);
 				continue;
 			}
@@ -215,7 +215,7 @@ export class Cranker {
 	}
 
 	private canPay(intent: MempoolIntent): boolean {
-		return (this.liquidity.get(intent.tokenMintAddress) ?? 0n) >= BigInt(intent.amount) && Date.parse(intent.expiresAt) > Date.now();
+		return (this.liquidity.get(intent.tokenMintAddress) ?? 0n) >= BigInt(intent.amount) && Date.parse(intent.senderAuthorizationExpiresAt) > Date.now();
 	}
 
 	// --- TIN pipeline -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import { Errors, type Context, type Service, type ServiceBroker, type ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema, type IncomingRequest } from "moleculer-web";
 import { FailureThrottle } from "../lib/auth-throttle";
+import { clientKey } from "../lib/client-key";
 import type { Config } from "../lib/config";
 import { corsPolicy, decideCors } from "../lib/cors";
 import { ERROR_STATUS, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
@@ -279,6 +280,7 @@ interface ApiVars {
 
 interface ApiMethods {
 	clientIp(req: IncomingMessage): string;
+	clientKeyOf(req: IncomingMessage): string;
 	serveIntake(req: Request, res: ServerResponse): Promise<void>;
 	serveStream(serve: "serveIntent" | "serveAll", req: Request, res: ServerResponse, next: Next): void;
 	parseBody(req: Request, res: ServerResponse, next: Next): void;
@@ -377,7 +379,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					name: "public",
 					path: "/",
 					...common,
-					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: (req: IncomingMessage) => clientAddress(req, config.trustProxy) } : undefined,
+					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: (req: IncomingMessage) => clientKey(clientAddress(req, config.trustProxy)) } : undefined,
 					onBeforeCall(this: ApiThis, ctx: Context<unknown, { worker?: boolean; metricsForm?: string }>, _route: unknown, req: Request, res: ServerResponse, alias?: { action?: string }) {
 						assertInputPlacement(req);
 						if (alias?.action === "network.metrics") {
@@ -506,13 +508,18 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					if (alias.action && CRANKER_ACTIONS.has(alias.action)) ctx.meta.crankerPubkey = await this.signingCranker(ctx, req);
 				} catch (err) {
 					const { type } = err as ServiceError;
-					if (type === "UNAUTHORIZED" || type === "FORBIDDEN") this.authFailures.fail(this.clientIp(req), Date.now());
+					if (type === "UNAUTHORIZED" || type === "FORBIDDEN") this.authFailures.fail(this.clientKeyOf(req), Date.now());
 					throw err;
 				}
 			},
 
 			clientIp(this: ApiThis, req: IncomingMessage): string {
 				return clientAddress(req, config.trustProxy);
+			},
+
+			/** Who the public rate and the failed-key lock-out count a request against (an IPv6 client by its /64). */
+			clientKeyOf(this: ApiThis, req: IncomingMessage): string {
+				return clientKey(this.clientIp(req));
 			},
 
 			/**
@@ -563,7 +570,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			/** The front door's count in the public routes' rate store, with the headers moleculer-web sends. */
 			limitPublicRate(this: ApiThis, req: IncomingMessage, res: ServerResponse): void {
 				if (!this.publicRate) return;
-				const remaining = config.rateLimitPerMin - this.publicRate.inc(this.clientIp(req));
+				const remaining = config.rateLimitPerMin - this.publicRate.inc(this.clientKeyOf(req));
 				res.setHeader("X-Rate-Limit-Limit", config.rateLimitPerMin);
 				res.setHeader("X-Rate-Limit-Remaining", Math.max(0, remaining));
 				res.setHeader("X-Rate-Limit-Reset", this.publicRate.resetTime);
@@ -585,7 +592,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					throw new ServiceError("UNAUTHORIZED", "The metrics in Prometheus form take Authorization: Bearer <METRICS_API_KEY>");
 				}
 				if (!this.isMetricsKey(token)) {
-					this.authFailures.fail(this.clientIp(req), Date.now());
+					this.authFailures.fail(this.clientKeyOf(req), Date.now());
 					throw new ServiceError("FORBIDDEN", "The metrics key is not valid");
 				}
 			},
@@ -596,13 +603,13 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				if (typeof key !== "string") return false;
 				this.assertNotThrottled(req, res);
 				const worker = this.isWorkerKey(key);
-				if (!worker) this.authFailures.fail(this.clientIp(req), Date.now());
+				if (!worker) this.authFailures.fail(this.clientKeyOf(req), Date.now());
 				return worker;
 			},
 
 			/** A client past its failed authentications gets 429 until its window ends. */
 			assertNotThrottled(this: ApiThis, req: IncomingMessage, res: ServerResponse): void {
-				const waitMs = this.authFailures.retryAfterMs(this.clientIp(req), Date.now());
+				const waitMs = this.authFailures.retryAfterMs(this.clientKeyOf(req), Date.now());
 				if (!waitMs) return;
 				res.setHeader("Retry-After", String(Math.ceil(waitMs / 1000)));
 				throw new ServiceError("RATE_LIMITED", "Too many failed authentications; retry later");

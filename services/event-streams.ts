@@ -9,6 +9,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import net from "node:net";
 import { Errors, type ServiceBroker } from "moleculer";
+import { clientKey } from "../lib/client-key";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
@@ -234,16 +235,6 @@ function lastEventId(req: IncomingMessage, pattern: RegExp): string | null {
 	if (!values) return null;
 	if (values.length !== 1 || !pattern.test(values[0])) throw badLastEventId();
 	return values[0];
-}
-
-/** Who a stream limit counts against: an IPv4 address, or an IPv6 /64 (one host usually holds a whole /64). */
-export function clientKey(ip: string): string {
-	if (!net.isIPv6(ip) || /^::ffff:\d+\.\d+\.\d+\.\d+$/i.test(ip)) return ip;
-	const [head, tail = ""] = ip.split("::");
-	const left = head ? head.split(":") : [];
-	const right = ip.includes("::") ? (tail ? tail.split(":") : []) : [];
-	const groups = [...left, ...Array<string>(8 - left.length - right.length).fill("0"), ...right];
-	return `${groups.slice(0, 4).map(group => parseInt(group, 16).toString(16)).join(":")}::/64`;
 }
 
 /** The client left before its stream opened: nothing to answer. */

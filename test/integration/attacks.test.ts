@@ -367,6 +367,9 @@ describe("5. hostile traffic (SPEC §7, §10)", () => {
 			// Even the right key waits out the window; another client is not affected.
 			expect((await from("203.0.113.7", API_KEY)).status).toBe(429);
 			expect((await from("203.0.113.8", API_KEY)).status).toBe(200);
+			// An IPv6 client is one client across its /64: a new address per guess gets no new budget.
+			for (let i = 0; i < 5; i++) expect((await from(`2001:db8:5:5::${i + 1}`, `guess-${i}`)).status).toBe(403);
+			expect((await from("2001:db8:5:5::ff", "guess-6")).status).toBe(429);
 			// Bad request signatures count as failed authentication too.
 			const cranker = newWallet();
 			for (let i = 0; i < 5; i++) {

@@ -72,6 +72,12 @@ describe("rate limiting of public routes", () => {
 			expect((await node.http("GET", "/registry/tins/1234567897", undefined, from("10.0.0.2"))).status).toBe(404);
 			expect((await node.http("GET", "/health/live", undefined, from("10.0.0.1"))).status).toBe(200);
 			expect((await node.http("GET", "/intents", undefined, { ...worker, ...from("10.0.0.1") })).status).toBe(200);
+			// An IPv6 client by its /64, however written, and an IPv4 one whether IPv4-mapped or not (a
+			// review's replay: each address had a budget of its own).
+			for (let i = 0; i < 5; i++) expect((await node.http("GET", "/registry/tins/1234567897", undefined, from(`2001:db8:7:7::${i + 1}`))).status).toBe(404);
+			for (const other of ["2001:db8:7:7:a:b:c:d", "2001:DB8:7:7:0::99"]) expect((await node.http("GET", "/registry/tins/1234567897", undefined, from(other))).status).toBe(429);
+			expect((await node.http("GET", "/registry/tins/1234567897", undefined, from("2001:db8:7:8::1"))).status).toBe(404);
+			expect((await node.http("GET", "/registry/tins/1234567897", undefined, from("::ffff:10.0.0.1"))).status).toBe(429);
 		} finally {
 			await node.stop();
 		}

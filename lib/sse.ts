@@ -14,6 +14,22 @@ export interface SseEvent {
 	id: string;
 }
 
+/**
+ * The most characters one line, or one event's data, may hold: a stream that sends more without
+ * ending it is refused (SseTooLargeError), not buffered without end. The service's events are a few
+ * KB; a server that never ends a line must not exhaust its reader's memory.
+ */
+export const SSE_MAX_CHARS = 1 << 20;
+/** The shortest reconnect delay a `retry:` field may ask for: `retry: 0` would make a reader reconnect in a loop. */
+export const SSE_MIN_RETRY_MS = 500;
+
+export class SseTooLargeError extends Error {
+	constructor() {
+		super(`an event-stream line or event passed ${SSE_MAX_CHARS} characters`);
+		this.name = "SseTooLargeError";
+	}
+}
+
 /** An incremental parser: decoded text goes in, in chunks cut anywhere; whole events come out. */
 export class SseParser {
 	/** The Last-Event-ID to reconnect with ("" if none). */
@@ -51,8 +67,15 @@ export class SseParser {
 			this.started = true;
 			if (text.startsWith("\uFEFF")) text = text.slice(1);
 		}
+		// A chunk that ends no line only lengthens the one pending: not split again (a line sent a byte at a time).
+		if (!/[\r\n]/.test(chunk)) {
+			if (text.length > SSE_MAX_CHARS) throw new SseTooLargeError();
+			this.pending = text;
+			return [];
+		}
 		const lines = text.split(/\r\n|\r|\n/);
 		this.pending = lines.pop()!;
+		if (this.pending.length > SSE_MAX_CHARS) throw new SseTooLargeError();
 		const events: SseEvent[] = [];
 		for (const line of lines) {
 			if (line === "") {
@@ -68,9 +91,12 @@ export class SseParser {
 			const field = colon < 0 ? line : line.slice(0, colon);
 			const value = colon < 0 ? "" : line.slice(line[colon + 1] === " " ? colon + 2 : colon + 1);
 			if (field === "event") this.type = value;
-			else if (field === "data") this.data = this.data === null ? value : `${this.data}\n${value}`;
+			else if (field === "data") {
+				this.data = this.data === null ? value : `${this.data}\n${value}`;
+				if (this.data.length > SSE_MAX_CHARS) throw new SseTooLargeError();
+			}
 			else if (field === "id" && !value.includes("\0")) this.idBuffer = value;
-			else if (field === "retry" && /^\d+$/.test(value)) this.retry = Number(value);
+			else if (field === "retry" && /^\d+$/.test(value)) this.retry = Math.max(Number(value), SSE_MIN_RETRY_MS);
 		}
 		return events;
 	}

@@ -1,5 +1,5 @@
 /** lib/sse.ts: the text/event-stream parser the SDK and the Cranker share, against the WHATWG rules. */
-import { SilenceWatch, SseParser, readEvents, type SseEvent } from "../../lib/sse";
+import { SSE_MAX_CHARS, SSE_MIN_RETRY_MS, SilenceWatch, SseParser, SseTooLargeError, readEvents, type SseEvent } from "../../lib/sse";
 
 const parse = (...chunks: string[]): { events: SseEvent[]; parser: SseParser } => {
 	const parser = new SseParser();
@@ -23,6 +23,22 @@ function byteStream(chunks: Uint8Array[]): { stream: ReadableStream<Uint8Array>;
 }
 
 describe("SseParser", () => {
+	it("refuses a line, or an event's data, longer than SSE_MAX_CHARS instead of holding it without end (a review's replay)", () => {
+		const endless = new SseParser();
+		const piece = "x".repeat(64 * 1024);
+		expect(() => {
+			for (let i = 0; i <= SSE_MAX_CHARS / piece.length; i++) endless.push(i === 0 ? `data: ${piece}` : piece);
+		}).toThrow(SseTooLargeError);
+		const lines = new SseParser();
+		expect(() => {
+			for (let i = 0; i <= SSE_MAX_CHARS / piece.length; i++) lines.push(`data: ${piece}\n`);
+		}).toThrow(SseTooLargeError);
+		// A line a byte at a time is still read whole.
+		const bytewise = new SseParser();
+		const events = [..."data: {\"a\":1}\n\n"].flatMap(ch => bytewise.push(ch));
+		expect(events).toEqual([{ type: "message", data: '{"a":1}', id: "" }]);
+	});
+
 	it("reads the service's events: id, event, data, the retry field and heartbeat comments", () => {
 		const { events, parser } = parse('retry: 2000\n\nid: 7\nevent: status\ndata: {"a":1}\n\n: heartbeat\n\nid: 9\nevent: status\ndata: {"a":2}\n\n');
 		expect(events).toEqual([
@@ -79,6 +95,8 @@ describe("SseParser", () => {
 	it("takes retry only as digits, and ignores unknown fields", () => {
 		expect(parse("retry: 1500\nretry: 2s\nfoo: bar\ndata: a\n\n").parser.retry).toBe(1500);
 		expect(parse("retry: x\n").parser.retry).toBeNull();
+		// A server's retry: 0 would have its readers reconnect in a loop (a review's replay).
+		expect(parse("retry: 0\n").parser.retry).toBe(SSE_MIN_RETRY_MS);
 	});
 });
 

@@ -15,7 +15,7 @@ import { address, getSignatureFromTransaction, type KeyPairSigner } from "@solan
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
 import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
-import { isSignedBody } from "../lib/verification";
+import { isSenderSigned } from "../lib/verification";
 import type { Chain, Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
 import type { Logger } from "./log";
@@ -276,7 +276,7 @@ export class Settler {
 	 * fields, and a Node that holds its authority key could sign one for anything.
 	 */
 	private signedBySender(intent: MempoolIntent): boolean {
-		if (isSignedBody(intent, Date.now())) return true;
+		if (isSenderSigned(intent)) return true;
 		this.log.warn("not a payment its sender signed: left alone", { intent: intent.id });
 		return false;
 	}

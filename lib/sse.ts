@@ -20,8 +20,12 @@ export interface SseEvent {
  * KB; a server that never ends a line must not exhaust its reader's memory.
  */
 export const SSE_MAX_CHARS = 1 << 20;
-/** The shortest reconnect delay a `retry:` field may ask for: `retry: 0` would make a reader reconnect in a loop. */
+/**
+ * The reconnect delays a `retry:` field may ask for: `retry: 0` would make a reader reconnect in a
+ * loop, and so would one past setTimeout's 2^31 − 1 ms, which fires at once.
+ */
 export const SSE_MIN_RETRY_MS = 500;
+export const SSE_MAX_RETRY_MS = 60_000;
 
 export class SseTooLargeError extends Error {
 	constructor() {
@@ -96,7 +100,7 @@ export class SseParser {
 				if (this.data.length > SSE_MAX_CHARS) throw new SseTooLargeError();
 			}
 			else if (field === "id" && !value.includes("\0")) this.idBuffer = value;
-			else if (field === "retry" && /^\d+$/.test(value)) this.retry = Math.max(Number(value), SSE_MIN_RETRY_MS);
+			else if (field === "retry" && /^\d+$/.test(value)) this.retry = Math.min(Math.max(Number(value), SSE_MIN_RETRY_MS), SSE_MAX_RETRY_MS);
 		}
 		return events;
 	}

@@ -57,13 +57,22 @@ export function verifyPaymentAuthorization(request: CreateIntentRequest, context
 }
 
 /**
+ * Whether `request` says what its sender signed: its message the canonical one of its fields (so
+ * its amount, mint, TIN, route and expiry), its commitment that message's, and the sender's strict
+ * signature of it. No clock: what a Cranker checks of a work item, whatever its own time.
+ */
+export function isSenderSigned(request: CreateIntentRequest): boolean {
+	const binding = messageBinding(request);
+	return binding.ok && verifySignature(request.senderWallet, binding.message, request.senderAuthorizationSignature);
+}
+
+/**
  * Whether a body is its sender's, as a body that holds a paymentId must be: the checks whose
  * refusal leaves no record (UNRECORDED_REJECTIONS), the time window's shape taken at `nowMs`. Not
  * whether it is still valid (expiry, route, nonce).
  */
 export function isSignedBody(request: CreateIntentRequest, nowMs: number): boolean {
-	const binding = messageBinding(request);
-	if (!binding.ok || !verifySignature(request.senderWallet, binding.message, request.senderAuthorizationSignature)) return false;
+	if (!isSenderSigned(request)) return false;
 	const window = checkValidityWindow(request.senderAuthorizationIssuedAt, request.senderAuthorizationExpiresAt, nowMs);
 	return window.ok || window.reason !== "INVALID_MESSAGE";
 }

@@ -16,6 +16,10 @@ describe("clientKey", () => {
 		expect(clientKey("2001:DB8:1:3:0::1")).toBe("2001:db8:1:3::/64");
 		expect(clientKey("::1")).toBe("0:0:0:0::/64");
 		expect(clientKey("unknown")).toBe("unknown");
+		expect(clientKey("fe80::1%eth0")).toBe("fe80:0:0:0::/64");
+		// An IPv4 client however a proxy wrote it, NAT64's well-known prefix included: its own key, never one shared (a review's replay).
+		for (const form of ["::ffff:1.2.3.4", "::ffff:0102:0304", "0:0:0:0:0:ffff:1.2.3.4", "64:ff9b::1.2.3.4", "64:FF9B::102:304"]) expect(clientKey(form)).toBe("1.2.3.4");
+		expect(clientKey("64:ff9b::5.6.7.8")).toBe("5.6.7.8");
 	});
 });
 

@@ -1,5 +1,5 @@
 /** lib/sse.ts: the text/event-stream parser the SDK and the Cranker share, against the WHATWG rules. */
-import { SSE_MAX_CHARS, SSE_MIN_RETRY_MS, SilenceWatch, SseParser, SseTooLargeError, readEvents, type SseEvent } from "../../lib/sse";
+import { SSE_MAX_CHARS, SSE_MAX_RETRY_MS, SSE_MIN_RETRY_MS, SilenceWatch, SseParser, SseTooLargeError, readEvents, type SseEvent } from "../../lib/sse";
 
 const parse = (...chunks: string[]): { events: SseEvent[]; parser: SseParser } => {
 	const parser = new SseParser();
@@ -97,6 +97,7 @@ describe("SseParser", () => {
 		expect(parse("retry: x\n").parser.retry).toBeNull();
 		// A server's retry: 0 would have its readers reconnect in a loop (a review's replay).
 		expect(parse("retry: 0\n").parser.retry).toBe(SSE_MIN_RETRY_MS);
+		expect(parse("retry: 99999999999\n").parser.retry).toBe(SSE_MAX_RETRY_MS);
 	});
 });
 

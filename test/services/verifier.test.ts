@@ -73,17 +73,27 @@ test("routes are cached, and a registry.routeChanged event drops the TIN's entry
 
 test("a verify thread that fails mid-request: the verdicts stand, and the fallback is counted and logged once", async () => {
 	const verifier = await startVerifier("1");
-	const service = verifier.broker.getLocalService("verifier") as unknown as { pool: { workers: { emit(event: string, err: Error): boolean }[]; sent: { jobs: unknown[] }[][] }; logger: { warn(line: string): void } };
+	const service = verifier.broker.getLocalService("verifier") as unknown as {
+		pool: { workers: { emit(event: string, err: Error): boolean; postMessage(message: unknown): void }[]; sent: { jobs: unknown[] }[][] };
+		logger: { warn(line: string): void };
+	};
 	const warn = jest.spyOn(service.logger, "warn");
 	try {
 		const wallet = newWallet();
 		const requests = Array.from({ length: 40 }, (_, i) => (i % 2 ? signedIntent(wallet, route) : { ...signedIntent(wallet, route), amount: "7" }));
 		const withForgery = [...requests, { ...requests[1], senderAuthorizationSignature: newWallet().sign(requests[1].senderAuthorizationMessage) }];
+		// As soon as signatures are out to the thread, it fails (as a crash tells it) with them: before
+		// its answer can come back, which a busy machine let happen before a polling loop looked.
+		const [thread] = service.pool.workers;
+		const post = thread.postMessage.bind(thread);
+		let unanswered = 0;
+		thread.postMessage = message => {
+			post(message);
+			if (unanswered) return;
+			unanswered = service.pool.sent[0].reduce((jobs, sent) => jobs + sent.jobs.length, 0);
+			queueMicrotask(() => thread.emit("error", new Error("a verify thread that crashed")));
+		};
 		const answers = Promise.all(withForgery.map(verifier.verify));
-		// As soon as signatures are out to the thread, it fails (as a crash tells it) with them.
-		while (!service.pool.sent[0].length) await new Promise(resolve => setImmediate(resolve));
-		const unanswered = service.pool.sent[0].reduce((jobs, message) => jobs + message.jobs.length, 0);
-		service.pool.workers[0].emit("error", new Error("a verify thread that crashed"));
 		expect((await answers).map(answer => (answer.ok ? "OK" : answer.reason))).toEqual(withForgery.map((_, i) => (i === 40 ? "INVALID_SIGNATURE" : i % 2 ? "OK" : "INVALID_MESSAGE")));
 		const counted = (await verifierMetrics(verifier.broker).fallbacks.get()).values;
 		expect(counted.find(value => value.labels.reason === "unmatched_answer")?.value).toBe(0);

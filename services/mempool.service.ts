@@ -291,14 +291,15 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }, TakesJsonTexts>): Promise<WorkPage | IntentWorkItem[]> {
 					const { limit: size, after } = ctx.params;
 					// Only a caller in this process takes a page larger than the bus carries.
-					if (size > WORK_PAGE && ctx.nodeID !== this.broker.nodeID)
+					const acrossTheBus = ctx.nodeID !== this.broker.nodeID;
+					if (size > WORK_PAGE && acrossTheBus)
 						throw new ServiceError("VALIDATION_ERROR", `A page for another node holds at most ${WORK_PAGE} intents`, [{ type: "numberMax", field: "limit", message: `limit must be at most ${WORK_PAGE} for a caller on another node` }]);
 					const latestSlot = this.slots.latest();
 					const where: Where = { state: "VERIFIED", archivedIn: null, expiresAt: { gt: new Date().toISOString() }, ...(latestSlot !== null ? { expiresAtSlot: { gt: latestSlot } } : {}) };
 					let rows = await this.intents.listViews("worker", { where, orderBy: ["createdAt", "asc"], limit: size, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
 					// A gateway of an earlier version takes the items whole.
 					if (!ctx.meta.jsonTexts) return rows.map(row => ({ intent: JSON.parse(row.json) as MempoolIntent, leaseTtlMs: this.settings.leaseTtlMs }));
-					const fitting = ctx.nodeID === this.broker.nodeID ? rows.length : fittingCount(rows.map(row => Buffer.byteLength(row.json)), WORK_PAGE_BYTES);
+					const fitting = acrossTheBus ? fittingCount(rows.map(row => Buffer.byteLength(row.json)), WORK_PAGE_BYTES) : rows.length;
 					const cut = fitting < rows.length;
 					if (cut) rows = rows.slice(0, fitting);
 					const last = rows[rows.length - 1];
@@ -427,7 +428,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * on the version payouts read. Whether it was.
 			 */
 			rejectReplacedRoute: internal({
-				params: { id: recordRef, stateVersion: { type: "number", integer: true, min: 1 }, liveRouteVersion: { type: "number", integer: true, min: 1 } },
+				params: { id: recordRef, stateVersion: version, liveRouteVersion: version },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; stateVersion: number; liveRouteVersion: number }>): Promise<boolean> {
 					const record = await this.mustGet(ctx.params.id);
 					const next = record.stateVersion === ctx.params.stateVersion ? rejectReplacedRoute(record, ctx.params.liveRouteVersion, new Date().toISOString()) : null;

@@ -443,7 +443,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const decision = decideStage(record, stage, request, standing, this.settings.policy, new Date());
 				if (decision.kind === "replay") return toTinOperationView(record);
 				// Before its fee is paid, not only at its finalization: an update already superseded ends here.
-				if (stage === "fee-committed") {
+				if (stage === "fee-committed" && record.intentType === "update") {
 					const later = await this.supersedingOperation(record, await this.newestRoutes(record.tin));
 					if (later) return this.failSuperseded(record, later);
 				}

@@ -32,6 +32,8 @@ export interface CrankerConfig {
 	blockhashLifetimeSlots: number;
 	tinCreateFee: string;
 	tinUpdateFee: string;
+	/** Where the Cranker keeps its settlement journal (journal.ts): a disk that outlives the process. */
+	stateDir: string;
 	/** GET /metrics and GET /health on this port (0: a free one); null: not served. */
 	metricsPort: number | null;
 	/** The address the metrics server binds: this machine only by default (it has no auth); 0.0.0.0 in a pod, for Prometheus. */
@@ -156,6 +158,7 @@ Environment (defaults in brackets; the full list with comments is .env.example):
   RPC_TIMEOUT_MS            each RPC call [10000]
   BLOCKHASH_LIFETIME_SLOTS  how long a submission may still land [300]
   TIN_CREATE_FEE / TIN_UPDATE_FEE  the fees a submitter commits [50000 / 10000]
+  CRANKER_STATE_DIR         the settlements it signed that may still land; keep it across restarts [./data/cranker]
   CRANKER_METRICS_PORT      serve GET /metrics (Prometheus) and GET /health on this port; 0 = a free one [off]
   CRANKER_METRICS_HOST      the address that server binds; 0.0.0.0 in a pod, for Prometheus [127.0.0.1]
 Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with.
@@ -185,6 +188,7 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		blockhashLifetimeSlots: integer(env, "BLOCKHASH_LIFETIME_SLOTS", 300, MIN_BLOCKHASH_LIFETIME_SLOTS),
 		tinCreateFee: String(integer(env, "TIN_CREATE_FEE", 50_000, 0)),
 		tinUpdateFee: String(integer(env, "TIN_UPDATE_FEE", 10_000, 0)),
+		stateDir: env.CRANKER_STATE_DIR?.trim() || "./data/cranker",
 		metricsPort: optionalPort(env, "CRANKER_METRICS_PORT"),
 		// Unauthenticated: reachable from other machines only when the operator says so.
 		metricsHost: env.CRANKER_METRICS_HOST?.trim() || "127.0.0.1"

@@ -6,18 +6,22 @@
  *   sent, so a Cranker that dies afterwards leaves a SUBMITTED intent that no sweep hands out again;
  * - before building, the chain is searched for a transaction carrying this payout nullifier's memo
  *   (SPEC §11's second guard), and one found is reported instead of sending another;
+ * - every signed settlement is kept in this Cranker's journal (journal.ts) before it is reported or
+ *   sent, and one kept for the same payout nullifier is sent again, the same bytes, while it can
+ *   still land: a Node that offers the intent again (after a restart, say) does not get a second;
  * - a transaction is only declared dropped (and the intent returned to VERIFIED) once its
  *   blockhash has expired, i.e. once it can no longer land; the Node checks that on its own chain
  *   view too, and answers 409 SUBMISSION_LIVE while it cannot see it yet: the Cranker waits and
  *   asks again.
  */
-import { address, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
+import { address, getSignatureFromTransaction, type KeyPairSigner, type Transaction } from "@solana/kit";
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
 import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
 import { isSenderSigned } from "../lib/verification";
 import type { Chain, Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
+import type { SettlementJournal, SignedSettlementRecord } from "./journal";
 import type { Logger } from "./log";
 import type { CrankerMetrics } from "./metrics";
 import { NodeApiError, type NodeClient } from "./node-client";
@@ -27,8 +31,6 @@ const ENDED_BY_NODE = Symbol("ended by the Node");
 
 /** "unsigned": the work item is not a payment its sender signed, as it reads; left alone, never leased. */
 export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "lost" | "unsigned";
-
-type SignedSettlement = Awaited<ReturnType<typeof signSettlementTransaction>>["transaction"];
 
 /** After SIGTERM, how long a sent settlement is watched before it is left SUBMITTED for another Cranker. */
 const STOP_WAIT_MS = 20_000;
@@ -62,6 +64,7 @@ export class Settler {
 		private readonly log: Logger,
 		/** True once SIGTERM arrived: a lease not yet submitted is released instead of settled. */
 		private readonly stopping: () => boolean,
+		private readonly journal: SettlementJournal,
 		private readonly metrics: CrankerMetrics | null = null
 	) {
 		this.me = signer.address;
@@ -106,10 +109,11 @@ export class Settler {
 			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
 			if (!(await this.isSettlementOf(leased, candidate))) continue;
 			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });
-			// It landed already: the current height bounds when it could have.
-			const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: candidate, lastValidBlockHeight: Number(await this.chain.blockHeight()) });
-			return submitted ? this.finishLanded(submitted, candidate) : "lost";
+			return this.reportLanded(leased, candidate);
 		}
+		const earlier = this.journal.signedFor(authorization.payoutNullifier);
+		const again = earlier ? await this.settleAgain(leased, earlier) : null;
+		if (again) return again;
 
 		const decimals = await this.chain.mintDecimals(leased.tokenMintAddress);
 		const lifetime = await this.chain.latestBlockhash();
@@ -131,11 +135,37 @@ export class Settler {
 			lifetime
 		);
 		const signature = getSignatureFromTransaction(transaction);
+		await this.journal.keep({ payoutNullifier: authorization.payoutNullifier, transactionCommitment: leased.transactionCommitment, signature, slot: Number(slot), lifetime, transaction });
 		// Reported before it is sent: from here on no sweep returns the intent to VERIFIED.
 		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: signature, slot: Number(slot), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) });
 		if (!submitted) return "lost";
 		this.log.info("submitted", { intent: leased.id, signature });
 		return this.land(submitted, transaction, lifetime);
+	}
+
+	/**
+	 * `earlier`, the settlement this Cranker signed for the same payout nullifier, settles the lease
+	 * while it can still land: reported and sent again, the same bytes. Null once it can no longer
+	 * land and never did: then a new one may be signed.
+	 */
+	private async settleAgain(leased: MempoolIntent, earlier: SignedSettlementRecord): Promise<SettleResult | null> {
+		// Height first, then the signature: a transaction not seen after its blockhash expired can never land.
+		if ((await this.chain.blockHeight()) > earlier.lifetime.lastValidBlockHeight) {
+			const state = await this.chain.signatureState(earlier.signature);
+			return state.kind === "landed" ? this.reportLanded(leased, earlier.signature) : null;
+		}
+		// The nullifier is the payment's key on chain: another payment under it waits until this one cannot land.
+		if (earlier.transactionCommitment !== leased.transactionCommitment) return this.release(leased, "a settlement signed for another payment with this payout nullifier may still land");
+		this.log.warn("this Cranker signed a settlement for this intent that may still land: sending it again instead of signing another", { intent: leased.id, signature: earlier.signature });
+		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: earlier.signature, slot: earlier.slot, lastValidBlockHeight: Number(earlier.lifetime.lastValidBlockHeight) });
+		return submitted ? this.land(submitted, earlier.transaction, earlier.lifetime) : "lost";
+	}
+
+	/** Reports `signature`, a transaction that already landed, as the lease's submission, then settles it. */
+	private async reportLanded(leased: MempoolIntent, signature: string): Promise<SettleResult> {
+		// It landed already: the current height bounds when it could have.
+		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: signature, lastValidBlockHeight: Number(await this.chain.blockHeight()) });
+		return submitted ? this.finishLanded(submitted, signature) : "lost";
 	}
 
 	/** The payout authorization, checked against the lease; a string is the reason to release instead, ENDED_BY_NODE none to. */
@@ -157,7 +187,7 @@ export class Settler {
 	}
 
 	/** Sends and watches `transaction` until it lands, fails, or its blockhash expires. */
-	private async land(submitted: MempoolIntent, transaction: SignedSettlement, lifetime: Lifetime): Promise<SettleResult> {
+	private async land(submitted: MempoolIntent, transaction: Transaction, lifetime: Lifetime): Promise<SettleResult> {
 		const signature = getSignatureFromTransaction(transaction);
 		let stopDeadline: number | null = null;
 		let refusal: string | null = null;
@@ -234,6 +264,7 @@ export class Settler {
 	 * blockhash has expired, for another try.
 	 */
 	async finishOrphans(): Promise<void> {
+		await this.journal.forgetExpired(await this.chain.blockHeight());
 		const candidates = await this.node.intentIds("SUBMITTED", 500);
 		for (const { id } of candidates) {
 			if (this.stopping()) return;

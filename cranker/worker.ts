@@ -17,6 +17,7 @@ import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
 import type { StageRequest } from "../lib/tin-operations";
 import { Chain } from "./chain";
 import type { CrankerConfig } from "./config";
+import { SettlementJournal } from "./journal";
 import type { Logger } from "./log";
 import { CrankerMetrics } from "./metrics";
 import { NodeApiError, NodeClient, type TinOperationWork } from "./node-client";
@@ -68,17 +69,19 @@ export class Cranker {
 	private constructor(
 		private readonly config: CrankerConfig,
 		private readonly signer: KeyPairSigner,
-		private readonly log: Logger
+		private readonly log: Logger,
+		journal: SettlementJournal
 	) {
 		this.pubkey = signer.address;
 		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair), 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }), this.metrics);
 		this.chain = new Chain(config.solanaRpcUrl, config.rpcTimeoutMs);
-		this.settler = new Settler(this.node, this.chain, signer, config, log, () => this.stopping, this.metrics);
+		this.settler = new Settler(this.node, this.chain, signer, config, log, () => this.stopping, journal, this.metrics);
 		this.signHeartbeat = createSigner(config.keypair);
 	}
 
 	static async create(config: CrankerConfig, log: Logger): Promise<Cranker> {
-		return new Cranker(config, await createKeyPairSignerFromBytes(config.keypair.secretKey), log);
+		const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
+		return new Cranker(config, signer, log, await SettlementJournal.open(config.stateDir, signer.address));
 	}
 
 	start(): void {

@@ -71,6 +71,8 @@ export class LocalChain {
 	private readonly byAccount = new Map<string, string[]>();
 	private readonly faults = new Map<string, Fault[]>();
 	private dropped = 0;
+	/** What the dropped sends carried, for landDropped(). */
+	private readonly droppedWires: string[] = [];
 	private server: http.Server | null = null;
 	private ticker: NodeJS.Timeout | null = null;
 
@@ -120,6 +122,22 @@ export class LocalChain {
 	/** The next `count` sendTransaction calls answer a signature but the transaction never lands. */
 	dropNextSends(count: number): void {
 		this.dropped = count;
+	}
+
+	/**
+	 * Lands what the dropped sends carried, as a leader that was only slow would: each as if sent
+	 * now (one whose blockhash expired meanwhile, or that landed already, does not). Answers how many landed.
+	 */
+	landDropped(): number {
+		const wires = this.droppedWires.splice(0);
+		return wires.filter(encoded => {
+			try {
+				this.sendTransaction(encoded);
+				return true;
+			} catch {
+				return false;
+			}
+		}).length;
 	}
 
 	/** Landed transactions whose memo ends with `:<suffix>` (a payout nullifier, a TIN route commitment). */
@@ -286,6 +304,7 @@ export class LocalChain {
 		const signature = base58.decode(firstSignature);
 		if (this.dropped > 0) {
 			this.dropped--;
+			this.droppedWires.push(encoded);
 			return signature; // accepted by the "leader", then lost: it never lands
 		}
 		const { lifetimeToken, staticAccounts } = getCompiledTransactionMessageDecoder().decode(transaction.messageBytes);

@@ -6,6 +6,7 @@
 import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type Address } from "@solana/kit";
 import { Chain } from "../../cranker/chain";
 import { loadCrankerConfig } from "../../cranker/config";
+import { SettlementJournal } from "../../cranker/journal";
 import { createLogger } from "../../cranker/log";
 import { NodeClient } from "../../cranker/node-client";
 import { Settler } from "../../cranker/settler";
@@ -57,7 +58,7 @@ async function steppedCranker(mint: Address) {
 	await node.heartbeat({ ...heartbeat, signature: createSigner(config.keypair)(buildHeartbeatMessage(heartbeat)) });
 	const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
 	const lines: string[] = [];
-	const settler = new Settler(node, new Chain(config.solanaRpcUrl), signer, config, createLogger({}, line => lines.push(line)), () => false);
+	const settler = new Settler(node, new Chain(config.solanaRpcUrl), signer, config, createLogger({}, line => lines.push(line)), () => false, await SettlementJournal.open(config.stateDir, signer.address));
 	return { pubkey: config.keypair.publicKey, node, signer, lines, settler };
 }
 

@@ -92,6 +92,7 @@ export class Harness {
 			// Generous: on a loaded CI machine a 1 s timeout made a Cranker give back a lease it would have settled.
 			RPC_TIMEOUT_MS: "5000",
 			BLOCKHASH_LIFETIME_SLOTS: "151",
+			CRANKER_STATE_DIR: path.join(this.dir, "cranker-state"),
 			...extra
 		};
 	}

@@ -48,6 +48,15 @@ const base64Bytes = (text: string) => new Uint8Array(Buffer.from(text, "base64")
 export class Chain extends ChainReader {
 	private readonly decimals = new Map<string, number>();
 
+	constructor(
+		rpcUrl: string,
+		timeoutMs?: number,
+		/** Pages of 1,000 of a credit account's history since an intent was signed: a million within a day is past belief. */
+		private readonly settlementSearchMaxPages = 1000
+	) {
+		super(rpcUrl, timeoutMs);
+	}
+
 	async latestBlockhash(): Promise<Lifetime> {
 		const { value } = await this.rpc.getLatestBlockhash({ commitment: "confirmed" }).send(this.deadline);
 		return value;
@@ -70,17 +79,21 @@ export class Chain extends ChainReader {
 
 	/**
 	 * Successful transactions touching `account` whose memo names this payout nullifier, newest first,
-	 * paging back through the account's whole history (a flood of other transactions cannot hide one).
+	 * paging back through the account's history down to `since` (unix seconds; a flood of other
+	 * transactions cannot hide one). An RPC that pages on past `settlementSearchMaxPages` is not
+	 * believed: the search fails rather than run forever.
 	 */
-	async findSettlements(account: Address, payoutNullifier: string): Promise<string[]> {
+	async findSettlements(account: Address, payoutNullifier: string, since: number): Promise<string[]> {
 		const found: string[] = [];
 		let before: ReturnType<typeof toSignature> | undefined;
-		for (;;) {
+		for (let pages = 0; pages < this.settlementSearchMaxPages; pages++) {
 			const page = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed", ...(before ? { before } : {}) }).send(this.deadline);
 			found.push(...page.filter(entry => !entry.err && memoFieldNamesNullifier(entry.memo, payoutNullifier)).map(entry => entry.signature));
-			if (page.length < 1000) return found;
-			before = page[page.length - 1].signature;
+			const oldest = page[page.length - 1];
+			if (page.length < 1000 || (oldest.blockTime !== null && Number(oldest.blockTime) < since)) return found;
+			before = oldest.signature;
 		}
+		throw new Error(`the RPC lists more than ${this.settlementSearchMaxPages * 1000} transactions of ${account} since the intent was signed`);
 	}
 
 	/** The owner's token balances by mint (classic SPL Token accounts). */

@@ -158,10 +158,11 @@ Environment (defaults in brackets; the full list with comments is .env.example):
   RPC_TIMEOUT_MS            each RPC call [10000]
   BLOCKHASH_LIFETIME_SLOTS  how long a submission may still land [300]
   TIN_CREATE_FEE / TIN_UPDATE_FEE  the fees a submitter commits [50000 / 10000]
-  CRANKER_STATE_DIR         the settlements it signed that may still land; keep it across restarts [./data/cranker]
+  CRANKER_STATE_DIR         its settlement journal (role settlement); keep it across restarts [./data/cranker]
   CRANKER_METRICS_PORT      serve GET /metrics (Prometheus) and GET /health on this port; 0 = a free one [off]
   CRANKER_METRICS_HOST      the address that server binds; 0.0.0.0 in a pod, for Prometheus [127.0.0.1]
-Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with.
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with, 1 when it
+cannot start otherwise (its settlement journal held by another process, or unreadable).
 `;
 
 export function loadCrankerConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): CrankerConfig {

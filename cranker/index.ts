@@ -1,6 +1,7 @@
 /**
  * `npm run cranker [-- --roles settlement,verifier,submitter]`: the Cranker worker.
- * Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with.
+ * Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with, 1
+ * when it cannot start otherwise (its settlement journal held by another process, or unreadable).
  */
 import fs from "node:fs";
 import path from "node:path";

@@ -36,6 +36,32 @@ export type TinOperationWork = ReturnType<typeof toTinOperationView>;
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
+/**
+ * The most of an answer the Cranker reads: a page of 20 worker views stays under 8 MB (a history
+ * keeps at most 128 entries). A Node that sends more is not believed, and not read to the end.
+ */
+export const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
+
+type ErrorAnswer = { message?: string; type?: string; data?: unknown } | null;
+
+/** The answer's JSON (null when it is not JSON); past MAX_ANSWER_BYTES a NodeApiError (502), the rest unread. */
+async function answerJson(response: Response): Promise<unknown> {
+	if (!response.body) return null;
+	const chunks: Uint8Array[] = [];
+	let size = 0;
+	for await (const chunk of response.body) {
+		size += chunk.byteLength;
+		// Leaving the loop cancels the body.
+		if (size > MAX_ANSWER_BYTES) throw new NodeApiError(`the Node's answer passed ${MAX_ANSWER_BYTES} bytes`, 502, "ANSWER_TOO_LARGE");
+		chunks.push(chunk);
+	}
+	try {
+		return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+	} catch {
+		return null;
+	}
+}
+
 export class NodeClient {
 	private readonly signer: RequestSigner;
 
@@ -103,7 +129,7 @@ export class NodeClient {
 			});
 			status = String(response.status);
 			if (response.ok && response.body && response.headers.get("content-type")?.startsWith("text/event-stream")) return response.body;
-			const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
+			const payload = (await answerJson(response)) as ErrorAnswer;
 			throw new NodeApiError(payload?.message ?? `HTTP ${response.status}`, response.status, payload?.type ?? "HTTP_ERROR", payload?.data);
 		} catch (err) {
 			if (err instanceof NodeApiError) throw err;
@@ -132,7 +158,7 @@ export class NodeClient {
 					signal: AbortSignal.timeout(15_000)
 				});
 				status = String(response.status);
-				const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
+				const payload = (await answerJson(response)) as ErrorAnswer;
 				if (response.ok) return payload as T;
 				if (response.status < 500) throw new NodeApiError(payload?.message ?? `HTTP ${response.status}`, response.status, payload?.type ?? "HTTP_ERROR", payload?.data);
 				failure = `HTTP ${response.status} ${payload?.type ?? ""}`.trim();

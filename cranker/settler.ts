@@ -45,6 +45,11 @@ const MAX_REASON_LENGTH = 500;
  */
 const OPERATOR_RECHECK_MS = 10 * 60_000;
 const OPERATOR_CASES_MAX = 10_000;
+/**
+ * No settlement of an intent lands before its sender signed it: the chain is searched back to the
+ * signed issue time, less this for a sender's clock running ahead.
+ */
+const SENDER_CLOCK_SLACK_S = 3600;
 
 type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlockHeight?: number; reason?: string };
 
@@ -105,7 +110,8 @@ export class Settler {
 		if (typeof authorization === "string") return this.release(leased, authorization);
 
 		const creditAccount = await creditAccountAddress(leased.recipientRouteCommitment, address(leased.tokenMintAddress), this.config.settlementProgramId);
-		for (const candidate of await this.chain.findSettlements(creditAccount, authorization.payoutNullifier)) {
+		const signedAt = Math.floor(Date.parse(leased.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
+		for (const candidate of await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, signedAt)) {
 			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
 			if (!(await this.isSettlementOf(leased, candidate))) continue;
 			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });
@@ -135,7 +141,7 @@ export class Settler {
 			lifetime
 		);
 		const signature = getSignatureFromTransaction(transaction);
-		await this.journal.keep({ payoutNullifier: authorization.payoutNullifier, transactionCommitment: leased.transactionCommitment, signature, slot: Number(slot), lifetime, transaction });
+		await this.journal.keep({ payoutNullifier: authorization.payoutNullifier, transactionCommitment: leased.transactionCommitment, signature, slot: Number(slot), signedAt: Date.now(), lifetime, transaction });
 		// Reported before it is sent: from here on no sweep returns the intent to VERIFIED.
 		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: signature, slot: Number(slot), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) });
 		if (!submitted) return "lost";
@@ -149,13 +155,16 @@ export class Settler {
 	 * land and never did: then a new one may be signed.
 	 */
 	private async settleAgain(leased: MempoolIntent, earlier: SignedSettlementRecord): Promise<SettleResult | null> {
+		const samePayment = earlier.transactionCommitment === leased.transactionCommitment;
 		// Height first, then the signature: a transaction not seen after its blockhash expired can never land.
 		if ((await this.chain.blockHeight()) > earlier.lifetime.lastValidBlockHeight) {
 			const state = await this.chain.signatureState(earlier.signature);
-			return state.kind === "landed" ? this.reportLanded(leased, earlier.signature) : null;
+			if (state.kind === "unknown" || state.kind === "failed") return null;
+			// The nullifier is the payment's key on chain: spent by another payment, it pays no other.
+			if (state.kind === "landed") return samePayment ? this.reportLanded(leased, earlier.signature) : this.release(leased, "this payout nullifier was spent by another payment");
+			return this.release(leased, "a settlement signed before is still being processed");
 		}
-		// The nullifier is the payment's key on chain: another payment under it waits until this one cannot land.
-		if (earlier.transactionCommitment !== leased.transactionCommitment) return this.release(leased, "a settlement signed for another payment with this payout nullifier may still land");
+		if (!samePayment) return this.release(leased, "a settlement signed for another payment with this payout nullifier may still land");
 		this.log.warn("this Cranker signed a settlement for this intent that may still land: sending it again instead of signing another", { intent: leased.id, signature: earlier.signature });
 		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: earlier.signature, slot: earlier.slot, lastValidBlockHeight: Number(earlier.lifetime.lastValidBlockHeight) });
 		return submitted ? this.land(submitted, earlier.transaction, earlier.lifetime) : "lost";
@@ -264,11 +273,19 @@ export class Settler {
 	 * blockhash has expired, for another try.
 	 */
 	async finishOrphans(): Promise<void> {
-		await this.journal.forgetExpired(await this.chain.blockHeight());
+		await this.forgetExpiredSettlements();
 		const candidates = await this.node.intentIds("SUBMITTED", 500);
 		for (const { id } of candidates) {
 			if (this.stopping()) return;
 			await this.finishOrphan(id).catch(err => this.log.warn("could not check an orphaned submission", { intent: id, error: (err as Error).message }));
+		}
+	}
+
+	private async forgetExpiredSettlements(): Promise<void> {
+		try {
+			await this.journal.forgetExpired(await this.chain.blockHeight());
+		} catch (err) {
+			this.log.warn("could not forget expired settlements from the journal", { error: (err as Error).message });
 		}
 	}
 

@@ -9,6 +9,7 @@
 import { createKeyPairSignerFromBytes, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
 import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonical";
 import { createSigner, verifySignature } from "../lib/ed25519";
+import { isAmount } from "../lib/encoding";
 import { keypairSigningKey } from "../lib/http-signature";
 import { INTENT_EVENT_TYPE, type MempoolIntent } from "../lib/intents";
 import type { TinStage } from "../lib/schemas";
@@ -20,7 +21,7 @@ import type { CrankerConfig } from "./config";
 import { SettlementJournal } from "./journal";
 import type { Logger } from "./log";
 import { CrankerMetrics } from "./metrics";
-import { NodeApiError, NodeClient, type TinOperationWork } from "./node-client";
+import { NodeApiError, NodeClient, type IntentWorkItem, type TinOperationWork } from "./node-client";
 import { Settler } from "./settler";
 
 export const CRANKER_VERSION = "0.1.0";
@@ -38,12 +39,22 @@ const STREAM_IDLE_MS = 45_000;
 /** Reconnections back off from the Node's `retry:` (1 s without one), doubling up to this. */
 const STREAM_MAX_BACKOFF_MS = 30_000;
 
+/**
+ * Whether a work item has what the Cranker weighs it by before its checks (id, mint, amount,
+ * expiry): an item that has not is passed over, where it would have failed every round and so
+ * stopped the work behind it. The Settler checks the rest, and the sender's signature.
+ */
+function isWeighable(item: IntentWorkItem | null): item is IntentWorkItem {
+	const intent = item?.intent as Partial<Record<keyof MempoolIntent, unknown>> | undefined;
+	return typeof intent?.id === "string" && typeof intent.tokenMintAddress === "string" && typeof intent.amount === "string" && isAmount(intent.amount) && typeof intent.senderAuthorizationExpiresAt === "string";
+}
+
 export class Cranker {
 	readonly pubkey: string;
 	readonly metrics = new CrankerMetrics();
 	private readonly node: NodeClient;
 	private readonly chain: Chain;
-	private readonly settler: Settler;
+	private readonly settler: Settler | null;
 	private readonly signHeartbeat: (message: string) => string;
 	private liquidity = new Map<string, bigint>();
 	private online = false;
@@ -70,25 +81,31 @@ export class Cranker {
 		private readonly config: CrankerConfig,
 		private readonly signer: KeyPairSigner,
 		private readonly log: Logger,
-		journal: SettlementJournal
+		/** Null without the settlement role. */
+		private readonly journal: SettlementJournal | null
 	) {
 		this.pubkey = signer.address;
 		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair), 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }), this.metrics);
 		this.chain = new Chain(config.solanaRpcUrl, config.rpcTimeoutMs);
-		this.settler = new Settler(this.node, this.chain, signer, config, log, () => this.stopping, journal, this.metrics);
+		this.settler = journal && new Settler(this.node, this.chain, signer, config, log, () => this.stopping, journal, this.metrics);
 		this.signHeartbeat = createSigner(config.keypair);
 	}
 
 	static async create(config: CrankerConfig, log: Logger): Promise<Cranker> {
 		const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
-		return new Cranker(config, signer, log, await SettlementJournal.open(config.stateDir, signer.address));
+		if (!config.roles.includes("settlement")) return new Cranker(config, signer, log, null);
+		const journal = await SettlementJournal.open(config.stateDir, signer.address, {
+			onLockLost: err => log.error("the settlement journal's lock was lost to another process: this Cranker signs no more settlements", { error: err.message })
+		});
+		log.info("settlement journal open", { file: journal.file, settlementsThatMayLand: journal.size });
+		return new Cranker(config, signer, log, journal);
 	}
 
 	start(): void {
 		// The origin only: a URL can carry credentials.
 		this.log.info("cranker starting", { crankerPubkey: this.pubkey, roles: this.config.roles, node: new URL(this.config.nodeUrl).origin });
 		this.heartbeatLoop = this.every(this.config.heartbeatIntervalMs, () => this.heartbeat(), () => this.heartbeatsStopping);
-		if (this.config.roles.includes("settlement")) this.loops.push(this.settlementLoop(), this.followWorkEvents());
+		if (this.settler) this.loops.push(this.settlementLoop(this.settler), this.followWorkEvents());
 		if (this.config.roles.some(role => role === "verifier" || role === "submitter")) this.loops.push(this.every(this.config.pollIntervalMs, () => this.tinRound(), () => this.stopping));
 	}
 
@@ -106,6 +123,7 @@ export class Cranker {
 		this.heartbeatsStopping = true;
 		for (const wake of this.sleepers) wake();
 		await this.heartbeatLoop;
+		await this.journal?.close();
 		this.log.info("cranker stopped", { crankerPubkey: this.pubkey });
 	}
 
@@ -143,16 +161,16 @@ export class Cranker {
 
 	// --- settlement -------------------------------------------------------------------------------
 
-	private async settlementLoop(): Promise<void> {
+	private async settlementLoop(settler: Settler): Promise<void> {
 		while (!this.stopping) {
 			let worked = false;
 			this.workAnnounced = false;
 			try {
 				if (this.online) {
-					worked = await this.settleNext();
+					worked = await this.settleNext(settler);
 					if (Date.now() >= this.nextOrphanCheck) {
 						this.nextOrphanCheck = Date.now() + ORPHAN_CHECK_EVERY * this.config.pollIntervalMs;
-						await this.settler.finishOrphans();
+						await settler.finishOrphans();
 					}
 				}
 			} catch (err) {
@@ -198,14 +216,14 @@ export class Cranker {
 	}
 
 	/** Settles the first work item this Cranker can pay; false when there was none. */
-	private async settleNext(): Promise<boolean> {
+	private async settleNext(settler: Settler): Promise<boolean> {
 		const work = await this.node.intentWork(20);
 		const now = Date.now();
 		for (const [id, until] of this.skipUntil) if (until <= now) this.skipUntil.delete(id);
-		for (const { intent } of work) {
+		for (const { intent } of work.filter(isWeighable)) {
 			if (this.stopping) return false;
 			if (!this.canPay(intent) || this.skipUntil.has(intent.id)) continue;
-			const result = await this.settler.settle(intent);
+			const result = await settler.settle(intent);
 			if (result === "lost") continue; // another Cranker leased it first
 			if (result === "released" || result === "unsigned") {
 				this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);

@@ -5,6 +5,8 @@
  * it restarted, is still in flight. The Cranker pays out of its own liquidity, so it checks the
  * sender's signature itself, and keeps what it signed in its journal.
  */
+import fs from "node:fs";
+import path from "node:path";
 import { createKeyPairSignerFromBytes, generateKeyPairSigner, type Address } from "@solana/kit";
 import { Chain } from "../../cranker/chain";
 import type { CrankerConfig } from "../../cranker/config";
@@ -74,7 +76,15 @@ test("a signed work item the Node changes in its lease answer is given back, not
 
 describe("a settlement signed before the Cranker restarted", () => {
 	const chain = new LocalChain({ slotMs: 100, blockhashValiditySlots: 300 });
+	/** Every journal a test opened, closed after it (their locks are renewed on a timer). */
+	const opened: SettlementJournal[] = [];
+	const openJournal = async (dir: string, pubkey: string) => {
+		const journal = await SettlementJournal.open(dir, pubkey, { waitForLockMs: 0 });
+		opened.push(journal);
+		return journal;
+	};
 	beforeAll(() => chain.start());
+	afterEach(() => Promise.all(opened.splice(0).map(journal => journal.close())));
 	afterAll(() => chain.stop());
 
 	/**
@@ -82,16 +92,16 @@ describe("a settlement signed before the Cranker restarted", () => {
 	 * leader), and which dies right then; and a Node that offers the intent again, VERIFIED, to the
 	 * same Cranker once it is back, with the same journal directory.
 	 */
-	async function crashAfterFirstSend() {
+	async function crashAfterFirstSend(wallet = newWallet(), nonce?: string) {
 		const mint = chain.createMint(6);
 		const keys = generateKeypair();
 		chain.fundLamports(keys.publicKey);
 		await chain.fundTokens(keys.publicKey, mint, 10n ** 12n);
 		const signer = await createKeyPairSignerFromBytes(keys.secretKey);
 		const authority = generateKeypair();
-		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });
-		const record = verifiedRecord(request);
-		const offered = toWorkerView(record);
+		const request = signedIntent(wallet, route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000, ...(nonce ? { senderAuthorizationNonce: nonce } : {}) });
+		let record = verifiedRecord(request);
+		let offered = toWorkerView(record);
 		const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50 } as unknown as CrankerConfig;
 		// A compromised Node: every move accepted, whatever the intent's state, and a payout authorization for each lease.
 		const reported: { status: string; transactionSignature?: string }[] = [];
@@ -101,12 +111,16 @@ describe("a settlement signed before the Cranker restarted", () => {
 				reported.push({ status: update.status, transactionSignature: update.transactionSignature });
 				return { ...offered, receiverStatus: update.status, lease: lease(), stateVersion: offered.stateVersion + reported.length };
 			},
+			async intent() {
+				return { ...offered, receiverStatus: "CRANKER_LEASED", lease: lease(), stateVersion: offered.stateVersion + reported.length };
+			},
 			async payoutAuthorization() {
 				return buildPayoutAuthorization({ ...record, lease: lease() }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
 			}
 		} as unknown as NodeClient;
 		const stateDir = tempDir("scs-journal-");
-		const settlerOn = async (rpc: Chain) => new Settler(node, rpc, signer, config, createLogger({}, () => {}), () => false, await SettlementJournal.open(stateDir, signer.address));
+		const firstJournal = await openJournal(stateDir, signer.address);
+		const settlerOn = (rpc: Chain, journal: SettlementJournal) => new Settler(node, rpc, signer, config, createLogger({}, () => {}), () => false, journal);
 
 		// The first life: every chain call after the send never answers, as if the process were killed then.
 		let sent: () => void;
@@ -126,11 +140,35 @@ describe("a settlement signed before the Cranker restarted", () => {
 			}
 		});
 		chain.dropNextSends(1);
-		void (await settlerOn(dying)).settle(offered);
+		void settlerOn(dying, firstJournal).settle(offered);
 		await firstSend;
+		// A later slot, so that a settlement signed again could not be the same bytes by chance.
+		chain.advance(1);
 		const nullifier = payoutNullifier(request.senderWallet, request.senderAuthorizationNonce);
 		const creditAccount = await creditAccountAddress(request.recipientRouteCommitment, mint as Address);
-		return { offered, reported, nullifier, creditAccount, restarted: () => settlerOn(new Chain(chain.url, 5000)), amount: BigInt(request.amount) };
+		return {
+			offered,
+			reported,
+			nullifier,
+			creditAccount,
+			amount: BigInt(request.amount),
+			/** The Node offers another intent from now on (its record and work item). */
+			offer(next: IntentRecord) {
+				record = next;
+				offered = toWorkerView(next);
+				return offered;
+			},
+			/** The Cranker again, as after a restart: its lock given up (a killed process's goes stale), its journal read from disk. */
+			async restarted() {
+				await firstJournal.close();
+				const journal = await openJournal(stateDir, signer.address);
+				return { settler: settlerOn(new Chain(chain.url, 5000), journal), journal };
+			},
+			stateDir,
+			signer,
+			mint,
+			wallet
+		};
 	}
 
 	test("is sent again, not signed a second time, when the Node offers its intent again while it can still land", async () => {
@@ -138,7 +176,7 @@ describe("a settlement signed before the Cranker restarted", () => {
 		const [submitted] = first.reported.filter(report => report.status === "SUBMITTED");
 		expect(submitted.transactionSignature).toBeDefined();
 
-		expect(await (await first.restarted()).settle(first.offered)).toBe("confirmed");
+		expect(await (await first.restarted()).settler.settle(first.offered)).toBe("confirmed");
 		// The slow leader lands what it held: it was the same transaction, so nothing more lands.
 		chain.landDropped();
 		const landed = chain.landedWithMemoEnding(first.nullifier);
@@ -150,11 +188,77 @@ describe("a settlement signed before the Cranker restarted", () => {
 	test("is replaced by a new one only once its blockhash has expired, when it can no longer land", async () => {
 		const first = await crashAfterFirstSend();
 		chain.advance(301);
-		expect(await (await first.restarted()).settle(first.offered)).toBe("confirmed");
+		expect(await (await first.restarted()).settler.settle(first.offered)).toBe("confirmed");
 		expect(chain.landDropped()).toBe(0);
 		const signatures = first.reported.filter(report => report.status === "SUBMITTED").map(report => report.transactionSignature);
 		expect(new Set(signatures).size).toBe(2);
 		expect(chain.landedWithMemoEnding(first.nullifier).map(tx => tx.signature)).toEqual([signatures[1]]);
 		expect(chain.tokenBalance(first.creditAccount)).toBe(first.amount);
+	});
+
+	test("under the same payout nullifier, another payment is given back while the first may still land", async () => {
+		const wallet = newWallet();
+		const nonce = `nonce_${Date.now()}`;
+		const first = await crashAfterFirstSend(wallet, nonce);
+		// The same sender and nonce, another amount: a second payment the chain would know by the same nullifier.
+		const other = first.offer(verifiedRecord(signedIntent(wallet, route, { tokenMintAddress: first.mint, amount: "2500000", senderAuthorizationNonce: nonce, expiresAtSlot: chain.slot + 100_000 })));
+		expect(await (await first.restarted()).settler.settle(other)).toBe("released");
+		expect(first.reported.map(report => report.status)).toEqual(["CRANKER_LEASED", "SUBMITTED", "CRANKER_LEASED", "VERIFIED"]);
+		chain.landDropped();
+		expect(chain.landedWithMemoEnding(first.nullifier)).toHaveLength(1);
+		expect(chain.tokenBalance(first.creditAccount)).toBe(first.amount);
+	});
+
+	test("a settlement whose journal entry could not be saved is not reported or sent, and is not in the journal", async () => {
+		const first = await crashAfterFirstSend();
+		const { settler, journal } = await first.restarted();
+		// The first settlement has expired, so a new one is signed; its save fails (a directory where the file goes).
+		chain.advance(301);
+		fs.rmSync(journal.file);
+		fs.mkdirSync(journal.file);
+		const sends = chain.calls.get("sendTransaction") ?? 0;
+		await expect(settler.settle(first.offered)).rejects.toThrow();
+		expect(chain.calls.get("sendTransaction") ?? 0).toBe(sends);
+		expect(first.reported.map(report => report.status)).toEqual(["CRANKER_LEASED", "SUBMITTED", "CRANKER_LEASED", "VERIFIED"]);
+		// Still the first settlement's record in memory, not the unsaved one.
+		expect(journal.signedFor(first.nullifier)?.signature).toBe(first.reported[1].transactionSignature);
+		fs.rmdirSync(journal.file);
+	});
+
+	test("a second process on the same key and directory does not start while the first holds the journal", async () => {
+		const signer = await generateKeyPairSigner();
+		const dir = tempDir("scs-journal-");
+		const holder = await openJournal(dir, signer.address);
+		await expect(SettlementJournal.open(dir, signer.address, { waitForLockMs: 0 })).rejects.toThrow(/another Cranker process holds the settlement journal/);
+		await holder.close();
+		await openJournal(dir, signer.address);
+	});
+
+	test("a journal that cannot be read, or holds bytes this Cranker did not sign, stops the start", async () => {
+		const first = await crashAfterFirstSend();
+		await first.restarted();
+		const file = path.join(first.stateDir, `settlements-${first.signer.address}.json`);
+		const stored = JSON.parse(fs.readFileSync(file, "utf8")) as { wireTransaction: string }[];
+		expect(stored).toHaveLength(1);
+		const other = await generateKeyPairSigner();
+		// Another key's journal file: the bytes it holds are not signed by `other`.
+		fs.copyFileSync(file, path.join(first.stateDir, `settlements-${other.address}.json`));
+		await expect(SettlementJournal.open(first.stateDir, other.address, { waitForLockMs: 0 })).rejects.toThrow(/unreadable \(the transaction of .* is not the one it names\)/);
+		fs.writeFileSync(path.join(first.stateDir, `settlements-${other.address}.json`), "{ not json");
+		await expect(SettlementJournal.open(first.stateDir, other.address, { waitForLockMs: 0 })).rejects.toThrow(/unreadable \(not JSON\)/);
+	});
+
+	test("a settlement is forgotten only once the chain is past its blockhash and ten minutes have passed since it was signed", async () => {
+		const first = await crashAfterFirstSend();
+		const { journal } = await first.restarted();
+		const record = journal.signedFor(first.nullifier)!;
+		const past = record.lifetime.lastValidBlockHeight + 1n;
+		await journal.forgetExpired(past, record.signedAt + 5 * 60_000);
+		await journal.forgetExpired(record.lifetime.lastValidBlockHeight, record.signedAt + 11 * 60_000);
+		expect(journal.size).toBe(1);
+		await journal.forgetExpired(past, record.signedAt + 11 * 60_000);
+		expect(journal.size).toBe(0);
+		await journal.close();
+		expect((await openJournal(first.stateDir, first.signer.address)).size).toBe(0);
 	});
 });

@@ -1,0 +1,103 @@
+/**
+ * The Cranker reading a compromised (or broken) Node's answers: a stand-in HTTP server in place
+ * of the Node, the Cranker's real client and loops, a real local chain for its liquidity. What
+ * the Node answers is read with a bound, and an item it cannot weigh is passed over.
+ */
+import fs from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import path from "node:path";
+import { loadCrankerConfig } from "../../cranker/config";
+import { createLogger } from "../../cranker/log";
+import { MAX_ANSWER_BYTES, NodeApiError, NodeClient } from "../../cranker/node-client";
+import { Cranker } from "../../cranker/worker";
+import { LocalChain } from "../../devkit/local-chain";
+import { generateKeypair } from "../../lib/ed25519";
+import { keypairSigningKey } from "../../lib/http-signature";
+import { toWorkerView } from "../../lib/intents";
+import { decidedRecord } from "../../lib/intake";
+import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+import { tempDir } from "../helpers/node";
+import { waitFor } from "./harness";
+
+/** A stand-in Node: `answer` decides each request's answer; every request is recorded. */
+async function standInNode(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void) {
+	const requests: string[] = [];
+	const server = http.createServer((req, res) => {
+		requests.push(`${req.method} ${req.url}`);
+		req.resume();
+		req.on("end", () => answer(req, res));
+	});
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	return {
+		url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+		requests,
+		close: () => {
+			server.closeAllConnections();
+			return new Promise(resolve => server.close(resolve));
+		}
+	};
+}
+
+const json = (res: http.ServerResponse, status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+
+test("an answer past MAX_ANSWER_BYTES is refused, not read to its end", async () => {
+	let written = 0;
+	const node = await standInNode((_req, res) => {
+		res.writeHead(200, { "content-type": "application/json" });
+		const chunk = Buffer.alloc(1024 * 1024, 0x20);
+		// An endless answer: only a reader that stops can get past it.
+		const write = () => {
+			while (res.writable && res.write(chunk)) written += chunk.length;
+			if (res.writable) res.once("drain", write);
+		};
+		write();
+	});
+	try {
+		const client = new NodeClient(node.url, "key", keypairSigningKey(generateKeypair()), 0);
+		const refusal = await client.intentWork(20).catch((err: unknown) => err);
+		expect(refusal).toBeInstanceOf(NodeApiError);
+		expect(refusal).toMatchObject({ type: "ANSWER_TOO_LARGE", status: 502 });
+		expect(written).toBeLessThan(4 * MAX_ANSWER_BYTES);
+	} finally {
+		await node.close();
+	}
+});
+
+test("a work item the Cranker cannot weigh (no amount, an amount that is not one) is passed over; the items behind it are still tried", async () => {
+	const chain = new LocalChain();
+	await chain.start();
+	const mint = chain.createMint(6);
+	const keypair = generateKeypair();
+	chain.fundLamports(keypair.publicKey);
+	await chain.fundTokens(keypair.publicKey, mint, 10n ** 12n);
+	const at = new Date().toISOString();
+	const request = signedIntent(newWallet(), newRoute(), { tokenMintAddress: mint });
+	const good = toWorkerView(decidedRecord({ id: "int_0123456789abcdef0123456789abcdef", request, requestDigest: "0".repeat(64), transactionCommitment: request.transactionCommitment!, epoch: 1, at, intakeCall: null }, { ok: true }));
+	const malformed = [null, { intent: null }, { intent: { ...good, id: "int_1", amount: "a lot" } }, { intent: { ...good, id: "int_2", amount: 5 } }];
+	const node = await standInNode((req, res) => {
+		if (req.url === "/crankers/heartbeat") return json(res, 200, {});
+		if (req.url?.startsWith("/intent-work")) return json(res, 200, [...malformed, { intent: good, leaseTtlMs: 30_000 }]);
+		if (req.url?.startsWith("/intents?")) return json(res, 200, []);
+		// The lease of the well-formed item: lost to another Cranker, which ends the test's interest in it.
+		if (req.method === "PATCH") return json(res, 409, { name: "ConflictError", type: "STATE_CONFLICT", message: "leased by another Cranker" });
+		json(res, 404, { type: "NOT_FOUND", message: "not here" });
+	});
+	const dir = tempDir("scs-node-answers-");
+	const keyFile = path.join(dir, "cranker.json");
+	fs.writeFileSync(keyFile, JSON.stringify([...keypair.secretKey]));
+	const config = loadCrankerConfig(
+		{ KEYPAIR_PATH: keyFile, NODE_URL: node.url, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: chain.url, POLL_INTERVAL_MS: "50", HEARTBEAT_INTERVAL_MS: "200", CRANKER_STATE_DIR: dir },
+		[]
+	);
+	const cranker = await Cranker.create(config, createLogger({}, () => {}));
+	try {
+		cranker.start();
+		await waitFor(async () => node.requests.find(line => line === `PATCH /intents/${good.id}/status`) ?? null, 10_000, "the well-formed item leased");
+		expect(node.requests.filter(line => line.startsWith("PATCH"))).not.toContainEqual(expect.stringMatching(/int_[12]\//));
+	} finally {
+		await cranker.stop();
+		await node.close();
+		await chain.stop();
+	}
+});

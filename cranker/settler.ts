@@ -18,7 +18,7 @@ import { address, getSignatureFromTransaction, type KeyPairSigner, type Transact
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
 import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
-import { isSenderSigned } from "../lib/verification";
+import { checkValidityWindow, isSenderSigned } from "../lib/verification";
 import type { Chain, Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
 import type { SettlementJournal, SignedSettlementRecord } from "./journal";
@@ -29,7 +29,10 @@ import { NodeApiError, type NodeClient } from "./node-client";
 /** What authorize answers when the Node refused the payout by rejecting the intent itself. */
 const ENDED_BY_NODE = Symbol("ended by the Node");
 
-/** "unsigned": the work item is not a payment its sender signed, as it reads; left alone, never leased. */
+/**
+ * "unsigned": the work item is not a payment its sender signed, as it reads, or not one the Node
+ * could have accepted; left alone, never leased.
+ */
 export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "lost" | "unsigned";
 
 /** After SIGTERM, how long a sent settlement is watched before it is left SUBMITTED for another Cranker. */
@@ -78,7 +81,7 @@ export class Settler {
 	/** Leases `intent` (a VERIFIED work item) and settles it. "lost" when another Cranker got it first. */
 	async settle(intent: MempoolIntent): Promise<SettleResult> {
 		// The Node's word is not the sender's: this Cranker pays out of its own liquidity.
-		if (!this.signedBySender(intent)) return "unsigned";
+		if (this.notPayable(intent)) return "unsigned";
 		let leased: MempoolIntent;
 		try {
 			leased = await this.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: this.me, expectedVersion: intent.stateVersion });
@@ -100,7 +103,8 @@ export class Settler {
 
 	private async settleLeased(leased: MempoolIntent): Promise<SettleResult> {
 		// The lease's answer is the Node's word again: what is paid is what it says now.
-		if (!this.signedBySender(leased)) return this.release(leased, "not a payment its sender signed");
+		const notPayable = this.notPayable(leased);
+		if (notPayable) return this.release(leased, notPayable);
 		const authorization = await this.authorize(leased);
 		if (authorization === ENDED_BY_NODE) {
 			this.log.info("the Node rejected the intent when it refused its payout", { intent: leased.id });
@@ -318,15 +322,24 @@ export class Settler {
 	}
 
 	/**
-	 * Whether `intent` is a payment its sender signed, as it reads: its message rebuilt from its
-	 * fields (amount, mint, TIN, route commitment, expiry…), that message's commitment, and the
-	 * sender's strict signature of it. The payout authorization is the Node's own word on the same
-	 * fields, and a Node that holds its authority key could sign one for anything.
+	 * Why `intent` is not a payment to make, as it reads; null when it is one.
+	 * - It must be one its sender signed: its message rebuilt from its fields (amount, mint, TIN,
+	 *   route commitment, expiry…), that message's commitment, and the sender's strict signature of
+	 *   it. The payout authorization is the Node's own word on the same fields, and a Node that
+	 *   holds its authority key could sign one for anything.
+	 * - Its signed validity window must be one the Node accepts (issued at most 60 s ahead of this
+	 *   clock, valid at most 24 h): the chain search for an earlier settlement starts from its
+	 *   issue time, and a time set ahead would cut it short.
 	 */
-	private signedBySender(intent: MempoolIntent): boolean {
-		if (isSenderSigned(intent)) return true;
-		this.log.warn("not a payment its sender signed: left alone", { intent: intent.id });
-		return false;
+	private notPayable(intent: MempoolIntent): string | null {
+		let reason: string | null = null;
+		if (!isSenderSigned(intent)) reason = "not a payment its sender signed";
+		else {
+			const window = checkValidityWindow(intent.senderAuthorizationIssuedAt, intent.senderAuthorizationExpiresAt, Date.now());
+			if (!window.ok && window.reason === "INVALID_MESSAGE") reason = `not a payment the Node could have accepted: ${window.detail}`;
+		}
+		if (reason) this.log.warn(`${reason}: left alone`, { intent: intent.id });
+		return reason;
 	}
 
 	private leaveForOperator(id: string): void {

@@ -21,7 +21,7 @@ import { decidedRecord } from "../../lib/intake";
 import { toWorkerView, type IntentRecord, type MempoolIntent } from "../../lib/intents";
 import { buildPayoutAuthorization } from "../../lib/payout";
 import { creditAccountAddress, DEFAULT_SETTLEMENT_PROGRAM_ID } from "../../lib/settlement";
-import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+import { iso, newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 
 /** The stored record of a VERIFIED intent of this request. */
@@ -72,6 +72,14 @@ test("a signed work item the Node changes in its lease answer is given back, not
 	const settler = await settlerWith(intent => ({ ...intent, amount: "999999999", receiverStatus: "CRANKER_LEASED", stateVersion: intent.stateVersion + 1 }));
 	expect(await settler.settle(signed)).toBe("released");
 	expect(settler.calls).toEqual(["CRANKER_LEASED", "VERIFIED"]);
+});
+
+test("a signed work item issued ahead of the clock, which would cut the chain search for an earlier settlement short, is not leased", async () => {
+	const ahead = workItem(signedIntent(newWallet(), route, { senderAuthorizationIssuedAt: iso(2 * 3600_000), senderAuthorizationExpiresAt: iso(3 * 3600_000) }));
+	const settler = await settlerWith(intent => intent);
+	expect(await settler.settle(ahead)).toBe("unsigned");
+	expect(settler.calls).toEqual([]);
+	expect(settler.lines.join("\n")).toMatch(/not a payment the Node could have accepted: issuedAt is more than 60 s in the future/);
 });
 
 describe("a settlement signed before the Cranker restarted", () => {

@@ -161,8 +161,8 @@ Environment (defaults in brackets; the full list with comments is .env.example):
   CRANKER_STATE_DIR         its settlement journal (role settlement); keep it across restarts [./data/cranker]
   CRANKER_METRICS_PORT      serve GET /metrics (Prometheus) and GET /health on this port; 0 = a free one [off]
   CRANKER_METRICS_HOST      the address that server binds; 0.0.0.0 in a pod, for Prometheus [127.0.0.1]
-Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with, 1 when it
-cannot start otherwise (its settlement journal held by another process, or unreadable).
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with, 1 when its
+settlement journal is unreadable, or held or taken by another process.
 `;
 
 export function loadCrankerConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): CrankerConfig {

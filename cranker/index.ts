@@ -1,7 +1,7 @@
 /**
  * `npm run cranker [-- --roles settlement,verifier,submitter]`: the Cranker worker.
  * Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for a configuration it cannot start with, 1
- * when it cannot start otherwise (its settlement journal held by another process, or unreadable).
+ * when its settlement journal is unreadable, or held or taken by another process.
  */
 import fs from "node:fs";
 import path from "node:path";
@@ -32,20 +32,21 @@ async function main(): Promise<void> {
 		process.exit(2);
 	}
 	const log = createLogger({ service: "cranker" });
-	const cranker = await Cranker.create(config, log);
+	let stopping = false;
+	// Another process took the journal: stop, and say so by the exit code.
+	const cranker = await Cranker.create(config, log, () => stop("settlement journal lost", 1));
 	const metrics = config.metricsPort === null ? null : await startMetricsServer(cranker.metrics, config.metricsHost, config.metricsPort, () => cranker.isOnline);
 	if (metrics) log.info("metrics and health served", { host: config.metricsHost, port: metrics.port, paths: ["/metrics", "/health"] });
 	cranker.start();
-	let stopping = false;
-	const stop = (signal: string) => {
+	function stop(reason: string, exitCode = 0) {
 		if (stopping) return;
 		stopping = true;
-		process.stdout.write(JSON.stringify({ time: new Date().toISOString(), level: "info", message: `${signal}: finishing the work in hand` }) + "\n");
+		process.stdout.write(JSON.stringify({ time: new Date().toISOString(), level: "info", message: `${reason}: finishing the work in hand` }) + "\n");
 		cranker
 			.stop()
 			.then(() => metrics?.close())
-			.then(() => process.exit(0));
-	};
+			.then(() => process.exit(exitCode));
+	}
 	process.on("SIGTERM", () => stop("SIGTERM"));
 	process.on("SIGINT", () => stop("SIGINT"));
 }

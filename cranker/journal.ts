@@ -25,6 +25,8 @@ import type { Lifetime } from "./chain";
 /** The lock is renewed this often, and taken for abandoned (its process killed) after LOCK_STALE_MS. */
 const LOCK_UPDATE_MS = 5_000;
 const LOCK_STALE_MS = 20_000;
+/** How long a start waits for a live holder's lock: a stopping Cranker may take a minute to finish its work in hand. */
+const LOCK_WAIT_MS = 120_000;
 /**
  * A record is forgotten only once the chain's height is past its blockhash's and this long after
  * it was signed: one RPC answer with a wrong height must not erase what may still land.
@@ -72,19 +74,22 @@ export class SettlementJournal {
 
 	private constructor(
 		readonly file: string,
+		private readonly crankerPubkey: string,
 		private readonly records: Map<string, SignedSettlementRecord>,
 		private releaseLock: () => Promise<void>
 	) {}
 
 	/**
 	 * The journal of `crankerPubkey` under `dir` (created if missing), locked for this process. A
-	 * lock left by a killed process is taken over once stale (within LOCK_STALE_MS, waited for); a
-	 * live holder's is not, and neither is an unreadable journal: signing blind could pay twice.
+	 * lock left by a killed process is taken over once stale (after LOCK_STALE_MS); a live holder's
+	 * is waited for, then refused, and so is an unreadable journal: signing blind could pay twice.
+	 * `onLockLost`: another process took the lock (this one was stalled past LOCK_STALE_MS); the
+	 * journal then refuses every read and write.
 	 */
 	static async open(
 		dir: string,
 		crankerPubkey: string,
-		{ onLockLost = () => {}, waitForLockMs = LOCK_STALE_MS + LOCK_UPDATE_MS }: { onLockLost?: (err: Error) => void; waitForLockMs?: number } = {}
+		{ onLockLost = () => {}, waitForLockMs = LOCK_WAIT_MS }: { onLockLost?: (err: Error) => void; waitForLockMs?: number } = {}
 	): Promise<SettlementJournal> {
 		await fs.mkdir(dir, { recursive: true, mode: 0o700 });
 		const file = path.resolve(dir, `settlements-${crankerPubkey}.json`);
@@ -108,7 +113,7 @@ export class SettlementJournal {
 		try {
 			// Temporary files of saves a crash cut short: never renamed, so never the journal.
 			for (const name of await fs.readdir(dir)) if (name.startsWith(`${path.basename(file)}.`) && name.endsWith(".tmp")) await fs.rm(path.join(dir, name), { force: true });
-			journal = new SettlementJournal(file, await readRecords(file, crankerPubkey), releaseLock);
+			journal = new SettlementJournal(file, crankerPubkey, await readRecords(file, crankerPubkey), releaseLock);
 			return journal;
 		} catch (err) {
 			await releaseLock();
@@ -133,6 +138,9 @@ export class SettlementJournal {
 	 */
 	async keep(record: SignedSettlementRecord): Promise<void> {
 		this.assertHeld();
+		// What could not be read back at the next start is not kept: that start would fail.
+		const problem = storedRecordProblem(toStored(record), this.crankerPubkey);
+		if (problem) throw new Error(`not keeping a settlement of the wrong form (${problem})`);
 		const earlier = this.records.get(record.payoutNullifier);
 		this.records.set(record.payoutNullifier, record);
 		try {
@@ -146,6 +154,7 @@ export class SettlementJournal {
 
 	/** Forgets settlements that can no longer land by block height `height`, and were signed long enough ago to be sure. */
 	async forgetExpired(height: bigint, nowMs = Date.now()): Promise<void> {
+		this.assertHeld();
 		let forgotten = false;
 		for (const [nullifier, record] of this.records)
 			if (record.lifetime.lastValidBlockHeight < height && nowMs - record.signedAt > FORGET_AFTER_MS) forgotten = this.records.delete(nullifier) || forgotten;
@@ -170,6 +179,8 @@ export class SettlementJournal {
 	}
 
 	private async write(): Promise<void> {
+		// Another process holds the file now: this one's records would overwrite its.
+		this.assertHeld();
 		const temporary = `${this.file}.${randomBytes(6).toString("hex")}.tmp`;
 		// "wx": a new file of its own, never one a link points elsewhere.
 		const handle = await fs.open(temporary, "wx", 0o600);
@@ -209,11 +220,10 @@ async function readRecords(file: string, crankerPubkey: string): Promise<Map<str
 	if (!Array.isArray(stored)) throw unreadable("not a list");
 	const records = new Map<string, SignedSettlementRecord>();
 	for (const entry of stored as Partial<StoredRecord>[]) {
-		if (STORED_STRINGS.some(key => typeof entry?.[key] !== "string") || !Number.isSafeInteger(entry.slot) || !Number.isSafeInteger(entry.signedAt) || !/^\d+$/.test(String(entry.lastValidBlockHeight)))
-			throw unreadable("a record of the wrong shape");
+		const problem = storedRecordProblem(entry, crankerPubkey);
+		if (problem) throw unreadable(problem);
 		const record = entry as StoredRecord;
-		const transaction = signedTransactionOf(record, crankerPubkey);
-		if (!transaction) throw unreadable(`the transaction of ${record.payoutNullifier} is not the one it names`);
+		const transaction = getTransactionDecoder().decode(Buffer.from(record.wireTransaction, "base64"));
 		records.set(record.payoutNullifier, {
 			payoutNullifier: record.payoutNullifier,
 			transactionCommitment: record.transactionCommitment,
@@ -227,13 +237,20 @@ async function readRecords(file: string, crankerPubkey: string): Promise<Map<str
 	return records;
 }
 
-/** The record's transaction when it is the one the record names, signed by this Cranker: only those bytes are ever sent again. */
-function signedTransactionOf(record: StoredRecord, crankerPubkey: string): Transaction | null {
+/**
+ * What is wrong with a stored record, null when nothing: its fields' shapes, and its transaction
+ * must be the one it names, signed by this Cranker (only those bytes are ever sent again).
+ */
+function storedRecordProblem(entry: Partial<StoredRecord> | null, crankerPubkey: string): string | null {
+	if (STORED_STRINGS.some(key => typeof entry?.[key] !== "string") || !Number.isSafeInteger(entry!.slot) || !Number.isSafeInteger(entry!.signedAt) || !/^\d+$/.test(String(entry!.lastValidBlockHeight)))
+		return "a record of the wrong shape";
+	const record = entry as StoredRecord;
 	try {
 		const transaction = getTransactionDecoder().decode(Buffer.from(record.wireTransaction, "base64"));
 		const signature = transaction.signatures[crankerPubkey as keyof typeof transaction.signatures];
-		return signature && encodeBase58(signature) === record.signature && verifySignature(crankerPubkey, Uint8Array.from(transaction.messageBytes), signature) ? transaction : null;
+		if (signature && encodeBase58(signature) === record.signature && verifySignature(crankerPubkey, Uint8Array.from(transaction.messageBytes), signature)) return null;
 	} catch {
-		return null;
+		// not a transaction
 	}
+	return `the transaction of ${record.payoutNullifier} is not the one it names`;
 }

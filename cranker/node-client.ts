@@ -44,9 +44,12 @@ export const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 
 type ErrorAnswer = { message?: string; type?: string; data?: unknown } | null;
 
-/** The answer's JSON (null when it is not JSON); past MAX_ANSWER_BYTES a NodeApiError (502), the rest unread. */
+/**
+ * The answer's JSON, undefined when it is not JSON; past MAX_ANSWER_BYTES a NodeApiError (502),
+ * the rest unread.
+ */
 async function answerJson(response: Response): Promise<unknown> {
-	if (!response.body) return null;
+	if (!response.body) return undefined;
 	const chunks: Uint8Array[] = [];
 	let size = 0;
 	for await (const chunk of response.body) {
@@ -58,7 +61,7 @@ async function answerJson(response: Response): Promise<unknown> {
 	try {
 		return JSON.parse(Buffer.concat(chunks).toString("utf8"));
 	} catch {
-		return null;
+		return undefined;
 	}
 }
 
@@ -129,7 +132,7 @@ export class NodeClient {
 			});
 			status = String(response.status);
 			if (response.ok && response.body && response.headers.get("content-type")?.startsWith("text/event-stream")) return response.body;
-			const payload = (await answerJson(response)) as ErrorAnswer;
+			const payload = ((await answerJson(response)) ?? null) as ErrorAnswer;
 			throw new NodeApiError(payload?.message ?? `HTTP ${response.status}`, response.status, payload?.type ?? "HTTP_ERROR", payload?.data);
 		} catch (err) {
 			if (err instanceof NodeApiError) throw err;
@@ -158,8 +161,11 @@ export class NodeClient {
 					signal: AbortSignal.timeout(15_000)
 				});
 				status = String(response.status);
-				const payload = (await answerJson(response)) as ErrorAnswer;
-				if (response.ok) return payload as T;
+				const answer = await answerJson(response);
+				// Every answer the Cranker acts on is a JSON object or list: anything else is not taken for a yes.
+				if (response.ok && (typeof answer !== "object" || answer === null)) throw new NodeApiError(`${method} ${path}: the Node's answer is not JSON`, 502, "BAD_ANSWER");
+				if (response.ok) return answer as T;
+				const payload = (answer ?? null) as ErrorAnswer;
 				if (response.status < 500) throw new NodeApiError(payload?.message ?? `HTTP ${response.status}`, response.status, payload?.type ?? "HTTP_ERROR", payload?.data);
 				failure = `HTTP ${response.status} ${payload?.type ?? ""}`.trim();
 			} catch (err) {

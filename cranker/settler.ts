@@ -333,7 +333,8 @@ export class Settler {
 	 */
 	private notPayable(intent: MempoolIntent): string | null {
 		let reason: string | null = null;
-		if (!isSenderSigned(intent)) reason = "not a payment its sender signed";
+		// Its commitment is in the settlement's memo, by which the chain is searched: it must be there, and the message's.
+		if (typeof intent.transactionCommitment !== "string" || !isSenderSigned(intent)) reason = "not a payment its sender signed";
 		else {
 			const window = checkValidityWindow(intent.senderAuthorizationIssuedAt, intent.senderAuthorizationExpiresAt, Date.now());
 			if (!window.ok && window.reason === "INVALID_MESSAGE") reason = `not a payment the Node could have accepted: ${window.detail}`;

@@ -91,11 +91,15 @@ export class Cranker {
 		this.signHeartbeat = createSigner(config.keypair);
 	}
 
-	static async create(config: CrankerConfig, log: Logger): Promise<Cranker> {
+	/** `onJournalLost`: another process took the settlement journal's lock; this Cranker signs nothing more, and should stop. */
+	static async create(config: CrankerConfig, log: Logger, onJournalLost: () => void = () => {}): Promise<Cranker> {
 		const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
 		if (!config.roles.includes("settlement")) return new Cranker(config, signer, log, null);
 		const journal = await SettlementJournal.open(config.stateDir, signer.address, {
-			onLockLost: err => log.error("the settlement journal's lock was lost to another process: this Cranker signs no more settlements", { error: err.message })
+			onLockLost: err => {
+				log.error("the settlement journal's lock was lost to another process: this Cranker signs no more settlements", { error: err.message });
+				onJournalLost();
+			}
 		});
 		log.info("settlement journal open", { file: journal.file, settlementsThatMayLand: journal.size });
 		return new Cranker(config, signer, log, journal);
@@ -223,7 +227,15 @@ export class Cranker {
 		for (const { intent } of work.filter(isWeighable)) {
 			if (this.stopping) return false;
 			if (!this.canPay(intent) || this.skipUntil.has(intent.id)) continue;
-			const result = await settler.settle(intent);
+			let result;
+			try {
+				result = await settler.settle(intent);
+			} catch (err) {
+				// An item that fails each time must not stop the ones behind it; a Node that is down stops the round.
+				if (err instanceof NodeApiError && err.status === 0) throw err;
+				this.log.warn("settlement failed; trying the next work item", { intent: intent.id, error: (err as Error).message });
+				continue;
+			}
 			if (result === "lost") continue; // another Cranker leased it first
 			if (result === "released" || result === "unsigned") {
 				this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);

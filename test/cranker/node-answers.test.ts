@@ -64,6 +64,17 @@ test("an answer past MAX_ANSWER_BYTES is refused, not read to its end", async ()
 	}
 });
 
+test("a success answer that is not a JSON object or list is not taken for a yes", async () => {
+	const answers = ["OK", "", "null", "true"];
+	const node = await standInNode((_req, res) => res.writeHead(200, { "content-type": "application/json" }).end(answers.shift()));
+	try {
+		const client = new NodeClient(node.url, "key", keypairSigningKey(generateKeypair()), 0);
+		for (let i = 0; i < 4; i++) await expect(client.heartbeat({})).rejects.toMatchObject({ type: "BAD_ANSWER", status: 502 });
+	} finally {
+		await node.close();
+	}
+});
+
 test("a work item the Cranker cannot weigh (no amount, an amount that is not one) is passed over; the items behind it are still tried", async () => {
 	const chain = new LocalChain();
 	await chain.start();

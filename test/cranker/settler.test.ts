@@ -7,7 +7,7 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { createKeyPairSignerFromBytes, generateKeyPairSigner, type Address } from "@solana/kit";
+import { createKeyPairSignerFromBytes, generateKeyPairSigner, getSignatureFromTransaction, type Address, type Blockhash } from "@solana/kit";
 import { Chain } from "../../cranker/chain";
 import type { CrankerConfig } from "../../cranker/config";
 import { SettlementJournal } from "../../cranker/journal";
@@ -17,12 +17,14 @@ import { Settler } from "../../cranker/settler";
 import { LocalChain } from "../../devkit/local-chain";
 import { payoutNullifier } from "../../lib/canonical";
 import { createSigner, generateKeypair } from "../../lib/ed25519";
+import { encodeBase58 } from "../../lib/encoding";
 import { decidedRecord } from "../../lib/intake";
 import { toWorkerView, type IntentRecord, type MempoolIntent } from "../../lib/intents";
 import { buildPayoutAuthorization } from "../../lib/payout";
-import { creditAccountAddress, DEFAULT_SETTLEMENT_PROGRAM_ID } from "../../lib/settlement";
+import { creditAccountAddress, DEFAULT_SETTLEMENT_PROGRAM_ID, signMemoTransaction } from "../../lib/settlement";
 import { iso, newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
+import { waitFor } from "./harness";
 
 /** The stored record of a VERIFIED intent of this request. */
 function verifiedRecord(request: ReturnType<typeof signedIntent>): IntentRecord {
@@ -80,6 +82,13 @@ test("a signed work item issued ahead of the clock, which would cut the chain se
 	expect(await settler.settle(ahead)).toBe("unsigned");
 	expect(settler.calls).toEqual([]);
 	expect(settler.lines.join("\n")).toMatch(/not a payment the Node could have accepted: issuedAt is more than 60 s in the future/);
+});
+
+test("a work item without its transactionCommitment, which the settlement's memo and the chain search need, is not leased", async () => {
+	const { transactionCommitment: _omitted, ...uncommitted } = workItem(signedIntent(newWallet(), route));
+	const settler = await settlerWith(intent => intent);
+	expect(await settler.settle(uncommitted as MempoolIntent)).toBe("unsigned");
+	expect(settler.calls).toEqual([]);
 });
 
 describe("a settlement signed before the Cranker restarted", () => {
@@ -225,7 +234,7 @@ describe("a settlement signed before the Cranker restarted", () => {
 		fs.rmSync(journal.file);
 		fs.mkdirSync(journal.file);
 		const sends = chain.calls.get("sendTransaction") ?? 0;
-		await expect(settler.settle(first.offered)).rejects.toThrow();
+		await expect(settler.settle(first.offered)).rejects.toThrow(/EISDIR/);
 		expect(chain.calls.get("sendTransaction") ?? 0).toBe(sends);
 		expect(first.reported.map(report => report.status)).toEqual(["CRANKER_LEASED", "SUBMITTED", "CRANKER_LEASED", "VERIFIED"]);
 		// Still the first settlement's record in memory, not the unsaved one.
@@ -240,6 +249,24 @@ describe("a settlement signed before the Cranker restarted", () => {
 		await expect(SettlementJournal.open(dir, signer.address, { waitForLockMs: 0 })).rejects.toThrow(/another Cranker process holds the settlement journal/);
 		await holder.close();
 		await openJournal(dir, signer.address);
+	});
+
+	test("a Cranker whose journal lock another process took writes nothing more over that process's journal", async () => {
+		const signer = await generateKeyPairSigner();
+		const dir = tempDir("scs-journal-");
+		let lost = false;
+		const stalled = await SettlementJournal.open(dir, signer.address, { onLockLost: () => (lost = true) });
+		opened.push(stalled);
+		// As after a stall past the lock's staleness: another process takes the lock over and keeps a settlement.
+		fs.rmSync(`${stalled.file}.lock`, { recursive: true });
+		const taker = await openJournal(dir, signer.address);
+		const lifetime = { blockhash: encodeBase58(new Uint8Array(32).fill(3)) as Blockhash, lastValidBlockHeight: 100n };
+		const transaction = await signMemoTransaction(signer, "a settlement", lifetime);
+		await taker.keep({ payoutNullifier: "ab".repeat(32), transactionCommitment: "cd".repeat(32), signature: getSignatureFromTransaction(transaction), slot: 1, signedAt: Date.now(), lifetime, transaction });
+		await waitFor(async () => lost || null, 15_000, "the stalled Cranker sees its lock lost");
+		await expect(stalled.forgetExpired(10n ** 12n, Date.now() + 3600_000)).rejects.toThrow(/lock was lost/);
+		expect(() => stalled.signedFor("ab".repeat(32))).toThrow(/lock was lost/);
+		expect(JSON.parse(fs.readFileSync(taker.file, "utf8"))).toHaveLength(1);
 	});
 
 	test("a journal that cannot be read, or holds bytes this Cranker did not sign, stops the start", async () => {

@@ -114,8 +114,8 @@ export class Settler {
 		if (typeof authorization === "string") return this.release(leased, authorization);
 
 		const creditAccount = await creditAccountAddress(leased.recipientRouteCommitment, address(leased.tokenMintAddress), this.config.settlementProgramId);
-		const signedAt = Math.floor(Date.parse(leased.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
-		for (const candidate of await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, signedAt)) {
+		const searchFrom = Math.floor(Date.parse(leased.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
+		for (const candidate of await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom)) {
 			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
 			if (!(await this.isSettlementOf(leased, candidate))) continue;
 			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });

@@ -7,6 +7,7 @@ import fs from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
+import type { Address } from "@solana/kit";
 import { loadCrankerConfig } from "../../cranker/config";
 import { createLogger } from "../../cranker/log";
 import { MAX_ANSWER_BYTES, NodeApiError, NodeClient } from "../../cranker/node-client";
@@ -14,7 +15,7 @@ import { Cranker } from "../../cranker/worker";
 import { LocalChain } from "../../devkit/local-chain";
 import { generateKeypair } from "../../lib/ed25519";
 import { keypairSigningKey } from "../../lib/http-signature";
-import { toWorkerView } from "../../lib/intents";
+import { toWorkerView, type MempoolIntent } from "../../lib/intents";
 import { decidedRecord } from "../../lib/intake";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
@@ -75,40 +76,76 @@ test("a success answer that is not a JSON object or list is not taken for a yes"
 	}
 });
 
-test("a work item the Cranker cannot weigh (no amount, an amount that is not one) is passed over; the items behind it are still tried", async () => {
+describe("the Cranker's work loop", () => {
 	const chain = new LocalChain();
-	await chain.start();
-	const mint = chain.createMint(6);
+	let mint: Address;
 	const keypair = generateKeypair();
-	chain.fundLamports(keypair.publicKey);
-	await chain.fundTokens(keypair.publicKey, mint, 10n ** 12n);
-	const at = new Date().toISOString();
-	const request = signedIntent(newWallet(), newRoute(), { tokenMintAddress: mint });
-	const good = toWorkerView(decidedRecord({ id: "int_0123456789abcdef0123456789abcdef", request, requestDigest: "0".repeat(64), transactionCommitment: request.transactionCommitment!, epoch: 1, at, intakeCall: null }, { ok: true }));
-	const malformed = [null, { intent: null }, { intent: { ...good, id: "int_1", amount: "a lot" } }, { intent: { ...good, id: "int_2", amount: 5 } }];
-	const node = await standInNode((req, res) => {
-		if (req.url === "/crankers/heartbeat") return json(res, 200, {});
-		if (req.url?.startsWith("/intent-work")) return json(res, 200, [...malformed, { intent: good, leaseTtlMs: 30_000 }]);
-		if (req.url?.startsWith("/intents?")) return json(res, 200, []);
-		// The lease of the well-formed item: lost to another Cranker, which ends the test's interest in it.
-		if (req.method === "PATCH") return json(res, 409, { name: "ConflictError", type: "STATE_CONFLICT", message: "leased by another Cranker" });
-		json(res, 404, { type: "NOT_FOUND", message: "not here" });
+	beforeAll(async () => {
+		await chain.start();
+		mint = chain.createMint(6);
+		chain.fundLamports(keypair.publicKey);
+		await chain.fundTokens(keypair.publicKey, mint, 10n ** 12n);
 	});
-	const dir = tempDir("scs-node-answers-");
-	const keyFile = path.join(dir, "cranker.json");
-	fs.writeFileSync(keyFile, JSON.stringify([...keypair.secretKey]));
-	const config = loadCrankerConfig(
-		{ KEYPAIR_PATH: keyFile, NODE_URL: node.url, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: chain.url, POLL_INTERVAL_MS: "50", HEARTBEAT_INTERVAL_MS: "200", CRANKER_STATE_DIR: dir },
-		[]
-	);
-	const cranker = await Cranker.create(config, createLogger({}, () => {}));
-	try {
-		cranker.start();
-		await waitFor(async () => node.requests.find(line => line === `PATCH /intents/${good.id}/status`) ?? null, 10_000, "the well-formed item leased");
-		expect(node.requests.filter(line => line.startsWith("PATCH"))).not.toContainEqual(expect.stringMatching(/int_[12]\//));
-	} finally {
-		await cranker.stop();
-		await node.close();
-		await chain.stop();
+	afterAll(() => chain.stop());
+
+	/** A VERIFIED work item its sender signed, paying in `mint`. */
+	function signedItem(id: string): MempoolIntent {
+		const request = signedIntent(newWallet(), newRoute(), { tokenMintAddress: mint });
+		return toWorkerView(decidedRecord({ id, request, requestDigest: "0".repeat(64), transactionCommitment: request.transactionCommitment!, epoch: 1, at: new Date().toISOString(), intakeCall: null }, { ok: true }));
 	}
+
+	/**
+	 * A settlement Cranker against a stand-in Node answering `answer` (after its heartbeat and its
+	 * empty orphan list), until it sends the request `awaited`; the requests it sent.
+	 */
+	async function crankerAgainst(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void, awaited: string) {
+		const node = await standInNode((req, res) => {
+			if (req.url === "/crankers/heartbeat") return json(res, 200, {});
+			if (req.url?.startsWith("/intents?")) return json(res, 200, []);
+			answer(req, res);
+		});
+		const dir = tempDir("scs-node-answers-");
+		const keyFile = path.join(dir, "cranker.json");
+		fs.writeFileSync(keyFile, JSON.stringify([...keypair.secretKey]));
+		const config = loadCrankerConfig(
+			{ KEYPAIR_PATH: keyFile, NODE_URL: node.url, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: chain.url, POLL_INTERVAL_MS: "50", HEARTBEAT_INTERVAL_MS: "200", CRANKER_STATE_DIR: dir },
+			[]
+		);
+		const cranker = await Cranker.create(config, createLogger({}, () => {}));
+		try {
+			cranker.start();
+			await waitFor(async () => node.requests.find(line => line === awaited) ?? null, 10_000, awaited);
+			return node.requests;
+		} finally {
+			await cranker.stop();
+			await node.close();
+		}
+	}
+
+	// The lease of the item the test waits for is lost to another Cranker, which ends the test's interest in it.
+	const lost = (res: http.ServerResponse) => json(res, 409, { name: "ConflictError", type: "STATE_CONFLICT", message: "leased by another Cranker" });
+
+	test("a work item it cannot weigh (no amount, an amount that is not one) is passed over; the items behind it are still tried", async () => {
+		const good = signedItem("int_0123456789abcdef0123456789abcdef");
+		const malformed = [null, { intent: null }, { intent: { ...good, id: "int_1", amount: "a lot" } }, { intent: { ...good, id: "int_2", amount: 5 } }];
+		const requests = await crankerAgainst((req, res) => {
+			if (req.url?.startsWith("/intent-work")) return json(res, 200, [...malformed, { intent: good, leaseTtlMs: 30_000 }]);
+			if (req.method === "PATCH") return lost(res);
+			json(res, 404, { type: "NOT_FOUND", message: "not here" });
+		}, `PATCH /intents/${good.id}/status`);
+		expect(requests.filter(line => line.startsWith("PATCH"))).not.toContainEqual(expect.stringMatching(/int_[12]\//));
+	});
+
+	test("a work item whose settlement fails each time does not stop the items behind it", async () => {
+		const failing = signedItem("int_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+		const next = signedItem("int_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
+		await crankerAgainst((req, res) => {
+			if (req.url?.startsWith("/intent-work")) return json(res, 200, [failing, next].map(intent => ({ intent, leaseTtlMs: 30_000 })));
+			if (req.url === `/intents/${failing.id}/status`) return json(res, 200, { ...failing, receiverStatus: "CRANKER_LEASED", stateVersion: failing.stateVersion + 1, lease: { crankerPubkey: keypair.publicKey, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 30_000).toISOString() } });
+			// Its payout authorization is not an answer: the settlement fails, every round.
+			if (req.url?.startsWith("/internal/settlement-authorizations")) return res.writeHead(200).end("not JSON");
+			if (req.method === "PATCH") return lost(res);
+			json(res, 404, { type: "NOT_FOUND", message: "not here" });
+		}, `PATCH /intents/${next.id}/status`);
+	});
 });

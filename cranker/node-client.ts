@@ -9,6 +9,7 @@
  */
 import { RequestSigner, type RequestSigningKey } from "../lib/http-signature";
 import type { MempoolIntent, UpdateStatusRequest } from "../lib/intents";
+import { AnswerTooLargeError, readJsonAnswer } from "../lib/json-answer";
 import type { PayoutAuthorization } from "../lib/payout";
 import type { TinStage } from "../lib/schemas";
 import type { StageRequest, toTinOperationView } from "../lib/tin-operations";
@@ -44,24 +45,13 @@ export const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 
 type ErrorAnswer = { message?: string; type?: string; data?: unknown } | null;
 
-/**
- * The answer's JSON, undefined when it is not JSON; past MAX_ANSWER_BYTES a NodeApiError (502),
- * the rest unread.
- */
+/** The answer's JSON (undefined when it is not JSON); past MAX_ANSWER_BYTES a NodeApiError (502), the rest unread. */
 async function answerJson(response: Response): Promise<unknown> {
-	if (!response.body) return undefined;
-	const chunks: Uint8Array[] = [];
-	let size = 0;
-	for await (const chunk of response.body) {
-		size += chunk.byteLength;
-		// Leaving the loop cancels the body.
-		if (size > MAX_ANSWER_BYTES) throw new NodeApiError(`the Node's answer passed ${MAX_ANSWER_BYTES} bytes`, 502, "ANSWER_TOO_LARGE");
-		chunks.push(chunk);
-	}
 	try {
-		return JSON.parse(Buffer.concat(chunks).toString("utf8"));
-	} catch {
-		return undefined;
+		return await readJsonAnswer(response, MAX_ANSWER_BYTES);
+	} catch (err) {
+		if (err instanceof AnswerTooLargeError) throw new NodeApiError(`the Node's answer passed ${MAX_ANSWER_BYTES} bytes`, 502, "ANSWER_TOO_LARGE");
+		throw err;
 	}
 }
 

@@ -95,7 +95,7 @@ async function main(): Promise<void> {
 	show("on-chain signature", done.transactionSignature);
 
 	step(6, "The SDK checks the settlement on chain: memo, mint, amount and credit account");
-	const onChain = await client.confirmOnChain(done.transactionSignature!, { ...done, recipientRouteCommitment: route.routeCommitment });
+	const onChain = await client.confirmOnChain(done.transactionSignature!, signed);
 	show("slot", onChain.slot);
 	show("memo", onChain.memo);
 	show("recipient credit", `${chain.tokenBalance(await creditAccountAddress(routeCommitment, mint))} base units`);

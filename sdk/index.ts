@@ -6,19 +6,20 @@
  * through a Signer.
  */
 import { ed25519 } from "@noble/curves/ed25519.js";
-import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi } from "@solana/kit";
+import { address, createSolanaRpc, signature as toSignature, type Address, type Rpc, type SolanaRpcApi } from "@solana/kit";
 import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
-import { encodeBase58 } from "../lib/encoding";
+import { HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN, decodeBase58, encodeBase58, isAmount, isBase58OfLength } from "../lib/encoding";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
+import { AnswerTooLargeError, readJsonAnswer } from "../lib/json-answer";
 import type { ActiveRoute } from "../lib/registry";
-import { readEncodedSettlementTransaction, settlementMismatches, type ExpectedSettlement } from "../lib/settlement";
+import { DEFAULT_SETTLEMENT_PROGRAM_ID, expectedSettlementOf, readEncodedSettlementTransaction, settlementMismatches } from "../lib/settlement";
 import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
+import { isValidTin } from "../lib/tin";
 
 // The domain types an app handles through the SDK, so that it can name them.
 export type { PaymentAuthorizationFields } from "../lib/canonical";
 export type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 export type { ActiveRoute } from "../lib/registry";
-export type { ExpectedSettlement } from "../lib/settlement";
 
 /** What signs a message: a local keypair here, a wallet adapter's `signMessage` in an app. */
 export interface Signer {
@@ -31,8 +32,11 @@ export interface Signer {
 /** A Signer over a local ed25519 key (@noble/curves): tests, scripts, server-side senders. */
 export class LocalKeypairSigner implements Signer {
 	readonly address: string;
+	/** A field of the language's own privacy: not enumerable, so never in a JSON.stringify or a logged object. */
+	readonly #seed: Uint8Array;
 
-	private constructor(private readonly seed: Uint8Array) {
+	private constructor(seed: Uint8Array) {
+		this.#seed = seed;
 		this.address = encodeBase58(ed25519.getPublicKey(seed));
 	}
 
@@ -47,7 +51,11 @@ export class LocalKeypairSigner implements Signer {
 	}
 
 	async signMessage(message: Uint8Array): Promise<Uint8Array> {
-		return ed25519.sign(message, this.seed);
+		return ed25519.sign(message, this.#seed);
+	}
+
+	toJSON(): { address: string } {
+		return { address: this.address };
 	}
 }
 
@@ -69,8 +77,12 @@ export class SettlementError extends Error {
 export interface PaymentParams {
 	paymentId: string;
 	recipientTin: string;
-	/** The route resolveTin() returned; the intent is bound to its commitment and version. */
-	route: ActiveRoute;
+	/**
+	 * The recipient's active route: its commitment and version bind the payment. resolveTin()
+	 * answers it, on the service's word; an app that has the route from its payee (an invoice, a QR
+	 * code) passes that. Its `tin` must be `recipientTin`.
+	 */
+	route: ActiveRoute & { active?: boolean };
 	tokenMintAddress: string;
 	amount: string;
 	feeLimit: string;
@@ -96,6 +108,10 @@ export interface ClientOptions {
 	submitAttempts?: number;
 	/** Solana JSON-RPC endpoint for confirmOnChain(). */
 	solanaRpcUrl?: string;
+	/** The settlement program the credit accounts derive from: the deployment's (the service's SETTLEMENT_PROGRAM_ID). */
+	settlementProgramId?: string;
+	/** Each request to the service is abandoned after this (default 30 s); waitForStatus has its own timeout. */
+	requestTimeoutMs?: number;
 	/**
 	 * waitForStatus takes an event stream that sent nothing this long for dropped, and resumes it:
 	 * 45 s, three of the service's heartbeats at its default EVENT_HEARTBEAT_MS (15 s).
@@ -110,6 +126,11 @@ export interface OnChainSettlement {
 }
 
 const FUNDING_MODE = "wallet_only_v2";
+/** The most of a service's answer the SDK reads: its answers are a record or a short list. */
+const MAX_ANSWER_BYTES = 4 * 1024 * 1024;
+const HEX64 = new RegExp(HEX64_PATTERN);
+const IDENTIFIER = new RegExp(IDENTIFIER_PATTERN);
+const NONCE = new RegExp(NONCE_PATTERN);
 /** How long each probe of /health/live may take (see networkError). */
 const PROBE_TIMEOUT_MS = 5000;
 /**
@@ -157,6 +178,8 @@ export class SettlementClient {
 	private readonly submitAttempts: number;
 	private readonly streamSilenceMs: number;
 	private readonly rpc: Rpc<SolanaRpcApi> | null;
+	private readonly programId: Address;
+	private readonly requestTimeoutMs: number;
 
 	constructor(options: ClientOptions) {
 		this.baseUrl = options.baseUrl.replace(/\/+$/, "");
@@ -164,6 +187,8 @@ export class SettlementClient {
 		this.submitAttempts = options.submitAttempts ?? 3;
 		this.streamSilenceMs = options.streamSilenceMs ?? 45_000;
 		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
+		this.programId = options.settlementProgramId ? address(options.settlementProgramId) : DEFAULT_SETTLEMENT_PROGRAM_ID;
+		this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
 	}
 
 	/**
@@ -180,13 +205,26 @@ export class SettlementClient {
 		return { canSubmit: true, canSettleNow: true, network: { network: network.network, tokenMintAddress: network.tokenMintAddress, liquidity: network.liquidity, crankersOnline: network.crankersOnline } };
 	}
 
-	/** The TIN's active route (its commitment and version bind the payment). */
-	resolveTin(tin: string): Promise<ActiveRoute & { active: boolean; updatedAt: string }> {
-		return this.request("GET", `/registry/tins/${encodeURIComponent(tin)}`);
+	/**
+	 * The TIN's active route (its commitment and version bind the payment), on the service's word:
+	 * signPayment checks that it is the route of the TIN asked for, and active, not that the
+	 * registry holds it. An app that has the route from its payee passes that instead.
+	 */
+	async resolveTin(tin: string): Promise<ActiveRoute & { active: boolean; updatedAt: string }> {
+		const route = await this.request<ActiveRoute & { active: boolean; updatedAt: string }>("GET", `/registry/tins/${encodeURIComponent(tin)}`);
+		if (route.tin !== tin) throw new SettlementError(`the service answered the route of another TIN than ${tin}`, "ANSWER_MISMATCH", null);
+		return route;
 	}
 
-	/** The canonical message and commitment of SPEC §1 for these parameters, as the wallet will sign them. */
+	/**
+	 * The canonical message and commitment of SPEC §1 for these parameters, as the wallet will sign
+	 * them. Parameters the service would refuse, or that could make the text read otherwise than
+	 * the fields (a line break in a field), throw VALIDATION_ERROR: nothing of the kind is signed.
+	 */
 	buildPaymentAuthorization(sender: string, params: PaymentParams): PaymentAuthorization {
+		const { route } = params;
+		if (route.tin !== params.recipientTin) throw new SettlementError(`the route is TIN ${route.tin}'s, not the recipient ${params.recipientTin}'s`, "VALIDATION_ERROR", null);
+		if (route.active === false) throw new SettlementError(`the route of TIN ${route.tin} is not active`, "VALIDATION_ERROR", null);
 		const issuedAt = params.issuedAt ?? new Date();
 		const fields: PaymentAuthorizationFields = {
 			paymentId: params.paymentId,
@@ -203,14 +241,19 @@ export class SettlementClient {
 			senderAuthorizationExpiresAt: (params.expiresAt ?? new Date(issuedAt.getTime() + 10 * 60_000)).toISOString(),
 			expiresAtSlot: params.expiresAtSlot
 		};
+		const problem = paymentFieldsProblem(fields);
+		if (problem) throw new SettlementError(`not a payment to sign: ${problem}`, "VALIDATION_ERROR", null);
 		return { fields, ...buildPaymentMessage(fields) };
 	}
 
 	/** Builds the authorization and has the signer sign it: the CreateIntentRequest to submit. */
 	async signPayment(signer: Signer, params: PaymentParams): Promise<CreateIntentRequest> {
 		const { fields, message, transactionCommitment } = this.buildPaymentAuthorization(signer.address, params);
-		const signature = await signer.signMessage(utf8.encode(message));
-		if (signature.length !== 64) throw new SettlementError("the signer returned a signature that is not 64 bytes", "INVALID_SIGNATURE", null);
+		const bytes = utf8.encode(message);
+		const signature = await signer.signMessage(bytes);
+		// A wallet that signed with another account, or returned anything else, is told now, not by the service.
+		if (signature.length !== 64 || !ed25519.verify(signature, bytes, decodeBase58(signer.address)!, { zip215: false }))
+			throw new SettlementError(`the signer's signature does not verify for its address ${signer.address}`, "INVALID_SIGNATURE", null);
 		return { ...fields, senderAuthorizationMessage: message, senderAuthorizationSignature: encodeBase58(signature), transactionCommitment };
 	}
 
@@ -221,14 +264,21 @@ export class SettlementClient {
 	 */
 	async submit(intent: CreateIntentRequest): Promise<PublicMempoolIntent> {
 		for (let attempt = 1; ; attempt++) {
+			let record: PublicMempoolIntent;
 			try {
-				return await this.request<PublicMempoolIntent>("POST", "/intents", intent);
+				record = await this.request<PublicMempoolIntent>("POST", "/intents", intent);
 			} catch (err) {
 				const failure = err as SettlementError;
 				if (!isRetryable(failure) || attempt >= this.submitAttempts) throw failure;
 				// A 503 says when to come back (NOT_READY: another body under this paymentId is not verified yet).
 				await sleep(Math.max(100 * 2 ** (attempt - 1), Math.min(failure.retryAfterMs ?? 0, MAX_SUBMIT_WAIT_MS)));
+				continue;
 			}
+			// The record is the one of this payment, or the app would follow another's.
+			const { transactionCommitment } = buildPaymentMessage(intent);
+			if (record.paymentId !== intent.paymentId || record.transactionCommitment !== transactionCommitment || record.senderWallet !== intent.senderWallet)
+				throw new SettlementError(`the service answered a record of another payment than ${intent.paymentId}`, "ANSWER_MISMATCH", null);
+			return record;
 		}
 	}
 
@@ -266,9 +316,8 @@ export class SettlementClient {
 			for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
 				let wait = delay;
 				try {
-					const polled = await this.request<PublicMempoolIntent | null>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal);
-					// null: no record in the answer (its body cut by the timeout, a proxy's page): tried again.
-					if (polled) {
+					const polled = checkedView(id, await this.request<unknown>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal));
+					{
 						last = polled;
 						failure = undefined;
 						if (TERMINAL.has(polled.status)) return polled;
@@ -276,6 +325,7 @@ export class SettlementClient {
 				} catch (err) {
 					if (stop.signal.aborted) throw timeout();
 					const refused = err as SettlementError;
+					if (refused.type === "ANSWER_MISMATCH") throw refused;
 					// Too many requests from this client (429): asked again once the service said to.
 					if (refused.code === 429) wait = Math.max(delay, refused.retryAfterMs ?? 0);
 					else if (!isRetryable(refused)) throw err;
@@ -326,11 +376,12 @@ export class SettlementClient {
 				try {
 					for await (const event of readEvents(response.body, parser, silence)) {
 						if (event.type !== "status") continue;
-						const view = JSON.parse(event.data) as PublicMempoolIntent;
+						const view = checkedView(id, parseJson(event.data));
 						seen(view);
 						if (TERMINAL.has(view.status)) return view;
 					}
-				} catch {
+				} catch (err) {
+					if ((err as SettlementError).type === "ANSWER_MISMATCH") throw err;
 					// A dropped or silent connection (or the abort): resumed, or ended, by the loop.
 				}
 			} finally {
@@ -342,14 +393,18 @@ export class SettlementClient {
 	}
 
 	/**
-	 * Checks on chain, through the Solana RPC, that `signature` is a confirmed, successful settlement
-	 * of the expected payment: its memo names the intent's transactionCommitment and it transfers
-	 * exactly the amount of the mint to the credit account of the route the payment was signed for
-	 * (`recipientRouteCommitment`, from resolveTin), so a transfer anywhere else never passes.
-	 * Typically `{ ...intent, recipientRouteCommitment: route.routeCommitment }`.
+	 * Checks on chain, through the Solana RPC, that `signature` (the record's transactionSignature)
+	 * is a confirmed, successful settlement of `intent`, the request signPayment returned: its memo
+	 * names the commitment of what the wallet signed and its payout nullifier, and it transfers
+	 * exactly the signed amount of the signed mint to the credit account of the signed route. Every
+	 * expected value comes from the signed request, none from the service, so a settlement of
+	 * another payment, or to another account, never passes.
 	 */
-	async confirmOnChain(signature: string, expected: ExpectedSettlement & { recipientRouteCommitment: string }): Promise<OnChainSettlement> {
+	async confirmOnChain(signature: string, intent: CreateIntentRequest): Promise<OnChainSettlement> {
 		if (!this.rpc) throw new SettlementError("confirmOnChain needs the solanaRpcUrl client option", "CONFIGURATION_ERROR", null);
+		const problem = paymentFieldsProblem(intent);
+		if (problem) throw new SettlementError(`not a signed payment: ${problem}`, "VALIDATION_ERROR", null);
+		const expected = expectedSettlementOf({ ...intent, transactionCommitment: buildPaymentMessage(intent).transactionCommitment }, this.programId);
 		let fetched;
 		try {
 			fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send();
@@ -365,22 +420,41 @@ export class SettlementClient {
 		return { signature, slot: fetched.slot, memo };
 	}
 
+	/**
+	 * One request, abandoned after requestTimeoutMs (a NETWORK_ERROR) or with `signal`; its answer
+	 * read up to MAX_ANSWER_BYTES. A success answer that is not a JSON object or list (a proxy's
+	 * page, a body cut short) is INVALID_ANSWER, which may be retried like a network error.
+	 */
 	private async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
-		let response: Response;
+		const attempt = abortsWith(signal);
+		const timer = setTimeout(attempt.abort, this.requestTimeoutMs);
 		try {
-			response = await this.fetch(`${this.baseUrl}${path}`, {
-				method,
-				headers: body === undefined ? {} : { "content-type": "application/json" },
-				body: body === undefined ? undefined : JSON.stringify(body),
-				...(signal ? { signal } : {})
-			});
-		} catch (err) {
-			if (signal?.aborted) throw err; // the caller's own abort: nothing to tell apart
-			throw await this.networkError(path, err as Error, signal);
+			let response: Response;
+			let answer: unknown;
+			try {
+				response = await this.fetch(`${this.baseUrl}${path}`, {
+					method,
+					headers: body === undefined ? {} : { "content-type": "application/json" },
+					body: body === undefined ? undefined : JSON.stringify(body),
+					signal: attempt.signal
+				});
+				answer = await readJsonAnswer(response, MAX_ANSWER_BYTES);
+			} catch (err) {
+				if (err instanceof AnswerTooLargeError) throw new SettlementError(`the answer to ${path} passed ${MAX_ANSWER_BYTES} bytes`, "INVALID_ANSWER", null);
+				if (signal?.aborted) throw err; // the caller's own abort: nothing to tell apart
+				throw await this.networkError(path, err as Error, signal);
+			}
+			if (response.ok) {
+				if (typeof answer !== "object" || answer === null) throw new SettlementError(`the answer to ${path} is not JSON`, "INVALID_ANSWER", response.status);
+				return answer as T;
+			}
+			const payload = (typeof answer === "object" ? answer : null) as { message?: unknown; type?: unknown; data?: unknown } | null;
+			const text = (value: unknown, fallback: string) => (typeof value === "string" ? value.slice(0, 500) : fallback);
+			throw new SettlementError(text(payload?.message, `HTTP ${response.status}`), text(payload?.type, "HTTP_ERROR"), response.status, payload?.data, retryAfterMs(response.headers.get("retry-after")));
+		} finally {
+			clearTimeout(timer);
+			attempt.release();
 		}
-		const payload = (await response.json().catch(() => null)) as { message?: string; type?: string; data?: unknown } | null;
-		if (!response.ok) throw new SettlementError(payload?.message ?? `HTTP ${response.status}`, payload?.type ?? "HTTP_ERROR", response.status, payload?.data, retryAfterMs(response.headers.get("retry-after")));
-		return payload as T;
 	}
 
 	/**
@@ -430,6 +504,43 @@ export class SettlementClient {
 	}
 }
 
+/** The public view of intent `id` in a service's answer; ANSWER_MISMATCH when it is not one (another intent's, say). */
+function checkedView(id: string, answer: unknown): PublicMempoolIntent {
+	const view = answer as Partial<PublicMempoolIntent> | null | undefined;
+	if (view?.id !== id || typeof view.status !== "string") throw new SettlementError(`the service answered another record than intent ${id}`, "ANSWER_MISMATCH", null);
+	return view as PublicMempoolIntent;
+}
+
+function parseJson(text: string): unknown {
+	try {
+		return JSON.parse(text);
+	} catch {
+		return undefined;
+	}
+}
+
+/**
+ * Why the fields of a payment are not ones the service accepts (SPEC §1), or null. Checked before
+ * a wallet signs them: a field that is not its form (a line break in the route commitment, an
+ * amount written "1e6") would have the wallet sign text that reads otherwise than the payment.
+ */
+function paymentFieldsProblem(f: PaymentAuthorizationFields): string | null {
+	const checks: [boolean, string][] = [
+		[typeof f.paymentId === "string" && IDENTIFIER.test(f.paymentId), "paymentId is 8–128 characters A–Z a–z 0–9 _ -"],
+		[typeof f.senderWallet === "string" && isBase58OfLength(f.senderWallet, 32), "senderWallet is a base58 public key"],
+		[typeof f.recipientTin === "string" && isValidTin(f.recipientTin), "recipientTin is a 10-digit TIN with its check digit"],
+		[typeof f.recipientRouteCommitment === "string" && HEX64.test(f.recipientRouteCommitment), "the route commitment is 64 lowercase hex digits"],
+		[Number.isSafeInteger(f.recipientRouteVersion) && f.recipientRouteVersion >= 1, "the route version is an integer ≥ 1"],
+		[typeof f.tokenMintAddress === "string" && isBase58OfLength(f.tokenMintAddress, 32), "tokenMintAddress is a base58 address"],
+		[typeof f.amount === "string" && isAmount(f.amount) && f.amount !== "0", "amount is a decimal count of base units, more than 0, at most 2^64 - 1"],
+		[typeof f.feeLimit === "string" && isAmount(f.feeLimit), "feeLimit is a decimal count of base units"],
+		[typeof f.senderAuthorizationNonce === "string" && NONCE.test(f.senderAuthorizationNonce), "the nonce is 16–128 characters A–Z a–z 0–9 _ -"],
+		[Number.isSafeInteger(f.expiresAtSlot) && f.expiresAtSlot >= 0, "expiresAtSlot is a slot number"],
+		[Date.parse(f.senderAuthorizationExpiresAt) > Date.parse(f.senderAuthorizationIssuedAt), "it expires after it is issued"]
+	];
+	return checks.find(([ok]) => !ok)?.[1] ?? null;
+}
+
 /** The page's origin when the SDK runs in a browser page and `baseUrl` is another origin (CORS applies), else null. */
 function crossOriginPage(baseUrl: string): string | null {
 	const { document, location } = globalThis as { document?: unknown; location?: { origin?: string; href?: string } };
@@ -457,9 +568,13 @@ function retryAfterMs(header: string | null): number | undefined {
 	return Number.isFinite(ms) ? Math.max(0, ms) : undefined;
 }
 
-/** A failure after which the same request may succeed: a network error that is not a CORS refusal, or a RETRYABLE_STATUS answer. */
+/**
+ * A failure after which the same request may succeed: a network error that is not a CORS refusal,
+ * a success answer that was not JSON, or a RETRYABLE_STATUS answer.
+ */
 function isRetryable(error: SettlementError): boolean {
-	return error.type === "NETWORK_ERROR" ? !isCorsRefusal(error) : error.code !== null && RETRYABLE_STATUS.has(error.code);
+	if (error.type === "NETWORK_ERROR") return !isCorsRefusal(error);
+	return (error.type === "INVALID_ANSWER" && error.code !== null) || (error.code !== null && RETRYABLE_STATUS.has(error.code));
 }
 
 /** A NETWORK_ERROR that the probes showed to be the browser's CORS refusal: retrying gets the same refusal. */

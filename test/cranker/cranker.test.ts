@@ -74,11 +74,11 @@ describe("Cranker settling payments", () => {
 	it("settles a payment from signature to executed, and the SDK confirms it on chain", async () => {
 		const mint = h.chain.createMint(6);
 		const cranker = await h.cranker(await h.crankerKey(mint));
-		const submitted = await h.pay(mint, "1250000");
+		const { signed, record: submitted } = await h.signAndSubmit(mint, "1250000");
 		const done = await executed(submitted.id);
 
 		const route = await h.client.resolveTin(h.route.tin);
-		const onChain = await h.client.confirmOnChain(done.transactionSignature!, { ...done, recipientRouteCommitment: route.routeCommitment });
+		const onChain = await h.client.confirmOnChain(done.transactionSignature!, signed);
 		expect(onChain.memo).toMatch(/^scs:v1:[0-9a-f]{64}:[0-9a-f]{64}$/);
 		expect(h.chain.tokenBalance(await creditAccountAddress(route.routeCommitment, mint))).toBe(1_250_000n);
 		expect(await settlementsOf(done.id)).toHaveLength(1);

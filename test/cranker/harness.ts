@@ -12,7 +12,7 @@ import { loadCrankerConfig } from "../../cranker/config";
 import { createLogger } from "../../cranker/log";
 import { Cranker } from "../../cranker/worker";
 import { LocalKeypairSigner, SettlementClient } from "../../sdk";
-import type { PublicMempoolIntent } from "../../lib/intents";
+import type { CreateIntentRequest, PublicMempoolIntent } from "../../lib/intents";
 import { newRoute, uniqueId, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
 import { LocalChain } from "../../devkit/local-chain";
@@ -118,8 +118,13 @@ export class Harness {
 		return cranker;
 	}
 
-	/** A sender signs a payment to the harness route with the SDK and submits it. */
+	/** A sender signs a payment to the harness route with the SDK and submits it: the record. */
 	async pay(mint: Address, amount: string, overrides: { expiresAtSlot?: number; expiresAt?: Date } = {}): Promise<PublicMempoolIntent> {
+		return (await this.signAndSubmit(mint, amount, overrides)).record;
+	}
+
+	/** As pay(), and the signed request too (what confirmOnChain checks a settlement against). */
+	async signAndSubmit(mint: Address, amount: string, overrides: { expiresAtSlot?: number; expiresAt?: Date } = {}): Promise<{ signed: CreateIntentRequest; record: PublicMempoolIntent }> {
 		const signer = LocalKeypairSigner.generate();
 		const route = await this.client.resolveTin(this.route.tin);
 		const intent = await this.client.signPayment(signer, {
@@ -132,7 +137,7 @@ export class Harness {
 			expiresAtSlot: overrides.expiresAtSlot ?? this.chain.slot + 100_000,
 			...(overrides.expiresAt ? { expiresAt: overrides.expiresAt } : {})
 		});
-		return this.client.submit(intent);
+		return { signed: intent, record: await this.client.submit(intent) };
 	}
 
 	/** The worker view (lease, submission, history). */

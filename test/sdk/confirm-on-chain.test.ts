@@ -1,10 +1,16 @@
-/** SettlementClient.confirmOnChain against real settlement transactions on the local chain (litesvm over JSON-RPC). */
-import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, type KeyPairSigner } from "@solana/kit";
+/**
+ * SettlementClient.confirmOnChain against real settlement transactions on the local chain (litesvm
+ * over JSON-RPC), checked against the request the sender signed, never against what a service says.
+ */
+import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, type Address, type KeyPairSigner } from "@solana/kit";
+import { payoutNullifier } from "../../lib/canonical";
 import { generateKeypair } from "../../lib/ed25519";
-import { sha256Hex } from "../../lib/encoding";
+import { encodeBase58, sha256Hex } from "../../lib/encoding";
+import type { CreateIntentRequest } from "../../lib/intents";
 import { signSettlementTransaction } from "../../lib/settlement";
-import { SettlementClient } from "../../sdk";
+import { LocalKeypairSigner, SettlementClient } from "../../sdk";
 import { LocalChain } from "../../devkit/local-chain";
+import { newRoute, uniqueId } from "../helpers/fixtures";
 
 let chain: LocalChain;
 let client: SettlementClient;
@@ -19,43 +25,71 @@ beforeAll(async () => {
 });
 afterAll(() => chain.stop());
 
-async function landSettlement(amount: bigint, recipientRouteCommitment: string, transactionCommitment: string) {
+const route = newRoute();
+
+/** A payment a sender signed with the SDK, in a new mint. */
+async function signedPayment(amount: string): Promise<CreateIntentRequest> {
 	const mint = chain.createMint(6);
 	await chain.fundTokens(cranker.address, mint, 10n ** 9n);
+	const params = { paymentId: uniqueId(), recipientTin: route.tin, route: { ...route, policyCommitment: "00".repeat(32) }, tokenMintAddress: mint, amount, feeLimit: "5000", expiresAtSlot: chain.slot + 10_000 };
+	return client.signPayment(LocalKeypairSigner.generate(), params);
+}
+
+/** Lands a settlement transaction; by default the settlement of `intent`, each field replaceable. */
+async function landSettlement(intent: CreateIntentRequest, changes: { amount?: bigint; recipientRouteCommitment?: string; transactionCommitment?: string; payoutNullifier?: string; programId?: Address } = {}) {
 	const rpc = createSolanaRpc(chain.url);
 	const { value: lifetime } = await rpc.getLatestBlockhash().send();
-	const params = { cranker, mint, decimals: 6, amount, recipientRouteCommitment, transactionCommitment, payoutNullifier: sha256Hex(transactionCommitment) };
+	const params = {
+		cranker,
+		mint: intent.tokenMintAddress as Address,
+		decimals: 6,
+		amount: BigInt(intent.amount),
+		recipientRouteCommitment: intent.recipientRouteCommitment,
+		transactionCommitment: intent.transactionCommitment!,
+		payoutNullifier: payoutNullifier(intent.senderWallet, intent.senderAuthorizationNonce),
+		...changes
+	};
 	const { transaction } = await signSettlementTransaction(params, lifetime);
-	const signature = await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
-	return { signature, mint };
+	return rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
 }
 
 describe("confirmOnChain", () => {
-	const routeCommitment = sha256Hex("route");
-	const transactionCommitment = sha256Hex("commitment");
-
-	it("confirms a landed settlement whose memo and amount match the intent", async () => {
-		const { signature, mint } = await landSettlement(4200n, routeCommitment, transactionCommitment);
-		const expected = { transactionCommitment, amount: "4200", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment };
-		const confirmed = await client.confirmOnChain(signature, expected);
-		expect(confirmed).toMatchObject({ signature, memo: `scs:v1:${transactionCommitment}:${sha256Hex(transactionCommitment)}` });
+	it("confirms the settlement of the payment the sender signed", async () => {
+		const intent = await signedPayment("4200");
+		const signature = await landSettlement(intent);
+		const confirmed = await client.confirmOnChain(signature, intent);
+		expect(confirmed).toMatchObject({ signature, memo: `scs:v1:${intent.transactionCommitment}:${payoutNullifier(intent.senderWallet, intent.senderAuthorizationNonce)}` });
 		expect(typeof confirmed.slot).toBe("bigint");
 	});
 
-	it("refuses a transaction that exists but is not this settlement", async () => {
-		const { signature, mint } = await landSettlement(4200n, routeCommitment, transactionCommitment);
-		const expected = { transactionCommitment, amount: "4200", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment };
-		await expect(client.confirmOnChain(signature, { ...expected, amount: "4201" })).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH", message: expect.stringContaining("expected 4201") });
-		await expect(client.confirmOnChain(signature, { ...expected, transactionCommitment: sha256Hex("another intent") })).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
-		await expect(client.confirmOnChain(signature, { ...expected, recipientRouteCommitment: sha256Hex("another route") })).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
+	it("refuses a landed transaction that is not this payment's settlement: another amount, route, payment or nullifier", async () => {
+		const intent = await signedPayment("4200");
+		for (const changes of [
+			{ amount: 4201n },
+			{ recipientRouteCommitment: sha256Hex("another route") },
+			{ transactionCommitment: sha256Hex("another payment") },
+			{ payoutNullifier: sha256Hex("another nullifier") }
+		]) {
+			const signature = await landSettlement(intent, changes);
+			await expect(client.confirmOnChain(signature, intent)).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
+		}
+	});
+
+	it("takes nothing from a service's record: a settlement to another program's credit account fails even when the record names that program", async () => {
+		const intent = await signedPayment("4200");
+		const program = encodeBase58(new Uint8Array(32).fill(5)) as Address;
+		const signature = await landSettlement(intent, { programId: program });
+		// As an app that spread the service's record (with a programId of its choosing) into the call would.
+		const spread = { ...intent, programId: program, recipientRouteCommitment: intent.recipientRouteCommitment } as CreateIntentRequest;
+		await expect(client.confirmOnChain(signature, spread)).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
 	});
 
 	it("says when the signature is not on chain, when the RPC fails, and when no RPC is configured", async () => {
 		const unknown = "5".repeat(88);
-		const expected = { transactionCommitment, amount: "1", tokenMintAddress: chain.createMint(), recipientRouteCommitment: routeCommitment };
-		await expect(client.confirmOnChain(unknown, expected)).rejects.toMatchObject({ type: "NOT_ON_CHAIN" });
+		const intent = await signedPayment("1");
+		await expect(client.confirmOnChain(unknown, intent)).rejects.toMatchObject({ type: "NOT_ON_CHAIN" });
 		chain.injectFault("getTransaction", "http-500");
-		await expect(client.confirmOnChain(unknown, expected)).rejects.toMatchObject({ type: "NETWORK_ERROR" });
-		await expect(new SettlementClient({ baseUrl: "http://127.0.0.1:9" }).confirmOnChain(unknown, expected)).rejects.toMatchObject({ type: "CONFIGURATION_ERROR" });
+		await expect(client.confirmOnChain(unknown, intent)).rejects.toMatchObject({ type: "NETWORK_ERROR" });
+		await expect(new SettlementClient({ baseUrl: "http://127.0.0.1:9" }).confirmOnChain(unknown, intent)).rejects.toMatchObject({ type: "CONFIGURATION_ERROR" });
 	});
 });

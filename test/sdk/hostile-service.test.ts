@@ -1,0 +1,154 @@
+/**
+ * The SDK against a service it cannot trust (a compromised gateway, a man in the middle): a
+ * stand-in HTTP server answers what such a service would. The SDK signs only what the app asked
+ * for, in the form the service accepts, and takes no answer about another record for its own.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { inspect } from "node:util";
+import { LocalKeypairSigner, SettlementClient, type PaymentParams, type Signer } from "../../sdk";
+import { MINT, newRoute, uniqueId } from "../helpers/fixtures";
+
+/** A stand-in service: `answer` decides each request's answer. */
+async function standInService(answer: (req: http.IncomingMessage, res: http.ServerResponse, body: string) => void) {
+	const server = http.createServer((req, res) => {
+		let body = "";
+		req.on("data", chunk => (body += chunk));
+		req.on("end", () => answer(req, res, body));
+	});
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	return {
+		url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+		close: () => {
+			server.closeAllConnections();
+			return new Promise(resolve => server.close(resolve));
+		}
+	};
+}
+
+const json = (res: http.ServerResponse, status: number, body: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+
+const recipient = newRoute();
+const route = { tin: recipient.tin, routeCommitment: recipient.routeCommitment, routeVersion: 1, policyCommitment: "00".repeat(32) };
+const payment = (overrides: Partial<PaymentParams> = {}): PaymentParams => ({
+	paymentId: uniqueId(),
+	recipientTin: recipient.tin,
+	route,
+	tokenMintAddress: MINT,
+	amount: "1250",
+	feeLimit: "5000",
+	expiresAtSlot: 9_000_000,
+	...overrides
+});
+
+/** A signer that counts what it was asked to sign. */
+function countingSigner(inner: Signer = LocalKeypairSigner.generate()) {
+	const signer = { address: inner.address, signed: 0, signMessage: (message: Uint8Array) => ((signer.signed += 1), inner.signMessage(message)) };
+	return signer;
+}
+
+const offline = new SettlementClient({ baseUrl: "http://127.0.0.1:9" });
+
+describe("what the SDK signs", () => {
+	it("refuses a route that is another TIN's, or not active, before anything is signed", async () => {
+		const signer = countingSigner();
+		const other = newRoute();
+		await expect(offline.signPayment(signer, payment({ route: { ...route, tin: other.tin } }))).rejects.toMatchObject({ type: "VALIDATION_ERROR", message: expect.stringMatching(/not the recipient/) });
+		await expect(offline.signPayment(signer, payment({ route: { ...route, active: false } }))).rejects.toMatchObject({ type: "VALIDATION_ERROR", message: expect.stringMatching(/not active/) });
+		expect(signer.signed).toBe(0);
+	});
+
+	it("refuses fields that would make the signed text read otherwise than the payment: a line in the route commitment, amounts not in base units", async () => {
+		const signer = countingSigner();
+		const injected = { ...route, routeCommitment: `${route.routeCommitment}\namount: 1\nfeeLimit: 0` };
+		await expect(offline.signPayment(signer, payment({ route: injected }))).rejects.toMatchObject({ type: "VALIDATION_ERROR", message: expect.stringMatching(/route commitment/) });
+		for (const amount of ["-1", "1e6", "0x10", "1.5", "0", "18446744073709551616"])
+			await expect(offline.signPayment(signer, payment({ amount }))).rejects.toMatchObject({ type: "VALIDATION_ERROR", message: expect.stringMatching(/amount/) });
+		await expect(offline.signPayment(signer, payment({ expiresAtSlot: Number.NaN }))).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+		const issuedAt = new Date();
+		await expect(offline.signPayment(signer, payment({ issuedAt, expiresAt: new Date(issuedAt.getTime() - 1) }))).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+		expect(signer.signed).toBe(0);
+	});
+
+	it("refuses a signature that is not its signer's address's (a wallet that signed with another account)", async () => {
+		const wallet = LocalKeypairSigner.generate();
+		const other = LocalKeypairSigner.generate();
+		const mismatched: Signer = { address: wallet.address, signMessage: message => other.signMessage(message) };
+		await expect(offline.signPayment(mismatched, payment())).rejects.toMatchObject({ type: "INVALID_SIGNATURE" });
+		await expect(offline.signPayment(wallet, payment())).resolves.toMatchObject({ senderWallet: wallet.address });
+	});
+
+	it("keeps a local keypair's seed out of JSON and of logged objects", () => {
+		const signer = LocalKeypairSigner.generate();
+		expect(JSON.parse(JSON.stringify(signer))).toEqual({ address: signer.address });
+		expect(Object.keys(signer)).toEqual(["address"]);
+		expect(inspect(signer, { showHidden: true, depth: 5 })).not.toMatch(/seed|Uint8Array/);
+	});
+});
+
+describe("what the SDK takes from the service", () => {
+	it("takes no route of another TIN for the one asked", async () => {
+		const other = newRoute();
+		const service = await standInService((_req, res) => json(res, 200, { tin: other.tin, routeCommitment: other.routeCommitment, routeVersion: 3, policyCommitment: "00".repeat(32), active: true }));
+		try {
+			await expect(new SettlementClient({ baseUrl: service.url }).resolveTin(recipient.tin)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+		} finally {
+			await service.close();
+		}
+	});
+
+	it("takes no record of another payment for the one it submitted", async () => {
+		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
+		const service = await standInService((_req, res) => json(res, 201, { id: "int_0123456789abcdef0123456789abcdef", paymentId: uniqueId(), status: "pending", transactionCommitment: signed.transactionCommitment, senderWallet: signed.senderWallet }));
+		try {
+			await expect(new SettlementClient({ baseUrl: service.url }).submit(signed)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+		} finally {
+			await service.close();
+		}
+	});
+
+	it("takes no other intent's executed status for the one it waits for, streamed or polled", async () => {
+		const mine = "int_0123456789abcdef0123456789abcdef";
+		const other = { id: "int_ffffffffffffffffffffffffffffffff", status: "executed", receiverStatus: "CONFIRMED" };
+		for (const streams of [true, false]) {
+			const service = await standInService((req, res) => {
+				if (req.url?.endsWith("/events")) {
+					if (!streams) return json(res, 404, { type: "NOT_FOUND", message: "no streams here" });
+					res.writeHead(200, { "content-type": "text/event-stream" });
+					return res.end(`id: 1\nevent: status\ndata: ${JSON.stringify(other)}\n\n`);
+				}
+				json(res, 200, other);
+			});
+			try {
+				await expect(new SettlementClient({ baseUrl: service.url }).waitForStatus(mine, { timeoutMs: 5000 })).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			} finally {
+				await service.close();
+			}
+		}
+	});
+
+	it("abandons a request whose answer never ends after requestTimeoutMs, and reads no answer past its bound", async () => {
+		const trickle = await standInService((_req, res) => {
+			res.writeHead(200, { "content-type": "application/json" });
+			res.write("{");
+		});
+		const flood = await standInService((_req, res) => {
+			res.writeHead(200, { "content-type": "application/json" });
+			const chunk = Buffer.alloc(1024 * 1024, 0x20);
+			const write = () => {
+				while (res.writable && res.write(chunk));
+				if (res.writable) res.once("drain", write);
+			};
+			write();
+		});
+		try {
+			const startedAt = Date.now();
+			await expect(new SettlementClient({ baseUrl: trickle.url, requestTimeoutMs: 300 }).resolveTin(recipient.tin)).rejects.toMatchObject({ type: "NETWORK_ERROR" });
+			expect(Date.now() - startedAt).toBeLessThan(5000);
+			await expect(new SettlementClient({ baseUrl: flood.url }).resolveTin(recipient.tin)).rejects.toMatchObject({ type: "INVALID_ANSWER", message: expect.stringMatching(/passed \d+ bytes/) });
+		} finally {
+			await trickle.close();
+			await flood.close();
+		}
+	});
+});

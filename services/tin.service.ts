@@ -88,6 +88,27 @@ const ROUTE_VERSIONS_COLLECTION = {
  */
 const TIN_CLAIMS_COLLECTION = { name: "registry_tin_claims", fields: {} } as const;
 
+/**
+ * Per TIN, the newest update its owner signed (by `issuedAt`, then arrival), raised by
+ * compare-and-set as updates are submitted: one read tells whether an update is superseded,
+ * whatever became of the newer one. An update the owner signed later never lets an earlier one go
+ * live, even once it failed: else a Cranker that can fail an operation could fail the owner's
+ * newer update and finish the older one, bringing back a route the owner moved away from.
+ */
+const UPDATE_HEADS_COLLECTION = { name: "registry_update_heads", fields: { operationRecordId: "text" } } as const;
+
+interface UpdateHead {
+	/** The TIN. */
+	id: string;
+	operationRecordId: string;
+	issuedAt: string;
+	createdAt: string;
+}
+
+/** Whether `a` was signed after `b` by its owner (or at the same instant, and arrived after). */
+const signedAfter = (a: { issuedAt: string; createdAt: string }, b: TinOperationRecord) =>
+	a.issuedAt > b.request.issuedAt || (a.issuedAt === b.request.issuedAt && a.createdAt > b.createdAt);
+
 /** Seed entries imported at once. */
 const GENESIS_SLICE = 100;
 
@@ -161,6 +182,7 @@ interface TinVars {
 	operations: Collection<TinOperationRecord>;
 	sequence: Collection<SequenceDoc>;
 	claims: Collection<TinClaim>;
+	updateHeads: Collection<UpdateHead>;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL a finalization is not checked on chain. */
 	chain: ChainReader | null;
 	/** Tells the gateways that new TIN operation events are committed (coalesced: see eventNotifier). */
@@ -179,8 +201,10 @@ interface TinMethods {
 	submit(ctx: Context<TinOperationRequest, { $statusCode?: number }>): Promise<ReturnType<typeof toPublicTinOperation>>;
 	replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string): ReturnType<typeof toPublicTinOperation>;
 	moveStage(ctx: Context<StageParams, StageMeta>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
+	raiseUpdateHead(record: TinOperationRecord): Promise<void>;
 	supersedingOperation(record: TinOperationRecord, routes: readonly (RouteRecord | null | undefined)[]): Promise<TinOperationRecord | null>;
 	failSuperseded(record: TinOperationRecord, by: TinOperationRecord): Promise<never>;
+	failOperation(record: TinOperationRecord, reason: string, refusal: string): Promise<never>;
 	finalize(record: TinOperationRecord, finalized: TinOperationRecord): Promise<TinOperationRecord>;
 	activate(marked: TinOperationRecord, finalized: TinOperationRecord): Promise<{ record: TinOperationRecord; moved: boolean }>;
 	routeVersionOf(marked: TinOperationRecord, at: string, beginning?: boolean): Promise<RouteVersionRecord>;
@@ -227,6 +251,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				this.operations = await store.collection<TinOperationRecord>(OPERATIONS_COLLECTION);
 				this.sequence = await store.collection<SequenceDoc>({ name: "tin_sequence", fields: { next: "integer" } });
 				this.claims = await store.collection<TinClaim>(TIN_CLAIMS_COLLECTION);
+				this.updateHeads = await store.collection<UpdateHead>(UPDATE_HEADS_COLLECTION);
 			})
 		],
 
@@ -420,6 +445,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 
 				const record = newTinOperation(newId("top"), request, request.tin ?? (await this.allocateTin()), digest, new Date(now).toISOString());
 				if (await this.operations.insert(record, tinOperationEvent(null, record))) {
+					if (record.intentType === "update") await this.raiseUpdateHead(record);
 					this.notifyEvents();
 					ctx.meta.$statusCode = 201;
 					return toPublicTinOperation(record);
@@ -440,8 +466,14 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				assertSignedBy(ctx.meta, request.crankerPubkey);
 				const record = await this.mustGetOperation(id);
 				const standing = await ctx.call<CrankerStanding, object>("crankers.standing", { crankerPubkey: request.crankerPubkey });
-				const decision = decideStage(record, stage, request, standing, this.settings.policy, new Date());
+				const now = new Date();
+				const decision = decideStage(record, stage, request, standing, this.settings.policy, now);
 				if (decision.kind === "replay") return toTinOperationView(record);
+				// A submission that stopped between storing the update and raising the head: raised now.
+				if (record.intentType === "update" && stage !== "failed" && stage !== "rejected") await this.raiseUpdateHead(record);
+				// The owner's signature holds until its expiresAt: no stage before the registry transaction moves it on after that.
+				if ((stage === "verified" || stage === "fee-committed" || stage === "submitted") && Date.parse(record.request.expiresAt) <= now.getTime())
+					return this.failOperation(record, `EXPIRED: the owner's signature expired at ${record.request.expiresAt}`, "The operation's signed expiresAt has passed");
 				// Before its fee is paid, not only at its finalization: an update already superseded ends here.
 				if (stage === "fee-committed" && record.intentType === "update") {
 					const later = await this.supersedingOperation(record, await this.newestRoutes(record.tin));
@@ -471,27 +503,52 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			 * never goes live, and blocks nothing. Null when none is later.
 			 */
 			async supersedingOperation(record, routes) {
+				const head = await this.updateHeads.get(record.tin);
+				if (head && head.operationRecordId !== record.id && signedAfter(head, record)) {
+					const newer = await this.operations.get(head.operationRecordId);
+					if (newer) return newer;
+				}
 				const writers = new Set(routes.map(route => route?.lastOperationId).filter((id): id is string => id !== undefined && id !== record.id));
 				for (const id of writers) {
 					const writer = await this.operations.get(id);
 					// A create came first whatever the clocks said: an update needs its TIN.
 					if (!writer || writer.intentType !== "update" || writer.status === "FAILED" || writer.status === "REJECTED") continue;
-					const { issuedAt } = writer.request;
-					if (issuedAt > record.request.issuedAt || (issuedAt === record.request.issuedAt && writer.createdAt > record.createdAt)) return writer;
+					if (signedAfter({ issuedAt: writer.request.issuedAt, createdAt: writer.createdAt }, record)) return writer;
 				}
 				return null;
 			},
 
-			/** Ends `record` FAILED (SUPERSEDED), as one compare-and-set, and refuses its stage (409). */
-			async failSuperseded(record, later) {
-				const reason = `SUPERSEDED: the TIN's route was set by ${later.operationId}, which its owner signed later`;
+			/** Ends `record` FAILED (SUPERSEDED) and refuses its stage (409). */
+			failSuperseded(record, later) {
+				return this.failOperation(
+					record,
+					`SUPERSEDED: ${later.operationId}, an update of this TIN its owner signed later, came first`,
+					"An update of this TIN that its owner signed after this one came first: this one does not replace it"
+				);
+			},
+
+			/** Ends `record` FAILED with `reason`, as one compare-and-set, and refuses the stage asked (409, `refusal`). */
+			async failOperation(record, reason, refusal) {
 				const failed = applyStage(record, "FAILED", new Date().toISOString(), undefined, { failureReason: reason }, reason);
 				if (await this.operations.update(record.id, { status: record.status, finalizing: null }, failed, tinOperationEvent(record, failed))) this.notifyEvents();
 				const now = await this.mustGetOperation(record.id);
-				throw new ServiceError("INVALID_TRANSITION", "An update of this TIN that its owner signed after this one is live or going live: this one does not replace it", {
-					status: now.status,
-					...(now.failureReason !== undefined ? { failureReason: now.failureReason } : {})
-				});
+				throw new ServiceError("INVALID_TRANSITION", refusal, { status: now.status, ...(now.failureReason !== undefined ? { failureReason: now.failureReason } : {}) });
+			},
+
+			/**
+			 * Makes `record` (an update just stored) its TIN's update head when its owner signed it after
+			 * the head's, by compare-and-set, tried again while other submissions move the head.
+			 */
+			async raiseUpdateHead(record) {
+				const head: UpdateHead = { id: record.tin, operationRecordId: record.id, issuedAt: record.request.issuedAt, createdAt: record.createdAt };
+				for (;;) {
+					const current = await this.updateHeads.get(record.tin);
+					if (!current) {
+						if (await this.updateHeads.insert(head)) return;
+					} else if (!signedAfter(current, record) && current.operationRecordId !== record.id) {
+						if (await this.updateHeads.update(current.id, { operationRecordId: current.operationRecordId }, head)) return;
+					} else return;
+				}
 			},
 
 			/**

@@ -168,15 +168,15 @@ describe("the stage pipeline", () => {
 		expect((await settler("POST", "/internal/settlement-authorizations/settlement", { workId: current.body.id, crankerPubkey: submitter.address })).status).toBe(200);
 	});
 
-	it("an update the owner signed earlier never replaces a route set by one it signed later: it ends FAILED (SUPERSEDED) at its fee or its finalization", async () => {
+	it("an update the owner signed earlier never goes live once the owner signed a later one: it ends FAILED (SUPERSEDED) at its fee or its finalization", async () => {
 		const tin = genesisOwned.tin;
 		const older = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-3000) }))).body;
-		const newer = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-2000) }))).body;
 		// A submitter that held the older one back (a review's replay: it went live over the newer route),
-		// its fee paid and its registry transaction sent before the newer one went live.
+		// its fee paid and its registry transaction sent before the owner signed the newer one.
 		expect((await stage(older.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
 		expect((await stage(older.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" })).status).toBe(200);
 		expect((await stage(older.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
+		const newer = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-2000) }))).body;
 		const newest = await finalize(newer.id, "10000");
 		const refused = await stage(older.id, "finalized", { crankerPubkey: submitter.address, transactionSignature: SIG });
 		expect(refused.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
@@ -188,12 +188,35 @@ describe("the stage pipeline", () => {
 		const unpaid = await stage(stale.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" });
 		expect(unpaid.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
 		expect((await node.http("GET", `/tin-operations/${stale.id}`)).body).toMatchObject({ status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) });
-		// In the owner's order, both go live, the later last.
+		// Of two pending, only the one signed later goes live: signing it overrode the other.
 		const first = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-1500) }))).body;
 		const second = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-1000) }))).body;
-		await finalize(first.id, "10000");
+		expect((await stage(first.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
+		expect((await stage(first.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" })).body).toMatchObject({ code: 409, data: { failureReason: expect.stringMatching(/^SUPERSEDED/) } });
 		const last = await finalize(second.id, "10000");
-		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: last.request.routeCommitment, routeVersion: newest.routeVersion + 2 });
+		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: last.request.routeCommitment, routeVersion: newest.routeVersion + 1 });
+	});
+
+	it("a Cranker that fails the owner's newer update cannot bring the older one's route live instead (a review's attack)", async () => {
+		const tin = genesisOwned.tin;
+		const before = (await node.http("GET", `/registry/tins/${tin}`)).body;
+		// Signed after every update of this TIN the tests before made, so that only the newer one here can supersede it.
+		const abandoned = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-500) }))).body;
+		const override = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-200) }))).body;
+		// Any online verifier or submitter may fail an operation (SPEC §5): the newer one, here.
+		expect((await stage(override.id, "failed", { crankerPubkey: submitter.address, reason: "no reason at all" })).status).toBe(200);
+		expect((await stage(abandoned.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
+		const refused = await stage(abandoned.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" });
+		expect(refused.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
+		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: before.routeCommitment, routeVersion: before.routeVersion });
+	});
+
+	it("an operation whose signed expiresAt has passed is not moved on: it ends FAILED (EXPIRED) at its next stage", async () => {
+		const created = (await node.http("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "create", issuedAt: iso(-1000), expiresAt: iso(1500) }))).body;
+		await new Promise(resolve => setTimeout(resolve, 1600));
+		const refused = await stage(created.id, "verified", { crankerPubkey: verifier.address });
+		expect(refused.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^EXPIRED/) } });
+		expect((await node.http("GET", `/tin-operations/${created.id}`)).body).toMatchObject({ status: "FAILED" });
 	});
 
 	it("never lets a route go live for an operation that a racing stage failed", async () => {

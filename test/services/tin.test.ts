@@ -271,11 +271,12 @@ describe("tin service", () => {
 			const tin = created.view.tin;
 			const [first, second] = [signedTinOperation(owner, { intentType: "update", tin }), signedTinOperation(owner, { intentType: "update", tin })];
 			const a = await other.submitted(first);
-			const b = await other.submitted(second);
 			// A's finalization stalls right after its mark (a paused process, a throttled pod)…
 			const { stalled, resume } = stallAfterMark(other.service, a.view.id);
 			const late = other.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature });
 			await stalled;
+			// …and its owner signs B (had B come first, A could not have begun: it would have been superseded).
+			const b = await other.submitted(second);
 			// …for over a minute: the sweep finishes it (version 2), then B goes live (version 3).
 			const marked = (await other.service.operations.get(a.view.id))!;
 			await other.service.operations.update(a.view.id, { finalizing: marked.finalizing }, { ...marked, finalizing: new Date(Date.now() - 61_000).toISOString() });
@@ -296,12 +297,13 @@ describe("tin service", () => {
 		await tin.stage("finalized", created.view.id, submitter, { transactionSignature: created.transactionSignature });
 		const [first, second] = [signedTinOperation(owner, { intentType: "update", tin: created.view.tin }), signedTinOperation(owner, { intentType: "update", tin: created.view.tin })];
 		const a = await tin.submitted(first);
-		const b = await tin.submitted(second);
 		const routes = tin.service.routes;
 		const get = routes.get;
 		routes.get = async tinOf => ((await tin.service.operations.get(a.view.id))!.finalizing ? Promise.reject(new Error("the store went away")) : get.call(routes, tinOf));
 		await expect(tin.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature })).rejects.toThrow();
 		routes.get = get;
+		// Its owner signs B once A's finalization has begun.
+		const b = await tin.submitted(second);
 		expect(await tin.stage("finalized", b.view.id, submitter, { transactionSignature: b.transactionSignature })).toMatchObject({ routeVersion: 3 });
 		expect(await tin.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
 		expect(await tin.broker.call("tin.resolve", { tin: created.view.tin })).toMatchObject({ routeVersion: 3, routeCommitment: second.routeCommitment });
@@ -334,11 +336,11 @@ describe("tin service", () => {
 		const tinOf = created.view.tin;
 		const [mine, theirs] = [signedTinOperation(owner, { intentType: "update", tin: tinOf }), signedTinOperation(owner, { intentType: "update", tin: tinOf })];
 		const e = await tin.submitted(mine);
-		const d = await tin.submitted(theirs);
 		// E took version 2 and is marked; before its route write, an owner of the previous version writes D's route as version 2.
 		const { stalled, resume } = stallAfterMark(tin.service, e.view.id);
 		const finishing = tin.stage("finalized", e.view.id, submitter, { transactionSignature: e.transactionSignature });
 		await stalled;
+		const d = await tin.submitted(theirs);
 		const v1 = (await tin.service.routes.get(tinOf))!;
 		expect(await tin.service.routes.update(tinOf, { routeVersion: 1 }, { ...v1, routeVersion: 2, routeCommitment: theirs.routeCommitment, lastOperationId: d.view.id })).toBe(true);
 		resume();

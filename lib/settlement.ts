@@ -148,6 +148,8 @@ export function registryMemo(operationId: string, routeCommitment: string): stri
 
 export interface SettlementContents {
 	memos: string[];
+	/** Who paid for the transaction (and signed it first). */
+	feePayer?: Address;
 	transfers: { source: Address; mint: Address; destination: Address; authority: Address; amount: bigint; decimals: number }[];
 	/**
 	 * Whether it lives by a durable nonce instead of a recent blockhash: such a transaction never
@@ -175,7 +177,7 @@ export function readSettlementTransaction(wireTransaction: ReadonlyUint8Array): 
 				const { accounts, data } = parseTransferCheckedInstruction(ix as Parameters<typeof parseTransferCheckedInstruction>[0]);
 				return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
 			});
-		return { memos: getMemosFromInstructions(instructions).map(m => m.memo), transfers, durableNonce: isTransactionMessageWithDurableNonceLifetime(message) };
+		return { memos: getMemosFromInstructions(instructions).map(m => m.memo), feePayer: message.feePayer.address, transfers, durableNonce: isTransactionMessageWithDurableNonceLifetime(message) };
 	} catch (err) {
 		// Not decodable, accounts in lookup tables, or an instruction too short to parse (one that can only fail).
 		return { memos: [], transfers: [], unreadable: (err as Error).message };
@@ -247,9 +249,15 @@ function mismatchesWith(contents: SettlementContents, expected: ExpectedSettleme
 }
 
 /** What a transaction does to a TIN operation's registry submission: exactly its one memo. */
-export function readRegistrySubmission(contents: SettlementContents, operationId: string, routeCommitment: string): { mismatches: string[]; related: boolean } {
+/**
+ * Why the transaction is not the registry submission of this operation (empty when it is): one
+ * memo naming it, in a transaction its submitter paid for, not a memo anyone else wrote.
+ */
+export function readRegistrySubmission(contents: SettlementContents, operationId: string, routeCommitment: string, submittedBy: string): { mismatches: string[]; related: boolean } {
 	if (contents.unreadable !== undefined) return { mismatches: [`the transaction could not be read (${contents.unreadable})`], related: true };
 	const expected = registryMemo(operationId, routeCommitment);
 	const found = contents.memos.filter(memo => memo === expected).length;
-	return { mismatches: found === 1 ? [] : [`expected one memo "${expected}", found ${found}`], related: found > 0 };
+	const mismatches = found === 1 ? [] : [`expected one memo "${expected}", found ${found}`];
+	if (contents.feePayer !== submittedBy) mismatches.push(`paid for by ${contents.feePayer ?? "no one"}, not by the submitter ${submittedBy}`);
+	return { mismatches, related: found > 0 };
 }

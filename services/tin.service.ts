@@ -694,7 +694,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			async observeRegistrySubmission(record) {
 				const chain = this.chain;
 				if (!chain) return null;
-				return readChain(() => chain.observe(record.transactionSignature!, async contents => readRegistrySubmission(contents, record.operationId, record.request.routeCommitment)));
+				return readChain(() => chain.observe(record.transactionSignature!, async contents => readRegistrySubmission(contents, record.operationId, record.request.routeCommitment, record.submittedBy!)));
 			},
 
 			/** The worker lists: oldest first, the kept worker views (as the caller takes them). */

@@ -233,9 +233,9 @@ describe("TIN finalized: the registry transaction must have landed (SPEC §5)", 
 		return { request, stage };
 	}
 
-	async function memoTransaction(memo: string) {
+	async function memoTransaction(memo: string, payer: Wallet = submitter) {
 		const { value: lifetime } = await rpc.getLatestBlockhash().send();
-		const transaction = await signMemoTransaction(await kitSigner(submitter), memo, lifetime);
+		const transaction = await signMemoTransaction(await kitSigner(payer), memo, lifetime);
 		await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
 		return getSignatureFromTransaction(transaction);
 	}
@@ -250,6 +250,12 @@ describe("TIN finalized: the registry transaction must have landed (SPEC §5)", 
 		const wrong = await memoTransaction(registryMemo(second.request.operationId, sha256Hex("another route")));
 		expect((await second.stage(submitter, "submitted", { transactionSignature: wrong })).status).toBe(200);
 		expect((await second.stage(submitter, "finalized", { transactionSignature: wrong })).body).toMatchObject({ code: 422, type: "SETTLEMENT_MISMATCH" });
+
+		// The right memo in a transaction someone else paid for: not the submitter's submission.
+		const fourth = await submittedOperation();
+		const foreign = await memoTransaction(registryMemo(fourth.request.operationId, fourth.request.routeCommitment), other);
+		expect((await fourth.stage(submitter, "submitted", { transactionSignature: foreign })).status).toBe(200);
+		expect((await fourth.stage(submitter, "finalized", { transactionSignature: foreign })).body).toMatchObject({ code: 422, type: "SETTLEMENT_MISMATCH", data: { problems: [expect.stringMatching(/not by the submitter/)] } });
 
 		const third = await submittedOperation();
 		const real = await memoTransaction(registryMemo(third.request.operationId, third.request.routeCommitment));

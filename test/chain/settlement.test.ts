@@ -125,7 +125,7 @@ describe("settlement transaction", () => {
 		const expected = { transactionCommitment, amount: "250000", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment, payoutNullifier };
 		expect(await settlementMismatches(contents, expected)).toEqual([expect.stringMatching(/^the transaction could not be read/)]);
 		expect(await readSettlement(contents, expected)).toMatchObject({ related: true });
-		expect(readRegistrySubmission(contents, "top_1", routeCommitment)).toMatchObject({ related: true, mismatches: [expect.stringMatching(/could not be read/)] });
+		expect(readRegistrySubmission(contents, "top_1", routeCommitment, "submitter")).toMatchObject({ related: true, mismatches: [expect.stringMatching(/could not be read/)] });
 	});
 
 	/** The wire bytes (base64) of `instructions` signed by the Cranker, on a recent blockhash or a durable nonce. */

@@ -211,6 +211,16 @@ describe("the stage pipeline", () => {
 		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: before.routeCommitment, routeVersion: before.routeVersion });
 	});
 
+	it("only the Cranker that submitted an operation finalizes it: another online submitter is refused (403)", async () => {
+		await heartbeatAll();
+		const created = (await node.http("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "create" }))).body;
+		expect((await stage(created.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
+		expect((await stage(created.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" })).status).toBe(200);
+		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
+		expect((await stage(created.id, "finalized", { crankerPubkey: both.address, transactionSignature: SIG })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
+		expect((await node.http("GET", `/tin-operations/${created.id}`)).body).toMatchObject({ status: "SUBMITTED" });
+	});
+
 	it("an operation whose signed expiresAt has passed is not moved on: it ends FAILED (EXPIRED) at its next stage", async () => {
 		const created = (await node.http("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "create", issuedAt: iso(-1000), expiresAt: iso(1500) }))).body;
 		await new Promise(resolve => setTimeout(resolve, 1600));

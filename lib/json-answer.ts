@@ -11,9 +11,18 @@ export class AnswerTooLargeError extends Error {
 	}
 }
 
-/** The answer's JSON, undefined when it is not JSON (or has no body); past `maxBytes` an AnswerTooLargeError, the body cancelled. */
+/**
+ * The answer's JSON, undefined when it is not JSON; past `maxBytes` an AnswerTooLargeError, the
+ * body cancelled. A fetch without streaming bodies (React Native's, polyfills) is read whole, once
+ * its content-length is within the bound.
+ */
 export async function readJsonAnswer(response: Response, maxBytes: number): Promise<unknown> {
-	if (!response.body) return undefined;
+	if (!response.body?.getReader) {
+		if (Number(response.headers.get("content-length") ?? 0) > maxBytes) throw new AnswerTooLargeError(maxBytes);
+		const text = await response.text();
+		if (text.length > maxBytes) throw new AnswerTooLargeError(maxBytes);
+		return parse(text);
+	}
 	const reader = response.body.getReader();
 	const chunks: Uint8Array[] = [];
 	let size = 0;
@@ -33,8 +42,12 @@ export async function readJsonAnswer(response: Response, maxBytes: number): Prom
 		bytes.set(chunk, offset);
 		offset += chunk.byteLength;
 	}
+	return parse(new TextDecoder().decode(bytes));
+}
+
+function parse(text: string): unknown {
 	try {
-		return JSON.parse(new TextDecoder().decode(bytes));
+		return JSON.parse(text);
 	} catch {
 		return undefined;
 	}

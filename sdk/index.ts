@@ -8,7 +8,7 @@
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { address, createSolanaRpc, signature as toSignature, type Address, type Rpc, type SolanaRpcApi } from "@solana/kit";
 import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
-import { HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN, decodeBase58, encodeBase58, isAmount, isBase58OfLength } from "../lib/encoding";
+import { HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN, decodeBase58, encodeBase58, isAmount, isBase58OfLength, isIsoTime } from "../lib/encoding";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 import { AnswerTooLargeError, readJsonAnswer } from "../lib/json-answer";
 import type { ActiveRoute } from "../lib/registry";
@@ -131,6 +131,8 @@ const MAX_ANSWER_BYTES = 4 * 1024 * 1024;
 const HEX64 = new RegExp(HEX64_PATTERN);
 const IDENTIFIER = new RegExp(IDENTIFIER_PATTERN);
 const NONCE = new RegExp(NONCE_PATTERN);
+/** The longest validity the service accepts (SPEC §1). */
+const MAX_VALIDITY_MS = 24 * 3600_000;
 /** How long each probe of /health/live may take (see networkError). */
 const PROBE_TIMEOUT_MS = 5000;
 /**
@@ -189,6 +191,10 @@ export class SettlementClient {
 		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
 		this.programId = options.settlementProgramId ? address(options.settlementProgramId) : DEFAULT_SETTLEMENT_PROGRAM_ID;
 		this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
+		// Infinity: no timer. Past 2^31 - 1 ms a timer fires at once, which would abort every request.
+		const timeout = this.requestTimeoutMs;
+		if (timeout !== Infinity && !(Number.isSafeInteger(timeout) && timeout >= 1 && timeout <= 2 ** 31 - 1))
+			throw new SettlementError(`requestTimeoutMs must be 1 to 2147483647 ms, or Infinity; got ${timeout}`, "CONFIGURATION_ERROR", null);
 	}
 
 	/**
@@ -223,6 +229,8 @@ export class SettlementClient {
 	 */
 	buildPaymentAuthorization(sender: string, params: PaymentParams): PaymentAuthorization {
 		const { route } = params;
+		for (const time of [params.issuedAt, params.expiresAt])
+			if (time !== undefined && !(time instanceof Date && Number.isFinite(time.getTime()))) throw new SettlementError("issuedAt and expiresAt must be valid Dates", "VALIDATION_ERROR", null);
 		if (route.tin !== params.recipientTin) throw new SettlementError(`the route is TIN ${route.tin}'s, not the recipient ${params.recipientTin}'s`, "VALIDATION_ERROR", null);
 		if (route.active === false) throw new SettlementError(`the route of TIN ${route.tin} is not active`, "VALIDATION_ERROR", null);
 		const issuedAt = params.issuedAt ?? new Date();
@@ -250,10 +258,9 @@ export class SettlementClient {
 	async signPayment(signer: Signer, params: PaymentParams): Promise<CreateIntentRequest> {
 		const { fields, message, transactionCommitment } = this.buildPaymentAuthorization(signer.address, params);
 		const bytes = utf8.encode(message);
-		const signature = await signer.signMessage(bytes);
+		const signature = Uint8Array.from(await signer.signMessage(bytes));
 		// A wallet that signed with another account, or returned anything else, is told now, not by the service.
-		if (signature.length !== 64 || !ed25519.verify(signature, bytes, decodeBase58(signer.address)!, { zip215: false }))
-			throw new SettlementError(`the signer's signature does not verify for its address ${signer.address}`, "INVALID_SIGNATURE", null);
+		if (!signsFor(signer.address, bytes, signature)) throw new SettlementError(`the signer's signature does not verify for its address ${signer.address}`, "INVALID_SIGNATURE", null);
 		return { ...fields, senderAuthorizationMessage: message, senderAuthorizationSignature: encodeBase58(signature), transactionCommitment };
 	}
 
@@ -276,7 +283,8 @@ export class SettlementClient {
 			}
 			// The record is the one of this payment, or the app would follow another's.
 			const { transactionCommitment } = buildPaymentMessage(intent);
-			if (record.paymentId !== intent.paymentId || record.transactionCommitment !== transactionCommitment || record.senderWallet !== intent.senderWallet)
+			const fields = ["paymentId", "senderWallet", "recipientTin", "tokenMintAddress", "amount", "feeLimit", "expiresAtSlot"] as const;
+			if (record?.transactionCommitment !== transactionCommitment || fields.some(field => record[field] !== intent[field]))
 				throw new SettlementError(`the service answered a record of another payment than ${intent.paymentId}`, "ANSWER_MISMATCH", null);
 			return record;
 		}
@@ -402,7 +410,7 @@ export class SettlementClient {
 	 */
 	async confirmOnChain(signature: string, intent: CreateIntentRequest): Promise<OnChainSettlement> {
 		if (!this.rpc) throw new SettlementError("confirmOnChain needs the solanaRpcUrl client option", "CONFIGURATION_ERROR", null);
-		const problem = paymentFieldsProblem(intent);
+		const problem = isBase58OfLength(signature, 64) ? paymentFieldsProblem(intent) : "the transaction signature is not base58 of 64 bytes";
 		if (problem) throw new SettlementError(`not a signed payment: ${problem}`, "VALIDATION_ERROR", null);
 		const expected = expectedSettlementOf({ ...intent, transactionCommitment: buildPaymentMessage(intent).transactionCommitment }, this.programId);
 		let fetched;
@@ -427,9 +435,9 @@ export class SettlementClient {
 	 */
 	private async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
 		const attempt = abortsWith(signal);
-		const timer = setTimeout(attempt.abort, this.requestTimeoutMs);
+		const timer = this.requestTimeoutMs === Infinity ? undefined : setTimeout(attempt.abort, this.requestTimeoutMs);
 		try {
-			let response: Response;
+			let response: Response | undefined;
 			let answer: unknown;
 			try {
 				response = await this.fetch(`${this.baseUrl}${path}`, {
@@ -440,7 +448,11 @@ export class SettlementClient {
 				});
 				answer = await readJsonAnswer(response, MAX_ANSWER_BYTES);
 			} catch (err) {
-				if (err instanceof AnswerTooLargeError) throw new SettlementError(`the answer to ${path} passed ${MAX_ANSWER_BYTES} bytes`, "INVALID_ANSWER", null);
+				if (err instanceof AnswerTooLargeError) {
+					// An error page too long to read is still its status (a proxy's 503 is retried).
+					if (response && !response.ok) throw new SettlementError(`HTTP ${response.status}`, "HTTP_ERROR", response.status, undefined, retryAfterMs(response.headers.get("retry-after")));
+					throw new SettlementError(`the answer to ${path} passed ${MAX_ANSWER_BYTES} bytes`, "INVALID_ANSWER", null);
+				}
 				if (signal?.aborted) throw err; // the caller's own abort: nothing to tell apart
 				throw await this.networkError(path, err as Error, signal);
 			}
@@ -504,6 +516,17 @@ export class SettlementClient {
 	}
 }
 
+/** Whether `signature` is `address`'s strict (RFC 8032) ed25519 signature of `message`. */
+function signsFor(address: string, message: Uint8Array, signature: Uint8Array): boolean {
+	const publicKey = decodeBase58(address);
+	if (publicKey?.length !== 32 || signature.length !== 64) return false;
+	try {
+		return ed25519.verify(signature, message, publicKey, { zip215: false });
+	} catch {
+		return false;
+	}
+}
+
 /** The public view of intent `id` in a service's answer; ANSWER_MISMATCH when it is not one (another intent's, say). */
 function checkedView(id: string, answer: unknown): PublicMempoolIntent {
 	const view = answer as Partial<PublicMempoolIntent> | null | undefined;
@@ -536,7 +559,9 @@ function paymentFieldsProblem(f: PaymentAuthorizationFields): string | null {
 		[typeof f.feeLimit === "string" && isAmount(f.feeLimit), "feeLimit is a decimal count of base units"],
 		[typeof f.senderAuthorizationNonce === "string" && NONCE.test(f.senderAuthorizationNonce), "the nonce is 16–128 characters A–Z a–z 0–9 _ -"],
 		[Number.isSafeInteger(f.expiresAtSlot) && f.expiresAtSlot >= 0, "expiresAtSlot is a slot number"],
-		[Date.parse(f.senderAuthorizationExpiresAt) > Date.parse(f.senderAuthorizationIssuedAt), "it expires after it is issued"]
+		[isIsoTime(f.senderAuthorizationIssuedAt) && isIsoTime(f.senderAuthorizationExpiresAt), "issuedAt and expiresAt are ISO times of years 0–9999"],
+		[Date.parse(f.senderAuthorizationExpiresAt) > Date.parse(f.senderAuthorizationIssuedAt), "it expires after it is issued"],
+		[Date.parse(f.senderAuthorizationExpiresAt) - Date.parse(f.senderAuthorizationIssuedAt) <= MAX_VALIDITY_MS, "it is valid 24 h at most"]
 	];
 	return checks.find(([ok]) => !ok)?.[1] ?? null;
 }

@@ -105,6 +105,10 @@ interface UpdateHead {
 	createdAt: string;
 }
 
+/** Compare-and-set rounds of raiseUpdateHead before it gives up (503, retried by the caller). */
+const HEAD_RAISE_ATTEMPTS = 50;
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
 /** Whether `a` was signed after `b` by its owner (or at the same instant, and arrived after). */
 const signedAfter = (a: { issuedAt: string; createdAt: string }, b: TinOperationRecord) =>
 	a.issuedAt > b.request.issuedAt || (a.issuedAt === b.request.issuedAt && a.createdAt > b.createdAt);
@@ -199,7 +203,7 @@ interface TinMethods {
 	allocateTin(): Promise<string>;
 	mustGetOperation(id: string): Promise<TinOperationRecord>;
 	submit(ctx: Context<TinOperationRequest, { $statusCode?: number }>): Promise<ReturnType<typeof toPublicTinOperation>>;
-	replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string): ReturnType<typeof toPublicTinOperation>;
+	replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string): Promise<ReturnType<typeof toPublicTinOperation>>;
 	moveStage(ctx: Context<StageParams, StageMeta>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
 	raiseUpdateHead(record: TinOperationRecord): Promise<void>;
 	supersedingOperation(record: TinOperationRecord, routes: readonly (RouteRecord | null | undefined)[]): Promise<TinOperationRecord | null>;
@@ -454,9 +458,11 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				return this.replay(ctx, (await this.operations.findOne({ operationId: request.operationId }))!, digest);
 			},
 
-			replay(ctx, existing, requestDigest) {
+			async replay(ctx, existing, requestDigest) {
 				if (existing.requestDigest !== requestDigest)
 					throw new ServiceError("IDEMPOTENCY_CONFLICT", "operationId was already used with a different request body", { operationId: existing.operationId });
+				// The first submission may have stopped before raising it.
+				if (existing.intentType === "update") await this.raiseUpdateHead(existing);
 				ctx.meta.$statusCode = 200;
 				return toPublicTinOperation(existing);
 			},
@@ -469,8 +475,9 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const now = new Date();
 				const decision = decideStage(record, stage, request, standing, this.settings.policy, now);
 				if (decision.kind === "replay") return toTinOperationView(record);
-				// A submission that stopped between storing the update and raising the head: raised now.
-				if (record.intentType === "update" && stage !== "failed" && stage !== "rejected") await this.raiseUpdateHead(record);
+				// A submission that stopped between storing the update and raising the head: raised now,
+				// before any stage, failing included (else failing it would let an older one through).
+				if (record.intentType === "update") await this.raiseUpdateHead(record);
 				// The owner's signature holds until its expiresAt: no stage before the registry transaction moves it on after that.
 				if ((stage === "verified" || stage === "fee-committed" || stage === "submitted") && Date.parse(record.request.expiresAt) <= now.getTime())
 					return this.failOperation(record, `EXPIRED: the owner's signature expired at ${record.request.expiresAt}`, "The operation's signed expiresAt has passed");
@@ -536,12 +543,15 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			},
 
 			/**
-			 * Makes `record` (an update just stored) its TIN's update head when its owner signed it after
-			 * the head's, by compare-and-set, tried again while other submissions move the head.
+			 * Makes `record` (a stored update) its TIN's update head when its owner signed it after the
+			 * head's, by compare-and-set, tried again while other submissions move the head (each lost
+			 * race is another's progress; a replica's read that lags its write is waited out, briefly).
 			 */
 			async raiseUpdateHead(record) {
 				const head: UpdateHead = { id: record.tin, operationRecordId: record.id, issuedAt: record.request.issuedAt, createdAt: record.createdAt };
-				for (;;) {
+				for (let attempt = 0; ; attempt++) {
+					if (attempt === HEAD_RAISE_ATTEMPTS) throw new ServiceError("NOT_READY", "The TIN's update head is moving too fast to be raised; retry");
+					if (attempt > 0) await sleep(Math.random() * 10 * attempt);
 					const current = await this.updateHeads.get(record.tin);
 					if (!current) {
 						if (await this.updateHeads.insert(head)) return;

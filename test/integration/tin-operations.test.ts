@@ -209,6 +209,17 @@ describe("the stage pipeline", () => {
 		const refused = await stage(abandoned.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" });
 		expect(refused.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
 		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: before.routeCommitment, routeVersion: before.routeVersion });
+
+		// The same with the older one's registry transaction sent first: its finalization is refused.
+		const held = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-150) }))).body;
+		expect((await stage(held.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
+		expect((await stage(held.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "10000" })).status).toBe(200);
+		expect((await stage(held.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
+		const later = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-100) }))).body;
+		expect((await stage(later.id, "failed", { crankerPubkey: submitter.address, reason: "no reason at all" })).status).toBe(200);
+		const unfinished = await stage(held.id, "finalized", { crankerPubkey: submitter.address, transactionSignature: SIG });
+		expect(unfinished.body).toMatchObject({ code: 409, data: { status: "FAILED", failureReason: expect.stringMatching(/^SUPERSEDED/) } });
+		expect((await node.http("GET", `/registry/tins/${tin}`)).body).toMatchObject({ routeCommitment: before.routeCommitment, routeVersion: before.routeVersion });
 	});
 
 	it("only the Cranker that submitted an operation finalizes it: another online submitter is refused (403)", async () => {
@@ -221,12 +232,21 @@ describe("the stage pipeline", () => {
 		expect((await node.http("GET", `/tin-operations/${created.id}`)).body).toMatchObject({ status: "SUBMITTED" });
 	});
 
-	it("an operation whose signed expiresAt has passed is not moved on: it ends FAILED (EXPIRED) at its next stage", async () => {
-		const created = (await node.http("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "create", issuedAt: iso(-1000), expiresAt: iso(1500) }))).body;
-		await new Promise(resolve => setTimeout(resolve, 1600));
-		const refused = await stage(created.id, "verified", { crankerPubkey: verifier.address });
-		expect(refused.body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^EXPIRED/) } });
-		expect((await node.http("GET", `/tin-operations/${created.id}`)).body).toMatchObject({ status: "FAILED" });
+	it("an operation whose signed expiresAt has passed is not moved on before its registry transaction: it ends FAILED (EXPIRED); one submitted before still finalizes", async () => {
+		await heartbeatAll();
+		const signed = () => signedTinOperation(newWallet(), { intentType: "create", issuedAt: iso(-1000), expiresAt: iso(2000) });
+		const [pending, verified, committed, submitted] = await Promise.all([signed(), signed(), signed(), signed()].map(async body => (await node.http("POST", "/tin-operations", body)).body));
+		for (const op of [verified, committed, submitted]) expect((await stage(op.id, "verified", { crankerPubkey: verifier.address })).status).toBe(200);
+		for (const op of [committed, submitted]) expect((await stage(op.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" })).status).toBe(200);
+		expect((await stage(submitted.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).status).toBe(200);
+		await new Promise(resolve => setTimeout(resolve, 2100));
+		const expired = { code: 409, type: "INVALID_TRANSITION", data: { status: "FAILED", failureReason: expect.stringMatching(/^EXPIRED/) } };
+		// Refusals come first: a Cranker that may not make the move changes nothing.
+		expect((await stage(pending.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" })).body).toMatchObject({ code: 409, data: { status: "PENDING_VERIFICATION" } });
+		expect((await stage(pending.id, "verified", { crankerPubkey: verifier.address })).body).toMatchObject(expired);
+		expect((await stage(verified.id, "fee-committed", { crankerPubkey: submitter.address, feeAmount: "50000" })).body).toMatchObject(expired);
+		expect((await stage(committed.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).body).toMatchObject(expired);
+		expect((await stage(submitted.id, "finalized", { crankerPubkey: submitter.address, transactionSignature: SIG })).body).toMatchObject({ status: "FINALIZED" });
 	});
 
 	it("never lets a route go live for an operation that a racing stage failed", async () => {

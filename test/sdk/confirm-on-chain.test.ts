@@ -91,5 +91,6 @@ describe("confirmOnChain", () => {
 		chain.injectFault("getTransaction", "http-500");
 		await expect(client.confirmOnChain(unknown, intent)).rejects.toMatchObject({ type: "NETWORK_ERROR" });
 		await expect(new SettlementClient({ baseUrl: "http://127.0.0.1:9" }).confirmOnChain(unknown, intent)).rejects.toMatchObject({ type: "CONFIGURATION_ERROR" });
+		await expect(client.confirmOnChain("not a signature", intent)).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
 	});
 });

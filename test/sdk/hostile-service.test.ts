@@ -78,6 +78,17 @@ describe("what the SDK signs", () => {
 		await expect(offline.signPayment(wallet, payment())).resolves.toMatchObject({ senderWallet: wallet.address });
 	});
 
+	it("takes a wallet adapter's signature given as a plain array, and refuses invalid Dates and a validity past 24 h before signing", async () => {
+		const wallet = LocalKeypairSigner.generate();
+		const arrays: Signer = { address: wallet.address, signMessage: async message => Array.from(await wallet.signMessage(message)) as unknown as Uint8Array };
+		await expect(offline.signPayment(arrays, payment())).resolves.toMatchObject({ senderWallet: wallet.address });
+		const signer = countingSigner();
+		await expect(offline.signPayment(signer, payment({ issuedAt: new Date(Number.NaN) }))).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+		const issuedAt = new Date();
+		await expect(offline.signPayment(signer, payment({ issuedAt, expiresAt: new Date(issuedAt.getTime() + 25 * 3600_000) }))).rejects.toMatchObject({ type: "VALIDATION_ERROR", message: expect.stringMatching(/24 h/) });
+		expect(signer.signed).toBe(0);
+	});
+
 	it("keeps a local keypair's seed out of JSON and of logged objects", () => {
 		const signer = LocalKeypairSigner.generate();
 		expect(JSON.parse(JSON.stringify(signer))).toEqual({ address: signer.address });
@@ -97,13 +108,40 @@ describe("what the SDK takes from the service", () => {
 		}
 	});
 
-	it("takes no record of another payment for the one it submitted", async () => {
+	it("takes no record of another payment, or of other amounts, for the one it submitted", async () => {
 		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
-		const service = await standInService((_req, res) => json(res, 201, { id: "int_0123456789abcdef0123456789abcdef", paymentId: uniqueId(), status: "pending", transactionCommitment: signed.transactionCommitment, senderWallet: signed.senderWallet }));
+		const own = { id: "int_0123456789abcdef0123456789abcdef", status: "pending", ...signed };
+		for (const record of [{ ...own, paymentId: uniqueId() }, { ...own, amount: "999999" }, { ...own, recipientTin: newRoute().tin }]) {
+			const service = await standInService((_req, res) => json(res, 201, record));
+			try {
+				await expect(new SettlementClient({ baseUrl: service.url }).submit(signed)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			} finally {
+				await service.close();
+			}
+		}
+	});
+
+	it("reads answers with a fetch that has no streaming body (React Native, polyfills)", async () => {
+		const answer = { ...route, active: true, updatedAt: new Date().toISOString() };
+		const plainFetch = (async () => ({ ok: true, status: 200, headers: new Headers({ "content-type": "application/json" }), body: null, text: async () => JSON.stringify(answer) })) as unknown as typeof fetch;
+		await expect(new SettlementClient({ baseUrl: "http://service.invalid", fetch: plainFetch }).resolveTin(recipient.tin)).resolves.toMatchObject({ tin: recipient.tin });
+	});
+
+	it("takes requestTimeoutMs Infinity for no timeout, refuses one a timer cannot keep, and tells an error page too long to read by its status (a 503 stays one submit retries)", async () => {
+		expect(() => new SettlementClient({ baseUrl: "http://127.0.0.1:9", requestTimeoutMs: 2 ** 31 })).toThrow(expect.objectContaining({ type: "CONFIGURATION_ERROR" }));
+		expect(() => new SettlementClient({ baseUrl: "http://127.0.0.1:9", requestTimeoutMs: 0 })).toThrow(expect.objectContaining({ type: "CONFIGURATION_ERROR" }));
+		let calls = 0;
+		const slowThenHuge = await standInService((_req, res) => {
+			calls++;
+			if (calls === 1) return res.writeHead(503, { "content-type": "text/html" }).end("x".repeat(5 * 1024 * 1024));
+			setTimeout(() => json(res, 200, { ...route, active: true, updatedAt: new Date().toISOString() }), 50);
+		});
 		try {
-			await expect(new SettlementClient({ baseUrl: service.url }).submit(signed)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			const client = new SettlementClient({ baseUrl: slowThenHuge.url, requestTimeoutMs: Infinity });
+			await expect(client.resolveTin(recipient.tin)).rejects.toMatchObject({ code: 503, type: "HTTP_ERROR" });
+			await expect(client.resolveTin(recipient.tin)).resolves.toMatchObject({ tin: recipient.tin });
 		} finally {
-			await service.close();
+			await slowThenHuge.close();
 		}
 	});
 

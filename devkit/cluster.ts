@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import { freePort, spawnScript, waitFor, type ScriptProcess } from "./process";
 
 const tempDir = (prefix: string) => fs.mkdtempSync(path.join(os.tmpdir(), prefix));
@@ -134,6 +135,8 @@ export class Cluster {
 	verifiers: NodeProcess[] = [];
 	gateway!: NodeProcess;
 	private readonly all: NodeProcess[] = [];
+	/** One authority key for every process, as k8s/43-owners.yaml mounts it: payouts replicas must share it. */
+	private readonly authorityKeyFile = loadOrCreateAuthorityKeypair(null, this.dir).source;
 
 	constructor(private readonly options: ClusterOptions) {}
 
@@ -161,6 +164,7 @@ export class Cluster {
 			NATS_USER: this.nats.user,
 			NATS_PASSWORD: this.nats.password,
 			DATA_DIR: dataDir,
+			NODE_AUTHORITY_KEYPAIR_PATH: this.authorityKeyFile,
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "500",
 			VERIFY_TIMEOUT_MS: "2000",

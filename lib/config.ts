@@ -238,11 +238,25 @@ function urlSafe(env: Env, key: string): string | null {
 	return raw;
 }
 
+/**
+ * With a transporter, each replica would generate a secret of its own into its DATA_DIR: the
+ * gateways would each take other worker keys, and the payouts replicas would sign with keys the
+ * Crankers do not know. So a process that runs those services must be given them.
+ */
+function withSharedSecrets(config: Config): Config {
+	if (!config.transporter) return config;
+	const runs = (name: string) => !config.services || config.services.includes(name);
+	if (runs("api") && !config.workerApiKeys.length) throw new ConfigError("WORKER_API_KEYS is required with TRANSPORTER for a process that runs api: replicas would each generate other keys");
+	if (runs("payouts") && !config.nodeAuthorityKeypairPath)
+		throw new ConfigError("NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER for a process that runs payouts: replicas would each generate another authority key");
+	return config;
+}
+
 export function loadConfig(env: Env = process.env): Config {
 	const mongoUrl = durableMongoUrl(env);
 	const services = list(env, "SERVICES");
 	const verifyTimeoutMs = integer(env, "VERIFY_TIMEOUT_MS", 5000, 1);
-	return {
+	return withSharedSecrets({
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
 		transporter: natsUrls(env, "TRANSPORTER"),
@@ -295,5 +309,5 @@ export function loadConfig(env: Env = process.env): Config {
 		webhookRetryBaseMs: integer(env, "WEBHOOK_RETRY_BASE_MS", 5000, 1),
 		webhookTimeoutMs: integer(env, "WEBHOOK_TIMEOUT_MS", 10_000, 100),
 		webhooksMax: integer(env, "WEBHOOKS_MAX", 100, 1)
-	};
+	});
 }

@@ -8,6 +8,7 @@ import type { ServiceBroker } from "moleculer";
 import { NatsServer } from "../../devkit/cluster";
 import { freePort } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
+import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
 import { createNode, stopNode } from "../../services";
 import { tempDir } from "./node";
 
@@ -39,7 +40,8 @@ export async function startSplitNodes(options: {
 	};
 	try {
 		await nats.start();
-		const shared = { TRANSPORTER: nats.url, NATS_USER: nats.user, NATS_PASSWORD: nats.password, NAMESPACE: `${options.namespace}${process.pid}`, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
+		const authorityKeyFile = loadOrCreateAuthorityKeypair(null, tempDir()).source;
+		const shared = { TRANSPORTER: nats.url, NATS_USER: nats.user, NATS_PASSWORD: nats.password, NAMESPACE: `${options.namespace}${process.pid}`, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
 		const brokerOf = (role: string, env: Record<string, string>) => createNode(loadConfig({ ...shared, DATA_DIR: tempDir(), ...env }), { nodeID: `${role}-${process.pid}`, logger: false, skipProcessEventRegistration: true });
 		owners = brokerOf("owners", options.owners);
 		gateway = brokerOf("gateway", { PORT: "0", ...options.gateway });

@@ -12,6 +12,7 @@ import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
 import { freePort, waitFor, type ScriptProcess } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
+import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
 import { SERVICE_FACTORIES, createNode, stopNode } from "../../services";
 import { newRoute, newWallet, signedIntent, signedTinOperation, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, spawnService, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
@@ -507,6 +508,7 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 	const namespace = `wh${process.pid}${Math.floor(Math.random() * 1e6)}`;
 	const brokers: ServiceBroker[] = [];
 	let nats: NatsServer;
+	const authorityKeyFile = loadOrCreateAuthorityKeypair(null, tempDir()).source;
 
 	/** A broker of this test's cluster, on the real bus: what crosses it is serialized as in production. */
 	async function broker(nodeID: string, env: Record<string, string>): Promise<ServiceBroker> {
@@ -517,6 +519,7 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 			NATS_USER: nats.user,
 			NATS_PASSWORD: nats.password,
 			WORKER_API_KEYS: API_KEY,
+			NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile,
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "200",
 			LOG_LEVEL: "warn",

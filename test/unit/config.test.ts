@@ -73,6 +73,16 @@ describe("loadConfig values", () => {
 		expect(loadConfig({ SERVICES: " , " }).services).toBeNull();
 	});
 
+	it("with TRANSPORTER, refuses to let replicas generate their own worker keys or authority key", () => {
+		const distributed = { TRANSPORTER: "nats://localhost:4222" };
+		expect(() => loadConfig({ ...distributed, SERVICES: "api", NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER/);
+		expect(() => loadConfig({ ...distributed, SERVICES: "mempool,payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
+		expect(() => loadConfig({ ...distributed, WORKER_API_KEYS: "a-worker-key-of-24-chars" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH/);
+		expect(loadConfig({ ...distributed, SERVICES: "verifier" })).toMatchObject({ services: ["verifier"] });
+		// One process, no transporter: it generates both into DATA_DIR, as before.
+		expect(loadConfig({})).toMatchObject({ transporter: null, workerApiKeys: [], nodeAuthorityKeypairPath: null });
+	});
+
 	it("MONGO_URL selects the mongodb store", () => {
 		expect(loadConfig({ MONGO_URL: "mongodb://localhost:27017/scs" })).toMatchObject({ store: "mongodb", mongoUrl: "mongodb://localhost:27017/scs" });
 	});
@@ -84,7 +94,8 @@ describe("loadConfig values", () => {
 			SOLANA_CLUSTER: "solana-mainnet",
 			REGISTRY_SEED_FILE: "/etc/scs/seed.json",
 			NODE_AUTHORITY_KEYPAIR_PATH: "/etc/scs/authority.json",
-			TRANSPORTER: "nats://localhost:4222"
+			TRANSPORTER: "nats://localhost:4222",
+			WORKER_API_KEYS: "a-worker-key-of-24-chars"
 		});
 		expect(config).toMatchObject({
 			dataDir: "/var/lib/scs",

@@ -139,7 +139,7 @@ describe("indexes", () => {
 });
 
 describe("NATS credentials", () => {
-	const options = (env: Record<string, string>) => brokerOptions(loadConfig(env)).transporter as { options: { url: string } };
+	const options = (env: Record<string, string>) => brokerOptions(loadConfig({ SERVICES: "verifier", ...env })).transporter as { options: { url: string } };
 
 	test("go into every transporter URL (Moleculer takes them from the URL only)", () => {
 		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "scs", NATS_PASSWORD: "p0-._~" }).options.url).toBe("nats://scs:p0-._~@nats:4222");

@@ -282,10 +282,7 @@ export class SettlementClient {
 				continue;
 			}
 			// The record is the one of this payment, or the app would follow another's.
-			const { transactionCommitment } = buildPaymentMessage(intent);
-			const fields = ["paymentId", "senderWallet", "recipientTin", "tokenMintAddress", "amount", "feeLimit", "expiresAtSlot"] as const;
-			if (record?.transactionCommitment !== transactionCommitment || fields.some(field => record[field] !== intent[field]))
-				throw new SettlementError(`the service answered a record of another payment than ${intent.paymentId}`, "ANSWER_MISMATCH", null);
+			if (!isRecordOf(record, intent)) throw new SettlementError(`the service answered a record of another payment than ${intent.paymentId}`, "ANSWER_MISMATCH", null);
 			return record;
 		}
 	}
@@ -298,8 +295,11 @@ export class SettlementClient {
 	/**
 	 * Resolves once the intent is executed or canceled, told by its event stream (GET /intents/{id}/events),
 	 * or by polling GET /intents/{id} where there is none. Past `timeoutMs`: TIMEOUT, the last record seen in `data.intent`.
+	 * Every view must be intent `id`'s, and, given `intent` (what signPayment returned), that payment's
+	 * (its fields, its commitment): else ANSWER_MISMATCH.
 	 */
-	async waitForStatus(id: string, options: { timeoutMs: number }): Promise<PublicMempoolIntent> {
+	async waitForStatus(id: string, options: { timeoutMs: number; intent?: CreateIntentRequest }): Promise<PublicMempoolIntent> {
+		const check = (answer: unknown) => checkedView(id, answer, options.intent);
 		// Where no stream can be had (a fetch without a streaming body, a service without the route,
 		// a network or CORS refusal, 429), it polls with backoff, 100 ms doubling to 2 s.
 		const deadline = Date.now() + options.timeoutMs;
@@ -316,7 +316,7 @@ export class SettlementClient {
 				last && { intent: last }
 			);
 		try {
-			const streamed = await this.streamStatus(id, stop.signal, view => (last = view));
+			const streamed = await this.streamStatus(id, check, stop.signal, view => (last = view));
 			if (streamed) return streamed;
 			if (stop.signal.aborted) throw timeout();
 			// A poll that fails as a submission may (the service restarting, a proxy's 502) is tried
@@ -324,7 +324,7 @@ export class SettlementClient {
 			for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
 				let wait = delay;
 				try {
-					const polled = checkedView(id, await this.request<unknown>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal));
+					const polled = check(await this.request<unknown>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal));
 					{
 						last = polled;
 						failure = undefined;
@@ -349,7 +349,7 @@ export class SettlementClient {
 	}
 
 	/** The terminal view from the event stream; null once `signal` aborts, or with no stream to be had. */
-	private async streamStatus(id: string, signal: AbortSignal, seen: (view: PublicMempoolIntent) => void): Promise<PublicMempoolIntent | null> {
+	private async streamStatus(id: string, check: (answer: unknown) => PublicMempoolIntent, signal: AbortSignal, seen: (view: PublicMempoolIntent) => void): Promise<PublicMempoolIntent | null> {
 		// A stream that ends or drops before a terminal state is resumed with Last-Event-ID after the
 		// delay the service asked for (`retry:`), also through network errors and 5xx answers while
 		// the service restarts; a refusal of the first request, or any other answer, means no stream.
@@ -384,7 +384,7 @@ export class SettlementClient {
 				try {
 					for await (const event of readEvents(response.body, parser, silence)) {
 						if (event.type !== "status") continue;
-						const view = checkedView(id, parseJson(event.data));
+						const view = check(parseJson(event.data));
 						seen(view);
 						if (TERMINAL.has(view.status)) return view;
 					}
@@ -527,10 +527,22 @@ function signsFor(address: string, message: Uint8Array, signature: Uint8Array): 
 	}
 }
 
-/** The public view of intent `id` in a service's answer; ANSWER_MISMATCH when it is not one (another intent's, say). */
-function checkedView(id: string, answer: unknown): PublicMempoolIntent {
+/** The public view's fields that say which payment it is: each must be the signed request's. */
+const PAYMENT_FIELDS = ["paymentId", "senderWallet", "recipientTin", "tokenMintAddress", "amount", "feeLimit", "expiresAtSlot"] as const;
+
+/** Whether `record` (a public view) is the record of the payment `intent` signs for. */
+function isRecordOf(record: Partial<PublicMempoolIntent> | null | undefined, intent: CreateIntentRequest): boolean {
+	return record?.transactionCommitment === buildPaymentMessage(intent).transactionCommitment && PAYMENT_FIELDS.every(field => record[field] === intent[field]);
+}
+
+/**
+ * The public view of intent `id` in a service's answer, and of `intent`'s payment when given;
+ * ANSWER_MISMATCH when it is not one (another intent's, say).
+ */
+function checkedView(id: string, answer: unknown, intent?: CreateIntentRequest): PublicMempoolIntent {
 	const view = answer as Partial<PublicMempoolIntent> | null | undefined;
-	if (view?.id !== id || typeof view.status !== "string") throw new SettlementError(`the service answered another record than intent ${id}`, "ANSWER_MISMATCH", null);
+	if (view?.id !== id || typeof view.status !== "string" || (intent && !isRecordOf(view, intent)))
+		throw new SettlementError(`the service answered another record than intent ${id}${intent ? ` of payment ${intent.paymentId}` : ""}`, "ANSWER_MISMATCH", null);
 	return view as PublicMempoolIntent;
 }
 

@@ -165,6 +165,21 @@ describe("what the SDK takes from the service", () => {
 		}
 	});
 
+	it("given the signed request, takes no view of its intent whose payment fields are another's", async () => {
+		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
+		const id = "int_0123456789abcdef0123456789abcdef";
+		const lying = { id, status: "executed", receiverStatus: "CONFIRMED", ...signed, amount: "1" };
+		const service = await standInService((req, res) => (req.url?.endsWith("/events") ? json(res, 404, { type: "NOT_FOUND", message: "no streams here" }) : json(res, 200, lying)));
+		try {
+			const client = new SettlementClient({ baseUrl: service.url });
+			await expect(client.waitForStatus(id, { timeoutMs: 5000, intent: signed })).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			// Without it, only the id is checked.
+			await expect(client.waitForStatus(id, { timeoutMs: 5000 })).resolves.toMatchObject({ status: "executed" });
+		} finally {
+			await service.close();
+		}
+	});
+
 	it("abandons a request whose answer never ends after requestTimeoutMs, and reads no answer past its bound", async () => {
 		const trickle = await standInService((_req, res) => {
 			res.writeHead(200, { "content-type": "application/json" });

@@ -19,15 +19,15 @@ const sdk = path.join(root, "sdk");
 const PACKAGE = "@settlement-coordination/sdk";
 
 /**
- * Budgets, with room over today's figures (the package's files ~206 KB unpacked, ESM bundle ~10.5 KB
- * gzip, 2.3 KB of it the checks of every field signed and every answer acted on; most of the files
+ * Budgets, with room over today's figures (the package's files ~219 KB unpacked, ESM bundle ~11 KB
+ * gzip, 3 KB of it the checks of every field signed and every answer acted on; most of the files
  * are the declarations, twice, .d.ts and .d.mts): a jump means a dependency or a lib/ module got
  * inlined. The files are counted unpacked:
  * the tarball's own size jumps by kilobytes when a few bytes move its twin declaration files
  * (.d.ts and .d.mts) in or out of the compressor's reach of each other.
  */
 const PACKAGE_FILES_BUDGET = 224 * 1024;
-const ESM_GZIP_BUDGET = 11.5 * 1024;
+const ESM_GZIP_BUDGET = 12 * 1024;
 
 let scratch: string;
 let tarball: string;

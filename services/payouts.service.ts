@@ -14,6 +14,7 @@ import type { ActiveRoute } from "../lib/registry";
 import { payoutAuthorizationParams } from "../lib/schemas";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import type { Collection } from "../lib/store";
+import { isSenderSigned } from "../lib/verification";
 import { storeMixin } from "../mixins/store.mixin";
 import { isServed } from "./internal";
 import { payoutMetrics, type PayoutResult } from "./metrics";
@@ -97,6 +98,10 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 						authorizationExpiresAt: existing.authorization.expiresAt
 					});
 				}
+				// The authority key signs only for what a sender signed, whatever reached the mempool: a
+				// process that holds the bus credentials can mark any record verified (docs/security.md).
+				if (!isSenderSigned({ ...record.request, transactionCommitment: record.transactionCommitment }))
+					throw new ServiceError("EVIDENCE_INCONSISTENT", "The intent is not a payment its sender signed", { reason: "INVALID_SIGNATURE" });
 				const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization: buildPayoutAuthorization(record, now, this.signer) };
 				const stored = existing ? await this.authorizations.update(record.id, { issuedAt: existing.issuedAt }, doc) : await this.authorizations.insert(doc);
 				if (stored) return { authorization: doc.authorization, result: "issued" };

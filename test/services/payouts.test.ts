@@ -153,6 +153,17 @@ test("refused without an authorization: a request another key signed, a Cranker 
 	expect(Date.parse((await authorize(record.id, cranker)).issuedAt)).toBeGreaterThanOrEqual(issuedAfter);
 });
 
+test("no authorization for a record whose payment its sender never signed, however it got leased (the bus is one trust zone: a deployment review)", async () => {
+	const cranker = newWallet().address;
+	const record = leasedIntent(cranker);
+	// As a process holding the bus credentials could have stored it: the signed amount changed after signing.
+	intents.set(record.id, { ...record, request: { ...record.request, amount: "999999999" } });
+	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "INVALID_SIGNATURE" } });
+	// The signed one is authorized as before.
+	intents.set(record.id, record);
+	await expect(authorize(record.id, cranker)).resolves.toMatchObject({ workId: record.id, amount: record.request.amount });
+});
+
 test("a route replaced by a newer version: refused, and the intent REJECTED (ROUTE_MISMATCH), as it can never be paid", async () => {
 	const cranker = newWallet().address;
 	const record = leasedIntent(cranker);

@@ -10,6 +10,10 @@ export const HEARTBEAT_HEADER = "Settlement Coordination Cranker Heartbeat";
 export const THRESHOLD_ACCESS_HEADER = "Settlement Coordination Threshold Access";
 export const TIN_OPERATION_HEADER = "Settlement Coordination TIN Operation";
 export const MESSAGE_VERSION = 1;
+/** The one funding mode a payment may name (SPEC §1). */
+export const SUPPORTED_FUNDING_MODE = "wallet_only_v2";
+/** The longest a payment's signed validity may be, `expiresAt` after `issuedAt` (SPEC §1). */
+export const MAX_VALIDITY_MS = 24 * 60 * 60 * 1000;
 
 export type Line = readonly [key: string, value: string | number];
 

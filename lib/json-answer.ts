@@ -21,7 +21,7 @@ export async function readJsonAnswer(response: Response, maxBytes: number): Prom
 		if (Number(response.headers.get("content-length") ?? 0) > maxBytes) throw new AnswerTooLargeError(maxBytes);
 		const text = await response.text();
 		if (text.length > maxBytes) throw new AnswerTooLargeError(maxBytes);
-		return parse(text);
+		return parseJson(text);
 	}
 	const reader = response.body.getReader();
 	const chunks: Uint8Array[] = [];
@@ -42,10 +42,11 @@ export async function readJsonAnswer(response: Response, maxBytes: number): Prom
 		bytes.set(chunk, offset);
 		offset += chunk.byteLength;
 	}
-	return parse(new TextDecoder().decode(bytes));
+	return parseJson(new TextDecoder().decode(bytes));
 }
 
-function parse(text: string): unknown {
+/** The JSON value of `text`, undefined when it is not JSON. */
+export function parseJson(text: string): unknown {
 	try {
 		return JSON.parse(text);
 	} catch {

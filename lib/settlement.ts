@@ -248,7 +248,6 @@ function mismatchesWith(contents: SettlementContents, expected: ExpectedSettleme
 	return problems;
 }
 
-/** What a transaction does to a TIN operation's registry submission: exactly its one memo. */
 /**
  * Why the transaction is not the registry submission of this operation (empty when it is): one
  * memo naming it, in a transaction its submitter paid for, not a memo anyone else wrote.

@@ -3,15 +3,13 @@
  * the SPEC's order and the first failure is the answer: message binding, funding mode,
  * signature, expiry, route. The nonce, the last check, belongs to the mempool that owns nonces.
  */
-import { buildPaymentMessage } from "./canonical";
+import { MAX_VALIDITY_MS, SUPPORTED_FUNDING_MODE, buildPaymentMessage } from "./canonical";
 import { verifySignature } from "./ed25519";
 import type { RejectionReason } from "./errors";
 import type { CreateIntentRequest } from "./intents";
 import type { ActiveRoute } from "./registry";
 
-export const SUPPORTED_FUNDING_MODE = "wallet_only_v2";
 const MAX_CLOCK_SKEW_MS = 60_000;
-const MAX_VALIDITY_MS = 24 * 60 * 60 * 1000;
 
 /**
  * Refusals after which a body holds no paymentId and leaves no record (SPEC §2.1: only a signer

@@ -7,10 +7,10 @@
  */
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { address, createSolanaRpc, signature as toSignature, type Address, type Rpc, type SolanaRpcApi } from "@solana/kit";
-import { buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
+import { MAX_VALIDITY_MS, SUPPORTED_FUNDING_MODE, buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
 import { HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN, decodeBase58, encodeBase58, isAmount, isBase58OfLength, isIsoTime } from "../lib/encoding";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
-import { AnswerTooLargeError, readJsonAnswer } from "../lib/json-answer";
+import { AnswerTooLargeError, parseJson, readJsonAnswer } from "../lib/json-answer";
 import type { ActiveRoute } from "../lib/registry";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID, expectedSettlementOf, readEncodedSettlementTransaction, settlementMismatches } from "../lib/settlement";
 import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
@@ -125,14 +125,11 @@ export interface OnChainSettlement {
 	memo: string;
 }
 
-const FUNDING_MODE = "wallet_only_v2";
 /** The most of a service's answer the SDK reads: its answers are a record or a short list. */
 const MAX_ANSWER_BYTES = 4 * 1024 * 1024;
 const HEX64 = new RegExp(HEX64_PATTERN);
 const IDENTIFIER = new RegExp(IDENTIFIER_PATTERN);
 const NONCE = new RegExp(NONCE_PATTERN);
-/** The longest validity the service accepts (SPEC §1). */
-const MAX_VALIDITY_MS = 24 * 3600_000;
 /** How long each probe of /health/live may take (see networkError). */
 const PROBE_TIMEOUT_MS = 5000;
 /**
@@ -243,7 +240,7 @@ export class SettlementClient {
 			tokenMintAddress: params.tokenMintAddress,
 			amount: params.amount,
 			feeLimit: params.feeLimit,
-			senderFundingMode: FUNDING_MODE,
+			senderFundingMode: SUPPORTED_FUNDING_MODE,
 			senderAuthorizationNonce: params.nonce ?? `n_${randomToken(16)}`,
 			senderAuthorizationIssuedAt: issuedAt.toISOString(),
 			senderAuthorizationExpiresAt: (params.expiresAt ?? new Date(issuedAt.getTime() + 10 * 60_000)).toISOString(),
@@ -325,11 +322,9 @@ export class SettlementClient {
 				let wait = delay;
 				try {
 					const polled = check(await this.request<unknown>("GET", `/intents/${encodeURIComponent(id)}`, undefined, stop.signal));
-					{
-						last = polled;
-						failure = undefined;
-						if (TERMINAL.has(polled.status)) return polled;
-					}
+					last = polled;
+					failure = undefined;
+					if (TERMINAL.has(polled.status)) return polled;
 				} catch (err) {
 					if (stop.signal.aborted) throw timeout();
 					const refused = err as SettlementError;
@@ -544,14 +539,6 @@ function checkedView(id: string, answer: unknown, intent?: CreateIntentRequest):
 	if (view?.id !== id || typeof view.status !== "string" || (intent && !isRecordOf(view, intent)))
 		throw new SettlementError(`the service answered another record than intent ${id}${intent ? ` of payment ${intent.paymentId}` : ""}`, "ANSWER_MISMATCH", null);
 	return view as PublicMempoolIntent;
-}
-
-function parseJson(text: string): unknown {
-	try {
-		return JSON.parse(text);
-	} catch {
-		return undefined;
-	}
 }
 
 /**

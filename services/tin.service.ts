@@ -4,6 +4,7 @@
  * operations, and moves them through the Cranker stages; finalizing activates the route.
  */
 import fs from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { buildTinOperationMessage } from "../lib/canonical";
 import { nodeChainReader, type ChainReader } from "../lib/chain";
@@ -107,7 +108,6 @@ interface UpdateHead {
 
 /** Compare-and-set rounds of raiseUpdateHead before it gives up (503, retried by the caller). */
 const HEAD_RAISE_ATTEMPTS = 50;
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 /** Whether `a` was signed after `b` by its owner (or at the same instant, and arrived after). */
 const signedAfter = (a: { issuedAt: string; createdAt: string }, b: TinOperationRecord) =>
@@ -502,12 +502,13 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			},
 
 			/**
-			 * The update that wrote one of `routes` (the TIN's live route and the newest version claimed),
-			 * not failed, when its owner signed it after `record` (or at the same instant, and it was
-			 * recorded after): then `record` must not replace it. Otherwise a submitter that held an
-			 * older update back could finalize it after the owner had moved on (away from a compromised
-			 * route, say) and bring the old route back. A claim whose operation failed before its mark
-			 * never goes live, and blocks nothing. Null when none is later.
+			 * The update `record` must not replace: the TIN's update head (the newest its owner signed,
+			 * whatever became of it), or the update that wrote one of `routes` (the TIN's live route and
+			 * the newest version claimed), not failed, when its owner signed it after `record` (or at
+			 * the same instant, and it was recorded after). Otherwise a submitter that held an older
+			 * update back could finalize it after the owner had moved on (away from a compromised route,
+			 * say) and bring the old route back. A route writer whose operation failed before its mark
+			 * never went live, and blocks nothing. Null when none is later.
 			 */
 			async supersedingOperation(record, routes) {
 				const head = await this.updateHeads.get(record.tin);

@@ -22,7 +22,6 @@ import { httpbis } from "http-message-signatures";
 import type * as StructuredHeaders from "structured-headers/cjs/index.cjs";
 import { createSigner, verifySignature, type Keypair } from "./ed25519";
 import { decodeBase58, encodeBase58, isBase58OfLength } from "./encoding";
-import { ServiceError } from "./errors";
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const sf: typeof StructuredHeaders = require("structured-headers");
@@ -290,13 +289,4 @@ function signatureBase(method: string, targetUri: string, digestField: string, i
 	);
 	base.push(['"@signature-params"', [sf.serializeList([input])]]);
 	return httpbis.formatSignatureBase(base);
-}
-
-/**
- * The owners' own check that a Cranker action acts as the Cranker that signed the request: the
- * gateway verified the signature and passes its keyid as `meta.crankerPubkey`. A call without it
- * (a route mapped wrongly, a caller on the bus) acts as nobody.
- */
-export function assertSignedBy(meta: { crankerPubkey?: string }, crankerPubkey: string): void {
-	if (meta.crankerPubkey !== crankerPubkey) throw new ServiceError("FORBIDDEN", "The request is not signed by crankerPubkey", { reason: "keyid-mismatch" });
 }

@@ -13,21 +13,23 @@ import { clientKey } from "../lib/client-key";
 import type { Config } from "../lib/config";
 import { corsPolicy, decideCors } from "../lib/cors";
 import { ERROR_STATUS, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
-import { verifyRequestSignature } from "../lib/http-signature";
+import { CRANKER_ROUTES, crankerRequestOf, verifyCrankerRequest, type CrankerRequest } from "../lib/cranker-call";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
 import { INTAKE_BATCH_BYTES, INTAKE_BATCH_ENOUGH, INTAKE_BATCH_MAX, refusalOf, type Submission, type SubmissionAnswer } from "../lib/intake";
 import { workItemWrapper, workPageViews, type CreateIntentRequest, type IntentWorkItem, type PublicMempoolIntent, type WorkPage } from "../lib/intents";
+import { BodyError, MAX_BODY_DEPTH } from "../lib/json-body";
 import { answersJsonTexts, jsonArrayBuffer, type TakesJsonTexts } from "../lib/json-text";
 import { WORK_PAGE, createIntentParams, limit } from "../lib/schemas";
 import { createKeyChecker, loadOrCreateWorkerKeys } from "../lib/secrets";
 import { WEBHOOK_LIST_PAGE, listWebhooksParams, type WebhookSubscription } from "../lib/webhooks";
 import { Batcher } from "../lib/batcher";
 import { TransientSet } from "../lib/transient-set";
+import type { CrankerSignedMeta } from "../mixins/cranker-signed.mixin";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
-import { BodyError, isJson, jsonBody, MAX_BODY_DEPTH } from "./json-body";
+import { isJson, jsonBody } from "./json-body";
 import { isServed, isServedHere } from "./internal";
 import { httpMetrics, metricsForm } from "./metrics";
 
@@ -134,34 +136,21 @@ export function bearerToken(authorization: string | undefined): string | null {
 /** SPEC §4 worker routes (x-api-key), each to the action that serves it. */
 const WORKER_ROUTES: Record<string, string> = {
 	"GET /intents": "mempool.list",
-	"PATCH /intents/:id/status": "mempool.updateStatus",
 	"GET /intent-work": "api.intentWork",
-	"POST /internal/settlement-authorizations/settlement": "payouts.authorize",
 	"POST /internal/wake": "receiver.wake",
-	"POST /crankers/heartbeat": "crankers.heartbeat",
 	"POST /epoch/close": "epochs.close",
 	"GET /tin-operations/verification-work": "tin.verificationWork",
 	"GET /tin-operations/fee-work": "tin.feeWork",
 	"GET /tin-operations/registry-work": "tin.registryWork",
-	"POST /tin-operations/:id/verified": "tin.verified",
-	"POST /tin-operations/:id/fee-committed": "tin.feeCommitted",
-	"POST /tin-operations/:id/submitted": "tin.submitted",
-	"POST /tin-operations/:id/finalized": "tin.finalized",
-	"POST /tin-operations/:id/failed": "tin.failed",
-	"POST /tin-operations/:id/rejected": "tin.rejected",
 	"POST /webhooks": "webhooks.create",
 	"GET /webhooks": "api.webhookList",
 	"GET /webhooks/:id": "webhooks.get",
-	"DELETE /webhooks/:id": "webhooks.remove"
+	"DELETE /webhooks/:id": "webhooks.remove",
+	...CRANKER_ROUTES
 };
 
 /** The worker routes that act as a Cranker: they carry its request signature (SPEC §6.1). */
-const CRANKER_ACTIONS: ReadonlySet<string> = new Set([
-	"crankers.heartbeat",
-	"mempool.updateStatus",
-	"payouts.authorize",
-	...["verified", "feeCommitted", "submitted", "finalized", "failed", "rejected"].map(stage => `tin.${stage}`)
-]);
+const CRANKER_ACTIONS: ReadonlySet<string> = new Set(Object.values(CRANKER_ROUTES));
 
 /** SPEC §4 public routes (rate limited), each to the action that serves it. */
 const PUBLIC_ROUTES: Record<string, string> = {
@@ -288,7 +277,7 @@ interface ApiMethods {
 	assertMetricsKey(req: IncomingMessage, res: ServerResponse): void;
 	workerKeyAttempt(req: IncomingMessage, res: ServerResponse): boolean;
 	assertNotThrottled(req: IncomingMessage, res: ServerResponse): void;
-	signingCranker(ctx: Context, req: Request): Promise<string>;
+	signedCrankerRequest(req: Request): Promise<CrankerRequest>;
 	routeOf(req: Request & { $alias?: { fullPath?: string }; parsedUrl?: string }): string;
 }
 
@@ -498,14 +487,14 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			 * Worker routes: missing key → 401, wrong key → 403 (compared in constant time); then, on
 			 * the Cranker routes, the request signature (SPEC §6.1). Failures count towards 429.
 			 */
-			async authorize(this: ApiThis, ctx: Context<unknown, { crankerPubkey?: string }>, _route: unknown, req: Request, res: ServerResponse, alias: { action?: string }) {
+			async authorize(this: ApiThis, ctx: Context<unknown, CrankerSignedMeta>, _route: unknown, req: Request, res: ServerResponse, alias: { action?: string }) {
 				this.assertNotThrottled(req, res);
 				try {
 					const key = req.headers["x-api-key"];
 					if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
 					if (!this.isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
 					assertInputPlacement(req);
-					if (alias.action && CRANKER_ACTIONS.has(alias.action)) ctx.meta.crankerPubkey = await this.signingCranker(ctx, req);
+					if (alias.action && CRANKER_ACTIONS.has(alias.action)) ctx.meta.crankerRequest = await this.signedCrankerRequest(req);
 				} catch (err) {
 					const { type } = err as ServiceError;
 					if (type === "UNAUTHORIZED" || type === "FORBIDDEN") this.authFailures.fail(this.clientKeyOf(req), Date.now());
@@ -616,25 +605,20 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			},
 
 			/**
-			 * SPEC §6.1: which Cranker signed this request. Its signature covers the exact body bytes, so a
-			 * signed route takes no content-encoding; keyid must be the body's crankerPubkey; each
-			 * signature is admitted once (the crankers service remembers it for its validity window).
+			 * SPEC §6.1: the signed parts of a Cranker's request, for its owner, which checks them again
+			 * (mixins/cranker-signed.mixin.ts) and admits each signature once. Checked here first, so
+			 * that a bad signature counts as a failed authentication and costs the owners nothing. Its
+			 * signature covers the exact body bytes, so a signed route takes no content-encoding.
 			 */
-			async signingCranker(this: ApiThis, ctx: Context, req: Request): Promise<string> {
+			async signedCrankerRequest(this: ApiThis, req: Request): Promise<CrankerRequest> {
 				const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
 				if (encoding !== "identity") throw new ServiceError("UNSUPPORTED_MEDIA_TYPE", "Signed Cranker requests take no content-encoding");
 				// The URI a Cranker signed (`@target-uri`): behind a proxy, rebuilt from PUBLIC_BASE_URL.
 				const targetUri = `${config.publicBaseUrl ?? `http://${req.headers.host ?? ""}`}${req.originalUrl ?? req.url ?? ""}`;
 				// headersDistinct: a signature header sent twice must be seen twice (and refused), not joined into one.
-				const check = await verifyRequestSignature({ method: req.method ?? "", targetUri, headers: req.headersDistinct, body: req.rawBody ?? Buffer.alloc(0) }, Date.now());
-				if (!check.ok)
-					throw check.status === 401
-						? new ServiceError("UNAUTHORIZED", "This route takes an HTTP message signature (RFC 9421) by the Cranker named in crankerPubkey (docs/signing.md §6)", { reason: check.reason })
-						: new ServiceError("FORBIDDEN", `The request signature is refused: ${check.detail}`, { reason: check.reason });
-				if ((req.body as { crankerPubkey?: unknown } | undefined)?.crankerPubkey !== check.keyid)
-					throw new ServiceError("FORBIDDEN", "The request is signed by another key than crankerPubkey", { reason: "keyid-mismatch" });
-				await ctx.call("crankers.admitSignature", { keyid: check.keyid, signature: check.signature, created: check.created });
-				return check.keyid;
+				const request = crankerRequestOf(req.method ?? "", targetUri, req.headersDistinct, req.rawBody ?? Buffer.alloc(0));
+				await verifyCrankerRequest(request, (req.body as { crankerPubkey?: unknown } | undefined)?.crankerPubkey, Date.now());
+				return request;
 			},
 
 			/** The template moleculer-web matched; for requests answered before it matched (a body refused, 413, 503), looked up. */

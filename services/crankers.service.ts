@@ -10,12 +10,13 @@ import type { Config } from "../lib/config";
 import { CrankerTotals } from "../lib/cranker-totals";
 import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
-import { MAX_CLOCK_SKEW_S, assertSignedBy } from "../lib/http-signature";
+import { MAX_CLOCK_SKEW_S } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
 import { listInPages, type Collection } from "../lib/store";
 import { sweepMetrics } from "./metrics";
 import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
+import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { internal } from "./internal";
 
@@ -52,6 +53,8 @@ interface SeenSignature {
 	keyid: string;
 	/** The end of the window in which the signature would still be accepted: then it can go. */
 	expiresAt: string;
+	/** The call that used it (services/replay.ts); absent in records of earlier versions. */
+	callKey?: string | null;
 }
 
 interface CrankersSettings {
@@ -82,7 +85,7 @@ interface CrankersMethods {
 	isOperator(pubkey: string): boolean;
 	onlineCutoff(nowMs: number): string;
 	toView(doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord;
-	accept(ctx: Context<HeartbeatRequest, { crankerPubkey?: string }>): Promise<CrankerHeartbeatRecord>;
+	accept(ctx: Context<HeartbeatRequest>): Promise<CrankerHeartbeatRecord>;
 	catchUp(nowMs: number): Promise<void>;
 	sweep(): Promise<void>;
 }
@@ -94,6 +97,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 		name: "crankers",
 		settings: { crankerTtlMs: config.crankerTtlMs, crankerRetentionMs: config.crankerRetentionMs, replicated: !!config.transporter },
 		mixins: [
+			crankerSignedMixin(config.publicBaseUrl, ["heartbeat"]),
 			sweeperMixin<CrankersThis>("cranker liveness", config.sweepIntervalMs, function (this: CrankersThis) {
 				return this.sweep();
 			}),
@@ -110,23 +114,25 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			/** POST /crankers/heartbeat (a signed Cranker request) */
 			heartbeat: {
 				params: heartbeatParams,
-				handler(this: CrankersThis, ctx: Context<HeartbeatRequest, { crankerPubkey?: string }>) {
+				handler(this: CrankersThis, ctx: Context<HeartbeatRequest>) {
 					return this.accept(ctx);
 				}
 			},
 
 			/**
-			 * Internal, from the gateway: records a verified request signature, once. The same
-			 * signature again within its validity window is a replay (SPEC §6.1).
+			 * Internal, from the owner of a Cranker action (mixins/cranker-signed.mixin.ts): records a
+			 * verified request signature, once. The same signature again within its validity window is
+			 * a replay (SPEC §6.1), unless it comes with the key of the call that first used it: a
+			 * repeat of that call (services/replay.ts).
 			 */
 			admitSignature: internal({
-				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true } },
-				async handler(this: CrankersThis, ctx: Context<{ keyid: string; signature: string; created: number }>): Promise<true> {
-					const { keyid, signature, created } = ctx.params;
+				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true }, callKey: { type: "string", max: 256, optional: true, nullable: true } },
+				async handler(this: CrankersThis, ctx: Context<{ keyid: string; signature: string; created: number; callKey?: string | null }>): Promise<true> {
+					const { keyid, signature, created, callKey: key = null } = ctx.params;
 					const expiresAt = new Date((created + MAX_CLOCK_SKEW_S) * 1000).toISOString();
-					if (!(await this.seenSignatures.insert({ id: signature, keyid, expiresAt })))
-						throw new ServiceError("FORBIDDEN", "This request signature was used before", { reason: "replayed" });
-					return true;
+					if (await this.seenSignatures.insert({ id: signature, keyid, expiresAt, callKey: key })) return true;
+					if (key !== null && (await this.seenSignatures.get(signature))?.callKey === key) return true;
+					throw new ServiceError("FORBIDDEN", "This request signature was used before", { reason: "replayed" });
 				}
 			}),
 
@@ -182,7 +188,6 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			/** A heartbeat signed by its Cranker, an allowed operator, near the Node's clock and newer than the last accepted. */
 			async accept(this: CrankersThis, ctx) {
 				const hb = ctx.params;
-				assertSignedBy(ctx.meta, hb.crankerPubkey);
 				if (!verifySignature(hb.crankerPubkey, buildHeartbeatMessage(hb), hb.signature)) throw new ServiceError("INVALID_SIGNATURE", "The heartbeat signature does not verify");
 				if (!this.isOperator(hb.crankerPubkey)) throw new ServiceError("CRANKER_NOT_ALLOWED", "This Cranker is not an allowed operator");
 				const now = new Date();

@@ -15,7 +15,6 @@ import { readChain, type ChainObservation } from "../lib/chain-evidence";
 import type { Config } from "../lib/config";
 import { sha256HexNative } from "../lib/digest";
 import { ServiceError, type RejectionReason } from "../lib/errors";
-import { assertSignedBy } from "../lib/http-signature";
 import { newId } from "../lib/ids";
 import { INTAKE_BATCH_MAX, NONCE_REUSED, decidedRecord, receivedRecord, refusalOf, withVerdict, type Intake, type Refusal, type Verdict } from "../lib/intake";
 import { intentTally, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
@@ -60,6 +59,7 @@ import { UniqueConflictError, listInPages, type Collection, type CollectionSpec,
 import { UNRECORDED_REJECTIONS, isSignedBody } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeFailure, storeMixin } from "../mixins/store.mixin";
+import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey } from "./replay";
@@ -201,6 +201,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		name: "mempool",
 		settings: { leaseTtlMs: config.leaseTtlMs, blockhashLifetimeBlocks: config.blockhashLifetimeBlocks, settlementProgramId: config.settlementProgramId },
 		mixins: [
+			crankerSignedMixin(config.publicBaseUrl, ["updateStatus"]),
 			sweeperMixin<MempoolThis>("intent expiry", config.sweepIntervalMs, function (this: MempoolThis) {
 				return this.expireDue();
 			}),
@@ -373,9 +374,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 */
 			updateStatus: {
 				params: updateStatusParams,
-				async handler(this: MempoolThis, ctx: Context<UpdateStatusRequest & { id: string }, { crankerPubkey?: string }>) {
+				async handler(this: MempoolThis, ctx: Context<UpdateStatusRequest & { id: string }>) {
 					const { id, ...request } = ctx.params;
-					assertSignedBy(ctx.meta, request.crankerPubkey);
 					const [record, standing] = await Promise.all([
 						this.mustGet(id),
 						ctx.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey: request.crankerPubkey })

@@ -7,7 +7,6 @@ import type { Context, Service, ServiceSchema } from "moleculer";
 import { ConfigError, type Config } from "../lib/config";
 import { createSigner } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
-import { assertSignedBy } from "../lib/http-signature";
 import type { LeasedIntentRecord } from "../lib/intents";
 import { buildPayoutAuthorization, type PayoutAuthorization } from "../lib/payout";
 import type { ActiveRoute } from "../lib/registry";
@@ -15,6 +14,7 @@ import { payoutAuthorizationParams } from "../lib/schemas";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import type { Collection } from "../lib/store";
 import { isSenderSigned } from "../lib/verification";
+import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { storeMixin } from "../mixins/store.mixin";
 import { isServed } from "./internal";
 import { payoutMetrics, type PayoutResult } from "./metrics";
@@ -45,6 +45,7 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 		name: "payouts",
 		dependencies: ["mempool", "tin"],
 		mixins: [
+			crankerSignedMixin(config.publicBaseUrl, ["authorize"]),
 			storeMixin<PayoutsThis>(config, "payouts", async function (this: PayoutsThis, store) {
 				this.authorizations = await store.collection<AuthorizationDoc>({ name: "payout_authorizations", fields: { issuedAt: "text" } });
 			})
@@ -54,10 +55,9 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 			/** POST /internal/settlement-authorizations/settlement (a signed Cranker request) */
 			authorize: {
 				params: payoutAuthorizationParams,
-				async handler(this: PayoutsThis, ctx: Context<{ workId: string; crankerPubkey: string }, { crankerPubkey?: string }>) {
+				async handler(this: PayoutsThis, ctx: Context<{ workId: string; crankerPubkey: string }>) {
 					const endTimer = this.metrics.duration.startTimer();
 					try {
-						assertSignedBy(ctx.meta, ctx.params.crankerPubkey);
 						const record = await ctx.call<LeasedIntentRecord, object>("mempool.leaseForPayout", {
 							id: ctx.params.workId,
 							crankerPubkey: ctx.params.crankerPubkey

@@ -13,7 +13,6 @@ import { ConfigError, type Config } from "../lib/config";
 import { requestDigest } from "../lib/digest";
 import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
-import { assertSignedBy } from "../lib/http-signature";
 import { newId } from "../lib/ids";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
@@ -41,6 +40,7 @@ import { StoreUnavailableError, listInPages, type Collection, type Where } from 
 import { checkValidityWindow } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
+import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { sweepMetrics } from "./metrics";
 import { internal } from "./internal";
@@ -194,7 +194,6 @@ interface TinVars {
 }
 
 type StageParams = { id: string; crankerPubkey: string; transactionSignature?: string; feeAmount?: string; reason?: string };
-type StageMeta = { crankerPubkey?: string };
 
 interface TinMethods {
 	importGenesis(file: string): Promise<number>;
@@ -204,7 +203,7 @@ interface TinMethods {
 	mustGetOperation(id: string): Promise<TinOperationRecord>;
 	submit(ctx: Context<TinOperationRequest, { $statusCode?: number }>): Promise<ReturnType<typeof toPublicTinOperation>>;
 	replay(ctx: Context<unknown, { $statusCode?: number }>, existing: TinOperationRecord, requestDigest: string): Promise<ReturnType<typeof toPublicTinOperation>>;
-	moveStage(ctx: Context<StageParams, StageMeta>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
+	moveStage(ctx: Context<StageParams>, stage: TinStage): Promise<ReturnType<typeof toTinOperationView>>;
 	raiseUpdateHead(record: TinOperationRecord): Promise<void>;
 	supersedingOperation(record: TinOperationRecord, routes: readonly (RouteRecord | null | undefined)[]): Promise<TinOperationRecord | null>;
 	failSuperseded(record: TinOperationRecord, by: TinOperationRecord): Promise<never>;
@@ -227,7 +226,7 @@ const stageActions = Object.fromEntries(
 		stageAction(stage),
 		{
 			params: tinStageParams,
-			handler(this: TinThis, ctx: Context<StageParams, StageMeta>) {
+			handler(this: TinThis, ctx: Context<StageParams>) {
 				return this.moveStage(ctx, stage);
 			}
 		}
@@ -243,6 +242,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			registrySeedFile: config.registrySeedFile
 		},
 		mixins: [
+			crankerSignedMixin(config.publicBaseUrl, TIN_STAGES.map(stageAction)),
 			outboxMixin<TinThis>("tin_operations", config.eventRetentionMs, config.sweepIntervalMs, service => service.operations),
 			// A replica that crashed while finalizing leaves its mark while the others run on.
 			sweeperMixin<TinThis>("tin finalization", config.sweepIntervalMs, function (this: TinThis) {
@@ -469,7 +469,6 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 
 			async moveStage(ctx, stage) {
 				const { id, ...request } = ctx.params;
-				assertSignedBy(ctx.meta, request.crankerPubkey);
 				const record = await this.mustGetOperation(id);
 				const standing = await ctx.call<CrankerStanding, object>("crankers.standing", { crankerPubkey: request.crankerPubkey });
 				const now = new Date();

@@ -7,6 +7,7 @@ import type { CreateIntentRequest } from "../../lib/intents";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, crankerClient, httpClient, tempDir, worker, type Http } from "../helpers/node";
 import { freePort, waitFor } from "../../devkit/process";
+import { ServiceBroker } from "moleculer";
 import { connect } from "nats";
 import { randomBytes } from "node:crypto";
 import { Cluster, natsServerAvailable } from "../../devkit/cluster";
@@ -174,6 +175,33 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		} finally {
 			await intruder.signal("SIGKILL");
 		}
+	});
+
+	it("a process holding the bus credentials (a compromised gateway, say) acts as no Cranker: the owners check the request signature themselves", async () => {
+		const cranker = newWallet();
+		const asCranker = crankerClient(cluster.gateway.url, cranker);
+		expect((await asCranker("POST", "/crankers/heartbeat", signedHeartbeat(cranker, ["settlement"]))).status).toBe(200);
+		const [{ id }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
+		const [{ stateVersion }] = await allVerifiedOnce(http, [id!]);
+		const lease = { status: "CRANKER_LEASED", crankerPubkey: cranker.address, expectedVersion: stateVersion };
+		const rogue = new ServiceBroker({
+			namespace: cluster.namespace,
+			nodeID: `rogue-${process.pid}`,
+			transporter: { type: "NATS", options: { url: cluster.nats.url.replace("nats://", `nats://${cluster.nats.user}:${cluster.nats.password}@`) } },
+			serializer: "JSON",
+			logger: false
+		});
+		await rogue.start();
+		try {
+			await rogue.waitForServices(["mempool"], 10_000);
+			// What the owners took as proof before: the caller's word for which Cranker signed.
+			await expect(rogue.call("mempool.updateStatus", { id, ...lease }, { meta: { crankerPubkey: cranker.address } })).rejects.toMatchObject({ type: "UNAUTHORIZED", data: { reason: "missing" } });
+			expect((await http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");
+		} finally {
+			await rogue.stop();
+		}
+		// The Cranker's own signed request, through the gateway, leases.
+		expect((await asCranker("PATCH", `/intents/${id}/status`, lease)).body).toMatchObject({ receiverStatus: "CRANKER_LEASED" });
 	});
 
 	it("a process that is still starting is live and not ready: its health routes listen before the broker starts", async () => {

@@ -8,7 +8,8 @@ import fs from "node:fs";
 import path from "node:path";
 import { buildHeartbeatMessage, buildPaymentMessage, buildThresholdAccessMessage, buildTinOperationMessage } from "../../lib/canonical";
 import { encodeBase58, sha256Hex } from "../../lib/encoding";
-import type { RequestSigningKey } from "../../lib/http-signature";
+import { crankerRequestOf, crankerRouteOf, type CrankerRequest } from "../../lib/cranker-call";
+import { RequestSigner, signRequest, type RequestSigningKey } from "../../lib/http-signature";
 import type { CreateIntentRequest } from "../../lib/intents";
 import type { GenesisRoute } from "../../lib/registry";
 import { tinFromSequence } from "../../lib/tin";
@@ -42,6 +43,34 @@ export function walletOf(address: string): Wallet {
 /** The wallet as the key that signs its HTTP requests (SPEC §6.1). */
 export function signingKey(wallet: Wallet): RequestSigningKey {
 	return { keyid: wallet.address, sign: data => ed25519.sign(data, wallet.secretKey) };
+}
+
+/** Each wallet's request signer: as a Cranker's, it signs a repeated request with a later `created`, not as a replay. */
+const requestSigners = new Map<string, RequestSigner>();
+
+/**
+ * The call meta with which the gateway passes on a Cranker's request to `action`: the request the
+ * wallet signs for the action's route, `params` its path parameters and body (SPEC §6.1).
+ */
+export async function crankerCallMeta(
+	wallet: Wallet,
+	action: string,
+	params: Record<string, unknown>,
+	{ base = "http://127.0.0.1:3000", created }: { base?: string; created?: Date } = {}
+): Promise<{ crankerRequest: CrankerRequest }> {
+	const route = crankerRouteOf(action);
+	if (!route) throw new Error(`${action} is not a Cranker action`);
+	const [method, template] = route.split(" ") as [string, string];
+	const body: Record<string, unknown> = { ...params };
+	const path = template.replace(/:(\w+)/g, (_match, name: string) => {
+		delete body[name];
+		return encodeURIComponent(String(params[name]));
+	});
+	const url = `${base}${path}`;
+	const bytes = Buffer.from(JSON.stringify(body));
+		const signer = requestSigners.get(wallet.address) ?? requestSigners.set(wallet.address, new RequestSigner(signingKey(wallet))).get(wallet.address)!;
+	const headers = created ? await signRequest({ method, url, body: bytes }, signingKey(wallet), created) : await signer.sign({ method, url, body: bytes });
+	return { crankerRequest: crankerRequestOf(method, url, Object.fromEntries(Object.entries(headers).map(([name, value]) => [name, [value]])), bytes) };
 }
 
 export const MINT = encodeBase58(new Uint8Array(32).fill(7));

@@ -16,7 +16,7 @@ import type { GenesisRoute } from "../../lib/registry";
 import { openStore } from "../../lib/store";
 import { signSettlementTransaction } from "../../lib/settlement";
 import { LocalChain } from "../../devkit/local-chain";
-import { MINT, iso, newRoute, newWallet, signedHeartbeat, signedIntent, signingKey, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
+import { MINT, crankerCallMeta, iso, newRoute, newWallet, signedHeartbeat, signedIntent, signingKey, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
 import { freePort, spawnScript, waitFor } from "../../devkit/process";
 
@@ -222,6 +222,40 @@ describe("2. the worker key alone acts as no Cranker (SPEC §6.1)", () => {
 			const headers = await signRequest({ method: "PATCH", url: `${node.url}/intents/${id}/status`, body }, signingKey(victim), new Date(Date.now() + skew));
 			expect((await node.http("PATCH", `/intents/${id}/status`, body, { ...worker, ...headers })).body).toMatchObject({ code: 403, data: { reason: "stale" } });
 		}
+	});
+});
+
+describe("2b. a caller on the bus acts as no Cranker either: the owners check the signature themselves (SPEC §6.1)", () => {
+	// What a process holding the bus credentials (a compromised gateway pod, say) can send: any
+	// action, any params, any meta. Before, the owners took the Cranker's identity from the meta.
+	const onBus = (action: string, params: object, meta: object) =>
+		node.broker.call(action, params, { meta }).then(
+			() => "accepted",
+			(error: { type?: string; data?: { reason?: string } }) => `${error.type} ${error.data?.reason ?? ""}`.trim()
+		);
+	const lease = (id: string) => ({ id, status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 });
+
+	it("the gateway's word for who signed (meta.crankerPubkey) names no Cranker", async () => {
+		const id = await verifiedIntent();
+		const claimed = { crankerPubkey: victim.address };
+		expect(await onBus("mempool.updateStatus", lease(id), claimed)).toBe("UNAUTHORIZED missing");
+		expect(await onBus("payouts.authorize", { workId: id, crankerPubkey: victim.address }, claimed)).toBe("UNAUTHORIZED missing");
+		expect(await onBus("crankers.heartbeat", signedHeartbeat(victim, ["settlement"]), claimed)).toBe("UNAUTHORIZED missing");
+		expect((await node.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");
+	});
+
+	it("a Cranker's signed request moves nothing but the call it signed, once", async () => {
+		const [id, other] = [await verifiedIntent(), await verifiedIntent()];
+		const signed = await crankerCallMeta(victim, "mempool.updateStatus", lease(other));
+		expect(await onBus("mempool.updateStatus", lease(id), signed)).toBe("FORBIDDEN not-signed");
+		expect(await onBus("mempool.updateStatus", { ...lease(other), status: "REJECTED", reason: "taken" }, signed)).toBe("FORBIDDEN not-signed");
+		expect(await onBus("mempool.updateStatus", { ...lease(other), crankerPubkey: attacker.address }, signed)).toBe("FORBIDDEN keyid-mismatch");
+		expect(await onBus("tin.verified", { id: other, crankerPubkey: victim.address }, signed)).toBe("FORBIDDEN not-signed");
+		expect((await node.http("GET", `/intents/${other}`)).body.receiverStatus).toBe("VERIFIED");
+		// The call it was signed for runs once; another call with it is a replay.
+		expect(await onBus("mempool.updateStatus", lease(other), signed)).toBe("accepted");
+		expect(await onBus("mempool.updateStatus", lease(other), signed)).toBe("FORBIDDEN replayed");
+		expect((await node.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");
 	});
 });
 

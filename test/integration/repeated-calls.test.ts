@@ -7,7 +7,7 @@
 import type { Context } from "moleculer";
 import type { GenesisRoute } from "../../lib/registry";
 import { requestDigest } from "../../lib/digest";
-import { newRoute, newWallet, signedAccessProof, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile } from "../helpers/fixtures";
+import { crankerCallMeta, newRoute, newWallet, signedAccessProof, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 
 let node: TestNode;
@@ -48,11 +48,15 @@ describe("a repeated call gets the first call's answer", () => {
 	test("crankers.heartbeat: its retry is not STALE_HEARTBEAT; another call with the same sentAt is", async () => {
 		const cranker = newWallet();
 		const heartbeat = signedHeartbeat(cranker);
-		const meta = { crankerPubkey: cranker.address };
+		const meta = await crankerCallMeta(cranker, "crankers.heartbeat", heartbeat);
 		const [first, retry] = await twice(caller(), "crankers.heartbeat", heartbeat, meta);
 		expect(first.ok).toBe(true);
 		expect(retry).toStrictEqual(first);
-		const [other] = await twice(caller(), "crankers.heartbeat", heartbeat, meta);
+		// Another call with the same signed request is a replay; signed anew, the heartbeat is stale.
+		const [replayed] = await twice(caller(), "crankers.heartbeat", heartbeat, meta);
+		expect(replayed).toStrictEqual({ ok: false, type: "FORBIDDEN" });
+		const signedAgain = await crankerCallMeta(cranker, "crankers.heartbeat", heartbeat, { created: new Date(Date.now() + 1000) });
+		const [other] = await twice(caller(), "crankers.heartbeat", heartbeat, signedAgain);
 		expect(other).toStrictEqual({ ok: false, type: "STALE_HEARTBEAT" });
 	});
 
@@ -82,7 +86,8 @@ describe("a repeated call gets the first call's answer", () => {
 		expect((await node.as(verifier)("POST", "/crankers/heartbeat", signedHeartbeat(verifier, ["verifier"]))).status).toBe(200);
 		const created = await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }));
 		expect(created.status).toBe(201);
-		const [first, retry] = await twice(caller(), "tin.verified", { id: created.body.id, crankerPubkey: verifier.address }, { crankerPubkey: verifier.address });
+		const params = { id: created.body.id as string, crankerPubkey: verifier.address };
+		const [first, retry] = await twice(caller(), "tin.verified", params, await crankerCallMeta(verifier, "tin.verified", params));
 		expect(first).toMatchObject({ ok: true, value: { status: "VERIFIED" } });
 		expect(retry).toStrictEqual(first);
 	});

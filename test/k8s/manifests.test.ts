@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import vm from "node:vm";
 import { parseAllDocuments } from "yaml";
+import { CRANKER_ROUTES } from "../../lib/cranker-call";
 import { mongoDatabaseName, mongoUrlWeakenings } from "../../lib/store/mongo-url";
 
 const ROOT = path.resolve(__dirname, "../..");
@@ -758,7 +759,8 @@ describe("k8s/ manifests: the app reaches NATS and MongoDB with credentials from
 describe("k8s/ manifests: the gateway's exposure", () => {
 	const gateway = get("apps/v1", "Deployment", "gateway");
 	const ingress = get("networking.k8s.io/v1", "Ingress", "gateway");
-	const workerRoutes = [...routesOf("WORKER_ROUTES"), ...routesOf("WORKER_STREAM_ROUTES")];
+	// The Cranker routes are lib/cranker-call.ts's table, spread into WORKER_ROUTES.
+	const workerRoutes = [...routesOf("WORKER_ROUTES"), ...Object.keys(CRANKER_ROUTES), ...routesOf("WORKER_STREAM_ROUTES")];
 	const publicRoutes = [...routesOf("PUBLIC_ROUTES"), ...routesOf("PUBLIC_STREAM_ROUTES"), ...routesOf("HEALTH_ROUTES")];
 
 	it.each(["gateway", "gateway-internal"])("has the ClusterIP Service %s (80 → 3000) on the gateway pods", name => {

@@ -8,7 +8,7 @@ import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { MAX_CLOCK_SKEW_S } from "../../lib/http-signature";
 import { crankersService } from "../../services/crankers.service";
-import { MINT, iso, newWallet, signedHeartbeat, type Wallet } from "../helpers/fixtures";
+import { MINT, crankerCallMeta, iso, newWallet, signedHeartbeat, walletOf, type Wallet } from "../helpers/fixtures";
 import { sleep, tempDir } from "../helpers/node";
 
 async function startCrankers(env: Record<string, string> = {}) {
@@ -18,7 +18,8 @@ async function startCrankers(env: Record<string, string> = {}) {
 	return {
 		broker,
 		/** A heartbeat as the gateway hands it over: from a request signed by `signer`. */
-		heartbeat: (heartbeat: ReturnType<typeof signedHeartbeat>, signer = heartbeat.crankerPubkey) => broker.call<{ online: boolean }, object>("crankers.heartbeat", heartbeat, { meta: { crankerPubkey: signer } }),
+		heartbeat: async (heartbeat: ReturnType<typeof signedHeartbeat>, signer = heartbeat.crankerPubkey) =>
+			broker.call<{ online: boolean }, object>("crankers.heartbeat", heartbeat, { meta: await crankerCallMeta(walletOf(signer), "crankers.heartbeat", heartbeat) }),
 		standing: (cranker: Wallet) => broker.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey: cranker.address }),
 		summary: () => broker.call<{ online: number; total: number; byRole: Record<string, number>; mints: Record<string, unknown> }>("crankers.summary")
 	};

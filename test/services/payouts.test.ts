@@ -15,7 +15,7 @@ import type { PayoutAuthorization } from "../../lib/payout";
 import type { ActiveRoute } from "../../lib/registry";
 import { AUTHORITY_KEYPAIR_FILE, readKeypairFile } from "../../lib/secrets";
 import { payoutsService } from "../../services/payouts.service";
-import { iso, newRoute, newWallet, signedIntent, uniqueId } from "../helpers/fixtures";
+import { crankerCallMeta, iso, newRoute, newWallet, signedIntent, uniqueId, walletOf } from "../helpers/fixtures";
 import { sleep, tempDir } from "../helpers/node";
 
 const route = newRoute();
@@ -53,7 +53,8 @@ const standIns: ServiceSchema[] = [
 			}
 		}
 	},
-	{ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => resolveRoute(ctx.params.tin) } }
+	{ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => resolveRoute(ctx.params.tin) } },
+	{ name: "crankers", actions: { admitSignature: () => true } }
 ];
 
 /** An intent leased to `cranker` until `leaseMs` from now. */
@@ -67,7 +68,8 @@ function leasedIntent(cranker: string, leaseMs = 60_000): LeasedIntentRecord {
 const dataDir = tempDir();
 let broker: ServiceBroker;
 /** POST /internal/settlement-authorizations/settlement as the gateway hands it over: from a request signed by `signer`. */
-const authorize = (workId: string, crankerPubkey: string, signer = crankerPubkey) => broker.call<PayoutAuthorization, object>("payouts.authorize", { workId, crankerPubkey }, { meta: { crankerPubkey: signer } });
+const authorize = async (workId: string, crankerPubkey: string, signer = crankerPubkey) =>
+	broker.call<PayoutAuthorization, object>("payouts.authorize", { workId, crankerPubkey }, { meta: await crankerCallMeta(walletOf(signer), "payouts.authorize", { workId, crankerPubkey }) });
 
 beforeAll(async () => {
 	broker = new ServiceBroker({ logger: false });

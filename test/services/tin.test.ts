@@ -10,7 +10,7 @@ import { tinFromSequence } from "../../lib/tin";
 import type { CrankerStanding, PublicTinOperation, TinOperationRecord, TinOperationView } from "../../lib/tin-operations";
 import type { ActiveRoute, RouteRecord } from "../../lib/registry";
 import { tinService } from "../../services/tin.service";
-import { newRoute, newWallet, signedTinOperation, uniqueId, writeSeedFile } from "../helpers/fixtures";
+import { crankerCallMeta, newRoute, newWallet, signedTinOperation, uniqueId, walletOf, writeSeedFile } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 
 const FEE = "50000";
@@ -26,7 +26,10 @@ async function startTin(env: Record<string, string> = {}) {
 	]);
 	broker.createService({
 		name: "crankers",
-		actions: { standing: (ctx: Context<{ crankerPubkey: string }>) => standings.get(ctx.params.crankerPubkey) ?? { online: false, roles: [] } }
+		actions: {
+			standing: (ctx: Context<{ crankerPubkey: string }>) => standings.get(ctx.params.crankerPubkey) ?? { online: false, roles: [] },
+			admitSignature: () => true
+		}
 	});
 	const service = broker.createService(tinService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", TIN_CREATE_FEE: FEE, TIN_UPDATE_FEE: FEE, ...env }))) as unknown as TinInternals;
 	await broker.start();
@@ -34,8 +37,8 @@ async function startTin(env: Record<string, string> = {}) {
 		const meta: { $statusCode?: number } = {};
 		return broker.call<PublicTinOperation, object>("tin.submitOperation", body, { meta }).then(view => ({ view, status: meta.$statusCode }));
 	};
-	const stage = (action: string, id: string, crankerPubkey: string, fields: object = {}) =>
-		broker.call<TinOperationView, object>(`tin.${action}`, { id, crankerPubkey, ...fields }, { meta: { crankerPubkey } });
+	const stage = async (action: string, id: string, crankerPubkey: string, fields: object = {}) =>
+		broker.call<TinOperationView, object>(`tin.${action}`, { id, crankerPubkey, ...fields }, { meta: await crankerCallMeta(walletOf(crankerPubkey), `tin.${action}`, { id, crankerPubkey, ...fields }) });
 	/** A list as this version's gateway takes it: the items' JSON texts. */
 	const list = async (action: string, params: object = {}) =>
 		(await broker.call<string[], object>(`tin.${action}`, { limit: 500, ...params }, { meta: { jsonTexts: true } })).map(text => JSON.parse(text) as { id: string; status: string });

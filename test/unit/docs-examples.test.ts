@@ -23,6 +23,7 @@ import {
 	type PaymentAuthorizationFields,
 	type TinOperationFields
 } from "../../lib/canonical";
+import { CRANKER_ROUTES } from "../../lib/cranker-call";
 import { loadConfig } from "../../lib/config";
 import { createSigner, keypairFromSecretKey, verifySignature, type Keypair } from "../../lib/ed25519";
 import { encodeBase58 } from "../../lib/encoding";
@@ -324,13 +325,11 @@ describe("docs/api.md", () => {
 
 	// The server-sent event routes have tables of their own.
 	const publicRoutes = new Map([...routesOf("PUBLIC_ROUTES"), ...routesOf("PUBLIC_STREAM_ROUTES")]);
-	const workerRoutes = new Map([...routesOf("WORKER_ROUTES"), ...routesOf("WORKER_STREAM_ROUTES")]);
+	// The Cranker routes are lib/cranker-call.ts's table, spread into WORKER_ROUTES.
+	const signedRoutes = new Map(Object.entries(CRANKER_ROUTES).map(([route, action]) => [route.replace(/:(\w+)/g, "{$1}"), action]));
+	const workerRoutes = new Map([...routesOf("WORKER_ROUTES"), ...signedRoutes, ...routesOf("WORKER_STREAM_ROUTES")]);
 	const healthRoutes = [.../const HEALTH_ROUTES = \[([^\]]*)\]/.exec(source)![1].matchAll(/"([A-Z]+ \/[^"]*)"/g)].map(([, route]) => route);
-	const crankerBlock = /const CRANKER_ACTIONS[\s\S]*?\]\);/.exec(source)![0];
-	const signedActions = new Set([
-		...[...crankerBlock.matchAll(/"([a-z]+\.[A-Za-z]+)"/g)].map(([, action]) => action),
-		...[.../\[([^\]]*)\]\.map\(stage => `tin\.\$\{stage\}`\)/.exec(crankerBlock)![1].matchAll(/"(\w+)"/g)].map(([, stage]) => `tin.${stage}`)
-	]);
+	const signedActions = new Set(signedRoutes.values());
 
 	/** The cells of the "Routes at a glance" row of a route. */
 	const row = (route: string) => lines.find(line => line.startsWith(`| \`${route}\` |`))?.split(" | ");

@@ -6,7 +6,8 @@ import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import zlib from "node:zlib";
 import bodyParser from "body-parser";
-import { MAX_BODY_DEPTH, jsonBody, refusedShape, type BodyRequest } from "../../services/json-body";
+import { MAX_BODY_DEPTH, refusedShape } from "../../lib/json-body";
+import { jsonBody, type BodyRequest } from "../../services/json-body";
 
 const LIMIT = 1024;
 type Outcome = { body?: unknown; raw?: string; refused?: string };

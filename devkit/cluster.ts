@@ -137,6 +137,8 @@ export class Cluster {
 	private readonly all: NodeProcess[] = [];
 	/** One authority key for every process, as k8s/43-owners.yaml mounts it: payouts replicas must share it. */
 	private readonly authorityKeyFile = loadOrCreateAuthorityKeypair(null, this.dir).source;
+	/** One webhook secrets key for every process, as the owners and intake share it (k8s/README.md, "The Secret"). */
+	private readonly webhookSecretsKey = randomBytes(32).toString("base64");
 
 	constructor(private readonly options: ClusterOptions) {}
 
@@ -165,6 +167,7 @@ export class Cluster {
 			NATS_PASSWORD: this.nats.password,
 			DATA_DIR: dataDir,
 			NODE_AUTHORITY_KEYPAIR_PATH: this.authorityKeyFile,
+			WEBHOOK_SECRETS_KEY: this.webhookSecretsKey,
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "500",
 			VERIFY_TIMEOUT_MS: "2000",

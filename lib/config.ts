@@ -39,6 +39,8 @@ export interface Config {
 	/** Operator pubkeys allowed to crank; empty = any. */
 	crankerOperators: string[];
 	nodeAuthorityKeypairPath: string | null;
+	/** WEBHOOK_SECRETS_KEY (base64 of 32 bytes): seals the webhooks' signing secrets; null = use (or generate) DATA_DIR/webhook-secrets-key. */
+	webhookSecretsKey: Buffer | null;
 	verifyTimeoutMs: number;
 	/** VERIFY_THREADS: worker threads solving the ed25519 equation of intents; 0 = on the event loop. */
 	verifyThreads: number;
@@ -171,6 +173,17 @@ function base58Address(env: Env, key: string, fallback: string): string {
 	return raw;
 }
 
+/** A 256-bit key, base64 (or base64url): `openssl rand -base64 32`. */
+function key256(env: Env, key: string): Buffer | null {
+	const raw = text(env, key);
+	if (raw === null) return null;
+	if (isPlaceholder(raw)) throw placeholderError(key);
+	const bytes = /^[A-Za-z0-9+/_-]{43}=?$/.test(raw) ? Buffer.from(raw, "base64") : null;
+	// The value itself never goes into the message.
+	if (bytes?.length !== 32) throw new ConfigError(`${key} must be 32 random bytes in base64 (openssl rand -base64 32)`);
+	return bytes;
+}
+
 /** A secret sent in an HTTP header: visible ASCII without spaces, long enough not to be guessed. */
 function headerSecret(env: Env, key: string): string | null {
 	const raw = text(env, key);
@@ -249,6 +262,8 @@ function withSharedSecrets(config: Config): Config {
 	if (runs("api") && !config.workerApiKeys.length) throw new ConfigError("WORKER_API_KEYS is required with TRANSPORTER for a process that runs api: replicas would each generate other keys");
 	if (runs("payouts") && !config.nodeAuthorityKeypairPath)
 		throw new ConfigError("NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER for a process that runs payouts: replicas would each generate another authority key");
+	if ((runs("webhooks") || runs("webhook-delivery")) && !config.webhookSecretsKey)
+		throw new ConfigError("WEBHOOK_SECRETS_KEY is required with TRANSPORTER for a process that runs webhooks or webhook-delivery: the owners seal the signing secrets with it, the delivery workers open them");
 	return config;
 }
 
@@ -274,6 +289,7 @@ export function loadConfig(env: Env = process.env): Config {
 		crankerTtlMs: integer(env, "CRANKER_TTL_MS", 30_000, 1),
 		crankerOperators: list(env, "CRANKER_OPERATORS"),
 		nodeAuthorityKeypairPath: text(env, "NODE_AUTHORITY_KEYPAIR_PATH"),
+		webhookSecretsKey: key256(env, "WEBHOOK_SECRETS_KEY"),
 		verifyTimeoutMs,
 		// One core for the event loop, the others for verification; at least one thread.
 		verifyThreads: integer(env, "VERIFY_THREADS", Math.max(1, os.availableParallelism() - 1), 0),

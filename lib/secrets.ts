@@ -1,7 +1,7 @@
 /**
- * Secrets of the embedded mode: when WORKER_API_KEYS or NODE_AUTHORITY_KEYPAIR_PATH is not set,
- * one is generated into DATA_DIR on first start (mode 0600) and reused afterwards. Callers log the
- * file's path, never its content.
+ * Secrets of the embedded mode: when WORKER_API_KEYS, NODE_AUTHORITY_KEYPAIR_PATH or
+ * WEBHOOK_SECRETS_KEY is not set, one is generated into DATA_DIR on first start (mode 0600) and
+ * reused afterwards. Callers log the file's path, never its content.
  */
 import { randomBytes, timingSafeEqual, createHash } from "node:crypto";
 import fs from "node:fs";
@@ -11,6 +11,7 @@ import { generateKeypair, keypairFromSecretKey, type Keypair } from "./ed25519";
 
 export const WORKER_KEYS_FILE = "worker-api-keys";
 export const AUTHORITY_KEYPAIR_FILE = "node-authority-keypair.json";
+export const WEBHOOK_SECRETS_KEY_FILE = "webhook-secrets-key";
 
 export interface Loaded<T> {
 	value: T;
@@ -69,6 +70,16 @@ export function loadOrCreateAuthorityKeypair(configuredPath: string | null, data
 	const file = path.join(dataDir, AUTHORITY_KEYPAIR_FILE);
 	const generated = writeSecretFile(file, JSON.stringify(Array.from(generateKeypair().secretKey)));
 	return { value: readKeypairFile(file), source: file, generated };
+}
+
+/** WEBHOOK_SECRETS_KEY, or the key generated into DATA_DIR on first start (base64 of 32 bytes). */
+export function loadOrCreateWebhookSecretsKey(configured: Buffer | null, dataDir: string): Loaded<Buffer> {
+	if (configured) return { value: configured, source: "environment", generated: false };
+	const file = path.join(dataDir, WEBHOOK_SECRETS_KEY_FILE);
+	const generated = writeSecretFile(file, `${randomBytes(32).toString("base64")}\n`);
+	const key = Buffer.from(fs.readFileSync(file, "utf8").trim(), "base64");
+	if (key.length !== 32) throw new Error(`${file} does not hold 32 bytes in base64`);
+	return { value: key, source: file, generated };
 }
 
 /** Constant-time membership test: hashing first gives equal-length inputs to timingSafeEqual. */

@@ -4,7 +4,7 @@
  * subscription takes, and which addresses a delivery may reach (no private networks: SSRF).
  * Framework-free; the webhooks service owns the records, webhook-delivery sends them.
  */
-import { createHmac, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
 import { promises as dns, type LookupAddress } from "node:dns";
 import net from "node:net";
 import { Type, type Static } from "@sinclair/typebox";
@@ -80,7 +80,11 @@ export interface WebhookRecord {
 	url: string;
 	eventTypes: WebhookEventType[];
 	filter: WebhookFilter | null;
-	/** `whsec_<base64>`: answered once, at creation; delivery signs with it. */
+	/**
+	 * The signing secret, sealed (sealSecret): answered once in the clear, at creation; only a
+	 * holder of WEBHOOK_SECRETS_KEY opens it to sign. Records of earlier versions hold it as
+	 * `whsec_<base64>`, sealed whenever it leaves the store.
+	 */
 	secret: string;
 	createdAt: string;
 	state: "enabled" | "disabled";
@@ -254,6 +258,35 @@ const SECRET_PREFIX = "whsec_";
 /** A new signing secret: 32 random bytes, `whsec_<base64>`. */
 export function newSecret(): string {
 	return SECRET_PREFIX + randomBytes(32).toString("base64");
+}
+
+const SEALED_PREFIX = "sealed_v1_";
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+
+/**
+ * A signing secret as it is stored and as it crosses the bus: AES-256-GCM under `key`
+ * (WEBHOOK_SECRETS_KEY, held by the webhooks owners and the delivery workers, not the gateway),
+ * bound to its subscription's id, so that it opens for no other. `sealed_v1_<base64 iv‖ciphertext‖tag>`.
+ * A secret already sealed is answered as it is.
+ */
+export function sealSecret(secret: string, key: Buffer, subscriptionId: string): string {
+	if (secret.startsWith(SEALED_PREFIX)) return secret;
+	const iv = randomBytes(IV_BYTES);
+	const cipher = createCipheriv("aes-256-gcm", key, iv).setAAD(Buffer.from(subscriptionId));
+	const sealed = Buffer.concat([iv, cipher.update(secret, "utf8"), cipher.final(), cipher.getAuthTag()]);
+	return SEALED_PREFIX + sealed.toString("base64");
+}
+
+/** The `whsec_` secret of a sealed one (one of an earlier version's owner comes in the clear); throws when `key` does not open it. */
+export function openSecret(stored: string, key: Buffer, subscriptionId: string): string {
+	if (stored.startsWith(SECRET_PREFIX)) return stored;
+	if (!stored.startsWith(SEALED_PREFIX)) throw new Error("not a webhook secret");
+	const sealed = Buffer.from(stored.slice(SEALED_PREFIX.length), "base64");
+	if (sealed.length <= IV_BYTES + TAG_BYTES) throw new Error("a sealed webhook secret too short");
+	const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, IV_BYTES)).setAAD(Buffer.from(subscriptionId));
+	decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
+	return Buffer.concat([decipher.update(sealed.subarray(IV_BYTES, sealed.length - TAG_BYTES)), decipher.final()]).toString("utf8");
 }
 
 /** `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed with the secret's bytes. */

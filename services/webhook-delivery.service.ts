@@ -16,12 +16,12 @@ import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { FailureStreak } from "../lib/failure-streak";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, failingStream, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
+import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, failingStream, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { callServed, isServed } from "./internal";
 import { webhookMetrics } from "./metrics";
-import { EVENT_OWNER, type WebhookLease } from "./webhooks.service";
+import { EVENT_OWNER, webhookSecretsKey, type WebhookLease } from "./webhooks.service";
 
 /**
  * Subscriptions one worker delivers at once (each in order, on its own): room for many slow
@@ -147,6 +147,10 @@ interface DeliveryVars {
 	unreadableUntil: Map<WebhookStream, number>;
 	/** Leases too short for an attempt: told once a minute, not at every lease. */
 	shortLeases: FailureStreak;
+	/** WEBHOOK_SECRETS_KEY: opens the sealed signing secret of each lease. */
+	secretsKey: Buffer;
+	/** Secrets this worker's key does not open: told once a minute. */
+	unopenedSecrets: FailureStreak;
 }
 
 interface DeliveryMethods {
@@ -281,6 +285,16 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 				// it again at once.
 				const failing = failingStream(subscription);
 				if (failing && !readable(failing)) return;
+				let secret: string;
+				try {
+					secret = openSecret(subscription.secret, this.secretsKey, id);
+				} catch {
+					// Another key than the owners' (a misconfigured replica): nothing can be signed, so nothing is
+					// sent; the lease lapses for a worker that holds the right key.
+					const line = this.unopenedSecrets.failed("A webhook's signing secret does not open with this process's WEBHOOK_SECRETS_KEY, so nothing is sent; is it the same in every process that runs webhooks or webhook-delivery?");
+					if (line) logger.error(line);
+					return;
+				}
 
 				const sliceEnds = performance.now() + SLICE_MS;
 				let sent = 0;
@@ -329,7 +343,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 							}
 							const webhookId = webhookIdOf(stream, event.seq);
 							const body = payloadOf(event);
-							const result = await postWebhook(url, webhookHeaders(subscription.secret, webhookId, Math.floor(Date.now() / 1000), body), body, allowPrivate, attemptTimeoutMs);
+							const result = await postWebhook(url, webhookHeaders(secret, webhookId, Math.floor(Date.now() / 1000), body), body, allowPrivate, attemptTimeoutMs);
 							if (!result.ok && result.deferred) {
 								// No attempt: given back with its progress, not held against the receiver, and due again
 								// after an attempt's time, behind the subscriptions due before it (not at the next pass,
@@ -380,6 +394,8 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 			this.asking = new Set();
 			this.unreadableUntil = new Map();
 			this.shortLeases = new FailureStreak();
+			this.unopenedSecrets = new FailureStreak();
+			this.secretsKey = webhookSecretsKey(config, this.logger);
 		},
 
 		started(this: DeliveryThis) {

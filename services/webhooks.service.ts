@@ -7,6 +7,7 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
+import { loadOrCreateWebhookSecretsKey } from "../lib/secrets";
 import { listInPages, type Collection, type StoredEvent, type Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
@@ -22,6 +23,7 @@ import {
 	leasedUntil,
 	newWebhookRecord,
 	released,
+	sealSecret,
 	resolveTarget,
 	subscriptionLookup,
 	toWebhookView,
@@ -56,7 +58,7 @@ const DUE_PAGE = CLAIM_MAX * CLAIM_SLACK;
 /** A delivery lease outlasts an attempt (WEBHOOK_TIMEOUT_MS) with room to record its outcome. */
 const LEASE_ATTEMPTS = 3;
 
-/** What a delivery worker gets for a lease: the record (with its secret) and how long the lease lasts. */
+/** What a delivery worker gets for a lease: the record (its secret sealed) and how long the lease lasts. */
 export interface WebhookLease {
 	subscription: WebhookRecord;
 	leaseTtlMs: number;
@@ -71,6 +73,8 @@ interface WebhooksSettings {
 
 interface WebhooksVars {
 	webhooks: Collection<WebhookRecord>;
+	/** WEBHOOK_SECRETS_KEY: the signing secrets are stored, and leased, sealed with it. */
+	secretsKey: Buffer;
 }
 
 interface WebhooksMethods {
@@ -87,6 +91,13 @@ interface WebhooksMethods {
 }
 
 type WebhooksThis = Service<WebhooksSettings> & WebhooksVars & WebhooksMethods;
+
+/** WEBHOOK_SECRETS_KEY, or the key of DATA_DIR in the embedded mode (generated on first start), for the owners and the delivery workers. */
+export function webhookSecretsKey(config: Config, logger: Service["logger"]): Buffer {
+	const key = loadOrCreateWebhookSecretsKey(config.webhookSecretsKey, config.dataDir);
+	if (key.generated) logger.info(`Generated the webhook secrets key into ${key.source}.`);
+	return key.value;
+}
 
 const invalid = (field: string, message: string) => new ServiceError("VALIDATION_ERROR", message, [{ type: field, field, message }]);
 const streamParam = { type: "enum", values: Object.keys(CURSOR_FIELD) };
@@ -258,7 +269,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					cursors[stream] = latest?.seq ?? 0;
 				}
 				const record = newWebhookRecord({ ...request, url: url.href }, cursors, new Date());
-				await this.storeWithinLimit(record);
+				await this.storeWithinLimit({ ...record, secret: sealSecret(record.secret, this.secretsKey, record.id) });
 				return record;
 			},
 
@@ -316,7 +327,8 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					if (seen.has(candidate.id)) continue;
 					seen.add(candidate.id);
 					const taken = await this.commit(candidate, { ...candidate, ...lease });
-					if (taken) granted.push({ subscription: taken, leaseTtlMs: this.settings.leaseTtlMs });
+					// Sealed on its way, including a secret an earlier version stored in the clear.
+					if (taken) granted.push({ subscription: { ...taken, secret: sealSecret(taken.secret, this.secretsKey, taken.id) }, leaseTtlMs: this.settings.leaseTtlMs });
 				}
 				return granted;
 			},
@@ -324,6 +336,10 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			leaseExpiry(this: WebhooksThis, nowMs) {
 				return new Date(nowMs + this.settings.leaseTtlMs).toISOString();
 			}
-		} satisfies WebhooksMethods & ThisType<WebhooksThis>
+		} satisfies WebhooksMethods & ThisType<WebhooksThis>,
+
+		created(this: WebhooksThis) {
+			this.secretsKey = webhookSecretsKey(config, this.logger);
+		}
 	};
 }

@@ -4,6 +4,7 @@
  * serializer and its message limit. `owners` and `gateway` are each node's own settings, beside
  * the bus's and `env`, which both share; the gateway's HTTP port is a free one.
  */
+import { randomBytes } from "node:crypto";
 import type { ServiceBroker } from "moleculer";
 import { NatsServer } from "../../devkit/cluster";
 import { freePort } from "../../devkit/process";
@@ -41,7 +42,7 @@ export async function startSplitNodes(options: {
 	try {
 		await nats.start();
 		const authorityKeyFile = loadOrCreateAuthorityKeypair(null, tempDir()).source;
-		const shared = { TRANSPORTER: nats.url, NATS_USER: nats.user, NATS_PASSWORD: nats.password, NAMESPACE: `${options.namespace}${process.pid}`, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
+		const shared = { TRANSPORTER: nats.url, NATS_USER: nats.user, NATS_PASSWORD: nats.password, NAMESPACE: `${options.namespace}${process.pid}`, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
 		const brokerOf = (role: string, env: Record<string, string>) => createNode(loadConfig({ ...shared, DATA_DIR: tempDir(), ...env }), { nodeID: `${role}-${process.pid}`, logger: false, skipProcessEventRegistration: true });
 		owners = brokerOf("owners", options.owners);
 		gateway = brokerOf("gateway", { PORT: "0", ...options.gateway });

@@ -4,6 +4,7 @@
  * a 2xx, disabling past the retry window, a process killed (SIGKILL) during a delivery, two
  * delivery workers against one owner, and the SSRF rule at subscription and at delivery.
  */
+import { randomBytes } from "node:crypto";
 import http, { type IncomingMessage } from "node:http";
 import net, { type AddressInfo } from "node:net";
 import type { ServiceBroker } from "moleculer";
@@ -509,6 +510,7 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 	const brokers: ServiceBroker[] = [];
 	let nats: NatsServer;
 	const authorityKeyFile = loadOrCreateAuthorityKeypair(null, tempDir()).source;
+	const webhookSecretsKey = randomBytes(32).toString("base64");
 
 	/** A broker of this test's cluster, on the real bus: what crosses it is serialized as in production. */
 	async function broker(nodeID: string, env: Record<string, string>): Promise<ServiceBroker> {
@@ -520,6 +522,7 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 			NATS_PASSWORD: nats.password,
 			WORKER_API_KEYS: API_KEY,
 			NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile,
+			WEBHOOK_SECRETS_KEY: webhookSecretsKey,
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "200",
 			LOG_LEVEL: "warn",

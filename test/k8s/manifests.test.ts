@@ -730,9 +730,9 @@ describe("k8s/ manifests: the app reaches NATS and MongoDB with credentials from
 	it("gives each Deployment only the Secret keys it needs", () => {
 		expect(Object.fromEntries(deployments.map(d => [d.metadata.name, secretKeysOf(d)]))).toEqual({
 			gateway: ["METRICS_API_KEY", "NATS_PASSWORD", "NATS_USER", "WORKER_API_KEYS"],
-			intake: ["NATS_PASSWORD", "NATS_USER"],
+			intake: ["NATS_PASSWORD", "NATS_USER", "WEBHOOK_SECRETS_KEY"],
 			verifier: ["NATS_PASSWORD", "NATS_USER"],
-			owners: ["MONGO_URL", "NATS_PASSWORD", "NATS_USER", "node-authority-keypair.json"]
+			owners: ["MONGO_URL", "NATS_PASSWORD", "NATS_USER", "WEBHOOK_SECRETS_KEY", "node-authority-keypair.json"]
 		});
 		const owners = get("apps/v1", "Deployment", "owners");
 		const keypairPath = envValue(podSpec(owners).containers[0], "NODE_AUTHORITY_KEYPAIR_PATH");

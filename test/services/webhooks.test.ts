@@ -5,11 +5,15 @@
  * subscription's version, so two workers never hold one subscription, and a holder whose lease
  * lapsed, or whose subscription was deleted, changes nothing.
  */
+import Database from "better-sqlite3";
 import { ServiceBroker, type ServiceSchema } from "moleculer";
+import { randomBytes } from "node:crypto";
+import path from "node:path";
 import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
-import type { CreatedWebhookSubscription, StreamHeads, WebhookStream, WebhookSubscription } from "../../lib/webhooks";
+import { openSecret, type CreatedWebhookSubscription, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
+import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
 import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
 import { sleep, tempDir } from "../helpers/node";
 
@@ -23,14 +27,16 @@ function eventOwner(name: string, latest: () => number): ServiceSchema {
 async function startWebhooks(env: Record<string, string> = {}) {
 	const logs: Record<WebhookStream, number> = { intents: 0, tin_operations: 0 };
 	const broker = new ServiceBroker({ logger: false });
+	const dataDir = tempDir();
 	// A lease lasts three attempts of WEBHOOK_TIMEOUT_MS: 3 s here, longer than any test's run of calls.
-	broker.createService(webhooksService(loadConfig({ DATA_DIR: tempDir(), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "200", ...env })));
+	broker.createService(webhooksService(loadConfig({ DATA_DIR: dataDir, WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "200", ...env })));
 	broker.createService(eventOwner("mempool", () => logs.intents));
 	broker.createService(eventOwner("tin", () => logs.tin_operations));
 	await broker.start();
 	const holder = (lease: WebhookLease) => ({ id: lease.subscription.id, version: lease.subscription.version });
 	return {
 		broker,
+		dataDir,
 		/** Each stream's latest event, as its owner answers it. */
 		logs,
 		create: (eventTypes: string[] = [INTENT_EVENTS]) => broker.call<CreatedWebhookSubscription, object>("webhooks.create", { url: "http://127.0.0.1:9/hook", eventTypes }),
@@ -60,6 +66,28 @@ describe("subscriptions and their leases", () => {
 		expect(intentsOnly.cursors).not.toHaveProperty("tin_operations");
 		expect(both.cursors).toEqual({ intents: 7, tin_operations: 3 });
 		expect(await webhooks.get(intentsOnly.id)).not.toHaveProperty("secret");
+	});
+
+	test("a lease carries the secret sealed: whoever calls claim on the bus reads no secret without WEBHOOK_SECRETS_KEY, and the store keeps it sealed", async () => {
+		const created = await webhooks.create();
+		Object.assign(webhooks.logs, { intents: 1 });
+		const [lease] = await webhooks.claim("anyone-on-the-bus", { intents: 1 });
+		const { secret } = lease.subscription;
+		expect(secret).toMatch(/^sealed_v1_/);
+		expect(secret).not.toContain(created.secret.slice("whsec_".length));
+		const key = loadOrCreateWebhookSecretsKey(null, webhooks.dataDir).value;
+		expect(openSecret(secret, key, created.id)).toBe(created.secret);
+		expect(() => openSecret(secret, randomBytes(32), created.id)).toThrow();
+		// Bound to its subscription: it opens for no other.
+		expect(() => openSecret(secret, key, "wh_other")).toThrow();
+		const stored = new Database(path.join(webhooks.dataDir, "webhooks.sqlite"), { readonly: true });
+		try {
+			const text = JSON.stringify(stored.prepare("SELECT * FROM webhooks").all());
+			expect(text).toContain(created.id);
+			expect(text).not.toContain(created.secret.slice("whsec_".length));
+		} finally {
+			stored.close();
+		}
 	});
 
 	test("claim leases idle subscriptions behind a head, the furthest behind first, up to its limit; none twice, none not behind", async () => {

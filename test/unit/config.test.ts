@@ -79,8 +79,22 @@ describe("loadConfig values", () => {
 		expect(() => loadConfig({ ...distributed, SERVICES: "mempool,payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
 		expect(() => loadConfig({ ...distributed, WORKER_API_KEYS: "a-worker-key-of-24-chars" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH/);
 		expect(loadConfig({ ...distributed, SERVICES: "verifier" })).toMatchObject({ services: ["verifier"] });
+		for (const services of ["webhooks", "receiver,webhook-delivery"]) expect(() => loadConfig({ ...distributed, SERVICES: services })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
+		const key = "q".repeat(43) + "=";
+		expect(loadConfig({ ...distributed, SERVICES: "webhooks", WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));
 		// One process, no transporter: it generates both into DATA_DIR, as before.
 		expect(loadConfig({})).toMatchObject({ transporter: null, workerApiKeys: [], nodeAuthorityKeypairPath: null });
+	});
+
+	it("WEBHOOK_SECRETS_KEY must be 32 bytes in base64, and is never echoed", () => {
+		for (const bad of ["c2hvcnQ=", "q".repeat(44), `${"q".repeat(42)}!=`, "PLACEHOLDER-replace-with-openssl-rand-base64-32"]) {
+			expect(() => loadConfig({ WEBHOOK_SECRETS_KEY: bad })).toThrow(/WEBHOOK_SECRETS_KEY/);
+			try {
+				loadConfig({ WEBHOOK_SECRETS_KEY: bad });
+			} catch (err) {
+				expect((err as Error).message).not.toContain(bad);
+			}
+		}
 	});
 
 	it("MONGO_URL selects the mongodb store", () => {
@@ -94,6 +108,7 @@ describe("loadConfig values", () => {
 			SOLANA_CLUSTER: "solana-mainnet",
 			REGISTRY_SEED_FILE: "/etc/scs/seed.json",
 			NODE_AUTHORITY_KEYPAIR_PATH: "/etc/scs/authority.json",
+			WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=",
 			TRANSPORTER: "nats://localhost:4222",
 			WORKER_API_KEYS: "a-worker-key-of-24-chars"
 		});

@@ -4,7 +4,7 @@
  * delivery may reach, the lookup that pins a connection to the checked addresses, and which events
  * a subscription takes.
  */
-import { createHmac } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -26,6 +26,8 @@ import {
 	limitedLookup,
 	LookupBusyError,
 	newSecret,
+	openSecret,
+	sealSecret,
 	newWebhookRecord,
 	released,
 	nextAttemptAt,
@@ -49,6 +51,22 @@ describe("signing (Standard Webhooks v1)", () => {
 		expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
 		expect(Buffer.from(secret.slice(6), "base64")).toHaveLength(32);
 		expect(newSecret()).not.toBe(secret);
+	});
+
+	it("a sealed secret opens with its key for its subscription only; sealing twice, or an earlier version's clear secret, changes nothing", () => {
+		const [key, secret] = [randomBytes(32), newSecret()];
+		const sealed = sealSecret(secret, key, "wh_1");
+		expect(sealed).toMatch(/^sealed_v1_[A-Za-z0-9+/]+=*$/);
+		expect(sealSecret(secret, key, "wh_1")).not.toBe(sealed); // a fresh nonce each time
+		expect(openSecret(sealed, key, "wh_1")).toBe(secret);
+		expect(sealSecret(sealed, key, "wh_1")).toBe(sealed);
+		expect(openSecret(secret, key, "wh_1")).toBe(secret);
+		expect(() => openSecret(sealed, randomBytes(32), "wh_1")).toThrow();
+		expect(() => openSecret(sealed, key, "wh_2")).toThrow();
+		const bytes = Buffer.from(sealed.slice("sealed_v1_".length), "base64");
+		bytes[20] ^= 1;
+		expect(() => openSecret(`sealed_v1_${bytes.toString("base64")}`, key, "wh_1")).toThrow();
+		for (const bad of ["", "sealed_v1_", "sealed_v1_AAAA", "plain"]) expect(() => openSecret(bad, key, "wh_1")).toThrow();
 	});
 
 	it("the reference library verifies every header set we send, and signs the same bytes", () => {

@@ -487,14 +487,19 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			 * Worker routes: missing key → 401, wrong key → 403 (compared in constant time); then, on
 			 * the Cranker routes, the request signature (SPEC §6.1). Failures count towards 429.
 			 */
-			async authorize(this: ApiThis, ctx: Context<unknown, CrankerSignedMeta>, _route: unknown, req: Request, res: ServerResponse, alias: { action?: string }) {
+			async authorize(this: ApiThis, ctx: Context<unknown, CrankerSignedMeta & { crankerPubkey?: string }>, _route: unknown, req: Request, res: ServerResponse, alias: { action?: string }) {
 				this.assertNotThrottled(req, res);
 				try {
 					const key = req.headers["x-api-key"];
 					if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
 					if (!this.isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
 					assertInputPlacement(req);
-					if (alias.action && CRANKER_ACTIONS.has(alias.action)) ctx.meta.crankerRequest = await this.signedCrankerRequest(req);
+					if (alias.action && CRANKER_ACTIONS.has(alias.action)) {
+						ctx.meta.crankerRequest = await this.signedCrankerRequest(req);
+						// For owners of the previous version during a rolling update (gateways first): they
+						// read the signer from here. Owners of this version ignore it.
+						ctx.meta.crankerPubkey = (req.body as { crankerPubkey: string }).crankerPubkey;
+					}
 				} catch (err) {
 					const { type } = err as ServiceError;
 					if (type === "UNAUTHORIZED" || type === "FORBIDDEN") this.authFailures.fail(this.clientKeyOf(req), Date.now());

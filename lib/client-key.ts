@@ -25,3 +25,49 @@ function ipv6Groups(address: string): number[] {
 	const zeros = Array<string>(8 - left.length - right.length).fill("0");
 	return [...left, ...zeros, ...right].map(group => parseInt(group, 16));
 }
+
+/**
+ * Which peers are the deployment's proxies (TRUST_PROXY): none; every peer, for one hop (`true`);
+ * or the listed addresses and CIDR ranges, hop after hop.
+ */
+export interface ProxyTrust {
+	isProxy(ip: string): boolean;
+	hops: number;
+}
+
+export function proxyTrust(setting: boolean | readonly string[]): ProxyTrust {
+	if (setting === false) return { isProxy: () => false, hops: 0 };
+	if (setting === true) return { isProxy: () => true, hops: 1 };
+	const proxies = new net.BlockList();
+	for (const entry of setting) {
+		const [address, prefix] = entry.split("/") as [string, string | undefined];
+		const family = net.isIPv6(address) ? "ipv6" : "ipv4";
+		if (prefix === undefined) proxies.addAddress(address, family);
+		else proxies.addSubnet(address, Number(prefix), family);
+	}
+	return {
+		isProxy: ip => {
+			const address = ip.replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, "");
+			const family = net.isIPv4(address) ? "ipv4" : net.isIPv6(address) ? "ipv6" : null;
+			return family !== null && proxies.check(address, family);
+		},
+		hops: Infinity
+	};
+}
+
+/**
+ * The client's address: the peer's, unless the peer is a proxy. Then `x-forwarded-for` is read
+ * from its last entry (the one the nearest proxy appended) towards its first, while the entries
+ * are proxies too, at most `hops` entries: what a client wrote itself is never reached past a
+ * proxy that appended the address it saw.
+ */
+export function clientAddressOf(peer: string, forwardedFor: string | undefined, trust: ProxyTrust): string {
+	if (!trust.isProxy(peer)) return peer;
+	const entries = (forwardedFor ?? "").split(",").map(entry => entry.trim()).filter(Boolean);
+	let client = peer;
+	for (let i = entries.length - 1, hop = 0; i >= 0 && hop < trust.hops; i--, hop++) {
+		client = entries[i]!;
+		if (!trust.isProxy(client)) break;
+	}
+	return client;
+}

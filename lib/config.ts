@@ -2,6 +2,7 @@
  * The one place environment variables are read. Every variable has a default that serves the
  * embedded mode; secrets left unset are generated into DATA_DIR on first start (see secrets.ts).
  */
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { address, type Address } from "@solana/kit";
@@ -49,7 +50,8 @@ export interface Config {
 	/** INTAKE_WINDOW_MS: how long the gateway gathers submissions into one batch (cut short by INTAKE_BATCH_ENOUGH); 0 = one event-loop turn. */
 	intakeWindowMs: number;
 	rateLimitPerMin: number;
-	trustProxy: boolean;
+	/** TRUST_PROXY: whose `x-forwarded-for` names the client (lib/client-key.ts, proxyTrust). */
+	trustProxy: boolean | string[];
 	logLevel: string;
 	/** CORS_ORIGINS: origins (scheme://host[:port]) whose browser apps may call the public routes; none by default. */
 	corsOrigins: string[];
@@ -142,6 +144,21 @@ function flag(env: Env, key: string): boolean {
 	if (raw == null) return false;
 	if (!["true", "false", "1", "0"].includes(raw)) throw new ConfigError(`${key} must be true or false, got "${raw}"`);
 	return raw === "true" || raw === "1";
+}
+
+/** TRUST_PROXY: true or false (as flag), or the proxies' addresses and CIDR ranges, comma-separated. */
+function trustedProxies(env: Env, key: string): boolean | string[] {
+	const raw = text(env, key);
+	if (raw == null || ["true", "false", "1", "0"].includes(raw)) return flag(env, key);
+	const entries = raw.split(",").map(entry => entry.trim());
+	const isRange = (entry: string) => {
+		const [address, prefix, ...rest] = entry.split("/");
+		const bits = net.isIPv4(address ?? "") ? 32 : net.isIPv6(address ?? "") ? 128 : 0;
+		return bits > 0 && rest.length === 0 && (prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= bits));
+	};
+	const bad = entries.find(entry => !isRange(entry));
+	if (bad !== undefined) throw new ConfigError(`${key} must be true, false or the proxies' addresses or CIDR ranges, comma-separated; "${bad}" is none`);
+	return entries;
 }
 
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace"] as const;
@@ -296,7 +313,7 @@ export function loadConfig(env: Env = process.env): Config {
 		storeCommitWindowMs: integer(env, "STORE_COMMIT_WINDOW_MS", 2, 0),
 		intakeWindowMs: integer(env, "INTAKE_WINDOW_MS", 2, 0),
 		rateLimitPerMin: integer(env, "RATE_LIMIT_PER_MIN", 600, 0),
-		trustProxy: flag(env, "TRUST_PROXY"),
+		trustProxy: trustedProxies(env, "TRUST_PROXY"),
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
 		logFormat: oneOf(env, "LOG_FORMAT", ["short", "json"] as const, "short"),
 		corsOrigins: origins(env, "CORS_ORIGINS"),

@@ -9,7 +9,7 @@ import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import { Errors, type Context, type Service, type ServiceBroker, type ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema, type IncomingRequest } from "moleculer-web";
 import { FailureThrottle } from "../lib/auth-throttle";
-import { clientKey } from "../lib/client-key";
+import { clientAddressOf, clientKey, proxyTrust, type ProxyTrust } from "../lib/client-key";
 import type { Config } from "../lib/config";
 import { corsPolicy, decideCors } from "../lib/cors";
 import { ERROR_STATUS, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
@@ -309,6 +309,7 @@ const streamAlias = (serve: "serveIntent" | "serveAll") =>
 	};
 
 export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, ApiMethods, ApiVars, ApiThis> {
+	const proxies = proxyTrust(config.trustProxy);
 	const common = {
 		mappingPolicy: "restrict" as const,
 		bodyParsers: false,
@@ -368,7 +369,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					name: "public",
 					path: "/",
 					...common,
-					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: (req: IncomingMessage) => clientKey(clientAddress(req, config.trustProxy)) } : undefined,
+					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: (req: IncomingMessage) => clientKey(clientAddress(req, proxies)) } : undefined,
 					onBeforeCall(this: ApiThis, ctx: Context<unknown, { worker?: boolean; metricsForm?: string }>, _route: unknown, req: Request, res: ServerResponse, alias?: { action?: string }) {
 						assertInputPlacement(req);
 						if (alias?.action === "network.metrics") {
@@ -508,7 +509,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			},
 
 			clientIp(this: ApiThis, req: IncomingMessage): string {
-				return clientAddress(req, config.trustProxy);
+				return clientAddress(req, proxies);
 			},
 
 			/** Who the public rate and the failed-key lock-out count a request against (an IPv6 client by its /64). */
@@ -728,12 +729,9 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 }
 
 /** The client's address; behind TRUST_PROXY, the last x-forwarded-for entry (the one our proxy appended; earlier ones are whatever the client sent). */
-function clientAddress(req: IncomingMessage, trustProxy: boolean): string {
-	if (trustProxy) {
-		const forwarded = String(req.headers["x-forwarded-for"] ?? "").split(",").map(s => s.trim()).filter(Boolean);
-		if (forwarded.length) return forwarded[forwarded.length - 1];
-	}
-	return req.socket.remoteAddress ?? "unknown";
+/** The client a request counts against: its peer, or behind a trusted proxy the address the proxy saw. */
+function clientAddress(req: IncomingMessage, proxies: ProxyTrust): string {
+	return clientAddressOf(req.socket.remoteAddress ?? "unknown", String(req.headers["x-forwarded-for"] ?? ""), proxies);
 }
 
 /** A batch of submissions to the receiver; one by one to a receiver of the previous version (a rolling update). */

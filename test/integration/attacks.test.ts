@@ -5,6 +5,7 @@
  */
 import Database from "better-sqlite3";
 import { createKeyPairSignerFromBytes, createSolanaRpc, getSignatureFromTransaction, type Address } from "@solana/kit";
+import http from "node:http";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -387,6 +388,34 @@ describe("5. hostile traffic (SPEC §7, §10)", () => {
 			expect((await patch(bystander, await intent(), { status: "CRANKER_LEASED", expectedVersion: 3 })).status).toBe(200);
 		} finally {
 			await chainless.stop();
+		}
+	});
+
+	it("with the proxies listed in TRUST_PROXY, a caller that bypasses them cannot name another client in x-forwarded-for (and lock it out)", async () => {
+		// The proxy is 127.0.0.2; the caller that reaches the gateway directly is 127.0.0.3.
+		const guarded = await startNode({ AUTH_FAILURES_PER_MIN: "5", TRUST_PROXY: "127.0.0.2" });
+		try {
+			const { port } = new URL(guarded.url);
+			const from = (localAddress: string, forwardedFor: string, key: string) =>
+				new Promise<number>((resolve, reject) =>
+					http
+						.get({ host: "127.0.0.1", port, path: "/intent-work", localAddress, headers: { "x-api-key": key, "x-forwarded-for": forwardedFor } }, res => {
+							res.resume();
+							resolve(res.statusCode ?? 0);
+						})
+						.on("error", reject)
+				);
+			const cranker = "203.0.113.50";
+			for (let i = 0; i < 6; i++) await from("127.0.0.3", cranker, `guess-${i}`);
+			// The lock-out fell on the caller itself, not on the address it named.
+			expect(await from("127.0.0.3", cranker, API_KEY)).toBe(429);
+			expect(await from("127.0.0.2", cranker, API_KEY)).toBe(200);
+			// Through the proxy, the client it names is the one counted.
+			for (let i = 0; i < 5; i++) expect(await from("127.0.0.2", "203.0.113.51", `guess-${i}`)).toBe(403);
+			expect(await from("127.0.0.2", "203.0.113.51", API_KEY)).toBe(429);
+			expect(await from("127.0.0.2", "203.0.113.52", API_KEY)).toBe(200);
+		} finally {
+			await guarded.stop();
 		}
 	});
 

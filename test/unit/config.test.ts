@@ -130,6 +130,10 @@ describe("loadConfig values", () => {
 	])("TRUST_PROXY=%s → %p", (raw, expected) => {
 		expect(loadConfig({ TRUST_PROXY: raw }).trustProxy).toBe(expected);
 	});
+
+	it("TRUST_PROXY may list the proxies' addresses and CIDR ranges", () => {
+		expect(loadConfig({ TRUST_PROXY: "10.0.0.0/8, 192.168.1.7,fd00::/8" }).trustProxy).toEqual(["10.0.0.0/8", "192.168.1.7", "fd00::/8"]);
+	});
 });
 
 describe("loadConfig refusals", () => {
@@ -153,9 +157,9 @@ describe("loadConfig refusals", () => {
 		expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(`^${key} must be an integer`));
 	});
 
-	it.each(["yes", "no", "TRUE", "on", "2"])("TRUST_PROXY=%p is a ConfigError", value => {
+	it.each(["yes", "no", "TRUE", "on", "2", "10.0.0.0/33", "10.0.0.1/", "10.0.0.0/8/8", "fd00::/129", "10.0.0.0/08x", "10.0.0.1,"])("TRUST_PROXY=%p is a ConfigError", value => {
 		expect(() => loadConfig({ TRUST_PROXY: value })).toThrow(ConfigError);
-		expect(() => loadConfig({ TRUST_PROXY: value })).toThrow(/TRUST_PROXY must be true or false/);
+		expect(() => loadConfig({ TRUST_PROXY: value })).toThrow(/TRUST_PROXY must be true, false or the proxies' addresses or CIDR ranges/);
 	});
 
 	it("ConfigError is an Error named ConfigError", () => {

@@ -105,6 +105,7 @@ interface NetworkPolicyPeer {
 
 interface NetworkPolicyRule {
 	from?: NetworkPolicyPeer[];
+	to?: NetworkPolicyPeer[];
 	ports?: { protocol?: string; port?: number | string }[];
 }
 
@@ -142,6 +143,7 @@ interface K8sObject {
 		podSelector?: LabelSelector;
 		policyTypes?: string[];
 		ingress?: NetworkPolicyRule[];
+		egress?: NetworkPolicyRule[];
 	};
 }
 
@@ -703,6 +705,33 @@ describe.each([
 		const state = world(true, false);
 		expect(() => run(state, { ...ENV, MONGO_URL: APP_URL.replace("&authSource=admin", "") })).toThrow(/authSource=admin/);
 		expect(state.calls).toEqual([]);
+	});
+});
+
+describe("k8s/ manifests: egress", () => {
+	/** The egress rules of the policies that restrict a workload's connections out; null when none does (open). */
+	const egressOf = (workload: K8sObject): NetworkPolicyRule[] | null => {
+		const policies = networkPolicies.filter(p => p.spec!.policyTypes?.includes("Egress") && matches(p.spec!.podSelector ?? {}, podLabels(workload)));
+		return policies.length ? policies.flatMap(p => p.spec!.egress ?? []) : null;
+	};
+
+	it("the gateway, which the internet reaches, may connect to NATS (4222) and the cluster DNS (53) only", () => {
+		const rules = egressOf(get("apps/v1", "Deployment", "gateway"))!;
+		expect(rules).not.toBeNull();
+		const allowed = rules.flatMap(rule => (rule.to ?? [{ everywhere: true } as NetworkPolicyPeer]).flatMap(peer => (rule.ports ?? [{}]).map(port => ({ peer, port }))));
+		const nats = allowed.filter(({ peer }) => !peer.namespaceSelector && peer.podSelector && workloadsAdmittedBy(peer).includes("nats"));
+		expect(nats.map(({ port }) => port)).toEqual([{ protocol: "TCP", port: 4222 }]);
+		expect(workloadsAdmittedBy(nats[0].peer)).toEqual(["nats"]);
+		const dns = allowed.filter(({ peer }) => peer.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"] === "kube-system" && peer.podSelector?.matchLabels?.["k8s-app"] === "kube-dns");
+		expect(dns.map(({ port }) => port)).toEqual([
+			{ protocol: "UDP", port: 53 },
+			{ protocol: "TCP", port: 53 }
+		]);
+		expect(allowed).toHaveLength(nats.length + dns.length);
+	});
+
+	it("the other groups' egress stays open (the RPC, webhook receivers), as docs/security.md says", () => {
+		for (const name of ["intake", "verifier", "owners"]) expect([name, egressOf(get("apps/v1", "Deployment", name))]).toEqual([name, null]);
 	});
 });
 

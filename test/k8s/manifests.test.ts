@@ -139,6 +139,7 @@ interface K8sObject {
 		minAvailable?: number | string;
 		maxUnavailable?: number | string;
 		ingressClassName?: string;
+		tls?: { hosts?: string[]; secretName?: string }[];
 		rules?: { host?: string; http?: { paths: { path?: string; pathType?: string; backend: { service?: { name: string; port: { name?: string; number?: number } } } }[] } }[];
 		podSelector?: LabelSelector;
 		policyTypes?: string[];
@@ -791,6 +792,12 @@ describe("k8s/ manifests: the gateway's exposure", () => {
 	// The Cranker routes are lib/cranker-call.ts's table, spread into WORKER_ROUTES.
 	const workerRoutes = [...routesOf("WORKER_ROUTES"), ...Object.keys(CRANKER_ROUTES), ...routesOf("WORKER_STREAM_ROUTES")];
 	const publicRoutes = [...routesOf("PUBLIC_ROUTES"), ...routesOf("PUBLIC_STREAM_ROUTES"), ...routesOf("HEALTH_ROUTES")];
+
+	it("the public Ingress serves its every host over TLS, and redirects plain HTTP", () => {
+		const hosts = ingress.spec!.rules!.map(rule => rule.host);
+		expect(ingress.spec!.tls).toEqual([{ hosts, secretName: "settlement-tls" }]);
+		expect(ingress.metadata.annotations?.["nginx.ingress.kubernetes.io/force-ssl-redirect"]).toBe("true");
+	});
 
 	it.each(["gateway", "gateway-internal"])("has the ClusterIP Service %s (80 → 3000) on the gateway pods", name => {
 		const service = get("v1", "Service", name);

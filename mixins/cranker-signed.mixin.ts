@@ -8,7 +8,6 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { asCrankerRequest, crankerRouteOf, unsignedParamsProblem, verifyCrankerRequest } from "../lib/cranker-call";
 import { ServiceError } from "../lib/errors";
-import { callKey } from "../services/replay";
 
 export interface CrankerSignedMeta {
 	crankerRequest?: unknown;
@@ -24,7 +23,7 @@ export function crankerSignedMixin(publicBaseUrl: string | null, actions: readon
 		const check = await verifyCrankerRequest(request, ctx.params.crankerPubkey, Date.now());
 		const problem = unsignedParamsProblem(request, route, ctx.params, publicBaseUrl);
 		if (problem) throw new ServiceError("FORBIDDEN", `The request signature does not cover this call: ${problem}`, { reason: "not-signed" });
-		await ctx.call("crankers.admitSignature", { keyid: check.keyid, signature: check.signature, created: check.created, callKey: callKey(ctx) });
+		await ctx.call("crankers.admitSignature", { keyid: check.keyid, signature: check.signature, created: check.created });
 	}
 	return { hooks: { before: Object.fromEntries(actions.map(action => [action, checkSignedCall])) } };
 }

@@ -53,8 +53,6 @@ interface SeenSignature {
 	keyid: string;
 	/** The end of the window in which the signature would still be accepted: then it can go. */
 	expiresAt: string;
-	/** The call that used it (services/replay.ts); absent in records of earlier versions. */
-	callKey?: string | null;
 }
 
 interface CrankersSettings {
@@ -122,17 +120,17 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			/**
 			 * Internal, from the owner of a Cranker action (mixins/cranker-signed.mixin.ts): records a
 			 * verified request signature, once. The same signature again within its validity window is
-			 * a replay (SPEC §6.1), unless it comes with the key of the call that first used it: a
-			 * repeat of that call (services/replay.ts).
+			 * a replay (SPEC §6.1), even from a call that names the same parent: whoever sent it on the
+			 * bus chose that name, and no broker retries a call (moleculer.config.ts).
 			 */
 			admitSignature: internal({
-				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true }, callKey: { type: "string", max: 256, optional: true, nullable: true } },
-				async handler(this: CrankersThis, ctx: Context<{ keyid: string; signature: string; created: number; callKey?: string | null }>): Promise<true> {
-					const { keyid, signature, created, callKey: key = null } = ctx.params;
+				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true } },
+				async handler(this: CrankersThis, ctx: Context<{ keyid: string; signature: string; created: number }>): Promise<true> {
+					const { keyid, signature, created } = ctx.params;
 					const expiresAt = new Date((created + MAX_CLOCK_SKEW_S) * 1000).toISOString();
-					if (await this.seenSignatures.insert({ id: signature, keyid, expiresAt, callKey: key })) return true;
-					if (key !== null && (await this.seenSignatures.get(signature))?.callKey === key) return true;
-					throw new ServiceError("FORBIDDEN", "This request signature was used before", { reason: "replayed" });
+					if (!(await this.seenSignatures.insert({ id: signature, keyid, expiresAt })))
+						throw new ServiceError("FORBIDDEN", "This request signature was used before", { reason: "replayed" });
+					return true;
 				}
 			}),
 

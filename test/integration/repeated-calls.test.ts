@@ -18,9 +18,12 @@ function caller(): Context {
 	return node.broker.ContextFactory.create(node.broker, null as never, {}, {}) as Context;
 }
 
-/** Calls `action` twice from the same parent context (a retry) and answers both outcomes. */
-async function twice(parent: Context, action: string, params: object, meta: object = {}) {
-	const call = () => parent.call(action, params, { meta }).then(
+/**
+ * Calls `action` twice from the same parent context (a retry) and answers both outcomes. `meta` is
+ * made for each call: a Cranker signs each attempt anew (a signature is admitted once).
+ */
+async function twice(parent: Context, action: string, params: object, meta: () => object | Promise<object> = () => ({})) {
+	const call = async () => parent.call(action, params, { meta: await meta() }).then(
 		value => ({ ok: true as const, value }),
 		(error: { type?: string }) => ({ ok: false as const, type: error.type })
 	);
@@ -45,19 +48,21 @@ describe("a repeated call gets the first call's answer", () => {
 		expect(other).toStrictEqual({ ok: false, type: "NONCE_REUSED" });
 	});
 
-	test("crankers.heartbeat: its retry is not STALE_HEARTBEAT; another call with the same sentAt is", async () => {
+	test("crankers.heartbeat: its retry (signed anew) is not STALE_HEARTBEAT; another call with the same sentAt is", async () => {
 		const cranker = newWallet();
 		const heartbeat = signedHeartbeat(cranker);
-		const meta = await crankerCallMeta(cranker, "crankers.heartbeat", heartbeat);
-		const [first, retry] = await twice(caller(), "crankers.heartbeat", heartbeat, meta);
+		const signed = () => crankerCallMeta(cranker, "crankers.heartbeat", heartbeat);
+		const [first, retry] = await twice(caller(), "crankers.heartbeat", heartbeat, signed);
 		expect(first.ok).toBe(true);
 		expect(retry).toStrictEqual(first);
-		// Another call with the same signed request is a replay; signed anew, the heartbeat is stale.
-		const [replayed] = await twice(caller(), "crankers.heartbeat", heartbeat, meta);
-		expect(replayed).toStrictEqual({ ok: false, type: "FORBIDDEN" });
-		const signedAgain = await crankerCallMeta(cranker, "crankers.heartbeat", heartbeat, { created: new Date(Date.now() + 1000) });
-		const [other] = await twice(caller(), "crankers.heartbeat", heartbeat, signedAgain);
+		const [other] = await twice(caller(), "crankers.heartbeat", heartbeat, signed);
 		expect(other).toStrictEqual({ ok: false, type: "STALE_HEARTBEAT" });
+		// The same signed request again, even from the same parent (whoever sends it names that), is a replay.
+		const newer = signedHeartbeat(cranker, ["settlement"], { sentAt: new Date(Date.now() + 2000).toISOString() });
+		const meta = await crankerCallMeta(cranker, "crankers.heartbeat", newer);
+		const [accepted, replayed] = await twice(caller(), "crankers.heartbeat", newer, () => meta);
+		expect(accepted.ok).toBe(true);
+		expect(replayed).toStrictEqual({ ok: false, type: "FORBIDDEN" });
 	});
 
 	test("mempool.receive: the retry of the call that recorded the intent answers created", async () => {
@@ -87,7 +92,7 @@ describe("a repeated call gets the first call's answer", () => {
 		const created = await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }));
 		expect(created.status).toBe(201);
 		const params = { id: created.body.id as string, crankerPubkey: verifier.address };
-		const [first, retry] = await twice(caller(), "tin.verified", params, await crankerCallMeta(verifier, "tin.verified", params));
+		const [first, retry] = await twice(caller(), "tin.verified", params, () => crankerCallMeta(verifier, "tin.verified", params));
 		expect(first).toMatchObject({ ok: true, value: { status: "VERIFIED" } });
 		expect(retry).toStrictEqual(first);
 	});

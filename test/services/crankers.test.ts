@@ -68,6 +68,23 @@ describe("heartbeats", () => {
 		expect(await crankers.summary()).toMatchObject({ online: 1, total: 1 });
 	});
 
+	test("a signed heartbeat sent again on the bus, naming the first call's parent, is a replay: a refused one cannot take effect later", async () => {
+		const cranker = newWallet();
+		// sentAt just over 60 s ahead: refused (STALE_HEARTBEAT), its signature admitted all the same.
+		const ahead = signedHeartbeat(cranker, ["settlement"], { sentAt: iso(61_500) });
+		const meta = await crankerCallMeta(cranker, "crankers.heartbeat", ahead);
+		const fromParent = (parentID: string) =>
+			crankers.broker.call("crankers.heartbeat", ahead, { meta, parentCtx: { id: parentID, level: 1, meta: {}, requestID: parentID } as never }).then(
+				() => "accepted",
+				(error: { type?: string; data?: { reason?: string } }) => `${error.type} ${error.data?.reason ?? ""}`.trim()
+			);
+		expect(await fromParent("gateway-request-1")).toBe("STALE_HEARTBEAT");
+		await sleep(2000); // inside the Node's 60 s now
+		expect(await fromParent("gateway-request-1")).toBe("FORBIDDEN replayed");
+		expect(await fromParent("another-parent")).toBe("FORBIDDEN replayed");
+		expect(await crankers.standing(cranker)).toEqual({ online: false, roles: [] });
+	});
+
 	test("a request signature is admitted once; the same one again within its window is a replay", async () => {
 		const admit = (signature: string, created: number) => crankers.broker.call("crankers.admitSignature", { keyid: newWallet().address, signature, created });
 		const now = Math.floor(Date.now() / 1000);

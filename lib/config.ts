@@ -40,7 +40,7 @@ export interface Config {
 	/** Operator pubkeys allowed to crank; empty = any. */
 	crankerOperators: string[];
 	nodeAuthorityKeypairPath: string | null;
-	/** WEBHOOK_SECRETS_KEY (base64 of 32 bytes): seals the webhooks' signing secrets; null = use (or generate) DATA_DIR/webhook-secrets-key. */
+	/** WEBHOOK_SECRETS_KEY (base64 of 32 bytes): seals the webhooks' signing secrets and tags the events they deliver; null = use (or generate) DATA_DIR/webhook-secrets-key. */
 	webhookSecretsKey: Buffer | null;
 	verifyTimeoutMs: number;
 	/** VERIFY_THREADS: worker threads solving the ed25519 equation of intents; 0 = on the event loop. */
@@ -279,8 +279,10 @@ function withSharedSecrets(config: Config): Config {
 	if (runs("api") && !config.workerApiKeys.length) throw new ConfigError("WORKER_API_KEYS is required with TRANSPORTER for a process that runs api: replicas would each generate other keys");
 	if (runs("payouts") && !config.nodeAuthorityKeypairPath)
 		throw new ConfigError("NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER for a process that runs payouts: replicas would each generate another authority key");
-	if ((runs("webhooks") || runs("webhook-delivery")) && !config.webhookSecretsKey)
-		throw new ConfigError("WEBHOOK_SECRETS_KEY is required with TRANSPORTER for a process that runs webhooks or webhook-delivery: the owners seal the signing secrets with it, the delivery workers open them");
+	if (["webhooks", "webhook-delivery", "mempool", "tin"].some(runs) && !config.webhookSecretsKey)
+		throw new ConfigError(
+			"WEBHOOK_SECRETS_KEY is required with TRANSPORTER for a process that runs webhooks, webhook-delivery, mempool or tin: the owners seal the signing secrets and tag their events with it, the delivery workers check and open them"
+		);
 	return config;
 }
 

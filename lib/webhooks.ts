@@ -4,10 +4,11 @@
  * subscription takes, and which addresses a delivery may reach (no private networks: SSRF).
  * Framework-free; the webhooks service owns the records, webhook-delivery sends them.
  */
-import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
 import { promises as dns, type LookupAddress } from "node:dns";
 import net from "node:net";
 import { Type, type Static } from "@sinclair/typebox";
+import { canonicalJson } from "./encoding";
 import { newId } from "./ids";
 import { INTENT_EVENT_TYPE } from "./intents";
 import { address, limit, tin } from "./schemas";
@@ -260,33 +261,67 @@ export function newSecret(): string {
 	return SECRET_PREFIX + randomBytes(32).toString("base64");
 }
 
+/**
+ * The keys derived from WEBHOOK_SECRETS_KEY (HKDF-SHA256), held by the webhooks owners, the event
+ * owners (mempool, tin) and the delivery workers, not by the gateway: one seals the signing
+ * secrets, one tags the event pages a delivery worker signs.
+ */
+export interface WebhookKeys {
+	sealing: Buffer;
+	events: Buffer;
+}
+
+export function webhookKeys(master: Buffer): WebhookKeys {
+	const derive = (info: string) => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), info, 32));
+	return { sealing: derive("scs webhook secrets v1"), events: derive("scs webhook events v1") };
+}
+
+/** What a sealed secret is bound to: its subscription, the receiver and what it takes. */
+export type SealedFor = Pick<WebhookRecord, "id" | "url" | "eventTypes" | "filter">;
+const boundTo = ({ id, url, eventTypes, filter }: SealedFor) => Buffer.from(canonicalJson({ id, url, eventTypes, filter }));
+
 const SEALED_PREFIX = "sealed_v1_";
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
 
 /**
- * A signing secret as it is stored and as it crosses the bus: AES-256-GCM under `key`
- * (WEBHOOK_SECRETS_KEY, held by the webhooks owners and the delivery workers, not the gateway),
- * bound to its subscription's id, so that it opens for no other. `sealed_v1_<base64 iv‖ciphertext‖tag>`.
- * A secret already sealed is answered as it is.
+ * A signing secret as it is stored and as it crosses the bus: AES-256-GCM under the sealing key,
+ * bound to its subscription (id, url, event types, filter), so that it opens for no other
+ * subscription and no other receiver: a lease with another url is no use to a forger.
+ * `sealed_v1_<base64 iv‖ciphertext‖tag>`. A secret already sealed is answered as it is.
  */
-export function sealSecret(secret: string, key: Buffer, subscriptionId: string): string {
+export function sealSecret(secret: string, key: Buffer, subscription: SealedFor): string {
 	if (secret.startsWith(SEALED_PREFIX)) return secret;
 	const iv = randomBytes(IV_BYTES);
-	const cipher = createCipheriv("aes-256-gcm", key, iv).setAAD(Buffer.from(subscriptionId));
+	const cipher = createCipheriv("aes-256-gcm", key, iv).setAAD(boundTo(subscription));
 	const sealed = Buffer.concat([iv, cipher.update(secret, "utf8"), cipher.final(), cipher.getAuthTag()]);
 	return SEALED_PREFIX + sealed.toString("base64");
 }
 
-/** The `whsec_` secret of a sealed one (one of an earlier version's owner comes in the clear); throws when `key` does not open it. */
-export function openSecret(stored: string, key: Buffer, subscriptionId: string): string {
+/** The `whsec_` secret of a sealed one (one of an earlier version's owner comes in the clear); throws when it does not open for `subscription` with `key`. */
+export function openSecret(stored: string, key: Buffer, subscription: SealedFor): string {
 	if (stored.startsWith(SECRET_PREFIX)) return stored;
 	if (!stored.startsWith(SEALED_PREFIX)) throw new Error("not a webhook secret");
 	const sealed = Buffer.from(stored.slice(SEALED_PREFIX.length), "base64");
 	if (sealed.length <= IV_BYTES + TAG_BYTES) throw new Error("a sealed webhook secret too short");
-	const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, IV_BYTES)).setAAD(Buffer.from(subscriptionId));
+	const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, IV_BYTES)).setAAD(boundTo(subscription));
 	decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
 	return Buffer.concat([decipher.update(sealed.subarray(IV_BYTES, sealed.length - TAG_BYTES)), decipher.final()]).toString("utf8");
+}
+
+/**
+ * The tag an event owner gives a page of its log for the delivery workers (HMAC-SHA256 under the
+ * events key): a worker signs a delivery only for events a holder of the key vouched for, not for
+ * what any process on the bus answers in the owner's name.
+ */
+export function eventPageTag(key: Buffer, stream: string, events: readonly unknown[]): string {
+	return createHmac("sha256", key).update(canonicalJson({ stream, events })).digest("base64");
+}
+
+export function isEventPageTag(key: Buffer, stream: string, events: readonly unknown[], tag: unknown): boolean {
+	const expected = Buffer.from(eventPageTag(key, stream, events), "base64");
+	const given = typeof tag === "string" ? Buffer.from(tag, "base64") : Buffer.alloc(0);
+	return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
 /** `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed with the secret's bytes. */

@@ -8,6 +8,9 @@ import type { Collection, Doc, EventPage, EventQuery, StoredEvent } from "../lib
 import { eventMetrics, sweepMetrics } from "../services/metrics";
 import { internal } from "../services/internal";
 import { sweeperMixin } from "./sweeper.mixin";
+import type { Config } from "../lib/config";
+import { eventPageTag } from "../lib/webhooks";
+import { loadWebhookKeys } from "../services/webhook-keys";
 
 /** The event logs: one per owning collection, each numbered on its own. */
 export const EVENT_STREAMS = ["intents", "tin_operations"] as const;
@@ -53,12 +56,23 @@ export function eventNotifier(broker: ServiceBroker, stream: EventStream): () =>
 	};
 }
 
+/** A page of events with the owner's tag (lib/webhooks.ts, eventPageTag), for the delivery workers. */
+export interface TaggedEvents {
+	events: StoredEvent[];
+	tag: string;
+}
+
 /**
- * Actions `events` and `latestEvent` (internal), and the retention sweep, over the collection
- * `log(this)` answers once the service's store is open.
+ * Actions `events`, `taggedEvents` and `latestEvent` (internal), and the retention sweep, over the
+ * collection `log(this)` answers once the service's store is open.
  */
-export function outboxMixin<S>(stream: EventStream, retentionMs: number, sweepIntervalMs: number, log: (service: S) => Collection<Doc>): Partial<ServiceSchema> {
+export function outboxMixin<S>(stream: EventStream, config: Config, log: (service: S) => Collection<Doc>): Partial<ServiceSchema> {
+	const { eventRetentionMs: retentionMs, sweepIntervalMs } = config;
+	let eventsKey: Buffer | null = null;
 	return {
+		created(this: Service) {
+			eventsKey = loadWebhookKeys(config, this.logger).events;
+		},
 		mixins: [
 			sweeperMixin<S>(`${stream} event retention`, Math.max(sweepIntervalMs, 1000), async function (this: S) {
 				const before = new Date(Date.now() - retentionMs).toISOString();
@@ -77,6 +91,15 @@ export function outboxMixin<S>(stream: EventStream, retentionMs: number, sweepIn
 				params: EVENT_QUERY_PARAMS,
 				async handler(this: Service, ctx: Context<EventQuery>): Promise<StoredEvent[]> {
 					return (await log(this as unknown as S).events(ctx.params)).events;
+				}
+			}),
+
+			/** Internal, for the delivery workers: the same, tagged with the events key (what a worker signs, a key holder vouched for). */
+			taggedEvents: internal({
+				params: EVENT_QUERY_PARAMS,
+				async handler(this: Service, ctx: Context<EventQuery>): Promise<TaggedEvents> {
+					const { events } = await log(this as unknown as S).events(ctx.params);
+					return { events, tag: eventPageTag(eventsKey!, stream, events) };
 				}
 			}),
 

@@ -208,7 +208,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			sweeperMixin<MempoolThis>("lease expiry", config.sweepIntervalMs, function (this: MempoolThis) {
 				return this.releaseLapsedLeases();
 			}),
-			outboxMixin<MempoolThis>("intents", config.eventRetentionMs, config.sweepIntervalMs, service => service.intents),
+			outboxMixin<MempoolThis>("intents", config, service => service.intents),
 			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<MempoolThis>(config, "mempool", async function (this: MempoolThis, store) {
 				this.intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);

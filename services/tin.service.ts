@@ -243,7 +243,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 		},
 		mixins: [
 			crankerSignedMixin(config.publicBaseUrl, TIN_STAGES.map(stageAction)),
-			outboxMixin<TinThis>("tin_operations", config.eventRetentionMs, config.sweepIntervalMs, service => service.operations),
+			outboxMixin<TinThis>("tin_operations", config, service => service.operations),
 			// A replica that crashed while finalizing leaves its mark while the others run on.
 			sweeperMixin<TinThis>("tin finalization", config.sweepIntervalMs, function (this: TinThis) {
 				return this.reconcile(new Date(Date.now() - FINALIZATION_ABANDONED_MS));

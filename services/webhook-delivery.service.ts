@@ -16,12 +16,13 @@ import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { FailureStreak } from "../lib/failure-streak";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, failingStream, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookStream } from "../lib/webhooks";
-import { EVENT_PAGE } from "../mixins/outbox.mixin";
+import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, failingStream, isEventPageTag, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookKeys, type WebhookStream } from "../lib/webhooks";
+import { EVENT_PAGE, type TaggedEvents } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { callServed, isServed } from "./internal";
 import { webhookMetrics } from "./metrics";
-import { EVENT_OWNER, webhookSecretsKey, type WebhookLease } from "./webhooks.service";
+import { loadWebhookKeys } from "./webhook-keys";
+import { EVENT_OWNER, type WebhookLease } from "./webhooks.service";
 
 /**
  * Subscriptions one worker delivers at once (each in order, on its own): room for many slow
@@ -147,10 +148,10 @@ interface DeliveryVars {
 	unreadableUntil: Map<WebhookStream, number>;
 	/** Leases too short for an attempt: told once a minute, not at every lease. */
 	shortLeases: FailureStreak;
-	/** WEBHOOK_SECRETS_KEY: opens the sealed signing secret of each lease. */
-	secretsKey: Buffer;
-	/** Secrets this worker's key does not open: told once a minute. */
-	unopenedSecrets: FailureStreak;
+	/** WEBHOOK_SECRETS_KEY's: open the sealed signing secret of each lease, check the event pages' tags. */
+	keys: WebhookKeys;
+	/** Leases and event pages this worker's key does not vouch for: told once a minute. */
+	unvouched: FailureStreak;
 }
 
 interface DeliveryMethods {
@@ -278,7 +279,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 				};
 
 				/** A stream whose owner answered this pass, is still served, and could read its log a moment ago. */
-				const readable = (stream: WebhookStream) => reached[stream] !== undefined && !this.unreadable(stream) && isServed(broker, `${EVENT_OWNER[stream]}.events`);
+				const readable = (stream: WebhookStream) => reached[stream] !== undefined && !this.unreadable(stream) && isServed(broker, `${EVENT_OWNER[stream]}.taggedEvents`);
 				// A failing event goes first and nothing passes it. Its stream not readable (an owner of an
 				// earlier version leases it all the same, or its owner left or failed a read since the claim):
 				// the lease is left to lapse, untouched. Given back, an owner of an earlier version would lease
@@ -287,11 +288,11 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 				if (failing && !readable(failing)) return;
 				let secret: string;
 				try {
-					secret = openSecret(subscription.secret, this.secretsKey, id);
+					secret = openSecret(subscription.secret, this.keys.sealing, subscription);
 				} catch {
-					// Another key than the owners' (a misconfigured replica): nothing can be signed, so nothing is
-					// sent; the lease lapses for a worker that holds the right key.
-					const line = this.unopenedSecrets.failed("A webhook's signing secret does not open with this process's WEBHOOK_SECRETS_KEY, so nothing is sent; is it the same in every process that runs webhooks or webhook-delivery?");
+					// Another key than the owners' (a misconfigured replica), or a lease the owners did not make
+					// (another url, say): nothing is signed, so nothing is sent; the lease lapses.
+					const line = this.unvouched.failed(`Webhook ${id}: its signing secret does not open for its subscription with this process's WEBHOOK_SECRETS_KEY, so nothing is sent; is the key the same in every process that runs webhooks, mempool, tin or webhook-delivery?`);
 					if (line) logger.error(line);
 					return;
 				}
@@ -309,7 +310,11 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 					for (let more = true; more && !this.stopping && !sliceOver(); ) {
 						let page: StoredEvent[];
 						try {
-							page = await broker.call<StoredEvent[], object>(`${EVENT_OWNER[stream]}.events`, { after: cursor, limit: EVENT_PAGE });
+							const tagged = await broker.call<TaggedEvents, object>(`${EVENT_OWNER[stream]}.taggedEvents`, { after: cursor, limit: EVENT_PAGE });
+							// Signed only when a holder of the key vouched for them, not for whatever answered in the owner's name.
+							if (!isEventPageTag(this.keys.events, stream, tagged.events, tagged.tag))
+								throw new Error("the page's tag does not check with this process's WEBHOOK_SECRETS_KEY; is it the same in every process that runs mempool, tin or webhook-delivery?");
+							page = tagged.events;
 						} catch (err) {
 							// Left out for a lease, as if its owner were away: no subscription is leased for this
 							// stream meanwhile (each would be given back at once, to be leased again).
@@ -394,8 +399,8 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 			this.asking = new Set();
 			this.unreadableUntil = new Map();
 			this.shortLeases = new FailureStreak();
-			this.unopenedSecrets = new FailureStreak();
-			this.secretsKey = webhookSecretsKey(config, this.logger);
+			this.unvouched = new FailureStreak();
+			this.keys = loadWebhookKeys(config, this.logger);
 		},
 
 		started(this: DeliveryThis) {

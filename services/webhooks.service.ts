@@ -7,7 +7,6 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
-import { loadOrCreateWebhookSecretsKey } from "../lib/secrets";
 import { listInPages, type Collection, type StoredEvent, type Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
@@ -37,11 +36,13 @@ import {
 	type StreamHeads,
 	type WebhookRecord,
 	type WebhookStream,
+	type WebhookKeys,
 	type WebhookSubscription
 } from "../lib/webhooks";
 import type { EventStream } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
 import { internal } from "./internal";
+import { loadWebhookKeys } from "./webhook-keys";
 
 /** The owner of each stream's events (mixins/outbox.mixin.ts), and its action names. */
 export const EVENT_OWNER = { intents: "mempool", tin_operations: "tin" } as const satisfies Record<EventStream, string>;
@@ -73,8 +74,8 @@ interface WebhooksSettings {
 
 interface WebhooksVars {
 	webhooks: Collection<WebhookRecord>;
-	/** WEBHOOK_SECRETS_KEY: the signing secrets are stored, and leased, sealed with it. */
-	secretsKey: Buffer;
+	/** WEBHOOK_SECRETS_KEY's: the signing secrets are stored, and leased, sealed with its sealing key. */
+	keys: WebhookKeys;
 }
 
 interface WebhooksMethods {
@@ -91,13 +92,6 @@ interface WebhooksMethods {
 }
 
 type WebhooksThis = Service<WebhooksSettings> & WebhooksVars & WebhooksMethods;
-
-/** WEBHOOK_SECRETS_KEY, or the key of DATA_DIR in the embedded mode (generated on first start), for the owners and the delivery workers. */
-export function webhookSecretsKey(config: Config, logger: Service["logger"]): Buffer {
-	const key = loadOrCreateWebhookSecretsKey(config.webhookSecretsKey, config.dataDir);
-	if (key.generated) logger.info(`Generated the webhook secrets key into ${key.source}.`);
-	return key.value;
-}
 
 const invalid = (field: string, message: string) => new ServiceError("VALIDATION_ERROR", message, [{ type: field, field, message }]);
 const streamParam = { type: "enum", values: Object.keys(CURSOR_FIELD) };
@@ -241,7 +235,8 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			},
 
 			async commit(this: WebhooksThis, current, next) {
-				const written = { ...next, version: current.version + 1 };
+				// A secret an earlier version stored in the clear is stored sealed from its next write on.
+				const written = { ...next, secret: sealSecret(next.secret, this.keys.sealing, next), version: current.version + 1 };
 				return (await this.webhooks.update(current.id, { version: current.version }, written)) ? written : null;
 			},
 
@@ -269,7 +264,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					cursors[stream] = latest?.seq ?? 0;
 				}
 				const record = newWebhookRecord({ ...request, url: url.href }, cursors, new Date());
-				await this.storeWithinLimit({ ...record, secret: sealSecret(record.secret, this.secretsKey, record.id) });
+				await this.storeWithinLimit({ ...record, secret: sealSecret(record.secret, this.keys.sealing, record) });
 				return record;
 			},
 
@@ -327,8 +322,8 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					if (seen.has(candidate.id)) continue;
 					seen.add(candidate.id);
 					const taken = await this.commit(candidate, { ...candidate, ...lease });
-					// Sealed on its way, including a secret an earlier version stored in the clear.
-					if (taken) granted.push({ subscription: { ...taken, secret: sealSecret(taken.secret, this.secretsKey, taken.id) }, leaseTtlMs: this.settings.leaseTtlMs });
+					// Written sealed (commit), so it leaves the store sealed.
+					if (taken) granted.push({ subscription: taken, leaseTtlMs: this.settings.leaseTtlMs });
 				}
 				return granted;
 			},
@@ -339,7 +334,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 		} satisfies WebhooksMethods & ThisType<WebhooksThis>,
 
 		created(this: WebhooksThis) {
-			this.secretsKey = webhookSecretsKey(config, this.logger);
+			this.keys = loadWebhookKeys(config, this.logger);
 		}
 	};
 }

@@ -14,7 +14,8 @@ import { loadConfig } from "../../lib/config";
 import { requestDigest } from "../../lib/digest";
 import type { StoredEvent } from "../../lib/store";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
-import { deliveryLookup, type WebhookSubscription } from "../../lib/webhooks";
+import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
+import { deliveryLookup, eventPageTag, webhookKeys, type WebhookSubscription } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
 import { webhooksService } from "../../services/webhooks.service";
@@ -48,8 +49,8 @@ interface TinHealth {
 	hung?: { answers: (() => void)[] };
 }
 
-/** A TIN owner as far as webhooks read it: its event log. */
-function tinOwner(log: StoredEvent[], health: TinHealth = { unreadable: false }): ServiceSchema {
+/** A TIN owner as far as webhooks read it: its event log, its pages tagged with the deployment's events key. */
+function tinOwner(log: StoredEvent[], eventsKey: Buffer, health: TinHealth = { unreadable: false }): ServiceSchema {
 	return {
 		name: "tin",
 		actions: {
@@ -57,9 +58,10 @@ function tinOwner(log: StoredEvent[], health: TinHealth = { unreadable: false })
 				const latest = log[log.length - 1] ?? null;
 				return health.hung ? new Promise(resolve => health.hung!.answers.push(() => resolve(latest))) : latest;
 			},
-			events: (ctx: Context<{ after: number; limit: number }>) => {
+			taggedEvents: (ctx: Context<{ after: number; limit: number }>) => {
 				if (health.unreadable) throw new Error("the TIN store is unavailable");
-				return log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
+				const events = log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
+				return { events, tag: eventPageTag(eventsKey, "tin_operations", events) };
 			}
 		}
 	};
@@ -98,7 +100,8 @@ async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false
 	broker.createService(mempoolService(config));
 	// The owner grants leases of 3 × its own WEBHOOK_TIMEOUT_MS.
 	broker.createService(webhooksService({ ...config, webhookTimeoutMs: ownerTimeoutMs }));
-	let tin = tinLog ? broker.createService(tinOwner(tinLog, tinHealth)) : null;
+	const eventsKey = webhookKeys(loadOrCreateWebhookSecretsKey(null, config.dataDir).value).events;
+	let tin = tinLog ? broker.createService(tinOwner(tinLog, eventsKey, tinHealth)) : null;
 	await broker.start();
 	broker.createService(webhookDeliveryService(config));
 	await broker.waitForServices(["webhook-delivery"]);
@@ -111,7 +114,7 @@ async function startWorker(tinLog: StoredEvent[] | null, { leaseAsBefore = false
 			await broker.destroyService(tin!);
 			tin = null;
 		},
-		tinBack: () => void (tin = broker.createService(tinOwner(tinLog!))),
+		tinBack: () => void (tin = broker.createService(tinOwner(tinLog!, eventsKey))),
 		/** Waits for `count` more delivery passes. */
 		passes: async (count: number) => {
 			const from = heads.length;

@@ -12,8 +12,9 @@ import path from "node:path";
 import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
-import { openSecret, type CreatedWebhookSubscription, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
+import { openSecret, webhookKeys, type CreatedWebhookSubscription, type WebhookRecord, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
+import type { Collection } from "../../lib/store";
 import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
 import { sleep, tempDir } from "../helpers/node";
 
@@ -75,11 +76,11 @@ describe("subscriptions and their leases", () => {
 		const { secret } = lease.subscription;
 		expect(secret).toMatch(/^sealed_v1_/);
 		expect(secret).not.toContain(created.secret.slice("whsec_".length));
-		const key = loadOrCreateWebhookSecretsKey(null, webhooks.dataDir).value;
-		expect(openSecret(secret, key, created.id)).toBe(created.secret);
-		expect(() => openSecret(secret, randomBytes(32), created.id)).toThrow();
-		// Bound to its subscription: it opens for no other.
-		expect(() => openSecret(secret, key, "wh_other")).toThrow();
+		const key = webhookKeys(loadOrCreateWebhookSecretsKey(null, webhooks.dataDir).value).sealing;
+		expect(openSecret(secret, key, lease.subscription)).toBe(created.secret);
+		expect(() => openSecret(secret, randomBytes(32), lease.subscription)).toThrow();
+		// Bound to its subscription and its receiver: put in a lease for another url, it opens for nobody.
+		expect(() => openSecret(secret, key, { ...lease.subscription, url: "https://attacker.example/collect" })).toThrow();
 		const stored = new Database(path.join(webhooks.dataDir, "webhooks.sqlite"), { readonly: true });
 		try {
 			const text = JSON.stringify(stored.prepare("SELECT * FROM webhooks").all());
@@ -88,6 +89,18 @@ describe("subscriptions and their leases", () => {
 		} finally {
 			stored.close();
 		}
+	});
+
+	test("a secret an earlier version stored in the clear is leased sealed, and stored sealed from then on", async () => {
+		const created = await webhooks.create();
+		const store = (webhooks.broker.getLocalService("webhooks") as unknown as { webhooks: Collection<WebhookRecord> }).webhooks;
+		const stored = (await store.get(created.id))!;
+		expect(await store.update(created.id, { version: stored.version }, { ...stored, secret: created.secret, version: stored.version + 1 })).toBe(true);
+		Object.assign(webhooks.logs, { intents: 1 });
+		const [lease] = await webhooks.claim("worker", { intents: 1 });
+		expect(lease.subscription.secret).toMatch(/^sealed_v1_/);
+		expect((await store.get(created.id))!.secret).toBe(lease.subscription.secret);
+		expect(openSecret(lease.subscription.secret, webhookKeys(loadOrCreateWebhookSecretsKey(null, webhooks.dataDir).value).sealing, lease.subscription)).toBe(created.secret);
 	});
 
 	test("claim leases idle subscriptions behind a head, the furthest behind first, up to its limit; none twice, none not behind", async () => {

@@ -76,10 +76,11 @@ describe("loadConfig values", () => {
 	it("with TRANSPORTER, refuses to let replicas generate their own worker keys or authority key", () => {
 		const distributed = { TRANSPORTER: "nats://localhost:4222" };
 		expect(() => loadConfig({ ...distributed, SERVICES: "api", NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER/);
-		expect(() => loadConfig({ ...distributed, SERVICES: "mempool,payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
+		expect(() => loadConfig({ ...distributed, SERVICES: "payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
 		expect(() => loadConfig({ ...distributed, WORKER_API_KEYS: "a-worker-key-of-24-chars" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH/);
 		expect(loadConfig({ ...distributed, SERVICES: "verifier" })).toMatchObject({ services: ["verifier"] });
-		for (const services of ["webhooks", "receiver,webhook-delivery"]) expect(() => loadConfig({ ...distributed, SERVICES: services })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
+		for (const services of ["webhooks", "receiver,webhook-delivery", "mempool", "tin"])
+			expect(() => loadConfig({ ...distributed, SERVICES: services, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
 		const key = "q".repeat(43) + "=";
 		expect(loadConfig({ ...distributed, SERVICES: "webhooks", WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));
 		// One process, no transporter: it generates both into DATA_DIR, as before.

@@ -26,8 +26,11 @@ import {
 	limitedLookup,
 	LookupBusyError,
 	newSecret,
+	eventPageTag,
+	isEventPageTag,
 	openSecret,
 	sealSecret,
+	webhookKeys,
 	newWebhookRecord,
 	released,
 	nextAttemptAt,
@@ -53,20 +56,37 @@ describe("signing (Standard Webhooks v1)", () => {
 		expect(newSecret()).not.toBe(secret);
 	});
 
-	it("a sealed secret opens with its key for its subscription only; sealing twice, or an earlier version's clear secret, changes nothing", () => {
-		const [key, secret] = [randomBytes(32), newSecret()];
-		const sealed = sealSecret(secret, key, "wh_1");
+	it("a sealed secret opens with its key for its own subscription only (id, url, event types, filter); sealing twice, or an earlier version's clear secret, changes nothing", () => {
+		const [key, secret] = [webhookKeys(randomBytes(32)).sealing, newSecret()];
+		const subscription = { id: "wh_1", url: "https://hooks.example.com/in", eventTypes: ["intent.status_changed" as const], filter: null };
+		const sealed = sealSecret(secret, key, subscription);
 		expect(sealed).toMatch(/^sealed_v1_[A-Za-z0-9+/]+=*$/);
-		expect(sealSecret(secret, key, "wh_1")).not.toBe(sealed); // a fresh nonce each time
-		expect(openSecret(sealed, key, "wh_1")).toBe(secret);
-		expect(sealSecret(sealed, key, "wh_1")).toBe(sealed);
-		expect(openSecret(secret, key, "wh_1")).toBe(secret);
-		expect(() => openSecret(sealed, randomBytes(32), "wh_1")).toThrow();
-		expect(() => openSecret(sealed, key, "wh_2")).toThrow();
+		expect(sealSecret(secret, key, subscription)).not.toBe(sealed); // a fresh nonce each time
+		expect(openSecret(sealed, key, subscription)).toBe(secret);
+		expect(openSecret(sealed, key, { filter: null, eventTypes: ["intent.status_changed"], url: subscription.url, id: "wh_1" })).toBe(secret);
+		expect(sealSecret(sealed, key, subscription)).toBe(sealed);
+		expect(openSecret(secret, key, subscription)).toBe(secret);
+		expect(() => openSecret(sealed, webhookKeys(randomBytes(32)).sealing, subscription)).toThrow();
+		// A lease naming another subscription, receiver, type set or filter: no secret to sign with.
+		for (const other of [{ id: "wh_2" }, { url: "https://attacker.example/collect" }, { eventTypes: ["tin_operation.status_changed" as const] }, { filter: { tins: ["1234567897"] } }])
+			expect(() => openSecret(sealed, key, { ...subscription, ...other })).toThrow();
 		const bytes = Buffer.from(sealed.slice("sealed_v1_".length), "base64");
 		bytes[20] ^= 1;
-		expect(() => openSecret(`sealed_v1_${bytes.toString("base64")}`, key, "wh_1")).toThrow();
-		for (const bad of ["", "sealed_v1_", "sealed_v1_AAAA", "plain"]) expect(() => openSecret(bad, key, "wh_1")).toThrow();
+		expect(() => openSecret(`sealed_v1_${bytes.toString("base64")}`, key, subscription)).toThrow();
+		for (const bad of ["", "sealed_v1_", "sealed_v1_AAAA", "plain"]) expect(() => openSecret(bad, key, subscription)).toThrow();
+	});
+
+	it("an event page's tag checks for that stream and those events only, and the two derived keys differ", () => {
+		const keys = webhookKeys(randomBytes(32));
+		expect(keys.events.equals(keys.sealing)).toBe(false);
+		const page = [event, { ...event, at: "2026-11-21T18:00:01.000Z" }];
+		const tag = eventPageTag(keys.events, "intents", page);
+		expect(isEventPageTag(keys.events, "intents", JSON.parse(JSON.stringify(page)), tag)).toBe(true);
+		expect(isEventPageTag(keys.events, "tin_operations", page, tag)).toBe(false);
+		expect(isEventPageTag(keys.events, "intents", [{ ...event, data: { ...event.data, state: "CONFIRMED" } }, page[1]], tag)).toBe(false);
+		expect(isEventPageTag(keys.events, "intents", page.slice(1), tag)).toBe(false);
+		expect(isEventPageTag(webhookKeys(randomBytes(32)).events, "intents", page, tag)).toBe(false);
+		for (const bad of [undefined, "", 42, tag.slice(2)]) expect(isEventPageTag(keys.events, "intents", page, bad)).toBe(false);
 	});
 
 	it("the reference library verifies every header set we send, and signs the same bytes", () => {

@@ -298,10 +298,14 @@ export function sealSecret(secret: string, key: Buffer, subscription: SealedFor)
 	return SEALED_PREFIX + sealed.toString("base64");
 }
 
-/** The `whsec_` secret of a sealed one (one of an earlier version's owner comes in the clear); throws when it does not open for `subscription` with `key`. */
+/**
+ * The `whsec_` secret of a sealed one; throws when it does not open for `subscription` with `key`.
+ * A secret in the clear is refused too: the owners of this version lease only sealed ones, so one
+ * in the clear comes from an owner of an earlier version (wait for it to be replaced) or from
+ * whoever else answered in its name.
+ */
 export function openSecret(stored: string, key: Buffer, subscription: SealedFor): string {
-	if (stored.startsWith(SECRET_PREFIX)) return stored;
-	if (!stored.startsWith(SEALED_PREFIX)) throw new Error("not a webhook secret");
+	if (!stored.startsWith(SEALED_PREFIX)) throw new Error("not a sealed webhook secret");
 	const sealed = Buffer.from(stored.slice(SEALED_PREFIX.length), "base64");
 	if (sealed.length <= IV_BYTES + TAG_BYTES) throw new Error("a sealed webhook secret too short");
 	const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, IV_BYTES)).setAAD(boundTo(subscription));

@@ -314,16 +314,17 @@ export function openSecret(stored: string, key: Buffer, subscription: SealedFor)
 }
 
 /**
- * The tag an event owner gives a page of its log for the delivery workers (HMAC-SHA256 under the
- * events key): a worker signs a delivery only for events a holder of the key vouched for, not for
- * what any process on the bus answers in the owner's name.
+ * The tag an event owner gives a page of its log, read after event `after`, for the delivery
+ * workers (HMAC-SHA256 under the events key): a worker signs a delivery only for events a holder of
+ * the key vouched for, as the page after its own cursor, not for what any process on the bus
+ * answers in the owner's name (made-up events, or a later page that would skip some).
  */
-export function eventPageTag(key: Buffer, stream: string, events: readonly unknown[]): string {
-	return createHmac("sha256", key).update(canonicalJson({ stream, events })).digest("base64");
+export function eventPageTag(key: Buffer, stream: string, after: number, events: readonly unknown[]): string {
+	return createHmac("sha256", key).update(canonicalJson({ stream, after, events })).digest("base64");
 }
 
-export function isEventPageTag(key: Buffer, stream: string, events: readonly unknown[], tag: unknown): boolean {
-	const expected = Buffer.from(eventPageTag(key, stream, events), "base64");
+export function isEventPageTag(key: Buffer, stream: string, after: number, events: readonly unknown[], tag: unknown): boolean {
+	const expected = Buffer.from(eventPageTag(key, stream, after, events), "base64");
 	const given = typeof tag === "string" ? Buffer.from(tag, "base64") : Buffer.alloc(0);
 	return given.length === expected.length && timingSafeEqual(given, expected);
 }

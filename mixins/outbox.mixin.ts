@@ -99,7 +99,7 @@ export function outboxMixin<S>(stream: EventStream, config: Config, log: (servic
 				params: EVENT_QUERY_PARAMS,
 				async handler(this: Service, ctx: Context<EventQuery>): Promise<TaggedEvents> {
 					const { events } = await log(this as unknown as S).events(ctx.params);
-					return { events, tag: eventPageTag(eventsKey!, stream, events) };
+					return { events, tag: eventPageTag(eventsKey!, stream, ctx.params.after, events) };
 				}
 			}),
 

@@ -312,7 +312,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 						try {
 							const tagged = await broker.call<TaggedEvents, object>(`${EVENT_OWNER[stream]}.taggedEvents`, { after: cursor, limit: EVENT_PAGE });
 							// Signed only when a holder of the key vouched for them, not for whatever answered in the owner's name.
-							if (!isEventPageTag(this.keys.events, stream, tagged.events, tagged.tag))
+							if (!isEventPageTag(this.keys.events, stream, cursor, tagged.events, tagged.tag))
 								throw new Error("the page's tag does not check with this process's WEBHOOK_SECRETS_KEY; is it the same in every process that runs mempool, tin or webhook-delivery?");
 							page = tagged.events;
 						} catch (err) {

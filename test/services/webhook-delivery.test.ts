@@ -61,7 +61,7 @@ function tinOwner(log: StoredEvent[], eventsKey: Buffer, health: TinHealth = { u
 			taggedEvents: (ctx: Context<{ after: number; limit: number }>) => {
 				if (health.unreadable) throw new Error("the TIN store is unavailable");
 				const events = log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
-				return { events, tag: eventPageTag(eventsKey, "tin_operations", events) };
+				return { events, tag: eventPageTag(eventsKey, "tin_operations", ctx.params.after, events) };
 			}
 		}
 	};

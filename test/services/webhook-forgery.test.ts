@@ -62,7 +62,7 @@ function intentsOwner(tagKey: Buffer | null): ServiceSchema {
 			latestEvent: () => forged,
 			taggedEvents: (ctx: Context<{ after: number }>) => {
 				const events = ctx.params.after < 1 ? [forged] : [];
-				return { events, tag: tagKey ? eventPageTag(tagKey, "intents", events) : randomBytes(32).toString("base64") };
+				return { events, tag: tagKey ? eventPageTag(tagKey, "intents", ctx.params.after, events) : randomBytes(32).toString("base64") };
 			}
 		}
 	};

@@ -76,17 +76,19 @@ describe("signing (Standard Webhooks v1)", () => {
 		for (const bad of ["", "sealed_v1_", "sealed_v1_AAAA", "plain"]) expect(() => openSecret(bad, key, subscription)).toThrow();
 	});
 
-	it("an event page's tag checks for that stream and those events only, and the two derived keys differ", () => {
+	it("an event page's tag checks for that stream, that cursor and those events only, and the two derived keys differ", () => {
 		const keys = webhookKeys(randomBytes(32));
 		expect(keys.events.equals(keys.sealing)).toBe(false);
 		const page = [event, { ...event, at: "2026-11-21T18:00:01.000Z" }];
-		const tag = eventPageTag(keys.events, "intents", page);
-		expect(isEventPageTag(keys.events, "intents", JSON.parse(JSON.stringify(page)), tag)).toBe(true);
-		expect(isEventPageTag(keys.events, "tin_operations", page, tag)).toBe(false);
-		expect(isEventPageTag(keys.events, "intents", [{ ...event, data: { ...event.data, state: "CONFIRMED" } }, page[1]], tag)).toBe(false);
-		expect(isEventPageTag(keys.events, "intents", page.slice(1), tag)).toBe(false);
-		expect(isEventPageTag(webhookKeys(randomBytes(32)).events, "intents", page, tag)).toBe(false);
-		for (const bad of [undefined, "", 42, tag.slice(2)]) expect(isEventPageTag(keys.events, "intents", page, bad)).toBe(false);
+		const tag = eventPageTag(keys.events, "intents", 7, page);
+		expect(isEventPageTag(keys.events, "intents", 7, JSON.parse(JSON.stringify(page)), tag)).toBe(true);
+		expect(isEventPageTag(keys.events, "tin_operations", 7, page, tag)).toBe(false);
+		// A genuine page offered as the page after another cursor (it would skip events, or repeat them).
+		expect(isEventPageTag(keys.events, "intents", 3, page, tag)).toBe(false);
+		expect(isEventPageTag(keys.events, "intents", 7, [{ ...event, data: { ...event.data, state: "CONFIRMED" } }, page[1]], tag)).toBe(false);
+		expect(isEventPageTag(keys.events, "intents", 7, page.slice(1), tag)).toBe(false);
+		expect(isEventPageTag(webhookKeys(randomBytes(32)).events, "intents", 7, page, tag)).toBe(false);
+		for (const bad of [undefined, "", 42, tag.slice(2)]) expect(isEventPageTag(keys.events, "intents", 7, page, bad)).toBe(false);
 	});
 
 	it("the reference library verifies every header set we send, and signs the same bytes", () => {

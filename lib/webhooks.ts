@@ -264,16 +264,17 @@ export function newSecret(): string {
 /**
  * The keys derived from WEBHOOK_SECRETS_KEY (HKDF-SHA256), held by the webhooks owners, the event
  * owners (mempool, tin) and the delivery workers, not by the gateway: one seals the signing
- * secrets, one tags the event pages a delivery worker signs.
+ * secrets, one tags the event pages and one the leases a delivery worker acts on.
  */
 export interface WebhookKeys {
 	sealing: Buffer;
 	events: Buffer;
+	leases: Buffer;
 }
 
 export function webhookKeys(master: Buffer): WebhookKeys {
 	const derive = (info: string) => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), info, 32));
-	return { sealing: derive("scs webhook secrets v1"), events: derive("scs webhook events v1") };
+	return { sealing: derive("scs webhook secrets v1"), events: derive("scs webhook events v1"), leases: derive("scs webhook leases v1") };
 }
 
 /** What a sealed secret is bound to: its subscription, the receiver and what it takes. */
@@ -314,20 +315,24 @@ export function openSecret(stored: string, key: Buffer, subscription: SealedFor)
 }
 
 /**
- * The tag an event owner gives a page of its log, read after event `after`, for the delivery
- * workers (HMAC-SHA256 under the events key): a worker signs a delivery only for events a holder of
- * the key vouched for, as the page after its own cursor, not for what any process on the bus
- * answers in the owner's name (made-up events, or a later page that would skip some).
+ * The tag a key holder gives what a delivery worker acts on (HMAC-SHA256 under one of the derived
+ * keys), over the worker's question and the answer: a page of events read after `after`, or a
+ * lease. The question carries the worker's `nonce`, fresh each time, so that neither a made-up
+ * answer nor a genuine one captured earlier (a stale lease, a page that would repeat or skip
+ * events) passes for the answer to this question, whoever sends it in the owner's name.
  */
-export function eventPageTag(key: Buffer, stream: string, after: number, events: readonly unknown[]): string {
-	return createHmac("sha256", key).update(canonicalJson({ stream, after, events })).digest("base64");
+export function answerTag(key: Buffer, question: Record<string, unknown>, answer: unknown): string {
+	return createHmac("sha256", key).update(canonicalJson({ question, answer })).digest("base64");
 }
 
-export function isEventPageTag(key: Buffer, stream: string, after: number, events: readonly unknown[], tag: unknown): boolean {
-	const expected = Buffer.from(eventPageTag(key, stream, after, events), "base64");
+export function isAnswerTag(key: Buffer, question: Record<string, unknown>, answer: unknown, tag: unknown): boolean {
+	const expected = Buffer.from(answerTag(key, question, answer), "base64");
 	const given = typeof tag === "string" ? Buffer.from(tag, "base64") : Buffer.alloc(0);
 	return given.length === expected.length && timingSafeEqual(given, expected);
 }
+
+/** The worker's question for a page of events, as the event owner tags it. */
+export const eventsQuestion = (stream: WebhookStream, after: number, nonce: string) => ({ stream, after, nonce });
 
 /** `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed with the secret's bytes. */
 export function signPayload(secret: string, webhookId: string, timestampS: number, body: string): string {

@@ -9,7 +9,7 @@ import { eventMetrics, sweepMetrics } from "../services/metrics";
 import { internal } from "../services/internal";
 import { sweeperMixin } from "./sweeper.mixin";
 import type { Config } from "../lib/config";
-import { eventPageTag } from "../lib/webhooks";
+import { answerTag, eventsQuestion } from "../lib/webhooks";
 import { loadWebhookKeys } from "../services/webhook-keys";
 
 /** The event logs: one per owning collection, each numbered on its own. */
@@ -94,12 +94,17 @@ export function outboxMixin<S>(stream: EventStream, config: Config, log: (servic
 				}
 			}),
 
-			/** Internal, for the delivery workers: the same, tagged with the events key (what a worker signs, a key holder vouched for). */
+			/**
+			 * Internal, for the delivery workers: the events after `after`, tagged with the events key
+			 * over the worker's question (its `nonce` included): what a worker signs, a key holder
+			 * vouched for, as the answer to this very read.
+			 */
 			taggedEvents: internal({
-				params: EVENT_QUERY_PARAMS,
-				async handler(this: Service, ctx: Context<EventQuery>): Promise<TaggedEvents> {
-					const { events } = await log(this as unknown as S).events(ctx.params);
-					return { events, tag: eventPageTag(eventsKey!, stream, ctx.params.after, events) };
+				params: { ...EVENT_QUERY_PARAMS, nonce: { type: "string", min: 16, max: 64 } },
+				async handler(this: Service, ctx: Context<EventQuery & { nonce: string }>): Promise<TaggedEvents> {
+					const { nonce, ...query } = ctx.params;
+					const { events } = await log(this as unknown as S).events(query);
+					return { events, tag: answerTag(eventsKey!, eventsQuestion(stream, query.after, nonce), events) };
 				}
 			}),
 

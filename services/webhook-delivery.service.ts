@@ -16,7 +16,7 @@ import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { FailureStreak } from "../lib/failure-streak";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, failingStream, isEventPageTag, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookKeys, type WebhookStream } from "../lib/webhooks";
+import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, eventsQuestion, failingStream, isAnswerTag, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookKeys, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE, type TaggedEvents } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { callServed, isServed } from "./internal";
@@ -226,8 +226,15 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 				if (room <= 0 || this.stopping) return;
 				const streamHeads = await this.heads();
 				const leasedAt = performance.now();
-				const leases = await callServed<WebhookLease[]>(this.broker, "webhooks.claim", { leasedBy: this.worker, heads: streamHeads, limit: room });
+				const nonce = randomBytes(16).toString("base64url");
+				const leases = await callServed<WebhookLease[]>(this.broker, "webhooks.claim", { leasedBy: this.worker, nonce, heads: streamHeads, limit: room });
 				for (const lease of leases) {
+					// Acted on only when a key holder made it, for this claim and this worker.
+					if (!isAnswerTag(this.keys.leases, { leasedBy: this.worker, nonce }, lease.subscription, lease.tag) || lease.subscription.leasedBy !== this.worker) {
+						const line = this.unvouched.failed("A webhook lease does not check with this process's WEBHOOK_SECRETS_KEY, so it is left to lapse; is the key the same in every process that runs webhooks or webhook-delivery?");
+						if (line) this.logger.error(line);
+						continue;
+					}
 					const { id } = lease.subscription;
 					const delivery = this.deliver(lease, leasedAt, streamHeads)
 						.catch(err => this.logger.warn(`Webhook ${id}: delivery stopped, resumed once its lease lapses: ${(err as Error).message}`))
@@ -310,10 +317,13 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 					for (let more = true; more && !this.stopping && !sliceOver(); ) {
 						let page: StoredEvent[];
 						try {
-							const tagged = await broker.call<TaggedEvents, object>(`${EVENT_OWNER[stream]}.taggedEvents`, { after: cursor, limit: EVENT_PAGE });
-							// Signed only when a holder of the key vouched for them, not for whatever answered in the owner's name.
-							if (!isEventPageTag(this.keys.events, stream, cursor, tagged.events, tagged.tag))
+							const nonce = randomBytes(16).toString("base64url");
+							const tagged = await broker.call<TaggedEvents, object>(`${EVENT_OWNER[stream]}.taggedEvents`, { after: cursor, limit: EVENT_PAGE, nonce });
+							// Signed only when a key holder vouched for them as the answer to this read, not for
+							// whatever answered in the owner's name; and only events after the cursor, in order.
+							if (!isAnswerTag(this.keys.events, eventsQuestion(stream, cursor, nonce), tagged.events, tagged.tag))
 								throw new Error("the page's tag does not check with this process's WEBHOOK_SECRETS_KEY; is it the same in every process that runs mempool, tin or webhook-delivery?");
+							if (!tagged.events.every((event, i) => event.seq > (i ? tagged.events[i - 1]!.seq : cursor))) throw new Error("the page's events are not in order after the cursor");
 							page = tagged.events;
 						} catch (err) {
 							// Left out for a lease, as if its owner were away: no subscription is leased for this

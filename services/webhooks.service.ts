@@ -21,6 +21,7 @@ import {
 	isWebhookId,
 	leasedUntil,
 	newWebhookRecord,
+	answerTag,
 	released,
 	sealSecret,
 	resolveTarget,
@@ -59,10 +60,14 @@ const DUE_PAGE = CLAIM_MAX * CLAIM_SLACK;
 /** A delivery lease outlasts an attempt (WEBHOOK_TIMEOUT_MS) with room to record its outcome. */
 const LEASE_ATTEMPTS = 3;
 
-/** What a delivery worker gets for a lease: the record (its secret sealed) and how long the lease lasts. */
+/**
+ * What a delivery worker gets for a lease: the record (its secret sealed), how long the lease
+ * lasts, and the leases key's tag over the worker's claim (its nonce) and the record.
+ */
 export interface WebhookLease {
 	subscription: WebhookRecord;
 	leaseTtlMs: number;
+	tag?: string;
 }
 
 interface WebhooksSettings {
@@ -163,15 +168,18 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			claim: internal({
 				params: {
 					leasedBy: { type: "string", max: 200 },
+					/** Fresh at each claim: the leases are tagged over it (a worker of an earlier version sends none). */
+					nonce: { type: "string", min: 16, max: 64, optional: true },
 					heads: { type: "object", props: { intents: { type: "number", integer: true, min: 0, optional: true }, tin_operations: { type: "number", integer: true, min: 0, optional: true } } },
 					limit: { type: "number", integer: true, min: 1, max: CLAIM_MAX }
 				},
-				async handler(this: WebhooksThis, ctx: Context<{ leasedBy: string; heads: StreamHeads; limit: number }>): Promise<WebhookLease[]> {
-					const { leasedBy, heads, limit } = ctx.params;
+				async handler(this: WebhooksThis, ctx: Context<{ leasedBy: string; nonce?: string; heads: StreamHeads; limit: number }>): Promise<WebhookLease[]> {
+					const { leasedBy, nonce, heads, limit } = ctx.params;
 					const nowMs = Date.now();
 					const scan = limit * CLAIM_SLACK;
 					const candidates = [...(await this.dueFor(heads, nowMs, scan)), ...(await this.behind(heads, scan))];
-					return this.lease(candidates, leasedBy, nowMs, limit);
+					const leases = await this.lease(candidates, leasedBy, nowMs, limit);
+					return nonce === undefined ? leases : leases.map(lease => ({ ...lease, tag: answerTag(this.keys.leases, { leasedBy, nonce }, lease.subscription) }));
 				}
 			}),
 
@@ -184,7 +192,8 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; stream: WebhookStream; seq: number; delivered: boolean }>): Promise<number | null> {
 					const { id, version, stream, seq, delivered } = ctx.params;
 					const record = await this.held(id, version);
-					if (!record) return null;
+					// A holder reporting behind the cursor acts on a stale view: its write would deliver the events between again.
+					if (!record || seq < (record[CURSOR_FIELD[stream]] ?? 0)) return null;
 					return (await this.commit(record, advanced(record, stream, seq, delivered, this.leaseExpiry(Date.now()))))?.version ?? null;
 				}
 			}),
@@ -207,7 +216,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				async handler(this: WebhooksThis, ctx: Context<FailedAttempt & { id: string; version: number }>): Promise<{ disabled: boolean } | null> {
 					const { id, version, ...attempt } = ctx.params;
 					const record = await this.held(id, version);
-					if (!record) return null;
+					if (!record || attempt.seq < (record[CURSOR_FIELD[attempt.stream]] ?? 0)) return null;
 					const written = await this.commit(record, failed(record, attempt, new Date(), this.settings.retry));
 					return written ? { disabled: written.state === "disabled" } : null;
 				}

@@ -15,7 +15,7 @@ import { requestDigest } from "../../lib/digest";
 import type { StoredEvent } from "../../lib/store";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
-import { deliveryLookup, eventPageTag, webhookKeys, type WebhookSubscription } from "../../lib/webhooks";
+import { answerTag, deliveryLookup, eventsQuestion, webhookKeys, type WebhookSubscription } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
 import { webhooksService } from "../../services/webhooks.service";
@@ -58,10 +58,10 @@ function tinOwner(log: StoredEvent[], eventsKey: Buffer, health: TinHealth = { u
 				const latest = log[log.length - 1] ?? null;
 				return health.hung ? new Promise(resolve => health.hung!.answers.push(() => resolve(latest))) : latest;
 			},
-			taggedEvents: (ctx: Context<{ after: number; limit: number }>) => {
+			taggedEvents: (ctx: Context<{ after: number; limit: number; nonce: string }>) => {
 				if (health.unreadable) throw new Error("the TIN store is unavailable");
 				const events = log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
-				return { events, tag: eventPageTag(eventsKey, "tin_operations", ctx.params.after, events) };
+				return { events, tag: answerTag(eventsKey, eventsQuestion("tin_operations", ctx.params.after, ctx.params.nonce), events) };
 			}
 		}
 	};

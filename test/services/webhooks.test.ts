@@ -103,6 +103,17 @@ describe("subscriptions and their leases", () => {
 		expect(openSecret(lease.subscription.secret, webhookKeys(loadOrCreateWebhookSecretsKey(null, webhooks.dataDir).value).sealing, lease.subscription)).toBe(created.secret);
 	});
 
+	test("a holder's write behind the cursor is refused: a stale view cannot move the cursor back (the events between would be delivered again)", async () => {
+		const created = await webhooks.create();
+		Object.assign(webhooks.logs, { intents: 9 });
+		const [lease] = await webhooks.claim("worker", { intents: 9 });
+		const version = (await webhooks.advance(lease, 5))!;
+		expect(await webhooks.advance(renewed(lease, version), 3)).toBeNull();
+		expect(await webhooks.fail(renewed(lease, version), 2)).toBeNull();
+		expect((await webhooks.get(created.id)).cursors).toEqual({ intents: 5 });
+		expect(await webhooks.advance(renewed(lease, version), 5)).toBe(version + 1);
+	});
+
 	test("claim leases idle subscriptions behind a head, the furthest behind first, up to its limit; none twice, none not behind", async () => {
 		webhooks.logs.intents = 7;
 		const older = await webhooks.create();

@@ -26,8 +26,9 @@ import {
 	limitedLookup,
 	LookupBusyError,
 	newSecret,
-	eventPageTag,
-	isEventPageTag,
+	answerTag,
+	eventsQuestion,
+	isAnswerTag,
 	openSecret,
 	sealSecret,
 	webhookKeys,
@@ -76,19 +77,21 @@ describe("signing (Standard Webhooks v1)", () => {
 		for (const bad of ["", "sealed_v1_", "sealed_v1_AAAA", "plain"]) expect(() => openSecret(bad, key, subscription)).toThrow();
 	});
 
-	it("an event page's tag checks for that stream, that cursor and those events only, and the two derived keys differ", () => {
+	it("an answer's tag checks for that question (stream, cursor, nonce) and that answer only, and the three derived keys differ", () => {
 		const keys = webhookKeys(randomBytes(32));
-		expect(keys.events.equals(keys.sealing)).toBe(false);
+		expect(new Set([keys.sealing, keys.events, keys.leases].map(key => key.toString("hex"))).size).toBe(3);
 		const page = [event, { ...event, at: "2026-11-21T18:00:01.000Z" }];
-		const tag = eventPageTag(keys.events, "intents", 7, page);
-		expect(isEventPageTag(keys.events, "intents", 7, JSON.parse(JSON.stringify(page)), tag)).toBe(true);
-		expect(isEventPageTag(keys.events, "tin_operations", 7, page, tag)).toBe(false);
-		// A genuine page offered as the page after another cursor (it would skip events, or repeat them).
-		expect(isEventPageTag(keys.events, "intents", 3, page, tag)).toBe(false);
-		expect(isEventPageTag(keys.events, "intents", 7, [{ ...event, data: { ...event.data, state: "CONFIRMED" } }, page[1]], tag)).toBe(false);
-		expect(isEventPageTag(keys.events, "intents", 7, page.slice(1), tag)).toBe(false);
-		expect(isEventPageTag(webhookKeys(randomBytes(32)).events, "intents", 7, page, tag)).toBe(false);
-		for (const bad of [undefined, "", 42, tag.slice(2)]) expect(isEventPageTag(keys.events, "intents", 7, page, bad)).toBe(false);
+		const question = eventsQuestion("intents", 7, "nonce-of-this-read");
+		const tag = answerTag(keys.events, question, page);
+		expect(isAnswerTag(keys.events, eventsQuestion("intents", 7, "nonce-of-this-read"), JSON.parse(JSON.stringify(page)), tag)).toBe(true);
+		expect(isAnswerTag(keys.events, eventsQuestion("tin_operations", 7, "nonce-of-this-read"), page, tag)).toBe(false);
+		// A genuine page offered for another cursor (it would skip events, or repeat them), or for another read.
+		expect(isAnswerTag(keys.events, eventsQuestion("intents", 3, "nonce-of-this-read"), page, tag)).toBe(false);
+		expect(isAnswerTag(keys.events, eventsQuestion("intents", 7, "nonce-of-a-later-read"), page, tag)).toBe(false);
+		expect(isAnswerTag(keys.events, question, [{ ...event, data: { ...event.data, state: "CONFIRMED" } }, page[1]], tag)).toBe(false);
+		expect(isAnswerTag(keys.events, question, page.slice(1), tag)).toBe(false);
+		expect(isAnswerTag(keys.leases, question, page, tag)).toBe(false);
+		for (const bad of [undefined, "", 42, tag.slice(2)]) expect(isAnswerTag(keys.events, question, page, bad)).toBe(false);
 	});
 
 	it("the reference library verifies every header set we send, and signs the same bytes", () => {

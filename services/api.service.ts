@@ -481,6 +481,10 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 		methods: {
 			/** Every error is answered by onError (which logs the server's own failures); client errors are not logged. */
 			errorHandler(this: ApiThis, req: IncomingMessage, res: ServerResponse, err: Error) {
+				// The owner's refusals of a signature the gateway let through (a replay; a call it does not
+				// cover) are failed authentications too, as the gateway's own refusals are (authorize).
+				const reason = (err as ServiceError).data as { reason?: unknown } | undefined;
+				if (reason?.reason === "replayed" || reason?.reason === "not-signed") this.authFailures.fail(this.clientKeyOf(req), Date.now());
 				this.sendError(req, res, err);
 			},
 

@@ -440,6 +440,13 @@ describe("5. hostile traffic (SPEC §7, §10)", () => {
 				expect((await guarded.http("POST", "/crankers/heartbeat", "{}", { ...worker, ...headers, signature: headers.signature.replace(/[A-Za-z]/, "0"), "x-forwarded-for": "203.0.113.9" })).status).toBe(403);
 			}
 			expect((await guarded.http("POST", "/crankers/heartbeat", "{}", { ...worker, "x-forwarded-for": "203.0.113.9" })).status).toBe(429);
+			// So do replays, which the owner refuses (the gateway admits no signature itself).
+			const body = JSON.stringify(signedHeartbeat(cranker));
+			const headers = await signRequest({ method: "POST", url: `${guarded.url}/crankers/heartbeat`, body }, signingKey(cranker));
+			const replay = () => guarded.http("POST", "/crankers/heartbeat", body, { ...worker, ...headers, "x-forwarded-for": "203.0.113.10" });
+			expect((await replay()).status).toBe(200);
+			for (let i = 0; i < 5; i++) expect((await replay()).body).toMatchObject({ code: 403, data: { reason: "replayed" } });
+			expect((await replay()).status).toBe(429);
 		} finally {
 			await guarded.stop();
 		}

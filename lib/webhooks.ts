@@ -331,8 +331,14 @@ export function isAnswerTag(key: Buffer, question: Record<string, unknown>, answ
 	return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
-/** The worker's question for a page of events, as the event owner tags it. */
-export const eventsQuestion = (stream: WebhookStream, after: number, nonce: string) => ({ stream, after, nonce });
+/** The worker's question for a page of events (the whole log after `after`, at most `limit`), as the event owner tags it. */
+export const eventsQuestion = (stream: WebhookStream, after: number, limit: number, nonce: string) => ({ stream, after, limit, nonce });
+
+/** The worker's claim, as the webhooks owner tags each lease it answers (with its length, `leaseTtlMs`). */
+export const leaseQuestion = (leasedBy: string, nonce: string) => ({ leasedBy, nonce });
+
+/** A fresh nonce for a question (128 random bits). */
+export const newNonce = () => randomBytes(16).toString("base64url");
 
 /** `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed with the secret's bytes. */
 export function signPayload(secret: string, webhookId: string, timestampS: number, body: string): string {

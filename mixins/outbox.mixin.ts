@@ -56,7 +56,7 @@ export function eventNotifier(broker: ServiceBroker, stream: EventStream): () =>
 	};
 }
 
-/** A page of events with the owner's tag (lib/webhooks.ts, eventPageTag), for the delivery workers. */
+/** A page of events with the owner's tag (lib/webhooks.ts, answerTag), for the delivery workers. */
 export interface TaggedEvents {
 	events: StoredEvent[];
 	tag: string;
@@ -100,11 +100,12 @@ export function outboxMixin<S>(stream: EventStream, config: Config, log: (servic
 			 * vouched for, as the answer to this very read.
 			 */
 			taggedEvents: internal({
-				params: { ...EVENT_QUERY_PARAMS, nonce: { type: "string", min: 16, max: 64 } },
-				async handler(this: Service, ctx: Context<EventQuery & { nonce: string }>): Promise<TaggedEvents> {
-					const { nonce, ...query } = ctx.params;
-					const { events } = await log(this as unknown as S).events(query);
-					return { events, tag: answerTag(eventsKey!, eventsQuestion(stream, query.after, nonce), events) };
+				// No `subject`: a page filtered by whoever relays the question would skip events.
+				params: { $$strict: true, after: EVENT_QUERY_PARAMS.after, limit: EVENT_QUERY_PARAMS.limit, nonce: { type: "string", min: 16, max: 64 } },
+				async handler(this: Service, ctx: Context<{ after: number; limit: number; nonce: string }>): Promise<TaggedEvents> {
+					const { after, limit, nonce } = ctx.params;
+					const { events } = await log(this as unknown as S).events({ after, limit });
+					return { events, tag: answerTag(eventsKey!, eventsQuestion(stream, after, limit, nonce), events) };
 				}
 			}),
 

@@ -16,7 +16,7 @@ import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { FailureStreak } from "../lib/failure-streak";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, eventsQuestion, failingStream, isAnswerTag, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookKeys, type WebhookStream } from "../lib/webhooks";
+import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, eventsQuestion, failingStream, isAnswerTag, leaseQuestion, newNonce, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookKeys, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE, type TaggedEvents } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { callServed, isServed } from "./internal";
@@ -226,11 +226,12 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 				if (room <= 0 || this.stopping) return;
 				const streamHeads = await this.heads();
 				const leasedAt = performance.now();
-				const nonce = randomBytes(16).toString("base64url");
+				const nonce = newNonce();
 				const leases = await callServed<WebhookLease[]>(this.broker, "webhooks.claim", { leasedBy: this.worker, nonce, heads: streamHeads, limit: room });
 				for (const lease of leases) {
-					// Acted on only when a key holder made it, for this claim and this worker.
-					if (!isAnswerTag(this.keys.leases, { leasedBy: this.worker, nonce }, lease.subscription, lease.tag) || lease.subscription.leasedBy !== this.worker) {
+					// Acted on only when a key holder made it (its length included), for this claim and this worker.
+					const { subscription, leaseTtlMs } = lease;
+					if (!isAnswerTag(this.keys.leases, leaseQuestion(this.worker, nonce), { subscription, leaseTtlMs }, lease.tag) || subscription.leasedBy !== this.worker) {
 						const line = this.unvouched.failed("A webhook lease does not check with this process's WEBHOOK_SECRETS_KEY, so it is left to lapse; is the key the same in every process that runs webhooks or webhook-delivery?");
 						if (line) this.logger.error(line);
 						continue;
@@ -317,11 +318,11 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 					for (let more = true; more && !this.stopping && !sliceOver(); ) {
 						let page: StoredEvent[];
 						try {
-							const nonce = randomBytes(16).toString("base64url");
+							const nonce = newNonce();
 							const tagged = await broker.call<TaggedEvents, object>(`${EVENT_OWNER[stream]}.taggedEvents`, { after: cursor, limit: EVENT_PAGE, nonce });
 							// Signed only when a key holder vouched for them as the answer to this read, not for
 							// whatever answered in the owner's name; and only events after the cursor, in order.
-							if (!isAnswerTag(this.keys.events, eventsQuestion(stream, cursor, nonce), tagged.events, tagged.tag))
+							if (!isAnswerTag(this.keys.events, eventsQuestion(stream, cursor, EVENT_PAGE, nonce), tagged.events, tagged.tag))
 								throw new Error("the page's tag does not check with this process's WEBHOOK_SECRETS_KEY; is it the same in every process that runs mempool, tin or webhook-delivery?");
 							if (!tagged.events.every((event, i) => event.seq > (i ? tagged.events[i - 1]!.seq : cursor))) throw new Error("the page's events are not in order after the cursor");
 							page = tagged.events;

@@ -14,14 +14,15 @@ import {
 	STREAM_OF,
 	WEBHOOKS_COLLECTION,
 	advanced,
+	answerTag,
 	createWebhookParams,
 	failed,
 	failingStream,
 	filterProblem,
 	isWebhookId,
 	leasedUntil,
+	leaseQuestion,
 	newWebhookRecord,
-	answerTag,
 	released,
 	sealSecret,
 	resolveTarget,
@@ -179,7 +180,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					const scan = limit * CLAIM_SLACK;
 					const candidates = [...(await this.dueFor(heads, nowMs, scan)), ...(await this.behind(heads, scan))];
 					const leases = await this.lease(candidates, leasedBy, nowMs, limit);
-					return nonce === undefined ? leases : leases.map(lease => ({ ...lease, tag: answerTag(this.keys.leases, { leasedBy, nonce }, lease.subscription) }));
+					return nonce === undefined ? leases : leases.map(lease => ({ ...lease, tag: answerTag(this.keys.leases, leaseQuestion(leasedBy, nonce), { subscription: lease.subscription, leaseTtlMs: lease.leaseTtlMs }) }));
 				}
 			}),
 

@@ -61,7 +61,7 @@ function tinOwner(log: StoredEvent[], eventsKey: Buffer, health: TinHealth = { u
 			taggedEvents: (ctx: Context<{ after: number; limit: number; nonce: string }>) => {
 				if (health.unreadable) throw new Error("the TIN store is unavailable");
 				const events = log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
-				return { events, tag: answerTag(eventsKey, eventsQuestion("tin_operations", ctx.params.after, ctx.params.nonce), events) };
+				return { events, tag: answerTag(eventsKey, eventsQuestion("tin_operations", ctx.params.after, ctx.params.limit, ctx.params.nonce), events) };
 			}
 		}
 	};

@@ -14,7 +14,8 @@ import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { INTENT_EVENT_TYPE } from "../../lib/intents";
 import type { StoredEvent } from "../../lib/store";
-import { answerTag, eventsQuestion, newWebhookRecord, sealSecret, signPayload, webhookKeys, type WebhookRecord } from "../../lib/webhooks";
+import { answerTag, eventsQuestion, leaseQuestion, newWebhookRecord, sealSecret, signPayload, webhookKeys, type WebhookRecord } from "../../lib/webhooks";
+import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
 import { tempDir } from "../helpers/node";
 
@@ -40,18 +41,18 @@ async function receiver() {
 /** How the node answering in the owners' name makes its answers: with the key, or as a rogue. */
 interface Answers {
 	/** The lease's tag for a claim: a key holder's, or what the rogue has. */
-	leaseTag(question: { leasedBy: string; nonce: string }, subscription: WebhookRecord): string | undefined;
+	leaseTag(question: ReturnType<typeof leaseQuestion>, lease: { subscription: WebhookRecord; leaseTtlMs: number }): string | undefined;
 	/** A page's tag for a read. */
 	pageTag(question: ReturnType<typeof eventsQuestion>, events: StoredEvent[]): string | undefined;
 }
 
 const honest: Answers = {
-	leaseTag: (question, subscription) => answerTag(keys.leases, question, subscription),
+	leaseTag: (question, lease) => answerTag(keys.leases, question, lease),
 	pageTag: (question, events) => answerTag(keys.events, question, events)
 };
 
-/** The owners' actions a worker calls, answering one lease of `subscription` and a log of one event. */
-function owners(subscription: WebhookRecord, answers: Answers): ServiceSchema[] {
+/** The owners' actions a worker calls, answering one lease of `subscription` (of `leaseTtlMs`) and a log of one event. */
+function owners(subscription: WebhookRecord, answers: Answers, leaseTtlMs = 30_000): ServiceSchema[] {
 	let leased = false;
 	return [
 		{
@@ -60,8 +61,8 @@ function owners(subscription: WebhookRecord, answers: Answers): ServiceSchema[] 
 				claim: (ctx: Context<{ leasedBy: string; nonce: string }>) => {
 					if (leased) return [];
 					leased = true;
-					const taken = { ...subscription, leasedBy: ctx.params.leasedBy };
-					return [{ subscription: taken, leaseTtlMs: 30_000, tag: answers.leaseTag({ leasedBy: ctx.params.leasedBy, nonce: ctx.params.nonce }, taken) }];
+					const lease = { subscription: { ...subscription, leasedBy: ctx.params.leasedBy }, leaseTtlMs: 30_000 };
+					return [{ ...lease, leaseTtlMs, tag: answers.leaseTag(leaseQuestion(ctx.params.leasedBy, ctx.params.nonce), lease) }];
 				},
 				advance: (ctx: Context<{ version: number }>) => ctx.params.version + 1,
 				fail: () => null,
@@ -72,9 +73,9 @@ function owners(subscription: WebhookRecord, answers: Answers): ServiceSchema[] 
 			name: "mempool",
 			actions: {
 				latestEvent: () => event,
-				taggedEvents: (ctx: Context<{ after: number; nonce: string }>) => {
+				taggedEvents: (ctx: Context<{ after: number; limit: number; nonce: string }>) => {
 					const events = ctx.params.after < 1 ? [event] : [];
-					return { events, tag: answers.pageTag(eventsQuestion("intents", ctx.params.after, ctx.params.nonce), events) };
+					return { events, tag: answers.pageTag(eventsQuestion("intents", ctx.params.after, ctx.params.limit, ctx.params.nonce), events) };
 				}
 			}
 		}
@@ -133,9 +134,27 @@ test("genuine answers captured earlier pass for no other read: a page or a lease
 	const { record, secret } = subscriptionOf(victim.url);
 	const captured = { nonce: "an-earlier-read-nonce" };
 	const replaying: Answers = {
-		leaseTag: (question, subscription) => answerTag(keys.leases, { ...question, ...captured }, subscription),
+		leaseTag: (question, lease) => answerTag(keys.leases, { ...question, ...captured }, lease),
 		pageTag: (question, events) => answerTag(keys.events, { ...question, ...captured }, events)
 	};
 	expect(await deliveredWith(owners(record, { ...honest, pageTag: replaying.pageTag }), victim, secret, false)).toEqual([]);
 	expect(await deliveredWith(owners(record, { ...honest, leaseTag: replaying.leaseTag }), victim, secret, false)).toEqual([]);
+});
+
+test("a genuine lease relayed with another length (which would let the worker sign past its lease, beside the next holder) is not acted on", async () => {
+	const { record, secret } = subscriptionOf(victim.url);
+	expect(await deliveredWith(owners(record, honest, 1e9), victim, secret, false)).toEqual([]);
+});
+
+test("an event owner answers a tagged read of its whole log only: no subject filter a relay could add to skip events", async () => {
+	const broker = new ServiceBroker({ logger: false });
+	broker.createService(mempoolService(loadConfig({ DATA_DIR: tempDir(), WEBHOOK_SECRETS_KEY: master.toString("base64") })));
+	await broker.start();
+	try {
+		const read = { after: 0, limit: 10, nonce: "a-nonce-of-16-chars" };
+		expect(await broker.call("mempool.taggedEvents", read)).toEqual({ events: [], tag: answerTag(keys.events, eventsQuestion("intents", 0, 10, read.nonce), []) });
+		await expect(broker.call("mempool.taggedEvents", { ...read, subject: "int_5" })).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+	} finally {
+		await broker.stop();
+	}
 });

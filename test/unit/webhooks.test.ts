@@ -81,13 +81,13 @@ describe("signing (Standard Webhooks v1)", () => {
 		const keys = webhookKeys(randomBytes(32));
 		expect(new Set([keys.sealing, keys.events, keys.leases].map(key => key.toString("hex"))).size).toBe(3);
 		const page = [event, { ...event, at: "2026-11-21T18:00:01.000Z" }];
-		const question = eventsQuestion("intents", 7, "nonce-of-this-read");
+		const question = eventsQuestion("intents", 7, 200, "nonce-of-this-read");
 		const tag = answerTag(keys.events, question, page);
-		expect(isAnswerTag(keys.events, eventsQuestion("intents", 7, "nonce-of-this-read"), JSON.parse(JSON.stringify(page)), tag)).toBe(true);
-		expect(isAnswerTag(keys.events, eventsQuestion("tin_operations", 7, "nonce-of-this-read"), page, tag)).toBe(false);
+		expect(isAnswerTag(keys.events, eventsQuestion("intents", 7, 200, "nonce-of-this-read"), JSON.parse(JSON.stringify(page)), tag)).toBe(true);
+		expect(isAnswerTag(keys.events, eventsQuestion("tin_operations", 7, 200, "nonce-of-this-read"), page, tag)).toBe(false);
 		// A genuine page offered for another cursor (it would skip events, or repeat them), or for another read.
-		expect(isAnswerTag(keys.events, eventsQuestion("intents", 3, "nonce-of-this-read"), page, tag)).toBe(false);
-		expect(isAnswerTag(keys.events, eventsQuestion("intents", 7, "nonce-of-a-later-read"), page, tag)).toBe(false);
+		expect(isAnswerTag(keys.events, eventsQuestion("intents", 3, 200, "nonce-of-this-read"), page, tag)).toBe(false);
+		expect(isAnswerTag(keys.events, eventsQuestion("intents", 7, 200, "nonce-of-a-later-read"), page, tag)).toBe(false);
 		expect(isAnswerTag(keys.events, question, [{ ...event, data: { ...event.data, state: "CONFIRMED" } }, page[1]], tag)).toBe(false);
 		expect(isAnswerTag(keys.events, question, page.slice(1), tag)).toBe(false);
 		expect(isAnswerTag(keys.leases, question, page, tag)).toBe(false);

@@ -340,6 +340,34 @@ export const leaseQuestion = (leasedBy: string, nonce: string) => ({ leasedBy, n
 /** A fresh nonce for a question (128 random bits). */
 export const newNonce = () => randomBytes(16).toString("base64url");
 
+/** The writes a lease holder makes on its subscription (the webhooks owner's actions). */
+export type HolderWrite = "advance" | "fail" | "release";
+
+/**
+ * A lease holder's write as it goes to the webhooks owner: with a fresh nonce, and the proof that
+ * a key holder made it (a tag under the leases key over the write and its params), so that no
+ * process on the bus moves a cursor, fails an event or gives a lease back in a worker's name.
+ */
+export function holderWriteRequest<P extends object>(keys: WebhookKeys, write: HolderWrite, params: P): P & { nonce: string; proof: string } {
+	const question = { ...params, nonce: newNonce() };
+	return { ...question, proof: answerTag(keys.leases, { write }, question) };
+}
+
+/** Whether a write's params (its nonce included) carry a key holder's proof. */
+export function isHolderWrite(keys: WebhookKeys, write: HolderWrite, params: Record<string, unknown>): boolean {
+	const { proof, ...question } = params;
+	return isAnswerTag(keys.leases, { write }, question, proof);
+}
+
+/** The owner's answer to a holder's write, tagged over its nonce: a worker acts only on the owner's own answer. */
+export const holderWriteReply = <T>(keys: WebhookKeys, write: HolderWrite, nonce: string, result: T) => ({ result, tag: answerTag(keys.leases, { write, nonce }, result) });
+
+/** The result of a holder's write from the owner's answer; throws when a key holder did not make it. */
+export function holderWriteResult<T>(keys: WebhookKeys, write: HolderWrite, nonce: string, reply: { result?: T; tag?: unknown } | null | undefined): T {
+	if (!reply || !isAnswerTag(keys.leases, { write, nonce }, reply.result ?? null, reply.tag)) throw new Error(`the answer to webhooks.${write} does not check with this process's WEBHOOK_SECRETS_KEY`);
+	return reply.result as T;
+}
+
 /** `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed with the secret's bytes. */
 export function signPayload(secret: string, webhookId: string, timestampS: number, body: string): string {
 	if (!secret.startsWith(SECRET_PREFIX)) throw new Error("a webhook secret starts with whsec_");

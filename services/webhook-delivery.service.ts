@@ -16,7 +16,7 @@ import type { Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { FailureStreak } from "../lib/failure-streak";
 import type { StoredEvent } from "../lib/store";
-import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, eventsQuestion, failingStream, isAnswerTag, leaseQuestion, newNonce, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type StreamHeads, type WebhookKeys, type WebhookStream } from "../lib/webhooks";
+import { CURSOR_FIELD, MAX_ERROR_CHARS, STREAM_OF, deliveryLookup, eventsQuestion, failingStream, holderWriteRequest, holderWriteResult, isAnswerTag, leaseQuestion, newNonce, openSecret, payloadOf, pinnedLookup, resolveTarget, takesEvent, webhookHeaders, webhookIdOf, type HolderWrite, type StreamHeads, type WebhookKeys, type WebhookStream } from "../lib/webhooks";
 import { EVENT_PAGE, type TaggedEvents } from "../mixins/outbox.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { callServed, isServed } from "./internal";
@@ -276,10 +276,15 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 				let version = subscription.version;
 				// Counted from before the claim was asked: the owner's expiry can only be later.
 				let leaseEnds = leasedAt + leaseTtlMs;
+				/** A write on the lease, proven to the owner and answered by it (throws on an answer it did not make: the lease then lapses). */
+				const write = async <T>(action: HolderWrite, params: object): Promise<T> => {
+					const request = holderWriteRequest(this.keys, action, params);
+					return holderWriteResult<T>(this.keys, action, request.nonce, await broker.call(`webhooks.${action}`, request));
+				};
 				/** Records progress (and renews the lease); false when the lease is lost. */
 				const advance = async (stream: WebhookStream, seq: number, delivered: boolean): Promise<boolean> => {
 					const asked = performance.now();
-					const next = await broker.call<number | null, object>("webhooks.advance", { id, version, stream, seq, delivered });
+					const next = await write<number | null>("advance", { id, version, stream, seq, delivered });
 					if (next === null) return false;
 					version = next;
 					leaseEnds = asked + leaseTtlMs;
@@ -366,10 +371,10 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 								// ahead of them all).
 								metrics.attempts.inc({ outcome: "deferred" });
 								if (cursor > recorded && !(await advance(stream, cursor, false))) return;
-								return void (await broker.call("webhooks.release", { id, version, deferMs: attemptTimeoutMs }));
+								return void (await write("release", { id, version, deferMs: attemptTimeoutMs }));
 							}
 							if (!result.ok) {
-								const failed = await broker.call<{ disabled: boolean } | null, object>("webhooks.fail", {
+								const failed = await write<{ disabled: boolean } | null>("fail", {
 									id,
 									version,
 									stream,
@@ -396,7 +401,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 						}
 					}
 				}
-				await broker.call("webhooks.release", { id, version });
+				await write("release", { id, version });
 			}
 		} satisfies DeliveryMethods & ThisType<DeliveryThis>,
 

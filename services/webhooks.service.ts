@@ -21,6 +21,8 @@ import {
 	filterProblem,
 	isWebhookId,
 	leasedUntil,
+	holderWriteReply,
+	isHolderWrite,
 	leaseQuestion,
 	newWebhookRecord,
 	released,
@@ -34,6 +36,7 @@ import {
 	type CreateWebhookRequest,
 	type CreatedWebhookSubscription,
 	type FailedAttempt,
+	type HolderWrite,
 	type StreamCursors,
 	type StreamHeads,
 	type WebhookRecord,
@@ -101,7 +104,9 @@ type WebhooksThis = Service<WebhooksSettings> & WebhooksVars & WebhooksMethods;
 
 const invalid = (field: string, message: string) => new ServiceError("VALIDATION_ERROR", message, [{ type: field, field, message }]);
 const streamParam = { type: "enum", values: Object.keys(CURSOR_FIELD) };
-const leaseParams = { id: { type: "string", max: 64 }, version: { type: "number", integer: true, min: 1 } };
+/** A lease holder's write: its subscription and version, and a key holder's proof (lib/webhooks.ts, holderWriteRequest). */
+const leaseParams = { id: { type: "string", max: 64 }, version: { type: "number", integer: true, min: 1 }, nonce: { type: "string", min: 16, max: 64 }, proof: { type: "string", max: 64 } };
+const HOLDER_WRITES: readonly HolderWrite[] = ["advance", "fail", "release"];
 
 export function webhooksService(config: Config): ServiceSchema<WebhooksSettings, WebhooksMethods, WebhooksVars, WebhooksThis> {
 	return {
@@ -111,6 +116,26 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			webhooksMax: config.webhooksMax,
 			allowPrivate: config.webhookAllowPrivate,
 			retry: { baseMs: config.webhookRetryBaseMs, retryForMs: config.webhookRetryForMs }
+		},
+		// A holder's write is made only with a key holder's proof, and answered tagged: nothing else on
+		// the bus moves a cursor in a worker's name, nor tells a worker it still holds a lease.
+		hooks: {
+			before: Object.fromEntries(
+				HOLDER_WRITES.map(write => [
+					write,
+					function (this: WebhooksThis, ctx: Context<Record<string, unknown>>) {
+						if (!isHolderWrite(this.keys, write, ctx.params)) throw new ServiceError("FORBIDDEN", "A lease holder's write carries a key holder's proof", { reason: "unproven" });
+					}
+				])
+			),
+			after: Object.fromEntries(
+				HOLDER_WRITES.map(write => [
+					write,
+					function (this: WebhooksThis, ctx: Context<{ nonce: string }>, result: unknown) {
+						return holderWriteReply(this.keys, write, ctx.params.nonce, result);
+					}
+				])
+			)
 		},
 		mixins: [
 			storeMixin<WebhooksThis>(config, "webhooks", async function (this: WebhooksThis, store) {
@@ -214,8 +239,8 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					status: { type: "number", integer: true, nullable: true },
 					error: { type: "string", max: MAX_ERROR_CHARS }
 				},
-				async handler(this: WebhooksThis, ctx: Context<FailedAttempt & { id: string; version: number }>): Promise<{ disabled: boolean } | null> {
-					const { id, version, ...attempt } = ctx.params;
+				async handler(this: WebhooksThis, ctx: Context<FailedAttempt & { id: string; version: number; nonce: string; proof: string }>): Promise<{ disabled: boolean } | null> {
+					const { id, version, nonce: _nonce, proof: _proof, ...attempt } = ctx.params;
 					const record = await this.held(id, version);
 					if (!record || attempt.seq < (record[CURSOR_FIELD[attempt.stream]] ?? 0)) return null;
 					const written = await this.commit(record, failed(record, attempt, new Date(), this.settings.retry));

@@ -14,7 +14,7 @@ import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { INTENT_EVENT_TYPE } from "../../lib/intents";
 import type { StoredEvent } from "../../lib/store";
-import { answerTag, eventsQuestion, leaseQuestion, newWebhookRecord, sealSecret, signPayload, webhookKeys, type WebhookRecord } from "../../lib/webhooks";
+import { answerTag, eventsQuestion, holderWriteReply, leaseQuestion, newWebhookRecord, sealSecret, signPayload, webhookKeys, type WebhookRecord } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
 import { tempDir } from "../helpers/node";
@@ -64,9 +64,9 @@ function owners(subscription: WebhookRecord, answers: Answers, leaseTtlMs = 30_0
 					const lease = { subscription: { ...subscription, leasedBy: ctx.params.leasedBy }, leaseTtlMs: 30_000 };
 					return [{ ...lease, leaseTtlMs, tag: answers.leaseTag(leaseQuestion(ctx.params.leasedBy, ctx.params.nonce), lease) }];
 				},
-				advance: (ctx: Context<{ version: number }>) => ctx.params.version + 1,
-				fail: () => null,
-				release: () => true
+				advance: (ctx: Context<{ version: number; nonce: string }>) => holderWriteReply(keys, "advance", ctx.params.nonce, ctx.params.version + 1),
+				fail: (ctx: Context<{ nonce: string }>) => holderWriteReply(keys, "fail", ctx.params.nonce, null),
+				release: (ctx: Context<{ nonce: string }>) => holderWriteReply(keys, "release", ctx.params.nonce, true)
 			}
 		},
 		{

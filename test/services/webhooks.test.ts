@@ -12,7 +12,7 @@ import path from "node:path";
 import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
-import { openSecret, webhookKeys, type CreatedWebhookSubscription, type WebhookRecord, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
+import { holderWriteRequest, holderWriteResult, openSecret, webhookKeys, type CreatedWebhookSubscription, type HolderWrite, type WebhookRecord, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
 import type { Collection } from "../../lib/store";
 import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
@@ -35,18 +35,25 @@ async function startWebhooks(env: Record<string, string> = {}) {
 	broker.createService(eventOwner("tin", () => logs.tin_operations));
 	await broker.start();
 	const holder = (lease: WebhookLease) => ({ id: lease.subscription.id, version: lease.subscription.version });
+	/** A holder's write as a delivery worker makes it: proven with the key, its answer checked. */
+	const write = async <T>(action: HolderWrite, params: object): Promise<T> => {
+		const keys = webhookKeys(loadOrCreateWebhookSecretsKey(null, dataDir).value);
+		const request = holderWriteRequest(keys, action, params);
+		return holderWriteResult<T>(keys, action, request.nonce, await broker.call(`webhooks.${action}`, request));
+	};
 	return {
 		broker,
 		dataDir,
+		write,
 		/** Each stream's latest event, as its owner answers it. */
 		logs,
 		create: (eventTypes: string[] = [INTENT_EVENTS]) => broker.call<CreatedWebhookSubscription, object>("webhooks.create", { url: "http://127.0.0.1:9/hook", eventTypes }),
 		get: (id: string) => broker.call<WebhookSubscription, object>("webhooks.get", { id }),
 		claim: (leasedBy: string, heads: StreamHeads, limit = 100) => broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy, heads, limit }),
-		advance: (lease: WebhookLease, seq: number, delivered = true) => broker.call<number | null, object>("webhooks.advance", { ...holder(lease), stream: "intents", seq, delivered }),
+		advance: (lease: WebhookLease, seq: number, delivered = true) => write<number | null>("advance", { ...holder(lease), stream: "intents", seq, delivered }),
 		fail: (lease: WebhookLease, seq: number, webhookId = `evt_intents_${seq + 1}`) =>
-			broker.call<{ disabled: boolean } | null, object>("webhooks.fail", { ...holder(lease), stream: "intents", seq, webhookId, eventType: INTENT_EVENTS, status: 500, error: "HTTP 500" }),
-		release: (lease: WebhookLease, deferMs?: number) => broker.call<boolean, object>("webhooks.release", { ...holder(lease), ...(deferMs ? { deferMs } : {}) })
+			write<{ disabled: boolean } | null>("fail", { ...holder(lease), stream: "intents", seq, webhookId, eventType: INTENT_EVENTS, status: 500, error: "HTTP 500" }),
+		release: (lease: WebhookLease, deferMs?: number) => write<boolean>("release", { ...holder(lease), ...(deferMs ? { deferMs } : {}) })
 	};
 }
 
@@ -101,6 +108,28 @@ describe("subscriptions and their leases", () => {
 		expect(lease.subscription.secret).toMatch(/^sealed_v1_/);
 		expect((await store.get(created.id))!.secret).toBe(lease.subscription.secret);
 		expect(openSecret(lease.subscription.secret, webhookKeys(loadOrCreateWebhookSecretsKey(null, webhooks.dataDir).value).sealing, lease.subscription)).toBe(created.secret);
+	});
+
+	test("a write on a lease without a key holder's proof is refused: no process on the bus moves a cursor forward (skipping events) in a worker's name", async () => {
+		const created = await webhooks.create();
+		Object.assign(webhooks.logs, { intents: 9 });
+		const [lease] = await webhooks.claim("worker", { intents: 9 });
+		const params = { id: lease.subscription.id, version: lease.subscription.version, stream: "intents", seq: 4, delivered: false };
+		const keys = webhookKeys(loadOrCreateWebhookSecretsKey(null, webhooks.dataDir).value);
+		const proven = holderWriteRequest(keys, "advance", params);
+		for (const forged of [
+			{ ...params, nonce: "a-nonce-of-16-chars", proof: "AAAA" },
+			{ ...proven, seq: 8 }, // a key holder's proof, for another write
+			holderWriteRequest(webhookKeys(randomBytes(32)), "advance", params)
+		])
+			await expect(webhooks.broker.call("webhooks.advance", forged)).rejects.toMatchObject({ type: "FORBIDDEN", data: { reason: "unproven" } });
+		expect((await webhooks.get(created.id)).cursors).toEqual({ intents: 0 });
+		// The proven write moves it, and its answer is the owner's own (tagged over the write's nonce).
+		const reply = await webhooks.broker.call<{ result: number | null; tag: string }, object>("webhooks.advance", proven);
+		expect(holderWriteResult(keys, "advance", proven.nonce, reply)).toBe(lease.subscription.version + 1);
+		expect(() => holderWriteResult(keys, "advance", "another-nonce-of-16", reply)).toThrow(/does not check/);
+		expect(() => holderWriteResult(keys, "advance", proven.nonce, { result: 99, tag: reply.tag })).toThrow(/does not check/);
+		expect((await webhooks.get(created.id)).cursors).toEqual({ intents: 4 });
 	});
 
 	test("a holder's write behind the cursor is refused: a stale view cannot move the cursor back (the events between would be delivered again)", async () => {
@@ -291,7 +320,7 @@ test("claim reads past retries waiting for an absent owner: however many, they d
 		expect(leases).toHaveLength(WAITING + 1);
 		for (const lease of leases)
 			if (lease.subscription.id !== other.id)
-				await webhooks.broker.call("webhooks.fail", { id: lease.subscription.id, version: lease.subscription.version, stream: "tin_operations", seq: 0, webhookId: "evt_tin_operations_1", eventType: TIN_OPERATION_EVENT_TYPE, status: 500, error: "HTTP 500" });
+				await webhooks.write("fail", { id: lease.subscription.id, version: lease.subscription.version, stream: "tin_operations", seq: 0, webhookId: "evt_tin_operations_1", eventType: TIN_OPERATION_EVENT_TYPE, status: 500, error: "HTTP 500" });
 		await sleep(20);
 		await webhooks.fail(leases.find(lease => lease.subscription.id === other.id)!, 0);
 		await sleep(20);

@@ -334,6 +334,9 @@ export function isAnswerTag(key: Buffer, question: Record<string, unknown>, answ
 /** The worker's question for a page of events (the whole log after `after`, at most `limit`), as the event owner tags it. */
 export const eventsQuestion = (stream: WebhookStream, after: number, limit: number, nonce: string) => ({ stream, after, limit, nonce });
 
+/** The webhooks owner's question for a stream's latest event number (a new subscription's cursor), as the event owner tags it. */
+export const headQuestion = (stream: WebhookStream, nonce: string) => ({ stream, head: true, nonce });
+
 /** The worker's claim, as the webhooks owner tags each lease it answers (with its length, `leaseTtlMs`). */
 export const leaseQuestion = (leasedBy: string, nonce: string) => ({ leasedBy, nonce });
 

@@ -9,7 +9,7 @@ import { eventMetrics, sweepMetrics } from "../services/metrics";
 import { internal } from "../services/internal";
 import { sweeperMixin } from "./sweeper.mixin";
 import type { Config } from "../lib/config";
-import { answerTag, eventsQuestion } from "../lib/webhooks";
+import { answerTag, eventsQuestion, headQuestion } from "../lib/webhooks";
 import { loadWebhookKeys } from "../services/webhook-keys";
 
 /** The event logs: one per owning collection, each numbered on its own. */
@@ -117,6 +117,19 @@ export function outboxMixin<S>(stream: EventStream, config: Config, log: (servic
 				params: EVENT_QUERY_PARAMS,
 				handler(this: Service, ctx: Context<EventQuery>): Promise<EventPage> {
 					return log(this as unknown as S).events(ctx.params);
+				}
+			}),
+
+			/**
+			 * Internal, for the webhooks owner: the number of the newest committed event (0 for none),
+			 * tagged as `taggedEvents` is, so a new subscription starts where the log is, not where
+			 * whoever answered in the owner's name said.
+			 */
+			taggedHead: internal({
+				params: { $$strict: true, nonce: { type: "string", min: 16, max: 64 } },
+				async handler(this: Service, ctx: Context<{ nonce: string }>): Promise<{ seq: number; tag: string }> {
+					const seq = (await log(this as unknown as S).latestEvent())?.seq ?? 0;
+					return { seq, tag: answerTag(eventsKey!, headQuestion(stream, ctx.params.nonce), seq) };
 				}
 			}),
 

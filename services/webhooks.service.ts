@@ -7,7 +7,7 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
-import { listInPages, type Collection, type StoredEvent, type Where } from "../lib/store";
+import { listInPages, type Collection, type Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
 	MAX_ERROR_CHARS,
@@ -21,9 +21,12 @@ import {
 	filterProblem,
 	isWebhookId,
 	leasedUntil,
+	headQuestion,
 	holderWriteReply,
+	isAnswerTag,
 	isHolderWrite,
 	leaseQuestion,
+	newNonce,
 	newWebhookRecord,
 	released,
 	sealSecret,
@@ -295,8 +298,11 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				if ("problem" in target) throw invalid("url", target.problem);
 				const cursors: StreamCursors = { intents: null, tin_operations: null };
 				for (const stream of new Set(request.eventTypes.map(type => STREAM_OF[type]))) {
-					const latest = await ctx.call<StoredEvent | null, object>(`${EVENT_OWNER[stream]}.latestEvent`, {});
-					cursors[stream] = latest?.seq ?? 0;
+					const nonce = newNonce();
+					const head = await ctx.call<{ seq: number; tag: string }, object>(`${EVENT_OWNER[stream]}.taggedHead`, { nonce });
+					if (!isAnswerTag(this.keys.events, headQuestion(stream, nonce), head.seq, head.tag))
+						throw new ServiceError("NOT_READY", `The ${stream} log's head does not check with this process's WEBHOOK_SECRETS_KEY; is it the same in every process that runs webhooks, mempool or tin?`);
+					cursors[stream] = head.seq;
 				}
 				const record = newWebhookRecord({ ...request, url: url.href }, cursors, new Date());
 				await this.storeWithinLimit({ ...record, secret: sealSecret(record.secret, this.keys.sealing, record) });

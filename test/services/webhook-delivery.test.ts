@@ -15,7 +15,7 @@ import { requestDigest } from "../../lib/digest";
 import type { StoredEvent } from "../../lib/store";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
-import { answerTag, deliveryLookup, eventsQuestion, webhookKeys, type WebhookSubscription } from "../../lib/webhooks";
+import { answerTag, deliveryLookup, eventsQuestion, headQuestion, webhookKeys, type WebhookSubscription } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
 import { webhooksService } from "../../services/webhooks.service";
@@ -57,6 +57,10 @@ function tinOwner(log: StoredEvent[], eventsKey: Buffer, health: TinHealth = { u
 			latestEvent: () => {
 				const latest = log[log.length - 1] ?? null;
 				return health.hung ? new Promise(resolve => health.hung!.answers.push(() => resolve(latest))) : latest;
+			},
+			taggedHead: (ctx: Context<{ nonce: string }>) => {
+				const seq = log[log.length - 1]?.seq ?? 0;
+				return { seq, tag: answerTag(eventsKey, headQuestion("tin_operations", ctx.params.nonce), seq) };
 			},
 			taggedEvents: (ctx: Context<{ after: number; limit: number; nonce: string }>) => {
 				if (health.unreadable) throw new Error("the TIN store is unavailable");

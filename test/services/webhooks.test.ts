@@ -6,13 +6,13 @@
  * lapsed, or whose subscription was deleted, changes nothing.
  */
 import Database from "better-sqlite3";
-import { ServiceBroker, type ServiceSchema } from "moleculer";
+import { ServiceBroker, type Context, type ServiceSchema } from "moleculer";
 import { randomBytes } from "node:crypto";
 import path from "node:path";
 import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
-import { holderWriteRequest, holderWriteResult, openSecret, webhookKeys, type CreatedWebhookSubscription, type HolderWrite, type WebhookRecord, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
+import { answerTag, headQuestion, holderWriteRequest, holderWriteResult, openSecret, webhookKeys, type CreatedWebhookSubscription, type HolderWrite, type WebhookRecord, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
 import type { Collection } from "../../lib/store";
 import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
@@ -20,9 +20,20 @@ import { sleep, tempDir } from "../helpers/node";
 
 const INTENT_EVENTS = "intent.status_changed";
 
-/** An event owner as the webhooks owner asks it: its latest event's number, which a test moves. */
-function eventOwner(name: string, latest: () => number): ServiceSchema {
-	return { name, actions: { latestEvent: () => ({ seq: latest(), subject: "x", type: "t", at: new Date().toISOString(), data: {} }) } };
+/**
+ * An event owner as the webhooks owner asks it: its latest event's number, which a test moves,
+ * tagged with the events key of `dataDir` (`tagged` false: as a rogue without the key would).
+ */
+function eventOwner(name: string, stream: WebhookStream, dataDir: string, latest: () => number, tagged = () => true): ServiceSchema {
+	return {
+		name,
+		actions: {
+			taggedHead: (ctx: Context<{ nonce: string }>) => {
+				const key = tagged() ? webhookKeys(loadOrCreateWebhookSecretsKey(null, dataDir).value).events : randomBytes(32);
+				return { seq: latest(), tag: answerTag(key, headQuestion(stream, ctx.params.nonce), latest()) };
+			}
+		}
+	};
 }
 
 async function startWebhooks(env: Record<string, string> = {}) {
@@ -31,8 +42,9 @@ async function startWebhooks(env: Record<string, string> = {}) {
 	const dataDir = tempDir();
 	// A lease lasts three attempts of WEBHOOK_TIMEOUT_MS: 3 s here, longer than any test's run of calls.
 	broker.createService(webhooksService(loadConfig({ DATA_DIR: dataDir, WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "200", ...env })));
-	broker.createService(eventOwner("mempool", () => logs.intents));
-	broker.createService(eventOwner("tin", () => logs.tin_operations));
+	const honest = { intents: true };
+	broker.createService(eventOwner("mempool", "intents", dataDir, () => logs.intents, () => honest.intents));
+	broker.createService(eventOwner("tin", "tin_operations", dataDir, () => logs.tin_operations));
 	await broker.start();
 	const holder = (lease: WebhookLease) => ({ id: lease.subscription.id, version: lease.subscription.version });
 	/** A holder's write as a delivery worker makes it: proven with the key, its answer checked. */
@@ -44,6 +56,7 @@ async function startWebhooks(env: Record<string, string> = {}) {
 	return {
 		broker,
 		dataDir,
+		honest,
 		write,
 		/** Each stream's latest event, as its owner answers it. */
 		logs,
@@ -74,6 +87,15 @@ describe("subscriptions and their leases", () => {
 		expect(intentsOnly.cursors).not.toHaveProperty("tin_operations");
 		expect(both.cursors).toEqual({ intents: 7, tin_operations: 3 });
 		expect(await webhooks.get(intentsOnly.id)).not.toHaveProperty("secret");
+	});
+
+	test("a new subscription starts at the head its event owner vouched for; a head answered without the key is refused (503) and stores nothing", async () => {
+		webhooks.logs.intents = 7;
+		webhooks.honest.intents = false;
+		await expect(webhooks.create()).rejects.toMatchObject({ type: "NOT_READY" });
+		expect(await webhooks.broker.call("webhooks.page", { limit: 10 })).toEqual([]);
+		webhooks.honest.intents = true;
+		expect((await webhooks.create()).cursors).toEqual({ intents: 7 });
 	});
 
 	test("a lease carries the secret sealed: whoever calls claim on the bus reads no secret without WEBHOOK_SECRETS_KEY, and the store keeps it sealed", async () => {

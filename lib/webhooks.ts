@@ -315,11 +315,12 @@ export function openSecret(stored: string, key: Buffer, subscription: SealedFor)
 }
 
 /**
- * The tag a key holder gives what a delivery worker acts on (HMAC-SHA256 under one of the derived
- * keys), over the worker's question and the answer: a page of events read after `after`, or a
- * lease. The question carries the worker's `nonce`, fresh each time, so that neither a made-up
- * answer nor a genuine one captured earlier (a stale lease, a page that would repeat or skip
- * events) passes for the answer to this question, whoever sends it in the owner's name.
+ * The tag a key holder gives an answer another key holder acts on (HMAC-SHA256 under one of the
+ * derived keys), over the question and the answer: a page of events, a lease, a log's head, the
+ * result of a lease write. The question carries the asker's `nonce`, fresh each time, so that
+ * neither a made-up answer nor a genuine one captured earlier (a stale lease, a page that would
+ * repeat or skip events) passes for the answer to this question, whoever sends it in the owner's
+ * name.
  */
 export function answerTag(key: Buffer, question: Record<string, unknown>, answer: unknown): string {
 	return createHmac("sha256", key).update(canonicalJson({ question, answer })).digest("base64");

@@ -74,7 +74,7 @@ const LEASE_ATTEMPTS = 3;
 export interface WebhookLease {
 	subscription: WebhookRecord;
 	leaseTtlMs: number;
-	tag?: string;
+	tag: string;
 }
 
 interface WebhooksSettings {
@@ -94,12 +94,12 @@ interface WebhooksMethods {
 	mustGet(id: string): Promise<WebhookRecord>;
 	/** Writes `next` (version + 1) over `current` if nobody wrote since; the new record, or null. */
 	commit(current: WebhookRecord, next: WebhookRecord): Promise<WebhookRecord | null>;
-	held(id: string, version: number): Promise<WebhookRecord | null>;
+	held(id: string, version: number, progress?: { stream: WebhookStream; seq: number }): Promise<WebhookRecord | null>;
 	subscribe(ctx: Context, request: CreateWebhookRequest): Promise<WebhookRecord>;
 	storeWithinLimit(record: WebhookRecord): Promise<void>;
 	dueFor(heads: StreamHeads, nowMs: number, wanted: number): Promise<WebhookRecord[]>;
 	behind(heads: StreamHeads, wanted: number): Promise<WebhookRecord[]>;
-	lease(candidates: WebhookRecord[], leasedBy: string, nowMs: number, limit: number): Promise<WebhookLease[]>;
+	lease(candidates: WebhookRecord[], claim: { leasedBy: string; nonce: string }, nowMs: number, limit: number): Promise<WebhookLease[]>;
 	leaseExpiry(nowMs: number): string;
 }
 
@@ -197,18 +197,17 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			claim: internal({
 				params: {
 					leasedBy: { type: "string", max: 200 },
-					/** Fresh at each claim: the leases are tagged over it (a worker of an earlier version sends none). */
-					nonce: { type: "string", min: 16, max: 64, optional: true },
+					/** Fresh at each claim: the leases are tagged over it. */
+					nonce: { type: "string", min: 16, max: 64 },
 					heads: { type: "object", props: { intents: { type: "number", integer: true, min: 0, optional: true }, tin_operations: { type: "number", integer: true, min: 0, optional: true } } },
 					limit: { type: "number", integer: true, min: 1, max: CLAIM_MAX }
 				},
-				async handler(this: WebhooksThis, ctx: Context<{ leasedBy: string; nonce?: string; heads: StreamHeads; limit: number }>): Promise<WebhookLease[]> {
+				async handler(this: WebhooksThis, ctx: Context<{ leasedBy: string; nonce: string; heads: StreamHeads; limit: number }>): Promise<WebhookLease[]> {
 					const { leasedBy, nonce, heads, limit } = ctx.params;
 					const nowMs = Date.now();
 					const scan = limit * CLAIM_SLACK;
 					const candidates = [...(await this.dueFor(heads, nowMs, scan)), ...(await this.behind(heads, scan))];
-					const leases = await this.lease(candidates, leasedBy, nowMs, limit);
-					return nonce === undefined ? leases : leases.map(lease => ({ ...lease, tag: answerTag(this.keys.leases, leaseQuestion(leasedBy, nonce), { subscription: lease.subscription, leaseTtlMs: lease.leaseTtlMs }) }));
+					return this.lease(candidates, { leasedBy, nonce }, nowMs, limit);
 				}
 			}),
 
@@ -220,9 +219,8 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				params: { ...leaseParams, stream: streamParam, seq: { type: "number", integer: true, min: 0 }, delivered: "boolean" },
 				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; stream: WebhookStream; seq: number; delivered: boolean }>): Promise<number | null> {
 					const { id, version, stream, seq, delivered } = ctx.params;
-					const record = await this.held(id, version);
-					// A holder reporting behind the cursor acts on a stale view: its write would deliver the events between again.
-					if (!record || seq < (record[CURSOR_FIELD[stream]] ?? 0)) return null;
+					const record = await this.held(id, version, { stream, seq });
+					if (!record) return null;
 					return (await this.commit(record, advanced(record, stream, seq, delivered, this.leaseExpiry(Date.now()))))?.version ?? null;
 				}
 			}),
@@ -244,8 +242,8 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				},
 				async handler(this: WebhooksThis, ctx: Context<FailedAttempt & { id: string; version: number; nonce: string; proof: string }>): Promise<{ disabled: boolean } | null> {
 					const { id, version, nonce: _nonce, proof: _proof, ...attempt } = ctx.params;
-					const record = await this.held(id, version);
-					if (!record || attempt.seq < (record[CURSOR_FIELD[attempt.stream]] ?? 0)) return null;
+					const record = await this.held(id, version, attempt);
+					if (!record) return null;
 					const written = await this.commit(record, failed(record, attempt, new Date(), this.settings.retry));
 					return written ? { disabled: written.state === "disabled" } : null;
 				}
@@ -278,10 +276,15 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				return (await this.webhooks.update(current.id, { version: current.version }, written)) ? written : null;
 			},
 
-			/** The record a lease holder writes on, or null when the lease is lost (someone wrote since) or the subscription is gone. */
-			async held(this: WebhooksThis, id, version) {
+			/**
+			 * The record a lease holder writes on, or null when the lease is lost (someone wrote since),
+			 * the subscription is gone, or the holder reports `progress` behind the cursor: it acts on a
+			 * stale view, and its write would deliver the events between again.
+			 */
+			async held(this: WebhooksThis, id, version, progress) {
 				const record = await this.webhooks.get(id);
-				return record && record.version === version && record.state === "enabled" ? record : null;
+				if (!record || record.version !== version || record.state !== "enabled") return null;
+				return progress && progress.seq < (record[CURSOR_FIELD[progress.stream]] ?? 0) ? null : record;
 			},
 
 			/** Checks a request, takes each subscribed stream's latest event as its cursor, and stores the new subscription. */
@@ -354,17 +357,19 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			},
 
 			/** Leases the candidates in order, each once, up to `limit`; one another worker took since it was read is skipped. */
-			async lease(this: WebhooksThis, candidates, leasedBy, nowMs, limit) {
+			async lease(this: WebhooksThis, candidates, claim, nowMs, limit) {
 				const granted: WebhookLease[] = [];
 				const seen = new Set<string>();
-				const lease = leasedUntil(leasedBy, this.leaseExpiry(nowMs));
+				const lease = leasedUntil(claim.leasedBy, this.leaseExpiry(nowMs));
 				for (const candidate of candidates) {
 					if (granted.length >= limit) break;
 					if (seen.has(candidate.id)) continue;
 					seen.add(candidate.id);
 					const taken = await this.commit(candidate, { ...candidate, ...lease });
-					// Written sealed (commit), so it leaves the store sealed.
-					if (taken) granted.push({ subscription: taken, leaseTtlMs: this.settings.leaseTtlMs });
+					if (!taken) continue;
+					// Written sealed (commit), so it leaves the store sealed; tagged for this claim, its length included.
+					const terms = { subscription: taken, leaseTtlMs: this.settings.leaseTtlMs };
+					granted.push({ ...terms, tag: answerTag(this.keys.leases, leaseQuestion(claim.leasedBy, claim.nonce), terms) });
 				}
 				return granted;
 			},

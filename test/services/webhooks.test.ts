@@ -12,7 +12,7 @@ import path from "node:path";
 import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
-import { answerTag, headQuestion, holderWriteRequest, holderWriteResult, openSecret, webhookKeys, type CreatedWebhookSubscription, type HolderWrite, type WebhookRecord, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
+import { answerTag, headQuestion, holderWriteRequest, newNonce, holderWriteResult, openSecret, webhookKeys, type CreatedWebhookSubscription, type HolderWrite, type WebhookRecord, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
 import type { Collection } from "../../lib/store";
 import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
@@ -62,7 +62,7 @@ async function startWebhooks(env: Record<string, string> = {}) {
 		logs,
 		create: (eventTypes: string[] = [INTENT_EVENTS]) => broker.call<CreatedWebhookSubscription, object>("webhooks.create", { url: "http://127.0.0.1:9/hook", eventTypes }),
 		get: (id: string) => broker.call<WebhookSubscription, object>("webhooks.get", { id }),
-		claim: (leasedBy: string, heads: StreamHeads, limit = 100) => broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy, heads, limit }),
+		claim: (leasedBy: string, heads: StreamHeads, limit = 100) => broker.call<WebhookLease[], object>("webhooks.claim", { leasedBy, nonce: newNonce(), heads, limit }),
 		advance: (lease: WebhookLease, seq: number, delivered = true) => write<number | null>("advance", { ...holder(lease), stream: "intents", seq, delivered }),
 		fail: (lease: WebhookLease, seq: number, webhookId = `evt_intents_${seq + 1}`) =>
 			write<{ disabled: boolean } | null>("fail", { ...holder(lease), stream: "intents", seq, webhookId, eventType: INTENT_EVENTS, status: 500, error: "HTTP 500" }),

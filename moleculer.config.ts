@@ -2,8 +2,10 @@
  * Broker settings, explicit rather than Moleculer's defaults (DESIGN §7: requestTimeout defaults
  * to none, and retries would otherwise repeat non-idempotent calls).
  */
+import { randomUUID } from "node:crypto";
 import os from "node:os";
-import { Validators, type BrokerOptions, type Errors } from "moleculer";
+import { Validators, type BrokerOptions, type Errors, type Middleware } from "moleculer";
+import { busGroupOf, busNodeId, mayServe } from "./lib/bus-groups";
 import type { Config } from "./lib/config";
 import { ERROR_STATUS } from "./lib/errors";
 import { VALIDATION_MESSAGES } from "./lib/schemas";
@@ -40,10 +42,40 @@ function jsonLine(level: string, args: unknown[], bindings: { nodeID?: string; m
 	return [JSON.stringify({ time: new Date().toISOString(), level, module: bindings.svc ?? bindings.mod, node: bindings.nodeID, message })];
 }
 
+/**
+ * A node's announcement (INFO) is believed only for the services its group may run
+ * (lib/bus-groups.ts): a process of another group cannot take an owner's or a verifier's calls by
+ * claiming its services, and one that claims an owner's node id cannot read what is sent there.
+ */
+function busGroupGuard(): Middleware {
+	type Handler = (cmd: string, packet: { payload: NodeInfo }) => unknown;
+	const guard = {
+		name: "BusGroupGuard",
+		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {
+			const info = packet.payload;
+			if (cmd === "INFO" && Array.isArray(info?.services)) {
+				const group = busGroupOf(String(info.sender));
+				info.services = info.services.filter(service => group !== null && mayServe(group, String(service?.name)));
+			}
+			return next(cmd, packet);
+		}
+	};
+	// Moleculer's typings give this hook the handler's result type; it returns the wrapped handler.
+	return guard as unknown as Middleware;
+}
+
+/** The part of an INFO packet's payload the guard reads. */
+interface NodeInfo {
+	sender: unknown;
+	services?: { name?: unknown }[];
+}
+
 export function brokerOptions(config: Config): BrokerOptions {
+	const name = `${os.hostname()}-${process.pid}`;
 	return {
 		namespace: config.namespace,
-		nodeID: `${os.hostname()}-${process.pid}`,
+		// On the bus, the group first: NATS lets each group's user read only its own nodes' subjects.
+		nodeID: config.busGroup ? busNodeId(config.busGroup, name) : name,
 		// Embedded: every service in one process, no transporter. Distributed: NATS.
 		// The bus requires credentials (k8s/20-nats.yaml): without them any pod could call an owner.
 		transporter: config.transporter ? { type: "NATS", options: { url: withNatsCredentials(config.transporter, config.natsUser, config.natsPassword) } } : null,
@@ -75,6 +107,13 @@ export function brokerOptions(config: Config): BrokerOptions {
 		// The Prometheus metrics are our own prom-client registries (services/metrics.ts): named and
 		// labelled for this service, and gathered from every process by the gateway.
 		metrics: { enabled: false },
-		tracing: { enabled: false }
+		tracing: { enabled: false },
+		// No $node service: its `options` action would hand any caller the transporter URL, with the
+		// bus credentials in it. Nothing here calls it.
+		internalServices: false,
+		// Request ids from a CSPRNG (Moleculer's default is Math.random): an answer is matched to its
+		// request by id alone, so an id must not be guessable by a process that cannot read the request.
+		uidGenerator: () => randomUUID(),
+		middlewares: config.busGroup ? [busGroupGuard()] : []
 	};
 }

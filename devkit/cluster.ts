@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { BUS_GROUPS, busGroupServing, natsAuthorization, type BusGroup } from "../lib/bus-groups";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import { freePort, spawnScript, waitFor, type ScriptProcess } from "./process";
 
@@ -18,9 +19,8 @@ export const natsServerAvailable = spawnSync("nats-server", ["--version"]).statu
 export class NatsServer {
 	private child: ChildProcess | null = null;
 	readonly storeDir = tempDir("scs-nats-");
-	/** Credentials the server requires, as k8s/20-nats.yaml does: the bus admits only the app. */
-	readonly user = "scs";
-	readonly password = `p${randomBytes(16).toString("hex")}`;
+	/** A user per bus group, as k8s/20-nats.yaml has: the bus admits only the app, each group to its own subjects. */
+	private readonly passwords = Object.fromEntries(Object.keys(BUS_GROUPS).map(group => [group, `p${randomBytes(16).toString("hex")}`])) as Record<BusGroup, string>;
 
 	/** `maxPayload`: the largest message the server takes (NATS's default is 1 MB). */
 	constructor(
@@ -37,15 +37,16 @@ export class NatsServer {
 		return this.child?.pid;
 	}
 
+	/** The environment a process of `group` signs in to the bus with. */
+	credentials(group: BusGroup): { NATS_USER: string; NATS_PASSWORD: string } {
+		return { NATS_USER: group, NATS_PASSWORD: this.passwords[group] };
+	}
+
 	async start(): Promise<void> {
 		let output = "";
-		const args = ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir, "--user", this.user, "--pass", this.password];
-		if (this.maxPayload) {
-			// No command-line flag sets it: a config file does.
-			const config = path.join(this.storeDir, "nats.conf");
-			fs.writeFileSync(config, `max_payload: ${this.maxPayload}\n`);
-			args.push("-c", config);
-		}
+		const config = path.join(this.storeDir, "nats.conf");
+		fs.writeFileSync(config, [natsAuthorization(group => this.passwords[group]), ...(this.maxPayload ? [`max_payload: ${this.maxPayload}`] : [])].join("\n") + "\n");
+		const args = ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir, "-c", config];
 		this.child = spawn("nats-server", args, { stdio: ["ignore", "pipe", "pipe"] });
 		this.child.stdout!.on("data", chunk => (output += chunk));
 		this.child.stderr!.on("data", chunk => (output += chunk));
@@ -68,6 +69,8 @@ export class NodeProcess {
 
 	constructor(
 		readonly name: string,
+		/** The bus group it signs in as (lib/bus-groups.ts). */
+		readonly group: BusGroup,
 		root: string,
 		env: Record<string, string>
 	) {
@@ -155,16 +158,16 @@ export class Cluster {
 		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", WORKER_API_KEYS: this.options.workerApiKey, ...(await port()) }).ready();
 	}
 
-	/** A process of the cluster, with its own DATA_DIR and a free port. */
-	node(name: string, env: Record<string, string>): NodeProcess {
+	/** A process of the cluster, with its own DATA_DIR and a free port, signed in as the bus group of its SERVICES. */
+	node(name: string, env: Record<string, string> & { SERVICES: string }): NodeProcess {
 		const dataDir = path.join(this.dir, `${name}-${this.all.length}`);
 		fs.mkdirSync(dataDir);
-		const process_ = new NodeProcess(name, this.options.root ?? process.cwd(), {
+		const group = busGroupServing(env.SERVICES.split(","));
+		const process_ = new NodeProcess(name, group, this.options.root ?? process.cwd(), {
 			PORT: "0",
 			NAMESPACE: this.namespace,
 			TRANSPORTER: this.nats.url,
-			NATS_USER: this.nats.user,
-			NATS_PASSWORD: this.nats.password,
+			...this.nats.credentials(group),
 			DATA_DIR: dataDir,
 			NODE_AUTHORITY_KEYPAIR_PATH: this.authorityKeyFile,
 			WEBHOOK_SECRETS_KEY: this.webhookSecretsKey,

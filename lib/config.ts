@@ -6,6 +6,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { address, type Address } from "@solana/kit";
+import { BUS_GROUPS, isBusGroup, mayServe, type BusGroup } from "./bus-groups";
 import { isBase58OfLength } from "./encoding";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
 import { mongoUrlWeakenings } from "./store/mongo-url";
@@ -19,6 +20,8 @@ export interface Config {
 	/** NATS credentials (the Secret's): the bus admits only the app's processes. */
 	natsUser: string | null;
 	natsPassword: string | null;
+	/** The bus group this process belongs to (lib/bus-groups.ts): NATS_USER, with a transporter. */
+	busGroup: BusGroup | null;
 	/** Service names this process runs; null = all of them. */
 	services: string[] | null;
 	dataDir: string;
@@ -286,16 +289,35 @@ function withSharedSecrets(config: Config): Config {
 	return config;
 }
 
+/**
+ * On the bus a process signs in as its group's user, and may run only that group's services: NATS
+ * lets it read only its own group's subjects, and the other nodes believe only those services of it.
+ */
+function busGroup(env: Env, transporter: string | null, services: string[]): BusGroup | null {
+	if (!transporter) return null;
+	const user = urlSafe(env, "NATS_USER");
+	const groups = Object.keys(BUS_GROUPS).join(", ");
+	if (user === null || !isBusGroup(user)) throw new ConfigError(`NATS_USER must name this process's bus group with TRANSPORTER: one of ${groups} (docs/security.md, "The bus")`);
+	const foreign = services.filter(name => !mayServe(user, name));
+	if (!services.length || foreign.length)
+		throw new ConfigError(`SERVICES must list services of the bus group ${user} (${BUS_GROUPS[user].join(", ")}) with TRANSPORTER${foreign.length ? `; not ${foreign.join(", ")}` : ""}`);
+	// Moleculer's subjects start with `MOL-<namespace>`, one token of NATS's permissions.
+	if (/[.*>\s]/.test(text(env, "NAMESPACE") ?? "")) throw new ConfigError("NAMESPACE may not hold dots, spaces, * or > with TRANSPORTER: it is a token of the bus's subjects");
+	return user;
+}
+
 export function loadConfig(env: Env = process.env): Config {
 	const mongoUrl = durableMongoUrl(env);
 	const services = list(env, "SERVICES");
 	const verifyTimeoutMs = integer(env, "VERIFY_TIMEOUT_MS", 5000, 1);
+	const transporter = natsUrls(env, "TRANSPORTER");
 	return withSharedSecrets({
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
-		transporter: natsUrls(env, "TRANSPORTER"),
+		transporter,
 		natsUser: urlSafe(env, "NATS_USER"),
 		natsPassword: urlSafe(env, "NATS_PASSWORD"),
+		busGroup: busGroup(env, transporter, services),
 		services: services.length ? services : null,
 		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),
 		mongoUrl,

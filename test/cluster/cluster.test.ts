@@ -27,6 +27,18 @@ if (!natsServerAvailable) console.warn("Cluster tests NOT RUN: nats-server is no
 
 type HistoryEntry = { state: string; by?: string };
 
+/** A broker of this test on the cluster's bus, signed in with the gateway's credentials. */
+function gatewayOnTheBus(cluster: Cluster, name: string): ServiceBroker {
+	const { NATS_USER, NATS_PASSWORD } = cluster.nats.credentials("gateway");
+	return new ServiceBroker({
+		namespace: cluster.namespace,
+		nodeID: `gateway.${name}-${process.pid}`,
+		transporter: { type: "NATS", options: { url: cluster.nats.url.replace("nats://", `nats://${NATS_USER}:${NATS_PASSWORD}@`) } },
+		serializer: "JSON",
+		logger: false
+	});
+}
+
 /** Submits every intent with `concurrency` requests in flight; answers the HTTP statuses and ids. */
 async function submitAll(http: Http, intents: CreateIntentRequest[], concurrency: number, onProgress?: (done: number) => void) {
 	const results: { status: number; id?: string }[] = [];
@@ -91,7 +103,8 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		const response = await fetch(`${cluster.gateway.url}/metrics?format=prometheus`);
 		expect(response.status).toBe(200);
 		const text = await response.text();
-		const nodeOf = (process: { child: { pid?: number } }) => `${os.hostname()}-${process.child.pid}`;
+		// A node id is its bus group, then host and pid (moleculer.config.ts).
+		const nodeOf = (process: { group: string; child: { pid?: number } }) => `${process.group}.${os.hostname()}-${process.child.pid}`;
 		const nodes = new Set([...text.matchAll(/^process_cpu_user_seconds_total\{node="([^"]+)"\}/gm)].map(match => match[1]));
 		expect(nodes).toEqual(new Set([cluster.owners, cluster.gateway, ...cluster.verifiers].map(nodeOf)));
 		// Each process's own families: the gateway's receiver counted the verdicts, the owners' mempool its sweeps.
@@ -166,10 +179,10 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 				(error: Error) => error.message
 			);
 		expect(await attempt({})).toMatch(/Authorization Violation/i);
-		expect(await attempt({ user: cluster.nats.user, pass: "wrong" })).toMatch(/Authorization Violation/i);
-		expect(await attempt({ user: cluster.nats.user, pass: cluster.nats.password })).toBe("connected");
+		expect(await attempt({ user: "gateway", pass: "wrong" })).toMatch(/Authorization Violation/i);
+		expect(await attempt({ user: "gateway", pass: cluster.nats.credentials("gateway").NATS_PASSWORD })).toBe("connected");
 		// A process of ours started without them is refused by the bus too.
-		const intruder = cluster.node("intruder", { SERVICES: "verifier", NATS_USER: "", NATS_PASSWORD: "" });
+		const intruder = cluster.node("intruder", { SERVICES: "verifier", NATS_PASSWORD: "wrong" });
 		try {
 			await waitFor(() => /Authorization Violation/i.test(intruder.log), 15_000, "the bus's refusal");
 		} finally {
@@ -184,13 +197,7 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		const [{ id }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
 		const [{ stateVersion }] = await allVerifiedOnce(http, [id!]);
 		const lease = { status: "CRANKER_LEASED", crankerPubkey: cranker.address, expectedVersion: stateVersion };
-		const rogue = new ServiceBroker({
-			namespace: cluster.namespace,
-			nodeID: `rogue-${process.pid}`,
-			transporter: { type: "NATS", options: { url: cluster.nats.url.replace("nats://", `nats://${cluster.nats.user}:${cluster.nats.password}@`) } },
-			serializer: "JSON",
-			logger: false
-		});
+		const rogue = gatewayOnTheBus(cluster, "rogue");
 		await rogue.start();
 		try {
 			await rogue.waitForServices(["mempool"], 10_000);
@@ -202,6 +209,42 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		}
 		// The Cranker's own signed request, through the gateway, leases.
 		expect((await asCranker("PATCH", `/intents/${id}/status`, lease)).body).toMatchObject({ receiverStatus: "CRANKER_LEASED" });
+	});
+
+	it("the gateway's bus credentials read no other group's traffic, take no owner's or verifier's calls, and read no broker options", async () => {
+		// A raw client: what a compromised gateway pod could subscribe to.
+		const sniffer = await connect({ servers: cluster.nats.url, user: "gateway", pass: cluster.nats.credentials("gateway").NATS_PASSWORD });
+		const refused: string[] = [];
+		const read: string[] = [];
+		const prefix = `MOL-${cluster.namespace}`;
+		for (const subject of [">", `${prefix}.REQ.owners.>`, `${prefix}.RES.intake.>`, `${prefix}.REQ.verifier.>`, `${prefix}.RES.>`])
+			sniffer.subscribe(subject, { callback: (err, msg) => (err ? refused.push(subject) : read.push(msg.subject)) });
+		// A broker that offers a verifier and a mempool of its own, under the gateway's group.
+		const rogue = gatewayOnTheBus(cluster, "impostor");
+		const called: string[] = [];
+		rogue.createService({ name: "verifier", actions: { verifyMany: (ctx: { params: { requests: unknown[] } }) => (called.push("verifier.verifyMany"), ctx.params.requests.map(() => ({ ok: true, verifiedBy: "impostor" }))) } });
+		rogue.createService({ name: "mempool", actions: { get: () => (called.push("mempool.get"), null), list: () => (called.push("mempool.list"), null) } });
+		await rogue.start();
+		try {
+			const owners = await waitFor(() => rogue.registry.getNodeList({ onlyAvailable: true, withServices: false }).find(node => node.id.startsWith("owners.")), 10_000, "the owners node");
+			// Time for the gateway process to take in the impostor's announcement (INFO, sent on connect).
+			await new Promise(resolve => setTimeout(resolve, 1000));
+			const senders = Array.from({ length: 16 }, () => newWallet());
+			const submitted = await submitAll(http, senders.map(sender => signedIntent(sender, route)), 8);
+			expect(submitted.filter(r => r.status !== 201)).toEqual([]);
+			for (const { id } of submitted) expect((await http("GET", `/intents/${id}`)).status).toBe(200);
+			const verified = await allVerifiedOnce(http, submitted.map(r => r.id!));
+			expect(verified.map(verifierOf)).not.toContain("impostor");
+			expect(called).toEqual([]);
+			// Moleculer's $node.options would hand out the owner's transporter URL, its bus password in it.
+			await expect(rogue.call("$node.options", {}, { nodeID: owners.id })).rejects.toMatchObject({ name: "ServiceNotFoundError" });
+			await sniffer.flush();
+			expect(refused.sort()).toEqual([">", `${prefix}.REQ.owners.>`, `${prefix}.REQ.verifier.>`, `${prefix}.RES.>`, `${prefix}.RES.intake.>`].sort());
+			expect(read).toEqual([]);
+		} finally {
+			await rogue.stop();
+			await sniffer.close();
+		}
 	});
 
 	it("a process that is still starting is live and not ready: its health routes listen before the broker starts", async () => {

@@ -22,9 +22,11 @@ describeWithNats("owners in two processes", () => {
 		nodes = await startSplitNodes({
 			namespace: "split",
 			env: { SWEEP_INTERVAL_MS: "200" },
-			owners: { DATA_DIR: ownersDir, SERVICES: "receiver,verifier,mempool,crankers,tin,epochs,network,access", REGISTRY_SEED_FILE: writeSeedFile(ownersDir, [route]) },
-			gateway: { WORKER_API_KEYS: API_KEY, SERVICES: "api,payouts" },
-			waitFor: ["mempool", "crankers", "receiver", "tin"]
+			owners: { DATA_DIR: ownersDir, SERVICES: "mempool,crankers,tin,epochs,access", REGISTRY_SEED_FILE: writeSeedFile(ownersDir, [route]) },
+			// payouts in a process of its own: mempool's refusal reaches it across the bus.
+			others: [{ SERVICES: "payouts" }, { SERVICES: "verifier" }],
+			gateway: { WORKER_API_KEYS: API_KEY, SERVICES: "api,receiver,network" },
+			waitFor: ["mempool", "crankers", "payouts", "verifier", "tin"]
 		});
 		url = nodes.url;
 	}, 40_000);

@@ -1,13 +1,15 @@
 /**
- * The owners and a gateway as two brokers of this process over a real nats-server, as the
- * distributed deployment splits them: what crosses between them goes through the bus, its
- * serializer and its message limit. `owners` and `gateway` are each node's own settings, beside
- * the bus's and `env`, which both share; the gateway's HTTP port is a free one.
+ * The owners and a gateway as brokers of this process over a real nats-server, as the distributed
+ * deployment splits them: what crosses between them goes through the bus, its serializer and its
+ * message limit. `owners`, `gateway` and each of `others` are a node's own settings, beside the
+ * bus's and `env`, which all share; each signs in as the bus group of its SERVICES, and the
+ * gateway's HTTP port is a free one.
  */
 import { randomBytes } from "node:crypto";
 import type { ServiceBroker } from "moleculer";
 import { NatsServer } from "../../devkit/cluster";
 import { freePort } from "../../devkit/process";
+import { busGroupServing, busNodeId } from "../../lib/bus-groups";
 import { loadConfig } from "../../lib/config";
 import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
 import { createNode, stopNode } from "../../services";
@@ -25,6 +27,8 @@ export async function startSplitNodes(options: {
 	namespace: string;
 	owners: Record<string, string>;
 	gateway: Record<string, string>;
+	/** More nodes, started between the owners and the gateway. */
+	others?: Record<string, string>[];
 	/** Services the gateway waits for before the nodes count as started. */
 	waitFor: string[];
 	env?: Record<string, string>;
@@ -34,19 +38,28 @@ export async function startSplitNodes(options: {
 	const nats = new NatsServer(await freePort(), options.natsMaxPayload);
 	let owners: ServiceBroker | undefined;
 	let gateway: ServiceBroker | undefined;
+	const others: ServiceBroker[] = [];
 	const stop = async () => {
 		await gateway?.stop().catch(() => undefined);
+		for (const other of others) await stopNode(other);
 		if (owners) await stopNode(owners);
 		await nats.stop();
 	};
 	try {
 		await nats.start();
 		const authorityKeyFile = loadOrCreateAuthorityKeypair(null, tempDir()).source;
-		const shared = { TRANSPORTER: nats.url, NATS_USER: nats.user, NATS_PASSWORD: nats.password, NAMESPACE: `${options.namespace}${process.pid}`, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
-		const brokerOf = (role: string, env: Record<string, string>) => createNode(loadConfig({ ...shared, DATA_DIR: tempDir(), ...env }), { nodeID: `${role}-${process.pid}`, logger: false, skipProcessEventRegistration: true });
+		const shared = { TRANSPORTER: nats.url, NAMESPACE: `${options.namespace}${process.pid}`, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
+		const brokerOf = (role: string, env: Record<string, string>) => {
+			const group = busGroupServing(env.SERVICES.split(","));
+			return createNode(loadConfig({ ...shared, ...nats.credentials(group), DATA_DIR: tempDir(), ...env }), { nodeID: busNodeId(group, `${role}-${process.pid}`), logger: false, skipProcessEventRegistration: true });
+		};
 		owners = brokerOf("owners", options.owners);
-		gateway = brokerOf("gateway", { PORT: "0", ...options.gateway });
 		await owners.start();
+		for (const [i, env] of (options.others ?? []).entries()) {
+			others.push(brokerOf(`node${i}`, env));
+			await others[i].start();
+		}
+		gateway = brokerOf("gateway", { PORT: "0", ...options.gateway });
 		await gateway.start();
 		await gateway.waitForServices(options.waitFor, 15_000);
 		const api = gateway.getLocalService("api") as unknown as { server: { address(): { port: number } } };

@@ -11,10 +11,11 @@ import type { ServiceBroker } from "moleculer";
 import { Webhook } from "standardwebhooks";
 import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
 import { freePort, waitFor, type ScriptProcess } from "../../devkit/process";
+import { BUS_GROUPS, busGroupServing, busNodeId } from "../../lib/bus-groups";
 import { loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
 import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
-import { SERVICE_FACTORIES, createNode, stopNode } from "../../services";
+import { createNode, stopNode } from "../../services";
 import { newRoute, newWallet, signedIntent, signedTinOperation, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, spawnService, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
 
@@ -513,13 +514,13 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 	const webhookSecretsKey = randomBytes(32).toString("base64");
 
 	/** A broker of this test's cluster, on the real bus: what crosses it is serialized as in production. */
-	async function broker(nodeID: string, env: Record<string, string>): Promise<ServiceBroker> {
+	async function broker(name: string, env: Record<string, string> & { SERVICES: string }): Promise<ServiceBroker> {
+		const group = busGroupServing(env.SERVICES.split(","));
 		const config = loadConfig({
 			PORT: "0",
 			NAMESPACE: namespace,
 			TRANSPORTER: nats.url,
-			NATS_USER: nats.user,
-			NATS_PASSWORD: nats.password,
+			...nats.credentials(group),
 			WORKER_API_KEYS: API_KEY,
 			NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile,
 			WEBHOOK_SECRETS_KEY: webhookSecretsKey,
@@ -529,7 +530,7 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 			WEBHOOK_ALLOW_PRIVATE: "true",
 			...env
 		});
-		const started = createNode(config, { nodeID, logger: false, skipProcessEventRegistration: true });
+		const started = createNode(config, { nodeID: busNodeId(group, name), logger: false, skipProcessEventRegistration: true });
 		await started.start();
 		brokers.push(started);
 		return started;
@@ -546,10 +547,12 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 	it("never deliver one subscription's events concurrently, and deliver each event once", async () => {
 		const route = newRoute();
 		const dir = tempDir();
-		const everythingButDelivery = Object.keys(SERVICE_FACTORIES).filter(name => name !== "webhook-delivery");
-		const owners = await broker("owners", { DATA_DIR: dir, REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), SERVICES: everythingButDelivery.join(",") });
+		// The deployment's groups (k8s/4*.yaml), the delivery workers two intake processes.
+		await broker("owners", { DATA_DIR: dir, REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), SERVICES: BUS_GROUPS.owners.join(",") });
+		await broker("verifier", { DATA_DIR: tempDir(), SERVICES: "verifier" });
+		const gateway = await broker("gateway", { DATA_DIR: tempDir(), SERVICES: "api,receiver,network" });
 		const workers = [await broker("worker-a", { DATA_DIR: tempDir(), SERVICES: "webhook-delivery" }), await broker("worker-b", { DATA_DIR: tempDir(), SERVICES: "webhook-delivery" })];
-		const api = owners.getLocalService("api") as unknown as { server: { address(): AddressInfo } };
+		const api = gateway.getLocalService("api") as unknown as { server: { address(): AddressInfo } };
 		const client = httpClient(`http://127.0.0.1:${api.server.address().port}`);
 		const receiver = await new Receiver().start();
 		receiver.delayMs = 20;
@@ -571,7 +574,7 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 			expect(receiver.unverified).toEqual([]);
 			// Both workers delivered: the exclusion was tested, not a lone worker.
 			for (const w of workers) {
-				const [family] = (await owners.call("metrics.snapshot", { names: ["scs_webhook_deliveries_total"] }, { nodeID: w.nodeID })) as { values: { value: number; labels: { outcome: string } }[] }[];
+				const [family] = (await gateway.call("metrics.snapshot", { names: ["scs_webhook_deliveries_total"] }, { nodeID: w.nodeID })) as { values: { value: number; labels: { outcome: string } }[] }[];
 				const delivered = family.values.find(v => v.labels.outcome === "delivered")?.value ?? 0;
 				expect({ worker: w.nodeID, delivered: delivered > 0 }).toEqual({ worker: w.nodeID, delivered: true });
 			}

@@ -128,7 +128,7 @@ test("a Cranker silent for CRANKER_TTL_MS is offline and leaves the figures; sil
 
 test("with replicas, a heartbeat another replica stamped long before it was stored (a slow MongoDB write) is counted once stored", async () => {
 	// A transporter says replicas may share the store; this broker runs without one.
-	const crankers = await startCrankers({ TRANSPORTER: "nats://127.0.0.1:4222", SERVICES: "crankers" });
+	const crankers = await startCrankers({ TRANSPORTER: "nats://127.0.0.1:4222", NATS_USER: "owners", SERVICES: "crankers" });
 	try {
 		await crankers.heartbeat(signedHeartbeat(newWallet()));
 		await sleep(200);

@@ -74,17 +74,26 @@ describe("loadConfig values", () => {
 	});
 
 	it("with TRANSPORTER, refuses to let replicas generate their own worker keys or authority key", () => {
-		const distributed = { TRANSPORTER: "nats://localhost:4222" };
-		expect(() => loadConfig({ ...distributed, SERVICES: "api", NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER/);
-		expect(() => loadConfig({ ...distributed, SERVICES: "payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
-		expect(() => loadConfig({ ...distributed, WORKER_API_KEYS: "a-worker-key-of-24-chars" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH/);
-		expect(loadConfig({ ...distributed, SERVICES: "verifier" })).toMatchObject({ services: ["verifier"] });
-		for (const services of ["webhooks", "receiver,webhook-delivery", "mempool", "tin"])
-			expect(() => loadConfig({ ...distributed, SERVICES: services, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
+		const onBus = (group: string) => ({ TRANSPORTER: "nats://localhost:4222", NATS_USER: group });
+		expect(() => loadConfig({ ...onBus("gateway"), SERVICES: "api" })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER/);
+		expect(() => loadConfig({ ...onBus("owners"), SERVICES: "payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
+		expect(loadConfig({ ...onBus("verifier"), SERVICES: "verifier" })).toMatchObject({ services: ["verifier"], busGroup: "verifier" });
+		for (const [group, services] of [["owners", "webhooks"], ["intake", "receiver,webhook-delivery"], ["owners", "mempool"], ["owners", "tin"]])
+			expect(() => loadConfig({ ...onBus(group), SERVICES: services, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
 		const key = "q".repeat(43) + "=";
-		expect(loadConfig({ ...distributed, SERVICES: "webhooks", WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));
+		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));
 		// One process, no transporter: it generates both into DATA_DIR, as before.
-		expect(loadConfig({})).toMatchObject({ transporter: null, workerApiKeys: [], nodeAuthorityKeypairPath: null });
+		expect(loadConfig({})).toMatchObject({ transporter: null, workerApiKeys: [], nodeAuthorityKeypairPath: null, busGroup: null });
+	});
+
+	it("with TRANSPORTER, NATS_USER names the process's bus group, and SERVICES only that group's services", () => {
+		const bus = { TRANSPORTER: "nats://localhost:4222" };
+		for (const user of [undefined, "scs", "Owners", "__proto__"]) expect(() => loadConfig({ ...bus, ...(user ? { NATS_USER: user } : {}), SERVICES: "verifier" })).toThrow(/NATS_USER must name this process's bus group/);
+		// The internet-facing gateway may not run an owner or a verifier; every service needs a list.
+		expect(() => loadConfig({ ...bus, NATS_USER: "gateway", SERVICES: "api,mempool", WORKER_API_KEYS: "a-worker-key-of-24-chars" })).toThrow(/SERVICES must list services of the bus group gateway \(api\) with TRANSPORTER; not mempool/);
+		expect(() => loadConfig({ ...bus, NATS_USER: "verifier", SERVICES: "" })).toThrow(/SERVICES must list services of the bus group verifier/);
+		expect(() => loadConfig({ ...bus, NATS_USER: "verifier", SERVICES: "verifier", NAMESPACE: "a.b" })).toThrow(/NAMESPACE may not hold dots/);
+		expect(loadConfig({ ...bus, NATS_USER: "intake", SERVICES: "api,receiver,network,webhook-delivery", WORKER_API_KEYS: "a-worker-key-of-24-chars", WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" }).busGroup).toBe("intake");
 	});
 
 	it("WEBHOOK_SECRETS_KEY must be 32 bytes in base64, and is never echoed", () => {
@@ -111,7 +120,8 @@ describe("loadConfig values", () => {
 			NODE_AUTHORITY_KEYPAIR_PATH: "/etc/scs/authority.json",
 			WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=",
 			TRANSPORTER: "nats://localhost:4222",
-			WORKER_API_KEYS: "a-worker-key-of-24-chars"
+			NATS_USER: "owners",
+			SERVICES: "payouts"
 		});
 		expect(config).toMatchObject({
 			dataDir: "/var/lib/scs",

@@ -3,6 +3,7 @@
  * durability are refused at start, transient driver errors are told from bugs, every index ends
  * in _id and every query shape needs one that serves it, and NATS credentials reach the URL.
  */
+import os from "node:os";
 import { MongoClient, MongoNetworkError, MongoOperationTimeoutError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
 import { ConfigError, loadConfig } from "../../lib/config";
 import { StoreUnavailableError } from "../../lib/store";
@@ -142,9 +143,15 @@ describe("NATS credentials", () => {
 	const options = (env: Record<string, string>) => brokerOptions(loadConfig({ SERVICES: "verifier", ...env })).transporter as { options: { url: string } };
 
 	test("go into every transporter URL (Moleculer takes them from the URL only)", () => {
-		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "scs", NATS_PASSWORD: "p0-._~" }).options.url).toBe("nats://scs:p0-._~@nats:4222");
-		expect(options({ TRANSPORTER: "nats://a:4222, nats://b:4222", NATS_USER: "u", NATS_PASSWORD: "p" }).options.url).toBe("nats://u:p@a:4222,nats://u:p@b:4222");
-		expect(options({ TRANSPORTER: "nats://nats:4222" }).options.url).toBe("nats://nats:4222");
+		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p0-._~" }).options.url).toBe("nats://verifier:p0-._~@nats:4222");
+		expect(options({ TRANSPORTER: "nats://a:4222, nats://b:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).options.url).toBe("nats://verifier:p@a:4222,nats://verifier:p@b:4222");
+	});
+
+	test("on the bus, a node id starts with its group, which NATS permissions match as a subject token", () => {
+		const options = brokerOptions(loadConfig({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", SERVICES: "verifier" }));
+		expect(options.nodeID).toBe(`verifier.${os.hostname()}-${process.pid}`);
+		expect(options.internalServices).toBe(false);
+		expect(brokerOptions(loadConfig({})).nodeID).toBe(`${os.hostname()}-${process.pid}`);
 	});
 
 	test("a TRANSPORTER that is not nats:// URLs, or holds credentials, is refused without echoing it", () => {

@@ -1,0 +1,80 @@
+/**
+ * The bus's trust zones. Each process group of the distributed deployment (k8s/4*.yaml) signs in
+ * to NATS as its own user, and that user may subscribe only to its own nodes' subjects and to the
+ * broadcasts. So a process holding one group's credentials, the internet-facing gateway's above
+ * all, can neither read another group's requests and answers nor receive calls in its name.
+ *
+ * Moleculer addresses a node's requests, answers and events to `<prefix>.<CMD>.<nodeID>`. A node's
+ * id therefore starts with its group as a subject token (`owners.<host>-<pid>`), which NATS
+ * permissions can match (`*.REQ.owners.>`). A node is believed to serve only what its group may
+ * serve: another group's node that claims an owner's service is ignored, and one that claims an
+ * owner's node id cannot receive what is sent to it.
+ */
+
+/** The groups, each the NATS user its processes sign in as, and the services it may run. */
+export const BUS_GROUPS = {
+	// The public REST gateway: it calls the others and serves none of their services.
+	gateway: ["api"],
+	// Intake: submissions, webhook delivery, the network figures; may run a gateway beside them.
+	intake: ["api", "receiver", "network", "webhook-delivery"],
+	verifier: ["verifier"],
+	owners: ["mempool", "payouts", "crankers", "tin", "epochs", "access", "webhooks"]
+} as const satisfies Record<string, readonly string[]>;
+
+export type BusGroup = keyof typeof BUS_GROUPS;
+
+/** Services every process runs, whatever its group (services/index.ts): each answers for itself. */
+const EVERY_NODE = ["metrics"];
+
+export function isBusGroup(name: string): name is BusGroup {
+	return Object.hasOwn(BUS_GROUPS, name);
+}
+
+export function mayServe(group: BusGroup, service: string): boolean {
+	return EVERY_NODE.includes(service) || (BUS_GROUPS[group] as readonly string[]).includes(service);
+}
+
+/** The first group that may run all of `services` (for harnesses that start processes by their services). */
+export function busGroupServing(services: string[]): BusGroup {
+	const group = (Object.keys(BUS_GROUPS) as BusGroup[]).find(candidate => services.every(service => mayServe(candidate, service)));
+	if (!group) throw new Error(`no bus group runs all of ${services.join(", ")}`);
+	return group;
+}
+
+/** A node id NATS permissions can tell apart by group: the group, then a dot. */
+export function busNodeId(group: BusGroup, name: string): string {
+	return `${group}.${name}`;
+}
+
+/** The group a node id claims, or null for an id of no group. */
+export function busGroupOf(nodeID: string): BusGroup | null {
+	const group = nodeID.slice(0, nodeID.indexOf("."));
+	return isBusGroup(group) ? group : null;
+}
+
+/** Moleculer's packets addressed to one node (its id after the command). */
+const ADDRESSED = ["REQ", "RES", "EVENT", "DISCOVER", "INFO", "PING", "PONG"];
+/** Moleculer's broadcasts, which every node reads. */
+const BROADCAST = ["DISCOVER", "INFO", "DISCONNECT", "HEARTBEAT", "PING"];
+
+/**
+ * What a group's user may subscribe to. The first token is Moleculer's prefix (`MOL` or
+ * `MOL-<namespace>`). Publishing stays open: every group calls, answers and announces itself.
+ */
+export function busSubscriptions(group: BusGroup): string[] {
+	return [...ADDRESSED.map(cmd => `*.${cmd}.${group}.>`), ...BROADCAST.map(cmd => `*.${cmd}`)];
+}
+
+/**
+ * The `authorization` block of nats.conf: a user per group, with its password (a literal, or a
+ * `$VARIABLE` nats-server reads from its environment) and its subscriptions.
+ */
+export function natsAuthorization(passwordOf: (group: BusGroup) => string, indent = ""): string {
+	const users = (Object.keys(BUS_GROUPS) as BusGroup[]).map(group => {
+		const subscribe = busSubscriptions(group)
+			.map(subject => `"${subject}"`)
+			.join(", ");
+		return `${indent}    { user: ${group}, password: ${passwordOf(group)}, permissions: { subscribe: [${subscribe}] } }`;
+	});
+	return [`${indent}authorization {`, `${indent}  timeout: 2`, `${indent}  users: [`, ...users, `${indent}  ]`, `${indent}}`].join("\n");
+}

@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import vm from "node:vm";
 import { parseAllDocuments } from "yaml";
+import { BUS_GROUPS, busGroupServing, natsAuthorization } from "../../lib/bus-groups";
 import { CRANKER_ROUTES } from "../../lib/cranker-call";
 import { mongoDatabaseName, mongoUrlWeakenings } from "../../lib/store/mongo-url";
 
@@ -446,27 +447,28 @@ describe("k8s/ manifests: NATS requires credentials", () => {
 		expect(headless.spec!.ports!.map(p => p.port)).toContain(6222);
 	});
 
-	it("reads its config from a ConfigMap that requires a user and password from the environment, anonymous access off", () => {
+	const groupPassword = (group: string) => `NATS_PASSWORD_${group.toUpperCase()}`;
+
+	it("reads its config from a ConfigMap with a user per bus group, each password from the environment, anonymous access off", () => {
 		expect(configMapName).not.toBe("");
-		expect(config).toMatch(/^authorization\s*\{\s*user:\s*\$NATS_USER\s+password:\s*\$NATS_PASSWORD\b/m);
+		// The users and their permissions are lib/bus-groups.ts's, as the app's processes expect.
+		expect(configFile).toContain(natsAuthorization(group => `$${groupPassword(group)}`));
 		expect(config).not.toMatch(/no_auth_user|allow_anonymous/);
 		// The config holds no credential of its own.
-		expect(config).not.toMatch(/(user|password):\s*["'\w]/);
+		expect(config).not.toMatch(/password:\s*["'\w]/);
 	});
 
-	it("authenticates the cluster routes too, with routes to every server", () => {
-		expect(config).toMatch(/\bcluster\s*\{[\s\S]*authorization\s*\{\s*user:\s*\$NATS_USER\s+password:\s*\$NATS_PASSWORD\b/);
+	it("authenticates the cluster routes too, as a user of their own, with routes to every server", () => {
+		expect(config).toMatch(/\bcluster\s*\{[\s\S]*authorization\s*\{\s*user:\s*route\s+password:\s*\$NATS_ROUTE_PASSWORD\b/);
 		const routes = /routes:\s*\[([^\]]*)\]/.exec(config)?.[1].split(",").map(r => r.trim().replace(/^\$/, "")) ?? [];
-		expect(routes.map(name => envValue(container, name))).toEqual(
-			[0, 1, 2].map(i => `nats://$(NATS_USER):$(NATS_PASSWORD)@nats-${i}.${nats.spec!.serviceName}.${NAMESPACE}.svc.cluster.local:6222`)
-		);
-		// The kubelet expands $(NATS_USER) only from variables defined before.
+		expect(routes.map(name => envValue(container, name))).toEqual([0, 1, 2].map(i => `nats://route:$(NATS_ROUTE_PASSWORD)@nats-${i}.${nats.spec!.serviceName}.${NAMESPACE}.svc.cluster.local:6222`));
+		// The kubelet expands $(NATS_ROUTE_PASSWORD) only from variables defined before.
 		const names = (container.env ?? []).map(e => e.name);
-		for (const route of routes) expect(names.indexOf(route)).toBeGreaterThan(names.indexOf("NATS_PASSWORD"));
+		for (const route of routes) expect(names.indexOf(route)).toBeGreaterThan(names.indexOf("NATS_ROUTE_PASSWORD"));
 	});
 
-	it("takes NATS_USER and NATS_PASSWORD from the Secret", () => {
-		for (const name of ["NATS_USER", "NATS_PASSWORD"]) expect(fromSecret(container, name)).toEqual({ name: SECRET, key: name });
+	it("takes every group's password and the routes' from the Secret", () => {
+		for (const name of [...Object.keys(BUS_GROUPS).map(groupPassword), "NATS_ROUTE_PASSWORD"]) expect(fromSecret(container, name)).toEqual({ name: SECRET, key: name });
 	});
 
 	const natsServer = spawnSync("nats-server", ["--version"], { encoding: "utf8" }).status === 0;
@@ -476,12 +478,12 @@ describe("k8s/ manifests: NATS requires credentials", () => {
 			const file = path.join(dir, "nats.conf");
 			fs.writeFileSync(file, configFile.replace("/data/jetstream", path.join(dir, "jetstream")));
 			const password = "n0123456789abcdef0123456789abcdef";
-			const env: Record<string, string> = { ...process.env, POD_NAME: "nats-0", NATS_USER: "settlement", NATS_PASSWORD: password };
-			for (const i of [0, 1, 2]) env[`NATS_ROUTE_${i}`] = `nats://settlement:${password}@nats-${i}.nats-headless.settlement.svc.cluster.local:6222`;
+			const env: Record<string, string> = { ...process.env, POD_NAME: "nats-0", NATS_ROUTE_PASSWORD: password, ...Object.fromEntries(Object.keys(BUS_GROUPS).map(group => [groupPassword(group), password])) };
+			for (const i of [0, 1, 2]) env[`NATS_ROUTE_${i}`] = `nats://route:${password}@nats-${i}.nats-headless.settlement.svc.cluster.local:6222`;
 			const run = spawnSync("nats-server", ["-t", "-c", file], { encoding: "utf8", env });
 			expect([run.status, `${run.stdout}${run.stderr}`]).toEqual([0, expect.stringMatching(/valid/)]);
 			// Why the README's password starts with a letter: one starting with a digit is read as a number.
-			const digit = spawnSync("nats-server", ["-t", "-c", file], { encoding: "utf8", env: { ...env, NATS_PASSWORD: "3e5a0b" } });
+			const digit = spawnSync("nats-server", ["-t", "-c", file], { encoding: "utf8", env: { ...env, NATS_PASSWORD_OWNERS: "3e5a0b" } });
 			expect(digit.status).not.toBe(0);
 		} finally {
 			fs.rmSync(dir, { recursive: true, force: true });
@@ -737,13 +739,14 @@ describe("k8s/ manifests: egress", () => {
 });
 
 describe("k8s/ manifests: the app reaches NATS and MongoDB with credentials from the Secret", () => {
-	it.each(deployments.map(d => [d.metadata.name, d] as const))("%s: TRANSPORTER from the ConfigMap, NATS_USER and NATS_PASSWORD from the Secret", (_name, deployment) => {
+	it.each(deployments.map(d => [d.metadata.name, d] as const))("%s: TRANSPORTER from the ConfigMap, NATS_USER its bus group, its group's NATS_PASSWORD from the Secret", (_name, deployment) => {
 		const container = podSpec(deployment).containers[0];
 		const configMaps = (container.envFrom ?? []).flatMap(source => (source.configMapRef ? [get("v1", "ConfigMap", source.configMapRef.name)] : []));
 		const data = Object.assign({}, ...configMaps.map(c => c.data)) as Record<string, string>;
 		expect(data.TRANSPORTER).toBe(`nats://nats.${NAMESPACE}.svc.cluster.local:4222`);
 		get("v1", "Service", "nats");
-		for (const name of ["NATS_USER", "NATS_PASSWORD"]) expect(fromSecret(container, name)).toEqual({ name: SECRET, key: name });
+		const group = busGroupServing(envValue(container, "SERVICES")!.split(","));
+		expect([envValue(container, "NATS_USER"), fromSecret(container, "NATS_PASSWORD")]).toEqual([group, { name: SECRET, key: `NATS_PASSWORD_${group.toUpperCase()}` }]);
 		expect(data.SOLANA_RPC_URL).toBe("https://api.devnet.solana.com");
 		expect(data.TRUST_PROXY).toBe("true");
 		// Never weakened in the manifests (the app refuses a weak MONGO_URL unless this is true).
@@ -759,10 +762,10 @@ describe("k8s/ manifests: the app reaches NATS and MongoDB with credentials from
 
 	it("gives each Deployment only the Secret keys it needs", () => {
 		expect(Object.fromEntries(deployments.map(d => [d.metadata.name, secretKeysOf(d)]))).toEqual({
-			gateway: ["METRICS_API_KEY", "NATS_PASSWORD", "NATS_USER", "WORKER_API_KEYS"],
-			intake: ["NATS_PASSWORD", "NATS_USER", "WEBHOOK_SECRETS_KEY"],
-			verifier: ["NATS_PASSWORD", "NATS_USER"],
-			owners: ["MONGO_URL", "NATS_PASSWORD", "NATS_USER", "WEBHOOK_SECRETS_KEY", "node-authority-keypair.json"]
+			gateway: ["METRICS_API_KEY", "NATS_PASSWORD_GATEWAY", "WORKER_API_KEYS"],
+			intake: ["NATS_PASSWORD_INTAKE", "WEBHOOK_SECRETS_KEY"],
+			verifier: ["NATS_PASSWORD_VERIFIER"],
+			owners: ["MONGO_URL", "NATS_PASSWORD_OWNERS", "WEBHOOK_SECRETS_KEY", "node-authority-keypair.json"]
 		});
 		const owners = get("apps/v1", "Deployment", "owners");
 		const keypairPath = envValue(podSpec(owners).containers[0], "NODE_AUTHORITY_KEYPAIR_PATH");

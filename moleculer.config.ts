@@ -4,11 +4,12 @@
  */
 import { randomUUID } from "node:crypto";
 import os from "node:os";
-import { Validators, type BrokerOptions, type Errors, type Middleware } from "moleculer";
-import { busGroupOf, busNodeId, mayServe } from "./lib/bus-groups";
+import { Validators, type BrokerOptions, type Errors } from "moleculer";
+import { busCallKey, busNodeId } from "./lib/bus-groups";
 import type { Config } from "./lib/config";
 import { ERROR_STATUS } from "./lib/errors";
 import { VALIDATION_MESSAGES } from "./lib/schemas";
+import { busGuard } from "./services/bus-guard";
 
 /** A failure of the node that ran the action, as opposed to an answer of the SPEC §7 catalogue. */
 function isNodeFailure(err: Error): boolean {
@@ -40,34 +41,6 @@ function quieter(level: string): string {
 function jsonLine(level: string, args: unknown[], bindings: { nodeID?: string; mod?: string; svc?: string }): string[] {
 	const message = args.map(arg => (arg instanceof Error ? arg.stack ?? arg.message : typeof arg === "string" ? arg : JSON.stringify(arg))).join(" ");
 	return [JSON.stringify({ time: new Date().toISOString(), level, module: bindings.svc ?? bindings.mod, node: bindings.nodeID, message })];
-}
-
-/**
- * A node's announcement (INFO) is believed only for the services its group may run
- * (lib/bus-groups.ts): a process of another group cannot take an owner's or a verifier's calls by
- * claiming its services, and one that claims an owner's node id cannot read what is sent there.
- */
-function busGroupGuard(): Middleware {
-	type Handler = (cmd: string, packet: { payload: NodeInfo }) => unknown;
-	const guard = {
-		name: "BusGroupGuard",
-		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {
-			const info = packet.payload;
-			if (cmd === "INFO" && Array.isArray(info?.services)) {
-				const group = busGroupOf(String(info.sender));
-				info.services = info.services.filter(service => group !== null && mayServe(group, String(service?.name)));
-			}
-			return next(cmd, packet);
-		}
-	};
-	// Moleculer's typings give this hook the handler's result type; it returns the wrapped handler.
-	return guard as unknown as Middleware;
-}
-
-/** The part of an INFO packet's payload the guard reads. */
-interface NodeInfo {
-	sender: unknown;
-	services?: { name?: unknown }[];
 }
 
 export function brokerOptions(config: Config): BrokerOptions {
@@ -114,6 +87,8 @@ export function brokerOptions(config: Config): BrokerOptions {
 		// Request ids from a CSPRNG (Moleculer's default is Math.random): an answer is matched to its
 		// request by id alone, so an id must not be guessable by a process that cannot read the request.
 		uidGenerator: () => randomUUID(),
-		middlewares: config.busGroup ? [busGroupGuard()] : []
+		// On the bus: believe a node's services only where its group may run them, and prove (or
+		// check) the intake's and the owners' key on calls to the actions that change state.
+		middlewares: config.busGroup ? [busGuard(config.webhookSecretsKey && busCallKey(config.webhookSecretsKey))] : []
 	};
 }

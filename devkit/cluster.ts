@@ -150,7 +150,7 @@ export class Cluster {
 		await this.nats.start();
 		// Below info the processes do not announce their ports: they are given theirs.
 		const port = async (): Promise<Record<string, string>> => (this.options.logLevel && this.options.logLevel !== "info" ? { PORT: String(await freePort()) } : {});
-		this.owners = this.node("owners", { SERVICES: "mempool,payouts,crankers,tin,epochs,access", REGISTRY_SEED_FILE: this.options.seedFile, ...(await port()) });
+		this.owners = this.node("owners", { SERVICES: "mempool,payouts,crankers,tin,epochs,access,webhooks", REGISTRY_SEED_FILE: this.options.seedFile, ...(await port()) });
 		await this.owners.ready();
 		// As k8s/42-verifier.yaml runs them: a core each, verifying on the event loop.
 		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier", VERIFY_THREADS: "0", ...(await port()) }));

@@ -9,7 +9,12 @@
  * permissions can match (`*.REQ.owners.>`). A node is believed to serve only what its group may
  * serve: another group's node that claims an owner's service is ignored, and one that claims an
  * owner's node id cannot receive what is sent to it.
+ *
+ * Publishing stays open, so the internal actions that change state ask more of a call that comes
+ * over the bus: a proof, keyed by the secret only the intake and the owners hold, over the action
+ * and the call's id (`keyHoldersOnly` in services/internal.ts).
  */
+import { createHmac, hkdfSync, timingSafeEqual } from "node:crypto";
 
 /** The groups, each the NATS user its processes sign in as, and the services it may run. */
 export const BUS_GROUPS = {
@@ -77,4 +82,27 @@ export function natsAuthorization(passwordOf: (group: BusGroup) => string, inden
 		return `${indent}    { user: ${group}, password: ${passwordOf(group)}, permissions: { subscribe: [${subscribe}] } }`;
 	});
 	return [`${indent}authorization {`, `${indent}  timeout: 2`, `${indent}  users: [`, ...users, `${indent}  ]`, `${indent}}`].join("\n");
+}
+
+/**
+ * The key that proves a call comes from the intake or the owners, derived from the secret only
+ * they hold (WEBHOOK_SECRETS_KEY; the gateway and the verifiers are not given it).
+ */
+export function busCallKey(sharedSecret: Buffer): Buffer {
+	return Buffer.from(hkdfSync("sha256", sharedSecret, Buffer.alloc(0), "scs bus calls v1", 32));
+}
+
+/**
+ * A call's proof: over its action and its id, which Moleculer draws afresh for every call. Only the
+ * addressee's group reads a request, so a proof is never seen by a process that lacks the key.
+ */
+export function busCallProof(key: Buffer, action: string, callId: string): string {
+	return createHmac("sha256", key).update(`${action}\n${callId}`).digest("base64url");
+}
+
+export function isBusCallProof(key: Buffer, action: string, callId: string, proof: unknown): boolean {
+	if (typeof proof !== "string") return false;
+	const given = Buffer.from(proof);
+	const expected = Buffer.from(busCallProof(key, action, callId));
+	return given.length === expected.length && timingSafeEqual(given, expected);
 }

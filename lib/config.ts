@@ -282,9 +282,9 @@ function withSharedSecrets(config: Config): Config {
 	if (runs("api") && !config.workerApiKeys.length) throw new ConfigError("WORKER_API_KEYS is required with TRANSPORTER for a process that runs api: replicas would each generate other keys");
 	if (runs("payouts") && !config.nodeAuthorityKeypairPath)
 		throw new ConfigError("NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER for a process that runs payouts: replicas would each generate another authority key");
-	if (["webhooks", "webhook-delivery", "mempool", "tin"].some(runs) && !config.webhookSecretsKey)
+	if ((config.busGroup === "intake" || config.busGroup === "owners") && !config.webhookSecretsKey)
 		throw new ConfigError(
-			"WEBHOOK_SECRETS_KEY is required with TRANSPORTER for a process that runs webhooks, webhook-delivery, mempool or tin: the owners seal the signing secrets and tag their events with it, the delivery workers check and open them"
+			"WEBHOOK_SECRETS_KEY is required with TRANSPORTER for the intake and owners groups: the owners seal the webhooks' signing secrets and tag their events with it, the delivery workers check and open them, and both prove with it their calls to the actions that change state"
 		);
 	return config;
 }

@@ -18,7 +18,7 @@ import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
 import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
-import { internal } from "./internal";
+import { internal, keyHoldersOnly } from "./internal";
 
 const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Heartbeats read per page when a replica folds in what was stored since its last look. */
@@ -123,7 +123,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			 * a replay (SPEC §6.1), even from a call that names the same parent: whoever sent it on the
 			 * bus chose that name, and no broker retries a call (moleculer.config.ts).
 			 */
-			admitSignature: internal({
+			admitSignature: keyHoldersOnly({
 				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true } },
 				async handler(this: CrankersThis, ctx: Context<{ keyid: string; signature: string; created: number }>): Promise<true> {
 					const { keyid, signature, created } = ctx.params;

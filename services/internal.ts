@@ -14,6 +14,16 @@ export function internal<A extends object>(action: A): A & { visibility: "public
 }
 
 /**
+ * An internal action that changes state: over the bus it runs only for a caller that proves it
+ * holds the intake's and the owners' key (lib/bus-groups.ts, checked by moleculer.config.ts's bus
+ * guard), so a process with the gateway's or a verifier's bus credentials cannot call it. Calls
+ * within a process are not checked: they never cross the bus.
+ */
+export function keyHoldersOnly<A extends object>(action: A): A & { visibility: "public"; keyHoldersOnly: true } {
+	return { ...internal(action), keyHoldersOnly: true };
+}
+
+/**
  * Whether some node now serves `action`: a caller with a fallback (a batch action a node of the
  * previous version lacks during a rolling update, say) asks before it calls.
  */

@@ -63,7 +63,7 @@ import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey } from "./replay";
-import { internal } from "./internal";
+import { internal, keyHoldersOnly } from "./internal";
 
 export const INTENTS_COLLECTION = {
 	name: "intents",
@@ -228,7 +228,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * earlier submission (idempotency on paymentId). A different body under the same paymentId
 			 * is 409, or 503 while the body holding it is not verified yet.
 			 */
-			receive: internal({
+			receive: keyHoldersOnly({
 				params: { ...intakeParams, epoch: { type: "number", integer: true, min: 1 } },
 				handler(this: MempoolThis, ctx: Context<Parameters<MempoolMethods["receive"]>[0]>) {
 					return this.receive(ctx.params, callKey(ctx));
@@ -241,7 +241,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * commit group) is its answer, not the batch's: the others may be stored already, and a
 			 * client answered 500 for a stored intent might pay again under a new paymentId.
 			 */
-			receiveMany: internal({
+			receiveMany: keyHoldersOnly({
 				params: {
 					epoch: { type: "number", integer: true, min: 1 },
 					items: { type: "array", min: 1, max: INTAKE_BATCH_MAX, items: { type: "object", props: { ...intakeParams, call: { type: "string", max: 200 } } } }
@@ -337,7 +337,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			}),
 
 			/** Internal: RECEIVED → NODE_VERIFYING. Null when another verifier claimed it first. */
-			claimForVerification: internal({
+			claimForVerification: keyHoldersOnly({
 				params: { id: recordRef, expectedVersion: version },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; expectedVersion: number }>): Promise<WaitingIntent | null> {
 					const record = await this.intents.get(ctx.params.id);
@@ -348,7 +348,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			}),
 
 			/** Internal: a sweep's verdict on an intent it claimed; the state it ends in, or null once removed as unsigned. */
-			completeVerification: internal({
+			completeVerification: keyHoldersOnly({
 				params: { id: recordRef, expectedVersion: version, verdict: verdictParam },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; expectedVersion: number; verdict: Verdict }>): Promise<IntentState | null> {
 					const record = await this.intents.get(ctx.params.id);
@@ -358,7 +358,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			}),
 
 			/** Internal: NODE_VERIFYING → RECEIVED when no verifier answered; a sweep retries it. */
-			returnToReceived: internal({
+			returnToReceived: keyHoldersOnly({
 				params: { id: recordRef, expectedVersion: version },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; expectedVersion: number }>): Promise<IntentState> {
 					const record = await this.mustGet(ctx.params.id);
@@ -413,7 +413,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * Internal, for a payout authorization (SPEC §2.5): the record, when `crankerPubkey` holds
 			 * its live lease and the intent has not expired; the lease rules' refusal otherwise.
 			 */
-			leaseForPayout: internal({
+			leaseForPayout: keyHoldersOnly({
 				params: { id: recordRef, crankerPubkey: address() },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; crankerPubkey: string }>): Promise<IntentRecord> {
 					const record = await this.mustGet(ctx.params.id);
@@ -427,7 +427,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * the one the sender signed: the leased intent is REJECTED (ROUTE_MISMATCH), compare-and-set
 			 * on the version payouts read. Whether it was.
 			 */
-			rejectReplacedRoute: internal({
+			rejectReplacedRoute: keyHoldersOnly({
 				params: { id: recordRef, stateVersion: version, liveRouteVersion: version },
 				async handler(this: MempoolThis, ctx: Context<{ id: string; stateVersion: number; liveRouteVersion: number }>): Promise<boolean> {
 					const record = await this.mustGet(ctx.params.id);
@@ -456,7 +456,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * finishing the same close archive the same intents. Archived intents stay in this
 			 * store, so paymentId idempotency and nonce ownership outlive the epoch.
 			 */
-			archiveTerminal: internal({
+			archiveTerminal: keyHoldersOnly({
 				params: { epoch: { type: "number", integer: true, min: 1 }, changedBefore: { type: "string", max: 40 }, limit: { type: "number", integer: true, min: 1, max: SWEEP_BATCH } },
 				async handler(this: MempoolThis, ctx: Context<{ epoch: number; changedBefore: string; limit: number }>): Promise<number> {
 					const { epoch, changedBefore, limit: size } = ctx.params;

@@ -49,7 +49,7 @@ import {
 } from "../lib/webhooks";
 import type { EventStream } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
-import { internal } from "./internal";
+import { internal, keyHoldersOnly } from "./internal";
 import { loadWebhookKeys } from "./webhook-keys";
 
 /** The owner of each stream's events (mixins/outbox.mixin.ts), and its action names. */
@@ -194,7 +194,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			 * subscriptions that have work: a retry that is due, a lease that lapsed (its holder died),
 			 * or an idle one behind a stream's latest event (`heads`), the furthest behind first.
 			 */
-			claim: internal({
+			claim: keyHoldersOnly({
 				params: {
 					leasedBy: { type: "string", max: 200 },
 					/** Fresh at each claim: the leases are tagged over it. */
@@ -215,7 +215,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			 * Internal, by a lease holder: the events up to `seq` of `stream` are handled (the last one
 			 * delivered when `delivered`); renews the lease. The new version, or null: lease lost.
 			 */
-			advance: internal({
+			advance: keyHoldersOnly({
 				params: { ...leaseParams, stream: streamParam, seq: { type: "number", integer: true, min: 0 }, delivered: "boolean" },
 				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; stream: WebhookStream; seq: number; delivered: boolean }>): Promise<number | null> {
 					const { id, version, stream, seq, delivered } = ctx.params;
@@ -230,7 +230,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			 * of `stream` are handled). Schedules the next attempt and gives the lease up, or disables
 			 * the subscription once the streak's retry window (WEBHOOK_RETRY_FOR_MS) is over.
 			 */
-			fail: internal({
+			fail: keyHoldersOnly({
 				params: {
 					...leaseParams,
 					stream: streamParam,
@@ -253,7 +253,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			 * Internal, by a lease holder with nothing left to deliver (or stopping): gives the lease up.
 			 * `deferMs`: an attempt it could not make; the subscription is due again no sooner.
 			 */
-			release: internal({
+			release: keyHoldersOnly({
 				params: { ...leaseParams, deferMs: { type: "number", integer: true, min: 1, max: 3_600_000, optional: true } },
 				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; deferMs?: number }>): Promise<boolean> {
 					const record = await this.held(ctx.params.id, ctx.params.version);

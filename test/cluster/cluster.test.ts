@@ -247,6 +247,25 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		}
 	});
 
+	it("the gateway's bus credentials run no internal action that changes state: a forged verdict and a webhook lease are refused", async () => {
+		const rogue = gatewayOnTheBus(cluster, "caller");
+		await rogue.start();
+		try {
+			await rogue.waitForServices(["mempool", "epochs"], 10_000);
+			const { epoch } = await rogue.call<{ epoch: number }, object>("epochs.current", {});
+			// An intent no sender signed, handed to the mempool as the receiver hands a verified one.
+			const forged = { ...signedIntent(newWallet(), route), senderAuthorizationSignature: Buffer.alloc(64, 7).toString("base64") };
+			const verdict = { ok: true, verifiedBy: "verifier@forger" };
+			await expect(rogue.call("mempool.receive", { request: forged, requestDigest: "0".repeat(64), epoch, verdict })).rejects.toMatchObject({ type: "FORBIDDEN", data: { reason: "unproven" } });
+			const work = await http("GET", "/intent-work?limit=500", undefined, worker);
+			expect(JSON.stringify(work.body)).not.toContain(forged.paymentId);
+			// Nor can it hold the webhook deliveries' leases in a made-up worker's name.
+			await expect(rogue.call("webhooks.claim", { leasedBy: "forger", nonce: "n".repeat(16), heads: {}, limit: 1 })).rejects.toMatchObject({ type: "FORBIDDEN", data: { reason: "unproven" } });
+		} finally {
+			await rogue.stop();
+		}
+	});
+
 	it("a process that is still starting is live and not ready: its health routes listen before the broker starts", async () => {
 		// A bus that does not answer keeps the broker starting; the probes must still find the process.
 		const starting = cluster.node("starting", { SERVICES: "verifier", TRANSPORTER: `nats://127.0.0.1:${await freePort()}` });

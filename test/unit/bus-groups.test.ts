@@ -1,5 +1,6 @@
 /** The bus's groups: who may serve what, node ids NATS can tell apart, and each user's subjects. */
-import { BUS_GROUPS, busGroupOf, busGroupServing, busNodeId, busSubscriptions, mayServe, natsAuthorization } from "../../lib/bus-groups";
+import { randomBytes } from "node:crypto";
+import { BUS_GROUPS, busCallKey, busCallProof, busGroupOf, busGroupServing, busNodeId, busSubscriptions, isBusCallProof, mayServe, natsAuthorization } from "../../lib/bus-groups";
 import { SERVICE_FACTORIES } from "../../services";
 
 describe("bus groups", () => {
@@ -37,5 +38,17 @@ describe("bus groups", () => {
 		for (const group of Object.keys(BUS_GROUPS) as (keyof typeof BUS_GROUPS)[])
 			expect(block).toContain(`{ user: ${group}, password: $NATS_PASSWORD_${group.toUpperCase()}, permissions: { subscribe: [${busSubscriptions(group).map(s => `"${s}"`).join(", ")}] } }`);
 		expect(block).not.toMatch(/no_auth_user|publish/);
+	});
+
+	test("a call's proof holds for its own action and id, under the key derived from the shared secret only", () => {
+		const secret = randomBytes(32);
+		const key = busCallKey(secret);
+		expect(key.equals(secret)).toBe(false);
+		const proof = busCallProof(key, "mempool.receive", "id-1");
+		expect(isBusCallProof(key, "mempool.receive", "id-1", proof)).toBe(true);
+		expect(isBusCallProof(key, "mempool.receiveMany", "id-1", proof)).toBe(false);
+		expect(isBusCallProof(key, "mempool.receive", "id-2", proof)).toBe(false);
+		expect(isBusCallProof(busCallKey(randomBytes(32)), "mempool.receive", "id-1", proof)).toBe(false);
+		for (const wrong of [undefined, null, 1, {}, "", proof.slice(1), `${proof}=`]) expect(isBusCallProof(key, "mempool.receive", "id-1", wrong)).toBe(false);
 	});
 });

@@ -78,7 +78,8 @@ describe("loadConfig values", () => {
 		expect(() => loadConfig({ ...onBus("gateway"), SERVICES: "api" })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER/);
 		expect(() => loadConfig({ ...onBus("owners"), SERVICES: "payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
 		expect(loadConfig({ ...onBus("verifier"), SERVICES: "verifier" })).toMatchObject({ services: ["verifier"], busGroup: "verifier" });
-		for (const [group, services] of [["owners", "webhooks"], ["intake", "receiver,webhook-delivery"], ["owners", "mempool"], ["owners", "tin"]])
+		// Every intake and owners process: they seal, tag and open with it, and prove their calls on the bus.
+		for (const [group, services] of [["owners", "webhooks"], ["intake", "receiver,webhook-delivery"], ["intake", "receiver"], ["owners", "mempool"], ["owners", "epochs"]])
 			expect(() => loadConfig({ ...onBus(group), SERVICES: services, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
 		const key = "q".repeat(43) + "=";
 		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));

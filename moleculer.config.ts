@@ -89,6 +89,6 @@ export function brokerOptions(config: Config): BrokerOptions {
 		uidGenerator: () => randomUUID(),
 		// On the bus: believe a node's services only where its group may run them, and prove (or
 		// check) the intake's and the owners' key on calls to the actions that change state.
-		middlewares: config.busGroup ? [busGuard(config.webhookSecretsKey && busCallKey(config.webhookSecretsKey))] : []
+		middlewares: config.busGroup ? [busGuard({ callKey: config.webhookSecretsKey && busCallKey(config.webhookSecretsKey), admitUngrouped: config.busAdmitUngrouped })] : []
 	};
 }

@@ -22,6 +22,11 @@ export interface Config {
 	natsPassword: string | null;
 	/** The bus group this process belongs to (lib/bus-groups.ts): NATS_USER, with a transporter. */
 	busGroup: BusGroup | null;
+	/**
+	 * BUS_ADMIT_UNGROUPED, for the roll from the one-user bus only: believe nodes whose id names no
+	 * group, and run their calls to the actions that change state without a proof, as before.
+	 */
+	busAdmitUngrouped: boolean;
 	/** Service names this process runs; null = all of them. */
 	services: string[] | null;
 	dataDir: string;
@@ -318,6 +323,7 @@ export function loadConfig(env: Env = process.env): Config {
 		natsUser: urlSafe(env, "NATS_USER"),
 		natsPassword: urlSafe(env, "NATS_PASSWORD"),
 		busGroup: busGroup(env, transporter, services),
+		busAdmitUngrouped: flag(env, "BUS_ADMIT_UNGROUPED"),
 		services: services.length ? services : null,
 		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),
 		mongoUrl,

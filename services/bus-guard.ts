@@ -9,7 +9,7 @@
  *   a valid one. The proof leaves the call's meta before the action runs, so it is never passed on.
  */
 import type { Middleware, ServiceBroker } from "moleculer";
-import { busCallProof, busGroupOf, isBusCallProof, mayServe } from "../lib/bus-groups";
+import { busCallProof, busGroupOf, isBusCallProof, mayServe, type BusGroup } from "../lib/bus-groups";
 import { ServiceError } from "../lib/errors";
 
 const PROOF = "busCallProof";
@@ -17,12 +17,30 @@ const PROOF = "busCallProof";
 /** The parts of Moleculer's packets the guard reads. */
 interface Packet {
 	type: string;
-	payload: { sender?: unknown; services?: { name?: unknown }[]; action?: unknown; id?: unknown; meta?: Record<string, unknown> };
+	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; meta?: Record<string, unknown> };
 }
+type AnnouncedService = { name?: unknown; fullName?: unknown; version?: unknown; actions?: Record<string, { name?: unknown } | undefined> } | undefined;
 type Handler = (cmd: string, packet: Packet) => unknown;
 type Publish = (packet: Packet) => unknown;
 
-export function busGuard(callKey: Buffer | null): Middleware {
+/**
+ * An announced service is believed when its group may run it, and when it is what it says: no
+ * version, and every action named after it. Moleculer files an action under the name it is
+ * announced with, whatever its service's, so a node that may run `api` could otherwise announce
+ * `verifier.verifyMany` under it.
+ */
+function isBelieved(group: BusGroup, service: AnnouncedService): boolean {
+	const { name, fullName, version, actions } = service ?? {};
+	if (typeof name !== "string" || !mayServe(group, name) || fullName !== name || version != null) return false;
+	return Object.entries(actions ?? {}).every(([key, action]) => key === action?.name && key.startsWith(`${name}.`));
+}
+
+/**
+ * `callKey`: the key of the intake's and owners' proofs, when this process holds it.
+ * `admitUngrouped`: during the roll from the one-user bus, nodes of the previous version (ids of
+ * no group) are believed and their calls run without a proof, as before (BUS_ADMIT_UNGROUPED).
+ */
+export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; admitUngrouped: boolean }): Middleware {
 	let broker: ServiceBroker;
 	const needsProof = (action: string) => (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as { action?: { keyHoldersOnly?: boolean } } | null)?.action?.keyHoldersOnly === true;
 	const guard = {
@@ -41,13 +59,16 @@ export function busGuard(callKey: Buffer | null): Middleware {
 			const { payload } = packet;
 			if (cmd === "INFO" && Array.isArray(payload?.services)) {
 				const group = busGroupOf(String(payload.sender));
-				payload.services = payload.services.filter(service => group !== null && mayServe(group, String(service?.name)));
+				if (group !== null) payload.services = payload.services.filter(service => isBelieved(group, service));
+				else if (!admitUngrouped) payload.services = [];
 			}
-			if (cmd === "REQ" && payload?.meta && typeof payload.meta === "object") {
-				const { [PROOF]: proof, ...meta } = payload.meta;
+			if (cmd === "REQ" && payload) {
+				// Whatever the packet's meta is (none at all included), the proof is checked, then dropped.
+				const { [PROOF]: proof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? payload.meta : {};
 				payload.meta = meta;
 				const action = String(payload.action);
-				if (needsProof(action) && !(callKey && isBusCallProof(callKey, action, String(payload.id), proof))) {
+				const proven = () => (callKey !== null && isBusCallProof(callKey, action, String(payload.id), proof)) || (admitUngrouped && busGroupOf(String(payload.sender)) === null);
+				if (needsProof(action) && !proven()) {
 					const refusal = new ServiceError("FORBIDDEN", "This action runs only for the intake and the owners", { reason: "unproven" });
 					return broker.transit!.sendResponse(String(payload.sender), String(payload.id), {}, {}, {}, refusal);
 				}

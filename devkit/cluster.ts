@@ -22,10 +22,13 @@ export class NatsServer {
 	/** A user per bus group, as k8s/20-nats.yaml has: the bus admits only the app, each group to its own subjects. */
 	private readonly passwords = Object.fromEntries(Object.keys(BUS_GROUPS).map(group => [group, `p${randomBytes(16).toString("hex")}`])) as Record<BusGroup, string>;
 
-	/** `maxPayload`: the largest message the server takes (NATS's default is 1 MB). */
+	/**
+	 * `namespace`: the NAMESPACE of the processes it carries (the users' permissions name it);
+	 * `maxPayload`: the largest message the server takes (NATS's default is 1 MB).
+	 */
 	constructor(
 		readonly port: number,
-		private readonly maxPayload?: number
+		private readonly options: { namespace: string; maxPayload?: number }
 	) {}
 
 	get url(): string {
@@ -45,8 +48,11 @@ export class NatsServer {
 	async start(): Promise<void> {
 		let output = "";
 		const config = path.join(this.storeDir, "nats.conf");
-		fs.writeFileSync(config, [natsAuthorization(group => this.passwords[group]), ...(this.maxPayload ? [`max_payload: ${this.maxPayload}`] : [])].join("\n") + "\n");
-		const args = ["-a", "127.0.0.1", "-p", String(this.port), "-sd", this.storeDir, "-c", config];
+		// As k8s/20-nats.yaml runs it: the groups' users, and JetStream on (which the permissions keep out of reach).
+		const lines = [natsAuthorization(group => this.passwords[group], this.options.namespace), `jetstream { store_dir: "${this.storeDir}" }`];
+		if (this.options.maxPayload) lines.push(`max_payload: ${this.options.maxPayload}`);
+		fs.writeFileSync(config, `${lines.join("\n")}\n`);
+		const args = ["-a", "127.0.0.1", "-p", String(this.port), "-c", config];
 		this.child = spawn("nats-server", args, { stdio: ["ignore", "pipe", "pipe"] });
 		this.child.stdout!.on("data", chunk => (output += chunk));
 		this.child.stderr!.on("data", chunk => (output += chunk));
@@ -146,7 +152,7 @@ export class Cluster {
 	constructor(private readonly options: ClusterOptions) {}
 
 	async start(): Promise<void> {
-		this.nats = new NatsServer(await freePort(), this.options.natsMaxPayload);
+		this.nats = new NatsServer(await freePort(), { namespace: this.namespace, maxPayload: this.options.natsMaxPayload });
 		await this.nats.start();
 		// Below info the processes do not announce their ports: they are given theirs.
 		const port = async (): Promise<Record<string, string>> => (this.options.logLevel && this.options.logLevel !== "info" ? { PORT: String(await freePort()) } : {});

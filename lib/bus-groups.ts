@@ -6,13 +6,14 @@
  *
  * Moleculer addresses a node's requests, answers and events to `<prefix>.<CMD>.<nodeID>`. A node's
  * id therefore starts with its group as a subject token (`owners.<host>-<pid>`), which NATS
- * permissions can match (`*.REQ.owners.>`). A node is believed to serve only what its group may
- * serve: another group's node that claims an owner's service is ignored, and one that claims an
- * owner's node id cannot receive what is sent to it.
+ * permissions can match (`MOL-<namespace>.REQ.owners.>`). A node is believed to serve only what its
+ * group may serve: another group's node that claims an owner's service is ignored, and one that
+ * claims an owner's node id cannot receive what is sent to it.
  *
- * Publishing stays open, so the internal actions that change state ask more of a call that comes
- * over the bus: a proof, keyed by the secret only the intake and the owners hold, over the action
- * and the call's id (`keyHoldersOnly` in services/internal.ts).
+ * Every group may publish every Moleculer packet (and nothing else), so the internal actions that
+ * change state ask more of a call that comes over the bus: a proof, keyed by the secret only the
+ * intake and the owners hold, over the action and the call's id (`keyHoldersOnly` in
+ * services/internal.ts).
  */
 import { createHmac, hkdfSync, timingSafeEqual } from "node:crypto";
 
@@ -62,25 +63,37 @@ const ADDRESSED = ["REQ", "RES", "EVENT", "DISCOVER", "INFO", "PING", "PONG"];
 /** Moleculer's broadcasts, which every node reads. */
 const BROADCAST = ["DISCOVER", "INFO", "DISCONNECT", "HEARTBEAT", "PING"];
 
-/**
- * What a group's user may subscribe to. The first token is Moleculer's prefix (`MOL` or
- * `MOL-<namespace>`). Publishing stays open: every group calls, answers and announces itself.
- */
-export function busSubscriptions(group: BusGroup): string[] {
-	return [...ADDRESSED.map(cmd => `*.${cmd}.${group}.>`), ...BROADCAST.map(cmd => `*.${cmd}`)];
+/** Moleculer's subject prefix for a namespace (its transporter's `MOL` or `MOL-<namespace>`). */
+export function busPrefix(namespace: string): string {
+	return namespace ? `MOL-${namespace}` : "MOL";
+}
+
+/** What a group's user may subscribe to: its own group's nodes' subjects, and the broadcasts. */
+export function busSubscriptions(group: BusGroup, namespace: string): string[] {
+	const prefix = busPrefix(namespace);
+	return [...ADDRESSED.map(cmd => `${prefix}.${cmd}.${group}.>`), ...BROADCAST.map(cmd => `${prefix}.${cmd}`)];
 }
 
 /**
- * The `authorization` block of nats.conf: a user per group, with its password (a literal, or a
- * `$VARIABLE` nats-server reads from its environment) and its subscriptions.
+ * What any group's user may publish: Moleculer's packets, to any node (every group calls, answers
+ * and announces itself), and nothing else. Not NATS's own APIs: JetStream's would let a user have
+ * the server copy other groups' subjects to one it reads.
  */
-export function natsAuthorization(passwordOf: (group: BusGroup) => string, indent = ""): string {
-	const users = (Object.keys(BUS_GROUPS) as BusGroup[]).map(group => {
-		const subscribe = busSubscriptions(group)
-			.map(subject => `"${subject}"`)
-			.join(", ");
-		return `${indent}    { user: ${group}, password: ${passwordOf(group)}, permissions: { subscribe: [${subscribe}] } }`;
-	});
+export function busPublications(namespace: string): string[] {
+	const prefix = busPrefix(namespace);
+	return [...ADDRESSED.map(cmd => `${prefix}.${cmd}.>`), ...BROADCAST.map(cmd => `${prefix}.${cmd}`)];
+}
+
+/**
+ * The `authorization` block of nats.conf for the bus of `namespace` (NAMESPACE): a user per group,
+ * with its password (a literal, or a `$VARIABLE` nats-server reads from its environment) and its
+ * permissions.
+ */
+export function natsAuthorization(passwordOf: (group: BusGroup) => string, namespace: string, indent = ""): string {
+	const list = (subjects: string[]) => subjects.map(subject => `"${subject}"`).join(", ");
+	const users = (Object.keys(BUS_GROUPS) as BusGroup[]).map(
+		group => `${indent}    { user: ${group}, password: ${passwordOf(group)}, permissions: { publish: [${list(busPublications(namespace))}], subscribe: [${list(busSubscriptions(group, namespace))}] } }`
+	);
 	return [`${indent}authorization {`, `${indent}  timeout: 2`, `${indent}  users: [`, ...users, `${indent}  ]`, `${indent}}`].join("\n");
 }
 

@@ -224,6 +224,15 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		const called: string[] = [];
 		rogue.createService({ name: "verifier", actions: { verifyMany: (ctx: { params: { requests: unknown[] } }) => (called.push("verifier.verifyMany"), ctx.params.requests.map(() => ({ ok: true, verifiedBy: "impostor" }))) } });
 		rogue.createService({ name: "mempool", actions: { get: () => (called.push("mempool.get"), null), list: () => (called.push("mempool.list"), null) } });
+		// And a service its group may run (api), announcing the verifier's and the mempool's actions under it.
+		rogue.createService({
+			name: "api",
+			settings: { $noServiceNamePrefix: true },
+			actions: {
+				"verifier.verifyMany": (ctx: { params: { requests: unknown[] } }) => (called.push("api: verifier.verifyMany"), ctx.params.requests.map(() => ({ ok: true, verifiedBy: "impostor" }))),
+				"mempool.get": () => (called.push("api: mempool.get"), null)
+			}
+		});
 		await rogue.start();
 		try {
 			const owners = await waitFor(() => rogue.registry.getNodeList({ onlyAvailable: true, withServices: false }).find(node => node.id.startsWith("owners.")), 10_000, "the owners node");
@@ -238,7 +247,15 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			expect(called).toEqual([]);
 			// Moleculer's $node.options would hand out the owner's transporter URL, its bus password in it.
 			await expect(rogue.call("$node.options", {}, { nodeID: owners.id })).rejects.toMatchObject({ name: "ServiceNotFoundError" });
+			// Nor have the server copy those subjects to one it may read: JetStream, which the server runs
+			// (as k8s does), takes no order from it. Its answer would come to a subject the gateway reads.
+			const answers: string[] = [];
+			const answerSubject = `${prefix}.INFO.gateway.spy`;
+			sniffer.subscribe(answerSubject, { callback: (_err, msg) => answers.push(new TextDecoder().decode(msg.data)) });
+			sniffer.publish("$JS.API.STREAM.CREATE.SPY", JSON.stringify({ name: "SPY", subjects: [`${prefix}.REQ.owners.>`, `${prefix}.RES.>`] }), { reply: answerSubject });
 			await sniffer.flush();
+			await new Promise(resolve => setTimeout(resolve, 1000));
+			expect(answers).toEqual([]);
 			expect(refused.sort()).toEqual([">", `${prefix}.REQ.owners.>`, `${prefix}.REQ.verifier.>`, `${prefix}.RES.>`, `${prefix}.RES.intake.>`].sort());
 			expect(read).toEqual([]);
 		} finally {

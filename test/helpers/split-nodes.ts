@@ -35,7 +35,8 @@ export async function startSplitNodes(options: {
 	/** The bus's message limit (NATS's default: 1 MB). */
 	natsMaxPayload?: number;
 }): Promise<SplitNodes> {
-	const nats = new NatsServer(await freePort(), options.natsMaxPayload);
+	const namespace = `${options.namespace}${process.pid}`;
+	const nats = new NatsServer(await freePort(), { namespace, maxPayload: options.natsMaxPayload });
 	let owners: ServiceBroker | undefined;
 	let gateway: ServiceBroker | undefined;
 	const others: ServiceBroker[] = [];
@@ -48,7 +49,7 @@ export async function startSplitNodes(options: {
 	try {
 		await nats.start();
 		const authorityKeyFile = loadOrCreateAuthorityKeypair(null, tempDir()).source;
-		const shared = { TRANSPORTER: nats.url, NAMESPACE: `${options.namespace}${process.pid}`, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
+		const shared = { TRANSPORTER: nats.url, NAMESPACE: namespace, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
 		const brokerOf = (role: string, env: Record<string, string>) => {
 			const group = busGroupServing(env.SERVICES.split(","));
 			return createNode(loadConfig({ ...shared, ...nats.credentials(group), DATA_DIR: tempDir(), ...env }), { nodeID: busNodeId(group, `${role}-${process.pid}`), logger: false, skipProcessEventRegistration: true });

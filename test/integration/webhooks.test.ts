@@ -536,7 +536,7 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 		return started;
 	}
 	beforeAll(async () => {
-		nats = new NatsServer(await freePort());
+		nats = new NatsServer(await freePort(), { namespace });
 		await nats.start();
 	});
 	afterAll(async () => {

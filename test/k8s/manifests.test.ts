@@ -451,8 +451,9 @@ describe("k8s/ manifests: NATS requires credentials", () => {
 
 	it("reads its config from a ConfigMap with a user per bus group, each password from the environment, anonymous access off", () => {
 		expect(configMapName).not.toBe("");
-		// The users and their permissions are lib/bus-groups.ts's, as the app's processes expect.
-		expect(configFile).toContain(natsAuthorization(group => `$${groupPassword(group)}`));
+		// The users and their permissions are lib/bus-groups.ts's, for the app's NAMESPACE.
+		const namespace = get("v1", "ConfigMap", "settlement-config").data!.NAMESPACE;
+		expect(configFile).toContain(natsAuthorization(group => `$${groupPassword(group)}`, namespace));
 		expect(config).not.toMatch(/no_auth_user|allow_anonymous/);
 		// The config holds no credential of its own.
 		expect(config).not.toMatch(/password:\s*["'\w]/);

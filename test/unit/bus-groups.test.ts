@@ -1,6 +1,6 @@
 /** The bus's groups: who may serve what, node ids NATS can tell apart, and each user's subjects. */
 import { randomBytes } from "node:crypto";
-import { BUS_GROUPS, busCallKey, busCallProof, busGroupOf, busGroupServing, busNodeId, busSubscriptions, isBusCallProof, mayServe, natsAuthorization } from "../../lib/bus-groups";
+import { BUS_GROUPS, busCallKey, busCallProof, busGroupOf, busGroupServing, busNodeId, busPublications, busSubscriptions, isBusCallProof, mayServe, natsAuthorization } from "../../lib/bus-groups";
 import { SERVICE_FACTORIES } from "../../services";
 
 describe("bus groups", () => {
@@ -24,20 +24,28 @@ describe("bus groups", () => {
 		expect(() => busGroupServing(["api", "mempool"])).toThrow(/no bus group/);
 	});
 
-	test("a user may subscribe to its own group's nodes and to the broadcasts only", () => {
-		const subjects = busSubscriptions("gateway");
-		expect(subjects).toContain("*.REQ.gateway.>");
-		expect(subjects).toContain("*.RES.gateway.>");
-		expect(subjects).toContain("*.HEARTBEAT");
-		expect(subjects.filter(subject => !subject.includes(".gateway.")).every(subject => /^\*\.[A-Z]+$/.test(subject))).toBe(true);
-		expect(subjects.some(subject => subject.includes(">") && !subject.includes(".gateway."))).toBe(false);
+	test("a user may subscribe to its own group's nodes and to the broadcasts of its namespace only", () => {
+		const subjects = busSubscriptions("gateway", "prod");
+		expect(subjects).toContain("MOL-prod.REQ.gateway.>");
+		expect(subjects).toContain("MOL-prod.RES.gateway.>");
+		expect(subjects).toContain("MOL-prod.HEARTBEAT");
+		expect(subjects.every(subject => subject.startsWith("MOL-prod."))).toBe(true);
+		expect(subjects.filter(subject => subject.includes(">")).every(subject => subject.endsWith(".gateway.>"))).toBe(true);
+		expect(busSubscriptions("owners", "")).toContain("MOL.REQ.owners.>");
 	});
 
-	test("the nats.conf block has a user per group, with its password and its subscriptions", () => {
-		const block = natsAuthorization(group => `$NATS_PASSWORD_${group.toUpperCase()}`);
+	test("a user may publish Moleculer's packets of its namespace, and nothing else (no JetStream API)", () => {
+		const subjects = busPublications("prod");
+		expect(subjects).toEqual(expect.arrayContaining(["MOL-prod.REQ.>", "MOL-prod.RES.>", "MOL-prod.INFO", "MOL-prod.INFO.>", "MOL-prod.HEARTBEAT"]));
+		expect(subjects.every(subject => subject.startsWith("MOL-prod."))).toBe(true);
+	});
+
+	test("the nats.conf block has a user per group, with its password and its permissions", () => {
+		const block = natsAuthorization(group => `$NATS_PASSWORD_${group.toUpperCase()}`, "prod");
+		const list = (subjects: string[]) => subjects.map(s => `"${s}"`).join(", ");
 		for (const group of Object.keys(BUS_GROUPS) as (keyof typeof BUS_GROUPS)[])
-			expect(block).toContain(`{ user: ${group}, password: $NATS_PASSWORD_${group.toUpperCase()}, permissions: { subscribe: [${busSubscriptions(group).map(s => `"${s}"`).join(", ")}] } }`);
-		expect(block).not.toMatch(/no_auth_user|publish/);
+			expect(block).toContain(`{ user: ${group}, password: $NATS_PASSWORD_${group.toUpperCase()}, permissions: { publish: [${list(busPublications("prod"))}], subscribe: [${list(busSubscriptions(group, "prod"))}] } }`);
+		expect(block).not.toMatch(/no_auth_user/);
 	});
 
 	test("a call's proof holds for its own action and id, under the key derived from the shared secret only", () => {

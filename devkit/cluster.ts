@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { BUS_GROUPS, busGroupServing, natsAuthorization, type BusGroup } from "../lib/bus-groups";
+import { BUS_GROUPS, busGroupServing, holdsCallKey, natsAuthorization, type BusGroup } from "../lib/bus-groups";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import { freePort, spawnScript, waitFor, type ScriptProcess } from "./process";
 
@@ -176,7 +176,8 @@ export class Cluster {
 			...this.nats.credentials(group),
 			DATA_DIR: dataDir,
 			NODE_AUTHORITY_KEYPAIR_PATH: this.authorityKeyFile,
-			WEBHOOK_SECRETS_KEY: this.webhookSecretsKey,
+			// The intake's and the owners' alone, as in k8s: the gateway and verifiers may not hold it.
+			...(holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: this.webhookSecretsKey } : {}),
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "500",
 			VERIFY_TIMEOUT_MS: "2000",

@@ -7,15 +7,15 @@
  * Moleculer addresses a node's requests, answers and events to `<prefix>.<CMD>.<nodeID>`. A node's
  * id therefore starts with its group as a subject token (`owners.<host>-<pid>`), which NATS
  * permissions can match (`MOL-<namespace>.REQ.owners.>`). A node is believed to serve only what its
- * group may serve: another group's node that claims an owner's service is ignored, and one that
- * claims an owner's node id cannot receive what is sent to it.
+ * group may serve: another group's node that claims an owner's service is ignored. One that claims
+ * an owner's node id is believed, but cannot receive what is sent to it (such calls time out).
  *
  * Every group may publish every Moleculer packet (and nothing else), so the internal actions that
- * change state ask more of a call that comes over the bus: a proof, keyed by the secret only the
- * intake and the owners hold, over the action and the call's id (`keyHoldersOnly` in
+ * change state ask more of a call that comes over the bus: a fresh proof, keyed by the secret only
+ * the intake and the owners hold, over the call and its parameters (`keyHoldersOnly` in
  * services/internal.ts).
  */
-import { createHmac, hkdfSync, timingSafeEqual } from "node:crypto";
+import { createHash, createHmac, hkdfSync, timingSafeEqual } from "node:crypto";
 
 /** The groups, each the NATS user its processes sign in as, and the services it may run. */
 export const BUS_GROUPS = {
@@ -97,6 +97,11 @@ export function natsAuthorization(passwordOf: (group: BusGroup) => string, names
 	return [`${indent}authorization {`, `${indent}  timeout: 2`, `${indent}  users: [`, ...users, `${indent}  ]`, `${indent}}`].join("\n");
 }
 
+/** Whether `group` holds the key of the calls to the actions that change state: the intake and the owners. */
+export function holdsCallKey(group: BusGroup): boolean {
+	return group === "intake" || group === "owners";
+}
+
 /**
  * The key that proves a call comes from the intake or the owners, derived from the secret only
  * they hold (WEBHOOK_SECRETS_KEY; the gateway and the verifiers are not given it).
@@ -105,17 +110,38 @@ export function busCallKey(sharedSecret: Buffer): Buffer {
 	return Buffer.from(hkdfSync("sha256", sharedSecret, Buffer.alloc(0), "scs bus calls v1", 32));
 }
 
-/**
- * A call's proof: over its action and its id, which Moleculer draws afresh for every call. Only the
- * addressee's group reads a request, so a proof is never seen by a process that lacks the key.
- */
-export function busCallProof(key: Buffer, action: string, callId: string): string {
-	return createHmac("sha256", key).update(`${action}\n${callId}`).digest("base64url");
+/** How long a call's proof holds: a replay later is refused, one sooner is caught as a repeat. */
+export const BUS_CALL_PROOF_TTL_MS = 60_000;
+
+/** What a call's proof covers: the action, the call's id, its sender and its parameters. */
+export interface BusCall {
+	action: string;
+	id: string;
+	sender: string;
+	params: unknown;
 }
 
-export function isBusCallProof(key: Buffer, action: string, callId: string, proof: unknown): boolean {
+function busCallMac(key: Buffer, call: BusCall, at: number): string {
+	const params = createHash("sha256").update(JSON.stringify(call.params) ?? "").digest("base64url");
+	return createHmac("sha256", key).update([call.action, call.id, call.sender, at, params].join("\n")).digest("base64url");
+}
+
+/**
+ * A call's proof, made at `at` (ms): a MAC over the call, its parameters included, so that a proof
+ * seen once allows no other call. Moleculer's JSON serializer gives the addressee the parameters
+ * as they were sent, so both ends digest the same JSON.
+ */
+export function busCallProof(key: Buffer, call: BusCall, at = Date.now()): string {
+	return `${at}.${busCallMac(key, call, at)}`;
+}
+
+/** Whether `proof` is a fresh proof of `call` (within BUS_CALL_PROOF_TTL_MS of `now`, either way). */
+export function isBusCallProof(key: Buffer, call: BusCall, proof: unknown, now = Date.now()): boolean {
 	if (typeof proof !== "string") return false;
-	const given = Buffer.from(proof);
-	const expected = Buffer.from(busCallProof(key, action, callId));
+	const dot = proof.indexOf(".");
+	const at = Number(proof.slice(0, dot));
+	if (dot < 1 || !Number.isSafeInteger(at) || Math.abs(now - at) > BUS_CALL_PROOF_TTL_MS) return false;
+	const given = Buffer.from(proof.slice(dot + 1));
+	const expected = Buffer.from(busCallMac(key, call, at));
 	return given.length === expected.length && timingSafeEqual(given, expected);
 }

@@ -6,7 +6,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { address, type Address } from "@solana/kit";
-import { BUS_GROUPS, isBusGroup, mayServe, type BusGroup } from "./bus-groups";
+import { BUS_GROUPS, holdsCallKey, isBusGroup, mayServe, type BusGroup } from "./bus-groups";
 import { isBase58OfLength } from "./encoding";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
 import { mongoUrlWeakenings } from "./store/mongo-url";
@@ -22,10 +22,7 @@ export interface Config {
 	natsPassword: string | null;
 	/** The bus group this process belongs to (lib/bus-groups.ts): NATS_USER, with a transporter. */
 	busGroup: BusGroup | null;
-	/**
-	 * BUS_ADMIT_UNGROUPED, for the roll from the one-user bus only: believe nodes whose id names no
-	 * group, and run their calls to the actions that change state without a proof, as before.
-	 */
+	/** BUS_ADMIT_UNGROUPED, for the roll from the one-user bus only: believe nodes whose id names no group. */
 	busAdmitUngrouped: boolean;
 	/** Service names this process runs; null = all of them. */
 	services: string[] | null;
@@ -287,7 +284,10 @@ function withSharedSecrets(config: Config): Config {
 	if (runs("api") && !config.workerApiKeys.length) throw new ConfigError("WORKER_API_KEYS is required with TRANSPORTER for a process that runs api: replicas would each generate other keys");
 	if (runs("payouts") && !config.nodeAuthorityKeypairPath)
 		throw new ConfigError("NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER for a process that runs payouts: replicas would each generate another authority key");
-	if ((config.busGroup === "intake" || config.busGroup === "owners") && !config.webhookSecretsKey)
+	const holdsKey = config.busGroup !== null && holdsCallKey(config.busGroup);
+	if (!holdsKey && config.busGroup && config.webhookSecretsKey)
+		throw new ConfigError(`WEBHOOK_SECRETS_KEY must not be given to the bus group ${config.busGroup}: it proves the calls only the intake and the owners may make`);
+	if (holdsKey && !config.webhookSecretsKey)
 		throw new ConfigError(
 			"WEBHOOK_SECRETS_KEY is required with TRANSPORTER for the intake and owners groups: the owners seal the webhooks' signing secrets and tag their events with it, the delivery workers check and open them, and both prove with it their calls to the actions that change state"
 		);

@@ -4,20 +4,26 @@
  *   process of another group cannot take an owner's or a verifier's calls by claiming its
  *   services (and one that claims an owner's node id cannot read what is sent there: NATS keeps
  *   that group's subjects to it);
- * - a call this process sends carries a proof of the intake's and the owners' key when it holds
- *   it, and a call it receives for a `keyHoldersOnly` action (services/internal.ts) runs only with
- *   a valid one. The proof leaves the call's meta before the action runs, so it is never passed on.
+ * - a packet in this node's own name from elsewhere is dropped: Moleculer would take an
+ *   announcement of it for a node id conflict and stop the process;
+ * - a call this process sends to a `keyHoldersOnly` action (services/internal.ts) carries a fresh
+ *   proof of the intake's and the owners' key when it holds it, and a call it receives for one
+ *   runs only with a valid proof it has not seen before. The proof leaves the call's meta before
+ *   the action runs, so it is never passed on.
  */
 import type { Middleware, ServiceBroker } from "moleculer";
-import { busCallProof, busGroupOf, isBusCallProof, mayServe, type BusGroup } from "../lib/bus-groups";
+import { BUS_CALL_PROOF_TTL_MS, busCallProof, busGroupOf, isBusCallProof, mayServe, type BusGroup } from "../lib/bus-groups";
 import { ServiceError } from "../lib/errors";
 
 const PROOF = "busCallProof";
+/** Moleculer's packets a node sends in its own name, which it also receives from itself on the bus. */
+const OWN_ECHOES = new Set(["REQ", "RES", "EVENT"]);
 
 /** The parts of Moleculer's packets the guard reads. */
 interface Packet {
 	type: string;
-	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; meta?: Record<string, unknown> };
+	target?: string | null;
+	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; params?: unknown; meta?: unknown; stream?: unknown; seq?: unknown };
 }
 type AnnouncedService = { name?: unknown; fullName?: unknown; version?: unknown; actions?: Record<string, { name?: unknown } | undefined> } | undefined;
 type Handler = (cmd: string, packet: Packet) => unknown;
@@ -35,28 +41,64 @@ function isBelieved(group: BusGroup, service: AnnouncedService): boolean {
 	return Object.entries(actions ?? {}).every(([key, action]) => key === action?.name && key.startsWith(`${name}.`));
 }
 
+/** Ids of the calls proven lately: a proof is good once. Two generations, each as long as a proof holds. */
+class SeenCalls {
+	private current = new Set<string>();
+	private previous = new Set<string>();
+	private rotatedAt = Date.now();
+
+	/** Whether `id` is new; it is seen from now on. */
+	admit(id: string, now = Date.now()): boolean {
+		if (now - this.rotatedAt >= BUS_CALL_PROOF_TTL_MS) {
+			this.previous = now - this.rotatedAt >= 2 * BUS_CALL_PROOF_TTL_MS ? new Set() : this.current;
+			this.current = new Set();
+			this.rotatedAt = now;
+		}
+		if (this.current.has(id) || this.previous.has(id)) return false;
+		this.current.add(id);
+		return true;
+	}
+}
+
 /**
  * `callKey`: the key of the intake's and owners' proofs, when this process holds it.
- * `admitUngrouped`: during the roll from the one-user bus, nodes of the previous version (ids of
- * no group) are believed and their calls run without a proof, as before (BUS_ADMIT_UNGROUPED).
+ * `admitUngrouped`: during the roll from the one-user bus, the previous version's nodes (ids of no
+ * group) are believed for the services they announce (BUS_ADMIT_UNGROUPED). Their calls get no
+ * waiver: a packet's sender is whatever the packet says.
  */
 export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; admitUngrouped: boolean }): Middleware {
 	let broker: ServiceBroker;
-	const needsProof = (action: string) => (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as { action?: { keyHoldersOnly?: boolean } } | null)?.action?.keyHoldersOnly === true;
+	const seen = new SeenCalls();
+	let warnedAt = 0;
+	const needsProof = (action: unknown, nodeID: string) =>
+		typeof action === "string" && (broker.registry.getActionEndpointByNodeId(action, nodeID) as { action?: { keyHoldersOnly?: boolean } } | null)?.action?.keyHoldersOnly === true;
+	const refuse = (payload: Packet["payload"], message: string) =>
+		broker.transit!.sendResponse(String(payload.sender), String(payload.id), {}, {}, {}, new ServiceError("FORBIDDEN", message, { reason: "unproven" }));
+
 	const guard = {
 		name: "BusGuard",
 		created(created: ServiceBroker) {
 			broker = created;
+			if (admitUngrouped) broker.logger.warn("BUS_ADMIT_UNGROUPED is set: nodes whose id names no bus group are believed. Unset it once the roll from the one-user bus is done.");
 		},
 		transitPublish: (next: Publish): Publish => packet => {
 			const { payload } = packet;
-			if (callKey && packet.type === "REQ" && typeof payload.action === "string" && typeof payload.id === "string")
+			if (callKey && packet.type === "REQ" && packet.target && needsProof(payload.action, packet.target)) {
+				const call = { action: String(payload.action), id: String(payload.id), sender: broker.nodeID, params: payload.params };
 				// A copy: the payload's meta is the calling context's own.
-				packet.payload = { ...payload, meta: { ...payload.meta, [PROOF]: busCallProof(callKey, payload.action, payload.id) } };
+				packet.payload = { ...payload, meta: { ...(payload.meta as object), [PROOF]: busCallProof(callKey, call) } };
+			}
 			return next(packet);
 		},
 		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {
 			const { payload } = packet;
+			if (payload?.sender === broker.nodeID && !OWN_ECHOES.has(cmd)) {
+				if (Date.now() - warnedAt > 60_000) {
+					warnedAt = Date.now();
+					broker.logger.warn(`A ${cmd} packet in this node's name came from elsewhere on the bus: ignored.`);
+				}
+				return Promise.resolve(false);
+			}
 			if (cmd === "INFO" && Array.isArray(payload?.services)) {
 				const group = busGroupOf(String(payload.sender));
 				if (group !== null) payload.services = payload.services.filter(service => isBelieved(group, service));
@@ -64,13 +106,13 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 			}
 			if (cmd === "REQ" && payload) {
 				// Whatever the packet's meta is (none at all included), the proof is checked, then dropped.
-				const { [PROOF]: proof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? payload.meta : {};
+				const { [PROOF]: proof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};
 				payload.meta = meta;
-				const action = String(payload.action);
-				const proven = () => (callKey !== null && isBusCallProof(callKey, action, String(payload.id), proof)) || (admitUngrouped && busGroupOf(String(payload.sender)) === null);
-				if (needsProof(action) && !proven()) {
-					const refusal = new ServiceError("FORBIDDEN", "This action runs only for the intake and the owners", { reason: "unproven" });
-					return broker.transit!.sendResponse(String(payload.sender), String(payload.id), {}, {}, {}, refusal);
+				// No action here takes a stream; a stream's chunks would wait in memory for their first.
+				if (payload.stream === true || payload.seq != null) return refuse(payload, "Streams are not taken on the bus");
+				if (needsProof(payload.action, broker.nodeID)) {
+					const call = { action: String(payload.action), id: String(payload.id), sender: String(payload.sender), params: payload.params };
+					if (!callKey || !isBusCallProof(callKey, call, proof) || !seen.admit(`${call.sender}\n${call.id}`)) return refuse(payload, "This action runs only for the intake and the owners");
 				}
 			}
 			return next(cmd, packet);

@@ -283,6 +283,24 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		}
 	});
 
+	it("an announcement in an owner's own name, from the gateway's bus credentials, does not stop it", async () => {
+		const sniffer = await connect({ servers: cluster.nats.url, user: "gateway", pass: cluster.nats.credentials("gateway").NATS_PASSWORD });
+		try {
+			const ownersId = `owners.${os.hostname()}-${cluster.owners.child.pid}`;
+			// Moleculer takes an announcement of its own id with another instance for a node id conflict, and
+			// exits. Sent to the owner alone: the others would believe it (docs/security.md, open).
+			const forged = { ver: "5", sender: ownersId, instanceID: "forged", services: [], seq: 1e12, ipList: [], hostname: "x", client: {}, config: {}, metadata: {} };
+			sniffer.publish(`MOL-${cluster.namespace}.INFO.${ownersId}`, JSON.stringify(forged));
+			await sniffer.flush();
+			await new Promise(resolve => setTimeout(resolve, 1000));
+			expect(cluster.owners.child.exitCode).toBeNull();
+			const [{ status }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
+			expect(status).toBe(201);
+		} finally {
+			await sniffer.close();
+		}
+	});
+
 	it("a process that is still starting is live and not ready: its health routes listen before the broker starts", async () => {
 		// A bus that does not answer keeps the broker starting; the probes must still find the process.
 		const starting = cluster.node("starting", { SERVICES: "verifier", TRANSPORTER: `nats://127.0.0.1:${await freePort()}` });

@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import type { ServiceBroker } from "moleculer";
 import { NatsServer } from "../../devkit/cluster";
 import { freePort } from "../../devkit/process";
-import { busGroupServing, busNodeId } from "../../lib/bus-groups";
+import { busGroupServing, busNodeId, holdsCallKey } from "../../lib/bus-groups";
 import { loadConfig } from "../../lib/config";
 import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
 import { createNode, stopNode } from "../../services";
@@ -49,10 +49,12 @@ export async function startSplitNodes(options: {
 	try {
 		await nats.start();
 		const authorityKeyFile = loadOrCreateAuthorityKeypair(null, tempDir()).source;
-		const shared = { TRANSPORTER: nats.url, NAMESPACE: namespace, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
+		const webhookSecretsKey = randomBytes(32).toString("base64");
+		const shared = { TRANSPORTER: nats.url, NAMESPACE: namespace, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
 		const brokerOf = (role: string, env: Record<string, string>) => {
 			const group = busGroupServing(env.SERVICES.split(","));
-			return createNode(loadConfig({ ...shared, ...nats.credentials(group), DATA_DIR: tempDir(), ...env }), { nodeID: busNodeId(group, `${role}-${process.pid}`), logger: false, skipProcessEventRegistration: true });
+			const key = holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: webhookSecretsKey } : {};
+			return createNode(loadConfig({ ...shared, ...nats.credentials(group), ...key, DATA_DIR: tempDir(), ...env }), { nodeID: busNodeId(group, `${role}-${process.pid}`), logger: false, skipProcessEventRegistration: true });
 		};
 		owners = brokerOf("owners", options.owners);
 		await owners.start();

@@ -1,6 +1,6 @@
 /** The bus's groups: who may serve what, node ids NATS can tell apart, and each user's subjects. */
 import { randomBytes } from "node:crypto";
-import { BUS_GROUPS, busCallKey, busCallProof, busGroupOf, busGroupServing, busNodeId, busPublications, busSubscriptions, isBusCallProof, mayServe, natsAuthorization } from "../../lib/bus-groups";
+import { BUS_CALL_PROOF_TTL_MS, BUS_GROUPS, busCallKey, busCallProof, busGroupOf, busGroupServing, busNodeId, busPublications, busSubscriptions, isBusCallProof, mayServe, natsAuthorization } from "../../lib/bus-groups";
 import { SERVICE_FACTORIES } from "../../services";
 
 describe("bus groups", () => {
@@ -48,15 +48,25 @@ describe("bus groups", () => {
 		expect(block).not.toMatch(/no_auth_user/);
 	});
 
-	test("a call's proof holds for its own action and id, under the key derived from the shared secret only", () => {
+	test("a call's proof holds for its own call (action, id, sender, parameters), fresh, under the key derived from the shared secret only", () => {
 		const secret = randomBytes(32);
 		const key = busCallKey(secret);
 		expect(key.equals(secret)).toBe(false);
-		const proof = busCallProof(key, "mempool.receive", "id-1");
-		expect(isBusCallProof(key, "mempool.receive", "id-1", proof)).toBe(true);
-		expect(isBusCallProof(key, "mempool.receiveMany", "id-1", proof)).toBe(false);
-		expect(isBusCallProof(key, "mempool.receive", "id-2", proof)).toBe(false);
-		expect(isBusCallProof(busCallKey(randomBytes(32)), "mempool.receive", "id-1", proof)).toBe(false);
-		for (const wrong of [undefined, null, 1, {}, "", proof.slice(1), `${proof}=`]) expect(isBusCallProof(key, "mempool.receive", "id-1", wrong)).toBe(false);
+		const call = { action: "mempool.receive", id: "id-1", sender: "intake.a", params: { epoch: 3, items: [{ call: "c" }] } };
+		const at = Date.now();
+		const proof = busCallProof(key, call, at);
+		expect(isBusCallProof(key, call, proof, at)).toBe(true);
+		// The addressee digests the parameters as the bus's JSON gives them.
+		expect(isBusCallProof(key, { ...call, params: JSON.parse(JSON.stringify(call.params)) }, proof, at)).toBe(true);
+		for (const other of [{ action: "mempool.receiveMany" }, { id: "id-2" }, { sender: "gateway.a" }, { params: { epoch: 4, items: [{ call: "c" }] } }])
+			expect({ other, proven: isBusCallProof(key, { ...call, ...other }, proof, at) }).toEqual({ other, proven: false });
+		expect(isBusCallProof(busCallKey(randomBytes(32)), call, proof, at)).toBe(false);
+		// Fresh: within BUS_CALL_PROOF_TTL_MS either way (clocks differ), not after.
+		expect(isBusCallProof(key, call, proof, at + BUS_CALL_PROOF_TTL_MS)).toBe(true);
+		expect(isBusCallProof(key, call, proof, at + BUS_CALL_PROOF_TTL_MS + 1)).toBe(false);
+		expect(isBusCallProof(key, call, proof, at - BUS_CALL_PROOF_TTL_MS - 1)).toBe(false);
+		const mac = proof.slice(proof.indexOf(".") + 1);
+		for (const wrong of [undefined, null, 1, {}, "", mac, `.${mac}`, `${at + 1}.${mac}`, `x.${mac}`, proof.slice(0, -1), `${proof}=`])
+			expect({ wrong, proven: isBusCallProof(key, call, wrong, at) }).toEqual({ wrong, proven: false });
 	});
 });

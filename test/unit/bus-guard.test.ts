@@ -11,7 +11,8 @@ const service = (name: string, actions: string[], extra: Partial<Service> = {}):
 
 /** The services a node announcing `services` as `sender` is believed for. */
 function believed(sender: string, services: Service[], options = { admitUngrouped: false }): string[] {
-	const guard = busGuard({ callKey: null, ...options }) as unknown as { transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+	const guard = busGuard({ callKey: null, ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+	guard.created({ nodeID: "intake.receiver", logger: { warn: () => undefined } });
 	const passed = guard.transitMessageHandler((_cmd, packet) => packet)("INFO", { type: "INFO", payload: { sender, services } }) as { payload: { services: Service[] } };
 	return passed.payload.services.map(s => s.name);
 }
@@ -21,7 +22,7 @@ describe("the bus guard believes an announcement", () => {
 		expect(believed("owners.pod-1", [service("mempool", ["mempool.get"]), service("metrics", ["metrics.snapshot"])])).toEqual(["mempool", "metrics"]);
 		expect(believed("gateway.pod-1", [service("mempool", ["mempool.get"]), service("verifier", ["verifier.verifyMany"]), service("api", ["api.rest"])])).toEqual(["api"]);
 		expect(believed("pod-1", [service("metrics", ["metrics.snapshot"])])).toEqual([]);
-		// A previous version's node (no group in its id), during the roll from the one-user bus only.
+		// A previous version's node (no group in its id), believed during the roll from the one-user bus only.
 		expect(believed("pod-1", [service("mempool", ["mempool.get"])], { admitUngrouped: true })).toEqual(["mempool"]);
 	});
 
@@ -38,32 +39,61 @@ describe("the bus guard believes an announcement", () => {
 
 describe("the bus guard, on a call to an action that changes state", () => {
 	const key = busCallKey(randomBytes(32));
-	/** The guard of an owner whose every action is keyHoldersOnly: whether it passed the call on, or refused it. */
-	function receive(packet: { sender: string; action: string; id: string; meta?: unknown }, options: { admitUngrouped?: boolean } = {}) {
+	type Call = { sender: string; action: string; id: string; params?: unknown; meta?: unknown; stream?: boolean; seq?: number };
+	/** An owner's guard, every action of which is keyHoldersOnly: whether each call passed on, or was refused. */
+	function owner(options: { admitUngrouped?: boolean } = {}) {
 		const refused: unknown[] = [];
 		const guard = busGuard({ callKey: key, admitUngrouped: options.admitUngrouped ?? false }) as unknown as {
 			created(broker: object): void;
-			transitMessageHandler(next: (cmd: string, packet: { payload: { meta: object } }) => unknown): (cmd: string, packet: object) => unknown;
+			transitMessageHandler(next: (cmd: string, packet: { payload: Call }) => unknown): (cmd: string, packet: object) => unknown;
 		};
-		guard.created({ nodeID: "owners.a", registry: { getActionEndpointByNodeId: () => ({ action: { keyHoldersOnly: true } }) }, transit: { sendResponse: (...args: unknown[]) => refused.push(args[5]) } });
-		let passed: { meta: object } | null = null;
-		guard.transitMessageHandler((_cmd, received) => (passed = received.payload))("REQ", { type: "REQ", payload: packet });
-		return { passed, refused: refused.map(err => (err as { type: string; data: unknown }).type) };
+		guard.created({ nodeID: "owners.a", logger: { warn: () => undefined }, registry: { getActionEndpointByNodeId: () => ({ action: { keyHoldersOnly: true } }) }, transit: { sendResponse: (...args: unknown[]) => refused.push(args[5]) } });
+		return (call: Call) => {
+			let passed: Call | null = null;
+			refused.length = 0;
+			guard.transitMessageHandler((_cmd, received) => (passed = received.payload))("REQ", { type: "REQ", payload: call });
+			return { passed, refused: refused.map(err => (err as { type: string }).type) };
+		};
 	}
-	const proven = (action: string, id: string) => ({ busCallProof: busCallProof(key, action, id) });
+	const params = { epoch: 1 };
+	const proven = (call: Omit<Call, "meta">) => ({ ...call, meta: { busCallProof: busCallProof(key, { ...call, params: call.params }) } });
 
-	test("runs it with the key holders' proof over its action and id, and drops the proof from the meta", () => {
-		expect(receive({ sender: "intake.x", action: "mempool.receive", id: "c1", meta: { ...proven("mempool.receive", "c1"), other: 1 } })).toEqual({ passed: expect.objectContaining({ meta: { other: 1 } }), refused: [] });
+	test("runs it with a fresh proof of the call, once, and drops the proof from the meta", () => {
+		const receive = owner();
+		const call = { sender: "intake.x", action: "mempool.receive", id: "c1", params };
+		const sent = proven(call);
+		expect(receive({ ...sent, meta: { ...sent.meta, other: 1 } })).toEqual({ passed: expect.objectContaining({ meta: { other: 1 } }), refused: [] });
+		// The same proof again, from anyone: refused.
+		expect(receive(sent).refused).toEqual(["FORBIDDEN"]);
 	});
 
-	test("refuses it without one, with another call's, or with no meta at all", () => {
-		for (const meta of [{}, proven("mempool.receive", "c2"), proven("mempool.receiveMany", "c1"), undefined, null, "x"])
-			expect(receive({ sender: "gateway.x", action: "mempool.receive", id: "c1", meta })).toEqual({ passed: null, refused: ["FORBIDDEN"] });
+	test("refuses it without a proof, with another call's, with other parameters, or with no meta at all", () => {
+		const receive = owner();
+		const call = { sender: "intake.x", action: "mempool.receive", id: "c1", params };
+		for (const meta of [{}, proven({ ...call, id: "c2" }).meta, proven({ ...call, action: "mempool.receiveMany" }).meta, proven({ ...call, sender: "intake.y" }).meta, undefined, null, "x"])
+			expect(receive({ ...call, meta })).toEqual({ passed: null, refused: ["FORBIDDEN"] });
+		expect(receive({ ...proven(call), params: { epoch: 2 } }).refused).toEqual(["FORBIDDEN"]);
 	});
 
-	test("runs an ungrouped (previous version's) node's call unproven only while BUS_ADMIT_UNGROUPED is set", () => {
-		expect(receive({ sender: "intake-pod-1", action: "mempool.receive", id: "c1", meta: {} }).refused).toEqual(["FORBIDDEN"]);
-		expect(receive({ sender: "intake-pod-1", action: "mempool.receive", id: "c1", meta: {} }, { admitUngrouped: true }).refused).toEqual([]);
-		expect(receive({ sender: "gateway.x", action: "mempool.receive", id: "c1", meta: {} }, { admitUngrouped: true }).refused).toEqual(["FORBIDDEN"]);
+	test("refuses a stream (no action takes one; its chunks would wait in memory)", () => {
+		const receive = owner();
+		expect(receive({ ...proven({ sender: "intake.x", action: "mempool.receive", id: "s1", params }), stream: true, seq: 0 }).refused).toEqual(["FORBIDDEN"]);
+		expect(receive({ sender: "gateway.x", action: "mempool.get", id: "s2", seq: 5 }).refused).toEqual(["FORBIDDEN"]);
+	});
+
+	test("gives no waiver to a sender of no group, BUS_ADMIT_UNGROUPED or not (a packet names whatever sender it likes)", () => {
+		for (const admitUngrouped of [false, true]) expect(owner({ admitUngrouped })({ sender: "intake-pod-1", action: "mempool.receive", id: "c1", params, meta: {} }).refused).toEqual(["FORBIDDEN"]);
+	});
+
+	test("drops an announcement in its own node's name, which Moleculer would take for an id conflict and stop the process", () => {
+		const guard = busGuard({ callKey: null, admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+		const warnings: string[] = [];
+		guard.created({ nodeID: "owners.a", logger: { warn: (line: string) => warnings.push(line) } });
+		const passed: string[] = [];
+		const handle = guard.transitMessageHandler(cmd => passed.push(cmd));
+		for (const cmd of ["INFO", "DISCONNECT", "HEARTBEAT"]) handle(cmd, { type: cmd, payload: { sender: "owners.a", instanceID: "other", services: [] } });
+		handle("INFO", { type: "INFO", payload: { sender: "owners.b", services: [] } });
+		expect(passed).toEqual(["INFO"]);
+		expect(warnings).toHaveLength(1);
 	});
 });

@@ -78,6 +78,9 @@ describe("loadConfig values", () => {
 		expect(() => loadConfig({ ...onBus("gateway"), SERVICES: "api" })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER/);
 		expect(() => loadConfig({ ...onBus("owners"), SERVICES: "payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
 		expect(loadConfig({ ...onBus("verifier"), SERVICES: "verifier" })).toMatchObject({ services: ["verifier"], busGroup: "verifier" });
+		// Nor may the gateway or a verifier hold the key that proves the intake's and owners' calls.
+		for (const [group, services] of [["gateway", "api"], ["verifier", "verifier"]])
+			expect(() => loadConfig({ ...onBus(group), SERVICES: services, WORKER_API_KEYS: "a-worker-key-of-24-chars", WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" })).toThrow(/WEBHOOK_SECRETS_KEY must not be given to the bus group/);
 		// Every intake and owners process: they seal, tag and open with it, and prove their calls on the bus.
 		for (const [group, services] of [["owners", "webhooks"], ["intake", "receiver,webhook-delivery"], ["intake", "receiver"], ["owners", "mempool"], ["owners", "epochs"]])
 			expect(() => loadConfig({ ...onBus(group), SERVICES: services, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);

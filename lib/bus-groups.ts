@@ -52,6 +52,14 @@ export function busNodeId(group: BusGroup, name: string): string {
 	return `${group}.${name}`;
 }
 
+/**
+ * A node id as this deployment makes them (a group, a host name, a pid): what else a packet names
+ * as its sender would reach NATS's protocol as a subject, where a space or a line break splits it.
+ */
+export function isNodeId(value: unknown): value is string {
+	return typeof value === "string" && /^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$/.test(value);
+}
+
 /** The group a node id claims, or null for an id of no group. */
 export function busGroupOf(nodeID: string): BusGroup | null {
 	const group = nodeID.slice(0, nodeID.indexOf("."));
@@ -113,17 +121,18 @@ export function busCallKey(sharedSecret: Buffer): Buffer {
 /** How long a call's proof holds: a replay later is refused, one sooner is caught as a repeat. */
 export const BUS_CALL_PROOF_TTL_MS = 60_000;
 
-/** What a call's proof covers: the action, the call's id, its sender and its parameters. */
+/** What a call's proof covers: the action, the call's id, its sender, its addressee and its parameters. */
 export interface BusCall {
 	action: string;
 	id: string;
 	sender: string;
+	target: string;
 	params: unknown;
 }
 
 function busCallMac(key: Buffer, call: BusCall, at: number): string {
 	const params = createHash("sha256").update(JSON.stringify(call.params) ?? "").digest("base64url");
-	return createHmac("sha256", key).update([call.action, call.id, call.sender, at, params].join("\n")).digest("base64url");
+	return createHmac("sha256", key).update([call.action, call.id, call.sender, call.target, at, params].join("\n")).digest("base64url");
 }
 
 /**

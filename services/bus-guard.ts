@@ -4,20 +4,21 @@
  *   process of another group cannot take an owner's or a verifier's calls by claiming its
  *   services (and one that claims an owner's node id cannot read what is sent there: NATS keeps
  *   that group's subjects to it);
- * - a packet in this node's own name from elsewhere is dropped: Moleculer would take an
- *   announcement of it for a node id conflict and stop the process;
- * - a call this process sends to a `keyHoldersOnly` action (services/internal.ts) carries a fresh
- *   proof of the intake's and the owners' key when it holds it, and a call it receives for one
- *   runs only with a valid proof it has not seen before. The proof leaves the call's meta before
- *   the action runs, so it is never passed on.
+ * - a packet whose sender is not a node id of this deployment's form is dropped: Moleculer
+ *   answers to the sender's subject, and NATS's protocol would take a space or a line break in it
+ *   as the end of a command;
+ * - a packet in this node's own name is dropped: with Moleculer's balancer a node never receives
+ *   its own, and it would take an announcement of its id for a node id conflict and stop;
+ * - a call this process sends to a node of the intake or the owners carries a fresh proof of their
+ *   key when it holds it, bound to the call, its parameters and its addressee; a call it receives
+ *   for a `keyHoldersOnly` action (services/internal.ts) runs only with a valid proof it has not
+ *   seen before. The proof leaves the call's meta before the action runs, so it is never passed on.
  */
 import type { Middleware, ServiceBroker } from "moleculer";
-import { BUS_CALL_PROOF_TTL_MS, busCallProof, busGroupOf, isBusCallProof, mayServe, type BusGroup } from "../lib/bus-groups";
+import { BUS_CALL_PROOF_TTL_MS, busCallProof, busGroupOf, holdsCallKey, isBusCallProof, isNodeId, mayServe, type BusGroup } from "../lib/bus-groups";
 import { ServiceError } from "../lib/errors";
 
 const PROOF = "busCallProof";
-/** Moleculer's packets a node sends in its own name, which it also receives from itself on the bus. */
-const OWN_ECHOES = new Set(["REQ", "RES", "EVENT"]);
 
 /** The parts of Moleculer's packets the guard reads. */
 interface Packet {
@@ -41,7 +42,11 @@ function isBelieved(group: BusGroup, service: AnnouncedService): boolean {
 	return Object.entries(actions ?? {}).every(([key, action]) => key === action?.name && key.startsWith(`${name}.`));
 }
 
-/** Ids of the calls proven lately: a proof is good once. Two generations, each as long as a proof holds. */
+/**
+ * Ids of the calls proven lately: a proof is good once. A proof holds from BUS_CALL_PROOF_TTL_MS
+ * before its time to as long after (clocks differ), so an id is kept at least twice that: two
+ * generations, each that long.
+ */
 class SeenCalls {
 	private current = new Set<string>();
 	private previous = new Set<string>();
@@ -49,8 +54,9 @@ class SeenCalls {
 
 	/** Whether `id` is new; it is seen from now on. */
 	admit(id: string, now = Date.now()): boolean {
-		if (now - this.rotatedAt >= BUS_CALL_PROOF_TTL_MS) {
-			this.previous = now - this.rotatedAt >= 2 * BUS_CALL_PROOF_TTL_MS ? new Set() : this.current;
+		const generation = 2 * BUS_CALL_PROOF_TTL_MS;
+		if (now - this.rotatedAt >= generation) {
+			this.previous = now - this.rotatedAt >= 2 * generation ? new Set() : this.current;
 			this.current = new Set();
 			this.rotatedAt = now;
 		}
@@ -70,8 +76,10 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 	let broker: ServiceBroker;
 	const seen = new SeenCalls();
 	let warnedAt = 0;
-	const needsProof = (action: unknown, nodeID: string) =>
-		typeof action === "string" && (broker.registry.getActionEndpointByNodeId(action, nodeID) as { action?: { keyHoldersOnly?: boolean } } | null)?.action?.keyHoldersOnly === true;
+	// This node's own action's flag, never a peer's announcement of it.
+	const needsProof = (action: unknown) =>
+		typeof action === "string" && (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as { action?: { keyHoldersOnly?: boolean } } | null)?.action?.keyHoldersOnly === true;
+	const believedSender = (sender: unknown): sender is string => isNodeId(sender) && sender !== broker.nodeID && (admitUngrouped || busGroupOf(sender) !== null);
 	const refuse = (payload: Packet["payload"], message: string) =>
 		broker.transit!.sendResponse(String(payload.sender), String(payload.id), {}, {}, {}, new ServiceError("FORBIDDEN", message, { reason: "unproven" }));
 
@@ -83,8 +91,12 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 		},
 		transitPublish: (next: Publish): Publish => packet => {
 			const { payload } = packet;
-			if (callKey && packet.type === "REQ" && packet.target && needsProof(payload.action, packet.target)) {
-				const call = { action: String(payload.action), id: String(payload.id), sender: broker.nodeID, params: payload.params };
+			// A subject is never built from an id of another form (see isNodeId).
+			if (packet.target != null && !isNodeId(packet.target)) return Promise.resolve();
+			const group = packet.target ? busGroupOf(packet.target) : null;
+			// To every call to a key holder: whether its action asks for a proof is the addressee's to say.
+			if (callKey && packet.type === "REQ" && packet.target && group && holdsCallKey(group)) {
+				const call = { action: String(payload.action), id: String(payload.id), sender: broker.nodeID, target: packet.target, params: payload.params };
 				// A copy: the payload's meta is the calling context's own.
 				packet.payload = { ...payload, meta: { ...(payload.meta as object), [PROOF]: busCallProof(callKey, call) } };
 			}
@@ -92,26 +104,26 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 		},
 		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {
 			const { payload } = packet;
-			if (payload?.sender === broker.nodeID && !OWN_ECHOES.has(cmd)) {
+			if (!payload || !believedSender(payload.sender)) {
 				if (Date.now() - warnedAt > 60_000) {
 					warnedAt = Date.now();
-					broker.logger.warn(`A ${cmd} packet in this node's name came from elsewhere on the bus: ignored.`);
+					broker.logger.warn(`A ${cmd} packet from no node of this deployment, or in this node's own name, came over the bus: ignored.`);
 				}
 				return Promise.resolve(false);
 			}
-			if (cmd === "INFO" && Array.isArray(payload?.services)) {
-				const group = busGroupOf(String(payload.sender));
-				if (group !== null) payload.services = payload.services.filter(service => isBelieved(group, service));
-				else if (!admitUngrouped) payload.services = [];
+			if (cmd === "INFO") {
+				if (!Array.isArray(payload.services)) return Promise.resolve(false);
+				const group = busGroupOf(payload.sender);
+				payload.services = group === null ? payload.services : payload.services.filter(service => isBelieved(group, service));
 			}
-			if (cmd === "REQ" && payload) {
+			if (cmd === "REQ") {
 				// Whatever the packet's meta is (none at all included), the proof is checked, then dropped.
 				const { [PROOF]: proof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};
 				payload.meta = meta;
 				// No action here takes a stream; a stream's chunks would wait in memory for their first.
 				if (payload.stream === true || payload.seq != null) return refuse(payload, "Streams are not taken on the bus");
-				if (needsProof(payload.action, broker.nodeID)) {
-					const call = { action: String(payload.action), id: String(payload.id), sender: String(payload.sender), params: payload.params };
+				if (needsProof(payload.action)) {
+					const call = { action: String(payload.action), id: String(payload.id), sender: payload.sender, target: broker.nodeID, params: payload.params };
 					if (!callKey || !isBusCallProof(callKey, call, proof) || !seen.admit(`${call.sender}\n${call.id}`)) return refuse(payload, "This action runs only for the intake and the owners");
 				}
 			}

@@ -1,6 +1,6 @@
 /** The bus's groups: who may serve what, node ids NATS can tell apart, and each user's subjects. */
 import { randomBytes } from "node:crypto";
-import { BUS_CALL_PROOF_TTL_MS, BUS_GROUPS, busCallKey, busCallProof, busGroupOf, busGroupServing, busNodeId, busPublications, busSubscriptions, isBusCallProof, mayServe, natsAuthorization } from "../../lib/bus-groups";
+import { BUS_CALL_PROOF_TTL_MS, BUS_GROUPS, busCallKey, busCallProof, busGroupOf, busGroupServing, busNodeId, busPublications, busSubscriptions, isBusCallProof, isNodeId, mayServe, natsAuthorization } from "../../lib/bus-groups";
 import { SERVICE_FACTORIES } from "../../services";
 
 describe("bus groups", () => {
@@ -10,6 +10,11 @@ describe("bus groups", () => {
 		for (const service of ["mempool", "crankers", "tin", "webhooks", "payouts", "verifier", "receiver"]) expect({ service, served: mayServe("gateway", service) }).toEqual({ service, served: false });
 		// Each process answers for its own metrics, whatever its group.
 		for (const group of Object.keys(BUS_GROUPS) as (keyof typeof BUS_GROUPS)[]) expect(mayServe(group, "metrics")).toBe(true);
+	});
+
+	test("a node id is of the deployment's form: nothing NATS's protocol would split", () => {
+		for (const id of ["owners.pod-1.local-7", "intake.x_1", "pod-1"]) expect(isNodeId(id)).toBe(true);
+		for (const id of [undefined, 1, "", ".owners", "owners.x 0\r\nUNSUB 1", "owners.x\tA", "owners.*", "owners.>", "a".repeat(201), "gateway.x\u2028"]) expect({ id, ok: isNodeId(id) }).toEqual({ id, ok: false });
 	});
 
 	test("a node id claims the group before its first dot; an id of no known group claims none", () => {
@@ -52,13 +57,13 @@ describe("bus groups", () => {
 		const secret = randomBytes(32);
 		const key = busCallKey(secret);
 		expect(key.equals(secret)).toBe(false);
-		const call = { action: "mempool.receive", id: "id-1", sender: "intake.a", params: { epoch: 3, items: [{ call: "c" }] } };
+		const call = { action: "mempool.receive", id: "id-1", sender: "intake.a", target: "owners.b", params: { epoch: 3, items: [{ call: "c" }] } };
 		const at = Date.now();
 		const proof = busCallProof(key, call, at);
 		expect(isBusCallProof(key, call, proof, at)).toBe(true);
 		// The addressee digests the parameters as the bus's JSON gives them.
 		expect(isBusCallProof(key, { ...call, params: JSON.parse(JSON.stringify(call.params)) }, proof, at)).toBe(true);
-		for (const other of [{ action: "mempool.receiveMany" }, { id: "id-2" }, { sender: "gateway.a" }, { params: { epoch: 4, items: [{ call: "c" }] } }])
+		for (const other of [{ action: "mempool.receiveMany" }, { id: "id-2" }, { sender: "gateway.a" }, { target: "owners.c" }, { params: { epoch: 4, items: [{ call: "c" }] } }])
 			expect({ other, proven: isBusCallProof(key, { ...call, ...other }, proof, at) }).toEqual({ other, proven: false });
 		expect(isBusCallProof(busCallKey(randomBytes(32)), call, proof, at)).toBe(false);
 		// Fresh: within BUS_CALL_PROOF_TTL_MS either way (clocks differ), not after.

@@ -3,7 +3,7 @@
  * node is believed only for services its group may run, and only for actions named after them.
  */
 import { randomBytes } from "node:crypto";
-import { busCallKey, busCallProof } from "../../lib/bus-groups";
+import { busCallKey, busCallProof, isBusCallProof } from "../../lib/bus-groups";
 import { busGuard } from "../../services/bus-guard";
 
 type Service = { name: string; fullName?: string; version?: number; actions?: Record<string, { name: string }> };
@@ -13,8 +13,9 @@ const service = (name: string, actions: string[], extra: Partial<Service> = {}):
 function believed(sender: string, services: Service[], options = { admitUngrouped: false }): string[] {
 	const guard = busGuard({ callKey: null, ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 	guard.created({ nodeID: "intake.receiver", logger: { warn: () => undefined } });
-	const passed = guard.transitMessageHandler((_cmd, packet) => packet)("INFO", { type: "INFO", payload: { sender, services } }) as { payload: { services: Service[] } };
-	return passed.payload.services.map(s => s.name);
+	let passed: Service[] = [];
+	guard.transitMessageHandler((_cmd, packet) => (passed = (packet as { payload: { services: Service[] } }).payload.services))("INFO", { type: "INFO", payload: { sender, services } });
+	return passed.map(s => s.name);
 }
 
 describe("the bus guard believes an announcement", () => {
@@ -56,7 +57,7 @@ describe("the bus guard, on a call to an action that changes state", () => {
 		};
 	}
 	const params = { epoch: 1 };
-	const proven = (call: Omit<Call, "meta">) => ({ ...call, meta: { busCallProof: busCallProof(key, { ...call, params: call.params }) } });
+	const proven = (call: Omit<Call, "meta">, target = "owners.a") => ({ ...call, meta: { busCallProof: busCallProof(key, { ...call, target, params: call.params }) } });
 
 	test("runs it with a fresh proof of the call, once, and drops the proof from the meta", () => {
 		const receive = owner();
@@ -70,7 +71,7 @@ describe("the bus guard, on a call to an action that changes state", () => {
 	test("refuses it without a proof, with another call's, with other parameters, or with no meta at all", () => {
 		const receive = owner();
 		const call = { sender: "intake.x", action: "mempool.receive", id: "c1", params };
-		for (const meta of [{}, proven({ ...call, id: "c2" }).meta, proven({ ...call, action: "mempool.receiveMany" }).meta, proven({ ...call, sender: "intake.y" }).meta, undefined, null, "x"])
+		for (const meta of [{}, proven({ ...call, id: "c2" }).meta, proven({ ...call, action: "mempool.receiveMany" }).meta, proven({ ...call, sender: "intake.y" }).meta, proven(call, "owners.b").meta, undefined, null, "x"])
 			expect(receive({ ...call, meta })).toEqual({ passed: null, refused: ["FORBIDDEN"] });
 		expect(receive({ ...proven(call), params: { epoch: 2 } }).refused).toEqual(["FORBIDDEN"]);
 	});
@@ -82,7 +83,14 @@ describe("the bus guard, on a call to an action that changes state", () => {
 	});
 
 	test("gives no waiver to a sender of no group, BUS_ADMIT_UNGROUPED or not (a packet names whatever sender it likes)", () => {
-		for (const admitUngrouped of [false, true]) expect(owner({ admitUngrouped })({ sender: "intake-pod-1", action: "mempool.receive", id: "c1", params, meta: {} }).refused).toEqual(["FORBIDDEN"]);
+		expect(owner()({ sender: "intake-pod-1", action: "mempool.receive", id: "c1", params, meta: {} })).toEqual({ passed: null, refused: [] });
+		expect(owner({ admitUngrouped: true })({ sender: "intake-pod-1", action: "mempool.receive", id: "c1", params, meta: {} }).refused).toEqual(["FORBIDDEN"]);
+	});
+
+	test("drops, unanswered, a call from a sender not of the deployment's form (NATS's protocol would split it) or in its own name", () => {
+		const receive = owner();
+		for (const sender of ["gateway.x 0\r\n\r\nUNSUB 1\r\nPUB MOL.INFO.gateway.y", "gateway.*", "", "owners.a"])
+			expect({ sender, ...receive({ ...proven({ sender, action: "mempool.receive", id: "c9", params }) }) }).toEqual({ sender, passed: null, refused: [] });
 	});
 
 	test("drops an announcement in its own node's name, which Moleculer would take for an id conflict and stop the process", () => {
@@ -91,9 +99,37 @@ describe("the bus guard, on a call to an action that changes state", () => {
 		guard.created({ nodeID: "owners.a", logger: { warn: (line: string) => warnings.push(line) } });
 		const passed: string[] = [];
 		const handle = guard.transitMessageHandler(cmd => passed.push(cmd));
-		for (const cmd of ["INFO", "DISCONNECT", "HEARTBEAT"]) handle(cmd, { type: cmd, payload: { sender: "owners.a", instanceID: "other", services: [] } });
+		for (const cmd of ["INFO", "DISCONNECT", "HEARTBEAT", "REQ", "EVENT", "RES"]) handle(cmd, { type: cmd, payload: { sender: "owners.a", instanceID: "other", services: [] } });
 		handle("INFO", { type: "INFO", payload: { sender: "owners.b", services: [] } });
+		// An announcement whose services are not a list is no announcement.
+		handle("INFO", { type: "INFO", payload: { sender: "owners.c", services: "x" } });
 		expect(passed).toEqual(["INFO"]);
 		expect(warnings).toHaveLength(1);
+	});
+});
+
+describe("the bus guard, on a call it sends", () => {
+	const key = busCallKey(randomBytes(32));
+	type Sent = { type: string; target: string | null; payload: { action: string; id: string; params: unknown; meta: Record<string, unknown> } };
+	function send(target: string | null, callKey: Buffer | null = key) {
+		const guard = busGuard({ callKey, admitUngrouped: false }) as unknown as { created(broker: object): void; transitPublish(next: (packet: Sent) => unknown): (packet: Sent) => unknown };
+		guard.created({ nodeID: "intake.me" });
+		let published: Sent | null = null;
+		const meta = { other: 1 };
+		guard.transitPublish(packet => (published = packet))({ type: "REQ", target, payload: { action: "mempool.receive", id: "c1", params: { epoch: 1 }, meta } });
+		return { published: published as Sent | null, meta };
+	}
+
+	test("proves every call to a node of the intake or the owners, bound to its addressee, without touching the context's meta", () => {
+		const { published, meta } = send("owners.b");
+		const proof = published!.payload.meta.busCallProof;
+		expect(isBusCallProof(key, { action: "mempool.receive", id: "c1", sender: "intake.me", target: "owners.b", params: { epoch: 1 } }, proof)).toBe(true);
+		expect(meta).toEqual({ other: 1 });
+		expect(send("verifier.b").published!.payload.meta).toEqual({ other: 1 });
+		expect(send("owners.b", null).published!.payload.meta).toEqual({ other: 1 });
+	});
+
+	test("publishes nothing to an addressee of another form (a subject NATS's protocol would split)", () => {
+		expect(send("owners.b\r\nUNSUB 1").published).toBeNull();
 	});
 });

@@ -79,7 +79,7 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 	// This node's own action's flag, never a peer's announcement of it.
 	const needsProof = (action: unknown) =>
 		typeof action === "string" && (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as { action?: { keyHoldersOnly?: boolean } } | null)?.action?.keyHoldersOnly === true;
-	const believedSender = (sender: unknown): sender is string => isNodeId(sender) && sender !== broker.nodeID && (admitUngrouped || busGroupOf(sender) !== null);
+	const believedSender = (sender: unknown): sender is string => isNodeId(sender) && (admitUngrouped || busGroupOf(sender) !== null);
 	const refuse = (payload: Packet["payload"], message: string) =>
 		broker.transit!.sendResponse(String(payload.sender), String(payload.id), {}, {}, {}, new ServiceError("FORBIDDEN", message, { reason: "unproven" }));
 
@@ -104,10 +104,12 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 		},
 		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {
 			const { payload } = packet;
+			// Its own broadcasts come back to a node (NATS echoes them), so these go silently.
+			if (payload?.sender === broker.nodeID) return Promise.resolve(false);
 			if (!payload || !believedSender(payload.sender)) {
 				if (Date.now() - warnedAt > 60_000) {
 					warnedAt = Date.now();
-					broker.logger.warn(`A ${cmd} packet from no node of this deployment, or in this node's own name, came over the bus: ignored.`);
+					broker.logger.warn(`A ${cmd} packet from no node of this deployment came over the bus: ignored.`);
 				}
 				return Promise.resolve(false);
 			}

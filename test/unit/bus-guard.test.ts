@@ -104,6 +104,11 @@ describe("the bus guard, on a call to an action that changes state", () => {
 		// An announcement whose services are not a list is no announcement.
 		handle("INFO", { type: "INFO", payload: { sender: "owners.c", services: "x" } });
 		expect(passed).toEqual(["INFO"]);
+		// Silently: a node's own broadcasts come back to it.
+		expect(warnings).toEqual([]);
+		// A sender of no deployment's form is worth a warning, once a minute.
+		handle("HEARTBEAT", { type: "HEARTBEAT", payload: { sender: "x y" } });
+		handle("HEARTBEAT", { type: "HEARTBEAT", payload: { sender: "x z" } });
 		expect(warnings).toHaveLength(1);
 	});
 });

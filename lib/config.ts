@@ -22,7 +22,7 @@ export interface Config {
 	natsPassword: string | null;
 	/** The bus group this process belongs to (lib/bus-groups.ts): NATS_USER, with a transporter. */
 	busGroup: BusGroup | null;
-	/** BUS_ADMIT_UNGROUPED, for the roll from the one-user bus only: believe nodes whose id names no group. */
+	/** BUS_ADMIT_UNGROUPED, for the roll from the one-user bus only: take nodes whose id names no group as peers. */
 	busAdmitUngrouped: boolean;
 	/** Service names this process runs; null = all of them. */
 	services: string[] | null;

@@ -69,8 +69,8 @@ class SeenCalls {
 /**
  * `callKey`: the key of the intake's and owners' proofs, when this process holds it.
  * `admitUngrouped`: during the roll from the one-user bus, the previous version's nodes (ids of no
- * group) are believed for the services they announce (BUS_ADMIT_UNGROUPED). Their calls get no
- * waiver: a packet's sender is whatever the packet says.
+ * group) are taken as peers, their announcements believed (BUS_ADMIT_UNGROUPED). Their calls to
+ * `keyHoldersOnly` actions get no waiver: a packet's sender is whatever the packet says.
  */
 export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; admitUngrouped: boolean }): Middleware {
 	let broker: ServiceBroker;
@@ -87,7 +87,7 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 		name: "BusGuard",
 		created(created: ServiceBroker) {
 			broker = created;
-			if (admitUngrouped) broker.logger.warn("BUS_ADMIT_UNGROUPED is set: nodes whose id names no bus group are believed. Unset it once the roll from the one-user bus is done.");
+			if (admitUngrouped) broker.logger.warn("BUS_ADMIT_UNGROUPED is set: nodes whose id names no bus group are taken as peers. Unset it once the roll from the one-user bus is done.");
 		},
 		transitPublish: (next: Publish): Publish => packet => {
 			const { payload } = packet;

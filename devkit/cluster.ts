@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { BUS_GROUPS, busGroupServing, holdsCallKey, natsAuthorization, type BusGroup } from "../lib/bus-groups";
+import { BUS_GROUPS, busGroupServing, holdsCallKey, holdsWorkerKeys, natsAuthorization, type BusGroup } from "../lib/bus-groups";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import { freePort, spawnScript, waitFor, type ScriptProcess } from "./process";
 
@@ -161,7 +161,7 @@ export class Cluster {
 		// As k8s/42-verifier.yaml runs them: a core each, verifying on the event loop.
 		for (let i = 0; i < this.options.verifiers; i++) this.verifiers.push(this.node(`verifier-${i}`, { SERVICES: "verifier", VERIFY_THREADS: "0", ...(await port()) }));
 		await Promise.all(this.verifiers.map(verifier => verifier.ready()));
-		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", WORKER_API_KEYS: this.options.workerApiKey, ...(await port()) }).ready();
+		this.gateway = await this.node("gateway", { SERVICES: "api,receiver,network", ...(await port()) }).ready();
 	}
 
 	/** A process of the cluster, with its own DATA_DIR and a free port, signed in as the bus group of its SERVICES. */
@@ -178,6 +178,8 @@ export class Cluster {
 			NODE_AUTHORITY_KEYPAIR_PATH: this.authorityKeyFile,
 			// The intake's and the owners' alone, as in k8s: the gateway and verifiers may not hold it.
 			...(holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: this.webhookSecretsKey } : {}),
+			// Every group's but the verifiers': the gateway proves its calls for a worker with it, the others check.
+			...(holdsWorkerKeys(group) ? { WORKER_API_KEYS: this.options.workerApiKey } : {}),
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "500",
 			VERIFY_TIMEOUT_MS: "2000",

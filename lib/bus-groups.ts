@@ -154,3 +154,17 @@ export function isBusCallProof(key: Buffer, call: BusCall, proof: unknown, now =
 	const expected = Buffer.from(busCallMac(key, call, at));
 	return given.length === expected.length && timingSafeEqual(given, expected);
 }
+
+/**
+ * Whether `group` holds the worker API keys (WORKER_API_KEYS): the gateway checks a worker's key
+ * and proves with it the calls it makes for the worker; the intake and the owners check those
+ * proofs. A verifier holds none, so its bus credentials act for no worker.
+ */
+export function holdsWorkerKeys(group: BusGroup): boolean {
+	return group !== "verifier";
+}
+
+/** The key of the proofs of the calls made for a worker, derived from the worker's API key. */
+export function workerCallKey(workerApiKey: string): Buffer {
+	return Buffer.from(hkdfSync("sha256", Buffer.from(workerApiKey, "utf8"), Buffer.alloc(0), "scs worker calls v1", 32));
+}

@@ -6,7 +6,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { address, type Address } from "@solana/kit";
-import { BUS_GROUPS, holdsCallKey, isBusGroup, mayServe, type BusGroup } from "./bus-groups";
+import { BUS_GROUPS, holdsCallKey, holdsWorkerKeys, isBusGroup, mayServe, type BusGroup } from "./bus-groups";
 import { isBase58OfLength } from "./encoding";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
 import { mongoUrlWeakenings } from "./store/mongo-url";
@@ -281,7 +281,13 @@ function urlSafe(env: Env, key: string): string | null {
 function withSharedSecrets(config: Config): Config {
 	if (!config.transporter) return config;
 	const runs = (name: string) => !config.services || config.services.includes(name);
-	if (runs("api") && !config.workerApiKeys.length) throw new ConfigError("WORKER_API_KEYS is required with TRANSPORTER for a process that runs api: replicas would each generate other keys");
+	const workerKeysHeld = config.busGroup !== null && holdsWorkerKeys(config.busGroup);
+	if (workerKeysHeld && !config.workerApiKeys.length)
+		throw new ConfigError(
+			"WORKER_API_KEYS is required with TRANSPORTER for the gateway, intake and owners groups: the gateway admits workers with them and proves its calls for a worker with the worker's key, which the intake and the owners check (replicas would each generate other keys)"
+		);
+	if (!workerKeysHeld && config.busGroup && config.workerApiKeys.length)
+		throw new ConfigError(`WORKER_API_KEYS must not be given to the bus group ${config.busGroup}: with them its bus credentials could act for a worker`);
 	if (runs("payouts") && !config.nodeAuthorityKeypairPath)
 		throw new ConfigError("NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER for a process that runs payouts: replicas would each generate another authority key");
 	const holdsKey = config.busGroup !== null && holdsCallKey(config.busGroup);

@@ -31,6 +31,7 @@ import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams,
 import { isReady, markDraining } from "./health";
 import { isJson, jsonBody } from "./json-body";
 import { isServed, isServedHere } from "./internal";
+import { actForWorker } from "./bus-guard";
 import { httpMetrics, metricsForm } from "./metrics";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
@@ -498,6 +499,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					const key = req.headers["x-api-key"];
 					if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
 					if (!this.isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
+					// The owners check the key too: the route's calls over the bus prove it.
+					actForWorker(ctx.meta, key);
 					assertInputPlacement(req);
 					if (alias.action && CRANKER_ACTIONS.has(alias.action)) {
 						ctx.meta.crankerRequest = await this.signedCrankerRequest(req);

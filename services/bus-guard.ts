@@ -12,13 +12,42 @@
  * - a call this process sends to a node of the intake or the owners carries a fresh proof of their
  *   key when it holds it, bound to the call, its parameters and its addressee; a call it receives
  *   for a `keyHoldersOnly` action (services/internal.ts) runs only with a valid proof it has not
- *   seen before. The proof leaves the call's meta before the action runs, so it is never passed on.
+ *   seen before. The proof leaves the call's meta before the action runs, so it is never passed on;
+ * - a call the gateway makes for a worker whose API key it checked (`actForWorker`) carries a proof
+ *   under that key, bound alike; a call for a `workersOnly` action runs only with such a proof,
+ *   or with the intake's and owners'. A verifier holds neither.
  */
 import type { Middleware, ServiceBroker } from "moleculer";
-import { BUS_CALL_PROOF_TTL_MS, busCallProof, busGroupOf, holdsCallKey, isBusCallProof, isNodeId, mayServe, type BusGroup } from "../lib/bus-groups";
+import { BUS_CALL_PROOF_TTL_MS, busCallProof, busGroupOf, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
 import { ServiceError } from "../lib/errors";
 
 const PROOF = "busCallProof";
+const WORKER_PROOF = "workerCallProof";
+
+/**
+ * Where a worker's call context keeps its prover: a symbol, which the JSON serializer leaves out,
+ * so it never leaves the process, while the contexts of the calls it makes copy it.
+ */
+const WORKER_PROVER = Symbol("workerProver");
+type WorkerProver = (call: BusCall) => string;
+const provers = new Map<string, WorkerProver>();
+
+/**
+ * Marks the context of a worker route's call (its `meta`) as made for a worker whose API key the
+ * gateway checked: the calls it makes over the bus prove that key. Only checked keys come here,
+ * so the provers kept are one per configured key.
+ */
+export function actForWorker(meta: object, workerApiKey: string): void {
+	let prove = provers.get(workerApiKey);
+	if (!prove) {
+		const key = workerCallKey(workerApiKey);
+		prove = call => busCallProof(key, call);
+		provers.set(workerApiKey, prove);
+	}
+	(meta as Record<symbol, WorkerProver>)[WORKER_PROVER] = prove;
+}
+
+type Flags = { keyHoldersOnly?: boolean; workersOnly?: boolean };
 
 /** The parts of Moleculer's packets the guard reads. */
 interface Packet {
@@ -72,13 +101,13 @@ class SeenCalls {
  * group) are taken as peers, their announcements believed (BUS_ADMIT_UNGROUPED). Their calls to
  * `keyHoldersOnly` actions get no waiver: a packet's sender is whatever the packet says.
  */
-export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; admitUngrouped: boolean }): Middleware {
+export function busGuard({ callKey, workerApiKeys, admitUngrouped }: { callKey: Buffer | null; workerApiKeys: readonly string[]; admitUngrouped: boolean }): Middleware {
 	let broker: ServiceBroker;
 	const seen = new SeenCalls();
+	const workerKeys = workerApiKeys.map(workerCallKey);
 	let warnedAt = 0;
-	// This node's own action's flag, never a peer's announcement of it.
-	const needsProof = (action: unknown) =>
-		typeof action === "string" && (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as { action?: { keyHoldersOnly?: boolean } } | null)?.action?.keyHoldersOnly === true;
+	// This node's own action's flags, never a peer's announcement of them.
+	const flagsOf = (action: unknown): Flags => (typeof action === "string" && (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as { action?: Flags } | null)?.action) || {};
 	const believedSender = (sender: unknown): sender is string => isNodeId(sender) && (admitUngrouped || busGroupOf(sender) !== null);
 	const refuse = (payload: Packet["payload"], message: string) =>
 		broker.transit!.sendResponse(String(payload.sender), String(payload.id), {}, {}, {}, new ServiceError("FORBIDDEN", message, { reason: "unproven" }));
@@ -95,10 +124,13 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 			if (packet.target != null && !isNodeId(packet.target)) return Promise.resolve();
 			const group = packet.target ? busGroupOf(packet.target) : null;
 			// To every call to a key holder: whether its action asks for a proof is the addressee's to say.
-			if (callKey && packet.type === "REQ" && packet.target && group && holdsCallKey(group)) {
+			if (packet.type === "REQ" && packet.target && group && holdsCallKey(group)) {
 				const call = { action: String(payload.action), id: String(payload.id), sender: broker.nodeID, target: packet.target, params: payload.params };
+				const meta = (payload.meta ?? {}) as Record<string | symbol, unknown>;
+				const proveForWorker = meta[WORKER_PROVER] as WorkerProver | undefined;
 				// A copy: the payload's meta is the calling context's own.
-				packet.payload = { ...payload, meta: { ...(payload.meta as object), [PROOF]: busCallProof(callKey, call) } };
+				if (callKey || proveForWorker)
+					packet.payload = { ...payload, meta: { ...meta, ...(callKey ? { [PROOF]: busCallProof(callKey, call) } : {}), ...(proveForWorker ? { [WORKER_PROOF]: proveForWorker(call) } : {}) } };
 			}
 			return next(packet);
 		},
@@ -119,14 +151,18 @@ export function busGuard({ callKey, admitUngrouped }: { callKey: Buffer | null; 
 				payload.services = group === null ? payload.services : payload.services.filter(service => isBelieved(group, service));
 			}
 			if (cmd === "REQ") {
-				// Whatever the packet's meta is (none at all included), the proof is checked, then dropped.
-				const { [PROOF]: proof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};
+				// Whatever the packet's meta is (none at all included), the proofs are checked, then dropped.
+				const { [PROOF]: proof, [WORKER_PROOF]: workerProof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};
 				payload.meta = meta;
 				// No action here takes a stream; a stream's chunks would wait in memory for their first.
 				if (payload.stream === true || payload.seq != null) return refuse(payload, "Streams are not taken on the bus");
-				if (needsProof(payload.action)) {
+				const flags = flagsOf(payload.action);
+				if (flags.keyHoldersOnly || flags.workersOnly) {
 					const call = { action: String(payload.action), id: String(payload.id), sender: payload.sender, target: broker.nodeID, params: payload.params };
-					if (!callKey || !isBusCallProof(callKey, call, proof) || !seen.admit(`${call.sender}\n${call.id}`)) return refuse(payload, "This action runs only for the intake and the owners");
+					const byKeyHolder = !!callKey && isBusCallProof(callKey, call, proof);
+					const forWorker = !!flags.workersOnly && workerKeys.some(key => isBusCallProof(key, call, workerProof));
+					if (!(byKeyHolder || forWorker) || !seen.admit(`${call.sender}\n${call.id}`))
+						return refuse(payload, flags.workersOnly ? "This action runs only for a worker, through the gateway" : "This action runs only for the intake and the owners");
 				}
 			}
 			return next(cmd, packet);

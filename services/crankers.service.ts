@@ -18,7 +18,7 @@ import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
 import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
-import { internal, keyHoldersOnly } from "./internal";
+import { internal, keyHoldersOnly, workersOnly } from "./internal";
 
 const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Heartbeats read per page when a replica folds in what was stored since its last look. */
@@ -110,12 +110,12 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 
 		actions: {
 			/** POST /crankers/heartbeat (a signed Cranker request) */
-			heartbeat: {
+			heartbeat: workersOnly({
 				params: heartbeatParams,
 				handler(this: CrankersThis, ctx: Context<HeartbeatRequest>) {
 					return this.accept(ctx);
 				}
-			},
+			}),
 
 			/**
 			 * Internal, from the owner of a Cranker action (mixins/cranker-signed.mixin.ts): records a

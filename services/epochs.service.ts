@@ -19,7 +19,7 @@ import { storeMixin } from "../mixins/store.mixin";
 import { sweepMetrics } from "./metrics";
 import { callKey } from "./replay";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
-import { internal } from "./internal";
+import { internal, workersOnly } from "./internal";
 
 export interface EpochDoc {
 	/** The epoch number as a string. */
@@ -121,7 +121,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			 * POST /epoch/close, optionally `{ epoch }`: then it closes that epoch only, and answers the
 			 * result of one closed already, so that an operator's retry never closes the next epoch.
 			 */
-			close: {
+			close: workersOnly({
 				params: { $$strict: true, epoch: { type: "number", integer: true, min: 1, optional: true } },
 				// Longer than the broker's default: a close waits EPOCH_CLOSE_SETTLE_MS and archives in
 				// batches. (Moleculer reads an action's `timeout`; its types leave it out.)
@@ -130,7 +130,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 					// A null epoch never gets here: the body reader drops null members (null is no value).
 					return ctx.params.epoch === undefined ? this.close(undefined, callKey(ctx)) : this.closeNumbered(ctx.params.epoch, callKey(ctx));
 				}
-			}
+			})
 		},
 
 		methods: {

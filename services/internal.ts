@@ -24,6 +24,16 @@ export function keyHoldersOnly<A extends object>(action: A): A & { visibility: "
 }
 
 /**
+ * An action a worker route serves (an owner's, or one a gateway action calls for the route): over
+ * the bus it runs only for a call proven by a worker's API key, which the gateway that checked the
+ * key attaches, or by the intake's and owners' key (services/bus-guard.ts). So the worker API key
+ * admits a worker at the owners themselves, and a verifier's bus credentials act for no worker.
+ */
+export function workersOnly<A extends object>(action: A): A & { workersOnly: true } {
+	return { ...action, workersOnly: true };
+}
+
+/**
  * Whether some node now serves `action`: a caller with a fallback (a batch action a node of the
  * previous version lacks during a rolling update, say) asks before it calls.
  */

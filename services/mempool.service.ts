@@ -63,7 +63,7 @@ import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey } from "./replay";
-import { internal, keyHoldersOnly } from "./internal";
+import { internal, keyHoldersOnly, workersOnly } from "./internal";
 
 export const INTENTS_COLLECTION = {
 	name: "intents",
@@ -266,7 +266,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			},
 
 			/** GET /intents?status=&limit=: newest first, the kept public views' JSON texts. */
-			list: answersJsonTexts({
+			list: workersOnly(answersJsonTexts({
 				params: {
 					$$strict: true,
 					status: { type: "enum", values: [...INTENT_STATES, ...new Set(Object.values(PUBLIC_STATUS))], optional: true },
@@ -276,7 +276,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const where: Where = { archivedIn: null, ...(ctx.params.status ? { state: { in: statesOfStatus(ctx.params.status) } } : {}) };
 					return forCaller((await this.intents.listViews("public", { where, orderBy: ["createdAt", "desc"], limit: ctx.params.limit })).map(row => row.json), ctx.meta);
 				}
-			}),
+			})),
 
 			/**
 			 * Internal, for GET /intent-work: one page of VERIFIED intents that have not expired,
@@ -284,7 +284,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * texts of their worker views. A caller in another process asks for WORK_PAGE at a time,
 			 * far below NATS's 1 MB message limit; the gateway joins the pages (api.intentWork).
 			 */
-			workPage: internal({
+			workPage: workersOnly(internal({
 				params: {
 					limit: { type: "number", integer: true, min: 1, max: LIST_LIMIT_MAX },
 					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
@@ -306,7 +306,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const last = rows[rows.length - 1];
 					return { intents: rows.map(row => row.json), leaseTtlMs: this.settings.leaseTtlMs, last: last ? { createdAt: String(last.order), id: last.id } : null, ...(cut ? { cut: true as const } : {}) };
 				}
-			}),
+			})),
 
 			/**
 			 * Internal: intents waiting for verification: RECEIVED since before `receivedBefore`, or
@@ -372,7 +372,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 * PATCH /intents/{id}/status (a signed Cranker request): the lease rules of SPEC §2.4 on one
 			 * read of the record, the chain's word on moves out of SUBMITTED, then one compare-and-set.
 			 */
-			updateStatus: {
+			updateStatus: workersOnly({
 				params: updateStatusParams,
 				async handler(this: MempoolThis, ctx: Context<UpdateStatusRequest & { id: string }>) {
 					const { id, ...request } = ctx.params;
@@ -407,7 +407,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const current = await this.mustGet(id);
 					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
 				}
-			},
+			}),
 
 			/**
 			 * Internal, for a payout authorization (SPEC §2.5): the record, when `crankerPubkey` holds

@@ -16,7 +16,7 @@ import type { Collection } from "../lib/store";
 import { isSenderSigned } from "../lib/verification";
 import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { storeMixin } from "../mixins/store.mixin";
-import { isServed } from "./internal";
+import { isServed, workersOnly } from "./internal";
 import { payoutMetrics, type PayoutResult } from "./metrics";
 
 interface AuthorizationDoc {
@@ -53,7 +53,7 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 
 		actions: {
 			/** POST /internal/settlement-authorizations/settlement (a signed Cranker request) */
-			authorize: {
+			authorize: workersOnly({
 				params: payoutAuthorizationParams,
 				async handler(this: PayoutsThis, ctx: Context<{ workId: string; crankerPubkey: string }>) {
 					const endTimer = this.metrics.duration.startTimer();
@@ -73,7 +73,7 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 						endTimer();
 					}
 				}
-			}
+			})
 		},
 
 		methods: {

@@ -17,7 +17,7 @@ import { createIntentParams } from "../lib/schemas";
 import { UNRECORDED_REJECTIONS } from "../lib/verification";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import type { IntakeItem, IntakeOutcome, WaitingIntent } from "./mempool.service";
-import { callServed, internal, isServed } from "./internal";
+import { callServed, internal, isServed, workersOnly } from "./internal";
 import { callKey } from "./replay";
 import { sweepMetrics, verificationMetrics } from "./metrics";
 import type { VerifierAnswer } from "./verifier.service";
@@ -99,14 +99,14 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 			},
 
 			/** POST /internal/wake: runs the verification sweep now. */
-			wake: {
+			wake: workersOnly({
 				params: {},
 				async handler(this: ReceiverThis): Promise<WakeResult> {
 					const status = await this.sweep(0);
 					if (status.verifierUnavailable) throw new ServiceError("VERIFIER_UNAVAILABLE", "No verifier is available", status);
 					return { ok: true, status };
 				}
-			}
+			})
 		},
 
 		events: {

@@ -43,7 +43,7 @@ import { storeMixin } from "../mixins/store.mixin";
 import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { sweepMetrics } from "./metrics";
-import { internal } from "./internal";
+import { internal, workersOnly } from "./internal";
 
 const ROUTES_COLLECTION = {
 	name: "registry_routes",
@@ -224,12 +224,12 @@ type TinThis = Service<TinSettings> & TinVars & TinMethods;
 const stageActions = Object.fromEntries(
 	TIN_STAGES.map(stage => [
 		stageAction(stage),
-		{
+		workersOnly({
 			params: tinStageParams,
 			handler(this: TinThis, ctx: Context<StageParams>) {
 				return this.moveStage(ctx, stage);
 			}
-		}
+		})
 	])
 );
 
@@ -323,30 +323,30 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			},
 
 			/** GET /tin-operations/verification-work */
-			verificationWork: answersJsonTexts({
+			verificationWork: workersOnly(answersJsonTexts({
 				params: { $$strict: true, limit: limit() },
 				handler(this: TinThis, ctx: Context<{ limit: number }, TakesJsonTexts>) {
 					return this.workList({ status: "PENDING_VERIFICATION" }, ctx.params.limit, ctx.meta);
 				}
-			}),
+			})),
 
 			/** GET /tin-operations/fee-work?operator_pubkey= : VERIFIED, without those the operator verified. */
-			feeWork: answersJsonTexts({
+			feeWork: workersOnly(answersJsonTexts({
 				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
 				handler(this: TinThis, ctx: Context<{ limit: number; operator_pubkey?: string }, TakesJsonTexts>) {
 					const operator = ctx.params.operator_pubkey;
 					return this.workList({ status: "VERIFIED", ...(operator ? { verifiedBy: { ne: operator } } : {}) }, ctx.params.limit, ctx.meta);
 				}
-			}),
+			})),
 
 			/** GET /tin-operations/registry-work?operator_pubkey= : FEE_COMMITTED and SUBMITTED, only the operator's fees. */
-			registryWork: answersJsonTexts({
+			registryWork: workersOnly(answersJsonTexts({
 				params: { $$strict: true, limit: limit(), operator_pubkey: { ...address(), optional: true } },
 				handler(this: TinThis, ctx: Context<{ limit: number; operator_pubkey?: string }, TakesJsonTexts>) {
 					const operator = ctx.params.operator_pubkey;
 					return this.workList({ status: { in: ["FEE_COMMITTED", "SUBMITTED"] }, ...(operator ? { feeCommittedBy: operator } : {}) }, ctx.params.limit, ctx.meta);
 				}
-			}),
+			})),
 
 			/** POST /tin-operations/{id}/<stage> */
 			...stageActions

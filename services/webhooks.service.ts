@@ -49,7 +49,7 @@ import {
 } from "../lib/webhooks";
 import type { EventStream } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
-import { internal, keyHoldersOnly } from "./internal";
+import { internal, keyHoldersOnly, workersOnly } from "./internal";
 import { loadWebhookKeys } from "./webhook-keys";
 
 /** The owner of each stream's events (mixins/outbox.mixin.ts), and its action names. */
@@ -151,7 +151,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			 * POST /webhooks: a subscription delivering from now on (each stream's latest event is
 			 * its cursor), answered with its secret, the only time the secret leaves the store.
 			 */
-			create: {
+			create: workersOnly({
 				params: createWebhookParams,
 				async handler(this: WebhooksThis, ctx: Context<CreateWebhookRequest, { $statusCode?: number; $location?: string }>): Promise<CreatedWebhookSubscription> {
 					const record = await this.subscribe(ctx, ctx.params);
@@ -159,35 +159,35 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					ctx.meta.$location = `/webhooks/${record.id}`;
 					return { ...toWebhookView(record), secret: record.secret };
 				}
-			},
+			}),
 
 			/** A page of GET /webhooks (api.webhookList joins them): newest first, after `after`. */
-			page: internal({
+			page: workersOnly(internal({
 				params: webhookPageParams,
 				async handler(this: WebhooksThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }>): Promise<WebhookSubscription[]> {
 					const { limit, after } = ctx.params;
 					const page = await this.webhooks.list({ orderBy: ["createdAt", "desc"], limit, ...(after ? { after: { value: after.createdAt, id: after.id } } : {}) });
 					return page.map(toWebhookView);
 				}
-			}),
+			})),
 
 			/** GET /webhooks/{id}: with its delivery state. */
-			get: {
+			get: workersOnly({
 				params: webhookRefParams,
 				async handler(this: WebhooksThis, ctx: Context<{ id: string }>): Promise<WebhookSubscription> {
 					return toWebhookView(await this.mustGet(ctx.params.id));
 				}
-			},
+			}),
 
 			/** DELETE /webhooks/{id}: answers the subscription as it was; a delivery in flight loses its lease at its next write. */
-			remove: {
+			remove: workersOnly({
 				params: webhookRefParams,
 				async handler(this: WebhooksThis, ctx: Context<{ id: string }>): Promise<WebhookSubscription> {
 					const record = await this.mustGet(ctx.params.id);
 					if (!(await this.webhooks.remove(record.id))) throw new ServiceError("NOT_FOUND", `Webhook subscription ${record.id} not found`);
 					return toWebhookView(record);
 				}
-			},
+			}),
 
 			/**
 			 * Internal, for the delivery workers: leases (to `leasedBy`) up to `limit` enabled

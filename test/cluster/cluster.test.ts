@@ -3,6 +3,7 @@
  * processes and a gateway. Sharded verification, a verifier killed under load, a verifier stopped
  * with SIGTERM under load, NATS itself restarted, and the SQLite single-owner refusal.
  */
+import type { BusGroup } from "../../lib/bus-groups";
 import type { CreateIntentRequest } from "../../lib/intents";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, crankerClient, httpClient, tempDir, worker, type Http } from "../helpers/node";
@@ -11,6 +12,7 @@ import { ServiceBroker } from "moleculer";
 import { connect } from "nats";
 import { randomBytes } from "node:crypto";
 import { Cluster, natsServerAvailable } from "../../devkit/cluster";
+import { actForWorker, busGuard } from "../../services/bus-guard";
 import { mongoUrlWithDatabase } from "../../lib/store/mongo-url";
 import net from "node:net";
 import os from "node:os";
@@ -27,15 +29,20 @@ if (!natsServerAvailable) console.warn("Cluster tests NOT RUN: nats-server is no
 
 type HistoryEntry = { state: string; by?: string };
 
-/** A broker of this test on the cluster's bus, signed in with the gateway's credentials. */
-function gatewayOnTheBus(cluster: Cluster, name: string): ServiceBroker {
-	const { NATS_USER, NATS_PASSWORD } = cluster.nats.credentials("gateway");
+/**
+ * A broker of this test on the cluster's bus, signed in with a group's credentials (the gateway's
+ * unless said), with the bus guard of our processes: a call whose meta `actForWorker` marked proves
+ * that worker key, as a compromised gateway, which holds the keys, could.
+ */
+function gatewayOnTheBus(cluster: Cluster, name: string, group: BusGroup = "gateway"): ServiceBroker {
+	const { NATS_USER, NATS_PASSWORD } = cluster.nats.credentials(group);
 	return new ServiceBroker({
 		namespace: cluster.namespace,
-		nodeID: `gateway.${name}-${process.pid}`,
+		nodeID: `${group}.${name}-${process.pid}`,
 		transporter: { type: "NATS", options: { url: cluster.nats.url.replace("nats://", `nats://${NATS_USER}:${NATS_PASSWORD}@`) } },
 		serializer: "JSON",
-		logger: false
+		logger: false,
+		middlewares: [busGuard({ callKey: null, workerApiKeys: [], admitUngrouped: false })]
 	});
 }
 
@@ -201,8 +208,14 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		await rogue.start();
 		try {
 			await rogue.waitForServices(["mempool"], 10_000);
-			// What the owners took as proof before: the caller's word for which Cranker signed.
-			await expect(rogue.call("mempool.updateStatus", { id, ...lease }, { meta: { crankerPubkey: cranker.address } })).rejects.toMatchObject({ type: "UNAUTHORIZED", data: { reason: "missing" } });
+			// What the owners took as proof before: the caller's word for which Cranker signed. Without the
+			// worker key the call is not even taken; with it (a compromised gateway holds the keys), the
+			// owners still ask for the Cranker's signed request.
+			const claim = { crankerPubkey: cranker.address };
+			await expect(rogue.call("mempool.updateStatus", { id, ...lease }, { meta: { ...claim } })).rejects.toMatchObject({ type: "FORBIDDEN", data: { reason: "unproven" } });
+			const asWorker = { ...claim };
+			actForWorker(asWorker, API_KEY);
+			await expect(rogue.call("mempool.updateStatus", { id, ...lease }, { meta: asWorker })).rejects.toMatchObject({ type: "UNAUTHORIZED", data: { reason: "missing" } });
 			expect((await http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");
 		} finally {
 			await rogue.stop();
@@ -278,6 +291,29 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			expect(JSON.stringify(work.body)).not.toContain(forged.paymentId);
 			// Nor can it hold the webhook deliveries' leases in a made-up worker's name.
 			await expect(rogue.call("webhooks.claim", { leasedBy: "forger", nonce: "n".repeat(16), heads: {}, limit: 1 })).rejects.toMatchObject({ type: "FORBIDDEN", data: { reason: "unproven" } });
+		} finally {
+			await rogue.stop();
+		}
+	});
+
+	it("a verifier's bus credentials act for no worker: the worker routes' actions refuse its calls, and the gateway's still run", async () => {
+		const rogue = gatewayOnTheBus(cluster, "worker", "verifier");
+		await rogue.start();
+		try {
+			await rogue.waitForServices(["mempool", "epochs", "webhooks", "tin", "receiver"], 10_000);
+			const before = (await http("GET", "/epoch/status")).body as { epoch: number };
+			const refused = { type: "FORBIDDEN", data: { reason: "unproven" } };
+			await expect(rogue.call("epochs.close", {})).rejects.toMatchObject(refused);
+			await expect(rogue.call("mempool.list", { limit: 500 })).rejects.toMatchObject(refused);
+			await expect(rogue.call("mempool.workPage", { limit: 50 })).rejects.toMatchObject(refused);
+			await expect(rogue.call("tin.verificationWork", { limit: 50 })).rejects.toMatchObject(refused);
+			await expect(rogue.call("webhooks.remove", { id: "wh_00000000000000000000000000000000" })).rejects.toMatchObject(refused);
+			await expect(rogue.call("receiver.wake", {})).rejects.toMatchObject(refused);
+			expect((await http("GET", "/epoch/status")).body).toMatchObject({ epoch: before.epoch });
+			// The same actions through the gateway, with the worker's key: its calls carry the proof.
+			expect((await http("GET", "/intents?limit=5", undefined, worker)).status).toBe(200);
+			expect((await http("GET", "/tin-operations/verification-work?limit=5", undefined, worker)).status).toBe(200);
+			expect((await http("DELETE", "/webhooks/wh_00000000000000000000000000000000", undefined, worker)).status).toBe(404);
 		} finally {
 			await rogue.stop();
 		}

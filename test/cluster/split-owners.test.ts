@@ -6,7 +6,7 @@
  */
 import { natsServerAvailable } from "../../devkit/cluster";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
-import { API_KEY, crankerClient, httpClient, tempDir } from "../helpers/node";
+import { crankerClient, httpClient, tempDir } from "../helpers/node";
 import { startSplitNodes, type SplitNodes } from "../helpers/split-nodes";
 
 // In CI a missing nats-server is a failure, not a skip (.ci/run installs it).
@@ -25,7 +25,7 @@ describeWithNats("owners in two processes", () => {
 			owners: { DATA_DIR: ownersDir, SERVICES: "mempool,crankers,tin,epochs,access", REGISTRY_SEED_FILE: writeSeedFile(ownersDir, [route]) },
 			// payouts in a process of its own: mempool's refusal reaches it across the bus.
 			others: [{ SERVICES: "payouts" }, { SERVICES: "verifier" }],
-			gateway: { WORKER_API_KEYS: API_KEY, SERVICES: "api,receiver,network" },
+			gateway: { SERVICES: "api,receiver,network" },
 			waitFor: ["mempool", "crankers", "payouts", "verifier", "tin"]
 		});
 		url = nodes.url;

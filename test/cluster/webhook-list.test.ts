@@ -8,7 +8,7 @@ import { tinFromSequence } from "../../lib/tin";
 import { MAX_FILTER_TINS, MAX_URL_LENGTH, WEBHOOK_LIST_PAGE } from "../../lib/webhooks";
 import { natsServerAvailable } from "../../devkit/cluster";
 import { newRoute, writeSeedFile } from "../helpers/fixtures";
-import { API_KEY, httpClient, tempDir, worker, type Http } from "../helpers/node";
+import { httpClient, tempDir, worker, type Http } from "../helpers/node";
 import { startSplitNodes, type SplitNodes } from "../helpers/split-nodes";
 
 // In CI a missing nats-server is a failure, not a skip (.ci/run installs it).
@@ -26,7 +26,7 @@ describeWithNats("GET /webhooks across the bus", () => {
 			namespace: "whlist",
 			natsMaxPayload: NATS_MAX_PAYLOAD,
 			owners: { DATA_DIR: ownersDir, SERVICES: "mempool,crankers,tin,webhooks", REGISTRY_SEED_FILE: writeSeedFile(ownersDir, [newRoute()]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOKS_MAX: String(SUBSCRIPTIONS) },
-			gateway: { WORKER_API_KEYS: API_KEY, SERVICES: "api" },
+			gateway: { SERVICES: "api" },
 			waitFor: ["webhooks", "mempool", "tin"]
 		});
 		http = httpClient(nodes.url);

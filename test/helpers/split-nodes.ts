@@ -3,17 +3,18 @@
  * deployment splits them: what crosses between them goes through the bus, its serializer and its
  * message limit. `owners`, `gateway` and each of `others` are a node's own settings, beside the
  * bus's and `env`, which all share; each signs in as the bus group of its SERVICES, and the
- * gateway's HTTP port is a free one.
+ * gateway's HTTP port is a free one. The nodes of the groups that hold them get the intake's and
+ * owners' key and the worker key (API_KEY), as k8s gives them.
  */
 import { randomBytes } from "node:crypto";
 import type { ServiceBroker } from "moleculer";
 import { NatsServer } from "../../devkit/cluster";
 import { freePort } from "../../devkit/process";
-import { busGroupServing, busNodeId, holdsCallKey } from "../../lib/bus-groups";
+import { busGroupServing, busNodeId, holdsCallKey, holdsWorkerKeys } from "../../lib/bus-groups";
 import { loadConfig } from "../../lib/config";
 import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
 import { createNode, stopNode } from "../../services";
-import { tempDir } from "./node";
+import { API_KEY, tempDir } from "./node";
 
 export interface SplitNodes {
 	owners: ServiceBroker;
@@ -53,8 +54,8 @@ export async function startSplitNodes(options: {
 		const shared = { TRANSPORTER: nats.url, NAMESPACE: namespace, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
 		const brokerOf = (role: string, env: Record<string, string>) => {
 			const group = busGroupServing(env.SERVICES.split(","));
-			const key = holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: webhookSecretsKey } : {};
-			return createNode(loadConfig({ ...shared, ...nats.credentials(group), ...key, DATA_DIR: tempDir(), ...env }), { nodeID: busNodeId(group, `${role}-${process.pid}`), logger: false, skipProcessEventRegistration: true });
+			const keys = { ...(holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: webhookSecretsKey } : {}), ...(holdsWorkerKeys(group) ? { WORKER_API_KEYS: API_KEY } : {}) };
+			return createNode(loadConfig({ ...shared, ...nats.credentials(group), ...keys, DATA_DIR: tempDir(), ...env }), { nodeID: busNodeId(group, `${role}-${process.pid}`), logger: false, skipProcessEventRegistration: true });
 		};
 		owners = brokerOf("owners", options.owners);
 		await owners.start();

@@ -187,6 +187,18 @@ function responseBodies(source: string): { name: string; status: number; unknown
 }
 
 describe("internal actions (services/internal.ts)", () => {
+	it("every action a worker route runs, and each one the gateway's own worker actions call, is workersOnly: its owner checks the worker's key too; no public route's is", () => {
+		const api = node.broker.getLocalService("api") as unknown as { aliases: { action?: string; route: { opts: { name?: string } } }[] };
+		const flagged = (action: string) => (node.broker.registry.getActionEndpointByNodeId(action, node.broker.nodeID) as { action?: { workersOnly?: boolean } } | null)?.action?.workersOnly === true;
+		const actionsOf = (route: string) => [...new Set(api.aliases.flatMap(alias => (alias.route.opts.name === route && alias.action && !alias.action.startsWith("api.") ? [alias.action] : [])))];
+		expect(actionsOf("worker").length).toBeGreaterThan(15);
+		expect(actionsOf("worker").filter(action => !flagged(action))).toEqual([]);
+		expect(actionsOf("public").length).toBeGreaterThan(10);
+		expect(actionsOf("public").filter(flagged)).toEqual([]);
+		// GET /intent-work and GET /webhooks are the gateway's own actions, which page the owners'.
+		expect(["mempool.workPage", "webhooks.page"].filter(action => !flagged(action))).toEqual([]);
+	});
+
 	it("every action the gateway does not route is internal, and the gateway refuses to run one even when a route names it", async () => {
 		const api = node.broker.getLocalService("api") as unknown as { aliases: { action?: string }[] };
 		const routed = new Set(api.aliases.map(alias => alias.action));

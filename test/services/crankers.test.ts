@@ -129,7 +129,7 @@ test("a Cranker silent for CRANKER_TTL_MS is offline and leaves the figures; sil
 
 test("with replicas, a heartbeat another replica stamped long before it was stored (a slow MongoDB write) is counted once stored", async () => {
 	// A transporter says replicas may share the store; this broker runs without one.
-	const crankers = await startCrankers({ TRANSPORTER: "nats://127.0.0.1:4222", NATS_USER: "owners", SERVICES: "crankers", WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64") });
+	const crankers = await startCrankers({ TRANSPORTER: "nats://127.0.0.1:4222", NATS_USER: "owners", SERVICES: "crankers", WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), WORKER_API_KEYS: randomBytes(24).toString("hex") });
 	try {
 		await crankers.heartbeat(signedHeartbeat(newWallet()));
 		await sleep(200);

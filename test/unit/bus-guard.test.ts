@@ -3,15 +3,15 @@
  * node is believed only for services its group may run, and only for actions named after them.
  */
 import { randomBytes } from "node:crypto";
-import { busCallKey, busCallProof, isBusCallProof } from "../../lib/bus-groups";
-import { busGuard } from "../../services/bus-guard";
+import { busCallKey, busCallProof, isBusCallProof, workerCallKey } from "../../lib/bus-groups";
+import { actForWorker, busGuard } from "../../services/bus-guard";
 
 type Service = { name: string; fullName?: string; version?: number; actions?: Record<string, { name: string }> };
 const service = (name: string, actions: string[], extra: Partial<Service> = {}): Service => ({ name, fullName: name, actions: Object.fromEntries(actions.map(action => [action, { name: action }])), ...extra });
 
 /** The services a node announcing `services` as `sender` is believed for. */
 function believed(sender: string, services: Service[], options = { admitUngrouped: false }): string[] {
-	const guard = busGuard({ callKey: null, ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+	const guard = busGuard({ callKey: null, workerApiKeys: [], ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 	guard.created({ nodeID: "intake.receiver", logger: { warn: () => undefined } });
 	let passed: Service[] = [];
 	guard.transitMessageHandler((_cmd, packet) => (passed = (packet as { payload: { services: Service[] } }).payload.services))("INFO", { type: "INFO", payload: { sender, services } });
@@ -41,14 +41,15 @@ describe("the bus guard believes an announcement", () => {
 describe("the bus guard, on a call to an action that changes state", () => {
 	const key = busCallKey(randomBytes(32));
 	type Call = { sender: string; action: string; id: string; params?: unknown; meta?: unknown; stream?: boolean; seq?: number };
-	/** An owner's guard, every action of which is keyHoldersOnly: whether each call passed on, or was refused. */
-	function owner(options: { admitUngrouped?: boolean } = {}) {
+	/** An owner's guard, every action of which has `flags` (keyHoldersOnly unless said): whether each call passed on, or was refused. */
+	function owner(options: { admitUngrouped?: boolean; workerApiKeys?: string[]; flags?: object } = {}) {
 		const refused: unknown[] = [];
-		const guard = busGuard({ callKey: key, admitUngrouped: options.admitUngrouped ?? false }) as unknown as {
+		const guard = busGuard({ callKey: key, workerApiKeys: options.workerApiKeys ?? [], admitUngrouped: options.admitUngrouped ?? false }) as unknown as {
 			created(broker: object): void;
 			transitMessageHandler(next: (cmd: string, packet: { payload: Call }) => unknown): (cmd: string, packet: object) => unknown;
 		};
-		guard.created({ nodeID: "owners.a", logger: { warn: () => undefined }, registry: { getActionEndpointByNodeId: () => ({ action: { keyHoldersOnly: true } }) }, transit: { sendResponse: (...args: unknown[]) => refused.push(args[5]) } });
+		const action = options.flags ?? { keyHoldersOnly: true };
+		guard.created({ nodeID: "owners.a", logger: { warn: () => undefined }, registry: { getActionEndpointByNodeId: () => ({ action }) }, transit: { sendResponse: (...args: unknown[]) => refused.push(args[5]) } });
 		return (call: Call) => {
 			let passed: Call | null = null;
 			refused.length = 0;
@@ -87,6 +88,33 @@ describe("the bus guard, on a call to an action that changes state", () => {
 		expect(owner({ admitUngrouped: true })({ sender: "intake-pod-1", action: "mempool.receive", id: "c1", params, meta: {} }).refused).toEqual(["FORBIDDEN"]);
 	});
 
+	describe("made for a worker", () => {
+		const workerApiKey = randomBytes(24).toString("hex");
+		const forWorker = (call: Omit<Call, "meta">, apiKey = workerApiKey, target = "owners.a") => ({ ...call, meta: { workerCallProof: busCallProof(workerCallKey(apiKey), { ...call, target, params: call.params }) } });
+		const workerAction = () => owner({ workerApiKeys: [randomBytes(24).toString("hex"), workerApiKey], flags: { workersOnly: true } });
+		const call = { sender: "gateway.x", action: "epochs.close", id: "w1", params: {} };
+
+		test("a workersOnly action runs with a fresh proof under one of the worker keys, once, or with the key holders' proof", () => {
+			const close = workerAction();
+			const sent = forWorker(call);
+			expect(close(sent)).toEqual({ passed: expect.objectContaining({ meta: {} }), refused: [] });
+			expect(close(sent).refused).toEqual(["FORBIDDEN"]);
+			expect(close(proven({ ...call, sender: "intake.x", id: "w2" })).refused).toEqual([]);
+		});
+
+		test("a workersOnly action refuses a call without a worker's proof (a verifier's), under another key, or of another call", () => {
+			const close = workerAction();
+			for (const meta of [{}, undefined, forWorker(call, randomBytes(24).toString("hex")).meta, forWorker({ ...call, id: "w3" }).meta, forWorker(call, workerApiKey, "owners.b").meta, forWorker({ ...call, action: "webhooks.remove" }).meta])
+				expect(close({ ...call, meta })).toEqual({ passed: null, refused: ["FORBIDDEN"] });
+			expect(close({ ...forWorker(call), params: { epoch: 9 } }).refused).toEqual(["FORBIDDEN"]);
+		});
+
+		test("a worker's proof opens no keyHoldersOnly action", () => {
+			const receive = owner({ workerApiKeys: [workerApiKey] });
+			expect(receive(forWorker({ sender: "gateway.x", action: "mempool.receive", id: "w4", params })).refused).toEqual(["FORBIDDEN"]);
+		});
+	});
+
 	test("drops, unanswered, a call from a sender not of the deployment's form (NATS's protocol would split it) or in its own name", () => {
 		const receive = owner();
 		for (const sender of ["gateway.x 0\r\n\r\nUNSUB 1\r\nPUB MOL.INFO.gateway.y", "gateway.*", "", "owners.a"])
@@ -94,7 +122,7 @@ describe("the bus guard, on a call to an action that changes state", () => {
 	});
 
 	test("drops an announcement in its own node's name, which Moleculer would take for an id conflict and stop the process", () => {
-		const guard = busGuard({ callKey: null, admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+		const guard = busGuard({ callKey: null, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 		const warnings: string[] = [];
 		guard.created({ nodeID: "owners.a", logger: { warn: (line: string) => warnings.push(line) } });
 		const passed: string[] = [];
@@ -116,11 +144,12 @@ describe("the bus guard, on a call to an action that changes state", () => {
 describe("the bus guard, on a call it sends", () => {
 	const key = busCallKey(randomBytes(32));
 	type Sent = { type: string; target: string | null; payload: { action: string; id: string; params: unknown; meta: Record<string, unknown> } };
-	function send(target: string | null, callKey: Buffer | null = key) {
-		const guard = busGuard({ callKey, admitUngrouped: false }) as unknown as { created(broker: object): void; transitPublish(next: (packet: Sent) => unknown): (packet: Sent) => unknown };
+	function send(target: string | null, callKey: Buffer | null = key, workerApiKey?: string) {
+		const guard = busGuard({ callKey, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitPublish(next: (packet: Sent) => unknown): (packet: Sent) => unknown };
 		guard.created({ nodeID: "intake.me" });
 		let published: Sent | null = null;
 		const meta = { other: 1 };
+		if (workerApiKey) actForWorker(meta, workerApiKey);
 		guard.transitPublish(packet => (published = packet))({ type: "REQ", target, payload: { action: "mempool.receive", id: "c1", params: { epoch: 1 }, meta } });
 		return { published: published as Sent | null, meta };
 	}
@@ -132,6 +161,17 @@ describe("the bus guard, on a call it sends", () => {
 		expect(meta).toEqual({ other: 1 });
 		expect(send("verifier.b").published!.payload.meta).toEqual({ other: 1 });
 		expect(send("owners.b", null).published!.payload.meta).toEqual({ other: 1 });
+	});
+
+	test("proves a call made for a worker with the worker's key, to the intake and the owners only; the key never leaves the process", () => {
+		const workerApiKey = randomBytes(24).toString("hex");
+		const { published } = send("owners.b", null, workerApiKey);
+		const call = { action: "mempool.receive", id: "c1", sender: "intake.me", target: "owners.b", params: { epoch: 1 } };
+		expect(isBusCallProof(workerCallKey(workerApiKey), call, published!.payload.meta.workerCallProof)).toBe(true);
+		expect(published!.payload.meta.busCallProof).toBeUndefined();
+		expect(JSON.stringify(published)).not.toContain(workerApiKey);
+		expect(Object.keys(JSON.parse(JSON.stringify(published!.payload.meta)))).toEqual(["other", "workerCallProof"]);
+		expect(JSON.parse(JSON.stringify(send("verifier.b", null, workerApiKey).published!.payload.meta))).toEqual({ other: 1 });
 	});
 
 	test("publishes nothing to an addressee of another form (a subject NATS's protocol would split)", () => {

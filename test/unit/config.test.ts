@@ -75,17 +75,22 @@ describe("loadConfig values", () => {
 
 	it("with TRANSPORTER, refuses to let replicas generate their own worker keys or authority key", () => {
 		const onBus = (group: string) => ({ TRANSPORTER: "nats://localhost:4222", NATS_USER: group });
-		expect(() => loadConfig({ ...onBus("gateway"), SERVICES: "api" })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER/);
-		expect(() => loadConfig({ ...onBus("owners"), SERVICES: "payouts" })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
+		const workerKeys = { WORKER_API_KEYS: "a-worker-key-of-24-chars" };
+		// The gateway admits workers with them; the intake and the owners check its proofs of a worker's calls.
+		for (const [group, services] of [["gateway", "api"], ["intake", "receiver"], ["owners", "epochs"]])
+			expect(() => loadConfig({ ...onBus(group), SERVICES: services })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER for the gateway, intake and owners groups/);
+		// A verifier may not hold them: its bus credentials would act for a worker.
+		expect(() => loadConfig({ ...onBus("verifier"), SERVICES: "verifier", ...workerKeys })).toThrow(/WORKER_API_KEYS must not be given to the bus group verifier/);
+		expect(() => loadConfig({ ...onBus("owners"), SERVICES: "payouts", ...workerKeys })).toThrow(/NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER/);
 		expect(loadConfig({ ...onBus("verifier"), SERVICES: "verifier" })).toMatchObject({ services: ["verifier"], busGroup: "verifier" });
 		// Nor may the gateway or a verifier hold the key that proves the intake's and owners' calls.
-		for (const [group, services] of [["gateway", "api"], ["verifier", "verifier"]])
-			expect(() => loadConfig({ ...onBus(group), SERVICES: services, WORKER_API_KEYS: "a-worker-key-of-24-chars", WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" })).toThrow(/WEBHOOK_SECRETS_KEY must not be given to the bus group/);
+		expect(() => loadConfig({ ...onBus("gateway"), SERVICES: "api", ...workerKeys, WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" })).toThrow(/WEBHOOK_SECRETS_KEY must not be given to the bus group/);
+		expect(() => loadConfig({ ...onBus("verifier"), SERVICES: "verifier", WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" })).toThrow(/WEBHOOK_SECRETS_KEY must not be given to the bus group/);
 		// Every intake and owners process: they seal, tag and open with it, and prove their calls on the bus.
 		for (const [group, services] of [["owners", "webhooks"], ["intake", "receiver,webhook-delivery"], ["intake", "receiver"], ["owners", "mempool"], ["owners", "epochs"]])
-			expect(() => loadConfig({ ...onBus(group), SERVICES: services, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
+			expect(() => loadConfig({ ...onBus(group), SERVICES: services, ...workerKeys, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
 		const key = "q".repeat(43) + "=";
-		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));
+		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", ...workerKeys, WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));
 		// One process, no transporter: it generates both into DATA_DIR, as before.
 		expect(loadConfig({})).toMatchObject({ transporter: null, workerApiKeys: [], nodeAuthorityKeypairPath: null, busGroup: null });
 	});
@@ -123,6 +128,7 @@ describe("loadConfig values", () => {
 			REGISTRY_SEED_FILE: "/etc/scs/seed.json",
 			NODE_AUTHORITY_KEYPAIR_PATH: "/etc/scs/authority.json",
 			WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=",
+			WORKER_API_KEYS: "a-worker-key-of-24-chars",
 			TRANSPORTER: "nats://localhost:4222",
 			NATS_USER: "owners",
 			SERVICES: "payouts"

@@ -130,9 +130,13 @@ export interface BusCall {
 	params: unknown;
 }
 
-function busCallMac(key: Buffer, call: BusCall, at: number): string {
-	const params = createHash("sha256").update(JSON.stringify(call.params) ?? "").digest("base64url");
-	return createHmac("sha256", key).update([call.action, call.id, call.sender, call.target, at, params].join("\n")).digest("base64url");
+/** The digest of a call's parameters a proof covers (their JSON, as Moleculer's JSON serializer sends them). */
+export function busCallDigest(params: unknown): string {
+	return createHash("sha256").update(JSON.stringify(params) ?? "").digest("base64url");
+}
+
+function busCallMac(key: Buffer, call: BusCall, at: number, digest: string): string {
+	return createHmac("sha256", key).update([call.action, call.id, call.sender, call.target, at, digest].join("\n")).digest("base64url");
 }
 
 /**
@@ -141,17 +145,20 @@ function busCallMac(key: Buffer, call: BusCall, at: number): string {
  * as they were sent, so both ends digest the same JSON.
  */
 export function busCallProof(key: Buffer, call: BusCall, at = Date.now()): string {
-	return `${at}.${busCallMac(key, call, at)}`;
+	return `${at}.${busCallMac(key, call, at, busCallDigest(call.params))}`;
 }
 
-/** Whether `proof` is a fresh proof of `call` (within BUS_CALL_PROOF_TTL_MS of `now`, either way). */
-export function isBusCallProof(key: Buffer, call: BusCall, proof: unknown, now = Date.now()): boolean {
+/**
+ * Whether `proof` is a fresh proof of `call` (within BUS_CALL_PROOF_TTL_MS of `now`, either way);
+ * `digest`, the parameters' (busCallDigest), when the caller has it already.
+ */
+export function isBusCallProof(key: Buffer, call: BusCall, proof: unknown, { digest, now = Date.now() }: { digest?: string; now?: number } = {}): boolean {
 	if (typeof proof !== "string") return false;
 	const dot = proof.indexOf(".");
 	const at = Number(proof.slice(0, dot));
 	if (dot < 1 || !Number.isSafeInteger(at) || Math.abs(now - at) > BUS_CALL_PROOF_TTL_MS) return false;
 	const given = Buffer.from(proof.slice(dot + 1));
-	const expected = Buffer.from(busCallMac(key, call, at));
+	const expected = Buffer.from(busCallMac(key, call, at, digest ?? busCallDigest(call.params)));
 	return given.length === expected.length && timingSafeEqual(given, expected);
 }
 

@@ -215,6 +215,18 @@ function headerSecret(env: Env, key: string): string | null {
 	return raw;
 }
 
+/**
+ * WORKER_API_KEYS: every process that reads them refuses the example Secret's placeholder, and
+ * none may be short: on the bus each is also the key of the gateway's proofs (services/bus-guard.ts).
+ */
+function workerApiKeys(env: Env): string[] {
+	const keys = list(env, "WORKER_API_KEYS");
+	if (keys.some(isPlaceholder)) throw placeholderError("WORKER_API_KEYS");
+	// No key goes into the message.
+	if (keys.some(key => !/^[\x21-\x7e]{16,}$/.test(key))) throw new ConfigError("WORKER_API_KEYS must each be at least 16 visible ASCII characters without spaces (openssl rand -hex 32)");
+	return keys;
+}
+
 /** The example Secret's values (k8s/secret/settlement-secrets.example.yaml) all start so: one applied as-is is not a secret. */
 export function isPlaceholder(value: string): boolean {
 	return /^placeholder/i.test(value);
@@ -336,7 +348,7 @@ export function loadConfig(env: Env = process.env): Config {
 		mongoAllowWeakDurability: flag(env, "MONGO_ALLOW_WEAK_DURABILITY"),
 		epochCloseSettleMs: integer(env, "EPOCH_CLOSE_SETTLE_MS", mongoUrl ? 10_000 : 0, 0),
 		store: mongoUrl ? "mongodb" : "sqlite",
-		workerApiKeys: list(env, "WORKER_API_KEYS"),
+		workerApiKeys: workerApiKeys(env),
 		registrySeedFile: text(env, "REGISTRY_SEED_FILE"),
 		leaseTtlMs: integer(env, "LEASE_TTL_MS", 60_000, 1),
 		crankerTtlMs: integer(env, "CRANKER_TTL_MS", 30_000, 1),

@@ -30,7 +30,7 @@ import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
 import { isReady, markDraining } from "./health";
 import { isJson, jsonBody } from "./json-body";
-import { isServed, isServedHere } from "./internal";
+import { isServed, isServedHere, workersOnly } from "./internal";
 import { actForWorker } from "./bus-guard";
 import { httpMetrics, metricsForm } from "./metrics";
 
@@ -379,6 +379,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 							if (ctx.meta.metricsForm === "prometheus") this.assertMetricsKey(req, res);
 						}
 						ctx.meta.worker = this.workerKeyAttempt(req, res);
+						// An owner on the bus believes `worker` (the worker's view) only with the proof of the key.
+						if (ctx.meta.worker) actForWorker(ctx.meta, req.headers["x-api-key"] as string);
 					},
 					aliases: { ...PUBLIC_ROUTES, "GET /intents/:id/events": streamAlias("serveIntent") }
 				}
@@ -398,6 +400,12 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 		},
 
 		actions: {
+			// moleculer-web's own actions would let any node on the bus add, remove or list the
+			// gateway's routes (a route without the worker key before an owner's actions, say).
+			addRoute: false,
+			removeRoute: false,
+			listAliases: false,
+
 			/**
 			 * GET /intent-work: the mempool's work pages joined here, written as one JSON array with
 			 * each stored view inside its item, never copied into a string. A mempool in this process
@@ -406,7 +414,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			 * bus in one message (NATS refuses messages over 1 MB). Every mempool runs with the same
 			 * LEASE_TTL_MS; the items carry the first page's.
 			 */
-			intentWork: answersJsonTexts({
+			intentWork: workersOnly(answersJsonTexts({
 				params: { $$strict: true, limit: limit() },
 				async handler(this: ApiThis, ctx: Context<{ limit: number }>): Promise<Buffer> {
 					const here = isServedHere(this.broker, "mempool.workPage");
@@ -427,13 +435,13 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					// No page had an item: the answer is [] whatever the lease length.
 					return jsonArrayBuffer(views, leaseTtlMs === null ? undefined : workItemWrapper(leaseTtlMs));
 				}
-			}),
+			})),
 
 			/**
 			 * GET /webhooks: the owner's pages of WEBHOOK_LIST_PAGE joined here, none over the bus's
 			 * message size. An owner of the previous version (a rolling update) has no pages: its one list.
 			 */
-			webhookList: {
+			webhookList: workersOnly({
 				params: listWebhooksParams,
 				async handler(this: ApiThis, ctx: Context<{ limit: number }>): Promise<WebhookSubscription[]> {
 					if (!isServed(this.broker, "webhooks.page")) return ctx.call<WebhookSubscription[], object>("webhooks.list", { limit: ctx.params.limit });
@@ -448,7 +456,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					}
 					return views;
 				}
-			},
+			}),
 
 			/**
 			 * GET /openapi.json: OpenAPI 3.1 of every route, built from the route tables above and the

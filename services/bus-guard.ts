@@ -15,10 +15,11 @@
  *   seen before. The proof leaves the call's meta before the action runs, so it is never passed on;
  * - a call the gateway makes for a worker whose API key it checked (`actForWorker`) carries a proof
  *   under that key, bound alike; a call for a `workersOnly` action runs only with such a proof,
- *   or with the intake's and owners'. A verifier holds neither.
+ *   or with the intake's and owners'. A verifier holds neither. A call's `meta.worker` (a worker
+ *   key came with a public route: the worker's view) is believed only with such a proof.
  */
 import type { Middleware, ServiceBroker } from "moleculer";
-import { BUS_CALL_PROOF_TTL_MS, busCallProof, busGroupOf, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
+import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
 import { ServiceError } from "../lib/errors";
 
 const PROOF = "busCallProof";
@@ -157,12 +158,17 @@ export function busGuard({ callKey, workerApiKeys, admitUngrouped }: { callKey: 
 				// No action here takes a stream; a stream's chunks would wait in memory for their first.
 				if (payload.stream === true || payload.seq != null) return refuse(payload, "Streams are not taken on the bus");
 				const flags = flagsOf(payload.action);
-				if (flags.keyHoldersOnly || flags.workersOnly) {
+				const claimsWorker = meta.worker !== undefined;
+				if (flags.keyHoldersOnly || flags.workersOnly || claimsWorker) {
 					const call = { action: String(payload.action), id: String(payload.id), sender: payload.sender, target: broker.nodeID, params: payload.params };
-					const byKeyHolder = !!callKey && isBusCallProof(callKey, call, proof);
-					const forWorker = !!flags.workersOnly && workerKeys.some(key => isBusCallProof(key, call, workerProof));
-					if (!(byKeyHolder || forWorker) || !seen.admit(`${call.sender}\n${call.id}`))
-						return refuse(payload, flags.workersOnly ? "This action runs only for a worker, through the gateway" : "This action runs only for the intake and the owners");
+					// The parameters' digest once, however many keys are tried.
+					const digest = busCallDigest(call.params);
+					const byKeyHolder = (flags.keyHoldersOnly || flags.workersOnly) && !!callKey && isBusCallProof(callKey, call, proof, { digest });
+					const forWorker = (flags.workersOnly || claimsWorker) && workerKeys.some(key => isBusCallProof(key, call, workerProof, { digest }));
+					const fresh = (byKeyHolder || forWorker) && seen.admit(`${call.sender}\n${call.id}`);
+					if (flags.keyHoldersOnly && !(fresh && byKeyHolder)) return refuse(payload, "This action runs only for the intake and the owners");
+					if (flags.workersOnly && !fresh) return refuse(payload, "This action runs only for a worker, through the gateway");
+					if (!(fresh && forWorker)) delete meta.worker;
 				}
 			}
 			return next(cmd, packet);

@@ -24,10 +24,11 @@ export function keyHoldersOnly<A extends object>(action: A): A & { visibility: "
 }
 
 /**
- * An action a worker route serves (an owner's, or one a gateway action calls for the route): over
- * the bus it runs only for a call proven by a worker's API key, which the gateway that checked the
- * key attaches, or by the intake's and owners' key (services/bus-guard.ts). So the worker API key
- * admits a worker at the owners themselves, and a verifier's bus credentials act for no worker.
+ * An action a worker route runs (the gateway's own, or an owner's), or one such an action calls:
+ * over the bus it runs only for a call proven by a worker's API key, which the gateway that checked
+ * the key attaches, or by the intake's and owners' key (services/bus-guard.ts). So the worker API
+ * key admits a worker where the action runs, and a verifier's bus credentials act for no worker.
+ * test/integration/openapi.test.ts checks that every worker route's action is one.
  */
 export function workersOnly<A extends object>(action: A): A & { workersOnly: true } {
 	return { ...action, workersOnly: true };

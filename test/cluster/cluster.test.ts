@@ -309,7 +309,17 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			await expect(rogue.call("tin.verificationWork", { limit: 50 })).rejects.toMatchObject(refused);
 			await expect(rogue.call("webhooks.remove", { id: "wh_00000000000000000000000000000000" })).rejects.toMatchObject(refused);
 			await expect(rogue.call("receiver.wake", {})).rejects.toMatchObject(refused);
+			// Nor through the gateway's own actions, which an intake node's proof would otherwise carry on.
+			await expect(rogue.call("api.intentWork", { limit: 10 })).rejects.toMatchObject(refused);
+			await expect(rogue.call("api.webhookList", { limit: 10 })).rejects.toMatchObject(refused);
+			// moleculer-web's route actions are off: a route without the worker key could be added before the owners' actions.
+			for (const action of ["api.addRoute", "api.removeRoute", "api.listAliases"]) await expect(rogue.call(action, { name: "worker" })).rejects.toMatchObject({ name: "ServiceNotFoundError" });
 			expect((await http("GET", "/epoch/status")).body).toMatchObject({ epoch: before.epoch });
+			// An intent's worker view, asked for with `worker` in the meta: the public view it is.
+			const [{ id }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
+			const publicView = (await http("GET", `/intents/${id}`)).body;
+			expect((await http("GET", `/intents/${id}`, undefined, worker)).body).not.toEqual(publicView);
+			expect(await rogue.call("mempool.view", { id }, { meta: { worker: true } })).toEqual(publicView);
 			// The same actions through the gateway, with the worker's key: its calls carry the proof.
 			expect((await http("GET", "/intents?limit=5", undefined, worker)).status).toBe(200);
 			expect((await http("GET", "/tin-operations/verification-work?limit=5", undefined, worker)).status).toBe(200);

@@ -54,7 +54,7 @@ describe("the bus guard, on a call to an action that changes state", () => {
 			let passed: Call | null = null;
 			refused.length = 0;
 			guard.transitMessageHandler((_cmd, received) => (passed = received.payload))("REQ", { type: "REQ", payload: call });
-			return { passed, refused: refused.map(err => (err as { type: string }).type) };
+			return { passed: passed as Call | null, refused: refused.map(err => (err as { type: string }).type) };
 		};
 	}
 	const params = { epoch: 1 };
@@ -107,6 +107,17 @@ describe("the bus guard, on a call to an action that changes state", () => {
 			for (const meta of [{}, undefined, forWorker(call, randomBytes(24).toString("hex")).meta, forWorker({ ...call, id: "w3" }).meta, forWorker(call, workerApiKey, "owners.b").meta, forWorker({ ...call, action: "webhooks.remove" }).meta])
 				expect(close({ ...call, meta })).toEqual({ passed: null, refused: ["FORBIDDEN"] });
 			expect(close({ ...forWorker(call), params: { epoch: 9 } }).refused).toEqual(["FORBIDDEN"]);
+		});
+
+		test("a call's meta.worker (the worker's view) is believed with a worker's proof only", () => {
+			const view = owner({ workerApiKeys: [workerApiKey], flags: {} });
+			const read = { sender: "gateway.x", action: "mempool.view", id: "v1", params: { id: "i1" } };
+			expect(view({ ...read, meta: { worker: true } }).passed).toMatchObject({ meta: {} });
+			expect(view({ ...read, meta: { worker: true } }).passed!.meta).not.toHaveProperty("worker");
+			const proven = forWorker({ ...read, id: "v2" });
+			expect(view({ ...proven, meta: { ...proven.meta, worker: true } }).passed).toMatchObject({ meta: { worker: true } });
+			// Seen once: the same proof again is a public read.
+			expect(view({ ...proven, meta: { ...proven.meta, worker: true } }).passed!.meta).not.toHaveProperty("worker");
 		});
 
 		test("a worker's proof opens no keyHoldersOnly action", () => {

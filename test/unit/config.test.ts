@@ -63,10 +63,22 @@ describe("loadConfig values", () => {
 	});
 
 	it("parses comma-separated lists, trimming and dropping empty items", () => {
-		const config = loadConfig({ WORKER_API_KEYS: " k1, k2 ,,k3 ", CRANKER_OPERATORS: "A,B", SERVICES: "api,mempool" });
-		expect(config.workerApiKeys).toEqual(["k1", "k2", "k3"]);
+		const [k1, k2, k3] = ["worker-key-one-0001", "worker-key-two-0002", "worker-key-three-03"];
+		const config = loadConfig({ WORKER_API_KEYS: ` ${k1}, ${k2} ,,${k3} `, CRANKER_OPERATORS: "A,B", SERVICES: "api,mempool" });
+		expect(config.workerApiKeys).toEqual([k1, k2, k3]);
 		expect(config.crankerOperators).toEqual(["A", "B"]);
 		expect(config.services).toEqual(["api", "mempool"]);
+	});
+
+	it("refuses a worker key that is short or the example Secret's placeholder, in every process, without echoing it", () => {
+		for (const bad of ["short-key", "worker key with spaces 0001", "PLACEHOLDER-replace-with-openssl-rand-hex-32"]) {
+			expect(() => loadConfig({ WORKER_API_KEYS: `good-worker-key-00001,${bad}` })).toThrow(/WORKER_API_KEYS/);
+			try {
+				loadConfig({ WORKER_API_KEYS: bad });
+			} catch (err) {
+				expect((err as Error).message).not.toContain(bad);
+			}
+		}
 	});
 
 	it("an empty SERVICES list means every service", () => {

@@ -87,11 +87,11 @@ export function brokerOptions(config: Config): BrokerOptions {
 		// Request ids from a CSPRNG (Moleculer's default is Math.random): an answer is matched to its
 		// request by id alone, so an id must not be guessable by a process that cannot read the request.
 		uidGenerator: () => randomUUID(),
-		// On the bus: believe a node's services only where its group may run them, and prove (or
-		// check) the intake's and the owners' key on calls to the actions that change state, and a
-		// worker's key on calls made for a worker route.
-		middlewares: config.busGroup
-			? [busGuard({ callKey: config.webhookSecretsKey && busCallKey(config.webhookSecretsKey), workerApiKeys: config.workerApiKeys, admitUngrouped: config.busAdmitUngrouped })]
+		// On the bus: sign (and check) the announcements, believe a node's services only where its
+		// group may run them, and prove (or check) the intake's and the owners' key on calls to the
+		// actions that change state, and a worker's key on calls made for a worker route.
+		middlewares: config.busKeys
+			? [busGuard({ busKeys: config.busKeys, callKey: config.webhookSecretsKey && busCallKey(config.webhookSecretsKey), workerApiKeys: config.workerApiKeys, admitUngrouped: config.busAdmitUngrouped })]
 			: []
 	};
 }

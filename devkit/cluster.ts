@@ -9,6 +9,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { BUS_GROUPS, busGroupServing, holdsCallKey, holdsWorkerKeys, natsAuthorization, type BusGroup } from "../lib/bus-groups";
+import { newBusKeyring } from "../lib/bus-signatures";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import { freePort, spawnScript, waitFor, type ScriptProcess } from "./process";
 
@@ -21,6 +22,8 @@ export class NatsServer {
 	readonly storeDir = tempDir("scs-nats-");
 	/** A user per bus group, as k8s/20-nats.yaml has: the bus admits only the app, each group to its own subjects. */
 	private readonly passwords = Object.fromEntries(Object.keys(BUS_GROUPS).map(group => [group, `p${randomBytes(16).toString("hex")}`])) as Record<BusGroup, string>;
+	/** A signing key pair per bus group, as the Secret holds them (lib/bus-signatures.ts). */
+	readonly busKeys = newBusKeyring();
 
 	/**
 	 * `namespace`: the NAMESPACE of the processes it carries (the users' permissions name it);
@@ -40,9 +43,9 @@ export class NatsServer {
 		return this.child?.pid;
 	}
 
-	/** The environment a process of `group` signs in to the bus with. */
-	credentials(group: BusGroup): { NATS_USER: string; NATS_PASSWORD: string } {
-		return { NATS_USER: group, NATS_PASSWORD: this.passwords[group] };
+	/** The environment a process of `group` signs in to the bus with, and signs its announcements with. */
+	credentials(group: BusGroup): { NATS_USER: string; NATS_PASSWORD: string; BUS_SIGNING_KEY: string; BUS_PUBLIC_KEYS: string } {
+		return { NATS_USER: group, NATS_PASSWORD: this.passwords[group], ...this.busKeys.env(group) };
 	}
 
 	async start(): Promise<void> {

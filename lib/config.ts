@@ -7,6 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import { address, type Address } from "@solana/kit";
 import { BUS_GROUPS, holdsCallKey, holdsWorkerKeys, isBusGroup, mayServe, type BusGroup } from "./bus-groups";
+import { busPublicKeys, busSigningKey, isKeyPair, type BusKeys } from "./bus-signatures";
 import { isBase58OfLength } from "./encoding";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
 import { mongoUrlWeakenings } from "./store/mongo-url";
@@ -24,6 +25,8 @@ export interface Config {
 	busGroup: BusGroup | null;
 	/** BUS_ADMIT_UNGROUPED, for the roll from the one-user bus only: take nodes whose id names no group as peers. */
 	busAdmitUngrouped: boolean;
+	/** The bus's signing keys (lib/bus-signatures.ts), with a transporter: BUS_SIGNING_KEY, this group's private key, and BUS_PUBLIC_KEYS, every group's. */
+	busKeys: BusKeys | null;
 	/** Service names this process runs; null = all of them. */
 	services: string[] | null;
 	dataDir: string;
@@ -196,6 +199,26 @@ function base58Address(env: Env, key: string, fallback: string): string {
 }
 
 /** A 256-bit key, base64 (or base64url): `openssl rand -base64 32`. */
+/**
+ * With a transporter, the process signs its announcements with its group's key, and checks the
+ * others' against theirs (lib/bus-signatures.ts). The keys never go into a message.
+ */
+function busKeys(env: Env, group: BusGroup | null): Config["busKeys"] {
+	if (group === null) return null;
+	const signingText = text(env, "BUS_SIGNING_KEY");
+	const publicText = text(env, "BUS_PUBLIC_KEYS");
+	if (signingText === null || publicText === null)
+		throw new ConfigError('BUS_SIGNING_KEY (this group\'s ed25519 private key) and BUS_PUBLIC_KEYS (every group\'s public key) are required with TRANSPORTER (k8s/README.md, "The Secret")');
+	if (isPlaceholder(signingText)) throw placeholderError("BUS_SIGNING_KEY");
+	if (isPlaceholder(publicText)) throw placeholderError("BUS_PUBLIC_KEYS");
+	const signing = busSigningKey(signingText);
+	if (!signing) throw new ConfigError("BUS_SIGNING_KEY must be an ed25519 private key, base64 of its PKCS#8 DER (openssl genpkey -algorithm ed25519 -outform DER | base64 -w0)");
+	const groups = busPublicKeys(publicText);
+	if (typeof groups === "string") throw new ConfigError(`BUS_PUBLIC_KEYS: ${groups}`);
+	if (!isKeyPair(signing, groups[group])) throw new ConfigError(`BUS_SIGNING_KEY is not the private key of the ${group} group's public key in BUS_PUBLIC_KEYS`);
+	return { signing, groups };
+}
+
 function key256(env: Env, key: string): Buffer | null {
 	const raw = text(env, key);
 	if (raw === null) return null;
@@ -334,13 +357,15 @@ export function loadConfig(env: Env = process.env): Config {
 	const services = list(env, "SERVICES");
 	const verifyTimeoutMs = integer(env, "VERIFY_TIMEOUT_MS", 5000, 1);
 	const transporter = natsUrls(env, "TRANSPORTER");
+	const group = busGroup(env, transporter, services);
 	return withSharedSecrets({
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
 		transporter,
 		natsUser: urlSafe(env, "NATS_USER"),
 		natsPassword: urlSafe(env, "NATS_PASSWORD"),
-		busGroup: busGroup(env, transporter, services),
+		busGroup: group,
+		busKeys: busKeys(env, group),
 		busAdmitUngrouped: flag(env, "BUS_ADMIT_UNGROUPED"),
 		services: services.length ? services : null,
 		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),

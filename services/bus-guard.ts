@@ -16,10 +16,14 @@
  * - a call the gateway makes for a worker whose API key it checked (`actForWorker`) carries a proof
  *   under that key, bound alike; a call for a `workersOnly` action runs only with such a proof,
  *   or with the intake's and owners'. A verifier holds neither. A call's `meta.worker` (a worker
- *   key came with a public route: the worker's view) is believed only with such a proof.
+ *   key came with a public route: the worker's view) is believed only with such a proof;
+ * - the packets that say who a node is and whether it lives (announcements, heartbeats, goodbyes,
+ *   discovery and pings) are signed with the sender's group's key, and believed only with a fresh
+ *   signature by the group its sender's id names (lib/bus-signatures.ts).
  */
 import type { Middleware, ServiceBroker } from "moleculer";
 import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
+import { SIGNATURE_FIELD, SIGNED_PACKETS, busSignature, isBusSignature, type BusKeys } from "../lib/bus-signatures";
 import { ServiceError } from "../lib/errors";
 
 const PROOF = "busCallProof";
@@ -54,7 +58,7 @@ type Flags = { keyHoldersOnly?: boolean; workersOnly?: boolean };
 interface Packet {
 	type: string;
 	target?: string | null;
-	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; params?: unknown; meta?: unknown; stream?: unknown; seq?: unknown };
+	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; params?: unknown; meta?: unknown; stream?: unknown; seq?: unknown; [SIGNATURE_FIELD]?: unknown };
 }
 type AnnouncedService = { name?: unknown; fullName?: unknown; version?: unknown; actions?: Record<string, { name?: unknown } | undefined> } | undefined;
 type Handler = (cmd: string, packet: Packet) => unknown;
@@ -97,16 +101,26 @@ class SeenCalls {
 }
 
 /**
+ * `busKeys`: this group's signing key, and every group's public key.
  * `callKey`: the key of the intake's and owners' proofs, when this process holds it.
+ * `workerApiKeys`: the keys of the proofs of calls made for a worker.
  * `admitUngrouped`: during the roll from the one-user bus, the previous version's nodes (ids of no
  * group) are taken as peers, their announcements believed (BUS_ADMIT_UNGROUPED). Their calls to
  * `keyHoldersOnly` actions get no waiver: a packet's sender is whatever the packet says.
  */
-export function busGuard({ callKey, workerApiKeys, admitUngrouped }: { callKey: Buffer | null; workerApiKeys: readonly string[]; admitUngrouped: boolean }): Middleware {
+export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped }: { busKeys: BusKeys; callKey: Buffer | null; workerApiKeys: readonly string[]; admitUngrouped: boolean }): Middleware {
 	let broker: ServiceBroker;
 	const seen = new SeenCalls();
 	const workerKeys = workerApiKeys.map(workerCallKey);
 	let warnedAt = 0;
+	/** A packet dropped for what it claims is worth a warning, once a minute: one flood, one line. */
+	const dropped = (message: string) => {
+		if (Date.now() - warnedAt > 60_000) {
+			warnedAt = Date.now();
+			broker.logger.warn(message);
+		}
+		return Promise.resolve(false);
+	};
 	// This node's own action's flags, never a peer's announcement of them.
 	const flagsOf = (action: unknown): Flags => (typeof action === "string" && (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as { action?: Flags } | null)?.action) || {};
 	const believedSender = (sender: unknown): sender is string => isNodeId(sender) && (admitUngrouped || busGroupOf(sender) !== null);
@@ -123,6 +137,8 @@ export function busGuard({ callKey, workerApiKeys, admitUngrouped }: { callKey: 
 			const { payload } = packet;
 			// A subject is never built from an id of another form (see isNodeId).
 			if (packet.target != null && !isNodeId(packet.target)) return Promise.resolve();
+			// A copy: Moleculer may send one announcement object more than once.
+			if (SIGNED_PACKETS.has(packet.type)) packet.payload = { ...payload, [SIGNATURE_FIELD]: busSignature(busKeys.signing, packet.type, broker.nodeID, payload) };
 			const group = packet.target ? busGroupOf(packet.target) : null;
 			// To every call to a key holder: whether its action asks for a proof is the addressee's to say.
 			if (packet.type === "REQ" && packet.target && group && holdsCallKey(group)) {
@@ -139,12 +155,14 @@ export function busGuard({ callKey, workerApiKeys, admitUngrouped }: { callKey: 
 			const { payload } = packet;
 			// Its own broadcasts come back to a node (NATS echoes them), so these go silently.
 			if (payload?.sender === broker.nodeID) return Promise.resolve(false);
-			if (!payload || !believedSender(payload.sender)) {
-				if (Date.now() - warnedAt > 60_000) {
-					warnedAt = Date.now();
-					broker.logger.warn(`A ${cmd} packet from no node of this deployment came over the bus: ignored.`);
-				}
-				return Promise.resolve(false);
+			if (!payload || !believedSender(payload.sender)) return dropped(`A ${cmd} packet from no node of this deployment came over the bus: ignored.`);
+			if (SIGNED_PACKETS.has(cmd)) {
+				const group = busGroupOf(payload.sender);
+				const { [SIGNATURE_FIELD]: signature, ...signed } = payload;
+				// A node of no group is one of the previous version's, during the roll (BUS_ADMIT_UNGROUPED): it signs nothing.
+				if (group !== null && !isBusSignature(busKeys.groups[group], cmd, payload.sender, signed, signature))
+					return dropped(`A ${cmd} packet without a valid signature of the ${group} group came over the bus in the name of ${payload.sender}: ignored.`);
+				delete payload[SIGNATURE_FIELD];
 			}
 			if (cmd === "INFO") {
 				if (!Array.isArray(payload.services)) return Promise.resolve(false);

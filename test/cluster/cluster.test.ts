@@ -13,6 +13,7 @@ import { connect } from "nats";
 import { randomBytes } from "node:crypto";
 import { Cluster, natsServerAvailable } from "../../devkit/cluster";
 import { actForWorker, busGuard } from "../../services/bus-guard";
+import { busSignature } from "../../lib/bus-signatures";
 import { mongoUrlWithDatabase } from "../../lib/store/mongo-url";
 import net from "node:net";
 import os from "node:os";
@@ -31,8 +32,8 @@ type HistoryEntry = { state: string; by?: string };
 
 /**
  * A broker of this test on the cluster's bus, signed in with a group's credentials (the gateway's
- * unless said), with the bus guard of our processes: a call whose meta `actForWorker` marked proves
- * that worker key, as a compromised gateway, which holds the keys, could.
+ * unless said), with the bus guard of our processes and that group's signing key: a call whose meta
+ * `actForWorker` marked proves that worker key, as a compromised gateway, which holds the keys, could.
  */
 function gatewayOnTheBus(cluster: Cluster, name: string, group: BusGroup = "gateway"): ServiceBroker {
 	const { NATS_USER, NATS_PASSWORD } = cluster.nats.credentials(group);
@@ -42,7 +43,7 @@ function gatewayOnTheBus(cluster: Cluster, name: string, group: BusGroup = "gate
 		transporter: { type: "NATS", options: { url: cluster.nats.url.replace("nats://", `nats://${NATS_USER}:${NATS_PASSWORD}@`) } },
 		serializer: "JSON",
 		logger: false,
-		middlewares: [busGuard({ callKey: null, workerApiKeys: [], admitUngrouped: false })]
+		middlewares: [busGuard({ busKeys: cluster.nats.busKeys.keys(group), callKey: null, workerApiKeys: [], admitUngrouped: false })]
 	});
 }
 
@@ -340,6 +341,30 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			await sniffer.flush();
 			await new Promise(resolve => setTimeout(resolve, 1000));
 			expect(cluster.owners.child.exitCode).toBeNull();
+			const [{ status }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
+			expect(status).toBe(201);
+		} finally {
+			await sniffer.close();
+		}
+	});
+
+	it("the gateway's bus credentials and signing key speak for no other group's node: an owner announced emptied, or gone, stays", async () => {
+		const sniffer = await connect({ servers: cluster.nats.url, user: "gateway", pass: cluster.nats.credentials("gateway").NATS_PASSWORD });
+		try {
+			const ownersId = `owners.${os.hostname()}-${cluster.owners.child.pid}`;
+			const gatewayKeys = cluster.nats.busKeys.keys("gateway");
+			// What a compromised gateway can send: its own group's signature, or none. Every node reads the broadcasts.
+			const emptied = { ver: "5", sender: ownersId, instanceID: "forged", services: [], seq: 1e12, ipList: [], hostname: "x", client: {}, config: {}, metadata: {} };
+			for (const [cmd, payload] of [
+				["INFO", emptied],
+				["INFO", { ...emptied, busSignature: busSignature(gatewayKeys.signing, "INFO", ownersId, emptied) }],
+				["DISCONNECT", { ver: "5", sender: ownersId }],
+				["DISCONNECT", { ver: "5", sender: ownersId, busSignature: busSignature(gatewayKeys.signing, "DISCONNECT", ownersId, {}) }]
+			] as const)
+				sniffer.publish(`MOL-${cluster.namespace}.${cmd}`, JSON.stringify(payload));
+			await sniffer.flush();
+			await new Promise(resolve => setTimeout(resolve, 500));
+			// Before heartbeats could restore it (every 2 s), the intake still finds the owners.
 			const [{ status }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
 			expect(status).toBe(201);
 		} finally {

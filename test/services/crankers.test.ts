@@ -7,6 +7,7 @@ import { randomBytes } from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
+import { newBusKeyring } from "../../lib/bus-signatures";
 import { MAX_CLOCK_SKEW_S } from "../../lib/http-signature";
 import { crankersService } from "../../services/crankers.service";
 import { MINT, crankerCallMeta, iso, newWallet, signedHeartbeat, walletOf, type Wallet } from "../helpers/fixtures";
@@ -129,7 +130,7 @@ test("a Cranker silent for CRANKER_TTL_MS is offline and leaves the figures; sil
 
 test("with replicas, a heartbeat another replica stamped long before it was stored (a slow MongoDB write) is counted once stored", async () => {
 	// A transporter says replicas may share the store; this broker runs without one.
-	const crankers = await startCrankers({ TRANSPORTER: "nats://127.0.0.1:4222", NATS_USER: "owners", SERVICES: "crankers", WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), WORKER_API_KEYS: randomBytes(24).toString("hex") });
+	const crankers = await startCrankers({ TRANSPORTER: "nats://127.0.0.1:4222", NATS_USER: "owners", ...newBusKeyring().env("owners"), SERVICES: "crankers", WEBHOOK_SECRETS_KEY: randomBytes(32).toString("base64"), WORKER_API_KEYS: randomBytes(24).toString("hex") });
 	try {
 		await crankers.heartbeat(signedHeartbeat(newWallet()));
 		await sleep(200);

@@ -3,18 +3,27 @@
  * node is believed only for services its group may run, and only for actions named after them.
  */
 import { randomBytes } from "node:crypto";
-import { busCallKey, busCallProof, isBusCallProof, workerCallKey } from "../../lib/bus-groups";
+import { busCallKey, busCallProof, busGroupOf, isBusCallProof, workerCallKey } from "../../lib/bus-groups";
+import { busSignature, isBusSignature, newBusKeyring } from "../../lib/bus-signatures";
 import { actForWorker, busGuard } from "../../services/bus-guard";
+
+const ring = newBusKeyring();
+
+/** A packet's payload as `sender` sends it, signed with its group's key (`at`: when), or with `group`'s. */
+function signed<P extends { sender: string }>(cmd: string, payload: P, { at, group }: { at?: number; group?: Parameters<typeof ring.keys>[0] } = {}): P {
+	const signer = group ?? busGroupOf(payload.sender);
+	return signer ? { ...payload, busSignature: busSignature(ring.keys(signer).signing, cmd, payload.sender, payload, at) } : payload;
+}
 
 type Service = { name: string; fullName?: string; version?: number; actions?: Record<string, { name: string }> };
 const service = (name: string, actions: string[], extra: Partial<Service> = {}): Service => ({ name, fullName: name, actions: Object.fromEntries(actions.map(action => [action, { name: action }])), ...extra });
 
 /** The services a node announcing `services` as `sender` is believed for. */
 function believed(sender: string, services: Service[], options = { admitUngrouped: false }): string[] {
-	const guard = busGuard({ callKey: null, workerApiKeys: [], ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+	const guard = busGuard({ busKeys: ring.keys("intake"), callKey: null, workerApiKeys: [], ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 	guard.created({ nodeID: "intake.receiver", logger: { warn: () => undefined } });
 	let passed: Service[] = [];
-	guard.transitMessageHandler((_cmd, packet) => (passed = (packet as { payload: { services: Service[] } }).payload.services))("INFO", { type: "INFO", payload: { sender, services } });
+	guard.transitMessageHandler((_cmd, packet) => (passed = (packet as { payload: { services: Service[] } }).payload.services))("INFO", { type: "INFO", payload: signed("INFO", { sender, services }) });
 	return passed.map(s => s.name);
 }
 
@@ -44,7 +53,7 @@ describe("the bus guard, on a call to an action that changes state", () => {
 	/** An owner's guard, every action of which has `flags` (keyHoldersOnly unless said): whether each call passed on, or was refused. */
 	function owner(options: { admitUngrouped?: boolean; workerApiKeys?: string[]; flags?: object } = {}) {
 		const refused: unknown[] = [];
-		const guard = busGuard({ callKey: key, workerApiKeys: options.workerApiKeys ?? [], admitUngrouped: options.admitUngrouped ?? false }) as unknown as {
+		const guard = busGuard({ busKeys: ring.keys("owners"), callKey: key, workerApiKeys: options.workerApiKeys ?? [], admitUngrouped: options.admitUngrouped ?? false }) as unknown as {
 			created(broker: object): void;
 			transitMessageHandler(next: (cmd: string, packet: { payload: Call }) => unknown): (cmd: string, packet: object) => unknown;
 		};
@@ -133,15 +142,15 @@ describe("the bus guard, on a call to an action that changes state", () => {
 	});
 
 	test("drops an announcement in its own node's name, which Moleculer would take for an id conflict and stop the process", () => {
-		const guard = busGuard({ callKey: null, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+		const guard = busGuard({ busKeys: ring.keys("owners"), callKey: null, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 		const warnings: string[] = [];
 		guard.created({ nodeID: "owners.a", logger: { warn: (line: string) => warnings.push(line) } });
 		const passed: string[] = [];
 		const handle = guard.transitMessageHandler(cmd => passed.push(cmd));
 		for (const cmd of ["INFO", "DISCONNECT", "HEARTBEAT", "REQ", "EVENT", "RES"]) handle(cmd, { type: cmd, payload: { sender: "owners.a", instanceID: "other", services: [] } });
-		handle("INFO", { type: "INFO", payload: { sender: "owners.b", services: [] } });
+		handle("INFO", { type: "INFO", payload: signed("INFO", { sender: "owners.b", services: [] }) });
 		// An announcement whose services are not a list is no announcement.
-		handle("INFO", { type: "INFO", payload: { sender: "owners.c", services: "x" } });
+		handle("INFO", { type: "INFO", payload: signed("INFO", { sender: "owners.c", services: "x" }) });
 		expect(passed).toEqual(["INFO"]);
 		// Silently: a node's own broadcasts come back to it.
 		expect(warnings).toEqual([]);
@@ -156,7 +165,7 @@ describe("the bus guard, on a call it sends", () => {
 	const key = busCallKey(randomBytes(32));
 	type Sent = { type: string; target: string | null; payload: { action: string; id: string; params: unknown; meta: Record<string, unknown> } };
 	function send(target: string | null, callKey: Buffer | null = key, workerApiKey?: string) {
-		const guard = busGuard({ callKey, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitPublish(next: (packet: Sent) => unknown): (packet: Sent) => unknown };
+		const guard = busGuard({ busKeys: ring.keys("intake"), callKey, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitPublish(next: (packet: Sent) => unknown): (packet: Sent) => unknown };
 		guard.created({ nodeID: "intake.me" });
 		let published: Sent | null = null;
 		const meta = { other: 1 };
@@ -187,5 +196,65 @@ describe("the bus guard, on a call it sends", () => {
 
 	test("publishes nothing to an addressee of another form (a subject NATS's protocol would split)", () => {
 		expect(send("owners.b\r\nUNSUB 1").published).toBeNull();
+	});
+});
+
+describe("the bus guard, on the packets that say who a node is and whether it lives", () => {
+	type Payload = { sender: string; services?: unknown[]; seq?: number; cpu?: number; busSignature?: unknown };
+	function node(nodeID = "intake.me", admitUngrouped = false) {
+		const guard = busGuard({ busKeys: ring.keys(busGroupOf(nodeID)!), callKey: null, workerApiKeys: [], admitUngrouped }) as unknown as {
+			created(broker: object): void;
+			transitMessageHandler(next: (cmd: string, packet: { payload: Payload }) => unknown): (cmd: string, packet: object) => unknown;
+			transitPublish(next: (packet: { type: string; payload: Payload }) => unknown): (packet: object) => unknown;
+		};
+		const warnings: string[] = [];
+		guard.created({ nodeID, logger: { warn: (line: string) => warnings.push(line) } });
+		return {
+			warnings,
+			/** The payload Moleculer is handed, or null: dropped. */
+			receive(cmd: string, payload: Payload): Payload | null {
+				let passed: Payload | null = null;
+				guard.transitMessageHandler((_cmd, packet) => (passed = packet.payload))(cmd, { type: cmd, payload });
+				return passed;
+			},
+			send(type: string, payload: Omit<Payload, "sender">) {
+				let sent: { type: string; payload: Payload } | null = null;
+				guard.transitPublish(packet => (sent = packet))({ type, target: null, payload });
+				return sent as { type: string; payload: Payload } | null;
+			}
+		};
+	}
+	const emptied = { sender: "owners.pod-1", services: [], seq: 1e12 };
+
+	test("believes one signed by the group its sender names, fresh, and hands it on without the signature", () => {
+		for (const cmd of ["INFO", "HEARTBEAT", "DISCONNECT", "DISCOVER", "PING", "PONG"]) {
+			const passed = node().receive(cmd, signed(cmd, emptied));
+			expect({ cmd, passed }).toEqual({ cmd, passed: emptied });
+		}
+	});
+
+	test("drops one in another group's node's name, unsigned, signed by another group, stale, of another type or altered (the emptied announcement)", () => {
+		const receiver = node();
+		const now = Date.now();
+		for (const payload of [emptied, signed("INFO", emptied, { group: "gateway" }), signed("INFO", emptied, { at: now - 61_000 }), signed("INFO", emptied, { at: now + 61_000 }), signed("HEARTBEAT", emptied), { ...signed("INFO", { ...emptied, seq: 1 }), seq: 1e12 }, { ...signed("INFO", emptied), sender: "owners.pod-2" }, { ...emptied, busSignature: "x.y" }])
+			expect(receiver.receive("INFO", payload)).toBeNull();
+		// Once a minute: a flood is one line, which names no more than the claimed sender.
+		expect(receiver.warnings).toEqual([expect.stringMatching(/INFO packet without a valid signature of the owners group .* owners.pod-1/)]);
+	});
+
+	test("takes an unsigned one from a node of no group during the roll from the one-user bus only", () => {
+		expect(node("intake.me", true).receive("HEARTBEAT", { sender: "pod-old", cpu: 1 })).toEqual({ sender: "pod-old", cpu: 1 });
+		expect(node("intake.me", true).receive("HEARTBEAT", { sender: "owners.pod-1", cpu: 1 })).toBeNull();
+	});
+
+	test("signs its own with its group's key, as the receivers check them; a call goes unsigned", () => {
+		const sender = node("intake.me");
+		const info = { services: [], seq: 3 };
+		const sent = sender.send("INFO", info)!;
+		expect(isBusSignature(ring.keys("intake").groups.intake, "INFO", "intake.me", { ...sent.payload, busSignature: undefined }, sent.payload.busSignature)).toBe(true);
+		// Sent as the transporter adds the protocol version and the sender, then read by another node.
+		expect(node("owners.a").receive("INFO", { ...JSON.parse(JSON.stringify(sent.payload)), ver: "5", sender: "intake.me" })).toMatchObject({ seq: 3, sender: "intake.me" });
+		expect(info).toEqual({ services: [], seq: 3 });
+		expect(sender.send("REQ", { action: "x" } as never)!.payload).not.toHaveProperty("busSignature");
 	});
 });

@@ -1,9 +1,15 @@
 /** Environment configuration: the SPEC's defaults and refusal of bad values. */
+import { generateKeyPairSync } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import type { BusGroup } from "../../lib/bus-groups";
+import { newBusKeyring } from "../../lib/bus-signatures";
 import { ConfigError, loadConfig } from "../../lib/config";
 import { loadOrCreateWorkerKeys } from "../../lib/secrets";
+
+/** Signing keys for the processes on the bus (BUS_SIGNING_KEY, BUS_PUBLIC_KEYS). */
+const ring = newBusKeyring();
 
 describe("loadConfig defaults (empty environment)", () => {
 	const config = loadConfig({});
@@ -86,10 +92,10 @@ describe("loadConfig values", () => {
 	});
 
 	it("with TRANSPORTER, refuses to let replicas generate their own worker keys or authority key", () => {
-		const onBus = (group: string) => ({ TRANSPORTER: "nats://localhost:4222", NATS_USER: group });
+		const onBus = (group: BusGroup) => ({ TRANSPORTER: "nats://localhost:4222", NATS_USER: group, ...ring.env(group) });
 		const workerKeys = { WORKER_API_KEYS: "a-worker-key-of-24-chars" };
 		// The gateway admits workers with them; the intake and the owners check its proofs of a worker's calls.
-		for (const [group, services] of [["gateway", "api"], ["intake", "receiver"], ["owners", "epochs"]])
+		for (const [group, services] of [["gateway", "api"], ["intake", "receiver"], ["owners", "epochs"]] as const)
 			expect(() => loadConfig({ ...onBus(group), SERVICES: services })).toThrow(/WORKER_API_KEYS is required with TRANSPORTER for the gateway, intake and owners groups/);
 		// A verifier may not hold them: its bus credentials would act for a worker.
 		expect(() => loadConfig({ ...onBus("verifier"), SERVICES: "verifier", ...workerKeys })).toThrow(/WORKER_API_KEYS must not be given to the bus group verifier/);
@@ -99,7 +105,7 @@ describe("loadConfig values", () => {
 		expect(() => loadConfig({ ...onBus("gateway"), SERVICES: "api", ...workerKeys, WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" })).toThrow(/WEBHOOK_SECRETS_KEY must not be given to the bus group/);
 		expect(() => loadConfig({ ...onBus("verifier"), SERVICES: "verifier", WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" })).toThrow(/WEBHOOK_SECRETS_KEY must not be given to the bus group/);
 		// Every intake and owners process: they seal, tag and open with it, and prove their calls on the bus.
-		for (const [group, services] of [["owners", "webhooks"], ["intake", "receiver,webhook-delivery"], ["intake", "receiver"], ["owners", "mempool"], ["owners", "epochs"]])
+		for (const [group, services] of [["owners", "webhooks"], ["intake", "receiver,webhook-delivery"], ["intake", "receiver"], ["owners", "mempool"], ["owners", "epochs"]] as const)
 			expect(() => loadConfig({ ...onBus(group), SERVICES: services, ...workerKeys, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
 		const key = "q".repeat(43) + "=";
 		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", ...workerKeys, WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));
@@ -114,7 +120,33 @@ describe("loadConfig values", () => {
 		expect(() => loadConfig({ ...bus, NATS_USER: "gateway", SERVICES: "api,mempool", WORKER_API_KEYS: "a-worker-key-of-24-chars" })).toThrow(/SERVICES must list services of the bus group gateway \(api\) with TRANSPORTER; not mempool/);
 		expect(() => loadConfig({ ...bus, NATS_USER: "verifier", SERVICES: "" })).toThrow(/SERVICES must list services of the bus group verifier/);
 		expect(() => loadConfig({ ...bus, NATS_USER: "verifier", SERVICES: "verifier", NAMESPACE: "a.b" })).toThrow(/NAMESPACE may not hold dots/);
-		expect(loadConfig({ ...bus, NATS_USER: "intake", SERVICES: "api,receiver,network,webhook-delivery", WORKER_API_KEYS: "a-worker-key-of-24-chars", WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" }).busGroup).toBe("intake");
+		expect(loadConfig({ ...bus, NATS_USER: "intake", ...ring.env("intake"), SERVICES: "api,receiver,network,webhook-delivery", WORKER_API_KEYS: "a-worker-key-of-24-chars", WEBHOOK_SECRETS_KEY: "q".repeat(43) + "=" }).busGroup).toBe("intake");
+	});
+
+	it("with TRANSPORTER, the process's group's signing key and every group's public key, which match; never echoed", () => {
+		const verifier = { TRANSPORTER: "nats://localhost:4222", NATS_USER: "verifier", SERVICES: "verifier" };
+		const { BUS_SIGNING_KEY, BUS_PUBLIC_KEYS } = ring.env("verifier");
+		expect(loadConfig({ ...verifier, BUS_SIGNING_KEY, BUS_PUBLIC_KEYS }).busKeys).toEqual({ signing: expect.anything(), groups: expect.objectContaining({ gateway: expect.anything(), owners: expect.anything() }) });
+		expect(() => loadConfig(verifier)).toThrow(/BUS_SIGNING_KEY .* and BUS_PUBLIC_KEYS .* are required with TRANSPORTER/);
+		const cases: [Record<string, string>, RegExp][] = [
+			[{ BUS_SIGNING_KEY: ring.env("owners").BUS_SIGNING_KEY, BUS_PUBLIC_KEYS }, /BUS_SIGNING_KEY is not the private key of the verifier group's public key/],
+			[{ BUS_SIGNING_KEY, BUS_PUBLIC_KEYS: newBusKeyring().env("verifier").BUS_PUBLIC_KEYS }, /BUS_SIGNING_KEY is not the private key of the verifier group's public key/],
+			[{ BUS_SIGNING_KEY: Buffer.from("not a key").toString("base64"), BUS_PUBLIC_KEYS }, /BUS_SIGNING_KEY must be an ed25519 private key/],
+			[{ BUS_SIGNING_KEY: generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ format: "der", type: "pkcs8" }).toString("base64"), BUS_PUBLIC_KEYS }, /BUS_SIGNING_KEY must be an ed25519 private key/],
+			[{ BUS_SIGNING_KEY, BUS_PUBLIC_KEYS: BUS_PUBLIC_KEYS.split(",").slice(1).join(",") }, /BUS_PUBLIC_KEYS: it lacks the key of gateway/],
+			[{ BUS_SIGNING_KEY, BUS_PUBLIC_KEYS: `${BUS_PUBLIC_KEYS},${BUS_PUBLIC_KEYS.split(",")[0]}` }, /BUS_PUBLIC_KEYS: gateway is given twice/],
+			[{ BUS_SIGNING_KEY, BUS_PUBLIC_KEYS: BUS_PUBLIC_KEYS.replace("owners:", "others:") }, /BUS_PUBLIC_KEYS: each entry is <group>:<base64 public key>/],
+			[{ BUS_SIGNING_KEY, BUS_PUBLIC_KEYS: BUS_PUBLIC_KEYS.replace(/owners:[^,]*/, "owners:AAAA") }, /BUS_PUBLIC_KEYS: owners's key is not a public key/],
+			[{ BUS_SIGNING_KEY: "PLACEHOLDER-replace-with-a-key", BUS_PUBLIC_KEYS }, /BUS_SIGNING_KEY/]
+		];
+		for (const [keys, message] of cases) {
+			expect(() => loadConfig({ ...verifier, ...keys })).toThrow(message);
+			try {
+				loadConfig({ ...verifier, ...keys });
+			} catch (err) {
+				expect((err as Error).message).not.toContain(keys.BUS_SIGNING_KEY);
+			}
+		}
 	});
 
 	it("WEBHOOK_SECRETS_KEY must be 32 bytes in base64, and is never echoed", () => {
@@ -143,6 +175,7 @@ describe("loadConfig values", () => {
 			WORKER_API_KEYS: "a-worker-key-of-24-chars",
 			TRANSPORTER: "nats://localhost:4222",
 			NATS_USER: "owners",
+			...ring.env("owners"),
 			SERVICES: "payouts"
 		});
 		expect(config).toMatchObject({

@@ -5,6 +5,7 @@
  */
 import os from "node:os";
 import { MongoClient, MongoNetworkError, MongoOperationTimeoutError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
+import { newBusKeyring } from "../../lib/bus-signatures";
 import { ConfigError, loadConfig } from "../../lib/config";
 import { StoreUnavailableError } from "../../lib/store";
 import { DURABLE_OPTIONS, assertDurableClient, closeClient, indexDescriptions, isTransientMongoError, storeError } from "../../lib/store/mongodb";
@@ -140,7 +141,8 @@ describe("indexes", () => {
 });
 
 describe("NATS credentials", () => {
-	const options = (env: Record<string, string>) => brokerOptions(loadConfig({ SERVICES: "verifier", ...env })).transporter as { options: { url: string } };
+	const bus = newBusKeyring().env("verifier");
+	const options = (env: Record<string, string>) => brokerOptions(loadConfig({ SERVICES: "verifier", ...bus, ...env })).transporter as { options: { url: string } };
 
 	test("go into every transporter URL (Moleculer takes them from the URL only)", () => {
 		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p0-._~" }).options.url).toBe("nats://verifier:p0-._~@nats:4222");
@@ -148,7 +150,7 @@ describe("NATS credentials", () => {
 	});
 
 	test("on the bus, a node id starts with its group, which NATS permissions match as a subject token", () => {
-		const options = brokerOptions(loadConfig({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", SERVICES: "verifier" }));
+		const options = brokerOptions(loadConfig({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", SERVICES: "verifier", ...bus }));
 		expect(options.nodeID).toBe(`verifier.${os.hostname()}-${process.pid}`);
 		expect(options.internalServices).toBe(false);
 		expect(brokerOptions(loadConfig({})).nodeID).toBe(`${os.hostname()}-${process.pid}`);

@@ -31,6 +31,8 @@ interface ReceiverSettings {
 }
 
 interface ReceiverVars {
+	/** createIntentParams compiled: the full check of a submission from another node. */
+	checkRequest: (request: object) => true | object[];
 	/** The current epoch number, cached briefly: it changes only when an epoch closes. */
 	epochCache: { epoch: number; until: number } | null;
 	metrics: ReturnType<typeof verificationMetrics>;
@@ -39,6 +41,7 @@ interface ReceiverVars {
 
 interface ReceiverMethods {
 	intake(ctx: Context, submissions: Submission[]): Promise<SubmissionAnswer[]>;
+	intakeChecked(ctx: Context, submissions: Submission[]): Promise<SubmissionAnswer[]>;
 	answerOf(outcome: IntakeOutcome | Refusal, verdict: VerifierAnswer | null, startedAt: number): SubmissionAnswer;
 	store(ctx: Context, epoch: number, items: IntakeItem[]): Promise<(IntakeOutcome | Refusal)[]>;
 	verifyHolders(paymentIds: string[]): Promise<boolean>;
@@ -72,14 +75,16 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 		actions: {
 			/**
 			 * Internal, from the gateway (POST /intents): a batch of submissions, validated where they
-			 * entered; each answered on its own, in order.
+			 * entered; each answered on its own, in order. From another node each is checked in full
+			 * again: any group may call this on the bus, and what it hands on is stored with the
+			 * intake's proof.
 			 */
 			submitMany: internal({
 				params: {
 					submissions: { type: "array", min: 1, max: INTAKE_BATCH_MAX, items: { type: "object", props: { request: "object", call: { type: "string", max: 200 } } } }
 				},
 				handler(this: ReceiverThis, ctx: Context<{ submissions: Submission[] }>): Promise<SubmissionAnswer[]> {
-					return this.intake(ctx, ctx.params.submissions);
+					return ctx.nodeID === this.broker.nodeID ? this.intake(ctx, ctx.params.submissions) : this.intakeChecked(ctx, ctx.params.submissions);
 				}
 			}),
 
@@ -159,6 +164,15 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 					outcomes.forEach((outcome, k) => (answers[positions[k]] = this.answerOf(outcome, verdicts[positions[k]], startedAt)));
 				}
 				return answers;
+			},
+
+			/** Those of `submissions` that pass createIntentParams go in; the others are refused as the gateway refuses them. */
+			async intakeChecked(this: ReceiverThis, ctx, submissions) {
+				const checks = submissions.map(({ request }) => this.checkRequest(request));
+				const valid = submissions.filter((_, i) => checks[i] === true);
+				const answers = valid.length ? await this.intake(ctx, valid) : [];
+				let next = 0;
+				return checks.map(check => (check === true ? answers[next++] : refusal(new ServiceError("VALIDATION_ERROR", "Parameters validation error!", check))));
 			},
 
 			async store(this: ReceiverThis, ctx, epoch, items) {
@@ -297,6 +311,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 		} satisfies ReceiverMethods & ThisType<ReceiverThis>,
 
 		created(this: ReceiverThis) {
+			this.checkRequest = this.broker.validator!.compile(createIntentParams) as unknown as ReceiverVars["checkRequest"];
 			this.epochCache = null;
 			this.metrics = verificationMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);

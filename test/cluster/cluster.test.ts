@@ -321,6 +321,12 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			const publicView = (await http("GET", `/intents/${id}`)).body;
 			expect((await http("GET", `/intents/${id}`, undefined, worker)).body).not.toEqual(publicView);
 			expect(await rogue.call("mempool.view", { id }, { meta: { worker: true } })).toEqual(publicView);
+			// Submissions handed to the intake over the bus are checked in full again: a field the gateway
+			// refuses, beside a valid signature, is refused there too, and stores nothing.
+			const [padded, plain] = [{ ...signedIntent(newWallet(), route), note: "x".repeat(2000) }, signedIntent(newWallet(), route)];
+			const answers = await rogue.call<{ refused?: { type: string }; status?: number }[], object>("receiver.submitMany", { submissions: [{ request: padded, call: "c1" }, { request: plain, call: "c2" }] });
+			expect(answers.map(answer => answer.refused?.type ?? answer.status)).toEqual(["VALIDATION_ERROR", 201]);
+			expect((await http("GET", `/intents?limit=500`, undefined, worker)).body.map((intent: { paymentId: string }) => intent.paymentId)).not.toContain(padded.paymentId);
 			// The same actions through the gateway, with the worker's key: its calls carry the proof.
 			expect((await http("GET", "/intents?limit=5", undefined, worker)).status).toBe(200);
 			expect((await http("GET", "/tin-operations/verification-work?limit=5", undefined, worker)).status).toBe(200);

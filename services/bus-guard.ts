@@ -176,7 +176,8 @@ export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped }: { 
 				// No action here takes a stream; a stream's chunks would wait in memory for their first.
 				if (payload.stream === true || payload.seq != null) return refuse(payload, "Streams are not taken on the bus");
 				const flags = flagsOf(payload.action);
-				const claimsWorker = meta.worker !== undefined;
+				// The public routes say `worker: false` on every call: only a claim costs a check.
+				const claimsWorker = meta.worker !== undefined && meta.worker !== false;
 				if (flags.keyHoldersOnly || flags.workersOnly || claimsWorker) {
 					const call = { action: String(payload.action), id: String(payload.id), sender: payload.sender, target: broker.nodeID, params: payload.params };
 					// The parameters' digest once, however many keys are tried.

@@ -123,6 +123,9 @@ describe("the bus guard, on a call to an action that changes state", () => {
 			const read = { sender: "gateway.x", action: "mempool.view", id: "v1", params: { id: "i1" } };
 			expect(view({ ...read, meta: { worker: true } }).passed).toMatchObject({ meta: {} });
 			expect(view({ ...read, meta: { worker: true } }).passed!.meta).not.toHaveProperty("worker");
+			expect(view({ ...read, meta: { worker: "yes" } }).passed!.meta).not.toHaveProperty("worker");
+			// What every public call says when no key came with it: nothing to check.
+			expect(view({ ...read, meta: { worker: false } }).passed).toMatchObject({ meta: { worker: false } });
 			const proven = forWorker({ ...read, id: "v2" });
 			expect(view({ ...proven, meta: { ...proven.meta, worker: true } }).passed).toMatchObject({ meta: { worker: true } });
 			// Seen once: the same proof again is a public read.

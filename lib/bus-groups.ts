@@ -62,7 +62,9 @@ export function isNodeId(value: unknown): value is string {
 
 /** The group a node id claims, or null for an id of no group. */
 export function busGroupOf(nodeID: string): BusGroup | null {
-	const group = nodeID.slice(0, nodeID.indexOf("."));
+	const dot = nodeID.indexOf(".");
+	if (dot < 1) return null;
+	const group = nodeID.slice(0, dot);
 	return isBusGroup(group) ? group : null;
 }
 

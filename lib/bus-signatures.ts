@@ -3,12 +3,14 @@
  * group may publish the broadcasts, so without signatures any group's credentials could speak for
  * another group's node: announce it emptied of its services, say it left, ask every node to answer
  * to it. Each group has an ed25519 key pair; a process holds its own group's private key
- * (BUS_SIGNING_KEY) and every group's public key (BUS_PUBLIC_KEYS), and signs the packets that say
- * who a node is and whether it lives. A receiver checks each against the public key of the group
- * its sender's id names. A process can still speak for another node of its own group.
+ * (BUS_SIGNING_KEY) and every group's public keys (BUS_PUBLIC_KEYS), and signs the packets that
+ * say who a node is and whether it lives, bound to the deployment's namespace, their addressee and
+ * the time. A receiver checks each against the public keys of the group its sender's id names,
+ * takes a packet addressed to another node for a replay, and takes each sender's packets in the
+ * order they were signed, each once (SignedPackets). A process can still speak for another node of
+ * its own group.
  *
- * Keys are base64 of their DER form, as openssl writes them (`openssl genpkey -algorithm ed25519
- * -outform DER | base64 -w0`; the public key with `openssl pkey -inform DER -pubout -outform DER`).
+ * Keys are base64 of their DER form, as openssl writes them (k8s/README.md, "The Secret").
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
 import { BUS_GROUPS, isBusGroup, type BusGroup } from "./bus-groups";
@@ -16,33 +18,115 @@ import { BUS_GROUPS, isBusGroup, type BusGroup } from "./bus-groups";
 /** The packets signed: those that tell who a node is, whether it lives, or ask every node to answer it. */
 export const SIGNED_PACKETS: ReadonlySet<string> = new Set(["DISCOVER", "INFO", "DISCONNECT", "HEARTBEAT", "PING", "PONG"]);
 
-/** How long a signature holds (clocks differ): a replay later is refused, and one sooner changes nothing Moleculer has not seen. */
+/** How long a signature holds (clocks differ by up to this much). */
 export const BUS_SIGNATURE_TTL_MS = 60_000;
 
-/** The payload field that carries a packet's signature: `<ms>.<base64url signature>`. */
+/** The largest signed packet taken, in bytes, before it is parsed: an announcement lists every action's schema; the others are a few fields. */
+export const SIGNED_PACKET_MAX_BYTES = { INFO: 512 * 1024, other: 4 * 1024 };
+
+/** Signatures checked per second at most: a node's heartbeats and announcements need a few; a flood of made-up ones costs no more. */
+export const SIGNATURE_CHECKS_PER_SECOND = 1000;
+
+/** The payload field that carries a packet's signature: `<ms>:<addressee, empty for a broadcast>:<base64url signature>`. */
 export const SIGNATURE_FIELD = "busSignature";
 
 /** Fields the transporter sets after a packet is signed (the protocol version, the sender), and the signature itself. */
 const UNSIGNED_FIELDS = new Set(["ver", "sender", SIGNATURE_FIELD]);
 
-/** What a signature covers: the packet type, its sender, the time, and its payload's JSON (the JSON serializer's own). */
-function signedBytes(cmd: string, sender: string, at: number, payload: Record<string, unknown>): Buffer {
-	const signed = Object.fromEntries(Object.entries(payload).filter(([name]) => !UNSIGNED_FIELDS.has(name)));
-	return Buffer.from(`${cmd}\n${sender}\n${at}\n${JSON.stringify(signed)}`, "utf8");
+/** A packet as signed: the deployment, its type, sender and addressee (null: a broadcast), and its payload. */
+export interface SignedPacket {
+	namespace: string;
+	cmd: string;
+	sender: string;
+	target: string | null;
+	payload: Record<string, unknown>;
 }
 
-export function busSignature(privateKey: KeyObject, cmd: string, sender: string, payload: Record<string, unknown>, at = Date.now()): string {
-	return `${at}.${sign(null, signedBytes(cmd, sender, at, payload), privateKey).toString("base64url")}`;
+/** What a signature covers: the packet, the time, and its payload's JSON (the JSON serializer's own). */
+function signedBytes(packet: SignedPacket, at: number): Buffer {
+	const signed = Object.fromEntries(Object.entries(packet.payload).filter(([name]) => !UNSIGNED_FIELDS.has(name)));
+	return Buffer.from([packet.namespace, packet.cmd, packet.sender, packet.target ?? "", at, JSON.stringify(signed)].join("\n"), "utf8");
 }
 
-/** Whether `signature` is a fresh signature by `publicKey` of this packet. */
-export function isBusSignature(publicKey: KeyObject, cmd: string, sender: string, payload: Record<string, unknown>, signature: unknown, now = Date.now()): boolean {
-	if (typeof signature !== "string") return false;
-	const dot = signature.indexOf(".");
-	const at = Number(signature.slice(0, dot));
-	if (dot < 1 || !Number.isSafeInteger(at) || Math.abs(now - at) > BUS_SIGNATURE_TTL_MS) return false;
-	const bytes = Buffer.from(signature.slice(dot + 1), "base64url");
-	return bytes.length === 64 && verify(null, signedBytes(cmd, sender, at, payload), publicKey, bytes);
+export function busSignature(privateKey: KeyObject, packet: SignedPacket, at = Date.now()): string {
+	return `${at}:${packet.target ?? ""}:${sign(null, signedBytes(packet, at), privateKey).toString("base64url")}`;
+}
+
+/** A signature's parts, or null when it is not of the form busSignature writes. */
+function parseSignature(signature: unknown): { at: number; target: string | null; bytes: Buffer; text: string } | null {
+	if (typeof signature !== "string" || signature.length > 400) return null;
+	const match = /^(\d{1,15}):([A-Za-z0-9_.-]{0,200}):([A-Za-z0-9_-]{86})$/.exec(signature);
+	if (!match) return null;
+	return { at: Number(match[1]), target: match[2] || null, bytes: Buffer.from(match[3], "base64url"), text: signature };
+}
+
+/** Whether `signature` is a signature of this packet, made within BUS_SIGNATURE_TTL_MS of `now`, by one of `publicKeys`. */
+export function isBusSignature(publicKeys: readonly KeyObject[], packet: Omit<SignedPacket, "target">, signature: unknown, now = Date.now()): boolean {
+	const parsed = parseSignature(signature);
+	if (!parsed || Math.abs(now - parsed.at) > BUS_SIGNATURE_TTL_MS) return false;
+	const bytes = signedBytes({ ...packet, target: parsed.target }, parsed.at);
+	return publicKeys.some(key => verify(null, bytes, key, parsed.bytes));
+}
+
+/** Why a signed packet was not taken. */
+export type Refusal = "unsigned" | "stale" | "elsewhere" | "replayed" | "busy" | "forged";
+
+/**
+ * The receiving side: a packet is taken when its signature is well formed, fresh, addressed to
+ * this node or to all, later than the last one taken from its sender (or of the same millisecond
+ * and not seen), within the budget of checks, and valid. The cheap checks come first, so a packet
+ * refused by them costs no signature check. Each sender's last time is kept for as long as a
+ * signature holds.
+ */
+export class SignedPackets {
+	private readonly last = new Map<string, { at: number; seen: Set<string> }>();
+	private budget = { second: 0, left: SIGNATURE_CHECKS_PER_SECOND };
+
+	constructor(
+		private readonly namespace: string,
+		private readonly nodeID: string,
+		private readonly keysOf: (sender: string) => readonly KeyObject[]
+	) {}
+
+	/** Null when `payload` (a packet of `cmd` from `sender`) is taken; else why not. */
+	check(cmd: string, sender: string, payload: Record<string, unknown>, signature: unknown, now = Date.now()): Refusal | null {
+		const parsed = parseSignature(signature);
+		if (!parsed) return "unsigned";
+		if (Math.abs(now - parsed.at) > BUS_SIGNATURE_TTL_MS) return "stale";
+		if (parsed.target !== null && parsed.target !== this.nodeID) return "elsewhere";
+		const last = this.last.get(sender);
+		if (last && (parsed.at < last.at || (parsed.at === last.at && last.seen.has(parsed.text)))) return "replayed";
+		const second = Math.floor(now / 1000);
+		if (second !== this.budget.second) this.budget = { second, left: SIGNATURE_CHECKS_PER_SECOND };
+		if (this.budget.left <= 0) return "busy";
+		this.budget.left--;
+		const bytes = signedBytes({ namespace: this.namespace, cmd, sender, target: parsed.target, payload }, parsed.at);
+		if (!this.keysOf(sender).some(key => verify(null, bytes, key, parsed.bytes))) return "forged";
+		if (last && parsed.at === last.at) last.seen.add(parsed.text);
+		else this.last.set(sender, { at: parsed.at, seen: new Set([parsed.text]) });
+		this.prune(now);
+		return null;
+	}
+
+	private prunedAt = 0;
+	/** Senders whose last packet is older than a signature holds need no memory: anything older is stale. */
+	private prune(now: number): void {
+		if (now - this.prunedAt < BUS_SIGNATURE_TTL_MS) return;
+		this.prunedAt = now;
+		for (const [sender, { at }] of this.last) if (now - at > 2 * BUS_SIGNATURE_TTL_MS) this.last.delete(sender);
+	}
+}
+
+/**
+ * The sending side's clock: never earlier than its last stamp, so that a clock set back does not
+ * make its next packets look like replays.
+ */
+export class SigningClock {
+	private last = 0;
+	now(): number {
+		this.last = Math.max(Date.now(), this.last);
+		return this.last;
+	}
 }
 
 /** A group's private key from BUS_SIGNING_KEY (base64 of PKCS#8 DER); null when it is not an ed25519 key. */
@@ -55,35 +139,38 @@ export function busSigningKey(base64: string): KeyObject | null {
 	}
 }
 
-/** The public keys of BUS_PUBLIC_KEYS (`gateway:<base64 SPKI DER>,intake:…`): one per group, or a message saying what is wrong. */
-export function busPublicKeys(text: string): Record<BusGroup, KeyObject> | string {
-	const keys: Partial<Record<BusGroup, KeyObject>> = {};
+/**
+ * The public keys of BUS_PUBLIC_KEYS (`gateway:<base64 SPKI DER>,intake:…`): each group's, one or
+ * more (a rotation lists the old key and the new one), or a message saying what is wrong.
+ */
+export function busPublicKeys(text: string): Record<BusGroup, KeyObject[]> | string {
+	const keys: Partial<Record<BusGroup, KeyObject[]>> = {};
 	for (const entry of text.split(",").map(part => part.trim()).filter(Boolean)) {
 		const colon = entry.indexOf(":");
 		const group = entry.slice(0, colon);
 		if (colon < 1 || !isBusGroup(group)) return `each entry is <group>:<base64 public key>, with a group of ${Object.keys(BUS_GROUPS).join(", ")}`;
-		if (keys[group]) return `${group} is given twice`;
 		try {
 			const key = createPublicKey({ key: Buffer.from(entry.slice(colon + 1), "base64"), format: "der", type: "spki" });
 			if (key.asymmetricKeyType !== "ed25519") return `${group}'s key is not an ed25519 key`;
-			keys[group] = key;
+			(keys[group] ??= []).push(key);
 		} catch {
 			return `${group}'s key is not a public key in base64 DER`;
 		}
 	}
 	const missing = (Object.keys(BUS_GROUPS) as BusGroup[]).filter(group => !keys[group]);
-	return missing.length ? `it lacks the key of ${missing.join(", ")}` : (keys as Record<BusGroup, KeyObject>);
+	return missing.length ? `it lacks the key of ${missing.join(", ")}` : (keys as Record<BusGroup, KeyObject[]>);
 }
 
-/** Whether `privateKey` is the private half of `publicKey`. */
-export function isKeyPair(privateKey: KeyObject, publicKey: KeyObject): boolean {
-	return createPublicKey(privateKey).export({ format: "der", type: "spki" }).equals(publicKey.export({ format: "der", type: "spki" }));
+/** Whether `privateKey` is the private half of one of `publicKeys`. */
+export function isKeyPairOf(privateKey: KeyObject, publicKeys: readonly KeyObject[]): boolean {
+	const derived = createPublicKey(privateKey).export({ format: "der", type: "spki" });
+	return publicKeys.some(key => derived.equals(key.export({ format: "der", type: "spki" })));
 }
 
-/** The keys a process of `group` holds: its group's private key, and every group's public key. */
+/** The keys a process of `group` holds: its group's private key, and every group's public keys. */
 export interface BusKeys {
 	signing: KeyObject;
-	groups: Record<BusGroup, KeyObject>;
+	groups: Record<BusGroup, KeyObject[]>;
 }
 
 /**
@@ -92,8 +179,10 @@ export interface BusKeys {
  */
 export function newBusKeyring(): { env(group: BusGroup): { BUS_SIGNING_KEY: string; BUS_PUBLIC_KEYS: string }; keys(group: BusGroup): BusKeys } {
 	const pairs = Object.fromEntries((Object.keys(BUS_GROUPS) as BusGroup[]).map(group => [group, generateKeyPairSync("ed25519")])) as Record<BusGroup, { publicKey: KeyObject; privateKey: KeyObject }>;
-	const groups = Object.fromEntries(Object.entries(pairs).map(([group, pair]) => [group, pair.publicKey])) as Record<BusGroup, KeyObject>;
-	const publicKeys = Object.entries(groups).map(([group, key]) => `${group}:${key.export({ format: "der", type: "spki" }).toString("base64")}`).join(",");
+	const groups = Object.fromEntries(Object.entries(pairs).map(([group, pair]) => [group, [pair.publicKey]])) as Record<BusGroup, KeyObject[]>;
+	const publicKeys = Object.entries(pairs)
+		.map(([group, pair]) => `${group}:${pair.publicKey.export({ format: "der", type: "spki" }).toString("base64")}`)
+		.join(",");
 	return {
 		env: group => ({ BUS_SIGNING_KEY: pairs[group].privateKey.export({ format: "der", type: "pkcs8" }).toString("base64"), BUS_PUBLIC_KEYS: publicKeys }),
 		keys: group => ({ signing: pairs[group].privateKey, groups })

@@ -7,7 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import { address, type Address } from "@solana/kit";
 import { BUS_GROUPS, holdsCallKey, holdsWorkerKeys, isBusGroup, mayServe, type BusGroup } from "./bus-groups";
-import { busPublicKeys, busSigningKey, isKeyPair, type BusKeys } from "./bus-signatures";
+import { busPublicKeys, busSigningKey, isKeyPairOf, type BusKeys } from "./bus-signatures";
 import { isBase58OfLength } from "./encoding";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
 import { mongoUrlWeakenings } from "./store/mongo-url";
@@ -27,6 +27,8 @@ export interface Config {
 	busAdmitUngrouped: boolean;
 	/** The bus's signing keys (lib/bus-signatures.ts), with a transporter: BUS_SIGNING_KEY, this group's private key, and BUS_PUBLIC_KEYS, every group's. */
 	busKeys: BusKeys | null;
+	/** BUS_ADMIT_UNSIGNED, for the roll to the version that signs its announcements only: take a grouped node's unsigned ones. */
+	busAdmitUnsigned: boolean;
 	/** Service names this process runs; null = all of them. */
 	services: string[] | null;
 	dataDir: string;
@@ -198,7 +200,6 @@ function base58Address(env: Env, key: string, fallback: string): string {
 	return raw;
 }
 
-/** A 256-bit key, base64 (or base64url): `openssl rand -base64 32`. */
 /**
  * With a transporter, the process signs its announcements with its group's key, and checks the
  * others' against theirs (lib/bus-signatures.ts). The keys never go into a message.
@@ -215,10 +216,11 @@ function busKeys(env: Env, group: BusGroup | null): Config["busKeys"] {
 	if (!signing) throw new ConfigError("BUS_SIGNING_KEY must be an ed25519 private key, base64 of its PKCS#8 DER (openssl genpkey -algorithm ed25519 -outform DER | base64 -w0)");
 	const groups = busPublicKeys(publicText);
 	if (typeof groups === "string") throw new ConfigError(`BUS_PUBLIC_KEYS: ${groups}`);
-	if (!isKeyPair(signing, groups[group])) throw new ConfigError(`BUS_SIGNING_KEY is not the private key of the ${group} group's public key in BUS_PUBLIC_KEYS`);
+	if (!isKeyPairOf(signing, groups[group])) throw new ConfigError(`BUS_SIGNING_KEY is not the private key of a public key of the ${group} group in BUS_PUBLIC_KEYS`);
 	return { signing, groups };
 }
 
+/** A 256-bit key, base64 (or base64url): `openssl rand -base64 32`. */
 function key256(env: Env, key: string): Buffer | null {
 	const raw = text(env, key);
 	if (raw === null) return null;
@@ -367,6 +369,7 @@ export function loadConfig(env: Env = process.env): Config {
 		busGroup: group,
 		busKeys: busKeys(env, group),
 		busAdmitUngrouped: flag(env, "BUS_ADMIT_UNGROUPED"),
+		busAdmitUnsigned: flag(env, "BUS_ADMIT_UNSIGNED"),
 		services: services.length ? services : null,
 		dataDir: path.resolve(text(env, "DATA_DIR") ?? "./data"),
 		mongoUrl,

@@ -23,7 +23,7 @@
  */
 import type { Middleware, ServiceBroker } from "moleculer";
 import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
-import { SIGNATURE_FIELD, SIGNED_PACKETS, busSignature, isBusSignature, type BusKeys } from "../lib/bus-signatures";
+import { SIGNATURE_FIELD, SIGNED_PACKETS, SIGNED_PACKET_MAX_BYTES, SignedPackets, SigningClock, busSignature, type BusKeys, type Refusal } from "../lib/bus-signatures";
 import { ServiceError } from "../lib/errors";
 
 const PROOF = "busCallProof";
@@ -62,6 +62,7 @@ interface Packet {
 }
 type AnnouncedService = { name?: unknown; fullName?: unknown; version?: unknown; actions?: Record<string, { name?: unknown } | undefined> } | undefined;
 type Handler = (cmd: string, packet: Packet) => unknown;
+type Receive = (cmd: string, data: Buffer, s?: unknown) => unknown;
 type Publish = (packet: Packet) => unknown;
 
 /**
@@ -101,25 +102,37 @@ class SeenCalls {
 }
 
 /**
- * `busKeys`: this group's signing key, and every group's public key.
+ * `busKeys`: this group's signing key, and every group's public keys.
  * `callKey`: the key of the intake's and owners' proofs, when this process holds it.
  * `workerApiKeys`: the keys of the proofs of calls made for a worker.
  * `admitUngrouped`: during the roll from the one-user bus, the previous version's nodes (ids of no
  * group) are taken as peers, their announcements believed (BUS_ADMIT_UNGROUPED). Their calls to
  * `keyHoldersOnly` actions get no waiver: a packet's sender is whatever the packet says.
+ * `admitUnsigned`: during the roll to the version that signs, a packet of a grouped node that
+ * carries no signature is taken (BUS_ADMIT_UNSIGNED); one that carries a signature is checked.
  */
-export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped }: { busKeys: BusKeys; callKey: Buffer | null; workerApiKeys: readonly string[]; admitUngrouped: boolean }): Middleware {
+export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped, admitUnsigned = false }: { busKeys: BusKeys; callKey: Buffer | null; workerApiKeys: readonly string[]; admitUngrouped: boolean; admitUnsigned?: boolean }): Middleware {
 	let broker: ServiceBroker;
+	let signedPackets: SignedPackets;
+	const clock = new SigningClock();
 	const seen = new SeenCalls();
 	const workerKeys = workerApiKeys.map(workerCallKey);
-	let warnedAt = 0;
-	/** A packet dropped for what it claims is worth a warning, once a minute: one flood, one line. */
-	const dropped = (message: string) => {
-		if (Date.now() - warnedAt > 60_000) {
-			warnedAt = Date.now();
+	const warnedAt = new Map<string, number>();
+	/** A packet dropped for what it claims is worth a warning, once a minute for each kind: one flood, one line, and no flood hides another kind. */
+	const dropped = (kind: string, message: string) => {
+		if (Date.now() - (warnedAt.get(kind) ?? 0) > 60_000) {
+			warnedAt.set(kind, Date.now());
 			broker.logger.warn(message);
 		}
 		return Promise.resolve(false);
+	};
+	const REFUSALS: Record<Refusal, string> = {
+		unsigned: "carries no signature",
+		stale: "is signed more than a minute from this node's clock (are the clocks apart?)",
+		elsewhere: "was signed for another node",
+		replayed: "was signed before the last one taken from that node",
+		busy: "came past this second's budget of signature checks",
+		forged: "does not carry a signature of its sender's group"
 	};
 	// This node's own action's flags, never a peer's announcement of them.
 	const flagsOf = (action: unknown): Flags => (typeof action === "string" && (broker.registry.getActionEndpointByNodeId(action, broker.nodeID) as { action?: Flags } | null)?.action) || {};
@@ -131,6 +144,8 @@ export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped }: { 
 		name: "BusGuard",
 		created(created: ServiceBroker) {
 			broker = created;
+			signedPackets = new SignedPackets(broker.namespace, broker.nodeID, sender => busKeys.groups[busGroupOf(sender)!]);
+			if (admitUnsigned) broker.logger.warn("BUS_ADMIT_UNSIGNED is set: announcements without a signature are taken. Unset it once every process signs its own.");
 			if (admitUngrouped) broker.logger.warn("BUS_ADMIT_UNGROUPED is set: nodes whose id names no bus group are taken as peers. Unset it once the roll from the one-user bus is done.");
 		},
 		transitPublish: (next: Publish): Publish => packet => {
@@ -138,7 +153,10 @@ export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped }: { 
 			// A subject is never built from an id of another form (see isNodeId).
 			if (packet.target != null && !isNodeId(packet.target)) return Promise.resolve();
 			// A copy: Moleculer may send one announcement object more than once.
-			if (SIGNED_PACKETS.has(packet.type)) packet.payload = { ...payload, [SIGNATURE_FIELD]: busSignature(busKeys.signing, packet.type, broker.nodeID, payload) };
+			if (SIGNED_PACKETS.has(packet.type)) {
+				const signed = { namespace: broker.namespace, cmd: packet.type, sender: broker.nodeID, target: packet.target ?? null, payload: payload as Record<string, unknown> };
+				packet.payload = { ...payload, [SIGNATURE_FIELD]: busSignature(busKeys.signing, signed, clock.now()) };
+			}
 			const group = packet.target ? busGroupOf(packet.target) : null;
 			// To every call to a key holder: whether its action asks for a proof is the addressee's to say.
 			if (packet.type === "REQ" && packet.target && group && holdsCallKey(group)) {
@@ -151,17 +169,22 @@ export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped }: { 
 			}
 			return next(packet);
 		},
+		// Before a packet is parsed: a signed one larger than any of ours is dropped unread.
+		transporterReceive: (next: Receive): Receive => (cmd, data, s) => {
+			if (SIGNED_PACKETS.has(cmd) && data.length > (cmd === "INFO" ? SIGNED_PACKET_MAX_BYTES.INFO : SIGNED_PACKET_MAX_BYTES.other)) return dropped("size", `A ${cmd} packet of ${data.length} bytes came over the bus: ignored.`);
+			return next(cmd, data, s);
+		},
 		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {
 			const { payload } = packet;
 			// Its own broadcasts come back to a node (NATS echoes them), so these go silently.
 			if (payload?.sender === broker.nodeID) return Promise.resolve(false);
-			if (!payload || !believedSender(payload.sender)) return dropped(`A ${cmd} packet from no node of this deployment came over the bus: ignored.`);
+			if (!payload || !believedSender(payload.sender)) return dropped("sender", `A ${cmd} packet from no node of this deployment came over the bus: ignored.`);
 			if (SIGNED_PACKETS.has(cmd)) {
-				const group = busGroupOf(payload.sender);
 				const { [SIGNATURE_FIELD]: signature, ...signed } = payload;
 				// A node of no group is one of the previous version's, during the roll (BUS_ADMIT_UNGROUPED): it signs nothing.
-				if (group !== null && !isBusSignature(busKeys.groups[group], cmd, payload.sender, signed, signature))
-					return dropped(`A ${cmd} packet without a valid signature of the ${group} group came over the bus in the name of ${payload.sender}: ignored.`);
+				const unsignedWaived = busGroupOf(payload.sender) === null || (admitUnsigned && signature === undefined);
+				const refusal = unsignedWaived ? null : signedPackets.check(cmd, payload.sender, signed, signature);
+				if (refusal) return dropped(refusal, `A ${cmd} packet in the name of ${payload.sender} ${REFUSALS[refusal]}: ignored.`);
 				delete payload[SIGNATURE_FIELD];
 			}
 			if (cmd === "INFO") {
@@ -180,8 +203,8 @@ export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped }: { 
 				const claimsWorker = meta.worker !== undefined && meta.worker !== false;
 				if (flags.keyHoldersOnly || flags.workersOnly || claimsWorker) {
 					const call = { action: String(payload.action), id: String(payload.id), sender: payload.sender, target: broker.nodeID, params: payload.params };
-					// The parameters' digest once, however many keys are tried.
-					const digest = busCallDigest(call.params);
+					// The parameters' digest once, however many keys are tried, and none without a proof to check.
+					const digest = typeof proof === "string" || typeof workerProof === "string" ? busCallDigest(call.params) : "";
 					const byKeyHolder = (flags.keyHoldersOnly || flags.workersOnly) && !!callKey && isBusCallProof(callKey, call, proof, { digest });
 					const forWorker = (flags.workersOnly || claimsWorker) && workerKeys.some(key => isBusCallProof(key, call, workerProof, { digest }));
 					const fresh = (byKeyHolder || forWorker) && seen.admit(`${call.sender}\n${call.id}`);

@@ -359,20 +359,21 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		try {
 			const ownersId = `owners.${os.hostname()}-${cluster.owners.child.pid}`;
 			const gatewayKeys = cluster.nats.busKeys.keys("gateway");
-			// What a compromised gateway can send: its own group's signature, or none. Every node reads the broadcasts.
-			const emptied = { ver: "5", sender: ownersId, instanceID: "forged", services: [], seq: 1e12, ipList: [], hostname: "x", client: {}, config: {}, metadata: {} };
-			for (const [cmd, payload] of [
-				["INFO", emptied],
-				["INFO", { ...emptied, busSignature: busSignature(gatewayKeys.signing, "INFO", ownersId, emptied) }],
-				["DISCONNECT", { ver: "5", sender: ownersId }],
-				["DISCONNECT", { ver: "5", sender: ownersId, busSignature: busSignature(gatewayKeys.signing, "DISCONNECT", ownersId, {}) }]
-			] as const)
-				sniffer.publish(`MOL-${cluster.namespace}.${cmd}`, JSON.stringify(payload));
-			await sniffer.flush();
-			await new Promise(resolve => setTimeout(resolve, 500));
-			// Before heartbeats could restore it (every 2 s), the intake still finds the owners.
-			const [{ status }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
-			expect(status).toBe(201);
+			// What a compromised gateway can send to every node: its own group's signature, or none.
+			const broadcast = async (cmd: string, payload: Record<string, unknown>) => {
+				const signature = busSignature(gatewayKeys.signing, { namespace: cluster.namespace, cmd, sender: ownersId, target: null, payload });
+				for (const packet of [payload, { ...payload, busSignature: signature }]) sniffer.publish(`MOL-${cluster.namespace}.${cmd}`, JSON.stringify({ ver: "5", sender: ownersId, ...packet }));
+				await sniffer.flush();
+			};
+			// An announcement emptied of the owners' services, with a higher sequence: believed, it would hold
+			// until the owners restart, heartbeats or not. Checked past a heartbeat.
+			await broadcast("INFO", { instanceID: "forged", services: [], seq: 1e12, ipList: [], hostname: "x", client: {}, config: {}, metadata: {} });
+			await new Promise(resolve => setTimeout(resolve, 2500));
+			expect((await submitAll(http, [signedIntent(newWallet(), route)], 1))[0].status).toBe(201);
+			// A goodbye in their name: believed, it would hold until their next heartbeat. Checked at once.
+			await broadcast("DISCONNECT", {});
+			await new Promise(resolve => setTimeout(resolve, 200));
+			expect((await submitAll(http, [signedIntent(newWallet(), route)], 1))[0].status).toBe(201);
 		} finally {
 			await sniffer.close();
 		}

@@ -4,15 +4,18 @@
  */
 import { randomBytes } from "node:crypto";
 import { busCallKey, busCallProof, busGroupOf, isBusCallProof, workerCallKey } from "../../lib/bus-groups";
-import { busSignature, isBusSignature, newBusKeyring } from "../../lib/bus-signatures";
+import { SIGNATURE_CHECKS_PER_SECOND, SignedPackets, busSignature, newBusKeyring } from "../../lib/bus-signatures";
 import { actForWorker, busGuard } from "../../services/bus-guard";
 
 const ring = newBusKeyring();
 
-/** A packet's payload as `sender` sends it, signed with its group's key (`at`: when), or with `group`'s. */
-function signed<P extends { sender: string }>(cmd: string, payload: P, { at, group }: { at?: number; group?: Parameters<typeof ring.keys>[0] } = {}): P {
+/** The namespace of the nodes of these tests. */
+const NAMESPACE = "t";
+
+/** A packet's payload as `sender` sends it, signed with its group's key (`at`: when; `target`: its addressee), or with `group`'s. */
+function signed<P extends { sender: string }>(cmd: string, payload: P, { at, group, target = null }: { at?: number; group?: Parameters<typeof ring.keys>[0]; target?: string | null } = {}): P {
 	const signer = group ?? busGroupOf(payload.sender);
-	return signer ? { ...payload, busSignature: busSignature(ring.keys(signer).signing, cmd, payload.sender, payload, at) } : payload;
+	return signer ? { ...payload, busSignature: busSignature(ring.keys(signer).signing, { namespace: NAMESPACE, cmd, sender: payload.sender, target, payload }, at) } : payload;
 }
 
 type Service = { name: string; fullName?: string; version?: number; actions?: Record<string, { name: string }> };
@@ -21,7 +24,7 @@ const service = (name: string, actions: string[], extra: Partial<Service> = {}):
 /** The services a node announcing `services` as `sender` is believed for. */
 function believed(sender: string, services: Service[], options = { admitUngrouped: false }): string[] {
 	const guard = busGuard({ busKeys: ring.keys("intake"), callKey: null, workerApiKeys: [], ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
-	guard.created({ nodeID: "intake.receiver", logger: { warn: () => undefined } });
+	guard.created({ namespace: NAMESPACE, nodeID: "intake.receiver", logger: { warn: () => undefined } });
 	let passed: Service[] = [];
 	guard.transitMessageHandler((_cmd, packet) => (passed = (packet as { payload: { services: Service[] } }).payload.services))("INFO", { type: "INFO", payload: signed("INFO", { sender, services }) });
 	return passed.map(s => s.name);
@@ -58,7 +61,7 @@ describe("the bus guard, on a call to an action that changes state", () => {
 			transitMessageHandler(next: (cmd: string, packet: { payload: Call }) => unknown): (cmd: string, packet: object) => unknown;
 		};
 		const action = options.flags ?? { keyHoldersOnly: true };
-		guard.created({ nodeID: "owners.a", logger: { warn: () => undefined }, registry: { getActionEndpointByNodeId: () => ({ action }) }, transit: { sendResponse: (...args: unknown[]) => refused.push(args[5]) } });
+		guard.created({ namespace: NAMESPACE, nodeID: "owners.a", logger: { warn: () => undefined }, registry: { getActionEndpointByNodeId: () => ({ action }) }, transit: { sendResponse: (...args: unknown[]) => refused.push(args[5]) } });
 		return (call: Call) => {
 			let passed: Call | null = null;
 			refused.length = 0;
@@ -147,7 +150,7 @@ describe("the bus guard, on a call to an action that changes state", () => {
 	test("drops an announcement in its own node's name, which Moleculer would take for an id conflict and stop the process", () => {
 		const guard = busGuard({ busKeys: ring.keys("owners"), callKey: null, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 		const warnings: string[] = [];
-		guard.created({ nodeID: "owners.a", logger: { warn: (line: string) => warnings.push(line) } });
+		guard.created({ namespace: NAMESPACE, nodeID: "owners.a", logger: { warn: (line: string) => warnings.push(line) } });
 		const passed: string[] = [];
 		const handle = guard.transitMessageHandler(cmd => passed.push(cmd));
 		for (const cmd of ["INFO", "DISCONNECT", "HEARTBEAT", "REQ", "EVENT", "RES"]) handle(cmd, { type: cmd, payload: { sender: "owners.a", instanceID: "other", services: [] } });
@@ -169,7 +172,7 @@ describe("the bus guard, on a call it sends", () => {
 	type Sent = { type: string; target: string | null; payload: { action: string; id: string; params: unknown; meta: Record<string, unknown> } };
 	function send(target: string | null, callKey: Buffer | null = key, workerApiKey?: string) {
 		const guard = busGuard({ busKeys: ring.keys("intake"), callKey, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitPublish(next: (packet: Sent) => unknown): (packet: Sent) => unknown };
-		guard.created({ nodeID: "intake.me" });
+		guard.created({ namespace: NAMESPACE, nodeID: "intake.me" });
 		let published: Sent | null = null;
 		const meta = { other: 1 };
 		if (workerApiKey) actForWorker(meta, workerApiKey);
@@ -204,14 +207,15 @@ describe("the bus guard, on a call it sends", () => {
 
 describe("the bus guard, on the packets that say who a node is and whether it lives", () => {
 	type Payload = { sender: string; services?: unknown[]; seq?: number; cpu?: number; busSignature?: unknown };
-	function node(nodeID = "intake.me", admitUngrouped = false) {
-		const guard = busGuard({ busKeys: ring.keys(busGroupOf(nodeID)!), callKey: null, workerApiKeys: [], admitUngrouped }) as unknown as {
+	function node(nodeID = "intake.me", { admitUngrouped = false, admitUnsigned = false } = {}) {
+		const guard = busGuard({ busKeys: ring.keys(busGroupOf(nodeID)!), callKey: null, workerApiKeys: [], admitUngrouped, admitUnsigned }) as unknown as {
 			created(broker: object): void;
 			transitMessageHandler(next: (cmd: string, packet: { payload: Payload }) => unknown): (cmd: string, packet: object) => unknown;
 			transitPublish(next: (packet: { type: string; payload: Payload }) => unknown): (packet: object) => unknown;
+			transporterReceive(next: (cmd: string, data: Buffer) => unknown): (cmd: string, data: Buffer) => unknown;
 		};
 		const warnings: string[] = [];
-		guard.created({ nodeID, logger: { warn: (line: string) => warnings.push(line) } });
+		guard.created({ namespace: NAMESPACE, nodeID, logger: { warn: (line: string) => warnings.push(line) } });
 		return {
 			warnings,
 			/** The payload Moleculer is handed, or null: dropped. */
@@ -220,10 +224,16 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 				guard.transitMessageHandler((_cmd, packet) => (passed = packet.payload))(cmd, { type: cmd, payload });
 				return passed;
 			},
-			send(type: string, payload: Omit<Payload, "sender">) {
+			send(type: string, payload: Omit<Payload, "sender">, target: string | null = null) {
 				let sent: { type: string; payload: Payload } | null = null;
-				guard.transitPublish(packet => (sent = packet))({ type, target: null, payload });
+				guard.transitPublish(packet => (sent = packet))({ type, target, payload });
 				return sent as { type: string; payload: Payload } | null;
+			},
+			/** Whether raw bytes of `cmd` reach the parser. */
+			reads(cmd: string, bytes: number): boolean {
+				let read = false;
+				guard.transporterReceive(() => (read = true))(cmd, Buffer.alloc(bytes));
+				return read;
 			}
 		};
 	}
@@ -241,22 +251,65 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		const now = Date.now();
 		for (const payload of [emptied, signed("INFO", emptied, { group: "gateway" }), signed("INFO", emptied, { at: now - 61_000 }), signed("INFO", emptied, { at: now + 61_000 }), signed("HEARTBEAT", emptied), { ...signed("INFO", { ...emptied, seq: 1 }), seq: 1e12 }, { ...signed("INFO", emptied), sender: "owners.pod-2" }, { ...emptied, busSignature: "x.y" }])
 			expect(receiver.receive("INFO", payload)).toBeNull();
-		// Once a minute: a flood is one line, which names no more than the claimed sender.
-		expect(receiver.warnings).toEqual([expect.stringMatching(/INFO packet without a valid signature of the owners group .* owners.pod-1/)]);
+		// Once a minute for each kind: a flood is one line, which names no more than the claimed sender.
+		expect(receiver.warnings).toEqual([
+			expect.stringMatching(/INFO packet in the name of owners.pod-1 carries no signature/),
+			expect.stringMatching(/owners.pod-1 does not carry a signature of its sender's group/),
+			expect.stringMatching(/owners.pod-1 is signed more than a minute from this node's clock/)
+		]);
 	});
 
-	test("takes an unsigned one from a node of no group during the roll from the one-user bus only", () => {
-		expect(node("intake.me", true).receive("HEARTBEAT", { sender: "pod-old", cpu: 1 })).toEqual({ sender: "pod-old", cpu: 1 });
-		expect(node("intake.me", true).receive("HEARTBEAT", { sender: "owners.pod-1", cpu: 1 })).toBeNull();
+	test("drops a replay: a packet taken already, one signed before the last taken from its sender, one signed for another node", () => {
+		const receiver = node("intake.me");
+		const now = Date.now();
+		const [earlier, later] = [signed("HEARTBEAT", { sender: "owners.pod-1", cpu: 1 }, { at: now - 2000 }), signed("HEARTBEAT", { sender: "owners.pod-1", cpu: 2 }, { at: now - 1000 })];
+		expect(receiver.receive("HEARTBEAT", later)).toMatchObject({ cpu: 2 });
+		expect(receiver.receive("HEARTBEAT", later)).toBeNull();
+		// A goodbye captured before a restart under the same node id is older than what the new process signed since.
+		expect(receiver.receive("HEARTBEAT", earlier)).toBeNull();
+		// Two packets signed in the same millisecond are both taken, each once.
+		const [info, beat] = [signed("INFO", { sender: "owners.pod-1", services: [] }, { at: now }), signed("HEARTBEAT", { sender: "owners.pod-1", cpu: 3 }, { at: now })];
+		expect([receiver.receive("INFO", info), receiver.receive("HEARTBEAT", beat), receiver.receive("INFO", info)].map(passed => passed !== null)).toEqual([true, true, false]);
+		// An announcement a node sent to another (an answer to its discovery), broadcast again by that one.
+		expect(receiver.receive("INFO", signed("INFO", { sender: "owners.pod-2", services: [] }, { target: "gateway.spy" }))).toBeNull();
+		expect(receiver.receive("INFO", signed("INFO", { sender: "owners.pod-2", services: [] }, { target: "intake.me" }))).toMatchObject({ services: [] });
+		// Another deployment's packet (another NAMESPACE) carries a signature of other bytes.
+		const other = busSignature(ring.keys("owners").signing, { namespace: "other", cmd: "HEARTBEAT", sender: "owners.pod-3", target: null, payload: { sender: "owners.pod-3", cpu: 1 } });
+		expect(receiver.receive("HEARTBEAT", { sender: "owners.pod-3", cpu: 1, busSignature: other })).toBeNull();
+	});
+
+	test("checks at most SIGNATURE_CHECKS_PER_SECOND signatures a second: a flood of made-up ones costs no more", () => {
+		const now = Date.now();
+		const packets = new SignedPackets(NAMESPACE, "intake.me", () => ring.keys("owners").groups.owners);
+		const junk = (i: number) => `${now}::${Buffer.alloc(64, i % 251).toString("base64url")}`;
+		const refusals = Array.from({ length: SIGNATURE_CHECKS_PER_SECOND + 5 }, (_, i) => packets.check("HEARTBEAT", `owners.pod-${i}`, { cpu: 1 }, junk(i), now));
+		expect(refusals.filter(refusal => refusal === "forged")).toHaveLength(SIGNATURE_CHECKS_PER_SECOND);
+		expect(refusals.slice(-5)).toEqual(Array(5).fill("busy"));
+		expect(packets.check("HEARTBEAT", "owners.pod-x", { cpu: 1 }, junk(1), now + 1000)).toBe("forged");
+	});
+
+	test("reads no signed packet larger than any of ours", () => {
+		const receiver = node();
+		expect([receiver.reads("INFO", 512 * 1024), receiver.reads("INFO", 512 * 1024 + 1), receiver.reads("HEARTBEAT", 4096), receiver.reads("HEARTBEAT", 4097), receiver.reads("REQ", 900 * 1024)]).toEqual([true, false, true, false, true]);
+	});
+
+	test("takes an unsigned one from a node of no group during the roll from the one-user bus only, and from a grouped node during the roll to signatures only", () => {
+		expect(node("intake.me", { admitUngrouped: true }).receive("HEARTBEAT", { sender: "pod-old", cpu: 1 })).toEqual({ sender: "pod-old", cpu: 1 });
+		expect(node("intake.me", { admitUngrouped: true }).receive("HEARTBEAT", { sender: "owners.pod-1", cpu: 1 })).toBeNull();
+		expect(node("intake.me", { admitUnsigned: true }).receive("HEARTBEAT", { sender: "owners.pod-1", cpu: 1 })).toEqual({ sender: "owners.pod-1", cpu: 1 });
+		// A signature that is there is checked all the same.
+		expect(node("intake.me", { admitUnsigned: true }).receive("HEARTBEAT", signed("HEARTBEAT", { sender: "owners.pod-1", cpu: 1 }, { group: "gateway" }))).toBeNull();
 	});
 
 	test("signs its own with its group's key, as the receivers check them; a call goes unsigned", () => {
 		const sender = node("intake.me");
 		const info = { services: [], seq: 3 };
 		const sent = sender.send("INFO", info)!;
-		expect(isBusSignature(ring.keys("intake").groups.intake, "INFO", "intake.me", { ...sent.payload, busSignature: undefined }, sent.payload.busSignature)).toBe(true);
 		// Sent as the transporter adds the protocol version and the sender, then read by another node.
 		expect(node("owners.a").receive("INFO", { ...JSON.parse(JSON.stringify(sent.payload)), ver: "5", sender: "intake.me" })).toMatchObject({ seq: 3, sender: "intake.me" });
+		// One sent to a node is taken by that node only.
+		const answer = JSON.parse(JSON.stringify(sender.send("INFO", info, "owners.a")!.payload));
+		expect([node("owners.b").receive("INFO", { ...answer, sender: "intake.me" }), node("owners.a").receive("INFO", { ...answer, sender: "intake.me" })].map(passed => passed !== null)).toEqual([false, true]);
 		expect(info).toEqual({ services: [], seq: 3 });
 		expect(sender.send("REQ", { action: "x" } as never)!.payload).not.toHaveProperty("busSignature");
 	});

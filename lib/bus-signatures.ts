@@ -60,14 +60,6 @@ function parseSignature(signature: unknown): { at: number; target: string | null
 	return { at: Number(match[1]), target: match[2] || null, bytes: Buffer.from(match[3], "base64url"), text: signature };
 }
 
-/** Whether `signature` is a signature of this packet, made within BUS_SIGNATURE_TTL_MS of `now`, by one of `publicKeys`. */
-export function isBusSignature(publicKeys: readonly KeyObject[], packet: Omit<SignedPacket, "target">, signature: unknown, now = Date.now()): boolean {
-	const parsed = parseSignature(signature);
-	if (!parsed || Math.abs(now - parsed.at) > BUS_SIGNATURE_TTL_MS) return false;
-	const bytes = signedBytes({ ...packet, target: parsed.target }, parsed.at);
-	return publicKeys.some(key => verify(null, bytes, key, parsed.bytes));
-}
-
 /** Why a signed packet was not taken. */
 export type Refusal = "unsigned" | "stale" | "elsewhere" | "replayed" | "busy" | "forged";
 

@@ -213,7 +213,7 @@ function busKeys(env: Env, group: BusGroup | null): Config["busKeys"] {
 	if (isPlaceholder(signingText)) throw placeholderError("BUS_SIGNING_KEY");
 	if (isPlaceholder(publicText)) throw placeholderError("BUS_PUBLIC_KEYS");
 	const signing = busSigningKey(signingText);
-	if (!signing) throw new ConfigError("BUS_SIGNING_KEY must be an ed25519 private key, base64 of its PKCS#8 DER (openssl genpkey -algorithm ed25519 -outform DER | base64 -w0)");
+	if (!signing) throw new ConfigError("BUS_SIGNING_KEY must be an ed25519 private key, base64 of its PKCS#8 DER (openssl genpkey -algorithm ed25519 -outform DER | openssl base64 -A)");
 	const groups = busPublicKeys(publicText);
 	if (typeof groups === "string") throw new ConfigError(`BUS_PUBLIC_KEYS: ${groups}`);
 	if (!isKeyPairOf(signing, groups[group])) throw new ConfigError(`BUS_SIGNING_KEY is not the private key of a public key of the ${group} group in BUS_PUBLIC_KEYS`);

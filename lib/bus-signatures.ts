@@ -21,11 +21,22 @@ export const SIGNED_PACKETS: ReadonlySet<string> = new Set(["DISCOVER", "INFO", 
 /** How long a signature holds (clocks differ by up to this much). */
 export const BUS_SIGNATURE_TTL_MS = 60_000;
 
-/** The largest signed packet taken, in bytes, before it is parsed: an announcement lists every action's schema; the others are a few fields. */
-export const SIGNED_PACKET_MAX_BYTES = { INFO: 512 * 1024, other: 4 * 1024 };
+/**
+ * The largest signed packet taken, in bytes, before it is parsed: an announcement lists every
+ * action's schema (about 26 KB for every service in one process); the others are a few fields.
+ */
+export const SIGNED_PACKET_MAX_BYTES = { INFO: 128 * 1024, other: 4 * 1024 };
 
-/** Signatures checked per second at most: a node's heartbeats and announcements need a few; a flood of made-up ones costs no more. */
+/**
+ * Signature checks a second at most, each weighing 1 and 1 more per 16 KB it hashes: a node's
+ * heartbeats and announcements need a few; a flood of made-up ones costs no more (about 80 ms of
+ * CPU a second). While a flood exhausts it, the guard keeps the nodes it knows (bus-guard.ts).
+ */
 export const SIGNATURE_CHECKS_PER_SECOND = 1000;
+
+/** Senders remembered at most, and signatures of one millisecond per sender: no flood grows them further. */
+const MAX_SENDERS = 10_000;
+const MAX_SAME_MILLISECOND = 64;
 
 /** The payload field that carries a packet's signature: `<ms>:<addressee, empty for a broadcast>:<base64url signature>`. */
 export const SIGNATURE_FIELD = "busSignature";
@@ -52,12 +63,18 @@ export function busSignature(privateKey: KeyObject, packet: SignedPacket, at = D
 	return `${at}:${packet.target ?? ""}:${sign(null, signedBytes(packet, at), privateKey).toString("base64url")}`;
 }
 
-/** A signature's parts, or null when it is not of the form busSignature writes. */
+/**
+ * A signature's parts, or null when it is not exactly as busSignature writes it: one spelling per
+ * signature (no leading zero; the last base64url character's unused bits zero), so that "seen
+ * once" cannot be dodged by spelling a seen signature otherwise.
+ */
 function parseSignature(signature: unknown): { at: number; target: string | null; bytes: Buffer; text: string } | null {
 	if (typeof signature !== "string" || signature.length > 400) return null;
-	const match = /^(\d{1,15}):([A-Za-z0-9_.-]{0,200}):([A-Za-z0-9_-]{86})$/.exec(signature);
+	const match = /^(0|[1-9]\d{0,14}):([A-Za-z0-9_.-]{0,200}):([A-Za-z0-9_-]{86})$/.exec(signature);
 	if (!match) return null;
-	return { at: Number(match[1]), target: match[2] || null, bytes: Buffer.from(match[3], "base64url"), text: signature };
+	const bytes = Buffer.from(match[3], "base64url");
+	if (bytes.toString("base64url") !== match[3]) return null;
+	return { at: Number(match[1]), target: match[2] || null, bytes, text: signature };
 }
 
 /** Why a signed packet was not taken. */
@@ -73,6 +90,8 @@ export type Refusal = "unsigned" | "stale" | "elsewhere" | "replayed" | "busy" |
 export class SignedPackets {
 	private readonly last = new Map<string, { at: number; seen: Set<string> }>();
 	private budget = { second: 0, left: SIGNATURE_CHECKS_PER_SECOND };
+	/** When a packet was last refused for want of budget (ms), or 0. */
+	busyAt = 0;
 
 	constructor(
 		private readonly namespace: string,
@@ -88,12 +107,17 @@ export class SignedPackets {
 		if (parsed.target !== null && parsed.target !== this.nodeID) return "elsewhere";
 		const last = this.last.get(sender);
 		if (last && (parsed.at < last.at || (parsed.at === last.at && last.seen.has(parsed.text)))) return "replayed";
+		const crowded = last ? parsed.at === last.at && last.seen.size >= MAX_SAME_MILLISECOND : this.last.size >= MAX_SENDERS;
 		const second = Math.floor(now / 1000);
 		if (second !== this.budget.second) this.budget = { second, left: SIGNATURE_CHECKS_PER_SECOND };
-		if (this.budget.left <= 0) return "busy";
-		this.budget.left--;
+		if (crowded || this.budget.left <= 0) {
+			this.busyAt = now;
+			return "busy";
+		}
 		const bytes = signedBytes({ namespace: this.namespace, cmd, sender, target: parsed.target, payload }, parsed.at);
-		if (!this.keysOf(sender).some(key => verify(null, bytes, key, parsed.bytes))) return "forged";
+		const keys = this.keysOf(sender);
+		this.budget.left -= keys.length * (1 + (bytes.length >> 14));
+		if (!keys.some(key => verify(null, bytes, key, parsed.bytes))) return "forged";
 		if (last && parsed.at === last.at) last.seen.add(parsed.text);
 		else this.last.set(sender, { at: parsed.at, seen: new Set([parsed.text]) });
 		this.prune(now);
@@ -110,13 +134,14 @@ export class SignedPackets {
 }
 
 /**
- * The sending side's clock: never earlier than its last stamp, so that a clock set back does not
- * make its next packets look like replays.
+ * The sending side's clock: never earlier than its last stamp, so that a clock set back a little
+ * does not make its next packets look like replays. Set back by more than a signature holds (a
+ * clock that had run ahead, then corrected), it follows: its packets would be stale otherwise.
  */
 export class SigningClock {
 	private last = 0;
-	now(): number {
-		this.last = Math.max(Date.now(), this.last);
+	now(wall = Date.now()): number {
+		this.last = this.last - wall > BUS_SIGNATURE_TTL_MS ? wall : Math.max(wall, this.last);
 		return this.last;
 	}
 }

@@ -126,6 +126,25 @@ export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped, admi
 		}
 		return Promise.resolve(false);
 	};
+	/**
+	 * While a flood exhausts the budget of signature checks, the nodes' real heartbeats may be among
+	 * what is dropped: Moleculer's heartbeat expiry waits until the flood has been over for two of its
+	 * timeouts, so that a flood freezes who is on the bus rather than emptying it.
+	 */
+	let frozenUntil = 0;
+	const holdMembership = () => {
+		const discoverer = broker.registry.discoverer as unknown as { opts: { disableHeartbeatChecks?: boolean } };
+		frozenUntil = Date.now() + 2 * (broker.options.heartbeatTimeout ?? 15) * 1000;
+		if (discoverer.opts.disableHeartbeatChecks) return;
+		discoverer.opts.disableHeartbeatChecks = true;
+		broker.logger.warn("Signed packets come faster than they can be checked (a flood?): the nodes on the bus are kept as they are until it stops.");
+		const thaw = setInterval(() => {
+			if (Date.now() < frozenUntil) return;
+			discoverer.opts.disableHeartbeatChecks = false;
+			clearInterval(thaw);
+		}, 1000);
+		thaw.unref();
+	};
 	const REFUSALS: Record<Refusal, string> = {
 		unsigned: "carries no signature",
 		stale: "is signed more than a minute from this node's clock (are the clocks apart?)",
@@ -184,6 +203,7 @@ export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped, admi
 				// A node of no group is one of the previous version's, during the roll (BUS_ADMIT_UNGROUPED): it signs nothing.
 				const unsignedWaived = busGroupOf(payload.sender) === null || (admitUnsigned && signature === undefined);
 				const refusal = unsignedWaived ? null : signedPackets.check(cmd, payload.sender, signed, signature);
+				if (refusal === "busy") holdMembership();
 				if (refusal) return dropped(refusal, `A ${cmd} packet in the name of ${payload.sender} ${REFUSALS[refusal]}: ignored.`);
 				delete payload[SIGNATURE_FIELD];
 			}

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { busCallKey, busCallProof, busGroupOf, isBusCallProof, workerCallKey } from "../../lib/bus-groups";
-import { SIGNATURE_CHECKS_PER_SECOND, SignedPackets, busSignature, newBusKeyring } from "../../lib/bus-signatures";
+import { BUS_SIGNATURE_TTL_MS, SIGNATURE_CHECKS_PER_SECOND, SignedPackets, SigningClock, busSignature, newBusKeyring } from "../../lib/bus-signatures";
 import { actForWorker, busGuard } from "../../services/bus-guard";
 
 const ring = newBusKeyring();
@@ -207,7 +207,7 @@ describe("the bus guard, on a call it sends", () => {
 
 describe("the bus guard, on the packets that say who a node is and whether it lives", () => {
 	type Payload = { sender: string; services?: unknown[]; seq?: number; cpu?: number; busSignature?: unknown };
-	function node(nodeID = "intake.me", { admitUngrouped = false, admitUnsigned = false } = {}) {
+	function node(nodeID = "intake.me", { admitUngrouped = false, admitUnsigned = false } = {}, discoverer = { opts: { disableHeartbeatChecks: false } }) {
 		const guard = busGuard({ busKeys: ring.keys(busGroupOf(nodeID)!), callKey: null, workerApiKeys: [], admitUngrouped, admitUnsigned }) as unknown as {
 			created(broker: object): void;
 			transitMessageHandler(next: (cmd: string, packet: { payload: Payload }) => unknown): (cmd: string, packet: object) => unknown;
@@ -215,7 +215,7 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 			transporterReceive(next: (cmd: string, data: Buffer) => unknown): (cmd: string, data: Buffer) => unknown;
 		};
 		const warnings: string[] = [];
-		guard.created({ namespace: NAMESPACE, nodeID, logger: { warn: (line: string) => warnings.push(line) } });
+		guard.created({ namespace: NAMESPACE, nodeID, logger: { warn: (line: string) => warnings.push(line) }, registry: { discoverer }, options: { heartbeatTimeout: 6 } });
 		return {
 			warnings,
 			/** The payload Moleculer is handed, or null: dropped. */
@@ -288,9 +288,44 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		expect(packets.check("HEARTBEAT", "owners.pod-x", { cpu: 1 }, junk(1), now + 1000)).toBe("forged");
 	});
 
+	test("takes one spelling of a signature only: a seen one spelled otherwise is no new packet", () => {
+		const receiver = node("intake.me");
+		const beat = signed("HEARTBEAT", { sender: "owners.pod-1", cpu: 1 });
+		const [at, target, mac] = String((beat as { busSignature?: string }).busSignature).split(":");
+		// The last base64url character holds 4 unused bits; a time may take leading zeros.
+		const last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".indexOf(mac.slice(-1));
+		const respelled = [`0${at}:${target}:${mac}`, `${at}:${target}:${mac.slice(0, -1)}${"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last ^ 1]}`];
+		expect(receiver.receive("HEARTBEAT", beat)).not.toBeNull();
+		for (const busSignature of respelled) expect({ busSignature, passed: receiver.receive("HEARTBEAT", { ...beat, busSignature }) }).toEqual({ busSignature, passed: null });
+	});
+
+	test("keeps the nodes it knows while a flood exhausts its checks: heartbeat expiry waits", () => {
+		const discoverer = { opts: { disableHeartbeatChecks: false } };
+		const receiver = node("intake.me", {}, discoverer);
+		const now = Date.now();
+		for (let i = 0; i <= SIGNATURE_CHECKS_PER_SECOND; i++) receiver.receive("HEARTBEAT", { sender: `owners.flood-${i}`, cpu: 1, busSignature: `${now}::${Buffer.alloc(64, i % 251).toString("base64url")}` });
+		expect(discoverer.opts.disableHeartbeatChecks).toBe(true);
+		expect(receiver.warnings.some(line => /kept as they are until it stops/.test(line))).toBe(true);
+	});
+
+	test("remembers a bounded number of one sender's signatures of one millisecond", () => {
+		const packets = new SignedPackets(NAMESPACE, "intake.me", () => ring.keys("owners").groups.owners);
+		const at = Date.now();
+		const beats = Array.from({ length: 70 }, (_, cpu) => signed("HEARTBEAT", { sender: "owners.pod-1", cpu }, { at }));
+		const refusals = (beats as { busSignature?: string; sender: string; cpu: number }[]).map(({ busSignature: signature, ...payload }) => packets.check("HEARTBEAT", "owners.pod-1", payload, signature, at));
+		expect(refusals.slice(0, 64)).toEqual(Array(64).fill(null));
+		expect(refusals.slice(64)).toEqual(Array(6).fill("busy"));
+	});
+
+	test("a signing clock never goes back a little, and follows a clock set back by more than a signature holds", () => {
+		const clock = new SigningClock();
+		expect([clock.now(10_000), clock.now(9_000), clock.now(11_000)]).toEqual([10_000, 10_000, 11_000]);
+		expect(clock.now(11_000 - BUS_SIGNATURE_TTL_MS - 1)).toBe(11_000 - BUS_SIGNATURE_TTL_MS - 1);
+	});
+
 	test("reads no signed packet larger than any of ours", () => {
 		const receiver = node();
-		expect([receiver.reads("INFO", 512 * 1024), receiver.reads("INFO", 512 * 1024 + 1), receiver.reads("HEARTBEAT", 4096), receiver.reads("HEARTBEAT", 4097), receiver.reads("REQ", 900 * 1024)]).toEqual([true, false, true, false, true]);
+		expect([receiver.reads("INFO", 128 * 1024), receiver.reads("INFO", 128 * 1024 + 1), receiver.reads("HEARTBEAT", 4096), receiver.reads("HEARTBEAT", 4097), receiver.reads("REQ", 900 * 1024)]).toEqual([true, false, true, false, true]);
 	});
 
 	test("takes an unsigned one from a node of no group during the roll from the one-user bus only, and from a grouped node during the roll to signatures only", () => {

@@ -34,8 +34,11 @@ export const SIGNED_PACKET_MAX_BYTES = { INFO: 128 * 1024, other: 4 * 1024 };
  */
 export const SIGNATURE_CHECKS_PER_SECOND = 1000;
 
-/** Senders remembered at most, and signatures of one millisecond per sender: no flood grows them further. */
-const MAX_SENDERS = 10_000;
+/**
+ * Senders remembered at most for each group (so that the node ids one group's key can mint keep no
+ * other group's new nodes out), and signatures of one millisecond per sender: no flood grows them further.
+ */
+const MAX_SENDERS_PER_GROUP = 2_500;
 const MAX_SAME_MILLISECOND = 64;
 
 /** The payload field that carries a packet's signature: `<ms>:<addressee, empty for a broadcast>:<base64url signature>`. */
@@ -89,6 +92,8 @@ export type Refusal = "unsigned" | "stale" | "elsewhere" | "replayed" | "busy" |
  */
 export class SignedPackets {
 	private readonly last = new Map<string, { at: number; seen: Set<string> }>();
+	/** Senders remembered, by the group their id names. */
+	private readonly senders = new Map<string, number>();
 	private budget = { second: 0, left: SIGNATURE_CHECKS_PER_SECOND };
 	/** When a packet was last refused for want of budget (ms), or 0. */
 	busyAt = 0;
@@ -107,7 +112,8 @@ export class SignedPackets {
 		if (parsed.target !== null && parsed.target !== this.nodeID) return "elsewhere";
 		const last = this.last.get(sender);
 		if (last && (parsed.at < last.at || (parsed.at === last.at && last.seen.has(parsed.text)))) return "replayed";
-		const crowded = last ? parsed.at === last.at && last.seen.size >= MAX_SAME_MILLISECOND : this.last.size >= MAX_SENDERS;
+		const group = sender.slice(0, sender.indexOf("."));
+		const crowded = last ? parsed.at === last.at && last.seen.size >= MAX_SAME_MILLISECOND : (this.senders.get(group) ?? 0) >= MAX_SENDERS_PER_GROUP;
 		const second = Math.floor(now / 1000);
 		if (second !== this.budget.second) this.budget = { second, left: SIGNATURE_CHECKS_PER_SECOND };
 		if (crowded || this.budget.left <= 0) {
@@ -119,7 +125,10 @@ export class SignedPackets {
 		this.budget.left -= keys.length * (1 + (bytes.length >> 14));
 		if (!keys.some(key => verify(null, bytes, key, parsed.bytes))) return "forged";
 		if (last && parsed.at === last.at) last.seen.add(parsed.text);
-		else this.last.set(sender, { at: parsed.at, seen: new Set([parsed.text]) });
+		else {
+			if (!last) this.senders.set(group, (this.senders.get(group) ?? 0) + 1);
+			this.last.set(sender, { at: parsed.at, seen: new Set([parsed.text]) });
+		}
 		this.prune(now);
 		return null;
 	}
@@ -129,7 +138,12 @@ export class SignedPackets {
 	private prune(now: number): void {
 		if (now - this.prunedAt < BUS_SIGNATURE_TTL_MS) return;
 		this.prunedAt = now;
-		for (const [sender, { at }] of this.last) if (now - at > 2 * BUS_SIGNATURE_TTL_MS) this.last.delete(sender);
+		for (const [sender, { at }] of this.last) {
+			if (now - at <= 2 * BUS_SIGNATURE_TTL_MS) continue;
+			this.last.delete(sender);
+			const group = sender.slice(0, sender.indexOf("."));
+			this.senders.set(group, (this.senders.get(group) ?? 1) - 1);
+		}
 	}
 }
 

@@ -317,6 +317,20 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		expect(refusals.slice(64)).toEqual(Array(6).fill("busy"));
 	});
 
+	test("remembers a bounded number of senders for each group: ids one group's key mints keep no other group's nodes out", () => {
+		const packets = new SignedPackets(NAMESPACE, "intake.me", sender => ring.keys(busGroupOf(sender)!).groups[busGroupOf(sender)!]);
+		const at = Date.now();
+		const check = (sender: string, second: number) => {
+			const { busSignature: signature, ...payload } = signed("HEARTBEAT", { sender, cpu: 1 }, { at }) as { busSignature?: string; sender: string; cpu: number };
+			return packets.check("HEARTBEAT", sender, payload, signature, at + second * 1000);
+		};
+		// 2,500 gateway ids, within the budget of each second.
+		const minted = Array.from({ length: 2501 }, (_, i) => check(`gateway.minted-${i}`, Math.floor(i / 900)));
+		expect(minted.slice(0, 2500).every(refusal => refusal === null)).toBe(true);
+		expect(minted[2500]).toBe("busy");
+		expect(check("owners.new-pod", 3)).toBeNull();
+	});
+
 	test("a signing clock never goes back a little, and follows a clock set back by more than a signature holds", () => {
 		const clock = new SigningClock();
 		expect([clock.now(10_000), clock.now(9_000), clock.now(11_000)]).toEqual([10_000, 10_000, 11_000]);

@@ -138,6 +138,15 @@ export interface ClusterOptions {
 	logLevel?: string;
 }
 
+/**
+ * The secrets k8s gives a process of `group` beside its bus credentials (k8s/4*.yaml): the
+ * intake's and owners' key (WEBHOOK_SECRETS_KEY) to those two groups, the worker keys to every
+ * group but the verifiers.
+ */
+export function groupSecrets(group: BusGroup, secrets: { webhookSecretsKey: string; workerApiKeys: string }): Record<string, string> {
+	return { ...(holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: secrets.webhookSecretsKey } : {}), ...(holdsWorkerKeys(group) ? { WORKER_API_KEYS: secrets.workerApiKeys } : {}) };
+}
+
 /** NATS + owners + verifiers + a gateway (api, receiver, network), each its own process. */
 export class Cluster {
 	readonly namespace = `t${process.pid}${Math.floor(Math.random() * 1e6)}`;
@@ -179,10 +188,7 @@ export class Cluster {
 			...this.nats.credentials(group),
 			DATA_DIR: dataDir,
 			NODE_AUTHORITY_KEYPAIR_PATH: this.authorityKeyFile,
-			// The intake's and the owners' alone, as in k8s: the gateway and verifiers may not hold it.
-			...(holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: this.webhookSecretsKey } : {}),
-			// Every group's but the verifiers': the gateway proves its calls for a worker with it, the others check.
-			...(holdsWorkerKeys(group) ? { WORKER_API_KEYS: this.options.workerApiKey } : {}),
+			...groupSecrets(group, { webhookSecretsKey: this.webhookSecretsKey, workerApiKeys: this.options.workerApiKey }),
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "500",
 			VERIFY_TIMEOUT_MS: "2000",

@@ -47,6 +47,14 @@ function gatewayOnTheBus(cluster: Cluster, name: string, group: BusGroup = "gate
 	});
 }
 
+/** A raw NATS client with the gateway's credentials: what a compromised gateway pod could read and publish. */
+function gatewaySniffer(cluster: Cluster) {
+	return connect({ servers: cluster.nats.url, user: "gateway", pass: cluster.nats.credentials("gateway").NATS_PASSWORD });
+}
+
+/** The owners process's node id, as the other nodes know it. */
+const ownersNodeId = (cluster: Cluster) => `owners.${os.hostname()}-${cluster.owners.child.pid}`;
+
 /** Submits every intent with `concurrency` requests in flight; answers the HTTP statuses and ids. */
 async function submitAll(http: Http, intents: CreateIntentRequest[], concurrency: number, onProgress?: (done: number) => void) {
 	const results: { status: number; id?: string }[] = [];
@@ -226,8 +234,7 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 	});
 
 	it("the gateway's bus credentials read no other group's traffic, take no owner's or verifier's calls, and read no broker options", async () => {
-		// A raw client: what a compromised gateway pod could subscribe to.
-		const sniffer = await connect({ servers: cluster.nats.url, user: "gateway", pass: cluster.nats.credentials("gateway").NATS_PASSWORD });
+		const sniffer = await gatewaySniffer(cluster);
 		const refused: string[] = [];
 		const read: string[] = [];
 		const prefix = `MOL-${cluster.namespace}`;
@@ -337,11 +344,11 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 	});
 
 	it("an announcement in an owner's own name, from the gateway's bus credentials, does not stop it", async () => {
-		const sniffer = await connect({ servers: cluster.nats.url, user: "gateway", pass: cluster.nats.credentials("gateway").NATS_PASSWORD });
+		const sniffer = await gatewaySniffer(cluster);
 		try {
-			const ownersId = `owners.${os.hostname()}-${cluster.owners.child.pid}`;
+			const ownersId = ownersNodeId(cluster);
 			// Moleculer takes an announcement of its own id with another instance for a node id conflict, and
-			// exits. Sent to the owner alone: the others would believe it (docs/security.md, open).
+			// exits. Sent to the owner alone (the others drop it unsigned: the test after this one).
 			const forged = { ver: "5", sender: ownersId, instanceID: "forged", services: [], seq: 1e12, ipList: [], hostname: "x", client: {}, config: {}, metadata: {} };
 			sniffer.publish(`MOL-${cluster.namespace}.INFO.${ownersId}`, JSON.stringify(forged));
 			await sniffer.flush();
@@ -355,9 +362,9 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 	});
 
 	it("the gateway's bus credentials and signing key speak for no other group's node: an owner announced emptied, or gone, stays", async () => {
-		const sniffer = await connect({ servers: cluster.nats.url, user: "gateway", pass: cluster.nats.credentials("gateway").NATS_PASSWORD });
+		const sniffer = await gatewaySniffer(cluster);
 		try {
-			const ownersId = `owners.${os.hostname()}-${cluster.owners.child.pid}`;
+			const ownersId = ownersNodeId(cluster);
 			const gatewayKeys = cluster.nats.busKeys.keys("gateway");
 			// What a compromised gateway can send to every node: its own group's signature, or none.
 			const broadcast = async (cmd: string, payload: Record<string, unknown>) => {

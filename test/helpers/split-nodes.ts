@@ -8,9 +8,9 @@
  */
 import { randomBytes } from "node:crypto";
 import type { ServiceBroker } from "moleculer";
-import { NatsServer } from "../../devkit/cluster";
+import { NatsServer, groupSecrets } from "../../devkit/cluster";
 import { freePort } from "../../devkit/process";
-import { busGroupServing, busNodeId, holdsCallKey, holdsWorkerKeys } from "../../lib/bus-groups";
+import { busGroupServing, busNodeId } from "../../lib/bus-groups";
 import { loadConfig } from "../../lib/config";
 import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
 import { createNode, stopNode } from "../../services";
@@ -54,8 +54,8 @@ export async function startSplitNodes(options: {
 		const shared = { TRANSPORTER: nats.url, NAMESPACE: namespace, NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", ...options.env };
 		const brokerOf = (role: string, env: Record<string, string>) => {
 			const group = busGroupServing(env.SERVICES.split(","));
-			const keys = { ...(holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: webhookSecretsKey } : {}), ...(holdsWorkerKeys(group) ? { WORKER_API_KEYS: API_KEY } : {}) };
-			return createNode(loadConfig({ ...shared, ...nats.credentials(group), ...keys, DATA_DIR: tempDir(), ...env }), { nodeID: busNodeId(group, `${role}-${process.pid}`), logger: false, skipProcessEventRegistration: true });
+			const secrets = groupSecrets(group, { webhookSecretsKey, workerApiKeys: API_KEY });
+			return createNode(loadConfig({ ...shared, ...nats.credentials(group), ...secrets, DATA_DIR: tempDir(), ...env }), { nodeID: busNodeId(group, `${role}-${process.pid}`), logger: false, skipProcessEventRegistration: true });
 		};
 		owners = brokerOf("owners", options.owners);
 		await owners.start();

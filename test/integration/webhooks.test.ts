@@ -9,9 +9,9 @@ import http, { type IncomingMessage } from "node:http";
 import net, { type AddressInfo } from "node:net";
 import type { ServiceBroker } from "moleculer";
 import { Webhook } from "standardwebhooks";
-import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
+import { NatsServer, groupSecrets, natsServerAvailable } from "../../devkit/cluster";
 import { freePort, waitFor, type ScriptProcess } from "../../devkit/process";
-import { BUS_GROUPS, busGroupServing, busNodeId, holdsCallKey, holdsWorkerKeys } from "../../lib/bus-groups";
+import { BUS_GROUPS, busGroupServing, busNodeId } from "../../lib/bus-groups";
 import { loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
 import { loadOrCreateAuthorityKeypair } from "../../lib/secrets";
@@ -522,8 +522,7 @@ describeWithNats("two delivery workers against one owner, over NATS", () => {
 			TRANSPORTER: nats.url,
 			...nats.credentials(group),
 			NODE_AUTHORITY_KEYPAIR_PATH: authorityKeyFile,
-			...(holdsCallKey(group) ? { WEBHOOK_SECRETS_KEY: webhookSecretsKey } : {}),
-			...(holdsWorkerKeys(group) ? { WORKER_API_KEYS: API_KEY } : {}),
+			...groupSecrets(group, { webhookSecretsKey, workerApiKeys: API_KEY }),
 			RATE_LIMIT_PER_MIN: "0",
 			SWEEP_INTERVAL_MS: "200",
 			LOG_LEVEL: "warn",

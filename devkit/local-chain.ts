@@ -61,6 +61,8 @@ export class LocalChain {
 	readonly svm = new LiteSVM().withBlockhashCheck(false);
 	/** Method calls received, by method name (for assertions on what the clients did). */
 	readonly calls = new Map<string, number>();
+	/** The parameters of the last call of each method. */
+	readonly lastParams = new Map<string, unknown[]>();
 	url = "";
 	private readonly slotMs: number;
 	private readonly validity: number;
@@ -71,6 +73,7 @@ export class LocalChain {
 	private readonly byAccount = new Map<string, string[]>();
 	private readonly faults = new Map<string, Fault[]>();
 	private dropped = 0;
+	private substitute: ((signature: string) => ReadonlyUint8Array | undefined) | null = null;
 	/** What the dropped sends carried, for landDropped(). */
 	private readonly droppedWires: string[] = [];
 	private server: http.Server | null = null;
@@ -117,6 +120,19 @@ export class LocalChain {
 
 	clearFaults(): void {
 		this.faults.clear();
+	}
+
+	/**
+	 * A lying RPC, for the readers' checks: getTransaction answers, for a signature asked, the wire
+	 * transaction `substitute` gives instead (undefined: the truth); null stops the lies.
+	 */
+	lieAboutTransactions(substitute: ((signature: string) => ReadonlyUint8Array | undefined) | null): void {
+		this.substitute = substitute;
+	}
+
+	/** A landed transaction's wire bytes. */
+	wireOf(signature: string): ReadonlyUint8Array | undefined {
+		return this.landed.get(signature)?.wire;
 	}
 
 	/** The next `count` sendTransaction calls answer a signature but the transaction never lands. */
@@ -215,6 +231,7 @@ export class LocalChain {
 		}
 		const { id, method } = body;
 		this.calls.set(method, (this.calls.get(method) ?? 0) + 1);
+		this.lastParams.set(method, body.params ?? []);
 		const fault = this.faults.get(method)?.shift();
 		if (fault === "hang") return; // the client's timeout is what answers
 		if (fault === "http-500") return this.reply(res, 500, { jsonrpc: "2.0", id, error: { code: -32603, message: "Internal error (injected)" } });
@@ -331,12 +348,13 @@ export class LocalChain {
 	private getTransaction(signature: string, config: { encoding?: string } | undefined): unknown {
 		if (config?.encoding !== "base64") throw new RpcFailure({ code: -32602, message: "this local chain serves getTransaction with encoding base64 only" });
 		const tx = this.landed.get(signature);
-		if (!tx) return null;
+		const wire = this.substitute?.(signature) ?? tx?.wire;
+		if (!wire) return null;
 		return {
-			slot: tx.slot,
+			slot: tx?.slot ?? this.slotNumber,
 			blockTime: null,
 			version: 0,
-			transaction: [toBase64(tx.wire), "base64"],
+			transaction: [toBase64(wire), "base64"],
 			meta: {
 				err: null,
 				status: { Ok: null },
@@ -344,7 +362,7 @@ export class LocalChain {
 				preBalances: [],
 				postBalances: [],
 				innerInstructions: [],
-				logMessages: tx.logs,
+				logMessages: tx?.logs ?? [],
 				preTokenBalances: [],
 				postTokenBalances: [],
 				rewards: [],

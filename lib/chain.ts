@@ -6,7 +6,7 @@
  */
 import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi } from "@solana/kit";
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
-import { readEncodedSettlementTransaction, type SettlementContents } from "./settlement";
+import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
 
 /**
  * The Node's chain reads end within this: a check makes at most three, well within the broker's
@@ -54,12 +54,13 @@ export class ChainReader {
 	}
 
 	/**
-	 * What a confirmed transaction did, read from its wire bytes; null when there is none, or when it
-	 * failed and `includeFailed` is not set.
+	 * What a confirmed transaction did, read from its wire bytes once they are shown to be that
+	 * transaction (an unreadable reading otherwise); null when there is none, or when it failed and
+	 * `includeFailed` is not set.
 	 */
 	async transactionContents(signature: string, includeFailed = false): Promise<SettlementContents | null> {
 		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
-		return fetched && (includeFailed || !fetched.meta?.err) ? readEncodedSettlementTransaction(fetched.transaction[0]) : null;
+		return fetched && (includeFailed || !fetched.meta?.err) ? readFetchedSettlementTransaction(fetched.transaction[0], signature) : null;
 	}
 
 	/**

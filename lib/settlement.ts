@@ -2,11 +2,14 @@
  * The settlement transaction of SPEC §11, built and read with @solana/kit and the
  * @solana-program clients. Browser-safe: the Cranker builds with it, the SDK checks with it.
  */
+import { ed25519 } from "@noble/curves/ed25519.js";
 import {
 	address,
 	appendTransactionMessageInstructions,
 	createTransactionMessage,
 	decompileTransactionMessage,
+	getAddressEncoder,
+	getBase58Encoder,
 	getBase64Encoder,
 	getCompiledTransactionMessageDecoder,
 	getProgramDerivedAddress,
@@ -187,6 +190,32 @@ export function readSettlementTransaction(wireTransaction: ReadonlyUint8Array): 
 /** The same, from the base64 text an RPC `getTransaction` answers with `encoding: "base64"`. */
 export function readEncodedSettlementTransaction(base64: string): SettlementContents {
 	return readSettlementTransaction(getBase64Encoder().encode(base64));
+}
+
+/**
+ * What an RPC answered to `getTransaction(signature)` (base64) does, once it is shown to be that
+ * transaction: its first signature, the fee payer's, is `signature` and verifies over its message.
+ * An RPC that answers another transaction, or one made up under this signature, gets an
+ * unreadable reading, which proves nothing.
+ */
+export function readFetchedSettlementTransaction(base64: string, signature: string): SettlementContents {
+	const wire = getBase64Encoder().encode(base64);
+	const problem = notTransactionOf(wire, signature);
+	return problem ? { memos: [], transfers: [], unreadable: problem } : readSettlementTransaction(wire);
+}
+
+/** Why `wire` is not the transaction `signature` names (null when it is). */
+function notTransactionOf(wire: ReadonlyUint8Array, signature: string): string | null {
+	try {
+		const { messageBytes, signatures } = getTransactionDecoder().decode(wire);
+		const [feePayer, first] = Object.entries(signatures)[0] ?? [];
+		const asked = getBase58Encoder().encode(signature);
+		if (!first || first.length !== asked.length || first.some((byte, i) => byte !== asked[i])) return `the RPC answered another transaction than ${signature}`;
+		if (!ed25519.verify(first as Uint8Array, Uint8Array.from(messageBytes), getAddressEncoder().encode(address(feePayer)) as Uint8Array)) return `the RPC's transaction ${signature} is not signed by its fee payer`;
+		return null;
+	} catch (err) {
+		return (err as Error).message;
+	}
 }
 
 export interface ExpectedSettlement {

@@ -12,7 +12,7 @@ import { HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN, decodeBase58, encodeB
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 import { AnswerTooLargeError, parseJson, readJsonAnswer } from "../lib/json-answer";
 import type { ActiveRoute } from "../lib/registry";
-import { DEFAULT_SETTLEMENT_PROGRAM_ID, expectedSettlementOf, readEncodedSettlementTransaction, settlementMismatches } from "../lib/settlement";
+import { DEFAULT_SETTLEMENT_PROGRAM_ID, expectedSettlementOf, readFetchedSettlementTransaction, settlementMismatches } from "../lib/settlement";
 import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
 import { isValidTin } from "../lib/tin";
 
@@ -397,26 +397,30 @@ export class SettlementClient {
 
 	/**
 	 * Checks on chain, through the Solana RPC, that `signature` (the record's transactionSignature)
-	 * is a confirmed, successful settlement of `intent`, the request signPayment returned: its memo
-	 * names the commitment of what the wallet signed and its payout nullifier, and it transfers
-	 * exactly the signed amount of the signed mint to the credit account of the signed route. Every
-	 * expected value comes from the signed request, none from the service, so a settlement of
-	 * another payment, or to another account, never passes.
+	 * is a successful settlement of `intent`, the request signPayment returned: its memo names the
+	 * commitment of what the wallet signed and its payout nullifier, and it transfers exactly the
+	 * signed amount of the signed mint to the credit account of the signed route. Every expected
+	 * value comes from the signed request, none from the service, so a settlement of another
+	 * payment, or to another account, never passes; and the transaction the RPC answers must carry
+	 * `signature`, signed by its fee payer. Read at `finalized` unless `commitment` says
+	 * `confirmed` (seconds sooner, but a confirmed block can still, rarely, be dropped).
 	 */
-	async confirmOnChain(signature: string, intent: CreateIntentRequest): Promise<OnChainSettlement> {
+	async confirmOnChain(signature: string, intent: CreateIntentRequest, options: { commitment?: "confirmed" | "finalized" } = {}): Promise<OnChainSettlement> {
 		if (!this.rpc) throw new SettlementError("confirmOnChain needs the solanaRpcUrl client option", "CONFIGURATION_ERROR", null);
+		const commitment = options.commitment ?? "finalized";
+		if (commitment !== "confirmed" && commitment !== "finalized") throw new SettlementError(`commitment must be confirmed or finalized, not ${String(commitment)}`, "VALIDATION_ERROR", null);
 		const problem = isBase58OfLength(signature, 64) ? paymentFieldsProblem(intent) : "the transaction signature is not base58 of 64 bytes";
 		if (problem) throw new SettlementError(`not a signed payment: ${problem}`, "VALIDATION_ERROR", null);
 		const expected = expectedSettlementOf({ ...intent, transactionCommitment: buildPaymentMessage(intent).transactionCommitment }, this.programId);
 		let fetched;
 		try {
-			fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send();
+			fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment, maxSupportedTransactionVersion: 0 }).send();
 		} catch (err) {
 			throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
 		}
-		if (!fetched) throw new SettlementError(`transaction ${signature} is not confirmed on chain`, "NOT_ON_CHAIN", null);
+		if (!fetched) throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
 		if (fetched.meta?.err) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta.err });
-		const contents = readEncodedSettlementTransaction(fetched.transaction[0]);
+		const contents = readFetchedSettlementTransaction(fetched.transaction[0], signature);
 		const problems = await settlementMismatches(contents, expected);
 		if (problems.length) throw new SettlementError(`transaction ${signature} is not this settlement: ${problems.join("; ")}`, "SETTLEMENT_MISMATCH", null, { problems });
 		const memo = contents.memos.find(m => m.includes(expected.transactionCommitment))!;

@@ -200,6 +200,25 @@ describe("SUBMITTED → CONFIRMED: only a landed transaction that is exactly thi
 		}
 	});
 
+	it("takes no RPC's word for which transaction a signature names: the real settlement answered for another landed signature is refused (422)", async () => {
+		const intent = await leased();
+		const real = await settlement(intent, 1_500_000n, true);
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const unrelated = await signMemoTransaction(await kitSigner(holder), "not a settlement", lifetime);
+		await rpc.sendTransaction(getBase64EncodedWireTransaction(unrelated), { encoding: "base64" }).send();
+		const reported = { signature: getSignatureFromTransaction(unrelated), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) };
+		expect((await submit(intent.id, reported)).status).toBe(200);
+		chain.lieAboutTransactions(asked => (asked === reported.signature ? chain.wireOf(real.signature) : undefined));
+		try {
+			const confirmed = await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: reported.signature });
+			expect(confirmed.body).toMatchObject({ code: 422, type: "SETTLEMENT_MISMATCH" });
+			expect(JSON.stringify(confirmed.body.data.problems)).toContain("another transaction");
+		} finally {
+			chain.lieAboutTransactions(null);
+		}
+		expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
+	});
+
 	it("accepts the real settlement, marked onChainChecked", async () => {
 		const intent = await leased();
 		const tx = await settlement(intent, 1_500_000n, true);

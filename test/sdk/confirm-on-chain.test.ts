@@ -5,7 +5,7 @@
 import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, type Address, type KeyPairSigner } from "@solana/kit";
 import { payoutNullifier } from "../../lib/canonical";
 import { generateKeypair } from "../../lib/ed25519";
-import { encodeBase58, sha256Hex } from "../../lib/encoding";
+import { decodeBase58, encodeBase58, sha256Hex } from "../../lib/encoding";
 import type { CreateIntentRequest } from "../../lib/intents";
 import { signSettlementTransaction } from "../../lib/settlement";
 import { LocalKeypairSigner, SettlementClient } from "../../sdk";
@@ -82,6 +82,38 @@ describe("confirmOnChain", () => {
 		// As an app that spread the service's record (with a programId of its choosing) into the call would.
 		const spread = { ...intent, programId: program, recipientRouteCommitment: intent.recipientRouteCommitment } as CreateIntentRequest;
 		await expect(client.confirmOnChain(signature, spread)).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
+	});
+
+	it("reads at finalized unless told confirmed", async () => {
+		const intent = await signedPayment("4200");
+		const signature = await landSettlement(intent);
+		const commitmentAsked = () => (chain.lastParams.get("getTransaction")?.[1] as { commitment?: string }).commitment;
+		await client.confirmOnChain(signature, intent);
+		// @solana/kit leaves out the RPC's own default, finalized.
+		expect(commitmentAsked() ?? "finalized").toBe("finalized");
+		await client.confirmOnChain(signature, intent, { commitment: "confirmed" });
+		expect(commitmentAsked()).toBe("confirmed");
+		await expect(client.confirmOnChain(signature, intent, { commitment: "processed" as "confirmed" })).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+	});
+
+	it("takes nothing from the RPC it can check: a transaction answered for another signature, or made up under it, is no proof", async () => {
+		const intent = await signedPayment("4200");
+		const settlement = await landSettlement(intent);
+		const other = await landSettlement(await signedPayment("1"));
+		const wire = chain.wireOf(settlement)!;
+		try {
+			// The real settlement of this payment, answered for another transaction's signature.
+			chain.lieAboutTransactions(asked => (asked === other ? wire : undefined));
+			await expect(client.confirmOnChain(other, intent)).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH", data: { problems: [expect.stringContaining("another transaction")] } });
+			// The same transaction with the other signature written over its own: it no longer verifies.
+			const forged = Uint8Array.from(wire);
+			forged.set(decodeBase58(other)!, 1);
+			chain.lieAboutTransactions(asked => (asked === other ? forged : undefined));
+			await expect(client.confirmOnChain(other, intent)).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH", data: { problems: [expect.stringContaining("not signed by its fee payer")] } });
+		} finally {
+			chain.lieAboutTransactions(null);
+		}
+		await expect(client.confirmOnChain(settlement, intent)).resolves.toMatchObject({ signature: settlement });
 	});
 
 	it("says when the signature is not on chain, when the RPC fails, and when no RPC is configured", async () => {

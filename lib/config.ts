@@ -50,8 +50,12 @@ export interface Config {
 	/** Operator pubkeys allowed to crank; empty = any. */
 	crankerOperators: string[];
 	nodeAuthorityKeypairPath: string | null;
-	/** WEBHOOK_SECRETS_KEY (base64 of 32 bytes): seals the webhooks' signing secrets and tags the events they deliver; null = use (or generate) DATA_DIR/webhook-secrets-key. */
-	webhookSecretsKey: Buffer | null;
+	/**
+	 * WEBHOOK_SECRETS_KEY (base64 of 32 bytes; under rotation a comma-separated list, the first
+	 * current): seals the webhooks' signing secrets and tags the events they deliver; null = use (or
+	 * generate) DATA_DIR/webhook-secrets-key.
+	 */
+	webhookSecretsKeys: Buffer[] | null;
 	verifyTimeoutMs: number;
 	/** VERIFY_THREADS: worker threads solving the ed25519 equation of intents; 0 = on the event loop. */
 	verifyThreads: number;
@@ -221,14 +225,17 @@ function busKeys(env: Env, group: BusGroup | null): Config["busKeys"] {
 }
 
 /** A 256-bit key, base64 (or base64url): `openssl rand -base64 32`. */
-function key256(env: Env, key: string): Buffer | null {
-	const raw = text(env, key);
-	if (raw === null) return null;
-	if (isPlaceholder(raw)) throw placeholderError(key);
-	const bytes = /^[A-Za-z0-9+/_-]{43}=?$/.test(raw) ? Buffer.from(raw, "base64") : null;
-	// The value itself never goes into the message.
-	if (bytes?.length !== 32) throw new ConfigError(`${key} must be 32 random bytes in base64 (openssl rand -base64 32)`);
-	return bytes;
+/** Keys of 32 bytes in base64, comma-separated under rotation: the first is current, the others still accepted. */
+function keyRing256(env: Env, key: string): Buffer[] | null {
+	const raw = list(env, key);
+	if (!raw.length) return null;
+	if (raw.some(isPlaceholder)) throw placeholderError(key);
+	const keys = raw.map(value => (/^[A-Za-z0-9+/_-]{43}=?$/.test(value) ? Buffer.from(value, "base64") : null));
+	// The values themselves never go into the messages.
+	if (keys.some(bytes => bytes?.length !== 32)) throw new ConfigError(`${key} must be 32 random bytes in base64 (openssl rand -base64 32), or under rotation a comma-separated list of such keys, the current one first`);
+	const valid = keys as Buffer[];
+	if (new Set(valid.map(bytes => bytes.toString("hex"))).size !== valid.length) throw new ConfigError(`${key} lists a key twice`);
+	return valid;
 }
 
 /** A secret sent in an HTTP header: visible ASCII without spaces, long enough not to be guessed. */
@@ -328,9 +335,9 @@ function withSharedSecrets(config: Config): Config {
 	if (runs("payouts") && !config.nodeAuthorityKeypairPath)
 		throw new ConfigError("NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER for a process that runs payouts: replicas would each generate another authority key");
 	const holdsKey = config.busGroup !== null && holdsCallKey(config.busGroup);
-	if (!holdsKey && config.busGroup && config.webhookSecretsKey)
+	if (!holdsKey && config.busGroup && config.webhookSecretsKeys)
 		throw new ConfigError(`WEBHOOK_SECRETS_KEY must not be given to the bus group ${config.busGroup}: it proves the calls only the intake and the owners may make`);
-	if (holdsKey && !config.webhookSecretsKey)
+	if (holdsKey && !config.webhookSecretsKeys)
 		throw new ConfigError(
 			"WEBHOOK_SECRETS_KEY is required with TRANSPORTER for the intake and owners groups: the owners seal the webhooks' signing secrets and tag their events with it, the delivery workers check and open them, and both prove with it their calls to the actions that change state"
 		);
@@ -382,7 +389,7 @@ export function loadConfig(env: Env = process.env): Config {
 		crankerTtlMs: integer(env, "CRANKER_TTL_MS", 30_000, 1),
 		crankerOperators: list(env, "CRANKER_OPERATORS"),
 		nodeAuthorityKeypairPath: text(env, "NODE_AUTHORITY_KEYPAIR_PATH"),
-		webhookSecretsKey: key256(env, "WEBHOOK_SECRETS_KEY"),
+		webhookSecretsKeys: keyRing256(env, "WEBHOOK_SECRETS_KEY"),
 		verifyTimeoutMs,
 		// One core for the event loop, the others for verification; at least one thread.
 		verifyThreads: integer(env, "VERIFY_THREADS", Math.max(1, os.availableParallelism() - 1), 0),

@@ -72,14 +72,14 @@ export function loadOrCreateAuthorityKeypair(configuredPath: string | null, data
 	return { value: readKeypairFile(file), source: file, generated };
 }
 
-/** WEBHOOK_SECRETS_KEY, or the key generated into DATA_DIR on first start (base64 of 32 bytes). */
-export function loadOrCreateWebhookSecretsKey(configured: Buffer | null, dataDir: string): Loaded<Buffer> {
+/** WEBHOOK_SECRETS_KEY's keys (the current one first), or the key generated into DATA_DIR on first start (base64 of 32 bytes). */
+export function loadOrCreateWebhookSecretsKey(configured: readonly Buffer[] | null, dataDir: string): Loaded<readonly Buffer[]> {
 	if (configured) return { value: configured, source: "environment", generated: false };
 	const file = path.join(dataDir, WEBHOOK_SECRETS_KEY_FILE);
 	const generated = writeSecretFile(file, `${randomBytes(32).toString("base64")}\n`);
 	const key = Buffer.from(fs.readFileSync(file, "utf8").trim(), "base64");
 	if (key.length !== 32) throw new Error(`${file} does not hold 32 bytes in base64`);
-	return { value: key, source: file, generated };
+	return { value: [key], source: file, generated };
 }
 
 /** Constant-time membership test: hashing first gives equal-length inputs to timingSafeEqual. */

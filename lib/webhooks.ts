@@ -262,18 +262,34 @@ export function newSecret(): string {
 }
 
 /**
- * The keys derived from WEBHOOK_SECRETS_KEY (HKDF-SHA256), held by the webhooks owners, the event
- * owners (mempool, tin) and the delivery workers, not by the gateway: one seals the signing
- * secrets, one tags the event pages and one the leases a delivery worker acts on.
+ * Keys under rotation: the first seals and tags, and any of them opens and checks. So a key is
+ * rotated in three rolls: the new one added after the current one (every process then takes what
+ * either makes), then put first (the owners re-seal the stored secrets: resealed), then the old
+ * one removed. A single key stands for a ring of one.
  */
-export interface WebhookKeys {
-	sealing: Buffer;
-	events: Buffer;
-	leases: Buffer;
+export type KeyRing = Buffer | readonly Buffer[];
+
+const ringOf = (keys: KeyRing): readonly Buffer[] => (Buffer.isBuffer(keys) ? [keys] : keys);
+function currentOf(keys: KeyRing): Buffer {
+	const [current] = ringOf(keys);
+	if (!current) throw new Error("a key ring without a key");
+	return current;
 }
 
-export function webhookKeys(master: Buffer): WebhookKeys {
-	const derive = (info: string) => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), info, 32));
+/**
+ * The keys derived from WEBHOOK_SECRETS_KEY (HKDF-SHA256), held by the webhooks owners, the event
+ * owners (mempool, tin) and the delivery workers, not by the gateway: one seals the signing
+ * secrets, one tags the event pages and one the leases a delivery worker acts on. Each is a ring
+ * when WEBHOOK_SECRETS_KEY lists more than one key (under rotation).
+ */
+export interface WebhookKeys {
+	sealing: KeyRing;
+	events: KeyRing;
+	leases: KeyRing;
+}
+
+export function webhookKeys(masters: KeyRing): WebhookKeys {
+	const derive = (info: string) => ringOf(masters).map(master => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), info, 32)));
 	return { sealing: derive("scs webhook secrets v1"), events: derive("scs webhook events v1"), leases: derive("scs webhook leases v1") };
 }
 
@@ -291,27 +307,53 @@ const TAG_BYTES = 16;
  * subscription and no other receiver: a lease with another url is no use to a forger.
  * `sealed_v1_<base64 iv‖ciphertext‖tag>`. A secret already sealed is answered as it is.
  */
-export function sealSecret(secret: string, key: Buffer, subscription: SealedFor): string {
+export function sealSecret(secret: string, keys: KeyRing, subscription: SealedFor): string {
 	if (secret.startsWith(SEALED_PREFIX)) return secret;
 	const iv = randomBytes(IV_BYTES);
-	const cipher = createCipheriv("aes-256-gcm", key, iv).setAAD(boundTo(subscription));
+	const cipher = createCipheriv("aes-256-gcm", currentOf(keys), iv).setAAD(boundTo(subscription));
 	const sealed = Buffer.concat([iv, cipher.update(secret, "utf8"), cipher.final(), cipher.getAuthTag()]);
 	return SEALED_PREFIX + sealed.toString("base64");
 }
 
 /**
- * The `whsec_` secret of a sealed one; throws when it does not open for `subscription` with `key`.
- * A secret in the clear is refused too: the owners of this version lease only sealed ones, so one
- * in the clear comes from an owner of an earlier version (wait for it to be replaced) or from
- * whoever else answered in its name.
+ * The `whsec_` secret of a sealed one; throws when it does not open for `subscription` with any of
+ * `keys`. A secret in the clear is refused too: the owners of this version lease only sealed ones,
+ * so one in the clear comes from an owner of an earlier version (wait for it to be replaced) or
+ * from whoever else answered in its name.
  */
-export function openSecret(stored: string, key: Buffer, subscription: SealedFor): string {
+export function openSecret(stored: string, keys: KeyRing, subscription: SealedFor): string {
+	return opened(stored, keys, subscription).secret;
+}
+
+/**
+ * Under rotation: `stored` sealed again under the current key when it opens only under an earlier
+ * one; null when it needs nothing (or does not open at all, which is for its next reader to say).
+ */
+export function resealed(stored: string, keys: KeyRing, subscription: SealedFor): string | null {
+	if (ringOf(keys).length === 1 || !stored.startsWith(SEALED_PREFIX)) return null;
+	try {
+		const { secret, byCurrent } = opened(stored, keys, subscription);
+		return byCurrent ? null : sealSecret(secret, keys, subscription);
+	} catch {
+		return null;
+	}
+}
+
+function opened(stored: string, keys: KeyRing, subscription: SealedFor): { secret: string; byCurrent: boolean } {
 	if (!stored.startsWith(SEALED_PREFIX)) throw new Error("not a sealed webhook secret");
 	const sealed = Buffer.from(stored.slice(SEALED_PREFIX.length), "base64");
 	if (sealed.length <= IV_BYTES + TAG_BYTES) throw new Error("a sealed webhook secret too short");
-	const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, IV_BYTES)).setAAD(boundTo(subscription));
-	decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
-	return Buffer.concat([decipher.update(sealed.subarray(IV_BYTES, sealed.length - TAG_BYTES)), decipher.final()]).toString("utf8");
+	const ring = ringOf(keys);
+	for (const [i, key] of ring.entries()) {
+		const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, IV_BYTES)).setAAD(boundTo(subscription));
+		decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
+		try {
+			return { secret: Buffer.concat([decipher.update(sealed.subarray(IV_BYTES, sealed.length - TAG_BYTES)), decipher.final()]).toString("utf8"), byCurrent: i === 0 };
+		} catch (err) {
+			if (i === ring.length - 1) throw err;
+		}
+	}
+	throw new Error("no key to open a sealed webhook secret");
 }
 
 /**
@@ -322,15 +364,20 @@ export function openSecret(stored: string, key: Buffer, subscription: SealedFor)
  * repeat or skip events) passes for the answer to this question, whoever sends it in the owner's
  * name.
  */
-export function answerTag(key: Buffer, question: Record<string, unknown>, answer: unknown): string {
-	return createHmac("sha256", key).update(canonicalJson({ question, answer })).digest("base64");
+export function answerTag(keys: KeyRing, question: Record<string, unknown>, answer: unknown): string {
+	return tagUnder(currentOf(keys), canonicalJson({ question, answer })).toString("base64");
 }
 
-export function isAnswerTag(key: Buffer, question: Record<string, unknown>, answer: unknown, tag: unknown): boolean {
-	const expected = Buffer.from(answerTag(key, question, answer), "base64");
+export function isAnswerTag(keys: KeyRing, question: Record<string, unknown>, answer: unknown, tag: unknown): boolean {
 	const given = typeof tag === "string" ? Buffer.from(tag, "base64") : Buffer.alloc(0);
-	return given.length === expected.length && timingSafeEqual(given, expected);
+	const text = canonicalJson({ question, answer });
+	return ringOf(keys).some(key => {
+		const expected = tagUnder(key, text);
+		return given.length === expected.length && timingSafeEqual(given, expected);
+	});
 }
+
+const tagUnder = (key: Buffer, text: string) => createHmac("sha256", key).update(text).digest();
 
 /** The worker's question for a page of events (the whole log after `after`, at most `limit`), as the event owner tags it. */
 export const eventsQuestion = (stream: WebhookStream, after: number, limit: number, nonce: string) => ({ stream, after, limit, nonce });

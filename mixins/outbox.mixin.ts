@@ -9,7 +9,7 @@ import { eventMetrics, sweepMetrics } from "../services/metrics";
 import { internal } from "../services/internal";
 import { sweeperMixin } from "./sweeper.mixin";
 import type { Config } from "../lib/config";
-import { answerTag, eventsQuestion, headQuestion } from "../lib/webhooks";
+import { answerTag, eventsQuestion, headQuestion, type KeyRing } from "../lib/webhooks";
 import { loadWebhookKeys } from "../services/webhook-keys";
 
 /** The event logs: one per owning collection, each numbered on its own. */
@@ -68,7 +68,7 @@ export interface TaggedEvents {
  */
 export function outboxMixin<S>(stream: EventStream, config: Config, log: (service: S) => Collection<Doc>): Partial<ServiceSchema> {
 	const { eventRetentionMs: retentionMs, sweepIntervalMs } = config;
-	let eventsKey: Buffer | null = null;
+	let eventsKey: KeyRing | null = null;
 	return {
 		created(this: Service) {
 			eventsKey = loadWebhookKeys(config, this.logger).events;

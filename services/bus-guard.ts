@@ -103,7 +103,8 @@ class SeenCalls {
 
 /**
  * `busKeys`: this group's signing key, and every group's public keys.
- * `callKey`: the key of the intake's and owners' proofs, when this process holds it.
+ * `callKeys`: the keys of the intake's and owners' proofs, when this process holds them: the first
+ * proves its calls, and a proof under any is taken (WEBHOOK_SECRETS_KEY under rotation).
  * `workerApiKeys`: the keys of the proofs of calls made for a worker.
  * `admitUngrouped`: during the roll from the one-user bus, the previous version's nodes (ids of no
  * group) are taken as peers, their announcements believed (BUS_ADMIT_UNGROUPED). Their calls to
@@ -111,12 +112,13 @@ class SeenCalls {
  * `admitUnsigned`: during the roll to the version that signs, a packet of a grouped node that
  * carries no signature is taken (BUS_ADMIT_UNSIGNED); one that carries a signature is checked.
  */
-export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped, admitUnsigned = false }: { busKeys: BusKeys; callKey: Buffer | null; workerApiKeys: readonly string[]; admitUngrouped: boolean; admitUnsigned?: boolean }): Middleware {
+export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, admitUnsigned = false }: { busKeys: BusKeys; callKeys: readonly Buffer[] | null; workerApiKeys: readonly string[]; admitUngrouped: boolean; admitUnsigned?: boolean }): Middleware {
 	let broker: ServiceBroker;
 	let signedPackets: SignedPackets;
 	const clock = new SigningClock();
 	const seen = new SeenCalls();
 	const workerKeys = workerApiKeys.map(workerCallKey);
+	const callKey = callKeys?.[0] ?? null;
 	const warnedAt = new Map<string, number>();
 	/** A packet dropped for what it claims is worth a warning, once a minute for each kind: one flood, one line, and no flood hides another kind. */
 	const dropped = (kind: string, message: string) => {
@@ -225,7 +227,7 @@ export function busGuard({ busKeys, callKey, workerApiKeys, admitUngrouped, admi
 					const call = { action: String(payload.action), id: String(payload.id), sender: payload.sender, target: broker.nodeID, params: payload.params };
 					// The parameters' digest once, however many keys are tried, and none without a proof to check.
 					const digest = typeof proof === "string" || typeof workerProof === "string" ? busCallDigest(call.params) : "";
-					const byKeyHolder = (flags.keyHoldersOnly || flags.workersOnly) && !!callKey && isBusCallProof(callKey, call, proof, { digest });
+					const byKeyHolder = (flags.keyHoldersOnly || flags.workersOnly) && !!callKeys?.some(key => isBusCallProof(key, call, proof, { digest }));
 					const forWorker = (flags.workersOnly || claimsWorker) && workerKeys.some(key => isBusCallProof(key, call, workerProof, { digest }));
 					const fresh = (byKeyHolder || forWorker) && seen.admit(`${call.sender}\n${call.id}`);
 					if (flags.keyHoldersOnly && !(fresh && byKeyHolder)) return refuse(payload, "This action runs only for the intake and the owners");

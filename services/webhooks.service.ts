@@ -29,6 +29,7 @@ import {
 	newNonce,
 	newWebhookRecord,
 	released,
+	resealed,
 	sealSecret,
 	resolveTarget,
 	subscriptionLookup,
@@ -67,6 +68,11 @@ const DUE_PAGE = CLAIM_MAX * CLAIM_SLACK;
 /** A delivery lease outlasts an attempt (WEBHOOK_TIMEOUT_MS) with room to record its outcome. */
 const LEASE_ATTEMPTS = 3;
 
+/** Under rotation (WEBHOOK_SECRETS_KEY lists earlier keys), how often the stored secrets are swept for re-sealing. */
+const RESEAL_SWEEP_MS = 10 * 60_000;
+/** Subscriptions read at a time by that sweep. */
+const RESEAL_PAGE = 100;
+
 /**
  * What a delivery worker gets for a lease: the record (its secret sealed), how long the lease
  * lasts, and the leases key's tag over the worker's claim (its nonce) and the record.
@@ -88,6 +94,7 @@ interface WebhooksVars {
 	webhooks: Collection<WebhookRecord>;
 	/** WEBHOOK_SECRETS_KEY's: the signing secrets are stored, and leased, sealed with its sealing key. */
 	keys: WebhookKeys;
+	resealTimer?: NodeJS.Timeout;
 }
 
 interface WebhooksMethods {
@@ -101,6 +108,7 @@ interface WebhooksMethods {
 	behind(heads: StreamHeads, wanted: number): Promise<WebhookRecord[]>;
 	lease(candidates: WebhookRecord[], claim: { leasedBy: string; nonce: string }, nowMs: number, limit: number): Promise<WebhookLease[]>;
 	leaseExpiry(nowMs: number): string;
+	resealStored(): Promise<void>;
 }
 
 type WebhooksThis = Service<WebhooksSettings> & WebhooksVars & WebhooksMethods;
@@ -271,8 +279,10 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			},
 
 			async commit(this: WebhooksThis, current, next) {
-				// A secret an earlier version stored in the clear is stored sealed from its next write on.
-				const written = { ...next, secret: sealSecret(next.secret, this.keys.sealing, next), version: current.version + 1 };
+				// A secret an earlier version stored in the clear is stored sealed from its next write on,
+				// and one sealed under an earlier key (under rotation) sealed again under the current one.
+				const secret = resealed(next.secret, this.keys.sealing, next) ?? sealSecret(next.secret, this.keys.sealing, next);
+				const written = { ...next, secret, version: current.version + 1 };
 				return (await this.webhooks.update(current.id, { version: current.version }, written)) ? written : null;
 			},
 
@@ -376,11 +386,44 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 
 			leaseExpiry(this: WebhooksThis, nowMs) {
 				return new Date(nowMs + this.settings.leaseTtlMs).toISOString();
+			},
+
+			/**
+			 * Seals again under the current key every stored secret sealed under an earlier one, so
+			 * that the earlier key can go. A subscription under lease is left to its holder's next
+			 * write (commit re-seals it), which this write would otherwise cut short; the next sweep
+			 * takes what is left. The log says when none is left.
+			 */
+			async resealStored(this: WebhooksThis) {
+				let resealedNow = 0;
+				let left = 0;
+				const now = new Date().toISOString();
+				for await (const record of listInPages(this.webhooks, { orderBy: ["createdAt", "asc"] }, RESEAL_PAGE)) {
+					if (resealed(record.secret, this.keys.sealing, record) === null) continue;
+					const leased = record.leaseExpiresAt !== null && record.leaseExpiresAt > now;
+					if (!leased && (await this.commit(record, record))) resealedNow++;
+					else left++;
+				}
+				if (resealedNow || left)
+					this.logger.info(`WEBHOOK_SECRETS_KEY rotation: ${resealedNow} signing secrets sealed again under the current key; ${left} still under an earlier key (the next sweep, or their next delivery, takes them)`);
+				else this.logger.info("WEBHOOK_SECRETS_KEY rotation: every stored signing secret is sealed under the current key; the earlier keys may be removed");
 			}
 		} satisfies WebhooksMethods & ThisType<WebhooksThis>,
 
 		created(this: WebhooksThis) {
 			this.keys = loadWebhookKeys(config, this.logger);
+		},
+
+		/** Under rotation only: a sweep now, then every RESEAL_SWEEP_MS. */
+		async started(this: WebhooksThis) {
+			if (!Array.isArray(this.keys.sealing) || this.keys.sealing.length < 2) return;
+			const sweep = () => this.resealStored().catch(err => this.logger.warn(`Re-sealing the webhook secrets failed; the next sweep tries again: ${(err as Error).message}`));
+			await sweep();
+			this.resealTimer = setInterval(sweep, RESEAL_SWEEP_MS).unref();
+		},
+
+		stopped(this: WebhooksThis) {
+			clearInterval(this.resealTimer);
 		}
 	};
 }

@@ -43,7 +43,7 @@ function gatewayOnTheBus(cluster: Cluster, name: string, group: BusGroup = "gate
 		transporter: { type: "NATS", options: { url: cluster.nats.url.replace("nats://", `nats://${NATS_USER}:${NATS_PASSWORD}@`) } },
 		serializer: "JSON",
 		logger: false,
-		middlewares: [busGuard({ busKeys: cluster.nats.busKeys.keys(group), callKey: null, workerApiKeys: [], admitUngrouped: false })]
+		middlewares: [busGuard({ busKeys: cluster.nats.busKeys.keys(group), callKeys: null, workerApiKeys: [], admitUngrouped: false })]
 	});
 }
 

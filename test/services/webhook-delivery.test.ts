@@ -15,7 +15,7 @@ import { requestDigest } from "../../lib/digest";
 import type { StoredEvent } from "../../lib/store";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
-import { answerTag, deliveryLookup, eventsQuestion, headQuestion, webhookKeys, type WebhookSubscription } from "../../lib/webhooks";
+import { answerTag, deliveryLookup, eventsQuestion, headQuestion, webhookKeys, type KeyRing, type WebhookSubscription } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
 import { webhooksService } from "../../services/webhooks.service";
@@ -50,7 +50,7 @@ interface TinHealth {
 }
 
 /** A TIN owner as far as webhooks read it: its event log, its pages tagged with the deployment's events key. */
-function tinOwner(log: StoredEvent[], eventsKey: Buffer, health: TinHealth = { unreadable: false }): ServiceSchema {
+function tinOwner(log: StoredEvent[], eventsKey: KeyRing, health: TinHealth = { unreadable: false }): ServiceSchema {
 	return {
 		name: "tin",
 		actions: {

@@ -12,7 +12,7 @@ import path from "node:path";
 import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
-import { answerTag, headQuestion, holderWriteRequest, newNonce, holderWriteResult, openSecret, webhookKeys, type CreatedWebhookSubscription, type HolderWrite, type WebhookRecord, type StreamHeads, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
+import { answerTag, headQuestion, holderWriteRequest, newNonce, holderWriteResult, openSecret, webhookKeys, type CreatedWebhookSubscription, type HolderWrite, type WebhookRecord, type StreamHeads, type WebhookKeys, type WebhookStream, type WebhookSubscription } from "../../lib/webhooks";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
 import type { Collection } from "../../lib/store";
 import { webhooksService, type WebhookLease } from "../../services/webhooks.service";
@@ -22,34 +22,36 @@ const INTENT_EVENTS = "intent.status_changed";
 
 /**
  * An event owner as the webhooks owner asks it: its latest event's number, which a test moves,
- * tagged with the events key of `dataDir` (`tagged` false: as a rogue without the key would).
+ * tagged with the events key of `keys` (`tagged` false: as a rogue without the key would).
  */
-function eventOwner(name: string, stream: WebhookStream, dataDir: string, latest: () => number, tagged = () => true): ServiceSchema {
+function eventOwner(name: string, stream: WebhookStream, keys: WebhookKeys, latest: () => number, tagged = () => true): ServiceSchema {
 	return {
 		name,
 		actions: {
 			taggedHead: (ctx: Context<{ nonce: string }>) => {
-				const key = tagged() ? webhookKeys(loadOrCreateWebhookSecretsKey(null, dataDir).value).events : randomBytes(32);
+				const key = tagged() ? keys.events : randomBytes(32);
 				return { seq: latest(), tag: answerTag(key, headQuestion(stream, ctx.params.nonce), latest()) };
 			}
 		}
 	};
 }
 
-async function startWebhooks(env: Record<string, string> = {}) {
+/** The webhooks owner on `dataDir` (a new one unless given), with `env` over the test's settings. */
+async function startWebhooks(env: Record<string, string> = {}, dataDir = tempDir()) {
 	const logs: Record<WebhookStream, number> = { intents: 0, tin_operations: 0 };
 	const broker = new ServiceBroker({ logger: false });
-	const dataDir = tempDir();
 	// A lease lasts three attempts of WEBHOOK_TIMEOUT_MS: 3 s here, longer than any test's run of calls.
-	broker.createService(webhooksService(loadConfig({ DATA_DIR: dataDir, WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "200", ...env })));
+	const config = loadConfig({ DATA_DIR: dataDir, WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT_MS: "1000", WEBHOOK_RETRY_BASE_MS: "200", ...env });
+	/** WEBHOOK_SECRETS_KEY's keys, or DATA_DIR's: those of the other key holders. */
+	const keys = webhookKeys(loadOrCreateWebhookSecretsKey(config.webhookSecretsKeys, dataDir).value);
+	broker.createService(webhooksService(config));
 	const honest = { intents: true };
-	broker.createService(eventOwner("mempool", "intents", dataDir, () => logs.intents, () => honest.intents));
-	broker.createService(eventOwner("tin", "tin_operations", dataDir, () => logs.tin_operations));
+	broker.createService(eventOwner("mempool", "intents", keys, () => logs.intents, () => honest.intents));
+	broker.createService(eventOwner("tin", "tin_operations", keys, () => logs.tin_operations));
 	await broker.start();
 	const holder = (lease: WebhookLease) => ({ id: lease.subscription.id, version: lease.subscription.version });
 	/** A holder's write as a delivery worker makes it: proven with the key, its answer checked. */
 	const write = async <T>(action: HolderWrite, params: object): Promise<T> => {
-		const keys = webhookKeys(loadOrCreateWebhookSecretsKey(null, dataDir).value);
 		const request = holderWriteRequest(keys, action, params);
 		return holderWriteResult<T>(keys, action, request.nonce, await broker.call(`webhooks.${action}`, request));
 	};
@@ -351,5 +353,54 @@ test("claim reads past retries waiting for an absent owner: however many, they d
 		expect(ids(await webhooks.claim("worker", { intents: 1 }, 1))).toEqual([other.id]);
 	} finally {
 		await webhooks.broker.stop();
+	}
+});
+
+test("WEBHOOK_SECRETS_KEY rotation: with the new key first, the stored secrets are sealed again under it (a leased one by its holder's next write), and then the new key alone opens every one", async () => {
+	const [oldKey, newKey] = [randomBytes(32).toString("base64"), randomBytes(32).toString("base64")];
+	const onlyNew = webhookKeys(Buffer.from(newKey, "base64")).sealing;
+	const storeOf = (webhooks: Awaited<ReturnType<typeof startWebhooks>>) => (webhooks.broker.getLocalService("webhooks") as unknown as { webhooks: Collection<WebhookRecord> }).webhooks;
+
+	const before = await startWebhooks({ WEBHOOK_SECRETS_KEY: oldKey });
+	const dataDir = before.dataDir;
+	const leased = await before.create();
+	before.logs.intents = 1;
+	const [lease] = await before.claim("worker", { intents: 1 });
+	expect(lease.subscription.id).toBe(leased.id);
+	const idle = await before.create();
+	await before.broker.stop();
+
+	// The second roll: the new key first, the old one still taken. The sweep at start re-seals
+	// the idle subscription; the leased one waits for its holder, whose write it would cut short.
+	const during = await startWebhooks({ WEBHOOK_SECRETS_KEY: `${newKey},${oldKey}` }, dataDir);
+	try {
+		const store = storeOf(during);
+		const idleRecord = (await store.get(idle.id))!;
+		expect(openSecret(idleRecord.secret, onlyNew, idleRecord)).toBe(idle.secret);
+		const stillOld = (await store.get(leased.id))!.secret;
+		expect(() => openSecret(stillOld, onlyNew, lease.subscription)).toThrow();
+		// The holder's write, proven under the old key (a worker not rolled yet), is taken, and re-seals.
+		const oldHolder = webhookKeys(Buffer.from(oldKey, "base64"));
+		const request = holderWriteRequest(oldHolder, "advance", { id: lease.subscription.id, version: lease.subscription.version, stream: "intents", seq: 1, delivered: true });
+		const both = webhookKeys([Buffer.from(newKey, "base64"), Buffer.from(oldKey, "base64")]);
+		const version = holderWriteResult<number>(both, "advance", request.nonce, await during.broker.call("webhooks.advance", request));
+		const leasedRecord = (await store.get(leased.id))!;
+		expect(openSecret(leasedRecord.secret, onlyNew, leasedRecord)).toBe(leased.secret);
+		// Given back, as a worker stopping for the roll does.
+		const release = holderWriteRequest(both, "release", { id: leased.id, version });
+		expect(holderWriteResult(both, "release", release.nonce, await during.broker.call("webhooks.release", release))).toBe(true);
+	} finally {
+		await during.broker.stop();
+	}
+
+	// The third roll: the old key gone. Every lease opens with the new key.
+	const after = await startWebhooks({ WEBHOOK_SECRETS_KEY: newKey }, dataDir);
+	try {
+		after.logs.intents = 2;
+		const leases = await after.claim("worker", { intents: 2 });
+		expect(ids(leases).sort()).toEqual([leased.id, idle.id].sort());
+		for (const { subscription } of leases) expect(openSecret(subscription.secret, onlyNew, subscription)).toBe(subscription.id === idle.id ? idle.secret : leased.secret);
+	} finally {
+		await after.broker.stop();
 	}
 });

@@ -23,7 +23,7 @@ const service = (name: string, actions: string[], extra: Partial<Service> = {}):
 
 /** The services a node announcing `services` as `sender` is believed for. */
 function believed(sender: string, services: Service[], options = { admitUngrouped: false }): string[] {
-	const guard = busGuard({ busKeys: ring.keys("intake"), callKey: null, workerApiKeys: [], ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+	const guard = busGuard({ busKeys: ring.keys("intake"), callKeys: null, workerApiKeys: [], ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 	guard.created({ namespace: NAMESPACE, nodeID: "intake.receiver", logger: { warn: () => undefined } });
 	let passed: Service[] = [];
 	guard.transitMessageHandler((_cmd, packet) => (passed = (packet as { payload: { services: Service[] } }).payload.services))("INFO", { type: "INFO", payload: signed("INFO", { sender, services }) });
@@ -54,9 +54,9 @@ describe("the bus guard, on a call to an action that changes state", () => {
 	const key = busCallKey(randomBytes(32));
 	type Call = { sender: string; action: string; id: string; params?: unknown; meta?: unknown; stream?: boolean; seq?: number };
 	/** An owner's guard, every action of which has `flags` (keyHoldersOnly unless said): whether each call passed on, or was refused. */
-	function owner(options: { admitUngrouped?: boolean; workerApiKeys?: string[]; flags?: object } = {}) {
+	function owner(options: { admitUngrouped?: boolean; workerApiKeys?: string[]; flags?: object; callKeys?: Buffer[] } = {}) {
 		const refused: unknown[] = [];
-		const guard = busGuard({ busKeys: ring.keys("owners"), callKey: key, workerApiKeys: options.workerApiKeys ?? [], admitUngrouped: options.admitUngrouped ?? false }) as unknown as {
+		const guard = busGuard({ busKeys: ring.keys("owners"), callKeys: options.callKeys ?? [key], workerApiKeys: options.workerApiKeys ?? [], admitUngrouped: options.admitUngrouped ?? false }) as unknown as {
 			created(broker: object): void;
 			transitMessageHandler(next: (cmd: string, packet: { payload: Call }) => unknown): (cmd: string, packet: object) => unknown;
 		};
@@ -87,6 +87,17 @@ describe("the bus guard, on a call to an action that changes state", () => {
 		for (const meta of [{}, proven({ ...call, id: "c2" }).meta, proven({ ...call, action: "mempool.receiveMany" }).meta, proven({ ...call, sender: "intake.y" }).meta, proven(call, "owners.b").meta, undefined, null, "x"])
 			expect(receive({ ...call, meta })).toEqual({ passed: null, refused: ["FORBIDDEN"] });
 		expect(receive({ ...proven(call), params: { epoch: 2 } }).refused).toEqual(["FORBIDDEN"]);
+	});
+
+	test("under rotation (WEBHOOK_SECRETS_KEY lists two keys) takes a proof under either, and no other", () => {
+		const newer = busCallKey(randomBytes(32));
+		const receive = owner({ callKeys: [newer, key] });
+		const call = { sender: "intake.x", action: "mempool.receive", id: "r1", params };
+		expect(receive(proven(call)).refused).toEqual([]);
+		const underNewer = { ...call, id: "r2", meta: { busCallProof: busCallProof(newer, { ...call, id: "r2", target: "owners.a" }) } };
+		expect(receive(underNewer).refused).toEqual([]);
+		const underOther = { ...call, id: "r3", meta: { busCallProof: busCallProof(busCallKey(randomBytes(32)), { ...call, id: "r3", target: "owners.a" }) } };
+		expect(receive(underOther).refused).toEqual(["FORBIDDEN"]);
 	});
 
 	test("refuses a stream (no action takes one; its chunks would wait in memory)", () => {
@@ -148,7 +159,7 @@ describe("the bus guard, on a call to an action that changes state", () => {
 	});
 
 	test("drops an announcement in its own node's name, which Moleculer would take for an id conflict and stop the process", () => {
-		const guard = busGuard({ busKeys: ring.keys("owners"), callKey: null, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+		const guard = busGuard({ busKeys: ring.keys("owners"), callKeys: null, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 		const warnings: string[] = [];
 		guard.created({ namespace: NAMESPACE, nodeID: "owners.a", logger: { warn: (line: string) => warnings.push(line) } });
 		const passed: string[] = [];
@@ -171,7 +182,7 @@ describe("the bus guard, on a call it sends", () => {
 	const key = busCallKey(randomBytes(32));
 	type Sent = { type: string; target: string | null; payload: { action: string; id: string; params: unknown; meta: Record<string, unknown> } };
 	function send(target: string | null, callKey: Buffer | null = key, workerApiKey?: string) {
-		const guard = busGuard({ busKeys: ring.keys("intake"), callKey, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitPublish(next: (packet: Sent) => unknown): (packet: Sent) => unknown };
+		const guard = busGuard({ busKeys: ring.keys("intake"), callKeys: callKey && [callKey], workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitPublish(next: (packet: Sent) => unknown): (packet: Sent) => unknown };
 		guard.created({ namespace: NAMESPACE, nodeID: "intake.me" });
 		let published: Sent | null = null;
 		const meta = { other: 1 };
@@ -208,7 +219,7 @@ describe("the bus guard, on a call it sends", () => {
 describe("the bus guard, on the packets that say who a node is and whether it lives", () => {
 	type Payload = { sender: string; services?: unknown[]; seq?: number; cpu?: number; busSignature?: unknown };
 	function node(nodeID = "intake.me", { admitUngrouped = false, admitUnsigned = false } = {}, discoverer = { opts: { disableHeartbeatChecks: false } }) {
-		const guard = busGuard({ busKeys: ring.keys(busGroupOf(nodeID)!), callKey: null, workerApiKeys: [], admitUngrouped, admitUnsigned }) as unknown as {
+		const guard = busGuard({ busKeys: ring.keys(busGroupOf(nodeID)!), callKeys: null, workerApiKeys: [], admitUngrouped, admitUnsigned }) as unknown as {
 			created(broker: object): void;
 			transitMessageHandler(next: (cmd: string, packet: { payload: Payload }) => unknown): (cmd: string, packet: object) => unknown;
 			transitPublish(next: (packet: { type: string; payload: Payload }) => unknown): (packet: object) => unknown;

@@ -108,7 +108,22 @@ describe("loadConfig values", () => {
 		for (const [group, services] of [["owners", "webhooks"], ["intake", "receiver,webhook-delivery"], ["intake", "receiver"], ["owners", "mempool"], ["owners", "epochs"]] as const)
 			expect(() => loadConfig({ ...onBus(group), SERVICES: services, ...workerKeys, NODE_AUTHORITY_KEYPAIR_PATH: "/k" })).toThrow(/WEBHOOK_SECRETS_KEY is required with TRANSPORTER/);
 		const key = "q".repeat(43) + "=";
-		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", ...workerKeys, WEBHOOK_SECRETS_KEY: key }).webhookSecretsKey).toEqual(Buffer.from(key, "base64"));
+		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", ...workerKeys, WEBHOOK_SECRETS_KEY: key }).webhookSecretsKeys).toEqual([Buffer.from(key, "base64")]);
+		// Under rotation, a list: the current key first. Each must be a key, and none listed twice; no value is echoed.
+		const next = "r".repeat(43) + "=";
+		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", ...workerKeys, WEBHOOK_SECRETS_KEY: `${next}, ${key}` }).webhookSecretsKeys).toEqual([Buffer.from(next, "base64"), Buffer.from(key, "base64")]);
+		for (const bad of [`${next},${next}`, `${next},short`, `${next},`.repeat(2) + "x"]) {
+			const error = (() => {
+				try {
+					loadConfig({ ...onBus("owners"), SERVICES: "webhooks", ...workerKeys, WEBHOOK_SECRETS_KEY: bad });
+				} catch (err) {
+					return (err as Error).message;
+				}
+				return "accepted";
+			})();
+			expect(error).toMatch(/WEBHOOK_SECRETS_KEY (lists a key twice|must be 32 random bytes)/);
+			expect(error).not.toContain(next);
+		}
 		// One process, no transporter: it generates both into DATA_DIR, as before.
 		expect(loadConfig({})).toMatchObject({ transporter: null, workerApiKeys: [], nodeAuthorityKeypairPath: null, busGroup: null });
 	});

@@ -30,6 +30,7 @@ import {
 	eventsQuestion,
 	isAnswerTag,
 	openSecret,
+	resealed,
 	sealSecret,
 	webhookKeys,
 	newWebhookRecord,
@@ -79,7 +80,7 @@ describe("signing (Standard Webhooks v1)", () => {
 
 	it("an answer's tag checks for that question (stream, cursor, nonce) and that answer only, and the three derived keys differ", () => {
 		const keys = webhookKeys(randomBytes(32));
-		expect(new Set([keys.sealing, keys.events, keys.leases].map(key => key.toString("hex"))).size).toBe(3);
+		expect(new Set([keys.sealing, keys.events, keys.leases].map(key => answerTag(key, {}, null))).size).toBe(3);
 		const page = [event, { ...event, at: "2026-11-21T18:00:01.000Z" }];
 		const question = eventsQuestion("intents", 7, 200, "nonce-of-this-read");
 		const tag = answerTag(keys.events, question, page);
@@ -92,6 +93,28 @@ describe("signing (Standard Webhooks v1)", () => {
 		expect(isAnswerTag(keys.events, question, page.slice(1), tag)).toBe(false);
 		expect(isAnswerTag(keys.leases, question, page, tag)).toBe(false);
 		for (const bad of [undefined, "", 42, tag.slice(2)]) expect(isAnswerTag(keys.events, question, page, bad)).toBe(false);
+	});
+
+	it("under rotation the first key seals and tags, any opens and checks, and resealed moves a secret sealed under an earlier key to the first", () => {
+		const [older, newer] = [randomBytes(32), randomBytes(32)];
+		const [before, during, after] = [webhookKeys(older), webhookKeys([newer, older]), webhookKeys(newer)];
+		const subscription = { id: "wh_1", url: "https://hooks.example.com/in", eventTypes: ["intent.status_changed" as const], filter: null };
+		const secret = newSecret();
+		const sealedBefore = sealSecret(secret, before.sealing, subscription);
+		expect(openSecret(sealedBefore, during.sealing, subscription)).toBe(secret);
+		expect(() => openSecret(sealedBefore, after.sealing, subscription)).toThrow();
+		const moved = resealed(sealedBefore, during.sealing, subscription)!;
+		expect(openSecret(moved, after.sealing, subscription)).toBe(secret);
+		// Nothing to do: already under the first key, no earlier key, or not openable at all.
+		expect(resealed(moved, during.sealing, subscription)).toBeNull();
+		expect(resealed(sealedBefore, before.sealing, subscription)).toBeNull();
+		expect(resealed(sealSecret(secret, webhookKeys(randomBytes(32)).sealing, subscription), during.sealing, subscription)).toBeNull();
+		expect(openSecret(sealSecret(secret, during.sealing, subscription), after.sealing, subscription)).toBe(secret);
+		// Tags: made under the first key; checked under any.
+		const question = eventsQuestion("intents", 0, 10, "n");
+		expect(isAnswerTag(during.events, question, [], answerTag(before.events, question, []))).toBe(true);
+		expect(isAnswerTag(after.events, question, [], answerTag(during.events, question, []))).toBe(true);
+		expect(isAnswerTag(before.events, question, [], answerTag(during.events, question, []))).toBe(false);
 	});
 
 	it("the reference library verifies every header set we send, and signs the same bytes", () => {

@@ -72,6 +72,8 @@ export class LocalChain {
 	private readonly landed = new Map<string, Landed>();
 	private readonly byAccount = new Map<string, string[]>();
 	private readonly faults = new Map<string, Fault[]>();
+	/** How many slots a landed transaction waits before getTransaction answers it at `finalized` (0: at once). */
+	finalitySlots = 0;
 	private dropped = 0;
 	private substitute: ((signature: string) => ReadonlyUint8Array | undefined) | null = null;
 	/** What the dropped sends carried, for landDropped(). */
@@ -345,9 +347,12 @@ export class LocalChain {
 		});
 	}
 
-	private getTransaction(signature: string, config: { encoding?: string } | undefined): unknown {
+	private getTransaction(signature: string, config: { encoding?: string; commitment?: string } | undefined): unknown {
 		if (config?.encoding !== "base64") throw new RpcFailure({ code: -32602, message: "this local chain serves getTransaction with encoding base64 only" });
-		const tx = this.landed.get(signature);
+		// The RPC's default commitment is finalized.
+		const finalized = (config.commitment ?? "finalized") === "finalized";
+		const landed = this.landed.get(signature);
+		const tx = landed && (!finalized || landed.slot + this.finalitySlots <= this.slotNumber) ? landed : undefined;
 		const wire = this.substitute?.(signature) ?? tx?.wire;
 		if (!wire) return null;
 		return {

@@ -13,6 +13,7 @@ import {
 	getBase64Encoder,
 	getCompiledTransactionMessageDecoder,
 	getProgramDerivedAddress,
+	getShortU16Decoder,
 	getTransactionDecoder,
 	isTransactionMessageWithDurableNonceLifetime,
 	pipe,
@@ -199,23 +200,33 @@ export function readEncodedSettlementTransaction(base64: string): SettlementCont
  * unreadable reading, which proves nothing.
  */
 export function readFetchedSettlementTransaction(base64: string, signature: string): SettlementContents {
-	const wire = getBase64Encoder().encode(base64);
-	const problem = notTransactionOf(wire, signature);
-	return problem ? { memos: [], transfers: [], unreadable: problem } : readSettlementTransaction(wire);
+	try {
+		const wire = getBase64Encoder().encode(base64);
+		const problem = notTransactionOf(wire, signature);
+		return problem ? { memos: [], transfers: [], unreadable: problem } : readSettlementTransaction(wire);
+	} catch (err) {
+		// Not base64, or not a transaction at all.
+		return { memos: [], transfers: [], unreadable: (err as Error).message };
+	}
 }
 
-/** Why `wire` is not the transaction `signature` names (null when it is). */
+/**
+ * Why `wire` is not the transaction `signature` names (null when it is). Both read from the wire
+ * itself: its first signature, and the fee payer as the message's first account (strictly
+ * verified, as Solana does); an account listed twice, which no landed transaction has, is refused.
+ */
 function notTransactionOf(wire: ReadonlyUint8Array, signature: string): string | null {
-	try {
-		const { messageBytes, signatures } = getTransactionDecoder().decode(wire);
-		const [feePayer, first] = Object.entries(signatures)[0] ?? [];
-		const asked = getBase58Encoder().encode(signature);
-		if (!first || first.length !== asked.length || first.some((byte, i) => byte !== asked[i])) return `the RPC answered another transaction than ${signature}`;
-		if (!ed25519.verify(first as Uint8Array, Uint8Array.from(messageBytes), getAddressEncoder().encode(address(feePayer)) as Uint8Array)) return `the RPC's transaction ${signature} is not signed by its fee payer`;
-		return null;
-	} catch (err) {
-		return (err as Error).message;
-	}
+	const [count, offset] = getShortU16Decoder().read(wire, 0);
+	const { messageBytes } = getTransactionDecoder().decode(wire);
+	const { staticAccounts } = getCompiledTransactionMessageDecoder().decode(messageBytes);
+	if (count < 1 || staticAccounts.length < 1) return `the RPC's transaction ${signature} has no fee payer's signature`;
+	if (new Set(staticAccounts).size !== staticAccounts.length) return `the RPC's transaction ${signature} lists an account twice`;
+	const first = Uint8Array.from(wire.slice(offset, offset + 64));
+	const asked = getBase58Encoder().encode(signature);
+	if (first.length !== asked.length || first.some((byte, i) => byte !== asked[i])) return `the RPC answered another transaction than ${signature}`;
+	const feePayer = getAddressEncoder().encode(staticAccounts[0]!) as Uint8Array;
+	if (!ed25519.verify(first, Uint8Array.from(messageBytes), feePayer, { zip215: false })) return `the RPC's transaction ${signature} is not signed by its fee payer`;
+	return null;
 }
 
 export interface ExpectedSettlement {

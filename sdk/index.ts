@@ -402,23 +402,29 @@ export class SettlementClient {
 	 * signed amount of the signed mint to the credit account of the signed route. Every expected
 	 * value comes from the signed request, none from the service, so a settlement of another
 	 * payment, or to another account, never passes; and the transaction the RPC answers must carry
-	 * `signature`, signed by its fee payer. Read at `finalized` unless `commitment` says
-	 * `confirmed` (seconds sooner, but a confirmed block can still, rarely, be dropped).
+	 * `signature`, signed by its fee payer. Read at `confirmed`, as the service reads it, unless
+	 * `commitment` says `finalized` (about 13 s later, and then no fork can drop it): a settlement
+	 * confirmed but not yet finalized is then NOT_FINALIZED, worth asking again, not NOT_ON_CHAIN.
 	 */
 	async confirmOnChain(signature: string, intent: CreateIntentRequest, options: { commitment?: "confirmed" | "finalized" } = {}): Promise<OnChainSettlement> {
 		if (!this.rpc) throw new SettlementError("confirmOnChain needs the solanaRpcUrl client option", "CONFIGURATION_ERROR", null);
-		const commitment = options.commitment ?? "finalized";
+		const commitment = options.commitment ?? "confirmed";
 		if (commitment !== "confirmed" && commitment !== "finalized") throw new SettlementError(`commitment must be confirmed or finalized, not ${String(commitment)}`, "VALIDATION_ERROR", null);
 		const problem = isBase58OfLength(signature, 64) ? paymentFieldsProblem(intent) : "the transaction signature is not base58 of 64 bytes";
 		if (problem) throw new SettlementError(`not a signed payment: ${problem}`, "VALIDATION_ERROR", null);
 		const expected = expectedSettlementOf({ ...intent, transactionCommitment: buildPaymentMessage(intent).transactionCommitment }, this.programId);
-		let fetched;
-		try {
-			fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment, maxSupportedTransactionVersion: 0 }).send();
-		} catch (err) {
-			throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
+		const read = async (at: "confirmed" | "finalized") => {
+			try {
+				return await this.rpc!.getTransaction(toSignature(signature), { encoding: "base64", commitment: at, maxSupportedTransactionVersion: 0 }).send();
+			} catch (err) {
+				throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
+			}
+		};
+		const fetched = await read(commitment);
+		if (!fetched) {
+			if (commitment === "finalized" && (await read("confirmed"))) throw new SettlementError(`transaction ${signature} is confirmed, not finalized yet`, "NOT_FINALIZED", null);
+			throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
 		}
-		if (!fetched) throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
 		if (fetched.meta?.err) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta.err });
 		const contents = readFetchedSettlementTransaction(fetched.transaction[0], signature);
 		const problems = await settlementMismatches(contents, expected);

@@ -2,7 +2,21 @@
  * SettlementClient.confirmOnChain against real settlement transactions on the local chain (litesvm
  * over JSON-RPC), checked against the request the sender signed, never against what a service says.
  */
-import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, type Address, type KeyPairSigner } from "@solana/kit";
+import {
+	compileTransaction,
+	createKeyPairSignerFromBytes,
+	createSolanaRpc,
+	createTransactionMessage,
+	getAddressDecoder,
+	getBase64EncodedWireTransaction,
+	getTransactionEncoder,
+	pipe,
+	setTransactionMessageFeePayer,
+	setTransactionMessageLifetimeUsingBlockhash,
+	type Address,
+	type KeyPairSigner,
+	type SignatureBytes
+} from "@solana/kit";
 import { payoutNullifier } from "../../lib/canonical";
 import { generateKeypair } from "../../lib/ed25519";
 import { decodeBase58, encodeBase58, sha256Hex } from "../../lib/encoding";
@@ -84,15 +98,23 @@ describe("confirmOnChain", () => {
 		await expect(client.confirmOnChain(signature, spread)).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
 	});
 
-	it("reads at finalized unless told confirmed", async () => {
+	it("reads at confirmed unless told finalized; a settlement not final yet is NOT_FINALIZED, then confirmed once it is", async () => {
 		const intent = await signedPayment("4200");
 		const signature = await landSettlement(intent);
 		const commitmentAsked = () => (chain.lastParams.get("getTransaction")?.[1] as { commitment?: string }).commitment;
-		await client.confirmOnChain(signature, intent);
-		// @solana/kit leaves out the RPC's own default, finalized.
-		expect(commitmentAsked() ?? "finalized").toBe("finalized");
-		await client.confirmOnChain(signature, intent, { commitment: "confirmed" });
-		expect(commitmentAsked()).toBe("confirmed");
+		chain.finalitySlots = 10;
+		try {
+			await client.confirmOnChain(signature, intent);
+			expect(commitmentAsked()).toBe("confirmed");
+			await expect(client.confirmOnChain(signature, intent, { commitment: "finalized" })).rejects.toMatchObject({ type: "NOT_FINALIZED" });
+			chain.advance(10);
+			await expect(client.confirmOnChain(signature, intent, { commitment: "finalized" })).resolves.toMatchObject({ signature });
+			// @solana/kit leaves out the RPC's own default, finalized.
+			expect(commitmentAsked() ?? "finalized").toBe("finalized");
+		} finally {
+			chain.finalitySlots = 0;
+		}
+		await expect(client.confirmOnChain("5".repeat(88), intent, { commitment: "finalized" })).rejects.toMatchObject({ type: "NOT_ON_CHAIN" });
 		await expect(client.confirmOnChain(signature, intent, { commitment: "processed" as "confirmed" })).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
 	});
 
@@ -114,6 +136,30 @@ describe("confirmOnChain", () => {
 			chain.lieAboutTransactions(null);
 		}
 		await expect(client.confirmOnChain(settlement, intent)).resolves.toMatchObject({ signature: settlement });
+	});
+
+	it("verifies the fee payer's signature strictly: a small-order key with its trivial signature, which lenient checks pass for any message, is no proof", async () => {
+		const intent = await signedPayment("4200");
+		// The identity point as the fee payer, and R = identity, S = 0 as its signature.
+		const identity = new Uint8Array(32);
+		identity[0] = 1;
+		const trivial = new Uint8Array(64);
+		trivial[0] = 1;
+		const { value: lifetime } = await createSolanaRpc(chain.url).getLatestBlockhash().send();
+		const message = pipe(
+			createTransactionMessage({ version: 0 }),
+			m => setTransactionMessageFeePayer(getAddressDecoder().decode(identity), m),
+			m => setTransactionMessageLifetimeUsingBlockhash(lifetime, m)
+		);
+		const compiled = compileTransaction(message);
+		const wire = getTransactionEncoder().encode({ ...compiled, signatures: { [getAddressDecoder().decode(identity)]: trivial as SignatureBytes } });
+		const asked = encodeBase58(trivial);
+		chain.lieAboutTransactions(signature => (signature === asked ? wire : undefined));
+		try {
+			await expect(client.confirmOnChain(asked, intent)).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH", data: { problems: [expect.stringContaining("not signed by its fee payer")] } });
+		} finally {
+			chain.lieAboutTransactions(null);
+		}
 	});
 
 	it("says when the signature is not on chain, when the RPC fails, and when no RPC is configured", async () => {

@@ -91,7 +91,7 @@ export function brokerOptions(config: Config): BrokerOptions {
 		// group may run them, and prove (or check) the intake's and the owners' key on calls to the
 		// actions that change state, and a worker's key on calls made for a worker route.
 		middlewares: config.busKeys
-			? [busGuard({ busKeys: config.busKeys, callKeys: config.webhookSecretsKeys && config.webhookSecretsKeys.map(busCallKey), workerApiKeys: config.workerApiKeys, admitUngrouped: config.busAdmitUngrouped, admitUnsigned: config.busAdmitUnsigned })]
+			? [busGuard({ busKeys: config.busKeys, callKeys: config.webhookSecretsKeys && [...config.webhookSecretsKeys, ...config.webhookSecretsNextKeys].map(busCallKey), workerApiKeys: config.workerApiKeys, admitUngrouped: config.busAdmitUngrouped, admitUnsigned: config.busAdmitUnsigned })]
 			: []
 	};
 }

@@ -56,6 +56,8 @@ export interface Config {
 	 * generate) DATA_DIR/webhook-secrets-key.
 	 */
 	webhookSecretsKeys: Buffer[] | null;
+	/** WEBHOOK_SECRETS_KEY_NEXT: keys taken but not yet used, the first step of a rotation (k8s/README.md). */
+	webhookSecretsNextKeys: Buffer[];
 	verifyTimeoutMs: number;
 	/** VERIFY_THREADS: worker threads solving the ed25519 equation of intents; 0 = on the event loop. */
 	verifyThreads: number;
@@ -238,6 +240,14 @@ function keyRing256(env: Env, key: string): Buffer[] | null {
 	return valid;
 }
 
+/** WEBHOOK_SECRETS_KEY_NEXT: none of WEBHOOK_SECRETS_KEY's keys. */
+function nextKeys(env: Env): Buffer[] {
+	const next = keyRing256(env, "WEBHOOK_SECRETS_KEY_NEXT") ?? [];
+	const current = new Set((keyRing256(env, "WEBHOOK_SECRETS_KEY") ?? []).map(key => key.toString("hex")));
+	if (next.some(key => current.has(key.toString("hex")))) throw new ConfigError("WEBHOOK_SECRETS_KEY_NEXT lists a key WEBHOOK_SECRETS_KEY lists too");
+	return next;
+}
+
 /** A secret sent in an HTTP header: visible ASCII without spaces, long enough not to be guessed. */
 function headerSecret(env: Env, key: string): string | null {
 	const raw = text(env, key);
@@ -335,8 +345,8 @@ function withSharedSecrets(config: Config): Config {
 	if (runs("payouts") && !config.nodeAuthorityKeypairPath)
 		throw new ConfigError("NODE_AUTHORITY_KEYPAIR_PATH is required with TRANSPORTER for a process that runs payouts: replicas would each generate another authority key");
 	const holdsKey = config.busGroup !== null && holdsCallKey(config.busGroup);
-	if (!holdsKey && config.busGroup && config.webhookSecretsKeys)
-		throw new ConfigError(`WEBHOOK_SECRETS_KEY must not be given to the bus group ${config.busGroup}: it proves the calls only the intake and the owners may make`);
+	if (!holdsKey && config.busGroup && (config.webhookSecretsKeys || config.webhookSecretsNextKeys.length))
+		throw new ConfigError(`WEBHOOK_SECRETS_KEY${config.webhookSecretsKeys ? "" : "_NEXT"} must not be given to the bus group ${config.busGroup}: it proves the calls only the intake and the owners may make`);
 	if (holdsKey && !config.webhookSecretsKeys)
 		throw new ConfigError(
 			"WEBHOOK_SECRETS_KEY is required with TRANSPORTER for the intake and owners groups: the owners seal the webhooks' signing secrets and tag their events with it, the delivery workers check and open them, and both prove with it their calls to the actions that change state"
@@ -390,6 +400,7 @@ export function loadConfig(env: Env = process.env): Config {
 		crankerOperators: list(env, "CRANKER_OPERATORS"),
 		nodeAuthorityKeypairPath: text(env, "NODE_AUTHORITY_KEYPAIR_PATH"),
 		webhookSecretsKeys: keyRing256(env, "WEBHOOK_SECRETS_KEY"),
+		webhookSecretsNextKeys: nextKeys(env),
 		verifyTimeoutMs,
 		// One core for the event loop, the others for verification; at least one thread.
 		verifyThreads: integer(env, "VERIFY_THREADS", Math.max(1, os.availableParallelism() - 1), 0),

@@ -4,7 +4,7 @@
  * subscription takes, and which addresses a delivery may reach (no private networks: SSRF).
  * Framework-free; the webhooks service owns the records, webhook-delivery sends them.
  */
-import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHash, createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
 import { promises as dns, type LookupAddress } from "node:dns";
 import net from "node:net";
 import { Type, type Static } from "@sinclair/typebox";
@@ -262,10 +262,8 @@ export function newSecret(): string {
 }
 
 /**
- * Keys under rotation: the first seals and tags, and any of them opens and checks. So a key is
- * rotated in three rolls: the new one added after the current one (every process then takes what
- * either makes), then put first (the owners re-seal the stored secrets: resealed), then the old
- * one removed. A single key stands for a ring of one.
+ * Keys under rotation: the first seals and tags, and any of them opens and checks. A single key
+ * stands for a ring of one.
  */
 export type KeyRing = Buffer | readonly Buffer[];
 
@@ -279,18 +277,30 @@ function currentOf(keys: KeyRing): Buffer {
 /**
  * The keys derived from WEBHOOK_SECRETS_KEY (HKDF-SHA256), held by the webhooks owners, the event
  * owners (mempool, tin) and the delivery workers, not by the gateway: one seals the signing
- * secrets, one tags the event pages and one the leases a delivery worker acts on. Each is a ring
- * when WEBHOOK_SECRETS_KEY lists more than one key (under rotation).
+ * secrets, one tags the event pages and one the leases a delivery worker acts on.
+ *
+ * Under rotation each is a ring: the current key, then the earlier ones WEBHOOK_SECRETS_KEY lists
+ * after it (still taken; the owners seal again under the current key what they sealed), then the
+ * next ones of WEBHOOK_SECRETS_KEY_NEXT (taken, never sealed with, and never sealed away from: a
+ * process not yet rolled to the new key leaves alone what the rolled ones sealed under it).
  */
 export interface WebhookKeys {
 	sealing: KeyRing;
 	events: KeyRing;
 	leases: KeyRing;
+	/** How many keys after the first are earlier ones; the rest are next ones. */
+	earlier: number;
 }
 
-export function webhookKeys(masters: KeyRing): WebhookKeys {
-	const derive = (info: string) => ringOf(masters).map(master => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), info, 32)));
-	return { sealing: derive("scs webhook secrets v1"), events: derive("scs webhook events v1"), leases: derive("scs webhook leases v1") };
+export function webhookKeys(masters: KeyRing, next: readonly Buffer[] = []): WebhookKeys {
+	const ring = [...ringOf(masters), ...next];
+	const derive = (info: string) => ring.map(master => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), info, 32)));
+	return { sealing: derive("scs webhook secrets v1"), events: derive("scs webhook events v1"), leases: derive("scs webhook leases v1"), earlier: ringOf(masters).length - 1 };
+}
+
+/** The current sealing key's fingerprint, for logs: the first 8 bytes of its SHA-256, which tell keys apart and reveal none. */
+export function sealingFingerprint(keys: WebhookKeys): string {
+	return createHash("sha256").update(currentOf(keys.sealing)).digest("hex").slice(0, 16);
 }
 
 /** What a sealed secret is bound to: its subscription, the receiver and what it takes. */
@@ -325,21 +335,35 @@ export function openSecret(stored: string, keys: KeyRing, subscription: SealedFo
 	return opened(stored, keys, subscription).secret;
 }
 
-/**
- * Under rotation: `stored` sealed again under the current key when it opens only under an earlier
- * one; null when it needs nothing (or does not open at all, which is for its next reader to say).
- */
-export function resealed(stored: string, keys: KeyRing, subscription: SealedFor): string | null {
-	if (ringOf(keys).length === 1 || !stored.startsWith(SEALED_PREFIX)) return null;
+/** Under which of `keys` a stored secret opens: the current key, an earlier or a next one, none, or it is in the clear. */
+export type SealedUnder = "current" | "earlier" | "next" | "none" | "clear";
+
+export function sealedUnder(stored: string, keys: WebhookKeys, subscription: SealedFor): SealedUnder {
+	if (!stored.startsWith(SEALED_PREFIX)) return "clear";
 	try {
-		const { secret, byCurrent } = opened(stored, keys, subscription);
-		return byCurrent ? null : sealSecret(secret, keys, subscription);
+		const { key } = opened(stored, keys.sealing, subscription);
+		return key === 0 ? "current" : key <= keys.earlier ? "earlier" : "next";
+	} catch {
+		return "none";
+	}
+}
+
+/**
+ * Under rotation: `stored` sealed again under the current key when it opens under an earlier one;
+ * null when it needs nothing (or does not open at all, which is for its next reader to say).
+ */
+export function resealed(stored: string, keys: WebhookKeys, subscription: SealedFor): string | null {
+	if (!keys.earlier || !stored.startsWith(SEALED_PREFIX)) return null;
+	try {
+		const { secret, key } = opened(stored, keys.sealing, subscription);
+		return key > 0 && key <= keys.earlier ? sealSecret(secret, keys.sealing, subscription) : null;
 	} catch {
 		return null;
 	}
 }
 
-function opened(stored: string, keys: KeyRing, subscription: SealedFor): { secret: string; byCurrent: boolean } {
+/** The secret, and the index in `keys` of the key it opened under. */
+function opened(stored: string, keys: KeyRing, subscription: SealedFor): { secret: string; key: number } {
 	if (!stored.startsWith(SEALED_PREFIX)) throw new Error("not a sealed webhook secret");
 	const sealed = Buffer.from(stored.slice(SEALED_PREFIX.length), "base64");
 	if (sealed.length <= IV_BYTES + TAG_BYTES) throw new Error("a sealed webhook secret too short");
@@ -348,7 +372,7 @@ function opened(stored: string, keys: KeyRing, subscription: SealedFor): { secre
 		const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, IV_BYTES)).setAAD(boundTo(subscription));
 		decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
 		try {
-			return { secret: Buffer.concat([decipher.update(sealed.subarray(IV_BYTES, sealed.length - TAG_BYTES)), decipher.final()]).toString("utf8"), byCurrent: i === 0 };
+			return { secret: Buffer.concat([decipher.update(sealed.subarray(IV_BYTES, sealed.length - TAG_BYTES)), decipher.final()]).toString("utf8"), key: i };
 		} catch (err) {
 			if (i === ring.length - 1) throw err;
 		}

@@ -8,5 +8,5 @@ import { webhookKeys, type WebhookKeys } from "../lib/webhooks";
 export function loadWebhookKeys(config: Config, logger: Service["logger"]): WebhookKeys {
 	const key = loadOrCreateWebhookSecretsKey(config.webhookSecretsKeys, config.dataDir);
 	if (key.generated) logger.info(`Generated the webhook secrets key into ${key.source}.`);
-	return webhookKeys(key.value);
+	return webhookKeys(key.value, config.webhookSecretsNextKeys);
 }

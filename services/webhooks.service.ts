@@ -30,6 +30,8 @@ import {
 	newWebhookRecord,
 	released,
 	resealed,
+	sealedUnder,
+	sealingFingerprint,
 	sealSecret,
 	resolveTarget,
 	subscriptionLookup,
@@ -281,7 +283,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			async commit(this: WebhooksThis, current, next) {
 				// A secret an earlier version stored in the clear is stored sealed from its next write on,
 				// and one sealed under an earlier key (under rotation) sealed again under the current one.
-				const secret = resealed(next.secret, this.keys.sealing, next) ?? sealSecret(next.secret, this.keys.sealing, next);
+				const secret = resealed(next.secret, this.keys, next) ?? sealSecret(next.secret, this.keys.sealing, next);
 				const written = { ...next, secret, version: current.version + 1 };
 				return (await this.webhooks.update(current.id, { version: current.version }, written)) ? written : null;
 			},
@@ -389,24 +391,32 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			},
 
 			/**
-			 * Seals again under the current key every stored secret sealed under an earlier one, so
-			 * that the earlier key can go. A subscription under lease is left to its holder's next
-			 * write (commit re-seals it), which this write would otherwise cut short; the next sweep
-			 * takes what is left. The log says when none is left.
+			 * Checks under which key each stored secret is sealed, and seals again under the current
+			 * key those sealed under an earlier one (or stored in the clear by an old version), so that
+			 * the earlier key can go. A subscription under lease, or whose lease lapsed within a lease's
+			 * length (another replica's clock may run behind), is left to its holder's next write
+			 * (commit re-seals), which this write would cut short; the next sweep takes what is left.
+			 * Secrets no listed key opens are named in a warning: their deliveries fail.
 			 */
 			async resealStored(this: WebhooksThis) {
-				let resealedNow = 0;
-				let left = 0;
-				const now = new Date().toISOString();
+				const counts = { resealed: 0, left: 0 };
+				const unopened: string[] = [];
+				const leasedSince = new Date(Date.now() - this.settings.leaseTtlMs).toISOString();
 				for await (const record of listInPages(this.webhooks, { orderBy: ["createdAt", "asc"] }, RESEAL_PAGE)) {
-					if (resealed(record.secret, this.keys.sealing, record) === null) continue;
-					const leased = record.leaseExpiresAt !== null && record.leaseExpiresAt > now;
-					if (!leased && (await this.commit(record, record))) resealedNow++;
-					else left++;
+					const under = sealedUnder(record.secret, this.keys, record);
+					if (under === "none") unopened.push(record.id);
+					if (under !== "earlier" && under !== "clear") continue;
+					const leased = record.leaseExpiresAt !== null && record.leaseExpiresAt > leasedSince;
+					if (!leased && (await this.commit(record, record))) counts.resealed++;
+					else counts.left++;
 				}
-				if (resealedNow || left)
-					this.logger.info(`WEBHOOK_SECRETS_KEY rotation: ${resealedNow} signing secrets sealed again under the current key; ${left} still under an earlier key (the next sweep, or their next delivery, takes them)`);
-				else this.logger.info("WEBHOOK_SECRETS_KEY rotation: every stored signing secret is sealed under the current key; the earlier keys may be removed");
+				const current = `the current WEBHOOK_SECRETS_KEY (sealing key ${sealingFingerprint(this.keys)})`;
+				if (unopened.length)
+					this.logger.warn(
+						`${unopened.length} stored webhook signing secrets open under none of WEBHOOK_SECRETS_KEY's keys (${unopened.slice(0, 5).join(", ")}${unopened.length > 5 ? ", …" : ""}): their deliveries fail until the key they were sealed under is listed again`
+					);
+				if (counts.resealed || counts.left) this.logger.info(`${counts.resealed} webhook signing secrets sealed again under ${current}; ${counts.left} still under an earlier key (the next sweep, or their next delivery, takes them)`);
+				else if (this.keys.earlier && !unopened.length) this.logger.info(`Every stored webhook signing secret is sealed under ${current}. Once every owner runs this key list, a sweep that began after that and logs this line says the earlier keys may go.`);
 			}
 		} satisfies WebhooksMethods & ThisType<WebhooksThis>,
 
@@ -414,12 +424,11 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			this.keys = loadWebhookKeys(config, this.logger);
 		},
 
-		/** Under rotation only: a sweep now, then every RESEAL_SWEEP_MS. */
+		/** A check of the stored secrets at start; under rotation (earlier keys listed), again every RESEAL_SWEEP_MS. */
 		async started(this: WebhooksThis) {
-			if (!Array.isArray(this.keys.sealing) || this.keys.sealing.length < 2) return;
-			const sweep = () => this.resealStored().catch(err => this.logger.warn(`Re-sealing the webhook secrets failed; the next sweep tries again: ${(err as Error).message}`));
+			const sweep = () => this.resealStored().catch(err => this.logger.warn(`Checking the webhook signing secrets' keys failed; the next sweep tries again: ${(err as Error).message}`));
 			await sweep();
-			this.resealTimer = setInterval(sweep, RESEAL_SWEEP_MS).unref();
+			if (this.keys.earlier) this.resealTimer = setInterval(sweep, RESEAL_SWEEP_MS).unref();
 		},
 
 		stopped(this: WebhooksThis) {

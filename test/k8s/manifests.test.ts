@@ -764,9 +764,9 @@ describe("k8s/ manifests: the app reaches NATS and MongoDB with credentials from
 	it("gives each Deployment only the Secret keys it needs", () => {
 		expect(Object.fromEntries(deployments.map(d => [d.metadata.name, secretKeysOf(d)]))).toEqual({
 			gateway: ["BUS_PUBLIC_KEYS", "BUS_SIGNING_KEY_GATEWAY", "METRICS_API_KEY", "NATS_PASSWORD_GATEWAY", "WORKER_API_KEYS"],
-			intake: ["BUS_PUBLIC_KEYS", "BUS_SIGNING_KEY_INTAKE", "NATS_PASSWORD_INTAKE", "WEBHOOK_SECRETS_KEY", "WORKER_API_KEYS"],
+			intake: ["BUS_PUBLIC_KEYS", "BUS_SIGNING_KEY_INTAKE", "NATS_PASSWORD_INTAKE", "WEBHOOK_SECRETS_KEY", "WEBHOOK_SECRETS_KEY_NEXT", "WORKER_API_KEYS"],
 			verifier: ["BUS_PUBLIC_KEYS", "BUS_SIGNING_KEY_VERIFIER", "NATS_PASSWORD_VERIFIER"],
-			owners: ["BUS_PUBLIC_KEYS", "BUS_SIGNING_KEY_OWNERS", "MONGO_URL", "NATS_PASSWORD_OWNERS", "WEBHOOK_SECRETS_KEY", "WORKER_API_KEYS", "node-authority-keypair.json"]
+			owners: ["BUS_PUBLIC_KEYS", "BUS_SIGNING_KEY_OWNERS", "MONGO_URL", "NATS_PASSWORD_OWNERS", "WEBHOOK_SECRETS_KEY", "WEBHOOK_SECRETS_KEY_NEXT", "WORKER_API_KEYS", "node-authority-keypair.json"]
 		});
 		const owners = get("apps/v1", "Deployment", "owners");
 		const keypairPath = envValue(podSpec(owners).containers[0], "NODE_AUTHORITY_KEYPAIR_PATH");

@@ -356,12 +356,14 @@ test("claim reads past retries waiting for an absent owner: however many, they d
 	}
 });
 
-test("WEBHOOK_SECRETS_KEY rotation: with the new key first, the stored secrets are sealed again under it (a leased one by its holder's next write), and then the new key alone opens every one", async () => {
+test("WEBHOOK_SECRETS_KEY rotation: with the new key first, the stored secrets are sealed again under it (a leased one by its holder's next write); an owner not rolled yet leaves them there; then the new key alone opens every one", async () => {
 	const [oldKey, newKey] = [randomBytes(32).toString("base64"), randomBytes(32).toString("base64")];
 	const onlyNew = webhookKeys(Buffer.from(newKey, "base64")).sealing;
 	const storeOf = (webhooks: Awaited<ReturnType<typeof startWebhooks>>) => (webhooks.broker.getLocalService("webhooks") as unknown as { webhooks: Collection<WebhookRecord> }).webhooks;
+	// Leases of 30 s: they outlast every restart here.
+	const start = (keys: Record<string, string>, dataDir?: string) => startWebhooks({ WEBHOOK_TIMEOUT_MS: "10000", ...keys }, dataDir);
 
-	const before = await startWebhooks({ WEBHOOK_SECRETS_KEY: oldKey });
+	const before = await start({ WEBHOOK_SECRETS_KEY: oldKey });
 	const dataDir = before.dataDir;
 	const leased = await before.create();
 	before.logs.intents = 1;
@@ -370,9 +372,9 @@ test("WEBHOOK_SECRETS_KEY rotation: with the new key first, the stored secrets a
 	const idle = await before.create();
 	await before.broker.stop();
 
-	// The second roll: the new key first, the old one still taken. The sweep at start re-seals
+	// The second step: the new key first, the old one still taken. The sweep at start re-seals
 	// the idle subscription; the leased one waits for its holder, whose write it would cut short.
-	const during = await startWebhooks({ WEBHOOK_SECRETS_KEY: `${newKey},${oldKey}` }, dataDir);
+	const during = await start({ WEBHOOK_SECRETS_KEY: `${newKey},${oldKey}` }, dataDir);
 	try {
 		const store = storeOf(during);
 		const idleRecord = (await store.get(idle.id))!;
@@ -393,14 +395,47 @@ test("WEBHOOK_SECRETS_KEY rotation: with the new key first, the stored secrets a
 		await during.broker.stop();
 	}
 
-	// The third roll: the old key gone. Every lease opens with the new key.
-	const after = await startWebhooks({ WEBHOOK_SECRETS_KEY: newKey }, dataDir);
+	// An owner still on the first step (the old key current, the new one next) while the others
+	// roll: its sweep and its leases leave what is sealed under the new key there.
+	const notYetRolled = await start({ WEBHOOK_SECRETS_KEY: oldKey, WEBHOOK_SECRETS_KEY_NEXT: newKey }, dataDir);
 	try {
-		after.logs.intents = 2;
-		const leases = await after.claim("worker", { intents: 2 });
+		notYetRolled.logs.intents = 2;
+		const leases = await notYetRolled.claim("worker", { intents: 2 });
+		expect(ids(leases).sort()).toEqual([leased.id, idle.id].sort());
+		for (const { subscription } of leases) expect(openSecret(subscription.secret, onlyNew, subscription)).toBe(subscription.id === idle.id ? idle.secret : leased.secret);
+		for (const taken of leases) expect(await notYetRolled.release(taken)).toBe(true);
+	} finally {
+		await notYetRolled.broker.stop();
+	}
+
+	// The third step: the old key gone. Every lease opens with the new key.
+	const after = await start({ WEBHOOK_SECRETS_KEY: newKey }, dataDir);
+	try {
+		after.logs.intents = 3;
+		const leases = await after.claim("worker", { intents: 3 });
 		expect(ids(leases).sort()).toEqual([leased.id, idle.id].sort());
 		for (const { subscription } of leases) expect(openSecret(subscription.secret, onlyNew, subscription)).toBe(subscription.id === idle.id ? idle.secret : leased.secret);
 	} finally {
 		await after.broker.stop();
+	}
+});
+
+test("a stored secret that no listed key opens (the old key dropped too soon, or mistyped) is named in a warning, and no sweep calls the rotation done", async () => {
+	const [oldKey, newKey, mistyped] = [0, 1, 2].map(() => randomBytes(32).toString("base64"));
+	const before = await startWebhooks({ WEBHOOK_SECRETS_KEY: oldKey });
+	const created = await before.create();
+	await before.broker.stop();
+	for (const keys of [newKey, `${newKey},${mistyped}`]) {
+		const after = await startWebhooks({ WEBHOOK_SECRETS_KEY: keys }, before.dataDir);
+		try {
+			const service = after.broker.getLocalService("webhooks") as unknown as { logger: Record<"warn" | "info", (message: string) => void>; resealStored(): Promise<void> };
+			const said: string[] = [];
+			service.logger.warn = message => void said.push(`warn: ${message}`);
+			service.logger.info = message => void said.push(`info: ${message}`);
+			await service.resealStored();
+			expect(said).toEqual([expect.stringMatching(new RegExp(`^warn: 1 stored webhook signing secrets open under none of WEBHOOK_SECRETS_KEY's keys \\(${created.id}\\)`))]);
+		} finally {
+			await after.broker.stop();
+		}
 	}
 });

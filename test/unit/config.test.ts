@@ -124,6 +124,10 @@ describe("loadConfig values", () => {
 			expect(error).toMatch(/WEBHOOK_SECRETS_KEY (lists a key twice|must be 32 random bytes)/);
 			expect(error).not.toContain(next);
 		}
+		// The first step of a rotation: a key taken, not yet used; none of the current list, and for the key holders only.
+		expect(loadConfig({ ...onBus("owners"), SERVICES: "webhooks", ...workerKeys, WEBHOOK_SECRETS_KEY: key, WEBHOOK_SECRETS_KEY_NEXT: next }).webhookSecretsNextKeys).toEqual([Buffer.from(next, "base64")]);
+		expect(() => loadConfig({ ...onBus("owners"), SERVICES: "webhooks", ...workerKeys, WEBHOOK_SECRETS_KEY: key, WEBHOOK_SECRETS_KEY_NEXT: key })).toThrow(/WEBHOOK_SECRETS_KEY_NEXT lists a key WEBHOOK_SECRETS_KEY lists too/);
+		expect(() => loadConfig({ ...onBus("gateway"), SERVICES: "api", ...workerKeys, WEBHOOK_SECRETS_KEY_NEXT: next })).toThrow(/WEBHOOK_SECRETS_KEY_NEXT must not be given to the bus group gateway/);
 		// One process, no transporter: it generates both into DATA_DIR, as before.
 		expect(loadConfig({})).toMatchObject({ transporter: null, workerApiKeys: [], nodeAuthorityKeypairPath: null, busGroup: null });
 	});

@@ -31,6 +31,8 @@ import {
 	isAnswerTag,
 	openSecret,
 	resealed,
+	sealedUnder,
+	sealingFingerprint,
 	sealSecret,
 	webhookKeys,
 	newWebhookRecord,
@@ -95,23 +97,35 @@ describe("signing (Standard Webhooks v1)", () => {
 		for (const bad of [undefined, "", 42, tag.slice(2)]) expect(isAnswerTag(keys.events, question, page, bad)).toBe(false);
 	});
 
-	it("under rotation the first key seals and tags, any opens and checks, and resealed moves a secret sealed under an earlier key to the first", () => {
+	it("under rotation the first key seals and tags, any opens and checks, and resealed moves a secret from an earlier key to the first, never from a next one", () => {
 		const [older, newer] = [randomBytes(32), randomBytes(32)];
-		const [before, during, after] = [webhookKeys(older), webhookKeys([newer, older]), webhookKeys(newer)];
+		// The three steps: the new key taken (next), then current with the old one earlier, then alone.
+		const [before, taking, during, after] = [webhookKeys(older), webhookKeys(older, [newer]), webhookKeys([newer, older]), webhookKeys(newer)];
 		const subscription = { id: "wh_1", url: "https://hooks.example.com/in", eventTypes: ["intent.status_changed" as const], filter: null };
 		const secret = newSecret();
 		const sealedBefore = sealSecret(secret, before.sealing, subscription);
 		expect(openSecret(sealedBefore, during.sealing, subscription)).toBe(secret);
 		expect(() => openSecret(sealedBefore, after.sealing, subscription)).toThrow();
-		const moved = resealed(sealedBefore, during.sealing, subscription)!;
+		expect(sealedUnder(sealedBefore, during, subscription)).toBe("earlier");
+		const moved = resealed(sealedBefore, during, subscription)!;
 		expect(openSecret(moved, after.sealing, subscription)).toBe(secret);
+		expect(sealedUnder(moved, during, subscription)).toBe("current");
+		// A process not rolled yet takes the new key's secret, and leaves it under the new key.
+		expect(openSecret(moved, taking.sealing, subscription)).toBe(secret);
+		expect(sealedUnder(moved, taking, subscription)).toBe("next");
+		expect(resealed(moved, taking, subscription)).toBeNull();
 		// Nothing to do: already under the first key, no earlier key, or not openable at all.
-		expect(resealed(moved, during.sealing, subscription)).toBeNull();
-		expect(resealed(sealedBefore, before.sealing, subscription)).toBeNull();
-		expect(resealed(sealSecret(secret, webhookKeys(randomBytes(32)).sealing, subscription), during.sealing, subscription)).toBeNull();
-		expect(openSecret(sealSecret(secret, during.sealing, subscription), after.sealing, subscription)).toBe(secret);
-		// Tags: made under the first key; checked under any.
+		expect(resealed(moved, during, subscription)).toBeNull();
+		expect(resealed(sealedBefore, before, subscription)).toBeNull();
+		const foreign = sealSecret(secret, webhookKeys(randomBytes(32)).sealing, subscription);
+		expect(resealed(foreign, during, subscription)).toBeNull();
+		expect(sealedUnder(foreign, during, subscription)).toBe("none");
+		expect(sealedUnder(secret, during, subscription)).toBe("clear");
+		expect(sealingFingerprint(during)).toBe(sealingFingerprint(after));
+		expect(sealingFingerprint(during)).not.toBe(sealingFingerprint(before));
+		// Tags: made under the first key; checked under any listed.
 		const question = eventsQuestion("intents", 0, 10, "n");
+		expect(isAnswerTag(taking.events, question, [], answerTag(after.events, question, []))).toBe(true);
 		expect(isAnswerTag(during.events, question, [], answerTag(before.events, question, []))).toBe(true);
 		expect(isAnswerTag(after.events, question, [], answerTag(during.events, question, []))).toBe(true);
 		expect(isAnswerTag(before.events, question, [], answerTag(during.events, question, []))).toBe(false);

@@ -290,17 +290,23 @@ export interface WebhookKeys {
 	leases: KeyRing;
 	/** How many keys after the first are earlier ones; the rest are next ones. */
 	earlier: number;
+	/**
+	 * The current master key's fingerprint, for logs: the first 8 bytes of its SHA-256 in hex, which
+	 * tell keys apart and reveal none (`printf %s <key> | base64 -d | sha256sum | cut -c1-16`).
+	 */
+	fingerprint: string;
 }
 
 export function webhookKeys(masters: KeyRing, next: readonly Buffer[] = []): WebhookKeys {
 	const ring = [...ringOf(masters), ...next];
 	const derive = (info: string) => ring.map(master => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), info, 32)));
-	return { sealing: derive("scs webhook secrets v1"), events: derive("scs webhook events v1"), leases: derive("scs webhook leases v1"), earlier: ringOf(masters).length - 1 };
-}
-
-/** The current sealing key's fingerprint, for logs: the first 8 bytes of its SHA-256, which tell keys apart and reveal none. */
-export function sealingFingerprint(keys: WebhookKeys): string {
-	return createHash("sha256").update(currentOf(keys.sealing)).digest("hex").slice(0, 16);
+	return {
+		sealing: derive("scs webhook secrets v1"),
+		events: derive("scs webhook events v1"),
+		leases: derive("scs webhook leases v1"),
+		earlier: ringOf(masters).length - 1,
+		fingerprint: createHash("sha256").update(currentOf(masters)).digest("hex").slice(0, 16)
+	};
 }
 
 /** What a sealed secret is bound to: its subscription, the receiver and what it takes. */

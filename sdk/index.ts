@@ -420,17 +420,22 @@ export class SettlementClient {
 				throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
 			}
 		};
+		/** What the transaction read at `at` settles, or why it does not. */
+		const settled = async (fetched: NonNullable<Awaited<ReturnType<typeof read>>>): Promise<OnChainSettlement> => {
+			if (fetched.meta?.err) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta.err });
+			const contents = readFetchedSettlementTransaction(fetched.transaction[0], signature);
+			const problems = await settlementMismatches(contents, expected);
+			if (problems.length) throw new SettlementError(`transaction ${signature} is not this settlement: ${problems.join("; ")}`, "SETTLEMENT_MISMATCH", null, { problems });
+			const memo = contents.memos.find(m => m.includes(expected.transactionCommitment))!;
+			return { signature, slot: fetched.slot, memo };
+		};
 		const fetched = await read(commitment);
-		if (!fetched) {
-			if (commitment === "finalized" && (await read("confirmed"))) throw new SettlementError(`transaction ${signature} is confirmed, not finalized yet`, "NOT_FINALIZED", null);
-			throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
-		}
-		if (fetched.meta?.err) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta.err });
-		const contents = readFetchedSettlementTransaction(fetched.transaction[0], signature);
-		const problems = await settlementMismatches(contents, expected);
-		if (problems.length) throw new SettlementError(`transaction ${signature} is not this settlement: ${problems.join("; ")}`, "SETTLEMENT_MISMATCH", null, { problems });
-		const memo = contents.memos.find(m => m.includes(expected.transactionCommitment))!;
-		return { signature, slot: fetched.slot, memo };
+		if (fetched) return settled(fetched);
+		// Not finalized: at confirmed, a failed or wrong transaction is said at once; only the settlement itself is worth waiting for.
+		const confirmed = commitment === "finalized" ? await read("confirmed") : null;
+		if (!confirmed) throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
+		await settled(confirmed);
+		throw new SettlementError(`transaction ${signature} settles this payment and is confirmed, not finalized yet`, "NOT_FINALIZED", null);
 	}
 
 	/**

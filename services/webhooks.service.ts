@@ -31,7 +31,6 @@ import {
 	released,
 	resealed,
 	sealedUnder,
-	sealingFingerprint,
 	sealSecret,
 	resolveTarget,
 	subscriptionLookup,
@@ -97,6 +96,8 @@ interface WebhooksVars {
 	/** WEBHOOK_SECRETS_KEY's: the signing secrets are stored, and leased, sealed with its sealing key. */
 	keys: WebhookKeys;
 	resealTimer?: NodeJS.Timeout;
+	/** The latest sweep of the stored secrets (resealStored), settled when done. */
+	sweeping?: Promise<void>;
 }
 
 interface WebhooksMethods {
@@ -410,12 +411,15 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					if (!leased && (await this.commit(record, record))) counts.resealed++;
 					else counts.left++;
 				}
-				const current = `the current WEBHOOK_SECRETS_KEY (sealing key ${sealingFingerprint(this.keys)})`;
+				const current = `the current WEBHOOK_SECRETS_KEY (fingerprint ${this.keys.fingerprint})`;
 				if (unopened.length)
 					this.logger.warn(
 						`${unopened.length} stored webhook signing secrets open under none of WEBHOOK_SECRETS_KEY's keys (${unopened.slice(0, 5).join(", ")}${unopened.length > 5 ? ", …" : ""}): their deliveries fail until the key they were sealed under is listed again`
 					);
-				if (counts.resealed || counts.left) this.logger.info(`${counts.resealed} webhook signing secrets sealed again under ${current}; ${counts.left} still under an earlier key (the next sweep, or their next delivery, takes them)`);
+				if (counts.resealed || counts.left)
+					this.logger.info(
+						`${counts.resealed} webhook signing secrets sealed again under ${current}; ${counts.left} under lease still wait (under an earlier key, or in the clear): their holders' next writes${this.keys.earlier ? ", or the next sweep," : ""} take them`
+					);
 				else if (this.keys.earlier && !unopened.length) this.logger.info(`Every stored webhook signing secret is sealed under ${current}. Once every owner runs this key list, a sweep that began after that and logs this line says the earlier keys may go.`);
 			}
 		} satisfies WebhooksMethods & ThisType<WebhooksThis>,
@@ -424,10 +428,10 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			this.keys = loadWebhookKeys(config, this.logger);
 		},
 
-		/** A check of the stored secrets at start; under rotation (earlier keys listed), again every RESEAL_SWEEP_MS. */
-		async started(this: WebhooksThis) {
-			const sweep = () => this.resealStored().catch(err => this.logger.warn(`Checking the webhook signing secrets' keys failed; the next sweep tries again: ${(err as Error).message}`));
-			await sweep();
+		/** A check of the stored secrets after start (readiness does not wait for it); under rotation (earlier keys listed), again every RESEAL_SWEEP_MS. */
+		started(this: WebhooksThis) {
+			const sweep = () => void (this.sweeping = this.resealStored().catch(err => this.logger.warn(`Checking the webhook signing secrets' keys failed; the next sweep tries again: ${(err as Error).message}`)));
+			sweep();
 			if (this.keys.earlier) this.resealTimer = setInterval(sweep, RESEAL_SWEEP_MS).unref();
 		},
 

@@ -107,6 +107,9 @@ describe("confirmOnChain", () => {
 			await client.confirmOnChain(signature, intent);
 			expect(commitmentAsked()).toBe("confirmed");
 			await expect(client.confirmOnChain(signature, intent, { commitment: "finalized" })).rejects.toMatchObject({ type: "NOT_FINALIZED" });
+			// A transaction that does not settle the payment is said at once, not worth waiting for.
+			const wrong = await landSettlement(intent, { amount: 4201n });
+			await expect(client.confirmOnChain(wrong, intent, { commitment: "finalized" })).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH" });
 			chain.advance(10);
 			await expect(client.confirmOnChain(signature, intent, { commitment: "finalized" })).resolves.toMatchObject({ signature });
 			// @solana/kit leaves out the RPC's own default, finalized.

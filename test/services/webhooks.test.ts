@@ -49,6 +49,8 @@ async function startWebhooks(env: Record<string, string> = {}, dataDir = tempDir
 	broker.createService(eventOwner("mempool", "intents", keys, () => logs.intents, () => honest.intents));
 	broker.createService(eventOwner("tin", "tin_operations", keys, () => logs.tin_operations));
 	await broker.start();
+	// The check of the stored secrets' keys the owner starts with, done.
+	await (broker.getLocalService("webhooks") as unknown as { sweeping?: Promise<void> }).sweeping;
 	const holder = (lease: WebhookLease) => ({ id: lease.subscription.id, version: lease.subscription.version });
 	/** A holder's write as a delivery worker makes it: proven with the key, its answer checked. */
 	const write = async <T>(action: HolderWrite, params: object): Promise<T> => {
@@ -437,5 +439,32 @@ test("a stored secret that no listed key opens (the old key dropped too soon, or
 		} finally {
 			await after.broker.stop();
 		}
+	}
+});
+
+test("the rotation's sweep leaves a lease that lapsed less than a lease's length ago (another replica's clock may run behind) to the next sweep", async () => {
+	const [oldKey, newKey] = [randomBytes(32).toString("base64"), randomBytes(32).toString("base64")];
+	const onlyNew = webhookKeys(Buffer.from(newKey, "base64")).sealing;
+	// Leases of 1.5 s.
+	const before = await startWebhooks({ WEBHOOK_SECRETS_KEY: oldKey, WEBHOOK_TIMEOUT_MS: "500" });
+	const created = await before.create();
+	before.logs.intents = 1;
+	const [lease] = await before.claim("worker", { intents: 1 });
+	await before.broker.stop();
+	await waitFor(() => Date.parse(lease.subscription.leaseExpiresAt!) < Date.now(), 5000, "the lease to lapse");
+
+	const during = await startWebhooks({ WEBHOOK_SECRETS_KEY: `${newKey},${oldKey}`, WEBHOOK_TIMEOUT_MS: "500" }, before.dataDir);
+	try {
+		const service = during.broker.getLocalService("webhooks") as unknown as { webhooks: Collection<WebhookRecord>; resealStored(): Promise<void> };
+		const stored = async () => (await service.webhooks.get(created.id))!;
+		const kept = await stored();
+		expect(() => openSecret(kept.secret, onlyNew, kept)).toThrow();
+		// A lease's length after it lapsed, the next sweep takes it.
+		await waitFor(() => Date.parse(lease.subscription.leaseExpiresAt!) + 1500 < Date.now(), 5000, "a lease's length past the lapse");
+		await service.resealStored();
+		const moved = await stored();
+		expect(openSecret(moved.secret, onlyNew, moved)).toBe(created.secret);
+	} finally {
+		await during.broker.stop();
 	}
 });

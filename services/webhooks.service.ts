@@ -435,8 +435,10 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			if (this.keys.earlier) this.resealTimer = setInterval(sweep, RESEAL_SWEEP_MS).unref();
 		},
 
-		stopped(this: WebhooksThis) {
+		/** Before the store closes (its mixin stops after this): no sweep is cut short. */
+		async stopped(this: WebhooksThis) {
 			clearInterval(this.resealTimer);
+			await this.sweeping;
 		}
 	};
 }

@@ -13,7 +13,7 @@
  * Keys are base64 of their DER form, as openssl writes them (k8s/README.md, "The Secret").
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
-import { BUS_GROUPS, isBusGroup, type BusGroup } from "./bus-groups";
+import { BUS_GROUPS, busGroupOf, isBusGroup, type BusGroup } from "./bus-groups";
 
 /** The packets signed: those that tell who a node is, whether it lives, or ask every node to answer it. */
 export const SIGNED_PACKETS: ReadonlySet<string> = new Set(["DISCOVER", "INFO", "DISCONNECT", "HEARTBEAT", "PING", "PONG"]);
@@ -93,10 +93,8 @@ export type Refusal = "unsigned" | "stale" | "elsewhere" | "replayed" | "busy" |
 export class SignedPackets {
 	private readonly last = new Map<string, { at: number; seen: Set<string> }>();
 	/** Senders remembered, by the group their id names. */
-	private readonly senders = new Map<string, number>();
+	private readonly senders = new Map<BusGroup | null, number>();
 	private budget = { second: 0, left: SIGNATURE_CHECKS_PER_SECOND };
-	/** When a packet was last refused for want of budget (ms), or 0. */
-	busyAt = 0;
 
 	constructor(
 		private readonly namespace: string,
@@ -112,14 +110,11 @@ export class SignedPackets {
 		if (parsed.target !== null && parsed.target !== this.nodeID) return "elsewhere";
 		const last = this.last.get(sender);
 		if (last && (parsed.at < last.at || (parsed.at === last.at && last.seen.has(parsed.text)))) return "replayed";
-		const group = sender.slice(0, sender.indexOf("."));
+		const group = busGroupOf(sender);
 		const crowded = last ? parsed.at === last.at && last.seen.size >= MAX_SAME_MILLISECOND : (this.senders.get(group) ?? 0) >= MAX_SENDERS_PER_GROUP;
 		const second = Math.floor(now / 1000);
 		if (second !== this.budget.second) this.budget = { second, left: SIGNATURE_CHECKS_PER_SECOND };
-		if (crowded || this.budget.left <= 0) {
-			this.busyAt = now;
-			return "busy";
-		}
+		if (crowded || this.budget.left <= 0) return "busy";
 		const bytes = signedBytes({ namespace: this.namespace, cmd, sender, target: parsed.target, payload }, parsed.at);
 		const keys = this.keysOf(sender);
 		this.budget.left -= keys.length * (1 + (bytes.length >> 14));
@@ -141,7 +136,7 @@ export class SignedPackets {
 		for (const [sender, { at }] of this.last) {
 			if (now - at <= 2 * BUS_SIGNATURE_TTL_MS) continue;
 			this.last.delete(sender);
-			const group = sender.slice(0, sender.indexOf("."));
+			const group = busGroupOf(sender);
 			this.senders.set(group, (this.senders.get(group) ?? 1) - 1);
 		}
 	}

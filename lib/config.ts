@@ -240,19 +240,21 @@ function keyRing256(env: Env, key: string): Buffer[] | null {
 	return valid;
 }
 
-/** WEBHOOK_SECRETS_KEY_NEXT: none of WEBHOOK_SECRETS_KEY's keys. */
-function nextKeys(env: Env): Buffer[] {
+/** WEBHOOK_SECRETS_KEY_NEXT: none of `current`, WEBHOOK_SECRETS_KEY's keys. */
+function nextKeys(env: Env, current: readonly Buffer[] | null): Buffer[] {
 	const next = keyRing256(env, "WEBHOOK_SECRETS_KEY_NEXT") ?? [];
-	const current = new Set((keyRing256(env, "WEBHOOK_SECRETS_KEY") ?? []).map(key => key.toString("hex")));
-	if (next.some(key => current.has(key.toString("hex")))) throw new ConfigError("WEBHOOK_SECRETS_KEY_NEXT lists a key WEBHOOK_SECRETS_KEY lists too");
+	const listed = new Set((current ?? []).map(key => key.toString("hex")));
+	if (next.some(key => listed.has(key.toString("hex")))) throw new ConfigError("WEBHOOK_SECRETS_KEY_NEXT lists a key WEBHOOK_SECRETS_KEY lists too");
 	return next;
 }
 
 /** A secret sent in an HTTP header: visible ASCII without spaces, long enough not to be guessed. */
+const HEADER_SECRET = /^[\x21-\x7e]{16,}$/;
+
 function headerSecret(env: Env, key: string): string | null {
 	const raw = text(env, key);
 	// The value itself never goes into the message.
-	if (raw !== null && !/^[\x21-\x7e]{16,}$/.test(raw)) throw new ConfigError(`${key} must be at least 16 visible ASCII characters without spaces`);
+	if (raw !== null && !HEADER_SECRET.test(raw)) throw new ConfigError(`${key} must be at least 16 visible ASCII characters without spaces`);
 	if (raw !== null && isPlaceholder(raw)) throw placeholderError(key);
 	return raw;
 }
@@ -265,7 +267,7 @@ function workerApiKeys(env: Env): string[] {
 	const keys = list(env, "WORKER_API_KEYS");
 	if (keys.some(isPlaceholder)) throw placeholderError("WORKER_API_KEYS");
 	// No key goes into the message.
-	if (keys.some(key => !/^[\x21-\x7e]{16,}$/.test(key))) throw new ConfigError("WORKER_API_KEYS must each be at least 16 visible ASCII characters without spaces (openssl rand -hex 32)");
+	if (keys.some(key => !HEADER_SECRET.test(key))) throw new ConfigError("WORKER_API_KEYS must each be at least 16 visible ASCII characters without spaces (openssl rand -hex 32)");
 	return keys;
 }
 
@@ -377,6 +379,7 @@ export function loadConfig(env: Env = process.env): Config {
 	const verifyTimeoutMs = integer(env, "VERIFY_TIMEOUT_MS", 5000, 1);
 	const transporter = natsUrls(env, "TRANSPORTER");
 	const group = busGroup(env, transporter, services);
+	const webhookSecretsKeys = keyRing256(env, "WEBHOOK_SECRETS_KEY");
 	return withSharedSecrets({
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
@@ -399,8 +402,8 @@ export function loadConfig(env: Env = process.env): Config {
 		crankerTtlMs: integer(env, "CRANKER_TTL_MS", 30_000, 1),
 		crankerOperators: list(env, "CRANKER_OPERATORS"),
 		nodeAuthorityKeypairPath: text(env, "NODE_AUTHORITY_KEYPAIR_PATH"),
-		webhookSecretsKeys: keyRing256(env, "WEBHOOK_SECRETS_KEY"),
-		webhookSecretsNextKeys: nextKeys(env),
+		webhookSecretsKeys,
+		webhookSecretsNextKeys: nextKeys(env, webhookSecretsKeys),
 		verifyTimeoutMs,
 		// One core for the event loop, the others for verification; at least one thread.
 		verifyThreads: integer(env, "VERIFY_THREADS", Math.max(1, os.availableParallelism() - 1), 0),

@@ -150,7 +150,7 @@ Environment (defaults in brackets; the full list with comments is .env.example):
   KEYPAIR_PATH              the Cranker's Solana keypair file (required)
   NODE_URL                  the Node's gateway, e.g. http://localhost:3000 (required)
   WORKER_API_KEY            a worker API key; WORKER_API_KEYS (the server's name) is read too (required)
-  SOLANA_RPC_URL            the chain's JSON-RPC (required)
+  SOLANA_RPC_URL            the chain's JSON-RPC; of the Node's comma-separated list, the first (required)
   NODE_AUTHORITY_PUBKEY     the Node's authority public key, from its start-up log (required)
   SETTLEMENT_PROGRAM_ID     the settlement program [the service's default]
   POLL_INTERVAL_MS          work polling [1000]; at least 5 s apart while the Node's event stream is up
@@ -179,7 +179,8 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		keypair,
 		nodeUrl: url(env, "NODE_URL"),
 		workerApiKey: workerKey(env),
-		solanaRpcUrl: url(env, "SOLANA_RPC_URL"),
+		// The Node's form lists endpoints; the Cranker reads the first, so that one .env serves both.
+		solanaRpcUrl: url({ SOLANA_RPC_URL: env.SOLANA_RPC_URL?.split(",").map(entry => entry.trim()).find(Boolean) }, "SOLANA_RPC_URL"),
 		roles: parseCli(argv).roles,
 		settlementProgramId: programId ? checkedAddress("SETTLEMENT_PROGRAM_ID", programId) : DEFAULT_SETTLEMENT_PROGRAM_ID,
 		nodeAuthorityPubkey: checkedAddress("NODE_AUTHORITY_PUBKEY", required(env, "NODE_AUTHORITY_PUBKEY")),

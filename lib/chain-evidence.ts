@@ -35,15 +35,22 @@ export interface ChainObservation {
 
 /**
  * Accepts the evidence (answering whether the chain was checked at all) or throws the SPEC's
- * refusal. `observation` is null when no chain is configured: only a confirmation can then be
- * recorded, on the signed Cranker's word. `lastLandingHeight` is the last block height at which
- * the submission could still land.
+ * refusal. `observations` are what each RPC endpoint showed, null when no chain is configured:
+ * only a confirmation can then be recorded, on the signed Cranker's word. Every endpoint's
+ * observation must bear the evidence out; the first that does not gives the refusal.
+ * `lastLandingHeight` is the last block height at which the submission could still land.
  */
-export function judgeChainEvidence(need: ChainEvidence, observation: ChainObservation | null, lastLandingHeight: number | undefined): boolean {
-	if (!observation) {
+export function judgeChainEvidence(need: ChainEvidence, observations: readonly ChainObservation[] | null, lastLandingHeight: number | undefined): boolean {
+	if (!observations?.length) {
 		if (need === "landed") return false;
 		throw new ServiceError("CHAIN_UNAVAILABLE", "No chain is configured to prove the transaction can no longer land (SOLANA_RPC_URL)");
 	}
+	for (const observation of observations) judgeObservation(need, observation, lastLandingHeight);
+	return true;
+}
+
+/** Throws unless one endpoint's observation bears the evidence out. */
+function judgeObservation(need: ChainEvidence, observation: ChainObservation, lastLandingHeight: number | undefined): void {
 	const { status, content } = observation;
 	// A reported signature the chain has, but whose transaction does not touch this settlement, was
 	// never this submission: it says nothing about whether the real one can still land.
@@ -58,15 +65,14 @@ export function judgeChainEvidence(need: ChainEvidence, observation: ChainObserv
 			if (status === "failed") throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction failed on chain");
 			if (status !== "landed") throw new ServiceError("NOT_ON_CHAIN", "The transaction is not confirmed on chain");
 			if (!content || content.mismatches.length) throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction is not this settlement", { problems: content?.mismatches ?? [] });
-			return true;
+			return;
 		case "cannot-land":
 			if (!cannotLand) throw liveSubmission(observation, lastLandingHeight);
-			return true;
+			return;
 		case "failed-or-cannot-land":
 			// A transaction that moved money for this settlement (even the wrong amount) is for an operator, not a rejection.
 			if (status === "landed" && !unrelated) throw new ServiceError("INVALID_TRANSITION", "The transaction landed and touches this settlement: report it CONFIRMED, or leave it to an operator");
 			if ((status !== "failed" || unrelated) && !cannotLand) throw liveSubmission(observation, lastLandingHeight);
-			return true;
 	}
 }
 

@@ -14,9 +14,12 @@ import { readFetchedSettlementTransaction, type SettlementContents } from "./set
  */
 const NODE_READ_TIMEOUT_MS = 2500;
 
-/** The Node's own view of the chain at SOLANA_RPC_URL; null without one (nothing can be proven then). */
-export function nodeChainReader(rpcUrl: string | null): ChainReader | null {
-	return rpcUrl ? new ChainReader(rpcUrl, NODE_READ_TIMEOUT_MS) : null;
+/**
+ * The Node's view of the chain through every RPC endpoint of SOLANA_RPC_URL; null without one
+ * (nothing can be proven then).
+ */
+export function nodeChain(rpcUrls: readonly string[]): NodeChain | null {
+	return rpcUrls.length ? new NodeChain(rpcUrls) : null;
 }
 
 export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
@@ -75,5 +78,30 @@ export class ChainReader {
 		const contents = await this.transactionContents(signature, true);
 		// Unreadable: taken for this settlement, the answer that lets nothing go.
 		return { blockHeight, status, content: contents ? await read(contents) : { mismatches: ["the transaction could not be read"], related: true } };
+	}
+}
+
+/**
+ * The chain as several RPC endpoints show it, each read on its own. One provider's word is not
+ * the chain's: an exit from SUBMITTED is judged on every endpoint's observation
+ * (lib/chain-evidence.ts), so an endpoint that lies or lags can delay one, never make one. A
+ * submission's height is the highest any shows, which gives it the latest last landing height.
+ * Every endpoint must answer: one that cannot is the Node's 503 CHAIN_UNAVAILABLE.
+ */
+export class NodeChain {
+	private readonly readers: ChainReader[];
+
+	constructor(rpcUrls: readonly string[]) {
+		this.readers = rpcUrls.map(url => new ChainReader(url, NODE_READ_TIMEOUT_MS));
+	}
+
+	async blockHeight(): Promise<bigint> {
+		const heights = await Promise.all(this.readers.map(reader => reader.blockHeight()));
+		return heights.reduce((highest, height) => (height > highest ? height : highest));
+	}
+
+	/** Each endpoint's observation, in SOLANA_RPC_URL's order. */
+	observe(signature: string, read: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation[]> {
+		return Promise.all(this.readers.map(reader => reader.observe(signature, read)));
 	}
 }

@@ -73,7 +73,12 @@ export interface Config {
 	corsOrigins: string[];
 	/** LOG_FORMAT: `short` lines for a terminal, or `json`, one object per line. */
 	logFormat: "short" | "json";
-	solanaRpcUrl: string | null;
+	/**
+	 * SOLANA_RPC_URL: the JSON-RPC endpoints the Node reads the chain through, comma-separated
+	 * (none: no chain checks). With several, a submission is let go or confirmed only on what every
+	 * one shows (lib/chain.ts).
+	 */
+	solanaRpcUrls: string[];
 	solanaCluster: string;
 	/** How often the sweeps (verification, lease expiry, intent expiry) run. */
 	sweepIntervalMs: number;
@@ -322,6 +327,24 @@ function origins(env: Env, key: string): string[] {
 	});
 }
 
+/** At most this many RPC endpoints: each one is read on every exit from SUBMITTED. */
+const MAX_RPC_URLS = 5;
+
+/**
+ * http(s) URLs, comma-separated, none twice. An RPC URL often carries its provider's API key, so
+ * an error names the entry by its place in the list, never by its text.
+ */
+function rpcUrls(env: Env, key: string): string[] {
+	const urls = list(env, key);
+	if (urls.length > MAX_RPC_URLS) throw new ConfigError(`${key} lists ${urls.length} URLs; at most ${MAX_RPC_URLS}`);
+	urls.forEach((raw, i) => {
+		const url = URL.canParse(raw) ? new URL(raw) : null;
+		if (!url || !["http:", "https:"].includes(url.protocol)) throw new ConfigError(`${key}: entry ${i + 1} is not an http(s) URL`);
+		if (urls.indexOf(raw) !== i) throw new ConfigError(`${key}: entry ${i + 1} repeats an earlier one`);
+	});
+	return urls;
+}
+
 /** A credential that goes into a URL as it is (letters, digits, "-", ".", "_", "~"). */
 function urlSafe(env: Env, key: string): string | null {
 	const raw = text(env, key);
@@ -414,7 +437,7 @@ export function loadConfig(env: Env = process.env): Config {
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
 		logFormat: oneOf(env, "LOG_FORMAT", ["short", "json"] as const, "short"),
 		corsOrigins: origins(env, "CORS_ORIGINS"),
-		solanaRpcUrl: text(env, "SOLANA_RPC_URL"),
+		solanaRpcUrls: rpcUrls(env, "SOLANA_RPC_URL"),
 		solanaCluster: text(env, "SOLANA_CLUSTER") ?? "solana-devnet",
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),
 		slotPollIntervalMs: integer(env, "SLOT_POLL_INTERVAL_MS", 2000, 10),

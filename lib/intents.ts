@@ -557,10 +557,10 @@ export function withSubmissionHeight(next: IntentRecord, heightAtSubmission: num
 	return { ...next, submission: { ...submission, heightAtSubmission } };
 }
 
-/** The move once the chain has been read (`null`: no chain configured); throws what the chain refutes. */
-export function withChainEvidence(decision: { next: IntentRecord; chainCheck: PendingChainCheck }, observation: ChainObservation | null, blockhashLifetimeBlocks: number): IntentRecord {
+/** The move once the chain has been read (each RPC endpoint's observation; `null`: no chain configured); throws what the chain refutes. */
+export function withChainEvidence(decision: { next: IntentRecord; chainCheck: PendingChainCheck }, observations: readonly ChainObservation[] | null, blockhashLifetimeBlocks: number): IntentRecord {
 	const { need, submission } = decision.chainCheck;
-	const onChainChecked = judgeChainEvidence(need, observation, lastLandingHeight(submission, blockhashLifetimeBlocks));
+	const onChainChecked = judgeChainEvidence(need, observations, lastLandingHeight(submission, blockhashLifetimeBlocks));
 	if (decision.next.state !== "CONFIRMED") return decision.next;
 	const history = [...decision.next.history];
 	history[history.length - 1] = { ...history[history.length - 1], onChainChecked };

@@ -10,7 +10,7 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { EpochStatus } from "../lib/answers";
 import { buildPaymentMessage } from "../lib/canonical";
-import { nodeChainReader, type ChainReader } from "../lib/chain";
+import { nodeChain, type NodeChain } from "../lib/chain";
 import { readChain, type ChainObservation } from "../lib/chain-evidence";
 import type { Config } from "../lib/config";
 import { sha256HexNative } from "../lib/digest";
@@ -165,7 +165,7 @@ interface MempoolVars {
 	migrations: Collection<MigrationDoc>;
 	slots: SlotObserver;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL no move out of SUBMITTED can be proven. */
-	chain: ChainReader | null;
+	chain: NodeChain | null;
 	leases: ReturnType<typeof leaseMetrics>;
 	sweeps: ReturnType<typeof sweepMetrics>;
 	/** Tells the gateways that new intent events are committed (coalesced: see eventNotifier). */
@@ -183,7 +183,7 @@ interface MempoolMethods {
 	totals(): Promise<TotalsSnapshot>;
 	expireDue(): Promise<number>;
 	releaseLapsedLeases(): Promise<number>;
-	observeChain(record: IntentRecord, check: PendingChainCheck): Promise<ChainObservation | null>;
+	observeChain(record: IntentRecord, check: PendingChainCheck): Promise<ChainObservation[] | null>;
 	migrateLegacyNonces(): Promise<number>;
 	removeUnsignedExpired(): Promise<number>;
 }
@@ -699,11 +699,11 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		} satisfies MempoolMethods & ThisType<MempoolThis>,
 
 		created(this: MempoolThis) {
-			this.chain = nodeChainReader(config.solanaRpcUrl);
+			this.chain = nodeChain(config.solanaRpcUrls);
 			this.leases = leaseMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);
 			this.notifyEvents = eventNotifier(this.broker, "intents");
-			this.slots = new SlotObserver(config.solanaRpcUrl, config.slotPollIntervalMs, message => this.logger.warn(message));
+			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, message => this.logger.warn(message));
 		},
 
 		async started(this: MempoolThis) {

@@ -7,7 +7,7 @@ import fs from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { buildTinOperationMessage } from "../lib/canonical";
-import { nodeChainReader, type ChainReader } from "../lib/chain";
+import { nodeChain, type NodeChain } from "../lib/chain";
 import { judgeChainEvidence, readChain, type ChainObservation } from "../lib/chain-evidence";
 import { ConfigError, type Config } from "../lib/config";
 import { requestDigest } from "../lib/digest";
@@ -188,7 +188,7 @@ interface TinVars {
 	claims: Collection<TinClaim>;
 	updateHeads: Collection<UpdateHead>;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL a finalization is not checked on chain. */
-	chain: ChainReader | null;
+	chain: NodeChain | null;
 	/** Tells the gateways that new TIN operation events are committed (coalesced: see eventNotifier). */
 	notifyEvents: () => void;
 }
@@ -215,7 +215,7 @@ interface TinMethods {
 	newestRoutes(tin: string): Promise<(RouteRecord | null | undefined)[]>;
 	advanceRoute(version: RouteVersionRecord): Promise<boolean>;
 	reconcile(markedBefore: Date): Promise<number>;
-	observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation | null>;
+	observeRegistrySubmission(record: TinOperationRecord): Promise<ChainObservation[] | null>;
 	workList(where: Where, limit: number, meta: TakesJsonTexts): Promise<string[] | unknown[]>;
 }
 
@@ -714,7 +714,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 		} satisfies TinMethods & ThisType<TinThis>,
 
 		created(this: TinThis) {
-			this.chain = nodeChainReader(config.solanaRpcUrl);
+			this.chain = nodeChain(config.solanaRpcUrls);
 			this.notifyEvents = eventNotifier(this.broker, "tin_operations");
 		},
 

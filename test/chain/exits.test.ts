@@ -1,7 +1,8 @@
 /**
  * The Node reads the chain before it lets a submission go (SPEC §2.4, §2.5, §5): the real service
  * with SOLANA_RPC_URL on the local chain (litesvm), Crankers signing their requests, and real
- * settlement transactions, sent or kept back.
+ * settlement transactions, sent or kept back. SOLANA_RPC_URL lists two endpoints: one that passes
+ * everything through unless told to lie (`liar`), then the chain itself.
  */
 import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type Address, type KeyPairSigner } from "@solana/kit";
 import { getAddMemoInstruction } from "@solana-program/memo";
@@ -13,11 +14,13 @@ import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation,
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
 import { LocalChain } from "../../devkit/local-chain";
+import { startLyingRpc, type LyingRpc } from "../helpers/lying-rpc";
 
 const VALIDITY_SLOTS = 20;
 /** The Node's floor under a submission's life (BLOCKHASH_LIFETIME_BLOCKS), a little over the chain's validity here. */
 const LIFETIME_BLOCKS = 25;
 let chain: LocalChain;
+let liar: LyingRpc;
 let rpc: ReturnType<typeof createSolanaRpc>;
 let node: TestNode;
 let route: GenesisRoute;
@@ -34,6 +37,7 @@ const kitSigner = (wallet: Wallet): Promise<KeyPairSigner> => createKeyPairSigne
 beforeAll(async () => {
 	chain = new LocalChain({ slotMs: 50, blockhashValiditySlots: VALIDITY_SLOTS });
 	rpc = createSolanaRpc(await chain.start());
+	liar = await startLyingRpc(chain.url);
 	mint = chain.createMint(6);
 	for (const wallet of [holder, other, submitter]) {
 		chain.fundLamports(wallet.address);
@@ -41,13 +45,14 @@ beforeAll(async () => {
 	}
 	route = newRoute();
 	const dataDir = tempDir();
-	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, SLOT_POLL_INTERVAL_MS: "200", LEASE_TTL_MS: "4000", BLOCKHASH_LIFETIME_BLOCKS: String(LIFETIME_BLOCKS) }, dataDir);
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: `${liar.url},${chain.url}`, SLOT_POLL_INTERVAL_MS: "200", LEASE_TTL_MS: "4000", BLOCKHASH_LIFETIME_BLOCKS: String(LIFETIME_BLOCKS) }, dataDir);
 	for (const [wallet, roles] of [[holder, ["settlement"]], [other, ["settlement"]], [submitter, ["submitter"]], [verifier, ["verifier"]]] as const)
 		expect((await node.as(wallet)("POST", "/crankers/heartbeat", signedHeartbeat(wallet, [...roles], { liquidity: [] }))).status).toBe(200);
 });
 
 afterAll(async () => {
 	await node?.stop();
+	await liar?.close();
 	await chain?.stop();
 });
 
@@ -67,13 +72,20 @@ async function leased(amount = "1500000") {
 
 /** The settlement transaction of the intent (amount as given), signed on the latest blockhash; sent only when asked. */
 async function settlement(intent: { transactionCommitment: string; payoutNullifier: string }, amount: bigint, send: boolean) {
+	const { signature, lastValidBlockHeight } = await signedSettlement(intent, amount, send);
+	return { signature, lastValidBlockHeight };
+}
+
+/** settlement(), with its wire transaction (base64). */
+async function signedSettlement(intent: { transactionCommitment: string; payoutNullifier: string }, amount: bigint, send: boolean) {
 	const { value: lifetime } = await rpc.getLatestBlockhash().send();
 	const { transaction } = await signSettlementTransaction(
 		{ cranker: await kitSigner(holder), mint, decimals: 6, amount, recipientRouteCommitment: route.routeCommitment, transactionCommitment: intent.transactionCommitment, payoutNullifier: intent.payoutNullifier },
 		lifetime
 	);
-	if (send) await rpc.sendTransaction(getBase64EncodedWireTransaction(transaction), { encoding: "base64" }).send();
-	return { signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) };
+	const wire = getBase64EncodedWireTransaction(transaction);
+	if (send) await rpc.sendTransaction(wire, { encoding: "base64" }).send();
+	return { signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight), wire };
 }
 
 const submit = (id: string, tx: { signature: string; lastValidBlockHeight: number }) =>
@@ -237,6 +249,60 @@ describe("SUBMITTED → REJECTED frees the nonce: only on a failure on chain, or
 		expect((await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "gave up" })).body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE" });
 		await pastLanding(intent.id);
 		expect((await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "gave up" })).body).toMatchObject({ receiverStatus: "REJECTED", rejectionReason: "gave up" });
+	});
+});
+
+describe("several RPC endpoints: one that lies or lags delays an exit, never makes one", () => {
+	afterEach(() => {
+		liar.honest();
+		liar.down = false;
+	});
+
+	it("an endpoint hiding a landed settlement lets no drop or rejection through; it is confirmed once every endpoint shows it", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, true);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		liar.lie("getSignatureStatuses", () => ({ context: { slot: chain.slot }, value: [null] }));
+		liar.lie("getTransaction", () => null);
+		await pastLanding(intent.id);
+		// The first endpoint alone would have let the intent go back to VERIFIED: a second payment.
+		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { status: "landed" } });
+		expect((await patch(holder, intent.id, { status: "REJECTED", expectedVersion: 5, reason: "gave up" })).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION" });
+		expect((await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: tx.signature })).body).toMatchObject({ code: 409, type: "NOT_ON_CHAIN" });
+		expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
+		liar.honest();
+		expect((await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: tx.signature })).body).toMatchObject({ receiverStatus: "CONFIRMED" });
+	});
+
+	it("an endpoint answering a settlement that never landed, signed by the Cranker, is no confirmation", async () => {
+		const intent = await leased();
+		const kept = await signedSettlement(intent, 1_500_000n, false);
+		expect((await submit(intent.id, kept)).status).toBe(200);
+		liar.lie("getSignatureStatuses", () => ({ context: { slot: chain.slot }, value: [{ slot: chain.slot - 1, confirmations: null, err: null, status: { Ok: null }, confirmationStatus: "confirmed" }] }));
+		liar.lie("getTransaction", () => ({ slot: chain.slot - 1, blockTime: null, version: "legacy", transaction: [kept.wire, "base64"], meta: { err: null, status: { Ok: null }, fee: 5000, preBalances: [], postBalances: [], innerInstructions: [], logMessages: [], preTokenBalances: [], postTokenBalances: [], rewards: [], loadedAddresses: { writable: [], readonly: [] } } }));
+		expect((await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: kept.signature })).body).toMatchObject({ code: 409, type: "NOT_ON_CHAIN" });
+		expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
+	});
+
+	it("a submission's height is the highest any endpoint shows: one lagging behind cannot make it expire early", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, false);
+		liar.lie("getBlockHeight", (_, truth) => Number(truth) - 1000);
+		const heightBefore = Number(await rpc.getBlockHeight().send());
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		expect((await workerView(intent.id)).submission.heightAtSubmission).toBeGreaterThanOrEqual(heightBefore);
+	});
+
+	it("an endpoint that cannot be read is 503 CHAIN_UNAVAILABLE, and changes nothing", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, false);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		await pastLanding(intent.id);
+		liar.down = true;
+		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE" });
+		expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
+		liar.down = false;
+		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).status).toBe(200);
 	});
 });
 

@@ -12,7 +12,7 @@ const seen = (status: ChainObservation["status"], blockHeight: number, mismatche
 
 function answer(need: ChainEvidence, observation: ChainObservation | null, lastValid: { height?: number } = { height: LAST_VALID }): string {
 	try {
-		return `ok:${judgeChainEvidence(need, observation, lastValid.height)}`;
+		return `ok:${judgeChainEvidence(need, observation && [observation], lastValid.height)}`;
 	} catch (err) {
 		expect(err).toBeInstanceOf(ServiceError);
 		return `${(err as ServiceError).code} ${(err as ServiceError).type}`;
@@ -63,5 +63,30 @@ describe("judgeChainEvidence", () => {
 		expect(answer("failed-or-cannot-land", seen("pending", LAST_VALID + 1))).toBe("409 SUBMISSION_LIVE");
 		expect(answer("failed-or-cannot-land", seen("landed", LAST_VALID + 1, []))).toBe("409 INVALID_TRANSITION");
 		expect(answer("failed-or-cannot-land", null)).toBe("503 CHAIN_UNAVAILABLE");
+	});
+
+	it("several RPC endpoints: the evidence holds only when every one bears it out; the first that does not gives the refusal", () => {
+		const judge = (need: ChainEvidence, ...observations: ChainObservation[]) => {
+			try {
+				return `ok:${judgeChainEvidence(need, observations, LAST_VALID)}`;
+			} catch (err) {
+				return `${(err as ServiceError).code} ${(err as ServiceError).type}`;
+			}
+		};
+		const landed = seen("landed", LAST_VALID + 5, []);
+		const hidden = seen("unknown", LAST_VALID + 5);
+		// One endpoint hides a landed settlement: no drop, no rejection, in either order.
+		for (const need of ["cannot-land", "failed-or-cannot-land"] as const) {
+			expect(judge(need, hidden, hidden)).toBe("ok:true");
+			expect(judge(need, hidden, landed)).not.toMatch(/^ok/);
+			expect(judge(need, landed, hidden)).not.toMatch(/^ok/);
+		}
+		// One endpoint shows a settlement the other does not have: not confirmed, in either order.
+		expect(judge("landed", landed, landed)).toBe("ok:true");
+		expect(judge("landed", landed, hidden)).toBe("409 NOT_ON_CHAIN");
+		expect(judge("landed", hidden, landed)).toBe("409 NOT_ON_CHAIN");
+		// One endpoint ahead of the other: the expiry must show on both.
+		expect(judge("cannot-land", seen("unknown", LAST_VALID + 5), seen("unknown", LAST_VALID))).toBe("409 SUBMISSION_LIVE");
+		expect(judge("cannot-land")).toBe("503 CHAIN_UNAVAILABLE");
 	});
 });

@@ -34,7 +34,7 @@ describe("loadConfig defaults (empty environment)", () => {
 			crankerOperators: [],
 			registrySeedFile: null,
 			nodeAuthorityKeypairPath: null,
-			solanaRpcUrl: null,
+			solanaRpcUrls: [],
 			trustProxy: false,
 			logLevel: "info",
 			namespace: ""
@@ -204,7 +204,7 @@ describe("loadConfig values", () => {
 		});
 		expect(config).toMatchObject({
 			dataDir: "/var/lib/scs",
-			solanaRpcUrl: "http://127.0.0.1:8899",
+			solanaRpcUrls: ["http://127.0.0.1:8899"],
 			solanaCluster: "solana-mainnet",
 			registrySeedFile: "/etc/scs/seed.json",
 			nodeAuthorityKeypairPath: "/etc/scs/authority.json",
@@ -219,6 +219,20 @@ describe("loadConfig values", () => {
 		["0", false]
 	])("TRUST_PROXY=%s → %p", (raw, expected) => {
 		expect(loadConfig({ TRUST_PROXY: raw }).trustProxy).toBe(expected);
+	});
+
+	it("SOLANA_RPC_URL may list several http(s) endpoints; a bad one is named by its place, never by its text (it may carry an API key)", () => {
+		const two = "https://rpc.one.example/?api-key=k1, https://rpc.two.example/k2";
+		expect(loadConfig({ SOLANA_RPC_URL: two }).solanaRpcUrls).toEqual(["https://rpc.one.example/?api-key=k1", "https://rpc.two.example/k2"]);
+		for (const [value, error] of [
+			["https://rpc.one.example/?api-key=secret1,ftp://rpc.two.example/secret2", /^SOLANA_RPC_URL: entry 2 is not an http\(s\) URL$/],
+			["secret1", /^SOLANA_RPC_URL: entry 1 is not an http\(s\) URL$/],
+			["https://rpc.one.example/secret1,https://rpc.one.example/secret1", /^SOLANA_RPC_URL: entry 2 repeats an earlier one$/],
+			[Array.from({ length: 6 }, (_, i) => `https://rpc${i}.example/secret`).join(","), /^SOLANA_RPC_URL lists 6 URLs; at most 5$/]
+		] as const) {
+			expect(() => loadConfig({ SOLANA_RPC_URL: value })).toThrow(ConfigError);
+			expect(() => loadConfig({ SOLANA_RPC_URL: value })).toThrow(error);
+		}
 	});
 
 	it("TRUST_PROXY may list the proxies' addresses and CIDR ranges", () => {

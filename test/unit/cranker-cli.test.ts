@@ -46,6 +46,15 @@ test("the worker key is WORKER_API_KEY, or the first key of the server's WORKER_
 	expect(key({})).toMatch(/WORKER_API_KEY \(or WORKER_API_KEYS\) is not set/);
 });
 
+test("SOLANA_RPC_URL: of the Node's comma-separated list, the Cranker reads the first endpoint", () => {
+	const keypairFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "cranker-cli-")), "keypair.json");
+	fs.writeFileSync(keypairFile, JSON.stringify([...generateKeypair().secretKey]));
+	const base = { KEYPAIR_PATH: keypairFile, NODE_URL: "http://localhost:3000", WORKER_API_KEY: "single", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey };
+	expect(loadCrankerConfig({ ...base, SOLANA_RPC_URL: " https://one.example/ , https://two.example" }, []).solanaRpcUrl).toBe("https://one.example");
+	expect(loadCrankerConfig({ ...base, SOLANA_RPC_URL: "http://localhost:8899" }, []).solanaRpcUrl).toBe("http://localhost:8899");
+	expect(() => loadCrankerConfig({ ...base, SOLANA_RPC_URL: " , " }, [])).toThrow(/SOLANA_RPC_URL is not set/);
+});
+
 test("the command line is parsed strictly: an unknown option or a stray argument exits 2 and names it", () => {
 	const unknown = run("--rolez", "settlement");
 	expect([unknown.status, unknown.stderr]).toEqual([2, expect.stringMatching(/--rolez/)]);

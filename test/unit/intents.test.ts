@@ -500,7 +500,7 @@ describe("decideStatusUpdate: expiry and the chain", () => {
 		const confirm = decideStatusUpdate(record("SUBMITTED"), { status: "CONFIRMED", crankerPubkey: CRANKER_A, expectedVersion: 5, transactionSignature: TX_SIG }, allowed);
 		if (confirm.kind !== "move" || !confirm.chainCheck) throw new Error("expected a chain-checked move");
 		expect(withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, null, 300).history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: false });
-		const landed = withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, { blockHeight: 10, status: "landed", content: { mismatches: [], related: true } }, 300);
+		const landed = withChainEvidence({ next: confirm.next, chainCheck: confirm.chainCheck }, [{ blockHeight: 10, status: "landed", content: { mismatches: [], related: true } }], 300);
 		expect(landed.history.at(-1)).toMatchObject({ state: "CONFIRMED", onChainChecked: true });
 
 		const drop = decideStatusUpdate(record("SUBMITTED"), { status: "VERIFIED", crankerPubkey: CRANKER_A, expectedVersion: 5, reason: "dropped" }, allowed);
@@ -524,9 +524,9 @@ describe("lastLandingHeight: the Cranker's lastValidBlockHeight is a claim", () 
 		const lied = record("SUBMITTED", { submission: { ...submission, lastValidBlockHeight: 901, heightAtSubmission: 900 } });
 		const drop = decideStatusUpdate(lied, { status: "VERIFIED", crankerPubkey: CRANKER_A, expectedVersion: 5, reason: "dropped" }, allowed);
 		if (drop.kind !== "move" || !drop.chainCheck) throw new Error("expected a chain-checked move");
-		const err = expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, { blockHeight: 1000, status: "unknown" }, 300), "SUBMISSION_LIVE", 409);
+		const err = expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, [{ blockHeight: 1000, status: "unknown" }], 300), "SUBMISSION_LIVE", 409);
 		expect(err.data).toMatchObject({ lastLandingHeight: 1200 });
-		expect(withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck }, { blockHeight: 1201, status: "unknown" }, 300).state).toBe("VERIFIED");
+		expect(withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck }, [{ blockHeight: 1201, status: "unknown" }], 300).state).toBe("VERIFIED");
 	});
 });
 

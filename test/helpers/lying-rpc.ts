@@ -1,0 +1,55 @@
+/**
+ * A JSON-RPC endpoint in front of a real one (the local chain) that passes every call through,
+ * except the methods told to lie: a provider that is compromised, or lags. An answer it makes up
+ * replaces the upstream's `result`; `down` answers every call 500.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+
+/** Makes up a method's result from its params and the upstream's true result. */
+export type Lie = (params: unknown[], truth: unknown) => unknown;
+
+export interface LyingRpc {
+	url: string;
+	lie(method: string, answer: Lie | null): void;
+	/** Stops every lie. */
+	honest(): void;
+	down: boolean;
+	close(): Promise<void>;
+}
+
+export async function startLyingRpc(upstream: string): Promise<LyingRpc> {
+	const lies = new Map<string, Lie>();
+	const rpc = { down: false };
+	const server = http.createServer((req, res) => {
+		const chunks: Buffer[] = [];
+		req.on("data", (chunk: Buffer) => chunks.push(chunk));
+		req.on("end", async () => {
+			if (rpc.down) return void res.writeHead(500).end();
+			const body = Buffer.concat(chunks).toString();
+			const upstreamAnswer = await fetch(upstream, { method: "POST", headers: { "content-type": "application/json" }, body })
+				.then(response => response.text())
+				.catch(() => null);
+			if (upstreamAnswer === null) return void res.writeHead(502).end();
+			const call = JSON.parse(body) as { method: string; params?: unknown[] };
+			const lie = lies.get(call.method);
+			let answer = upstreamAnswer;
+			if (lie) {
+				const truth = JSON.parse(upstreamAnswer) as { result?: unknown };
+				answer = JSON.stringify({ ...truth, result: lie(call.params ?? [], truth.result) });
+			}
+			res.writeHead(200, { "content-type": "application/json" }).end(answer);
+		});
+	});
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	return Object.assign(rpc, {
+		url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+		lie: (method: string, answer: Lie | null) => void (answer ? lies.set(method, answer) : lies.delete(method)),
+		honest: () => lies.clear(),
+		close: () =>
+			new Promise<void>(resolve => {
+				server.closeAllConnections();
+				server.close(() => resolve());
+			})
+	});
+}

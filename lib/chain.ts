@@ -18,8 +18,8 @@ const NODE_READ_TIMEOUT_MS = 2500;
  * The Node's view of the chain through every RPC endpoint of SOLANA_RPC_URL; null without one
  * (nothing can be proven then).
  */
-export function nodeChain(rpcUrls: readonly string[]): NodeChain | null {
-	return rpcUrls.length ? new NodeChain(rpcUrls) : null;
+export function nodeChain(rpcUrls: readonly string[], onError: (message: string) => void): NodeChain | null {
+	return rpcUrls.length ? new NodeChain(rpcUrls, onError) : null;
 }
 
 export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
@@ -84,24 +84,45 @@ export class ChainReader {
 /**
  * The chain as several RPC endpoints show it, each read on its own. One provider's word is not
  * the chain's: an exit from SUBMITTED is judged on every endpoint's observation
- * (lib/chain-evidence.ts), so an endpoint that lies or lags can delay one, never make one. A
- * submission's height is the highest any shows, which gives it the latest last landing height.
- * Every endpoint must answer: one that cannot is the Node's 503 CHAIN_UNAVAILABLE.
+ * (lib/chain-evidence.ts), so an endpoint that lies or lags can delay one, never make one. Every
+ * endpoint must answer: one that cannot is the Node's 503 CHAIN_UNAVAILABLE, and `onError` names
+ * it by its place in SOLANA_RPC_URL (once per outage), never by its URL, which may carry an API key.
  */
 export class NodeChain {
 	private readonly readers: ChainReader[];
+	private readonly failing: boolean[];
 
-	constructor(rpcUrls: readonly string[]) {
+	constructor(
+		rpcUrls: readonly string[],
+		private readonly onError: (message: string) => void
+	) {
 		this.readers = rpcUrls.map(url => new ChainReader(url, NODE_READ_TIMEOUT_MS));
+		this.failing = rpcUrls.map(() => false);
 	}
 
-	async blockHeight(): Promise<bigint> {
-		const heights = await Promise.all(this.readers.map(reader => reader.blockHeight()));
-		return heights.reduce((highest, height) => (height > highest ? height : highest));
+	/** Each endpoint's block height, in SOLANA_RPC_URL's order. */
+	blockHeights(): Promise<number[]> {
+		return this.fromEach(async reader => Number(await reader.blockHeight()));
 	}
 
 	/** Each endpoint's observation, in SOLANA_RPC_URL's order. */
 	observe(signature: string, read: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation[]> {
-		return Promise.all(this.readers.map(reader => reader.observe(signature, read)));
+		return this.fromEach(reader => reader.observe(signature, read));
+	}
+
+	private fromEach<T>(read: (reader: ChainReader) => Promise<T>): Promise<T[]> {
+		return Promise.all(
+			this.readers.map(async (reader, i) => {
+				try {
+					const answer = await read(reader);
+					this.failing[i] = false;
+					return answer;
+				} catch (err) {
+					if (!this.failing[i]) this.onError(`The chain could not be read through SOLANA_RPC_URL entry ${i + 1} (${(err as Error).name}); moves that need the chain answer 503 until it can`);
+					this.failing[i] = true;
+					throw err;
+				}
+			})
+		);
 	}
 }

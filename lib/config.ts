@@ -332,15 +332,19 @@ const MAX_RPC_URLS = 5;
 
 /**
  * http(s) URLs, comma-separated, none twice. An RPC URL often carries its provider's API key, so
- * an error names the entry by its place in the list, never by its text.
+ * an error names the entry by its place in the list, never by its text; and one with a user or
+ * password is refused, as fetch would refuse it with the URL in its error.
  */
 function rpcUrls(env: Env, key: string): string[] {
 	const urls = list(env, key);
 	if (urls.length > MAX_RPC_URLS) throw new ConfigError(`${key} lists ${urls.length} URLs; at most ${MAX_RPC_URLS}`);
+	const seen = new Set<string>();
 	urls.forEach((raw, i) => {
 		const url = URL.canParse(raw) ? new URL(raw) : null;
 		if (!url || !["http:", "https:"].includes(url.protocol)) throw new ConfigError(`${key}: entry ${i + 1} is not an http(s) URL`);
-		if (urls.indexOf(raw) !== i) throw new ConfigError(`${key}: entry ${i + 1} repeats an earlier one`);
+		if (url.username || url.password) throw new ConfigError(`${key}: entry ${i + 1} holds a user or password (put a provider's key in its path or query)`);
+		if (seen.has(url.href)) throw new ConfigError(`${key}: entry ${i + 1} repeats an earlier one`);
+		seen.add(url.href);
 	});
 	return urls;
 }

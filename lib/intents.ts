@@ -543,11 +543,17 @@ export function lastLandingHeight(submission: Submission, blockhashLifetimeBlock
 }
 
 /**
- * A SUBMITTED record with the block height the Node read when it took the report. A claimed
- * lastValidBlockHeight beyond any blockhash fetched by then is refused (422): it would keep the
- * submission "live", and the intent stuck, for as long as the claim says.
+ * A SUBMITTED record with the block height the Node read when it took the report: the highest of
+ * its RPC endpoints' (`heights`), which gives the latest last landing height. Endpoints more than a
+ * blockhash lifetime apart are not believed (503): the highest would be one endpoint's word alone,
+ * and a height made up high would keep the submission "live", the intent stuck, for good. A
+ * claimed lastValidBlockHeight beyond any blockhash fetched by then is refused (422) for the same
+ * reason.
  */
-export function withSubmissionHeight(next: IntentRecord, heightAtSubmission: number, blockhashLifetimeBlocks: number): IntentRecord {
+export function withSubmissionHeight(next: IntentRecord, heights: readonly number[], blockhashLifetimeBlocks: number): IntentRecord {
+	const heightAtSubmission = Math.max(...heights);
+	if (heightAtSubmission - Math.min(...heights) > blockhashLifetimeBlocks)
+		throw new ServiceError("CHAIN_UNAVAILABLE", "The RPC endpoints of SOLANA_RPC_URL disagree on the block height by more than a blockhash lifetime", { reason: "RPC_DISAGREEMENT" });
 	const submission = next.submission!;
 	const latest = heightAtSubmission + blockhashLifetimeBlocks;
 	if (submission.lastValidBlockHeight !== undefined && submission.lastValidBlockHeight > latest)

@@ -396,7 +396,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await this.observeChain(record, decision.chainCheck), blockhashLifetimeBlocks);
 					else if (this.chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") {
 						const chain = this.chain;
-						next = withSubmissionHeight(next, Number(await readChain(() => chain.blockHeight())), blockhashLifetimeBlocks);
+						next = withSubmissionHeight(next, await readChain(() => chain.blockHeights()), blockhashLifetimeBlocks);
 					}
 					const written = await this.commit(record, next);
 					if (written) {
@@ -699,11 +699,11 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		} satisfies MempoolMethods & ThisType<MempoolThis>,
 
 		created(this: MempoolThis) {
-			this.chain = nodeChain(config.solanaRpcUrls);
+			this.chain = nodeChain(config.solanaRpcUrls, message => this.logger.warn(message));
 			this.leases = leaseMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);
 			this.notifyEvents = eventNotifier(this.broker, "intents");
-			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, message => this.logger.warn(message));
+			this.slots = new SlotObserver(config.solanaRpcUrls[0] ?? null, config.slotPollIntervalMs, message => this.logger.warn(message));
 		},
 
 		async started(this: MempoolThis) {

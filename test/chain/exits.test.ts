@@ -287,10 +287,20 @@ describe("several RPC endpoints: one that lies or lags delays an exit, never mak
 	it("a submission's height is the highest any endpoint shows: one lagging behind cannot make it expire early", async () => {
 		const intent = await leased();
 		const tx = await settlement(intent, 1_500_000n, false);
-		liar.lie("getBlockHeight", (_, truth) => Number(truth) - 1000);
+		liar.lie("getBlockHeight", (_, truth) => Number(truth) - (LIFETIME_BLOCKS - 5));
 		const heightBefore = Number(await rpc.getBlockHeight().send());
 		expect((await submit(intent.id, tx)).status).toBe(200);
 		expect((await workerView(intent.id)).submission.heightAtSubmission).toBeGreaterThanOrEqual(heightBefore);
+	});
+
+	it("a height made up high is not believed: endpoints more than a blockhash lifetime apart are 503 at SUBMITTED, and change nothing", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, false);
+		liar.lie("getBlockHeight", () => 10 ** 15);
+		expect((await submit(intent.id, tx)).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE" });
+		expect((await workerView(intent.id)).receiverStatus).toBe("CRANKER_LEASED");
+		liar.lie("getBlockHeight", (_, truth) => Number(truth) + LIFETIME_BLOCKS);
+		expect((await submit(intent.id, tx)).status).toBe(200);
 	});
 
 	it("an endpoint that cannot be read is 503 CHAIN_UNAVAILABLE, and changes nothing", async () => {

@@ -228,10 +228,13 @@ describe("loadConfig values", () => {
 			["https://rpc.one.example/?api-key=secret1,ftp://rpc.two.example/secret2", /^SOLANA_RPC_URL: entry 2 is not an http\(s\) URL$/],
 			["secret1", /^SOLANA_RPC_URL: entry 1 is not an http\(s\) URL$/],
 			["https://rpc.one.example/secret1,https://rpc.one.example/secret1", /^SOLANA_RPC_URL: entry 2 repeats an earlier one$/],
+			["https://RPC.one.example,https://rpc.one.example/", /^SOLANA_RPC_URL: entry 2 repeats an earlier one$/],
+			["https://user:secret1@rpc.one.example", /^SOLANA_RPC_URL: entry 1 holds a user or password/],
 			[Array.from({ length: 6 }, (_, i) => `https://rpc${i}.example/secret`).join(","), /^SOLANA_RPC_URL lists 6 URLs; at most 5$/]
 		] as const) {
 			expect(() => loadConfig({ SOLANA_RPC_URL: value })).toThrow(ConfigError);
 			expect(() => loadConfig({ SOLANA_RPC_URL: value })).toThrow(error);
+			expect(() => loadConfig({ SOLANA_RPC_URL: value })).not.toThrow(/secret/);
 		}
 	});
 

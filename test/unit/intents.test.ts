@@ -533,9 +533,18 @@ describe("lastLandingHeight: the Cranker's lastValidBlockHeight is a claim", () 
 describe("withSubmissionHeight", () => {
 	it("records the Node's reading, and refuses a lastValidBlockHeight no blockhash valid now can have", () => {
 		const submitted = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1300 });
-		expect(withSubmissionHeight(submitted, 1000, 300).submission).toMatchObject({ lastValidBlockHeight: 1300, heightAtSubmission: 1000 });
-		const err = expectRefusal(() => withSubmissionHeight(submitted, 999, 300), "VALIDATION_ERROR", 422);
+		expect(withSubmissionHeight(submitted, [1000], 300).submission).toMatchObject({ lastValidBlockHeight: 1300, heightAtSubmission: 1000 });
+		const err = expectRefusal(() => withSubmissionHeight(submitted, [999], 300), "VALIDATION_ERROR", 422);
 		expect(err.data).toEqual([expect.objectContaining({ field: "lastValidBlockHeight" })]);
+	});
+
+	it("with several RPC endpoints: the highest height, unless they are more than a blockhash lifetime apart (503)", () => {
+		const submitted = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1300 });
+		expect(withSubmissionHeight(submitted, [990, 1000], 300).submission).toMatchObject({ heightAtSubmission: 1000 });
+		expect(withSubmissionHeight(submitted, [1000, 700], 300).submission).toMatchObject({ heightAtSubmission: 1000 });
+		// One endpoint's height made up high would keep the submission live for good.
+		expectRefusal(() => withSubmissionHeight(submitted, [1000, 10 ** 15], 300), "CHAIN_UNAVAILABLE", 503);
+		expectRefusal(() => withSubmissionHeight(submitted, [1000, 699], 300), "CHAIN_UNAVAILABLE", 503);
 	});
 });
 

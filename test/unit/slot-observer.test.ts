@@ -50,8 +50,8 @@ const until = (condition: () => boolean) => waitFor(condition, 3000, "condition"
 const INTERVAL = 20;
 let rpc: FakeRpc;
 const observers: SlotObserver[] = [];
-function observer(urls: string | string[], onError?: (message: string) => void): SlotObserver {
-	const o = new SlotObserver(typeof urls === "string" ? [urls] : urls, INTERVAL, onError);
+function observer(url: string | null, onError?: (message: string) => void): SlotObserver {
+	const o = new SlotObserver(url, INTERVAL, onError);
 	observers.push(o);
 	return o;
 }
@@ -66,7 +66,7 @@ afterEach(async () => {
 
 describe("SlotObserver", () => {
 	it("is null without an RPC URL, and start() sends nothing", async () => {
-		const o = observer([]);
+		const o = observer(null);
 		await o.start();
 		await sleep(3 * INTERVAL);
 		expect(o.latest()).toBeNull();
@@ -180,46 +180,5 @@ describe("SlotObserver", () => {
 		const after = rpc.requests.length;
 		await sleep(10 * INTERVAL + 2 * rpc.delayMs);
 		expect(rpc.requests.length).toBe(after);
-	});
-
-	describe("with several RPC endpoints", () => {
-		let second: FakeRpc;
-		beforeEach(async () => {
-			second = await startFakeRpc();
-		});
-		afterEach(async () => {
-			await second.close();
-		});
-
-		it("reports the lowest slot among them: one running ahead, or lying, expires nothing early", async () => {
-			rpc.answer = 1000;
-			second.answer = 9_000_000;
-			const o = observer([rpc.url, second.url]);
-			await o.start();
-			expect(o.latest()).toBe(1000);
-			expect(second.requests[0]).toEqual({ method: "getSlot", params: [{ commitment: "confirmed" }] });
-			rpc.answer = 1005;
-			await until(() => o.latest() === 1005);
-			// Each endpoint only moves forward on its own: the lower one lagging keeps its highest.
-			rpc.answer = 900;
-			const seen = rpc.requests.length;
-			await until(() => rpc.requests.length >= seen + 3);
-			expect(o.latest()).toBe(1005);
-		});
-
-		it("goes on with the others while one cannot be read, and names the failing one by its place, not its URL", async () => {
-			const errors: string[] = [];
-			rpc.answer = 500;
-			second.answer = { raw: "<html>bad gateway</html>" };
-			const o = observer([rpc.url, second.url], message => errors.push(message));
-			await o.start();
-			expect(o.latest()).toBe(500);
-			expect(errors).toHaveLength(1);
-			expect(errors[0]).toMatch(/^getSlot from SOLANA_RPC_URL \(entry 2\) failed/);
-			expect(errors[0]).not.toContain(second.url);
-			second.answer = 700;
-			rpc.answer = 800;
-			await until(() => o.latest() === 700);
-		});
 	});
 });

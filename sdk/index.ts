@@ -140,6 +140,8 @@ const RETRYABLE_STATUS = new Set([502, 503, 504]);
 /** The longest submit() waits between two attempts for a retry-after. */
 const MAX_SUBMIT_WAIT_MS = 5000;
 const TERMINAL = new Set(["executed", "canceled"]);
+/** How many of its latest submissions a client keeps, to check their views by (waitForStatus). */
+const SUBMISSIONS_KEPT = 1000;
 const utf8 = new TextEncoder();
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 /** Like sleep, but over as soon as `signal` aborts (or at once if it has). */
@@ -179,6 +181,8 @@ export class SettlementClient {
 	private readonly rpc: Rpc<SolanaRpcApi> | null;
 	private readonly programId: Address;
 	private readonly requestTimeoutMs: number;
+	/** The requests of this client's latest submissions, by their intents' ids (oldest first). */
+	private readonly submissions = new Map<string, CreateIntentRequest>();
 
 	constructor(options: ClientOptions) {
 		this.baseUrl = options.baseUrl.replace(/\/+$/, "");
@@ -280,6 +284,9 @@ export class SettlementClient {
 			}
 			// The record is the one of this payment, or the app would follow another's.
 			if (!isRecordOf(record, intent)) throw new SettlementError(`the service answered a record of another payment than ${intent.paymentId}`, "ANSWER_MISMATCH", null);
+			this.submissions.delete(record.id);
+			this.submissions.set(record.id, intent);
+			if (this.submissions.size > SUBMISSIONS_KEPT) this.submissions.delete(this.submissions.keys().next().value!);
 			return record;
 		}
 	}
@@ -292,11 +299,13 @@ export class SettlementClient {
 	/**
 	 * Resolves once the intent is executed or canceled, told by its event stream (GET /intents/{id}/events),
 	 * or by polling GET /intents/{id} where there is none. Past `timeoutMs`: TIMEOUT, the last record seen in `data.intent`.
-	 * Every view must be intent `id`'s, and, given `intent` (what signPayment returned), that payment's
-	 * (its fields, its commitment): else ANSWER_MISMATCH.
+	 * Every view must be intent `id`'s, and that payment's (its fields, its commitment) when the
+	 * client knows it: given as `intent` (what signPayment returned), or submitted by this client
+	 * (its latest 1,000 submissions); else ANSWER_MISMATCH.
 	 */
 	async waitForStatus(id: string, options: { timeoutMs: number; intent?: CreateIntentRequest }): Promise<PublicMempoolIntent> {
-		const check = (answer: unknown) => checkedView(id, answer, options.intent);
+		const intent = options.intent ?? this.submissions.get(id);
+		const check = (answer: unknown) => checkedView(id, answer, intent);
 		// Where no stream can be had (a fetch without a streaming body, a service without the route,
 		// a network or CORS refusal, 429), it polls with backoff, 100 ms doubling to 2 s.
 		const deadline = Date.now() + options.timeoutMs;

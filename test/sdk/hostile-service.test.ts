@@ -180,6 +180,25 @@ describe("what the SDK takes from the service", () => {
 		}
 	});
 
+	it("checks the views of an intent it submitted against that payment, without being given it", async () => {
+		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
+		const id = "int_0123456789abcdef0123456789abcdef";
+		const service = await standInService((req, res) => {
+			if (req.method === "POST") return json(res, 201, { id, status: "pending", receiverStatus: "VERIFIED", ...signed });
+			if (req.url?.endsWith("/events")) return json(res, 404, { type: "NOT_FOUND", message: "no streams here" });
+			json(res, 200, { id, status: "executed", receiverStatus: "CONFIRMED", ...signed, amount: "1" });
+		});
+		try {
+			const client = new SettlementClient({ baseUrl: service.url });
+			expect((await client.submit(signed)).id).toBe(id);
+			await expect(client.waitForStatus(id, { timeoutMs: 5000 })).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			// Another client, which did not submit it, checks only the id.
+			await expect(new SettlementClient({ baseUrl: service.url }).waitForStatus(id, { timeoutMs: 5000 })).resolves.toMatchObject({ status: "executed" });
+		} finally {
+			await service.close();
+		}
+	});
+
 	it("abandons a request whose answer never ends after requestTimeoutMs, and reads no answer past its bound", async () => {
 		const trickle = await standInService((_req, res) => {
 			res.writeHead(200, { "content-type": "application/json" });

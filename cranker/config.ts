@@ -79,6 +79,18 @@ function url(env: Env, key: string): string {
 	return value.replace(/\/+$/, "");
 }
 
+/**
+ * SOLANA_RPC_URL: of the Node's comma-separated list, the first endpoint, so that one .env serves
+ * both. One with a user or password is refused, as the Node refuses it: fetch would put it in its
+ * error, which the Cranker logs.
+ */
+function rpcUrl(env: Env): string {
+	const first = url({ SOLANA_RPC_URL: env.SOLANA_RPC_URL?.split(",").map(entry => entry.trim()).find(Boolean) }, "SOLANA_RPC_URL");
+	const parsed = new URL(first);
+	if (parsed.username || parsed.password) throw new CrankerConfigError("SOLANA_RPC_URL holds a user or password (put a provider's key in its path or query)");
+	return first;
+}
+
 /** A Solana CLI keypair file: a JSON array of 64 bytes (seed, then public key). */
 export function loadKeypairFile(file: string): Keypair {
 	let raw: string;
@@ -179,8 +191,7 @@ export function loadCrankerConfig(env: Env = process.env, argv: readonly string[
 		keypair,
 		nodeUrl: url(env, "NODE_URL"),
 		workerApiKey: workerKey(env),
-		// The Node's form lists endpoints; the Cranker reads the first, so that one .env serves both.
-		solanaRpcUrl: url({ SOLANA_RPC_URL: env.SOLANA_RPC_URL?.split(",").map(entry => entry.trim()).find(Boolean) }, "SOLANA_RPC_URL"),
+		solanaRpcUrl: rpcUrl(env),
 		roles: parseCli(argv).roles,
 		settlementProgramId: programId ? checkedAddress("SETTLEMENT_PROGRAM_ID", programId) : DEFAULT_SETTLEMENT_PROGRAM_ID,
 		nodeAuthorityPubkey: checkedAddress("NODE_AUTHORITY_PUBKEY", required(env, "NODE_AUTHORITY_PUBKEY")),

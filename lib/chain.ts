@@ -105,9 +105,16 @@ export class NodeChain {
 		return this.fromEach(async reader => Number(await reader.blockHeight()));
 	}
 
-	/** Each endpoint's observation, in SOLANA_RPC_URL's order. */
-	observe(signature: string, read: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation[]> {
-		return this.fromEach(reader => reader.observe(signature, read));
+	/**
+	 * Each endpoint's observation, in SOLANA_RPC_URL's order. Endpoints that disagree on a
+	 * signature's status are told to `onError` by their places: one of them holds moves back, and
+	 * an operator must find which.
+	 */
+	async observe(signature: string, read: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation[]> {
+		const observations = await this.fromEach(reader => reader.observe(signature, read));
+		if (new Set(observations.map(o => o.status)).size > 1)
+			this.onError(`The endpoints of SOLANA_RPC_URL disagree on transaction ${signature}: ${observations.map((o, i) => `entry ${i + 1} ${o.status}`).join(", ")}`);
+		return observations;
 	}
 
 	private fromEach<T>(read: (reader: ChainReader) => Promise<T>): Promise<T[]> {

@@ -553,7 +553,7 @@ export function lastLandingHeight(submission: Submission, blockhashLifetimeBlock
 export function withSubmissionHeight(next: IntentRecord, heights: readonly number[], blockhashLifetimeBlocks: number): IntentRecord {
 	const heightAtSubmission = Math.max(...heights);
 	if (heightAtSubmission - Math.min(...heights) > blockhashLifetimeBlocks)
-		throw new ServiceError("CHAIN_UNAVAILABLE", "The RPC endpoints of SOLANA_RPC_URL disagree on the block height by more than a blockhash lifetime", { reason: "RPC_DISAGREEMENT" });
+		throw new ServiceError("CHAIN_UNAVAILABLE", "The RPC endpoints of SOLANA_RPC_URL disagree on the block height by more than a blockhash lifetime", { reason: "RPC_DISAGREEMENT", heights });
 	const submission = next.submission!;
 	const latest = heightAtSubmission + blockhashLifetimeBlocks;
 	if (submission.lastValidBlockHeight !== undefined && submission.lastValidBlockHeight > latest)

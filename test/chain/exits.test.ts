@@ -15,6 +15,7 @@ import { startNode, tempDir, type TestNode } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
 import { LocalChain } from "../../devkit/local-chain";
 import { startLyingRpc, type LyingRpc } from "../helpers/lying-rpc";
+import { NodeChain } from "../../lib/chain";
 
 const VALIDITY_SLOTS = 20;
 /** The Node's floor under a submission's life (BLOCKHASH_LIFETIME_BLOCKS), a little over the chain's validity here. */
@@ -301,6 +302,21 @@ describe("several RPC endpoints: one that lies or lags delays an exit, never mak
 		expect((await workerView(intent.id)).receiverStatus).toBe("CRANKER_LEASED");
 		liar.lie("getBlockHeight", (_, truth) => Number(truth) + LIFETIME_BLOCKS);
 		expect((await submit(intent.id, tx)).status).toBe(200);
+	});
+
+	it("tells the operator which endpoint disagrees or fails, by its place in the list, never by its URL", async () => {
+		const warnings: string[] = [];
+		const both = new NodeChain([liar.url, chain.url], message => warnings.push(message));
+		const landed = await settlement(await leased(), 1_500_000n, true);
+		const touches = async () => ({ mismatches: [], related: true });
+		liar.lie("getSignatureStatuses", () => ({ context: { slot: chain.slot }, value: [null] }));
+		expect((await both.observe(landed.signature, touches)).map(o => o.status)).toEqual(["unknown", "landed"]);
+		expect(warnings).toEqual([`The endpoints of SOLANA_RPC_URL disagree on transaction ${landed.signature}: entry 1 unknown, entry 2 landed`]);
+		liar.down = true;
+		await expect(both.blockHeights()).rejects.toThrow();
+		await expect(both.blockHeights()).rejects.toThrow();
+		expect(warnings.slice(1)).toEqual([expect.stringMatching(/^The chain could not be read through SOLANA_RPC_URL entry 1 \(\w+\)/)]);
+		expect(warnings.join("\n")).not.toContain(liar.url);
 	});
 
 	it("an endpoint that cannot be read is 503 CHAIN_UNAVAILABLE, and changes nothing", async () => {

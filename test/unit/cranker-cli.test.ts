@@ -53,6 +53,8 @@ test("SOLANA_RPC_URL: of the Node's comma-separated list, the Cranker reads the 
 	expect(loadCrankerConfig({ ...base, SOLANA_RPC_URL: " https://one.example/ , https://two.example" }, []).solanaRpcUrl).toBe("https://one.example");
 	expect(loadCrankerConfig({ ...base, SOLANA_RPC_URL: "http://localhost:8899" }, []).solanaRpcUrl).toBe("http://localhost:8899");
 	expect(() => loadCrankerConfig({ ...base, SOLANA_RPC_URL: " , " }, [])).toThrow(/SOLANA_RPC_URL is not set/);
+	expect(() => loadCrankerConfig({ ...base, SOLANA_RPC_URL: "https://user:secret1@one.example" }, [])).toThrow(/^SOLANA_RPC_URL holds a user or password[^]*$/);
+	expect(() => loadCrankerConfig({ ...base, SOLANA_RPC_URL: "https://user:secret1@one.example" }, [])).not.toThrow(/secret1/);
 });
 
 test("the command line is parsed strictly: an unknown option or a stray argument exits 2 and names it", () => {

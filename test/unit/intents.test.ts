@@ -543,7 +543,7 @@ describe("withSubmissionHeight", () => {
 		expect(withSubmissionHeight(submitted, [990, 1000], 300).submission).toMatchObject({ heightAtSubmission: 1000 });
 		expect(withSubmissionHeight(submitted, [1000, 700], 300).submission).toMatchObject({ heightAtSubmission: 1000 });
 		// One endpoint's height made up high would keep the submission live for good.
-		expectRefusal(() => withSubmissionHeight(submitted, [1000, 10 ** 15], 300), "CHAIN_UNAVAILABLE", 503);
+		expect(expectRefusal(() => withSubmissionHeight(submitted, [1000, 10 ** 15], 300), "CHAIN_UNAVAILABLE", 503).data).toEqual({ reason: "RPC_DISAGREEMENT", heights: [1000, 10 ** 15] });
 		expectRefusal(() => withSubmissionHeight(submitted, [1000, 699], 300), "CHAIN_UNAVAILABLE", 503);
 	});
 });

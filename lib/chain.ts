@@ -22,6 +22,16 @@ export function nodeChain(rpcUrls: readonly string[], onError: (message: string)
 	return rpcUrls.length ? new NodeChain(rpcUrls, onError) : null;
 }
 
+/**
+ * A height or slot as the RPC answered it: @solana/kit makes integers bigints and passes anything
+ * else through, and a height that is not a number (NaN once converted) would pass every comparison
+ * as false, a submission that can never be shown dead.
+ */
+function counted(answer: unknown): bigint {
+	if (typeof answer !== "bigint" || answer < 0n) throw new TypeError("The RPC answered something other than a block height or slot");
+	return answer;
+}
+
 export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
 
 export class ChainReader {
@@ -39,11 +49,11 @@ export class ChainReader {
 	}
 
 	blockHeight(): Promise<bigint> {
-		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send(this.deadline);
+		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send(this.deadline).then(counted);
 	}
 
 	slot(): Promise<bigint> {
-		return this.rpc.getSlot({ commitment: "confirmed" }).send(this.deadline);
+		return this.rpc.getSlot({ commitment: "confirmed" }).send(this.deadline).then(counted);
 	}
 
 	/** Searches the whole history; `pending` is a transaction seen in a block not yet confirmed. */

@@ -552,6 +552,7 @@ export function lastLandingHeight(submission: Submission, blockhashLifetimeBlock
  */
 export function withSubmissionHeight(next: IntentRecord, heights: readonly number[], blockhashLifetimeBlocks: number): IntentRecord {
 	const heightAtSubmission = Math.max(...heights);
+	if (!heights.every(Number.isSafeInteger)) throw new ServiceError("CHAIN_UNAVAILABLE", "An RPC endpoint of SOLANA_RPC_URL answered no block height", { reason: "RPC_INVALID_ANSWER" });
 	if (heightAtSubmission - Math.min(...heights) > blockhashLifetimeBlocks)
 		throw new ServiceError("CHAIN_UNAVAILABLE", "The RPC endpoints of SOLANA_RPC_URL disagree on the block height by more than a blockhash lifetime", { reason: "RPC_DISAGREEMENT", heights });
 	const submission = next.submission!;

@@ -284,6 +284,10 @@ export class SettlementClient {
 			}
 			// The record is the one of this payment, or the app would follow another's.
 			if (!isRecordOf(record, intent)) throw new SettlementError(`the service answered a record of another payment than ${intent.paymentId}`, "ANSWER_MISMATCH", null);
+			// One id for two payments would have a wait for the first take the second's views.
+			const kept = this.submissions.get(record.id);
+			if (kept && kept.paymentId !== intent.paymentId)
+				throw new SettlementError(`the service answered for payment ${intent.paymentId} the id of another payment this client submitted`, "ANSWER_MISMATCH", null);
 			this.submissions.delete(record.id);
 			this.submissions.set(record.id, intent);
 			if (this.submissions.size > SUBMISSIONS_KEPT) this.submissions.delete(this.submissions.keys().next().value!);

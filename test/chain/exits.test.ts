@@ -297,10 +297,13 @@ describe("several RPC endpoints: one that lies or lags delays an exit, never mak
 	it("a height made up high is not believed: endpoints more than a blockhash lifetime apart are 503 at SUBMITTED, and change nothing", async () => {
 		const intent = await leased();
 		const tx = await settlement(intent, 1_500_000n, false);
-		liar.lie("getBlockHeight", () => 10 ** 15);
-		expect((await submit(intent.id, tx)).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE" });
-		expect((await workerView(intent.id)).receiverStatus).toBe("CRANKER_LEASED");
-		liar.lie("getBlockHeight", (_, truth) => Number(truth) + LIFETIME_BLOCKS);
+		for (const madeUp of [10 ** 15, "x", -5]) {
+			liar.lie("getBlockHeight", () => madeUp);
+			expect((await submit(intent.id, tx)).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE" });
+			expect((await workerView(intent.id)).receiverStatus).toBe("CRANKER_LEASED");
+		}
+		// Within a lifetime of the others, the highest is believed: a lie there delays a drop by a lifetime at most.
+		liar.lie("getBlockHeight", (_, truth) => Number(truth) + LIFETIME_BLOCKS - 5);
 		expect((await submit(intent.id, tx)).status).toBe(200);
 	});
 

@@ -183,8 +183,9 @@ describe("what the SDK takes from the service", () => {
 	it("checks the views of an intent it submitted against that payment, without being given it", async () => {
 		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
 		const id = "int_0123456789abcdef0123456789abcdef";
-		const service = await standInService((req, res) => {
-			if (req.method === "POST") return json(res, 201, { id, status: "pending", receiverStatus: "VERIFIED", ...signed });
+		// Every submission answered with the same id, each as its own payment's record.
+		const service = await standInService((req, res, body) => {
+			if (req.method === "POST") return json(res, 201, { id, status: "pending", receiverStatus: "VERIFIED", ...JSON.parse(body) });
 			if (req.url?.endsWith("/events")) return json(res, 404, { type: "NOT_FOUND", message: "no streams here" });
 			json(res, 200, { id, status: "executed", receiverStatus: "CONFIRMED", ...signed, amount: "1" });
 		});
@@ -192,6 +193,9 @@ describe("what the SDK takes from the service", () => {
 			const client = new SettlementClient({ baseUrl: service.url });
 			expect((await client.submit(signed)).id).toBe(id);
 			await expect(client.waitForStatus(id, { timeoutMs: 5000 })).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			// The same id answered for another payment would have the wait take that payment's views.
+			const second = await offline.signPayment(LocalKeypairSigner.generate(), payment());
+			await expect(client.submit(second)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
 			// Another client, which did not submit it, checks only the id.
 			await expect(new SettlementClient({ baseUrl: service.url }).waitForStatus(id, { timeoutMs: 5000 })).resolves.toMatchObject({ status: "executed" });
 		} finally {

@@ -545,6 +545,8 @@ describe("withSubmissionHeight", () => {
 		// One endpoint's height made up high would keep the submission live for good.
 		expect(expectRefusal(() => withSubmissionHeight(submitted, [1000, 10 ** 15], 300), "CHAIN_UNAVAILABLE", 503).data).toEqual({ reason: "RPC_DISAGREEMENT", heights: [1000, 10 ** 15] });
 		expectRefusal(() => withSubmissionHeight(submitted, [1000, 699], 300), "CHAIN_UNAVAILABLE", 503);
+		// A height that is no number would compare false with everything: a submission never shown dead.
+		expectRefusal(() => withSubmissionHeight(submitted, [1000, Number.NaN], 300), "CHAIN_UNAVAILABLE", 503);
 	});
 });
 

@@ -287,7 +287,7 @@ export class SettlementClient {
 			// One id for two payments would have a wait for the first take the second's views.
 			const kept = this.submissions.get(record.id);
 			if (kept && kept.paymentId !== intent.paymentId)
-				throw new SettlementError(`the service answered for payment ${intent.paymentId} the id of another payment this client submitted`, "ANSWER_MISMATCH", null);
+				throw new SettlementError(`the service answered payment ${intent.paymentId} with another's id`, "ANSWER_MISMATCH", null);
 			this.submissions.delete(record.id);
 			this.submissions.set(record.id, intent);
 			if (this.submissions.size > SUBMISSIONS_KEPT) this.submissions.delete(this.submissions.keys().next().value!);
@@ -303,9 +303,8 @@ export class SettlementClient {
 	/**
 	 * Resolves once the intent is executed or canceled, told by its event stream (GET /intents/{id}/events),
 	 * or by polling GET /intents/{id} where there is none. Past `timeoutMs`: TIMEOUT, the last record seen in `data.intent`.
-	 * Every view must be intent `id`'s, and that payment's (its fields, its commitment) when the
-	 * client knows it: given as `intent` (what signPayment returned), or submitted by this client
-	 * (its latest 1,000 submissions); else ANSWER_MISMATCH.
+	 * Every view must be intent `id`'s, and that payment's when known: `intent` (what signPayment
+	 * returned), or one of this client's last 1,000 submits; else ANSWER_MISMATCH.
 	 */
 	async waitForStatus(id: string, options: { timeoutMs: number; intent?: CreateIntentRequest }): Promise<PublicMempoolIntent> {
 		const intent = options.intent ?? this.submissions.get(id);

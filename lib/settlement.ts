@@ -172,20 +172,35 @@ export interface SettlementContents {
 /** What a wire transaction does, as far as a settlement goes: its memos and its TransferChecked instructions. */
 export function readSettlementTransaction(wireTransaction: ReadonlyUint8Array): SettlementContents {
 	try {
-		const { messageBytes } = getTransactionDecoder().decode(wireTransaction);
-		const message = decompileTransactionMessage(getCompiledTransactionMessageDecoder().decode(messageBytes));
-		const { instructions } = message;
-		const transfers = instructions
-			.filter(ix => ix.programAddress === TOKEN_PROGRAM_ADDRESS && ix.data && identifyTokenInstruction(ix.data) === TokenInstruction.TransferChecked)
-			.map(ix => {
-				const { accounts, data } = parseTransferCheckedInstruction(ix as Parameters<typeof parseTransferCheckedInstruction>[0]);
-				return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
-			});
-		return { memos: getMemosFromInstructions(instructions).map(m => m.memo), feePayer: message.feePayer.address, transfers, durableNonce: isTransactionMessageWithDurableNonceLifetime(message) };
+		return readSettlementMessage(decodedTransaction(wireTransaction).compiled);
 	} catch (err) {
 		// Not decodable, accounts in lookup tables, or an instruction too short to parse (one that can only fail).
-		return { memos: [], transfers: [], unreadable: (err as Error).message };
+		return unreadable((err as Error).message);
 	}
+}
+
+type CompiledMessage = Parameters<typeof decompileTransactionMessage>[0];
+
+/** A reading that proves nothing, and why. */
+const unreadable = (reason: string): SettlementContents => ({ memos: [], transfers: [], unreadable: reason });
+
+/** A wire transaction's message, as signed and as compiled (throws when it is not a transaction). */
+function decodedTransaction(wire: ReadonlyUint8Array): { messageBytes: ReadonlyUint8Array; compiled: CompiledMessage } {
+	const { messageBytes } = getTransactionDecoder().decode(wire);
+	return { messageBytes, compiled: getCompiledTransactionMessageDecoder().decode(messageBytes) };
+}
+
+/** What a compiled message does to a settlement; throws when an instruction cannot be parsed. */
+function readSettlementMessage(compiled: CompiledMessage): SettlementContents {
+	const message = decompileTransactionMessage(compiled);
+	const { instructions } = message;
+	const transfers = instructions
+		.filter(ix => ix.programAddress === TOKEN_PROGRAM_ADDRESS && ix.data && identifyTokenInstruction(ix.data) === TokenInstruction.TransferChecked)
+		.map(ix => {
+			const { accounts, data } = parseTransferCheckedInstruction(ix as Parameters<typeof parseTransferCheckedInstruction>[0]);
+			return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
+		});
+	return { memos: getMemosFromInstructions(instructions).map(m => m.memo), feePayer: message.feePayer.address, transfers, durableNonce: isTransactionMessageWithDurableNonceLifetime(message) };
 }
 
 /** The same, from the base64 text an RPC `getTransaction` answers with `encoding: "base64"`. */
@@ -202,11 +217,12 @@ export function readEncodedSettlementTransaction(base64: string): SettlementCont
 export function readFetchedSettlementTransaction(base64: string, signature: string): SettlementContents {
 	try {
 		const wire = getBase64Encoder().encode(base64);
-		const problem = notTransactionOf(wire, signature);
-		return problem ? { memos: [], transfers: [], unreadable: problem } : readSettlementTransaction(wire);
+		const decoded = decodedTransaction(wire);
+		const problem = notTransactionOf(wire, decoded, signature);
+		return problem ? unreadable(problem) : readSettlementMessage(decoded.compiled);
 	} catch (err) {
-		// Not base64, or not a transaction at all.
-		return { memos: [], transfers: [], unreadable: (err as Error).message };
+		// Not base64, not a transaction at all, or an instruction that cannot be parsed.
+		return unreadable((err as Error).message);
 	}
 }
 
@@ -215,10 +231,9 @@ export function readFetchedSettlementTransaction(base64: string, signature: stri
  * itself: its first signature, and the fee payer as the message's first account (strictly
  * verified, as Solana does); an account listed twice, which no landed transaction has, is refused.
  */
-function notTransactionOf(wire: ReadonlyUint8Array, signature: string): string | null {
+function notTransactionOf(wire: ReadonlyUint8Array, { messageBytes, compiled }: ReturnType<typeof decodedTransaction>, signature: string): string | null {
 	const [count, offset] = getShortU16Decoder().read(wire, 0);
-	const { messageBytes } = getTransactionDecoder().decode(wire);
-	const { staticAccounts } = getCompiledTransactionMessageDecoder().decode(messageBytes);
+	const { staticAccounts } = compiled;
 	if (count < 1 || staticAccounts.length < 1) return `the RPC's transaction ${signature} has no fee payer's signature`;
 	if (new Set(staticAccounts).size !== staticAccounts.length) return `the RPC's transaction ${signature} lists an account twice`;
 	const first = Uint8Array.from(wire.slice(offset, offset + 64));

@@ -261,15 +261,11 @@ export function newSecret(): string {
 	return SECRET_PREFIX + randomBytes(32).toString("base64");
 }
 
-/**
- * Keys under rotation: the first seals and tags, and any of them opens and checks. A single key
- * stands for a ring of one.
- */
-export type KeyRing = Buffer | readonly Buffer[];
+/** Keys under rotation: the first seals and tags, and any of them opens and checks. */
+export type KeyRing = readonly Buffer[];
 
-const ringOf = (keys: KeyRing): readonly Buffer[] => (Buffer.isBuffer(keys) ? [keys] : keys);
 function currentOf(keys: KeyRing): Buffer {
-	const [current] = ringOf(keys);
+	const [current] = keys;
 	if (!current) throw new Error("a key ring without a key");
 	return current;
 }
@@ -298,13 +294,13 @@ export interface WebhookKeys {
 }
 
 export function webhookKeys(masters: KeyRing, next: readonly Buffer[] = []): WebhookKeys {
-	const ring = [...ringOf(masters), ...next];
+	const ring = [...masters, ...next];
 	const derive = (info: string) => ring.map(master => Buffer.from(hkdfSync("sha256", master, Buffer.alloc(0), info, 32)));
 	return {
 		sealing: derive("scs webhook secrets v1"),
 		events: derive("scs webhook events v1"),
 		leases: derive("scs webhook leases v1"),
-		earlier: ringOf(masters).length - 1,
+		earlier: masters.length - 1,
 		fingerprint: createHash("sha256").update(currentOf(masters)).digest("hex").slice(0, 16)
 	};
 }
@@ -373,14 +369,13 @@ function opened(stored: string, keys: KeyRing, subscription: SealedFor): { secre
 	if (!stored.startsWith(SEALED_PREFIX)) throw new Error("not a sealed webhook secret");
 	const sealed = Buffer.from(stored.slice(SEALED_PREFIX.length), "base64");
 	if (sealed.length <= IV_BYTES + TAG_BYTES) throw new Error("a sealed webhook secret too short");
-	const ring = ringOf(keys);
-	for (const [i, key] of ring.entries()) {
+	for (const [i, key] of keys.entries()) {
 		const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, IV_BYTES)).setAAD(boundTo(subscription));
 		decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
 		try {
 			return { secret: Buffer.concat([decipher.update(sealed.subarray(IV_BYTES, sealed.length - TAG_BYTES)), decipher.final()]).toString("utf8"), key: i };
 		} catch (err) {
-			if (i === ring.length - 1) throw err;
+			if (i === keys.length - 1) throw err;
 		}
 	}
 	throw new Error("no key to open a sealed webhook secret");
@@ -401,7 +396,7 @@ export function answerTag(keys: KeyRing, question: Record<string, unknown>, answ
 export function isAnswerTag(keys: KeyRing, question: Record<string, unknown>, answer: unknown, tag: unknown): boolean {
 	const given = typeof tag === "string" ? Buffer.from(tag, "base64") : Buffer.alloc(0);
 	const text = canonicalJson({ question, answer });
-	return ringOf(keys).some(key => {
+	return keys.some(key => {
 		const expected = tagUnder(key, text);
 		return given.length === expected.length && timingSafeEqual(given, expected);
 	});

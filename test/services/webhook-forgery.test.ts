@@ -20,7 +20,7 @@ import { webhookDeliveryService } from "../../services/webhook-delivery.service"
 import { tempDir } from "../helpers/node";
 
 const master = randomBytes(32);
-const keys = webhookKeys(master);
+const keys = webhookKeys([master]);
 const event: StoredEvent = { seq: 1, subject: "int_1", type: INTENT_EVENT_TYPE, at: new Date().toISOString(), data: { state: "CONFIRMED", view: { id: "int_1", amount: "999999999999" } } };
 
 /** A receiver that keeps what it is sent. */

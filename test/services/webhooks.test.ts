@@ -29,7 +29,7 @@ function eventOwner(name: string, stream: WebhookStream, keys: WebhookKeys, late
 		name,
 		actions: {
 			taggedHead: (ctx: Context<{ nonce: string }>) => {
-				const key = tagged() ? keys.events : randomBytes(32);
+				const key = tagged() ? keys.events : [randomBytes(32)];
 				return { seq: latest(), tag: answerTag(key, headQuestion(stream, ctx.params.nonce), latest()) };
 			}
 		}
@@ -111,7 +111,7 @@ describe("subscriptions and their leases", () => {
 		expect(secret).not.toContain(created.secret.slice("whsec_".length));
 		const key = webhookKeys(loadOrCreateWebhookSecretsKey(null, webhooks.dataDir).value).sealing;
 		expect(openSecret(secret, key, lease.subscription)).toBe(created.secret);
-		expect(() => openSecret(secret, randomBytes(32), lease.subscription)).toThrow();
+		expect(() => openSecret(secret, [randomBytes(32)], lease.subscription)).toThrow();
 		// Bound to its subscription and its receiver: put in a lease for another url, it opens for nobody.
 		expect(() => openSecret(secret, key, { ...lease.subscription, url: "https://attacker.example/collect" })).toThrow();
 		const stored = new Database(path.join(webhooks.dataDir, "webhooks.sqlite"), { readonly: true });
@@ -146,7 +146,7 @@ describe("subscriptions and their leases", () => {
 		for (const forged of [
 			{ ...params, nonce: "a-nonce-of-16-chars", proof: "AAAA" },
 			{ ...proven, seq: 8 }, // a key holder's proof, for another write
-			holderWriteRequest(webhookKeys(randomBytes(32)), "advance", params)
+			holderWriteRequest(webhookKeys([randomBytes(32)]), "advance", params)
 		])
 			await expect(webhooks.broker.call("webhooks.advance", forged)).rejects.toMatchObject({ type: "FORBIDDEN", data: { reason: "unproven" } });
 		expect((await webhooks.get(created.id)).cursors).toEqual({ intents: 0 });
@@ -360,7 +360,7 @@ test("claim reads past retries waiting for an absent owner: however many, they d
 
 test("WEBHOOK_SECRETS_KEY rotation: with the new key first, the stored secrets are sealed again under it (a leased one by its holder's next write); an owner not rolled yet leaves them there; then the new key alone opens every one", async () => {
 	const [oldKey, newKey] = [randomBytes(32).toString("base64"), randomBytes(32).toString("base64")];
-	const onlyNew = webhookKeys(Buffer.from(newKey, "base64")).sealing;
+	const onlyNew = webhookKeys([Buffer.from(newKey, "base64")]).sealing;
 	const storeOf = (webhooks: Awaited<ReturnType<typeof startWebhooks>>) => (webhooks.broker.getLocalService("webhooks") as unknown as { webhooks: Collection<WebhookRecord> }).webhooks;
 	// Leases of 30 s: they outlast every restart here.
 	const start = (keys: Record<string, string>, dataDir?: string) => startWebhooks({ WEBHOOK_TIMEOUT_MS: "10000", ...keys }, dataDir);
@@ -384,7 +384,7 @@ test("WEBHOOK_SECRETS_KEY rotation: with the new key first, the stored secrets a
 		const stillOld = (await store.get(leased.id))!.secret;
 		expect(() => openSecret(stillOld, onlyNew, lease.subscription)).toThrow();
 		// The holder's write, proven under the old key (a worker not rolled yet), is taken, and re-seals.
-		const oldHolder = webhookKeys(Buffer.from(oldKey, "base64"));
+		const oldHolder = webhookKeys([Buffer.from(oldKey, "base64")]);
 		const request = holderWriteRequest(oldHolder, "advance", { id: lease.subscription.id, version: lease.subscription.version, stream: "intents", seq: 1, delivered: true });
 		const both = webhookKeys([Buffer.from(newKey, "base64"), Buffer.from(oldKey, "base64")]);
 		const version = holderWriteResult<number>(both, "advance", request.nonce, await during.broker.call("webhooks.advance", request));
@@ -444,7 +444,7 @@ test("a stored secret that no listed key opens (the old key dropped too soon, or
 
 test("the rotation's sweep leaves a lease that lapsed less than a lease's length ago (another replica's clock may run behind) to the next sweep", async () => {
 	const [oldKey, newKey] = [randomBytes(32).toString("base64"), randomBytes(32).toString("base64")];
-	const onlyNew = webhookKeys(Buffer.from(newKey, "base64")).sealing;
+	const onlyNew = webhookKeys([Buffer.from(newKey, "base64")]).sealing;
 	// Leases of 1.5 s.
 	const before = await startWebhooks({ WEBHOOK_SECRETS_KEY: oldKey, WEBHOOK_TIMEOUT_MS: "500" });
 	const created = await before.create();

@@ -60,7 +60,7 @@ describe("signing (Standard Webhooks v1)", () => {
 	});
 
 	it("a sealed secret opens with its key for its own subscription only (id, url, event types, filter); sealing twice changes nothing; a secret in the clear is refused", () => {
-		const [key, secret] = [webhookKeys(randomBytes(32)).sealing, newSecret()];
+		const [key, secret] = [webhookKeys([randomBytes(32)]).sealing, newSecret()];
 		const subscription = { id: "wh_1", url: "https://hooks.example.com/in", eventTypes: ["intent.status_changed" as const], filter: null };
 		const sealed = sealSecret(secret, key, subscription);
 		expect(sealed).toMatch(/^sealed_v1_[A-Za-z0-9+/]+=*$/);
@@ -69,7 +69,7 @@ describe("signing (Standard Webhooks v1)", () => {
 		expect(openSecret(sealed, key, { filter: null, eventTypes: ["intent.status_changed"], url: subscription.url, id: "wh_1" })).toBe(secret);
 		expect(sealSecret(sealed, key, subscription)).toBe(sealed);
 		expect(() => openSecret(secret, key, subscription)).toThrow();
-		expect(() => openSecret(sealed, webhookKeys(randomBytes(32)).sealing, subscription)).toThrow();
+		expect(() => openSecret(sealed, webhookKeys([randomBytes(32)]).sealing, subscription)).toThrow();
 		// A lease naming another subscription, receiver, type set or filter: no secret to sign with.
 		for (const other of [{ id: "wh_2" }, { url: "https://attacker.example/collect" }, { eventTypes: ["tin_operation.status_changed" as const] }, { filter: { tins: ["1234567897"] } }])
 			expect(() => openSecret(sealed, key, { ...subscription, ...other })).toThrow();
@@ -80,7 +80,7 @@ describe("signing (Standard Webhooks v1)", () => {
 	});
 
 	it("an answer's tag checks for that question (stream, cursor, nonce) and that answer only, and the three derived keys differ", () => {
-		const keys = webhookKeys(randomBytes(32));
+		const keys = webhookKeys([randomBytes(32)]);
 		expect(new Set([keys.sealing, keys.events, keys.leases].map(key => answerTag(key, {}, null))).size).toBe(3);
 		const page = [event, { ...event, at: "2026-11-21T18:00:01.000Z" }];
 		const question = eventsQuestion("intents", 7, 200, "nonce-of-this-read");
@@ -99,7 +99,7 @@ describe("signing (Standard Webhooks v1)", () => {
 	it("under rotation the first key seals and tags, any opens and checks, and resealed moves a secret from an earlier key to the first, never from a next one", () => {
 		const [older, newer] = [randomBytes(32), randomBytes(32)];
 		// The three steps: the new key taken (next), then current with the old one earlier, then alone.
-		const [before, taking, during, after] = [webhookKeys(older), webhookKeys(older, [newer]), webhookKeys([newer, older]), webhookKeys(newer)];
+		const [before, taking, during, after] = [webhookKeys([older]), webhookKeys([older], [newer]), webhookKeys([newer, older]), webhookKeys([newer])];
 		const subscription = { id: "wh_1", url: "https://hooks.example.com/in", eventTypes: ["intent.status_changed" as const], filter: null };
 		const secret = newSecret();
 		const sealedBefore = sealSecret(secret, before.sealing, subscription);
@@ -116,7 +116,7 @@ describe("signing (Standard Webhooks v1)", () => {
 		// Nothing to do: already under the first key, no earlier key, or not openable at all.
 		expect(resealed(moved, during, subscription)).toBeNull();
 		expect(resealed(sealedBefore, before, subscription)).toBeNull();
-		const foreign = sealSecret(secret, webhookKeys(randomBytes(32)).sealing, subscription);
+		const foreign = sealSecret(secret, webhookKeys([randomBytes(32)]).sealing, subscription);
 		expect(resealed(foreign, during, subscription)).toBeNull();
 		expect(sealedUnder(foreign, during, subscription)).toBe("none");
 		expect(sealedUnder(secret, during, subscription)).toBe("clear");

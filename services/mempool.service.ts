@@ -703,7 +703,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			this.leases = leaseMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);
 			this.notifyEvents = eventNotifier(this.broker, "intents");
-			this.slots = new SlotObserver(config.solanaRpcUrls[0] ?? null, config.slotPollIntervalMs, message => this.logger.warn(message));
+			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, message => this.logger.warn(message));
 		},
 
 		async started(this: MempoolThis) {

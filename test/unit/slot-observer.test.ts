@@ -1,7 +1,7 @@
 /** SlotObserver against a tiny real JSON-RPC server on 127.0.0.1 (node:http). */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { SlotObserver } from "../../lib/slot-observer";
+import { agreedSlot, SLOT_DISAGREEMENT_WARNING, SlotObserver } from "../../lib/slot-observer";
 import { waitFor } from "../../devkit/process";
 
 interface FakeRpc {
@@ -50,8 +50,8 @@ const until = (condition: () => boolean) => waitFor(condition, 3000, "condition"
 const INTERVAL = 20;
 let rpc: FakeRpc;
 const observers: SlotObserver[] = [];
-function observer(url: string | null, onError?: (message: string) => void): SlotObserver {
-	const o = new SlotObserver(url, INTERVAL, onError);
+function observer(urls: string | string[], onError?: (message: string) => void): SlotObserver {
+	const o = new SlotObserver(typeof urls === "string" ? [urls] : urls, INTERVAL, onError);
 	observers.push(o);
 	return o;
 }
@@ -66,7 +66,7 @@ afterEach(async () => {
 
 describe("SlotObserver", () => {
 	it("is null without an RPC URL, and start() sends nothing", async () => {
-		const o = observer(null);
+		const o = observer([]);
 		await o.start();
 		await sleep(3 * INTERVAL);
 		expect(o.latest()).toBeNull();
@@ -180,5 +180,111 @@ describe("SlotObserver", () => {
 		const after = rpc.requests.length;
 		await sleep(10 * INTERVAL + 2 * rpc.delayMs);
 		expect(rpc.requests.length).toBe(after);
+	});
+});
+
+describe("agreedSlot: one endpoint of three or more moves the slot neither way", () => {
+	it("believes the first of one or two endpoints, as a single endpoint always was", () => {
+		expect(agreedSlot([])).toBeNull();
+		expect(agreedSlot([null])).toBeNull();
+		expect(agreedSlot([500])).toBe(500);
+		expect(agreedSlot([500, 10 ** 9])).toBe(500);
+		expect(agreedSlot([null, 500])).toBeNull();
+	});
+
+	it("takes the lower median of three or more, once more than half of them answered", () => {
+		expect(agreedSlot([100, 10 ** 9, 101])).toBe(101);
+		expect(agreedSlot([100, 0, 101])).toBe(100);
+		expect(agreedSlot([100, null, 101])).toBe(100);
+		expect(agreedSlot([10 ** 9, null, 101])).toBe(101);
+		expect(agreedSlot([100, null, null])).toBeNull();
+		expect(agreedSlot([null, null, null])).toBeNull();
+		expect(agreedSlot([100, 101, 102, 10 ** 9])).toBe(101);
+		expect(agreedSlot([100, null, 101, 10 ** 9])).toBe(101);
+		expect(agreedSlot([100, null, null, 101])).toBeNull();
+		expect(agreedSlot([10 ** 9, 10 ** 9, 100, 101, 102])).toBe(102);
+		expect(agreedSlot([0, 0, 100, 101, 102])).toBe(100);
+	});
+
+	it("stays between honest answers whatever fewer than half of the endpoints answer, in any order", () => {
+		let seed = 7;
+		const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+		for (let round = 0; round < 2000; round++) {
+			const endpoints = 3 + Math.floor(random() * 3);
+			const liars = Math.floor((endpoints - 1) / 2);
+			const honest = Array.from({ length: endpoints - liars }, () => 5000 + Math.floor(random() * 10));
+			const lies = Array.from({ length: liars }, () => [0, 10 ** 12, null, 4990, 5020][Math.floor(random() * 5)]!);
+			const answers = [...honest, ...lies].sort(() => random() - 0.5);
+			const agreed = agreedSlot(answers);
+			// A silent liar counts against the quorum only: the honest answers are more than half.
+			expect(agreed).not.toBeNull();
+			expect(agreed!).toBeGreaterThanOrEqual(Math.min(...honest));
+			expect(agreed!).toBeLessThanOrEqual(Math.max(...honest));
+		}
+	});
+});
+
+describe("SlotObserver over several endpoints", () => {
+	const extra: FakeRpc[] = [];
+	afterEach(async () => {
+		for (const r of extra.splice(0)) await r.close();
+	});
+	async function three(): Promise<[FakeRpc, FakeRpc, FakeRpc]> {
+		extra.push(await startFakeRpc(), await startFakeRpc());
+		return [rpc, extra[0]!, extra[1]!];
+	}
+
+	it("follows the lower median: one endpoint answering too high or lagging moves it neither way, and is named by its place", async () => {
+		const errors: string[] = [];
+		const [a, b, c] = await three();
+		[a.answer, b.answer, c.answer] = [1000, 1001, 1000 + SLOT_DISAGREEMENT_WARNING];
+		const o = observer([a.url, b.url, c.url], message => errors.push(message));
+		await o.start();
+		expect(o.latest()).toBe(1001);
+
+		// Entry 3 claims a slot far ahead: it would expire every intent, were it believed.
+		[a.answer, b.answer, c.answer] = [1005, 1006, 10 ** 9];
+		await until(() => o.latest() === 1006);
+		await until(() => errors.length > 0);
+		expect(errors).toEqual([`SOLANA_RPC_URL entry 3 answers slot ${10 ** 9}, ${10 ** 9 - 1006} from the agreed 1006`]);
+		for (const r of [a, b]) expect(errors[0]).not.toContain(r.url.slice(7));
+		const seen = c.requests.length;
+		await until(() => c.requests.length >= seen + 3);
+		expect(o.latest()).toBe(1006);
+		expect(errors).toHaveLength(1);
+
+		// Then it lags: the guard still moves on with the other two.
+		[a.answer, b.answer, c.answer] = [1010, 1011, 3];
+		await until(() => o.latest() === 1010);
+		[a.answer, b.answer] = [1020, 1021];
+		await until(() => o.latest() === 1020);
+		// Still the same endpoint astray: no second warning.
+		expect(errors).toHaveLength(1);
+	});
+
+	it("goes on with more than half answering (the lower of two), and stays, warning once, with fewer", async () => {
+		const errors: string[] = [];
+		const [a, b, c] = await three();
+		[a.answer, b.answer, c.answer] = [2000, 2001, 2002];
+		const o = observer([a.url, b.url, c.url], message => errors.push(message));
+		await o.start();
+		expect(o.latest()).toBe(2001);
+
+		c.answer = { raw: "<html>bad gateway</html>" };
+		[a.answer, b.answer] = [2010, 2011];
+		await until(() => o.latest() === 2010);
+		expect(errors).toEqual([expect.stringMatching(/^getSlot from SOLANA_RPC_URL entry 3 failed: /)]);
+
+		b.answer = { raw: JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32005, message: "node is behind" } }) };
+		a.answer = 10 ** 9;
+		await until(() => errors.length === 2);
+		expect(errors[1]).toBe("Half or fewer of the 3 endpoints of SOLANA_RPC_URL answer getSlot; the slot stays at 2010 until more do");
+		const seen = a.requests.length;
+		await until(() => a.requests.length >= seen + 3);
+		expect(o.latest()).toBe(2010);
+		expect(errors).toHaveLength(2);
+
+		[a.answer, b.answer, c.answer] = [2030, 2031, 2032];
+		await until(() => o.latest() === 2031);
 	});
 });

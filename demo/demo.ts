@@ -17,7 +17,7 @@ import { createLogger } from "../cranker/log";
 import { Cranker } from "../cranker/worker";
 import { LocalKeypairSigner, SettlementClient } from "../sdk";
 import { createNode, stopNode } from "../services";
-import { LocalChain } from "../devkit/local-chain";
+import { LocalChain, LOCAL_CLUSTER } from "../devkit/local-chain";
 
 const step = (n: number, text: string) => console.log(`\n[${n}] ${text}`);
 const show = (label: string, value: unknown) => console.log(`    ${label.padEnd(22)} ${value}`);
@@ -44,7 +44,7 @@ async function main(): Promise<void> {
 	const seedFile = path.join(dir, "registry-seed.json");
 	fs.writeFileSync(seedFile, JSON.stringify([{ tin, routeCommitment, routeVersion: 1, policyCommitment: sha256Hex("demo policy") }]));
 	const workerApiKey = randomBytes(24).toString("hex");
-	const config = loadConfig({ PORT: "0", DATA_DIR: path.join(dir, "data"), WORKER_API_KEYS: workerApiKey, REGISTRY_SEED_FILE: seedFile, SOLANA_RPC_URL: rpcUrl, LOG_LEVEL: "warn" });
+	const config = loadConfig({ PORT: "0", DATA_DIR: path.join(dir, "data"), WORKER_API_KEYS: workerApiKey, REGISTRY_SEED_FILE: seedFile, SOLANA_RPC_URL: rpcUrl, SOLANA_CLUSTER: LOCAL_CLUSTER, LOG_LEVEL: "warn" });
 	const broker = createNode(config, { logger: false });
 	await broker.start();
 	const port = (broker.getLocalService("api") as unknown as { server: { address(): { port: number } } }).server.address().port;

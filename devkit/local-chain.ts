@@ -57,6 +57,9 @@ export interface LocalChainOptions {
 const base58 = getBase58Decoder();
 const toBase64 = (bytes: ReadonlyUint8Array) => Buffer.from(bytes).toString("base64");
 
+/** A SOLANA_CLUSTER for a Node on a local chain: a name no public cluster's genesis hash is bound to. */
+export const LOCAL_CLUSTER = "solana-localnet";
+
 export class LocalChain {
 	readonly svm = new LiteSVM().withBlockhashCheck(false);
 	/** Method calls received, by method name (for assertions on what the clients did). */
@@ -64,6 +67,8 @@ export class LocalChain {
 	/** The parameters of the last call of each method. */
 	readonly lastParams = new Map<string, unknown[]>();
 	url = "";
+	/** Its own cluster, as a fresh local validator's: no public cluster's genesis hash. */
+	readonly genesisHash = encodeBase58(ed25519.utils.randomSecretKey());
 	private readonly slotMs: number;
 	private readonly validity: number;
 	private slotNumber: number;
@@ -258,6 +263,8 @@ export class LocalChain {
 
 	private dispatch(method: string, params: any[]): unknown {
 		switch (method) {
+			case "getGenesisHash":
+				return this.genesisHash;
 			case "getSlot":
 			case "getBlockHeight":
 				return this.slotNumber;

@@ -81,6 +81,7 @@ export async function readChain<T>(read: () => Promise<T>): Promise<T> {
 	try {
 		return await read();
 	} catch (err) {
+		if (err instanceof ServiceError) throw err;
 		throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
 	}
 }

@@ -7,6 +7,7 @@
 import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi } from "@solana/kit";
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
+import { ServiceError } from "./errors";
 
 /**
  * The Node's chain reads end within this: a check makes at most three, well within the broker's
@@ -14,12 +15,22 @@ import { readFetchedSettlementTransaction, type SettlementContents } from "./set
  */
 const NODE_READ_TIMEOUT_MS = 2500;
 
+/** A genesis hash as an RPC shows it: 32 bytes in base58. */
+const BASE58_HASH = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
+
+/** The public clusters' genesis hashes: a SOLANA_CLUSTER of one of these names must be that cluster. */
+export const CLUSTER_GENESIS_HASHES: Readonly<Record<string, string>> = {
+	"solana-mainnet": "5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d",
+	"solana-devnet": "EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG",
+	"solana-testnet": "4uhcVJyU9pJkvQyS88uRDiswHXSCkY3zQawwpjk2NsNY"
+};
+
 /**
- * The Node's view of the chain through every RPC endpoint of SOLANA_RPC_URL; null without one
- * (nothing can be proven then).
+ * The Node's view of the chain through every RPC endpoint of SOLANA_RPC_URL, on the cluster
+ * SOLANA_CLUSTER names; null without one (nothing can be proven then).
  */
-export function nodeChain(rpcUrls: readonly string[], onError: (message: string) => void): NodeChain | null {
-	return rpcUrls.length ? new NodeChain(rpcUrls, onError) : null;
+export function nodeChain(rpcUrls: readonly string[], cluster: string, onError: (message: string) => void): NodeChain | null {
+	return rpcUrls.length ? new NodeChain(rpcUrls, cluster, onError) : null;
 }
 
 /**
@@ -50,6 +61,10 @@ export class ChainReader {
 
 	blockHeight(): Promise<bigint> {
 		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send(this.deadline).then(counted);
+	}
+
+	genesisHash(): Promise<string> {
+		return this.rpc.getGenesisHash().send(this.deadline);
 	}
 
 	slot(): Promise<bigint> {
@@ -101,9 +116,14 @@ export class ChainReader {
 export class NodeChain {
 	private readonly readers: ChainReader[];
 	private readonly failing: boolean[];
+	/** Set once every endpoint showed the expected genesis hash: a cluster's never changes. */
+	private onOneCluster = false;
+	/** The last wrong-cluster readings told to `onError`, so they are told once, not at every move. */
+	private toldClusters = "";
 
 	constructor(
 		rpcUrls: readonly string[],
+		private readonly cluster: string,
 		private readonly onError: (message: string) => void
 	) {
 		this.readers = rpcUrls.map(url => new ChainReader(url, NODE_READ_TIMEOUT_MS));
@@ -111,7 +131,8 @@ export class NodeChain {
 	}
 
 	/** Each endpoint's block height, in SOLANA_RPC_URL's order. */
-	blockHeights(): Promise<number[]> {
+	async blockHeights(): Promise<number[]> {
+		await this.sameCluster();
 		return this.fromEach(async reader => Number(await reader.blockHeight()));
 	}
 
@@ -121,10 +142,28 @@ export class NodeChain {
 	 * an operator must find which.
 	 */
 	async observe(signature: string, read: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation[]> {
+		await this.sameCluster();
 		const observations = await this.fromEach(reader => reader.observe(signature, read));
 		if (new Set(observations.map(o => o.status)).size > 1)
 			this.onError(`The endpoints of SOLANA_RPC_URL disagree on transaction ${signature}: ${observations.map((o, i) => `entry ${i + 1} ${o.status}`).join(", ")}`);
 		return observations;
+	}
+
+	/**
+	 * Every endpoint must be on the cluster SOLANA_CLUSTER names (its genesis hash, for a public
+	 * one), or on the first endpoint's, for a cluster of another name: an endpoint of another
+	 * cluster shows another chain's transactions. Until it holds, the moves that need the chain are
+	 * 503 CHAIN_UNAVAILABLE.
+	 */
+	private async sameCluster(): Promise<void> {
+		if (this.onOneCluster) return;
+		const hashes = (await this.fromEach(reader => reader.genesisHash())).map(hash => (typeof hash === "string" && BASE58_HASH.test(hash) ? hash : "unreadable"));
+		const expected = CLUSTER_GENESIS_HASHES[this.cluster] ?? hashes[0];
+		if (expected !== "unreadable" && hashes.every(hash => hash === expected)) return void (this.onOneCluster = true);
+		const readings = hashes.map((hash, i) => `entry ${i + 1} ${hash}`).join(", ");
+		if (readings !== this.toldClusters) this.onError(`The endpoints of SOLANA_RPC_URL are not all on ${this.cluster in CLUSTER_GENESIS_HASHES ? `${this.cluster} (genesis hash ${expected})` : "one cluster"}: ${readings}; moves that need the chain answer 503 until they are`);
+		this.toldClusters = readings;
+		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });
 	}
 
 	private fromEach<T>(read: (reader: ChainReader) => Promise<T>): Promise<T[]> {

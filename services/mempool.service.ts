@@ -699,7 +699,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		} satisfies MempoolMethods & ThisType<MempoolThis>,
 
 		created(this: MempoolThis) {
-			this.chain = nodeChain(config.solanaRpcUrls, message => this.logger.warn(message));
+			this.chain = nodeChain(config.solanaRpcUrls, config.solanaCluster, message => this.logger.warn(message));
 			this.leases = leaseMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);
 			this.notifyEvents = eventNotifier(this.broker, "intents");

@@ -13,9 +13,9 @@ import { buildSettlementInstructions, MEMO_PROGRAM, registryMemo, settlementMemo
 import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
-import { LocalChain } from "../../devkit/local-chain";
+import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { startLyingRpc, type LyingRpc } from "../helpers/lying-rpc";
-import { NodeChain } from "../../lib/chain";
+import { CLUSTER_GENESIS_HASHES, NodeChain } from "../../lib/chain";
 
 const VALIDITY_SLOTS = 20;
 /** The Node's floor under a submission's life (BLOCKHASH_LIFETIME_BLOCKS), a little over the chain's validity here. */
@@ -46,7 +46,7 @@ beforeAll(async () => {
 	}
 	route = newRoute();
 	const dataDir = tempDir();
-	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: `${liar.url},${chain.url}`, SLOT_POLL_INTERVAL_MS: "200", LEASE_TTL_MS: "4000", BLOCKHASH_LIFETIME_BLOCKS: String(LIFETIME_BLOCKS) }, dataDir);
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: `${liar.url},${chain.url}`, SOLANA_CLUSTER: LOCAL_CLUSTER, SLOT_POLL_INTERVAL_MS: "200", LEASE_TTL_MS: "4000", BLOCKHASH_LIFETIME_BLOCKS: String(LIFETIME_BLOCKS) }, dataDir);
 	for (const [wallet, roles] of [[holder, ["settlement"]], [other, ["settlement"]], [submitter, ["submitter"]], [verifier, ["verifier"]]] as const)
 		expect((await node.as(wallet)("POST", "/crankers/heartbeat", signedHeartbeat(wallet, [...roles], { liquidity: [] }))).status).toBe(200);
 });
@@ -57,16 +57,16 @@ afterAll(async () => {
 	await chain?.stop();
 });
 
-const patch = (cranker: Wallet, id: string, body: Record<string, unknown>) => node.as(cranker)("PATCH", `/intents/${id}/status`, { crankerPubkey: cranker.address, ...body });
-const authorize = (cranker: Wallet, workId: string) => node.as(cranker)("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey: cranker.address });
-const workerView = async (id: string) => (await node.as(holder)("GET", `/intents/${id}`)).body;
+const patch = (cranker: Wallet, id: string, body: Record<string, unknown>, on = node) => on.as(cranker)("PATCH", `/intents/${id}/status`, { crankerPubkey: cranker.address, ...body });
+const authorize = (cranker: Wallet, workId: string, on = node) => on.as(cranker)("POST", "/internal/settlement-authorizations/settlement", { workId, crankerPubkey: cranker.address });
+const workerView = async (id: string, on = node) => (await on.as(holder)("GET", `/intents/${id}`)).body;
 
 /** A verified intent of `amount`, leased by `holder`, with its payout authorization. */
-async function leased(amount = "1500000") {
-	const { status, body } = await node.http("POST", "/intents", signedIntent(sender, route, { tokenMintAddress: mint, amount, expiresAtSlot: chain.slot + 1_000_000 }));
+async function leased(amount = "1500000", on = node) {
+	const { status, body } = await on.http("POST", "/intents", signedIntent(sender, route, { tokenMintAddress: mint, amount, expiresAtSlot: chain.slot + 1_000_000 }));
 	expect(status).toBe(201);
-	expect((await patch(holder, body.id, { status: "CRANKER_LEASED", expectedVersion: 3 })).status).toBe(200);
-	const authorization = await authorize(holder, body.id);
+	expect((await patch(holder, body.id, { status: "CRANKER_LEASED", expectedVersion: 3 }, on)).status).toBe(200);
+	const authorization = await authorize(holder, body.id, on);
 	expect(authorization.status).toBe(200);
 	return { id: body.id as string, transactionCommitment: body.transactionCommitment as string, payoutNullifier: authorization.body.payoutNullifier as string };
 }
@@ -89,8 +89,8 @@ async function signedSettlement(intent: { transactionCommitment: string; payoutN
 	return { signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight), wire };
 }
 
-const submit = (id: string, tx: { signature: string; lastValidBlockHeight: number }) =>
-	patch(holder, id, { status: "SUBMITTED", expectedVersion: 4, transactionSignature: tx.signature, lastValidBlockHeight: tx.lastValidBlockHeight });
+const submit = (id: string, tx: { signature: string; lastValidBlockHeight: number }, on = node) =>
+	patch(holder, id, { status: "SUBMITTED", expectedVersion: 4, transactionSignature: tx.signature, lastValidBlockHeight: tx.lastValidBlockHeight }, on);
 
 /** Waits until the submission can no longer land by the Node's rule: past both the claim and its own floor. */
 async function pastLanding(id: string) {
@@ -309,7 +309,7 @@ describe("several RPC endpoints: one that lies or lags delays an exit, never mak
 
 	it("tells the operator which endpoint disagrees or fails, by its place in the list, never by its URL", async () => {
 		const warnings: string[] = [];
-		const both = new NodeChain([liar.url, chain.url], message => warnings.push(message));
+		const both = new NodeChain([liar.url, chain.url], LOCAL_CLUSTER, message => warnings.push(message));
 		const landed = await settlement(await leased(), 1_500_000n, true);
 		const touches = async () => ({ mismatches: [], related: true });
 		liar.lie("getSignatureStatuses", () => ({ context: { slot: chain.slot }, value: [null] }));
@@ -332,6 +332,45 @@ describe("several RPC endpoints: one that lies or lags delays an exit, never mak
 		expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
 		liar.down = false;
 		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).status).toBe(200);
+	});
+});
+
+describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
+	const devnet = CLUSTER_GENESIS_HASHES["solana-devnet"]!;
+	afterEach(() => liar.honest());
+
+	it("an endpoint of another cluster holds every move back (503 RPC_WRONG_CLUSTER) until it is on the same one, and is told once", async () => {
+		const warnings: string[] = [];
+		const both = new NodeChain([liar.url, chain.url], LOCAL_CLUSTER, message => warnings.push(message));
+		const landed = await settlement(await leased(), 1_500_000n, true);
+		const touches = async () => ({ mismatches: [], related: true });
+		liar.lie("getGenesisHash", () => devnet);
+		const wrongCluster = { type: "CHAIN_UNAVAILABLE", data: { reason: "RPC_WRONG_CLUSTER", genesisHashes: [devnet, chain.genesisHash] } };
+		await expect(both.blockHeights()).rejects.toMatchObject(wrongCluster);
+		await expect(both.observe(landed.signature, touches)).rejects.toMatchObject(wrongCluster);
+		// An answer that is no hash is named as such, never echoed.
+		liar.lie("getGenesisHash", () => "x".repeat(5000));
+		await expect(both.blockHeights()).rejects.toMatchObject({ data: { genesisHashes: ["unreadable", chain.genesisHash] } });
+		expect(warnings).toEqual([
+			`The endpoints of SOLANA_RPC_URL are not all on one cluster: entry 1 ${devnet}, entry 2 ${chain.genesisHash}; moves that need the chain answer 503 until they are`,
+			`The endpoints of SOLANA_RPC_URL are not all on one cluster: entry 1 unreadable, entry 2 ${chain.genesisHash}; moves that need the chain answer 503 until they are`
+		]);
+		liar.honest();
+		expect((await both.observe(landed.signature, touches)).map(o => o.status)).toEqual(["landed", "landed"]);
+	});
+
+	it("a Node whose SOLANA_CLUSTER names a public cluster its endpoints are not on takes no SUBMITTED report (503), and changes nothing", async () => {
+		const dataDir = tempDir();
+		const devnetNode = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: "solana-devnet" }, dataDir);
+		try {
+			expect((await devnetNode.as(holder)("POST", "/crankers/heartbeat", signedHeartbeat(holder, ["settlement"], { liquidity: [] }))).status).toBe(200);
+			const intent = await leased("1500000", devnetNode);
+			const tx = await settlement(intent, 1_500_000n, false);
+			expect((await submit(intent.id, tx, devnetNode)).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE", data: { reason: "RPC_WRONG_CLUSTER", genesisHashes: [chain.genesisHash] } });
+			expect((await workerView(intent.id, devnetNode)).receiverStatus).toBe("CRANKER_LEASED");
+		} finally {
+			await devnetNode.stop();
+		}
 	});
 });
 

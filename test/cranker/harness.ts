@@ -15,7 +15,7 @@ import { LocalKeypairSigner, SettlementClient } from "../../sdk";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../../lib/intents";
 import { newRoute, uniqueId, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, startNode, tempDir, worker, type TestNode } from "../helpers/node";
-import { LocalChain } from "../../devkit/local-chain";
+import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { spawnScript, type ScriptProcess } from "../../devkit/process";
 
 export { waitFor } from "../../devkit/process";
@@ -52,6 +52,7 @@ export class Harness {
 		return {
 			REGISTRY_SEED_FILE: writeSeedFile(this.dir, [this.route]),
 			SOLANA_RPC_URL: this.chain.url,
+			SOLANA_CLUSTER: LOCAL_CLUSTER,
 			SLOT_POLL_INTERVAL_MS: "200",
 			// Short, so a dead Cranker's lease lapses quickly; long enough that a live one on a loaded CI
 			// machine reports SUBMITTED within it (2 s was not always: a second lease by the same rescuer).

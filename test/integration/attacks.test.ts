@@ -16,7 +16,7 @@ import { signRequest } from "../../lib/http-signature";
 import type { GenesisRoute } from "../../lib/registry";
 import { openStore } from "../../lib/store";
 import { signSettlementTransaction } from "../../lib/settlement";
-import { LocalChain } from "../../devkit/local-chain";
+import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { MINT, crankerCallMeta, iso, newRoute, newWallet, signedHeartbeat, signedIntent, signingKey, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
 import { freePort, spawnScript, waitFor } from "../../devkit/process";
@@ -72,7 +72,7 @@ beforeAll(async () => {
 	await chain.fundTokens(victim.address, mint, 10n ** 12n);
 	route = newRoute();
 	const dataDir = tempDir();
-	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, LEASE_TTL_MS: "1500", AUTH_FAILURES_PER_MIN: "1000" }, dataDir);
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LEASE_TTL_MS: "1500", AUTH_FAILURES_PER_MIN: "1000" }, dataDir);
 	for (const [cranker, roles] of [[victim, ["settlement", "submitter"]], [attacker, ["settlement", "submitter", "verifier"]], [verifierCranker, ["verifier"]]] as const)
 		expect((await node.as(cranker)("POST", "/crankers/heartbeat", signedHeartbeat(cranker, [...roles]))).status).toBe(200);
 });

@@ -15,6 +15,9 @@ import { ServiceError } from "./errors";
  */
 const NODE_READ_TIMEOUT_MS = 2500;
 
+/** How many signatures' first disagreement the Node keeps, to warn at the second. */
+const DISAGREEMENTS_KEPT = 1000;
+
 /** A genesis hash as an RPC shows it: 32 bytes in base58. */
 const BASE58_HASH = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
 
@@ -120,6 +123,8 @@ export class NodeChain {
 	private onOneCluster = false;
 	/** The last wrong-cluster readings told to `onError`, so they are told once, not at every move. */
 	private toldClusters = "";
+	/** Signatures the endpoints disagreed on at their last read (a bounded few). */
+	private readonly disagreedOn = new Set<string>();
 
 	constructor(
 		rpcUrls: readonly string[],
@@ -138,14 +143,21 @@ export class NodeChain {
 
 	/**
 	 * Each endpoint's observation, in SOLANA_RPC_URL's order. Endpoints that disagree on a
-	 * signature's status are told to `onError` by their places: one of them holds moves back, and
-	 * an operator must find which.
+	 * signature's status at two reads in a row are told to `onError` by their places: one of them
+	 * holds moves back, and an operator must find which. Once is a landing one endpoint has not
+	 * caught up with yet, which the Cranker's retry finds settled.
 	 */
 	async observe(signature: string, read: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation[]> {
 		await this.sameCluster();
 		const observations = await this.fromEach(reader => reader.observe(signature, read));
-		if (new Set(observations.map(o => o.status)).size > 1)
-			this.onError(`The endpoints of SOLANA_RPC_URL disagree on transaction ${signature}: ${observations.map((o, i) => `entry ${i + 1} ${o.status}`).join(", ")}`);
+		const disagree = new Set(observations.map(o => o.status)).size > 1;
+		if (disagree && this.disagreedOn.has(signature))
+			this.onError(`The endpoints of SOLANA_RPC_URL disagree on transaction ${signature} again: ${observations.map((o, i) => `entry ${i + 1} ${o.status}`).join(", ")}`);
+		if (!disagree) this.disagreedOn.delete(signature);
+		else {
+			if (this.disagreedOn.size >= DISAGREEMENTS_KEPT) this.disagreedOn.clear();
+			this.disagreedOn.add(signature);
+		}
 		return observations;
 	}
 

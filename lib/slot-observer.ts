@@ -6,11 +6,19 @@
  * way once three or more are listed: see `agreedSlot`.
  */
 
+import { readJsonAnswer } from "./json-answer";
+
 /** An endpoint this far from the agreed slot (about a minute of slots) is named in a warning. */
 export const SLOT_DISAGREEMENT_WARNING = 150;
 
+/** A getSlot answer is a few dozen bytes: a longer one is cut off, not held in memory. */
+const MAX_SLOT_ANSWER_BYTES = 4096;
+
+/** A warning told is not told again within this, however often its condition comes and goes. */
+const WARNING_REPEAT_MS = 5 * 60_000;
+
 /**
- * The slot the endpoints' answers (in SOLANA_RPC_URL's order, null for none) agree on, or null.
+ * The slot the endpoints' answers (in SOLANA_RPC_URL's order, null for none or one not fresh) agree on, or null.
  * With three or more endpoints: the lower median of the answers, once more than half of the
  * endpoints answered. The median lies between honest answers while liars are fewer than half of
  * them, so one endpoint answering too high cannot expire every intent, nor one lagging hold the
@@ -27,42 +35,67 @@ export function agreedSlot(answers: readonly (number | null)[]): number | null {
 
 export class SlotObserver {
 	private slot: number | null = null;
-	private timer: NodeJS.Timeout | null = null;
+	/** The endpoints polled: every one with three or more, the first alone with one or two (only its answer counts). */
+	private readonly polled: readonly string[];
+	/** Each polled endpoint's latest slot and when it came; null after a failure. */
+	private readonly answers: ({ slot: number; atMs: number } | null)[];
+	private readonly timers: (NodeJS.Timeout | undefined)[] = [];
+	private readonly timeoutMs: number;
+	/** An answer older than this counts as none: a working endpoint answers within an interval and a timeout. */
+	private readonly freshMs: number;
 	private running = false;
-	/** The conditions told to `onError` and still lasting, so each warns once, not every poll. */
+	/** Set once every endpoint's first answer is in: no agreement is judged on the first few alone. */
+	private started = false;
+	/** The conditions told to `onError` and still lasting, and when each was last told. */
 	private readonly lasting = new Set<string>();
+	private readonly toldAt = new Map<string, number>();
 
 	constructor(
-		private readonly rpcUrls: readonly string[],
+		rpcUrls: readonly string[],
 		private readonly intervalMs: number,
 		private readonly onError: (message: string) => void = () => {}
-	) {}
+	) {
+		this.polled = rpcUrls.length < 3 ? rpcUrls.slice(0, 1) : rpcUrls;
+		this.answers = this.polled.map(() => null);
+		this.timeoutMs = Math.max(1000, intervalMs);
+		this.freshMs = 2 * intervalMs + this.timeoutMs;
+	}
 
 	latest(): number | null {
 		return this.slot;
 	}
 
+	/** Resolves once every endpoint answered (or failed) once. */
 	async start(): Promise<void> {
-		if (!this.rpcUrls.length) return;
+		if (!this.polled.length) return;
 		this.running = true;
-		await this.poll();
-		const schedule = () => {
-			// stop() may have come while a poll was in flight (the first one included).
-			if (!this.running) return;
-			this.timer = setTimeout(() => void this.poll().finally(schedule), this.intervalMs);
-			this.timer.unref();
-		};
-		schedule();
+		await Promise.all(this.polled.map((_, i) => this.poll(i)));
+		this.started = true;
+		this.agree();
+		this.polled.forEach((_, i) => this.schedule(i));
 	}
 
 	stop(): void {
 		this.running = false;
-		if (this.timer) clearTimeout(this.timer);
-		this.timer = null;
+		for (const timer of this.timers) clearTimeout(timer);
 	}
 
-	private async poll(): Promise<void> {
-		const answers = await Promise.all(this.rpcUrls.map((url, i) => this.slotFrom(url, i)));
+	private schedule(i: number): void {
+		// stop() may have come while a poll was in flight (the first one included).
+		if (!this.running) return;
+		this.timers[i] = setTimeout(() => void this.poll(i).finally(() => this.schedule(i)), this.intervalMs);
+		this.timers[i].unref();
+	}
+
+	private async poll(i: number): Promise<void> {
+		const slot = await this.slotFrom(this.polled[i]!, i);
+		this.answers[i] = slot === null ? null : { slot, atMs: Date.now() };
+		if (this.started) this.agree();
+	}
+
+	private agree(): void {
+		const freshSince = Date.now() - this.freshMs;
+		const answers = this.answers.map(answer => (answer && answer.atMs >= freshSince ? answer.slot : null));
 		const agreed = agreedSlot(answers);
 		this.warn("quorum", agreed === null && answers.length >= 3, () => `Half or fewer of the ${answers.length} endpoints of SOLANA_RPC_URL answer getSlot; the slot stays at ${this.slot} until more do`);
 		if (agreed === null) return;
@@ -74,33 +107,35 @@ export class SlotObserver {
 		if (this.slot === null || agreed > this.slot) this.slot = agreed;
 	}
 
-	/** An endpoint's slot, or null when it fails or answers anything but a slot. */
+	/** An endpoint's slot, or null when it fails or answers anything but a slot (told by a fixed reason: its words are not logged). */
 	private async slotFrom(url: string, place: number): Promise<number | null> {
-		let slot: number | null = null;
 		let failure: string | null = null;
+		let result: unknown;
 		try {
 			const response = await fetch(url, {
 				method: "POST",
 				headers: { "content-type": "application/json" },
 				body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "getSlot", params: [{ commitment: "confirmed" }] }),
-				signal: AbortSignal.timeout(Math.max(1000, this.intervalMs))
+				signal: AbortSignal.timeout(this.timeoutMs)
 			});
-			const { result } = (await response.json()) as { result?: unknown };
-			if (Number.isSafeInteger(result) && (result as number) >= 0) slot = result as number;
+			result = ((await readJsonAnswer(response, MAX_SLOT_ANSWER_BYTES)) as { result?: unknown } | undefined)?.result;
+			if (!Number.isSafeInteger(result) || (result as number) < 0) failure = `HTTP ${response.status}, no slot in the answer`;
 		} catch (err) {
-			failure = (err as Error).message;
+			failure = (err as Error).name;
 		}
-		const name = this.rpcUrls.length > 1 ? `SOLANA_RPC_URL entry ${place + 1}` : "SOLANA_RPC_URL";
-		this.warn(`fails ${place}`, failure !== null, () => `getSlot from ${name} failed: ${failure}`);
-		return slot;
+		const name = this.polled.length > 1 ? `SOLANA_RPC_URL entry ${place + 1}` : "SOLANA_RPC_URL";
+		this.warn(`fails ${place}`, failure !== null, () => `getSlot from ${name} failed (${failure})`);
+		return failure === null ? (result as number) : null;
 	}
 
-	/** Tells `onError` when a condition starts, not on every poll while it lasts. */
+	/** Tells `onError` when a condition starts, not while it lasts, nor again within WARNING_REPEAT_MS. */
 	private warn(condition: string, holds: boolean, message: () => string): void {
-		if (!holds) this.lasting.delete(condition);
-		else if (!this.lasting.has(condition)) {
-			this.lasting.add(condition);
-			this.onError(message());
-		}
+		if (!holds) return void this.lasting.delete(condition);
+		if (this.lasting.has(condition)) return;
+		this.lasting.add(condition);
+		const now = Date.now();
+		if (now - (this.toldAt.get(condition) ?? -Infinity) < WARNING_REPEAT_MS) return;
+		this.toldAt.set(condition, now);
+		this.onError(message());
 	}
 }

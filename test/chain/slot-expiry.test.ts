@@ -36,20 +36,30 @@ afterAll(async () => {
 	await chain?.stop();
 });
 
-afterEach(() => liar.honest());
+afterEach(() => {
+	liar.honest();
+	relay.honest();
+});
 
-/** Lets every process that polls the slot (the verifier and the mempool) take a few readings. */
-const polled = () => sleep(5 * POLL_MS);
+/** Lets every process that polls the slot (the verifier and the mempool) take a few readings from `endpoint`. */
+async function polled(endpoint: LyingRpc) {
+	const seen = endpoint.calls.get("getSlot") ?? 0;
+	await waitFor(() => (endpoint.calls.get("getSlot") ?? 0) >= seen + 6, 5_000, "getSlot polls", 20);
+	await sleep(POLL_MS);
+}
 const status = async (id: string) => (await node.http("GET", `/intents/${id}`)).body.receiverStatus as string;
 const leasable = async (id: string) => ((await node.http("GET", "/intent-work?limit=500", undefined, worker)).body as { intent: { id: string } }[]).some(work => work.intent.id === id);
 
 describe("one endpoint of three moves the slot neither way", () => {
-	it("a slot made up far ahead expires nothing: intake takes the intent, and it stays leasable", async () => {
-		liar.lie("getSlot", (_params, truth) => Number(truth) + 1_000_000);
-		await polled();
+	it.each([
+		["first", () => liar],
+		["second", () => relay]
+	])("a slot made up far ahead by the %s endpoint expires nothing: intake takes the intent, and it stays leasable", async (_place, endpoint) => {
+		endpoint().lie("getSlot", (_params, truth) => Number(truth) + 1_000_000);
+		await polled(endpoint());
 		const posted = await node.http("POST", "/intents", signedIntent(sender, route, { expiresAtSlot: chain.slot + 2_000 }));
 		expect(posted.status).toBe(201);
-		await polled();
+		await polled(endpoint());
 		expect(await status(posted.body.id)).toBe("VERIFIED");
 		expect(await leasable(posted.body.id)).toBe(true);
 	});
@@ -57,7 +67,7 @@ describe("one endpoint of three moves the slot neither way", () => {
 	it("a slot held behind keeps no intent open past its expiresAtSlot", async () => {
 		const expiresAtSlot = chain.slot + 40;
 		liar.lie("getSlot", () => expiresAtSlot - 30);
-		await polled();
+		await polled(liar);
 		const posted = await node.http("POST", "/intents", signedIntent(sender, route, { expiresAtSlot }));
 		expect(posted.status).toBe(201);
 		await waitFor(() => chain.slot > expiresAtSlot, 10_000, `the chain past slot ${expiresAtSlot}`, 20);

@@ -14,13 +14,15 @@ export interface LyingRpc {
 	lie(method: string, answer: Lie | null): void;
 	/** Stops every lie. */
 	honest(): void;
+	/** Calls received, by method. */
+	calls: Map<string, number>;
 	down: boolean;
 	close(): Promise<void>;
 }
 
 export async function startLyingRpc(upstream: string): Promise<LyingRpc> {
 	const lies = new Map<string, Lie>();
-	const rpc = { down: false };
+	const rpc = { down: false, calls: new Map<string, number>() };
 	const server = http.createServer((req, res) => {
 		const chunks: Buffer[] = [];
 		req.on("data", (chunk: Buffer) => chunks.push(chunk));
@@ -32,6 +34,7 @@ export async function startLyingRpc(upstream: string): Promise<LyingRpc> {
 				.catch(() => null);
 			if (upstreamAnswer === null) return void res.writeHead(502).end();
 			const call = JSON.parse(body) as { method: string; params?: unknown[] };
+			rpc.calls.set(call.method, (rpc.calls.get(call.method) ?? 0) + 1);
 			const lie = lies.get(call.method);
 			let answer = upstreamAnswer;
 			if (lie) {

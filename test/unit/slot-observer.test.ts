@@ -253,11 +253,13 @@ describe("SlotObserver over several endpoints", () => {
 		expect(o.latest()).toBe(1006);
 		expect(errors).toHaveLength(1);
 
-		// Then it lags: the guard still moves on with the other two.
+		// Then it lags: the guard still moves on with the other two. (Each endpoint is polled on its
+		// own, so while the answers change the agreed slot may be either honest one.)
 		[a.answer, b.answer, c.answer] = [1010, 1011, 3];
-		await until(() => o.latest() === 1010);
+		await until(() => o.latest()! >= 1010);
 		[a.answer, b.answer] = [1020, 1021];
-		await until(() => o.latest() === 1020);
+		await until(() => o.latest()! >= 1020);
+		expect(o.latest()).toBeLessThanOrEqual(1021);
 		// Still the same endpoint astray: no second warning.
 		expect(errors).toHaveLength(1);
 	});
@@ -288,8 +290,10 @@ describe("SlotObserver over several endpoints", () => {
 		expect(o.latest()).toBe(2010);
 		expect(errors).toHaveLength(3);
 
+		// Entry 1 may still be heard claiming 10^9 as the others come back: the slot is an honest one's.
 		[a.answer, b.answer, c.answer] = [2030, 2031, 2032];
-		await until(() => o.latest() === 2031);
+		await until(() => o.latest()! >= 2031);
+		expect(o.latest()).toBeLessThanOrEqual(2032);
 	});
 
 	it("polls each endpoint on its own: one that hangs holds back no other's answers, and its stale answer stops counting", async () => {

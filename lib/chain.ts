@@ -8,6 +8,7 @@ import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi 
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
 import { ServiceError } from "./errors";
+import { ConditionStreaks } from "./failure-streak";
 
 /**
  * The Node's chain reads end within this: a check makes at most three, well within the broker's
@@ -118,11 +119,10 @@ export class ChainReader {
  */
 export class NodeChain {
 	private readonly readers: ChainReader[];
-	private readonly failing: boolean[];
+	/** Endpoints failing and a wrong cluster, told when they start, as reminders, and when they end. */
+	private readonly conditions: ConditionStreaks;
 	/** Set once every endpoint showed the expected genesis hash: a cluster's never changes. */
 	private onOneCluster = false;
-	/** The last wrong-cluster readings told to `onError`, so they are told once, not at every move. */
-	private toldClusters = "";
 	/** Signatures the endpoints disagreed on at their last read (a bounded few). */
 	private readonly disagreedOn = new Set<string>();
 
@@ -132,7 +132,7 @@ export class NodeChain {
 		private readonly onError: (message: string) => void
 	) {
 		this.readers = rpcUrls.map(url => new ChainReader(url, NODE_READ_TIMEOUT_MS));
-		this.failing = rpcUrls.map(() => false);
+		this.conditions = new ConditionStreaks(onError);
 	}
 
 	/** Each endpoint's block height, in SOLANA_RPC_URL's order. */
@@ -171,23 +171,23 @@ export class NodeChain {
 		if (this.onOneCluster) return;
 		const hashes = (await this.fromEach(reader => reader.genesisHash())).map(hash => (typeof hash === "string" && BASE58_HASH.test(hash) ? hash : "unreadable"));
 		const expected = CLUSTER_GENESIS_HASHES[this.cluster] ?? hashes[0];
-		if (expected !== "unreadable" && hashes.every(hash => hash === expected)) return void (this.onOneCluster = true);
+		this.onOneCluster = expected !== "unreadable" && hashes.every(hash => hash === expected);
 		const readings = hashes.map((hash, i) => `entry ${i + 1} ${hash}`).join(", ");
-		if (readings !== this.toldClusters) this.onError(`The endpoints of SOLANA_RPC_URL are not all on ${this.cluster in CLUSTER_GENESIS_HASHES ? `${this.cluster} (genesis hash ${expected})` : "one cluster"}: ${readings}; moves that need the chain answer 503 until they are`);
-		this.toldClusters = readings;
+		this.conditions.report("SOLANA_RPC_URL", !this.onOneCluster, () => `is not all on ${this.cluster in CLUSTER_GENESIS_HASHES ? `${this.cluster} (genesis hash ${expected})` : "one cluster"}: ${readings}; moves that need the chain answer 503 until it is`);
+		if (this.onOneCluster) return;
 		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });
 	}
 
 	private fromEach<T>(read: (reader: ChainReader) => Promise<T>): Promise<T[]> {
 		return Promise.all(
 			this.readers.map(async (reader, i) => {
+				const endpoint = `SOLANA_RPC_URL entry ${i + 1}`;
 				try {
 					const answer = await read(reader);
-					this.failing[i] = false;
+					this.conditions.report(endpoint, false, () => "");
 					return answer;
 				} catch (err) {
-					if (!this.failing[i]) this.onError(`The chain could not be read through SOLANA_RPC_URL entry ${i + 1} (${(err as Error).name}); moves that need the chain answer 503 until it can`);
-					this.failing[i] = true;
+					this.conditions.report(endpoint, true, () => `cannot be read (${(err as Error).name}); moves that need the chain answer 503 until it can`);
 					throw err;
 				}
 			})

@@ -56,3 +56,27 @@ export class FailureStreak {
 }
 
 const seconds = (ms: number) => `${Math.round(ms / 1000)} s`;
+
+/**
+ * A FailureStreak per condition that can hold or not at each look (an endpoint failing, another
+ * one straying), told through `tell` as `${condition} ${what}`: when it starts, as reminders, and
+ * when it ends. `condition` names the subject ("SOLANA_RPC_URL entry 2"); keep the set of them
+ * bounded, and each one's `what` the same while nothing new happens, so reminders stay quiet.
+ */
+export class ConditionStreaks {
+	private readonly streaks = new Map<string, FailureStreak>();
+
+	constructor(private readonly tell: (line: string) => void) {}
+
+	report(condition: string, holds: boolean, what: () => string): void {
+		let streak = this.streaks.get(condition);
+		if (!holds) {
+			const ended = streak?.succeeded();
+			if (ended) this.tell(`${condition} ${ended}`);
+			return;
+		}
+		if (!streak) this.streaks.set(condition, (streak = new FailureStreak()));
+		const line = streak.failed(what());
+		if (line) this.tell(`${condition} ${line}`);
+	}
+}

@@ -6,6 +6,7 @@
  * way once three or more are listed: see `agreedSlot`.
  */
 
+import { ConditionStreaks } from "./failure-streak";
 import { readJsonAnswer } from "./json-answer";
 
 /** An endpoint this far from the agreed slot (about a minute of slots) is named in a warning. */
@@ -13,9 +14,6 @@ export const SLOT_DISAGREEMENT_WARNING = 150;
 
 /** A getSlot answer is a few dozen bytes: a longer one is cut off, not held in memory. */
 const MAX_SLOT_ANSWER_BYTES = 4096;
-
-/** A warning told is not told again within this, however often its condition comes and goes. */
-const WARNING_REPEAT_MS = 5 * 60_000;
 
 /**
  * The slot the endpoints' answers (in SOLANA_RPC_URL's order, null for none or one not fresh) agree on, or null.
@@ -46,15 +44,15 @@ export class SlotObserver {
 	private running = false;
 	/** Set once every endpoint's first answer is in: no agreement is judged on the first few alone. */
 	private started = false;
-	/** The conditions told to `onError` and still lasting, and when each was last told. */
-	private readonly lasting = new Set<string>();
-	private readonly toldAt = new Map<string, number>();
+	/** What goes wrong, told when it starts, as reminders while it lasts, and when it ends. */
+	private readonly conditions: ConditionStreaks;
 
 	constructor(
 		rpcUrls: readonly string[],
 		private readonly intervalMs: number,
-		private readonly onError: (message: string) => void = () => {}
+		onError: (message: string) => void = () => {}
 	) {
+		this.conditions = new ConditionStreaks(onError);
 		this.polled = rpcUrls.length < 3 ? rpcUrls.slice(0, 1) : rpcUrls;
 		this.answers = this.polled.map(() => null);
 		this.timeoutMs = Math.max(1000, intervalMs);
@@ -97,11 +95,11 @@ export class SlotObserver {
 		const freshSince = Date.now() - this.freshMs;
 		const answers = this.answers.map(answer => (answer && answer.atMs >= freshSince ? answer.slot : null));
 		const agreed = agreedSlot(answers);
-		this.warn("quorum", agreed === null && answers.length >= 3, () => `Half or fewer of the ${answers.length} endpoints of SOLANA_RPC_URL answer getSlot; the slot stays at ${this.slot} until more do`);
+		this.conditions.report("SOLANA_RPC_URL", agreed === null && answers.length >= 3, () => `getSlot: half or fewer of its ${answers.length} endpoints answer; the slot stays at ${this.slot} until more do`);
 		if (agreed === null) return;
 		answers.forEach((answer, i) => {
 			const strays = answer !== null && Math.abs(answer - agreed) > SLOT_DISAGREEMENT_WARNING;
-			this.warn(`strays ${i}`, strays, () => `SOLANA_RPC_URL entry ${i + 1} answers slot ${answer}, ${answer! - agreed} from the agreed ${agreed}`);
+			this.conditions.report(`SOLANA_RPC_URL entry ${i + 1}`, strays, () => `answers slots more than ${SLOT_DISAGREEMENT_WARNING} ${answer! > agreed ? "ahead of" : "behind"} the agreed one`);
 		});
 		// Slots only move forward: lagging endpoints must not reopen expired intents.
 		if (this.slot === null || agreed > this.slot) this.slot = agreed;
@@ -124,18 +122,7 @@ export class SlotObserver {
 			failure = (err as Error).name;
 		}
 		const name = this.polled.length > 1 ? `SOLANA_RPC_URL entry ${place + 1}` : "SOLANA_RPC_URL";
-		this.warn(`fails ${place}`, failure !== null, () => `getSlot from ${name} failed (${failure})`);
+		this.conditions.report(`getSlot from ${name}`, failure !== null, () => `failed (${failure})`);
 		return failure === null ? (result as number) : null;
-	}
-
-	/** Tells `onError` when a condition starts, not while it lasts, nor again within WARNING_REPEAT_MS. */
-	private warn(condition: string, holds: boolean, message: () => string): void {
-		if (!holds) return void this.lasting.delete(condition);
-		if (this.lasting.has(condition)) return;
-		this.lasting.add(condition);
-		const now = Date.now();
-		if (now - (this.toldAt.get(condition) ?? -Infinity) < WARNING_REPEAT_MS) return;
-		this.toldAt.set(condition, now);
-		this.onError(message());
 	}
 }

@@ -36,15 +36,19 @@ afterAll(async () => {
 	await chain?.stop();
 });
 
-afterEach(() => {
+// An endpoint's last answer counts until its next one: let the honest answers in before the next
+// lie, or a lie just told by one endpoint and the next by another would make two liars of three.
+afterEach(async () => {
 	liar.honest();
 	relay.honest();
+	await Promise.all([polled(liar), polled(relay)]);
 });
 
 /** Lets every process that polls the slot (the verifier and the mempool) take a few readings from `endpoint`. */
 async function polled(endpoint: LyingRpc) {
 	const seen = endpoint.calls.get("getSlot") ?? 0;
-	await waitFor(() => (endpoint.calls.get("getSlot") ?? 0) >= seen + 6, 5_000, "getSlot polls", 20);
+	// Two processes poll it (the verifier and the mempool), each one call at a time.
+	await waitFor(() => (endpoint.calls.get("getSlot") ?? 0) >= seen + 10, 10_000, "getSlot polls", 20);
 	await sleep(POLL_MS);
 }
 const status = async (id: string) => (await node.http("GET", `/intents/${id}`)).body.receiverStatus as string;

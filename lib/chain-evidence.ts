@@ -81,7 +81,8 @@ export async function readChain<T>(read: () => Promise<T>): Promise<T> {
 	try {
 		return await read();
 	} catch (err) {
-		if (err instanceof ServiceError) throw err;
+		// The chain's own refusal (endpoints on another cluster) is told as it is.
+		if (err instanceof ServiceError && err.type === "CHAIN_UNAVAILABLE") throw err;
 		throw new ServiceError("CHAIN_UNAVAILABLE", "The chain could not be read", { reason: (err as Error).name });
 	}
 }

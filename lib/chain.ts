@@ -9,6 +9,7 @@ import type { ChainObservation, SettlementReading, SignatureStatus } from "./cha
 import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
 import { ServiceError } from "./errors";
 import { ConditionStreaks } from "./failure-streak";
+import { PUBLIC_CLUSTERS } from "./clusters";
 
 /**
  * The Node's chain reads end within this: a check makes at most three, well within the broker's
@@ -22,12 +23,8 @@ const DISAGREEMENTS_KEPT = 1000;
 /** A genesis hash as an RPC shows it: 32 bytes in base58. */
 const BASE58_HASH = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
 
-/** The public clusters' genesis hashes: a SOLANA_CLUSTER of one of these names must be that cluster. */
-export const CLUSTER_GENESIS_HASHES: Readonly<Record<string, string>> = {
-	"solana-mainnet": "5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d",
-	"solana-devnet": "EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG",
-	"solana-testnet": "4uhcVJyU9pJkvQyS88uRDiswHXSCkY3zQawwpjk2NsNY"
-};
+/** How long a passed cluster check holds: an endpoint's provider may be pointed elsewhere later. */
+const CLUSTER_RECHECK_MS = 10 * 60_000;
 
 /**
  * The Node's view of the chain through every RPC endpoint of SOLANA_RPC_URL, on the cluster
@@ -121,8 +118,8 @@ export class NodeChain {
 	private readonly readers: ChainReader[];
 	/** Endpoints failing and a wrong cluster, told when they start, as reminders, and when they end. */
 	private readonly conditions: ConditionStreaks;
-	/** Set once every endpoint showed the expected genesis hash: a cluster's never changes. */
-	private onOneCluster = false;
+	/** When every endpoint last showed the expected genesis hash (performance.now()). */
+	private clusterCheckedAt = -Infinity;
 	/** Signatures the endpoints disagreed on at their last read (a bounded few). */
 	private readonly disagreedOn = new Set<string>();
 
@@ -165,16 +162,18 @@ export class NodeChain {
 	 * Every endpoint must be on the cluster SOLANA_CLUSTER names (its genesis hash, for a public
 	 * one), or on the first endpoint's, for a cluster of another name: an endpoint of another
 	 * cluster shows another chain's transactions. Until it holds, the moves that need the chain are
-	 * 503 CHAIN_UNAVAILABLE.
+	 * 503 CHAIN_UNAVAILABLE. Checked again every CLUSTER_RECHECK_MS; the services also check it as
+	 * they start, so that a wrong list is told before the first settlement needs it.
 	 */
-	private async sameCluster(): Promise<void> {
-		if (this.onOneCluster) return;
+	async sameCluster(): Promise<void> {
+		if (performance.now() - this.clusterCheckedAt < CLUSTER_RECHECK_MS) return;
 		const hashes = (await this.fromEach(reader => reader.genesisHash())).map(hash => (typeof hash === "string" && BASE58_HASH.test(hash) ? hash : "unreadable"));
-		const expected = CLUSTER_GENESIS_HASHES[this.cluster] ?? hashes[0];
-		this.onOneCluster = expected !== "unreadable" && hashes.every(hash => hash === expected);
+		const named = PUBLIC_CLUSTERS.get(this.cluster);
+		const expected = named ?? hashes[0];
+		const onIt = expected !== "unreadable" && hashes.every(hash => hash === expected);
 		const readings = hashes.map((hash, i) => `entry ${i + 1} ${hash}`).join(", ");
-		this.conditions.report("SOLANA_RPC_URL", !this.onOneCluster, () => `is not all on ${this.cluster in CLUSTER_GENESIS_HASHES ? `${this.cluster} (genesis hash ${expected})` : "one cluster"}: ${readings}; moves that need the chain answer 503 until it is`);
-		if (this.onOneCluster) return;
+		this.conditions.report("SOLANA_RPC_URL", !onIt, () => `is not all on ${named ? `${this.cluster} (genesis hash ${named})` : "one cluster"}: ${readings}; moves that need the chain answer 503 until it is`);
+		if (onIt) return void (this.clusterCheckedAt = performance.now());
 		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });
 	}
 

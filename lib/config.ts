@@ -10,6 +10,7 @@ import { BUS_GROUPS, holdsCallKey, holdsWorkerKeys, isBusGroup, mayServe, type B
 import { busPublicKeys, busSigningKey, isKeyPairOf, type BusKeys } from "./bus-signatures";
 import { isBase58OfLength } from "./encoding";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "./settlement";
+import { looksPublic, PUBLIC_CLUSTERS } from "./clusters";
 import { mongoUrlWeakenings } from "./store/mongo-url";
 
 export type StoreKind = "sqlite" | "mongodb";
@@ -139,6 +140,13 @@ export class ConfigError extends Error {
 }
 
 type Env = Record<string, string | undefined>;
+
+/** A network name; one that looks like a public cluster's must be exactly one of theirs (lib/clusters.ts). */
+function clusterName(env: Env, key: string): string {
+	const name = text(env, key) ?? "solana-devnet";
+	if (looksPublic(name)) throw new ConfigError(`${key} "${name}" looks like a public cluster's name but is none of ${[...PUBLIC_CLUSTERS.keys()].join(", ")}: the Node checks its RPC endpoints against those only`);
+	return name;
+}
 
 function text(env: Env, key: string): string | null {
 	const value = env[key]?.trim();
@@ -442,7 +450,7 @@ export function loadConfig(env: Env = process.env): Config {
 		logFormat: oneOf(env, "LOG_FORMAT", ["short", "json"] as const, "short"),
 		corsOrigins: origins(env, "CORS_ORIGINS"),
 		solanaRpcUrls: rpcUrls(env, "SOLANA_RPC_URL"),
-		solanaCluster: text(env, "SOLANA_CLUSTER") ?? "solana-devnet",
+		solanaCluster: clusterName(env, "SOLANA_CLUSTER"),
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),
 		slotPollIntervalMs: integer(env, "SLOT_POLL_INTERVAL_MS", 2000, 10),
 		epochDurationMs: integer(env, "EPOCH_DURATION_MS", 7 * 60 * 60 * 1000, 1),

@@ -707,6 +707,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		},
 
 		async started(this: MempoolThis) {
+			// An endpoint list on the wrong cluster is told now, not at the first settlement (the
+			// warning is the check's own; every move checks again).
+			void this.chain?.sameCluster().catch(() => {});
 			await this.slots.start();
 		},
 

@@ -15,7 +15,8 @@ import { startNode, tempDir, type TestNode } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
 import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { startLyingRpc, type LyingRpc } from "../helpers/lying-rpc";
-import { CLUSTER_GENESIS_HASHES, NodeChain } from "../../lib/chain";
+import { NodeChain } from "../../lib/chain";
+import { PUBLIC_CLUSTERS } from "../../lib/clusters";
 
 const VALIDITY_SLOTS = 20;
 /** The Node's floor under a submission's life (BLOCKHASH_LIFETIME_BLOCKS), a little over the chain's validity here. */
@@ -344,7 +345,7 @@ describe("several RPC endpoints: one that lies or lags delays an exit, never mak
 });
 
 describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
-	const devnet = CLUSTER_GENESIS_HASHES["solana-devnet"]!;
+	const devnet = PUBLIC_CLUSTERS.get("solana-devnet")!;
 	afterEach(() => liar.honest());
 
 	it("an endpoint of another cluster holds every move back (503 RPC_WRONG_CLUSTER) until it is on the same one, and is told once", async () => {
@@ -369,10 +370,23 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 		]);
 	});
 
+	it("endpoints on the public cluster named are taken, and read for it once, not at every move; a name that is no public one is no key into their list", async () => {
+		liar.lie("getGenesisHash", () => devnet);
+		const onDevnet = new NodeChain([liar.url], "solana-devnet", () => {});
+		const before = liar.calls.get("getGenesisHash") ?? 0;
+		for (let i = 0; i < 3; i++) expect(await onDevnet.blockHeights()).toHaveLength(1);
+		expect((liar.calls.get("getGenesisHash") ?? 0) - before).toBe(1);
+		liar.honest();
+		expect(await new NodeChain([chain.url], "constructor", () => {}).blockHeights()).toHaveLength(1);
+	});
+
 	it("a Node whose SOLANA_CLUSTER names a public cluster its endpoints are not on takes no SUBMITTED report (503), and changes nothing", async () => {
 		const dataDir = tempDir();
+		const readsBefore = chain.calls.get("getGenesisHash") ?? 0;
 		const devnetNode = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: "solana-devnet" }, dataDir);
 		try {
+			// Checked as it starts, so that the operator is told before any settlement needs it.
+			await waitFor(() => (chain.calls.get("getGenesisHash") ?? 0) > readsBefore, 5_000, "the cluster check at start", 20);
 			expect((await devnetNode.as(holder)("POST", "/crankers/heartbeat", signedHeartbeat(holder, ["settlement"], { liquidity: [] }))).status).toBe(200);
 			const intent = await leased("1500000", devnetNode);
 			const tx = await settlement(intent, 1_500_000n, false);

@@ -188,6 +188,12 @@ describe("loadConfig values", () => {
 		expect(loadConfig({ MONGO_URL: "mongodb://localhost:27017/scs" })).toMatchObject({ store: "mongodb", mongoUrl: "mongodb://localhost:27017/scs" });
 	});
 
+	it("refuses a SOLANA_CLUSTER that looks like a public cluster's name but is none: no genesis hash would be checked for it", () => {
+		for (const name of ["solana-mainnet-beta", "mainnet", "Solana-Devnet", "testnet"])
+			expect(() => loadConfig({ SOLANA_CLUSTER: name })).toThrow(`SOLANA_CLUSTER "${name}" looks like a public cluster's name but is none of solana-mainnet, solana-devnet, solana-testnet`);
+		for (const name of ["solana-mainnet", "solana-devnet", "solana-testnet", "solana-localnet", "constructor"]) expect(loadConfig({ SOLANA_CLUSTER: name }).solanaCluster).toBe(name);
+	});
+
 	it("reads strings and paths", () => {
 		const config = loadConfig({
 			DATA_DIR: "/var/lib/scs",

@@ -8,7 +8,7 @@ import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi 
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
 import { ServiceError } from "./errors";
-import { ConditionStreaks } from "./failure-streak";
+import { ConditionStreaks, type ConditionLog } from "./failure-streak";
 import { PUBLIC_CLUSTERS } from "./clusters";
 
 /**
@@ -30,8 +30,8 @@ const CLUSTER_RECHECK_MS = 10 * 60_000;
  * The Node's view of the chain through every RPC endpoint of SOLANA_RPC_URL, on the cluster
  * SOLANA_CLUSTER names; null without one (nothing can be proven then).
  */
-export function nodeChain(rpcUrls: readonly string[], cluster: string, onError: (message: string) => void): NodeChain | null {
-	return rpcUrls.length ? new NodeChain(rpcUrls, cluster, onError) : null;
+export function nodeChain(rpcUrls: readonly string[], cluster: string, log: ConditionLog): NodeChain | null {
+	return rpcUrls.length ? new NodeChain(rpcUrls, cluster, log) : null;
 }
 
 /**
@@ -111,8 +111,8 @@ export class ChainReader {
  * The chain as several RPC endpoints show it, each read on its own. One provider's word is not
  * the chain's: an exit from SUBMITTED is judged on every endpoint's observation
  * (lib/chain-evidence.ts), so an endpoint that lies or lags can delay one, never make one. Every
- * endpoint must answer: one that cannot is the Node's 503 CHAIN_UNAVAILABLE, and `onError` names
- * it by its place in SOLANA_RPC_URL (once per outage), never by its URL, which may carry an API key.
+ * endpoint must answer: one that cannot is the Node's 503 CHAIN_UNAVAILABLE, and a warning names
+ * it by its place in SOLANA_RPC_URL, never by its URL, which may carry an API key.
  */
 export class NodeChain {
 	private readonly readers: ChainReader[];
@@ -120,16 +120,17 @@ export class NodeChain {
 	private readonly conditions: ConditionStreaks;
 	/** When every endpoint last showed the expected genesis hash (performance.now()). */
 	private clusterCheckedAt = -Infinity;
+	private clusterCheck: Promise<void> | null = null;
 	/** Signatures the endpoints disagreed on at their last read (a bounded few). */
 	private readonly disagreedOn = new Set<string>();
 
 	constructor(
 		rpcUrls: readonly string[],
 		private readonly cluster: string,
-		private readonly onError: (message: string) => void
+		private readonly log: ConditionLog
 	) {
 		this.readers = rpcUrls.map(url => new ChainReader(url, NODE_READ_TIMEOUT_MS));
-		this.conditions = new ConditionStreaks(onError);
+		this.conditions = new ConditionStreaks(log);
 	}
 
 	/** Each endpoint's block height, in SOLANA_RPC_URL's order. */
@@ -140,7 +141,7 @@ export class NodeChain {
 
 	/**
 	 * Each endpoint's observation, in SOLANA_RPC_URL's order. Endpoints that disagree on a
-	 * signature's status at two reads in a row are told to `onError` by their places: one of them
+	 * signature's status at two reads in a row are told by their places: one of them
 	 * holds moves back, and an operator must find which. Once is a landing one endpoint has not
 	 * caught up with yet, which the Cranker's retry finds settled.
 	 */
@@ -149,7 +150,7 @@ export class NodeChain {
 		const observations = await this.fromEach(reader => reader.observe(signature, read));
 		const disagree = new Set(observations.map(o => o.status)).size > 1;
 		if (disagree && this.disagreedOn.has(signature))
-			this.onError(`The endpoints of SOLANA_RPC_URL disagree on transaction ${signature} again: ${observations.map((o, i) => `entry ${i + 1} ${o.status}`).join(", ")}`);
+			this.log.warn(`The endpoints of SOLANA_RPC_URL disagree on transaction ${signature} again: ${observations.map((o, i) => `entry ${i + 1} ${o.status}`).join(", ")}`);
 		if (!disagree) this.disagreedOn.delete(signature);
 		else {
 			if (this.disagreedOn.size >= DISAGREEMENTS_KEPT) this.disagreedOn.clear();
@@ -165,14 +166,20 @@ export class NodeChain {
 	 * 503 CHAIN_UNAVAILABLE. Checked again every CLUSTER_RECHECK_MS; the services also check it as
 	 * they start, so that a wrong list is told before the first settlement needs it.
 	 */
-	async sameCluster(): Promise<void> {
-		if (performance.now() - this.clusterCheckedAt < CLUSTER_RECHECK_MS) return;
-		const hashes = (await this.fromEach(reader => reader.genesisHash())).map(hash => (typeof hash === "string" && BASE58_HASH.test(hash) ? hash : "unreadable"));
+	sameCluster(): Promise<void> {
+		if (performance.now() - this.clusterCheckedAt < CLUSTER_RECHECK_MS) return Promise.resolve();
+		// One check at a time, whatever number of moves wait on it.
+		return (this.clusterCheck ??= this.checkCluster().finally(() => (this.clusterCheck = null)));
+	}
+
+	private async checkCluster(): Promise<void> {
+		// One that does not answer getGenesisHash (down, or an RPC proxy that refuses the method) is on no known cluster.
+		const hashes = await Promise.all(this.readers.map(reader => reader.genesisHash().then(hash => (typeof hash === "string" && BASE58_HASH.test(hash) ? hash : "unreadable"), () => "unreadable")));
 		const named = PUBLIC_CLUSTERS.get(this.cluster);
 		const expected = named ?? hashes[0];
 		const onIt = expected !== "unreadable" && hashes.every(hash => hash === expected);
 		const readings = hashes.map((hash, i) => `entry ${i + 1} ${hash}`).join(", ");
-		this.conditions.report("SOLANA_RPC_URL", !onIt, () => `is not all on ${named ? `${this.cluster} (genesis hash ${named})` : "one cluster"}: ${readings}; moves that need the chain answer 503 until it is`);
+		this.conditions.report("The cluster of SOLANA_RPC_URL", !onIt, `is not ${named ? `${this.cluster} (genesis hash ${named})` : "one for every endpoint"}; moves that need the chain answer 503 until it is`, readings);
 		if (onIt) return void (this.clusterCheckedAt = performance.now());
 		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });
 	}
@@ -183,10 +190,10 @@ export class NodeChain {
 				const endpoint = `SOLANA_RPC_URL entry ${i + 1}`;
 				try {
 					const answer = await read(reader);
-					this.conditions.report(endpoint, false, () => "");
+					this.conditions.report(endpoint, false);
 					return answer;
 				} catch (err) {
-					this.conditions.report(endpoint, true, () => `cannot be read (${(err as Error).name}); moves that need the chain answer 503 until it can`);
+					this.conditions.report(endpoint, true, "cannot be read; moves that need the chain answer 503 until it can", (err as Error).name);
 					throw err;
 				}
 			})

@@ -141,9 +141,17 @@ export class ConfigError extends Error {
 
 type Env = Record<string, string | undefined>;
 
-/** A network name; one that looks like a public cluster's must be exactly one of theirs (lib/clusters.ts). */
+/**
+ * A network name; one that looks like a public cluster's must be exactly one of theirs
+ * (lib/clusters.ts). With SOLANA_RPC_URL it must be given: the endpoints are checked against it,
+ * and a Node upgraded from when it was a label (solana-devnet unless set) must not find its
+ * settlements refused at run time for a default it never chose.
+ */
 function clusterName(env: Env, key: string): string {
-	const name = text(env, key) ?? "solana-devnet";
+	const given = text(env, key);
+	if (given === null && text(env, "SOLANA_RPC_URL") !== null)
+		throw new ConfigError(`${key} must be set with SOLANA_RPC_URL: ${[...PUBLIC_CLUSTERS.keys()].join(", ")}, or a name of your own (solana-localnet) for another cluster`);
+	const name = given ?? "solana-devnet";
 	if (looksPublic(name)) throw new ConfigError(`${key} "${name}" looks like a public cluster's name but is none of ${[...PUBLIC_CLUSTERS.keys()].join(", ")}: the Node checks its RPC endpoints against those only`);
 	return name;
 }

@@ -57,26 +57,33 @@ export class FailureStreak {
 
 const seconds = (ms: number) => `${Math.round(ms / 1000)} s`;
 
+/** Where ConditionStreaks tells: a condition's start and reminders as warnings, its end as news. */
+export interface ConditionLog {
+	warn(line: string): void;
+	info(line: string): void;
+}
+
 /**
- * A FailureStreak per condition that can hold or not at each look (an endpoint failing, another
- * one straying), told through `tell` as `${condition} ${what}`: when it starts, as reminders, and
- * when it ends. `condition` names the subject ("SOLANA_RPC_URL entry 2"); keep the set of them
- * bounded, and each one's `what` the same while nothing new happens, so reminders stay quiet.
+ * A FailureStreak per condition that holds or not at each look (an endpoint failing, another one
+ * straying), told as `${condition} ${what}`: when it starts, as reminders, and when it ends. Keep
+ * the conditions a bounded set, and `what` the same while nothing new happens; what changes at
+ * every look (a slot, an error's name) goes in `detail`, shown but not compared, so that a
+ * condition whose detail flaps is still told once a minute at most.
  */
 export class ConditionStreaks {
 	private readonly streaks = new Map<string, FailureStreak>();
 
-	constructor(private readonly tell: (line: string) => void) {}
+	constructor(private readonly log: ConditionLog) {}
 
-	report(condition: string, holds: boolean, what: () => string): void {
+	report(condition: string, holds: boolean, what = "", detail = ""): void {
 		let streak = this.streaks.get(condition);
 		if (!holds) {
 			const ended = streak?.succeeded();
-			if (ended) this.tell(`${condition} ${ended}`);
+			if (ended) this.log.info(`${condition} ${ended}`);
 			return;
 		}
 		if (!streak) this.streaks.set(condition, (streak = new FailureStreak()));
-		const line = streak.failed(what());
-		if (line) this.tell(`${condition} ${line}`);
+		const line = streak.failed(what);
+		if (line) this.log.warn(`${condition} ${line}${detail && ` (${detail})`}`);
 	}
 }

@@ -6,7 +6,7 @@
  * way once three or more are listed: see `agreedSlot`.
  */
 
-import { ConditionStreaks } from "./failure-streak";
+import { ConditionStreaks, type ConditionLog } from "./failure-streak";
 import { readJsonAnswer } from "./json-answer";
 
 /** An endpoint this far from the agreed slot (about a minute of slots) is named in a warning. */
@@ -50,9 +50,9 @@ export class SlotObserver {
 	constructor(
 		rpcUrls: readonly string[],
 		private readonly intervalMs: number,
-		onError: (message: string) => void = () => {}
+		log: ConditionLog = { warn() {}, info() {} }
 	) {
-		this.conditions = new ConditionStreaks(onError);
+		this.conditions = new ConditionStreaks(log);
 		this.polled = rpcUrls.length < 3 ? rpcUrls.slice(0, 1) : rpcUrls;
 		this.answers = this.polled.map(() => null);
 		this.timeoutMs = Math.max(1000, intervalMs);
@@ -87,19 +87,21 @@ export class SlotObserver {
 
 	private async poll(i: number): Promise<void> {
 		const slot = await this.slotFrom(this.polled[i]!, i);
-		this.answers[i] = slot === null ? null : { slot, atMs: Date.now() };
+		this.answers[i] = slot === null ? null : { slot, atMs: performance.now() };
 		if (this.started) this.agree();
 	}
 
 	private agree(): void {
-		const freshSince = Date.now() - this.freshMs;
+		const freshSince = performance.now() - this.freshMs;
 		const answers = this.answers.map(answer => (answer && answer.atMs >= freshSince ? answer.slot : null));
 		const agreed = agreedSlot(answers);
-		this.conditions.report("SOLANA_RPC_URL", agreed === null && answers.length >= 3, () => `getSlot: half or fewer of its ${answers.length} endpoints answer; the slot stays at ${this.slot} until more do`);
+		this.conditions.report("getSlot over SOLANA_RPC_URL", agreed === null && answers.length >= 3, `is answered by half or fewer of its ${answers.length} endpoints; the slot stays where it is until more answer`, `at ${this.slot}`);
 		if (agreed === null) return;
 		answers.forEach((answer, i) => {
-			const strays = answer !== null && Math.abs(answer - agreed) > SLOT_DISAGREEMENT_WARNING;
-			this.conditions.report(`SOLANA_RPC_URL entry ${i + 1}`, strays, () => `answers slots more than ${SLOT_DISAGREEMENT_WARNING} ${answer! > agreed ? "ahead of" : "behind"} the agreed one`);
+			// One that did not answer is told as failing, not as back in line.
+			if (answer === null) return;
+			const strays = Math.abs(answer - agreed) > SLOT_DISAGREEMENT_WARNING;
+			this.conditions.report(`The slot of SOLANA_RPC_URL entry ${i + 1}`, strays, `is more than ${SLOT_DISAGREEMENT_WARNING} ${answer > agreed ? "ahead of" : "behind"} the agreed one`, `${answer} against ${agreed}`);
 		});
 		// Slots only move forward: lagging endpoints must not reopen expired intents.
 		if (this.slot === null || agreed > this.slot) this.slot = agreed;
@@ -122,7 +124,7 @@ export class SlotObserver {
 			failure = (err as Error).name;
 		}
 		const name = this.polled.length > 1 ? `SOLANA_RPC_URL entry ${place + 1}` : "SOLANA_RPC_URL";
-		this.conditions.report(`getSlot from ${name}`, failure !== null, () => `failed (${failure})`);
+		this.conditions.report(`getSlot from ${name}`, failure !== null, "failed", failure ?? "");
 		return failure === null ? (result as number) : null;
 	}
 }

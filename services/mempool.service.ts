@@ -699,11 +699,11 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		} satisfies MempoolMethods & ThisType<MempoolThis>,
 
 		created(this: MempoolThis) {
-			this.chain = nodeChain(config.solanaRpcUrls, config.solanaCluster, message => this.logger.warn(message));
+			this.chain = nodeChain(config.solanaRpcUrls, config.solanaCluster, this.logger);
 			this.leases = leaseMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);
 			this.notifyEvents = eventNotifier(this.broker, "intents");
-			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, message => this.logger.warn(message));
+			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, this.logger);
 		},
 
 		async started(this: MempoolThis) {

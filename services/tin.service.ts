@@ -714,7 +714,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 		} satisfies TinMethods & ThisType<TinThis>,
 
 		created(this: TinThis) {
-			this.chain = nodeChain(config.solanaRpcUrls, config.solanaCluster, message => this.logger.warn(message));
+			this.chain = nodeChain(config.solanaRpcUrls, config.solanaCluster, this.logger);
 			this.notifyEvents = eventNotifier(this.broker, "tin_operations");
 		},
 

@@ -115,7 +115,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 		created(this: VerifierThis) {
 			this.routeCache = new Map();
 			this.metrics = verifierMetrics(this.broker);
-			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, message => this.logger.warn(message));
+			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, this.logger);
 			this.pool = null;
 		},
 

@@ -6,7 +6,7 @@
 import { newRoute, newWallet, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, sleep, startNode, tempDir, type TestNode } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
-import { LocalChain } from "../../devkit/local-chain";
+import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { startLyingRpc, type LyingRpc } from "../helpers/lying-rpc";
 import type { GenesisRoute } from "../../lib/registry";
 
@@ -26,7 +26,7 @@ beforeAll(async () => {
 	relay = await startLyingRpc(chain.url);
 	route = newRoute();
 	const dataDir = tempDir();
-	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: `${liar.url},${relay.url},${chain.url}`, SLOT_POLL_INTERVAL_MS: String(POLL_MS) }, dataDir);
+	node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: `${liar.url},${relay.url},${chain.url}`, SOLANA_CLUSTER: LOCAL_CLUSTER, SLOT_POLL_INTERVAL_MS: String(POLL_MS) }, dataDir);
 });
 
 afterAll(async () => {

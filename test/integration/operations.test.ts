@@ -340,7 +340,7 @@ describe("slot expiry with SOLANA_RPC_URL", () => {
 		const dataDir = tempDir();
 		const route = newRoute();
 		const node = await startNode(
-			{ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: `http://127.0.0.1:${(rpc.address() as net.AddressInfo).port}`, SLOT_POLL_INTERVAL_MS: "50" },
+			{ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: `http://127.0.0.1:${(rpc.address() as net.AddressInfo).port}`, SOLANA_CLUSTER: "solana-localnet", SLOT_POLL_INTERVAL_MS: "50" },
 			dataDir
 		);
 		try {

@@ -194,6 +194,12 @@ describe("loadConfig values", () => {
 		for (const name of ["solana-mainnet", "solana-devnet", "solana-testnet", "solana-localnet", "constructor"]) expect(loadConfig({ SOLANA_CLUSTER: name }).solanaCluster).toBe(name);
 	});
 
+	it("wants SOLANA_CLUSTER named with SOLANA_RPC_URL: the endpoints are checked against it, and its old default would refuse a mainnet Node's settlements at run time", () => {
+		expect(() => loadConfig({ SOLANA_RPC_URL: "https://rpc.example/key" })).toThrow(/^SOLANA_CLUSTER must be set with SOLANA_RPC_URL/);
+		expect(loadConfig({ SOLANA_RPC_URL: "https://rpc.example/key", SOLANA_CLUSTER: "solana-mainnet" }).solanaCluster).toBe("solana-mainnet");
+		expect(loadConfig({}).solanaCluster).toBe("solana-devnet");
+	});
+
 	it("reads strings and paths", () => {
 		const config = loadConfig({
 			DATA_DIR: "/var/lib/scs",
@@ -229,7 +235,7 @@ describe("loadConfig values", () => {
 
 	it("SOLANA_RPC_URL may list several http(s) endpoints; a bad one is named by its place, never by its text (it may carry an API key)", () => {
 		const two = "https://rpc.one.example/?api-key=k1, https://rpc.two.example/k2";
-		expect(loadConfig({ SOLANA_RPC_URL: two }).solanaRpcUrls).toEqual(["https://rpc.one.example/?api-key=k1", "https://rpc.two.example/k2"]);
+		expect(loadConfig({ SOLANA_RPC_URL: two, SOLANA_CLUSTER: "solana-devnet" }).solanaRpcUrls).toEqual(["https://rpc.one.example/?api-key=k1", "https://rpc.two.example/k2"]);
 		for (const [value, error] of [
 			["https://rpc.one.example/?api-key=secret1,ftp://rpc.two.example/secret2", /^SOLANA_RPC_URL: entry 2 is not an http\(s\) URL$/],
 			["secret1", /^SOLANA_RPC_URL: entry 1 is not an http\(s\) URL$/],

@@ -1,5 +1,5 @@
 /** lib/failure-streak.ts: a task failing again and again is told of once, then once a minute or when it says something new, then when it works again. */
-import { FailureStreak } from "../../lib/failure-streak";
+import { ConditionStreaks, FailureStreak } from "../../lib/failure-streak";
 
 test("the first failure is told, the next ones within a minute are not, then a reminder with the count and the span", () => {
 	const streak = new FailureStreak(60_000);
@@ -58,4 +58,20 @@ test("a streak long after a told one starts afresh: no count carried over from i
 	for (let s = 1; s < 5; s++) streak.failed("owner down", s * 1000);
 	expect(streak.succeeded(5000)).toBe("works again after 5 failures over 5 s");
 	expect(streak.failed("owner down", 3_605_000)).toBe("owner down");
+});
+
+describe("ConditionStreaks", () => {
+	it("warns when a condition starts, not when only its detail changes, and tells its end at info, per condition", () => {
+		const warn: string[] = [];
+		const info: string[] = [];
+		const conditions = new ConditionStreaks({ warn: line => void warn.push(line), info: line => void info.push(line) });
+		conditions.report("entry 1", true, "failed", "TimeoutError");
+		conditions.report("entry 1", true, "failed", "HTTP 429");
+		conditions.report("entry 2", true, "failed", "TypeError");
+		conditions.report("entry 1", false);
+		conditions.report("entry 2", false);
+		conditions.report("entry 2", false);
+		expect(warn).toEqual(["entry 1 failed (TimeoutError)", "entry 2 failed (TypeError)"]);
+		expect(info).toEqual([expect.stringMatching(/^entry 1 works again after 2 failures over \d+ s$/), expect.stringMatching(/^entry 2 works again after 1 failure over \d+ s$/)]);
+	});
 });

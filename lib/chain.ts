@@ -163,8 +163,8 @@ export class NodeChain {
 	 * Every endpoint must be on the cluster SOLANA_CLUSTER names (its genesis hash, for a public
 	 * one), or on the first endpoint's, for a cluster of another name: an endpoint of another
 	 * cluster shows another chain's transactions. Until it holds, the moves that need the chain are
-	 * 503 CHAIN_UNAVAILABLE. Checked again every CLUSTER_RECHECK_MS; the services also check it as
-	 * they start, so that a wrong list is told before the first settlement needs it.
+	 * 503 CHAIN_UNAVAILABLE. Checked again every CLUSTER_RECHECK_MS; the mempool also checks it as
+	 * it starts, so that a wrong list is told before the first settlement needs it.
 	 */
 	sameCluster(): Promise<void> {
 		if (performance.now() - this.clusterCheckedAt < CLUSTER_RECHECK_MS) return Promise.resolve();
@@ -174,11 +174,19 @@ export class NodeChain {
 
 	private async checkCluster(): Promise<void> {
 		// One that does not answer getGenesisHash (down, or an RPC proxy that refuses the method) is on no known cluster.
-		const hashes = await Promise.all(this.readers.map(reader => reader.genesisHash().then(hash => (typeof hash === "string" && BASE58_HASH.test(hash) ? hash : "unreadable"), () => "unreadable")));
+		const reads = await Promise.all(
+			this.readers.map(reader =>
+				reader.genesisHash().then(
+					hash => (typeof hash === "string" && BASE58_HASH.test(hash) ? { hash } : { hash: "unreadable", why: "no hash in the answer" }),
+					(err: Error) => ({ hash: "unreadable", why: err.name })
+				)
+			)
+		);
+		const hashes = reads.map(read => read.hash);
 		const named = PUBLIC_CLUSTERS.get(this.cluster);
 		const expected = named ?? hashes[0];
 		const onIt = expected !== "unreadable" && hashes.every(hash => hash === expected);
-		const readings = hashes.map((hash, i) => `entry ${i + 1} ${hash}`).join(", ");
+		const readings = reads.map((read, i) => `entry ${i + 1} ${read.hash}${"why" in read ? ` (${read.why})` : ""}`).join(", ");
 		this.conditions.report("The cluster of SOLANA_RPC_URL", !onIt, `is not ${named ? `${this.cluster} (genesis hash ${named})` : "one for every endpoint"}; moves that need the chain answer 503 until it is`, readings);
 		if (onIt) return void (this.clusterCheckedAt = performance.now());
 		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });

@@ -147,10 +147,12 @@ type Env = Record<string, string | undefined>;
  * and a Node upgraded from when it was a label (solana-devnet unless set) must not find its
  * settlements refused at run time for a default it never chose.
  */
-function clusterName(env: Env, key: string): string {
+function clusterName(env: Env, key: string, rpcUrls: readonly string[]): string {
 	const given = text(env, key);
-	if (given === null && text(env, "SOLANA_RPC_URL") !== null)
-		throw new ConfigError(`${key} must be set with SOLANA_RPC_URL: ${[...PUBLIC_CLUSTERS.keys()].join(", ")}, or a name of your own (solana-localnet) for another cluster`);
+	if (given === null && rpcUrls.length)
+		throw new ConfigError(
+			`${key} must be set with SOLANA_RPC_URL: ${[...PUBLIC_CLUSTERS.keys()].join(", ")} for a public cluster (its genesis hash is checked), or a name of your own for another (solana-localnet; then only that the endpoints agree)`
+		);
 	const name = given ?? "solana-devnet";
 	if (looksPublic(name)) throw new ConfigError(`${key} "${name}" looks like a public cluster's name but is none of ${[...PUBLIC_CLUSTERS.keys()].join(", ")}: the Node checks its RPC endpoints against those only`);
 	return name;
@@ -423,6 +425,7 @@ export function loadConfig(env: Env = process.env): Config {
 	const transporter = natsUrls(env, "TRANSPORTER");
 	const group = busGroup(env, transporter, services);
 	const webhookSecretsKeys = keyRing256(env, "WEBHOOK_SECRETS_KEY");
+	const solanaRpcUrls = rpcUrls(env, "SOLANA_RPC_URL");
 	return withSharedSecrets({
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
@@ -457,8 +460,8 @@ export function loadConfig(env: Env = process.env): Config {
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
 		logFormat: oneOf(env, "LOG_FORMAT", ["short", "json"] as const, "short"),
 		corsOrigins: origins(env, "CORS_ORIGINS"),
-		solanaRpcUrls: rpcUrls(env, "SOLANA_RPC_URL"),
-		solanaCluster: clusterName(env, "SOLANA_CLUSTER"),
+		solanaRpcUrls,
+		solanaCluster: clusterName(env, "SOLANA_CLUSTER", solanaRpcUrls),
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),
 		slotPollIntervalMs: integer(env, "SLOT_POLL_INTERVAL_MS", 2000, 10),
 		epochDurationMs: integer(env, "EPOCH_DURATION_MS", 7 * 60 * 60 * 1000, 1),

@@ -101,7 +101,7 @@ export class SlotObserver {
 			// One that did not answer is told as failing, not as back in line.
 			if (answer === null) return;
 			const strays = Math.abs(answer - agreed) > SLOT_DISAGREEMENT_WARNING;
-			this.conditions.report(`The slot of SOLANA_RPC_URL entry ${i + 1}`, strays, `is more than ${SLOT_DISAGREEMENT_WARNING} ${answer > agreed ? "ahead of" : "behind"} the agreed one`, `${answer} against ${agreed}`);
+			this.conditions.report(`The slot of SOLANA_RPC_URL entry ${i + 1}`, strays, `is more than ${SLOT_DISAGREEMENT_WARNING} from the agreed one`, `${answer} against ${agreed}`);
 		});
 		// Slots only move forward: lagging endpoints must not reopen expired intents.
 		if (this.slot === null || agreed > this.slot) this.slot = agreed;

@@ -198,6 +198,8 @@ describe("loadConfig values", () => {
 		expect(() => loadConfig({ SOLANA_RPC_URL: "https://rpc.example/key" })).toThrow(/^SOLANA_CLUSTER must be set with SOLANA_RPC_URL/);
 		expect(loadConfig({ SOLANA_RPC_URL: "https://rpc.example/key", SOLANA_CLUSTER: "solana-mainnet" }).solanaCluster).toBe("solana-mainnet");
 		expect(loadConfig({}).solanaCluster).toBe("solana-devnet");
+		// A list with no URL in it is no chain: nothing to check a name against.
+		expect(loadConfig({ SOLANA_RPC_URL: " , " })).toMatchObject({ solanaRpcUrls: [], solanaCluster: "solana-devnet" });
 	});
 
 	it("reads strings and paths", () => {

@@ -247,7 +247,7 @@ describe("SlotObserver over several endpoints", () => {
 		[a.answer, b.answer, c.answer] = [1005, 1006, 10 ** 9];
 		await until(() => o.latest() === 1006);
 		await until(() => errors.length > 0);
-		expect(errors).toEqual([expect.stringMatching(new RegExp(`^The slot of SOLANA_RPC_URL entry 3 is more than ${SLOT_DISAGREEMENT_WARNING} ahead of the agreed one \\(${10 ** 9} against 10\\d\\d\\)$`))]);
+		expect(errors).toEqual([expect.stringMatching(new RegExp(`^The slot of SOLANA_RPC_URL entry 3 is more than ${SLOT_DISAGREEMENT_WARNING} from the agreed one \\(${10 ** 9} against 10\\d\\d\\)$`))]);
 		expect(errors[0]).not.toContain(c.url.slice("http://".length));
 		const seen = c.requests.length;
 		await until(() => c.requests.length >= seen + 3);
@@ -261,9 +261,10 @@ describe("SlotObserver over several endpoints", () => {
 		[a.answer, b.answer] = [1020, 1021];
 		await until(() => o.latest()! >= 1020);
 		expect(o.latest()).toBeLessThanOrEqual(1021);
-		// Astray the other way: told at once, as news.
-		await until(() => errors.length === 2);
-		expect(errors.slice(1)).toEqual([expect.stringMatching(new RegExp(`^The slot of SOLANA_RPC_URL entry 3 is more than ${SLOT_DISAGREEMENT_WARNING} behind the agreed one \\(still failing: \\d+ times in a row.*\\) \\(3 against 10\\d\\d\\)$`))]);
+		// Astray the other way is the same condition: no new warning within the minute, however often it swings.
+		const lagging = c.requests.length;
+		await until(() => c.requests.length >= lagging + 3);
+		expect(errors).toHaveLength(1);
 	});
 
 	it("goes on with more than half answering (the lower of two), and stays, warning once, with fewer", async () => {

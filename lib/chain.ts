@@ -8,6 +8,7 @@ import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi 
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
 import { ServiceError } from "./errors";
+import { isBase58OfLength } from "./encoding";
 import { ConditionStreaks, type ConditionLog } from "./failure-streak";
 import { PUBLIC_CLUSTERS } from "./clusters";
 
@@ -19,9 +20,6 @@ const NODE_READ_TIMEOUT_MS = 2500;
 
 /** How many signatures' first disagreement the Node keeps, to warn at the second. */
 const DISAGREEMENTS_KEPT = 1000;
-
-/** A genesis hash as an RPC shows it: 32 bytes in base58. */
-const BASE58_HASH = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
 
 /** How long a passed cluster check holds: an endpoint's provider may be pointed elsewhere later. */
 const CLUSTER_RECHECK_MS = 10 * 60_000;
@@ -177,7 +175,7 @@ export class NodeChain {
 		const reads = await Promise.all(
 			this.readers.map(reader =>
 				reader.genesisHash().then(
-					hash => (typeof hash === "string" && BASE58_HASH.test(hash) ? { hash } : { hash: "unreadable", why: "no hash in the answer" }),
+					hash => (typeof hash === "string" && isBase58OfLength(hash, 32) ? { hash } : { hash: "unreadable", why: "no hash in the answer" }),
 					(err: Error) => ({ hash: "unreadable", why: err.name })
 				)
 			)

@@ -47,6 +47,12 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 /** Waits until `condition` holds (or fails after 3 s), looking every 5 ms. */
 const until = (condition: () => boolean) => waitFor(condition, 3000, "condition", 5);
 
+/** Waits until `endpoint` has been asked `count` more times than now. */
+async function asked(endpoint: FakeRpc, count: number): Promise<void> {
+	const seen = endpoint.requests.length;
+	await until(() => endpoint.requests.length >= seen + count);
+}
+
 const INTERVAL = 20;
 let rpc: FakeRpc;
 const observers: SlotObserver[] = [];
@@ -101,8 +107,7 @@ describe("SlotObserver", () => {
 		const o = observer(rpc.url);
 		await o.start();
 		rpc.answer = 4000;
-		const seen = rpc.requests.length;
-		await until(() => rpc.requests.length >= seen + 3);
+		await asked(rpc, 3);
 		expect(o.latest()).toBe(5000);
 	});
 
@@ -112,12 +117,10 @@ describe("SlotObserver", () => {
 		const o = observer(rpc.url, message => errors.push(message));
 		await o.start();
 		rpc.answer = { raw: JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32005, message: "node is behind" } }) };
-		let seen = rpc.requests.length;
-		await until(() => rpc.requests.length >= seen + 2);
+		await asked(rpc, 2);
 		expect(o.latest()).toBe(700);
 		rpc.answer = { raw: JSON.stringify({ jsonrpc: "2.0", id: 1, result: "800" }) };
-		seen = rpc.requests.length;
-		await until(() => rpc.requests.length >= seen + 2);
+		await asked(rpc, 2);
 		expect(o.latest()).toBe(700);
 		rpc.answer = { raw: "<html>bad gateway</html>" };
 		await until(() => errors.length > 0);
@@ -163,8 +166,7 @@ describe("SlotObserver", () => {
 		rpc.delayMs = 60;
 		rpc.answer = 11;
 		// The server has received a request it has not answered yet: a poll is in flight.
-		const seen = rpc.requests.length;
-		await until(() => rpc.requests.length > seen);
+		await asked(rpc, 1);
 		o.stop();
 		const after = rpc.requests.length;
 		await sleep(rpc.delayMs + 10 * INTERVAL);
@@ -249,8 +251,7 @@ describe("SlotObserver over several endpoints", () => {
 		await until(() => errors.length > 0);
 		expect(errors).toEqual([expect.stringMatching(new RegExp(`^The slot of SOLANA_RPC_URL entry 3 is more than ${SLOT_DISAGREEMENT_WARNING} from the agreed one \\(${10 ** 9} against 10\\d\\d\\)$`))]);
 		expect(errors[0]).not.toContain(c.url.slice("http://".length));
-		const seen = c.requests.length;
-		await until(() => c.requests.length >= seen + 3);
+		await asked(c, 3);
 		expect(o.latest()).toBe(1006);
 		expect(errors).toHaveLength(1);
 
@@ -262,8 +263,7 @@ describe("SlotObserver over several endpoints", () => {
 		await until(() => o.latest()! >= 1020);
 		expect(o.latest()).toBeLessThanOrEqual(1021);
 		// Astray the other way is the same condition: no new warning within the minute, however often it swings.
-		const lagging = c.requests.length;
-		await until(() => c.requests.length >= lagging + 3);
+		await asked(c, 3);
 		expect(errors).toHaveLength(1);
 	});
 
@@ -288,8 +288,7 @@ describe("SlotObserver over several endpoints", () => {
 			"getSlot over SOLANA_RPC_URL is answered by half or fewer of its 3 endpoints; the slot stays where it is until more answer (at 2010)"
 		]);
 		a.answer = 10 ** 9;
-		const seen = a.requests.length;
-		await until(() => a.requests.length >= seen + 3);
+		await asked(a, 3);
 		expect(o.latest()).toBe(2010);
 		expect(errors).toHaveLength(3);
 
@@ -305,8 +304,7 @@ describe("SlotObserver over several endpoints", () => {
 		const o = observer([a.url, b.url, c.url]);
 		await o.start();
 		c.delayMs = 5_000;
-		const seen = c.requests.length;
-		await until(() => c.requests.length > seen);
+		await asked(c, 1);
 		[a.answer, b.answer] = [3100, 3101];
 		const before = a.requests.length;
 		await sleep(500);
@@ -323,11 +321,9 @@ describe("SlotObserver over several endpoints", () => {
 		await o.start();
 		for (let round = 0; round < 3; round++) {
 			c.answer = { raw: "down" };
-			let seen = c.requests.length;
-			await until(() => c.requests.length >= seen + 2);
+			await asked(c, 2);
 			c.answer = 4002;
-			seen = c.requests.length;
-			await until(() => c.requests.length >= seen + 2);
+			await asked(c, 2);
 		}
 		expect(errors).toEqual(["getSlot from SOLANA_RPC_URL entry 3 failed (HTTP 200, no slot in the answer)"]);
 	});

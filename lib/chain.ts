@@ -4,13 +4,15 @@
  * go (SPEC §2.4); the Cranker builds on the same reader. Every call has a deadline, so a hung RPC
  * node cannot stall a caller.
  */
-import { createSolanaRpc, signature as toSignature, type Rpc, type SolanaRpcApi } from "@solana/kit";
+import { createSolanaRpcFromTransport, isSolanaError, signature as toSignature, SolanaError, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, type Rpc, type RpcTransport, type SolanaRpcApi } from "@solana/kit";
+import { parseJsonWithBigInts, stringifyJsonWithBigInts } from "@solana/rpc-spec-types";
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
 import { ServiceError } from "./errors";
 import { isBase58OfLength } from "./encoding";
 import { ConditionStreaks, type ConditionLog } from "./failure-streak";
 import { PUBLIC_CLUSTERS } from "./clusters";
+import { readTextAnswer } from "./json-answer";
 
 /**
  * The Node's chain reads end within this: a check makes at most three, well within the broker's
@@ -32,14 +34,52 @@ export function nodeChain(rpcUrls: readonly string[], cluster: string, log: Cond
 	return rpcUrls.length ? new NodeChain(rpcUrls, cluster, log) : null;
 }
 
+/** An answer that should have been a block height or slot and was not. */
+class NotACountError extends Error {}
+
+/** Why a read failed, in fixed words: an endpoint's own (an error message, a body) never reach the log. */
+export function readFailure(err: unknown): string {
+	if (isSolanaError(err, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR)) return `HTTP ${err.context.statusCode}`;
+	if (isSolanaError(err)) return `RPC error ${err.context.__code}`;
+	if (err instanceof NotACountError) return "no height or slot in the answer";
+	return err instanceof Error ? err.name : "Error";
+}
+
 /**
  * A height or slot as the RPC answered it: @solana/kit makes integers bigints and passes anything
  * else through, and a height that is not a number (NaN once converted) would pass every comparison
  * as false, a submission that can never be shown dead.
  */
 function counted(answer: unknown): bigint {
-	if (typeof answer !== "bigint" || answer < 0n) throw new TypeError("The RPC answered something other than a block height or slot");
+	if (typeof answer !== "bigint" || answer < 0n) throw new NotACountError("The RPC answered something other than a block height or slot");
 	return answer;
+}
+
+/**
+ * An RPC answer is read up to this, about ten times the longest one read (the Cranker's page of
+ * 1,000 signatures with their memos); a longer one fails the read (AnswerTooLargeError).
+ */
+export const MAX_RPC_ANSWER_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Kit's HTTP transport with a bound on the answer: kit's own reads an answer whole, however long an
+ * endpoint makes it, so one endpoint could exhaust the memory of the process reading it. Solana's
+ * integers stay exact (bigints), as with kit's.
+ */
+export function cappedTransport(url: string, maxBytes: number): RpcTransport {
+	return async ({ payload, signal }) => {
+		const response = await fetch(url, {
+			method: "POST",
+			headers: { accept: "application/json", "content-type": "application/json; charset=utf-8" },
+			body: stringifyJsonWithBigInts(payload),
+			signal
+		});
+		if (!response.ok) {
+			await response.body?.cancel().catch(() => {});
+			throw new SolanaError(SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, { headers: response.headers, message: response.statusText, statusCode: response.status });
+		}
+		return parseJsonWithBigInts(await readTextAnswer(response, maxBytes)) as never;
+	};
 }
 
 export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
@@ -49,9 +89,10 @@ export class ChainReader {
 
 	constructor(
 		rpcUrl: string,
-		private readonly timeoutMs = 10_000
+		private readonly timeoutMs = 10_000,
+		maxAnswerBytes = MAX_RPC_ANSWER_BYTES
 	) {
-		this.rpc = createSolanaRpc(rpcUrl);
+		this.rpc = createSolanaRpcFromTransport(cappedTransport(rpcUrl, maxAnswerBytes));
 	}
 
 	protected get deadline() {
@@ -176,7 +217,7 @@ export class NodeChain {
 			this.readers.map(reader =>
 				reader.genesisHash().then(
 					hash => (typeof hash === "string" && isBase58OfLength(hash, 32) ? { hash } : { hash: "unreadable", why: "no hash in the answer" }),
-					(err: Error) => ({ hash: "unreadable", why: err.name })
+					(err: unknown) => ({ hash: "unreadable", why: readFailure(err) })
 				)
 			)
 		);
@@ -199,7 +240,7 @@ export class NodeChain {
 					this.conditions.report(endpoint, false);
 					return answer;
 				} catch (err) {
-					this.conditions.report(endpoint, true, "cannot be read; moves that need the chain answer 503 until it can", (err as Error).name);
+					this.conditions.report(endpoint, true, "cannot be read; moves that need the chain answer 503 until it can", readFailure(err));
 					throw err;
 				}
 			})

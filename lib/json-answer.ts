@@ -1,6 +1,6 @@
 /**
- * An HTTP answer's JSON read with a bound, for clients of a server they do not control (the
- * Cranker of its Node, the SDK of a gateway): web APIs only, so it runs in a browser too.
+ * An HTTP answer read with a bound, for clients of a server they do not control (a Node, a
+ * gateway, an RPC endpoint): web APIs only, so it runs in a browser too.
  */
 
 /** The answer was longer than the reader allows; the rest was not read. */
@@ -11,17 +11,21 @@ export class AnswerTooLargeError extends Error {
 	}
 }
 
-/**
- * The answer's JSON, undefined when it is not JSON; past `maxBytes` an AnswerTooLargeError, the
- * body cancelled. A fetch without streaming bodies (React Native's, polyfills) is read whole, once
- * its content-length is within the bound.
- */
+/** readTextAnswer's JSON, undefined when it is not JSON. */
 export async function readJsonAnswer(response: Response, maxBytes: number): Promise<unknown> {
+	return parseJson(await readTextAnswer(response, maxBytes));
+}
+
+/**
+ * The answer's text; past `maxBytes` (decoded) an AnswerTooLargeError, the body cancelled. A fetch
+ * without streaming bodies (React Native's, polyfills) reads it whole, once its length is allowed.
+ */
+export async function readTextAnswer(response: Response, maxBytes: number): Promise<string> {
 	if (!response.body?.getReader) {
 		if (Number(response.headers.get("content-length") ?? 0) > maxBytes) throw new AnswerTooLargeError(maxBytes);
 		const text = await response.text();
 		if (text.length > maxBytes) throw new AnswerTooLargeError(maxBytes);
-		return parseJson(text);
+		return text;
 	}
 	const reader = response.body.getReader();
 	const chunks: Uint8Array[] = [];
@@ -42,7 +46,7 @@ export async function readJsonAnswer(response: Response, maxBytes: number): Prom
 		bytes.set(chunk, offset);
 		offset += chunk.byteLength;
 	}
-	return parseJson(new TextDecoder().decode(bytes));
+	return new TextDecoder().decode(bytes);
 }
 
 /** The JSON value of `text`, undefined when it is not JSON. */

@@ -6,8 +6,8 @@
  * way once three or more are listed: see `agreedSlot`.
  */
 
+import { ChainReader, readFailure } from "./chain";
 import { ConditionStreaks, type ConditionLog } from "./failure-streak";
-import { readJsonAnswer } from "./json-answer";
 
 /** An endpoint this far from the agreed slot (about a minute of slots) is named in a warning. */
 export const SLOT_DISAGREEMENT_WARNING = 150;
@@ -34,11 +34,10 @@ export function agreedSlot(answers: readonly (number | null)[]): number | null {
 export class SlotObserver {
 	private slot: number | null = null;
 	/** The endpoints polled: every one with three or more, the first alone with one or two (only its answer counts). */
-	private readonly polled: readonly string[];
+	private readonly polled: readonly ChainReader[];
 	/** Each polled endpoint's latest slot and when it came; null after a failure. */
 	private readonly answers: ({ slot: number; atMs: number } | null)[];
 	private readonly timers: (NodeJS.Timeout | undefined)[] = [];
-	private readonly timeoutMs: number;
 	/** An answer older than this counts as none: a working endpoint answers within an interval and a timeout. */
 	private readonly freshMs: number;
 	private running = false;
@@ -53,10 +52,10 @@ export class SlotObserver {
 		log: ConditionLog = { warn() {}, info() {} }
 	) {
 		this.conditions = new ConditionStreaks(log);
-		this.polled = rpcUrls.length < 3 ? rpcUrls.slice(0, 1) : rpcUrls;
+		const timeoutMs = Math.max(1000, intervalMs);
+		this.polled = (rpcUrls.length < 3 ? rpcUrls.slice(0, 1) : rpcUrls).map(url => new ChainReader(url, timeoutMs, MAX_SLOT_ANSWER_BYTES));
 		this.answers = this.polled.map(() => null);
-		this.timeoutMs = Math.max(1000, intervalMs);
-		this.freshMs = 2 * intervalMs + this.timeoutMs;
+		this.freshMs = 2 * intervalMs + timeoutMs;
 	}
 
 	latest(): number | null {
@@ -86,7 +85,7 @@ export class SlotObserver {
 	}
 
 	private async poll(i: number): Promise<void> {
-		const slot = await this.slotFrom(this.polled[i]!, i);
+		const slot = await this.slotFrom(i);
 		this.answers[i] = slot === null ? null : { slot, atMs: performance.now() };
 		if (this.started) this.agree();
 	}
@@ -107,24 +106,18 @@ export class SlotObserver {
 		if (this.slot === null || agreed > this.slot) this.slot = agreed;
 	}
 
-	/** An endpoint's slot, or null when it fails or answers anything but a slot (told by a fixed reason: its words are not logged). */
-	private async slotFrom(url: string, place: number): Promise<number | null> {
+	/** An endpoint's slot, or null when it fails or answers anything but a slot (told in fixed words: its own are not logged). */
+	private async slotFrom(place: number): Promise<number | null> {
 		let failure: string | null = null;
-		let result: unknown;
+		let slot = 0;
 		try {
-			const response = await fetch(url, {
-				method: "POST",
-				headers: { "content-type": "application/json" },
-				body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "getSlot", params: [{ commitment: "confirmed" }] }),
-				signal: AbortSignal.timeout(this.timeoutMs)
-			});
-			result = ((await readJsonAnswer(response, MAX_SLOT_ANSWER_BYTES)) as { result?: unknown } | undefined)?.result;
-			if (!Number.isSafeInteger(result) || (result as number) < 0) failure = `HTTP ${response.status}, no slot in the answer`;
+			slot = Number(await this.polled[place]!.slot());
+			if (!Number.isSafeInteger(slot)) failure = "no slot in the answer";
 		} catch (err) {
-			failure = (err as Error).name;
+			failure = readFailure(err);
 		}
 		const name = this.polled.length > 1 ? `SOLANA_RPC_URL entry ${place + 1}` : "SOLANA_RPC_URL";
 		this.conditions.report(`getSlot from ${name}`, failure !== null, "failed", failure ?? "");
-		return failure === null ? (result as number) : null;
+		return failure === null ? slot : null;
 	}
 }

@@ -279,12 +279,12 @@ describe("SlotObserver over several endpoints", () => {
 		c.answer = { raw: "<html>bad gateway</html>\nFAKE LOG LINE" };
 		[a.answer, b.answer] = [2010, 2011];
 		await until(() => o.latest() === 2010);
-		expect(errors).toEqual(["getSlot from SOLANA_RPC_URL entry 3 failed (HTTP 200, no slot in the answer)"]);
+		expect(errors).toEqual(["getSlot from SOLANA_RPC_URL entry 3 failed (SyntaxError)"]);
 
 		b.answer = { raw: JSON.stringify({ jsonrpc: "2.0", id: 1, error: { code: -32005, message: "node is behind" } }) };
 		await until(() => errors.length === 3);
 		expect(errors.slice(1)).toEqual([
-			"getSlot from SOLANA_RPC_URL entry 2 failed (HTTP 200, no slot in the answer)",
+			"getSlot from SOLANA_RPC_URL entry 2 failed (RPC error -32005)",
 			"getSlot over SOLANA_RPC_URL is answered by half or fewer of its 3 endpoints; the slot stays where it is until more answer (at 2010)"
 		]);
 		a.answer = 10 ** 9;
@@ -325,7 +325,7 @@ describe("SlotObserver over several endpoints", () => {
 			c.answer = 4002;
 			await asked(c, 2);
 		}
-		expect(errors).toEqual(["getSlot from SOLANA_RPC_URL entry 3 failed (HTTP 200, no slot in the answer)"]);
+		expect(errors).toEqual(["getSlot from SOLANA_RPC_URL entry 3 failed (SyntaxError)"]);
 	});
 
 	it("cuts off an answer longer than a slot's, and tells why", async () => {

@@ -1,0 +1,88 @@
+/**
+ * ChainReader's transport against a real HTTP endpoint on 127.0.0.1 that answers what a hostile
+ * or broken RPC provider would: an answer without end, a gzip bomb, integers past 2^53.
+ */
+import http from "node:http";
+import zlib from "node:zlib";
+import type { AddressInfo } from "node:net";
+import { ChainReader, readFailure } from "../../lib/chain";
+import { AnswerTooLargeError } from "../../lib/json-answer";
+
+type Answer = (res: http.ServerResponse, call: { id: unknown }) => void;
+
+let server: http.Server;
+let url: string;
+let answer: Answer;
+/** Bytes the endpoint managed to hand to its socket for the last answer, and whether the reader hung up first. */
+let sent = 0;
+let hungUp = false;
+
+beforeAll(async () => {
+	server = http.createServer((req, res) => {
+		let body = "";
+		req.on("data", chunk => (body += chunk));
+		req.on("end", () => answer(res, JSON.parse(body) as { id: unknown }));
+	});
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+	server.closeAllConnections();
+	await new Promise(resolve => server.close(resolve));
+});
+
+/** An answer that never ends: a result's padding written in 64 KB chunks for as long as the reader reads. */
+const endless: Answer = (res, call) => {
+	sent = 0;
+	hungUp = false;
+	res.writeHead(200, { "content-type": "application/json" });
+	res.write(`{"jsonrpc":"2.0","id":${JSON.stringify(call.id)},"result":{"padding":"`);
+	const chunk = "x".repeat(64 * 1024);
+	const more = () => {
+		while (!res.destroyed && sent < 512 * 1024 * 1024) {
+			sent += chunk.length;
+			if (!res.write(chunk)) return void res.once("drain", more);
+		}
+	};
+	res.on("close", () => (hungUp = true));
+	more();
+};
+
+describe("ChainReader: an RPC answer is read up to a bound", () => {
+	it("stops reading an answer past its bound, and hangs up on the endpoint", async () => {
+		answer = endless;
+		const reader = new ChainReader(url, 10_000, 1024 * 1024);
+		const read = reader.blockHeight();
+		await expect(read).rejects.toBeInstanceOf(AnswerTooLargeError);
+		await read.catch(err => expect(readFailure(err)).toBe("AnswerTooLargeError"));
+		// Cut off about the bound (plus what the sockets held), not after the endpoint's 512 MB.
+		await new Promise(resolve => setTimeout(resolve, 50));
+		expect(hungUp).toBe(true);
+		expect(sent).toBeLessThan(64 * 1024 * 1024);
+	});
+
+	it("counts the bytes once decoded: a gzip bomb is cut off too", async () => {
+		// 64 MB of one letter, about 64 KB compressed.
+		const bomb = zlib.gzipSync(Buffer.from(`{"jsonrpc":"2.0","id":"0","result":{"padding":"${"x".repeat(64 * 1024 * 1024)}"}}`));
+		expect(bomb.length).toBeLessThan(1024 * 1024);
+		answer = res => res.writeHead(200, { "content-type": "application/json", "content-encoding": "gzip" }).end(bomb);
+		await expect(new ChainReader(url, 10_000, 1024 * 1024).slot()).rejects.toBeInstanceOf(AnswerTooLargeError);
+	});
+
+	it("keeps Solana's integers exact, as kit's own transport does", async () => {
+		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(`{"jsonrpc":"2.0","id":${JSON.stringify(call.id)},"result":9007199254740993}`);
+		await expect(new ChainReader(url).blockHeight()).resolves.toBe(9007199254740993n);
+	});
+
+	it("tells a failure in fixed words, never the endpoint's", async () => {
+		answer = res => res.writeHead(503, "FAKE LOG LINE").end("<html>down</html>");
+		await expect(new ChainReader(url).slot().catch(readFailure)).resolves.toBe("HTTP 503");
+		answer = (res, call) => res.writeHead(200).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, error: { code: -32005, message: "FAKE LOG LINE" } }));
+		await expect(new ChainReader(url).slot().catch(readFailure)).resolves.toBe("RPC error -32005");
+		answer = res => res.writeHead(200).end("FAKE LOG LINE");
+		await expect(new ChainReader(url).slot().catch(readFailure)).resolves.toBe("SyntaxError");
+		answer = (res, call) => res.writeHead(200).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: "FAKE LOG LINE" }));
+		await expect(new ChainReader(url).slot().catch(readFailure)).resolves.toBe("no height or slot in the answer");
+	});
+});

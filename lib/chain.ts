@@ -26,6 +26,9 @@ const DISAGREEMENTS_KEPT = 1000;
 /** How long a passed cluster check holds: an endpoint's provider may be pointed elsewhere later. */
 const CLUSTER_RECHECK_MS = 10 * 60_000;
 
+/** How often a failed cluster check is tried again for the slot's sake (every slot poll would read every genesis hash). */
+const CLUSTER_RETRY_MS = 5000;
+
 /**
  * The Node's view of the chain through every RPC endpoint of SOLANA_RPC_URL, on the cluster
  * SOLANA_CLUSTER names; null without one (nothing can be proven then).
@@ -160,6 +163,9 @@ export class NodeChain {
 	/** When every endpoint last showed the expected genesis hash (performance.now()). */
 	private clusterCheckedAt = -Infinity;
 	private clusterCheck: Promise<void> | null = null;
+	/** Whether the last cluster check passed, and when the last failed one ended (performance.now()). */
+	private clusterPassed = false;
+	private clusterFailedAt = -Infinity;
 	/** Signatures the endpoints disagreed on at their last read (a bounded few). */
 	private readonly disagreedOn = new Set<string>();
 
@@ -202,13 +208,23 @@ export class NodeChain {
 	 * Every endpoint must be on the cluster SOLANA_CLUSTER names (its genesis hash, for a public
 	 * one), or on the first endpoint's, for a cluster of another name: an endpoint of another
 	 * cluster shows another chain's transactions. Until it holds, the moves that need the chain are
-	 * 503 CHAIN_UNAVAILABLE. Checked again every CLUSTER_RECHECK_MS; the mempool also checks it as
-	 * it starts, so that a wrong list is told before the first settlement needs it.
+	 * 503 CHAIN_UNAVAILABLE. Checked again every CLUSTER_RECHECK_MS, and as a process starts
+	 * (ProcessChain), so that a wrong list is told before the first settlement needs it.
 	 */
 	sameCluster(): Promise<void> {
 		if (performance.now() - this.clusterCheckedAt < CLUSTER_RECHECK_MS) return Promise.resolve();
 		// One check at a time, whatever number of moves wait on it.
 		return (this.clusterCheck ??= this.checkCluster().finally(() => (this.clusterCheck = null)));
+	}
+
+	/**
+	 * Whether the last cluster check passed, for what is read without a move (the slot). A stale
+	 * one is checked again in the background, a failed one too once CLUSTER_RETRY_MS have passed
+	 * (a move checks at once).
+	 */
+	clusterHolds(): boolean {
+		if (this.clusterPassed || performance.now() - this.clusterFailedAt >= CLUSTER_RETRY_MS) void this.sameCluster().catch(() => {});
+		return this.clusterPassed;
 	}
 
 	private async checkCluster(): Promise<void> {
@@ -226,8 +242,10 @@ export class NodeChain {
 		const expected = named ?? hashes[0];
 		const onIt = expected !== "unreadable" && hashes.every(hash => hash === expected);
 		const readings = reads.map((read, i) => `entry ${i + 1} ${read.hash}${"why" in read ? ` (${read.why})` : ""}`).join(", ");
-		this.conditions.report("The cluster of SOLANA_RPC_URL", !onIt, `is not ${named ? `${this.cluster} (genesis hash ${named})` : "one for every endpoint"}; moves that need the chain answer 503 until it is`, readings);
+		this.conditions.report("The cluster of SOLANA_RPC_URL", !onIt, `is not ${named ? `${this.cluster} (genesis hash ${named})` : "one for every endpoint"}; moves that need the chain answer 503, and the slot stays where it is, until it is`, readings);
+		this.clusterPassed = onIt;
 		if (onIt) return void (this.clusterCheckedAt = performance.now());
+		this.clusterFailedAt = performance.now();
 		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });
 	}
 

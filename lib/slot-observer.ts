@@ -3,7 +3,8 @@
  * of SOLANA_RPC_URL when it is set. Without one, or before the first agreed answer, it reports
  * null and only the time checks apply. The slot is the only guard on the `expiresAtSlot` a sender
  * signed (nothing on chain refuses a settlement past it), so no single endpoint may move it either
- * way once three or more are listed: see `agreedSlot`.
+ * way once three or more are listed: see `agreedSlot`. Nor may another cluster's: it moves only
+ * while the endpoints are on the named one (`onCluster`).
  */
 
 import { ChainReader, readFailure } from "./chain";
@@ -49,7 +50,9 @@ export class SlotObserver {
 	constructor(
 		rpcUrls: readonly string[],
 		private readonly intervalMs: number,
-		log: ConditionLog = { warn() {}, info() {} }
+		log: ConditionLog = { warn() {}, info() {} },
+		/** Whether the endpoints are on the named cluster (NodeChain.clusterHolds): the slot stays where it is while they are not. */
+		private readonly onCluster: () => boolean = () => true
 	) {
 		this.conditions = new ConditionStreaks(log);
 		const timeoutMs = Math.max(1000, intervalMs);
@@ -102,6 +105,8 @@ export class SlotObserver {
 			const strays = Math.abs(answer - agreed) > SLOT_DISAGREEMENT_WARNING;
 			this.conditions.report(`The slot of SOLANA_RPC_URL entry ${i + 1}`, strays, `is more than ${SLOT_DISAGREEMENT_WARNING} from the agreed one`, `${answer} against ${agreed}`);
 		});
+		// Another cluster's slots say nothing of this one's (the cluster's own warning tells it).
+		if (!this.onCluster()) return;
 		// Slots only move forward: lagging endpoints must not reopen expired intents.
 		if (this.slot === null || agreed > this.slot) this.slot = agreed;
 	}

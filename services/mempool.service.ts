@@ -10,7 +10,7 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { EpochStatus } from "../lib/answers";
 import { buildPaymentMessage } from "../lib/canonical";
-import { nodeChain, type NodeChain } from "../lib/chain";
+import type { NodeChain } from "../lib/chain";
 import { readChain, type ChainObservation } from "../lib/chain-evidence";
 import type { Config } from "../lib/config";
 import { sha256HexNative } from "../lib/digest";
@@ -54,10 +54,11 @@ import { byId, merkleRoot } from "../lib/merkle";
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
 import { LIST_LIMIT_MAX, WORK_PAGE, WORK_PAGE_BYTES, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
-import { SlotObserver } from "../lib/slot-observer";
+import type { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, listInPages, type Collection, type CollectionSpec, type Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS, isSignedBody } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
+import { processChain } from "./process-chain";
 import { storeFailure, storeMixin } from "../mixins/store.mixin";
 import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
@@ -699,22 +700,20 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		} satisfies MempoolMethods & ThisType<MempoolThis>,
 
 		created(this: MempoolThis) {
-			this.chain = nodeChain(config.solanaRpcUrls, config.solanaCluster, this.logger);
+			const { reads, slots } = processChain(this.broker, config);
+			this.chain = reads;
+			this.slots = slots;
 			this.leases = leaseMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);
 			this.notifyEvents = eventNotifier(this.broker, "intents");
-			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, this.logger);
 		},
 
 		async started(this: MempoolThis) {
-			// An endpoint list on the wrong cluster is told now, not at the first settlement (the
-			// warning is the check's own; every move checks again).
-			void this.chain?.sameCluster().catch(() => {});
-			await this.slots.start();
+			await processChain(this.broker, config).start();
 		},
 
 		stopped(this: MempoolThis) {
-			this.slots.stop();
+			processChain(this.broker, config).stop();
 		}
 	};
 }

@@ -7,7 +7,7 @@ import fs from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { buildTinOperationMessage } from "../lib/canonical";
-import { nodeChain, type NodeChain } from "../lib/chain";
+import type { NodeChain } from "../lib/chain";
 import { judgeChainEvidence, readChain, type ChainObservation } from "../lib/chain-evidence";
 import { ConfigError, type Config } from "../lib/config";
 import { requestDigest } from "../lib/digest";
@@ -44,6 +44,7 @@ import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { sweepMetrics } from "./metrics";
 import { internal, workersOnly } from "./internal";
+import { processChain } from "./process-chain";
 
 const ROUTES_COLLECTION = {
 	name: "registry_routes",
@@ -714,7 +715,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 		} satisfies TinMethods & ThisType<TinThis>,
 
 		created(this: TinThis) {
-			this.chain = nodeChain(config.solanaRpcUrls, config.solanaCluster, this.logger);
+			this.chain = processChain(this.broker, config).reads;
 			this.notifyEvents = eventNotifier(this.broker, "tin_operations");
 		},
 

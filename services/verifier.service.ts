@@ -9,7 +9,7 @@ import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import type { CreateIntentRequest } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
-import { SlotObserver } from "../lib/slot-observer";
+import type { SlotObserver } from "../lib/slot-observer";
 import { sha256HexNative } from "../lib/digest";
 import { verifySignature } from "../lib/ed25519";
 import { INTAKE_BATCH_MAX } from "../lib/intake";
@@ -17,6 +17,7 @@ import { verifyPaymentAuthorizationWith, type VerificationContext, type Verifica
 import { VerifyPool, type VerifyFallback } from "../lib/verify-pool";
 import { verifierMetrics } from "./metrics";
 import { internal } from "./internal";
+import { processChain } from "./process-chain";
 
 /** Routes change rarely; the TTL bounds how long a lost change event can leave a stale entry. */
 const ROUTE_CACHE_TTL_MS = 5000;
@@ -115,7 +116,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 		created(this: VerifierThis) {
 			this.routeCache = new Map();
 			this.metrics = verifierMetrics(this.broker);
-			this.slots = new SlotObserver(config.solanaRpcUrls, config.slotPollIntervalMs, this.logger);
+			this.slots = processChain(this.broker, config).slots;
 			this.pool = null;
 		},
 
@@ -133,11 +134,11 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 					last.since = 0;
 				});
 			}
-			await this.slots.start();
+			await processChain(this.broker, config).start();
 		},
 
 		async stopped(this: VerifierThis) {
-			this.slots.stop();
+			processChain(this.broker, config).stop();
 			await this.pool?.close();
 			this.pool = null;
 		}

@@ -16,6 +16,7 @@ import { waitFor } from "../../devkit/process";
 import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { startLyingRpc, type LyingRpc } from "../helpers/lying-rpc";
 import { NodeChain } from "../../lib/chain";
+import { ProcessChain } from "../../lib/process-chain";
 import { PUBLIC_CLUSTERS } from "../../lib/clusters";
 
 const VALIDITY_SLOTS = 20;
@@ -366,7 +367,7 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 		liar.honest();
 		expect((await both.observe(landed.signature, touches)).map(o => o.status)).toEqual(["landed", "landed"]);
 		// Told when it starts, not at every move (a reminder at most once a minute); its end is news.
-		expect(warnings).toEqual([`The cluster of SOLANA_RPC_URL is not one for every endpoint; moves that need the chain answer 503 until it is (entry 1 ${devnet}, entry 2 ${chain.genesisHash})`]);
+		expect(warnings).toEqual([`The cluster of SOLANA_RPC_URL is not one for every endpoint; moves that need the chain answer 503, and the slot stays where it is, until it is (entry 1 ${devnet}, entry 2 ${chain.genesisHash})`]);
 		expect(news).toEqual([expect.stringMatching(/^The cluster of SOLANA_RPC_URL works again after 3 failures over \d+ s$/)]);
 	});
 
@@ -392,8 +393,48 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 			const tx = await settlement(intent, 1_500_000n, false);
 			expect((await submit(intent.id, tx, devnetNode)).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE", data: { reason: "RPC_WRONG_CLUSTER", genesisHashes: [chain.genesisHash] } });
 			expect((await workerView(intent.id, devnetNode)).receiverStatus).toBe("CRANKER_LEASED");
+			// Nor is its slot believed: another cluster's says nothing of the expiresAtSlot a sender
+			// signed for this one. An intent past the local chain's slot is judged by its time alone
+			// there, and refused EXPIRED by a Node on the right cluster.
+			const pastSlot = { expiresAtSlot: chain.slot - 1 };
+			expect((await devnetNode.http("POST", "/intents", signedIntent(newWallet(), route, pastSlot))).status).toBe(201);
+			expect((await node.http("POST", "/intents", signedIntent(newWallet(), route, pastSlot))).body).toMatchObject({ type: "EXPIRED" });
 		} finally {
 			await devnetNode.stop();
+		}
+	});
+
+	it("the slot moves only while the endpoints are on the cluster named, and again once they are", async () => {
+		liar.lie("getGenesisHash", () => PUBLIC_CLUSTERS.get("solana-mainnet"));
+		const genesisReads = liar.calls.get("getGenesisHash") ?? 0;
+		const warnings: string[] = [];
+		const shared = new ProcessChain([liar.url], "solana-devnet", 20, logInto(warnings));
+		await shared.start();
+		try {
+			const polled = liar.calls.get("getSlot") ?? 0;
+			await waitFor(() => (liar.calls.get("getSlot") ?? 0) >= polled + 5, 5_000, "more slot polls", 10);
+			expect(shared.slots.latest()).toBeNull();
+			expect(warnings).toEqual([expect.stringMatching(/^The cluster of SOLANA_RPC_URL is not solana-devnet .*the slot stays where it is/)]);
+			// Tried again every few seconds, not at every poll.
+			expect((liar.calls.get("getGenesisHash") ?? 0) - genesisReads).toBe(1);
+			liar.lie("getGenesisHash", () => devnet);
+			await waitFor(() => shared.slots.latest() !== null, 10_000, "the slot once on the cluster", 20);
+		} finally {
+			shared.stop();
+		}
+	});
+
+	it("one process reads its endpoints once, whichever of the mempool, the verifier and the TIN service it runs", async () => {
+		const counted = await startLyingRpc(chain.url);
+		const dataDir = tempDir();
+		// Slots polled once a minute: only the polls of the start are counted.
+		const one = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: counted.url, SOLANA_CLUSTER: LOCAL_CLUSTER, SLOT_POLL_INTERVAL_MS: "60000" }, dataDir);
+		try {
+			expect(counted.calls.get("getGenesisHash")).toBe(1);
+			expect(counted.calls.get("getSlot")).toBe(1);
+		} finally {
+			await one.stop();
+			await counted.close();
 		}
 	});
 });

@@ -394,9 +394,9 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 			expect((await submit(intent.id, tx, devnetNode)).body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE", data: { reason: "RPC_WRONG_CLUSTER", genesisHashes: [chain.genesisHash] } });
 			expect((await workerView(intent.id, devnetNode)).receiverStatus).toBe("CRANKER_LEASED");
 			// Nor is its slot believed: another cluster's says nothing of the expiresAtSlot a sender
-			// signed for this one. An intent past the local chain's slot is judged by its time alone
-			// there, and refused EXPIRED by a Node on the right cluster.
-			const pastSlot = { expiresAtSlot: chain.slot - 1 };
+			// signed for this one. An intent two seconds past the local chain's slot is judged by its
+			// time alone there, and refused EXPIRED by a Node on the right cluster (polling every 200 ms).
+			const pastSlot = { expiresAtSlot: chain.slot - 20 };
 			expect((await devnetNode.http("POST", "/intents", signedIntent(newWallet(), route, pastSlot))).status).toBe(201);
 			expect((await node.http("POST", "/intents", signedIntent(newWallet(), route, pastSlot))).body).toMatchObject({ type: "EXPIRED" });
 		} finally {

@@ -333,7 +333,9 @@ describe("slot expiry with SOLANA_RPC_URL", () => {
 			req.on("end", () => {
 				const { id, method } = JSON.parse(body);
 				res.setHeader("content-type", "application/json");
-				res.end(JSON.stringify(method === "getSlot" ? { jsonrpc: "2.0", id, result: slot } : { jsonrpc: "2.0", id, error: { code: -32601, message: "no" } }));
+				// The slot moves only while the endpoint shows a genesis hash (one cluster, of one endpoint).
+				const result = { getSlot: slot, getGenesisHash: "11111111111111111111111111111111" }[method as string];
+				res.end(JSON.stringify(result !== undefined ? { jsonrpc: "2.0", id, result } : { jsonrpc: "2.0", id, error: { code: -32601, message: "no" } }));
 			});
 		});
 		await new Promise<void>(resolve => rpc.listen(0, "127.0.0.1", resolve));

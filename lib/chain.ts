@@ -11,7 +11,7 @@ import { readFetchedSettlementTransaction, type SettlementContents } from "./set
 import { ServiceError } from "./errors";
 import { isBase58OfLength } from "./encoding";
 import { ConditionStreaks, type ConditionLog } from "./failure-streak";
-import { PUBLIC_CLUSTERS } from "./clusters";
+import { endpointsOnCluster, PUBLIC_CLUSTERS, UNREADABLE } from "./clusters";
 import { readTextAnswer } from "./json-answer";
 
 /**
@@ -19,6 +19,12 @@ import { readTextAnswer } from "./json-answer";
  * 10 s request timeout, and a slower RPC is answered 503 CHAIN_UNAVAILABLE rather than held on to.
  */
 const NODE_READ_TIMEOUT_MS = 2500;
+
+/**
+ * The Node's longest answer is a settlement transaction with its meta (a few KB; logs are cut at
+ * 10 KB on chain): 256 KB holds any, and holds the event loop a quarter of a second at most.
+ */
+const NODE_MAX_ANSWER_BYTES = 256 * 1024;
 
 /** How many signatures' first disagreement the Node keeps, to warn at the second. */
 const DISAGREEMENTS_KEPT = 1000;
@@ -40,10 +46,15 @@ export function nodeChain(rpcUrls: readonly string[], cluster: string, log: Cond
 /** An answer that should have been a block height or slot and was not. */
 class NotACountError extends Error {}
 
-/** Why a read failed, in fixed words: an endpoint's own (an error message, a body) never reach the log. */
+/**
+ * Why a read failed, in fixed words: an endpoint's own (an error message, a body) never reach the
+ * log. Kit copies a JSON-RPC error's `data` into the error's context, so even its code is shown
+ * only when it is a number.
+ */
 export function readFailure(err: unknown): string {
-	if (isSolanaError(err, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR)) return `HTTP ${err.context.statusCode}`;
-	if (isSolanaError(err)) return `RPC error ${err.context.__code}`;
+	const shown = (value: unknown) => (Number.isSafeInteger(value) ? ` ${value as number}` : "");
+	if (isSolanaError(err, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR)) return `HTTP${shown(err.context.statusCode)}`;
+	if (isSolanaError(err)) return `RPC error${shown(err.context.__code)}`;
 	if (err instanceof NotACountError) return "no height or slot in the answer";
 	return err instanceof Error ? err.name : "Error";
 }
@@ -59,10 +70,16 @@ function counted(answer: unknown): bigint {
 }
 
 /**
- * An RPC answer is read up to this, about ten times the longest one read (the Cranker's page of
- * 1,000 signatures with their memos); a longer one fails the read (AnswerTooLargeError).
+ * How much of an RPC answer is read; a longer one fails the read (AnswerTooLargeError). Kit parses
+ * an answer on the event loop, making every integer a bigint, which costs about a second per MB of
+ * integers an endpoint chooses to send: each bound is also one on how long an answer can hold the
+ * process. By default, the Cranker's, for its longest answers: a page of 1,000 signatures with
+ * their memos (about 6 MB at worst).
  */
 export const MAX_RPC_ANSWER_BYTES = 8 * 1024 * 1024;
+
+/** For answers of a fixed small size: a height, a slot, a genesis hash, one signature's status. */
+const SHORT_ANSWER_BYTES = 16 * 1024;
 
 /**
  * Kit's HTTP transport with a bound on the answer: kit's own reads an answer whole, however long an
@@ -89,6 +106,8 @@ export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"
 
 export class ChainReader {
 	protected readonly rpc: Rpc<SolanaRpcApi>;
+	/** The same endpoint, for the answers of a fixed small size (SHORT_ANSWER_BYTES). */
+	private readonly shortRpc: Rpc<SolanaRpcApi>;
 
 	constructor(
 		rpcUrl: string,
@@ -96,6 +115,7 @@ export class ChainReader {
 		maxAnswerBytes = MAX_RPC_ANSWER_BYTES
 	) {
 		this.rpc = createSolanaRpcFromTransport(cappedTransport(rpcUrl, maxAnswerBytes));
+		this.shortRpc = createSolanaRpcFromTransport(cappedTransport(rpcUrl, Math.min(SHORT_ANSWER_BYTES, maxAnswerBytes)));
 	}
 
 	protected get deadline() {
@@ -103,20 +123,20 @@ export class ChainReader {
 	}
 
 	blockHeight(): Promise<bigint> {
-		return this.rpc.getBlockHeight({ commitment: "confirmed" }).send(this.deadline).then(counted);
+		return this.shortRpc.getBlockHeight({ commitment: "confirmed" }).send(this.deadline).then(counted);
 	}
 
 	genesisHash(): Promise<string> {
-		return this.rpc.getGenesisHash().send(this.deadline);
+		return this.shortRpc.getGenesisHash().send(this.deadline);
 	}
 
 	slot(): Promise<bigint> {
-		return this.rpc.getSlot({ commitment: "confirmed" }).send(this.deadline).then(counted);
+		return this.shortRpc.getSlot({ commitment: "confirmed" }).send(this.deadline).then(counted);
 	}
 
 	/** Searches the whole history; `pending` is a transaction seen in a block not yet confirmed. */
 	async signatureState(signature: string): Promise<SignatureState> {
-		const { value } = await this.rpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
+		const { value } = await this.shortRpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
 		const status = value[0];
 		if (!status) return { kind: "unknown" };
 		if (status.confirmationStatus === "processed") return { kind: "pending" };
@@ -163,8 +183,8 @@ export class NodeChain {
 	/** When every endpoint last showed the expected genesis hash (performance.now()). */
 	private clusterCheckedAt = -Infinity;
 	private clusterCheck: Promise<void> | null = null;
-	/** Whether the last cluster check passed, and when the last failed one ended (performance.now()). */
-	private clusterPassed = false;
+	/** Which endpoints the last cluster check found on the cluster, and when the last failed one ended (performance.now()). */
+	private onCluster: readonly boolean[];
 	private clusterFailedAt = -Infinity;
 	/** Signatures the endpoints disagreed on at their last read (a bounded few). */
 	private readonly disagreedOn = new Set<string>();
@@ -174,7 +194,8 @@ export class NodeChain {
 		private readonly cluster: string,
 		private readonly log: ConditionLog
 	) {
-		this.readers = rpcUrls.map(url => new ChainReader(url, NODE_READ_TIMEOUT_MS));
+		this.readers = rpcUrls.map(url => new ChainReader(url, NODE_READ_TIMEOUT_MS, NODE_MAX_ANSWER_BYTES));
+		this.onCluster = rpcUrls.map(() => false);
 		this.conditions = new ConditionStreaks(log);
 	}
 
@@ -218,13 +239,14 @@ export class NodeChain {
 	}
 
 	/**
-	 * Whether the last cluster check passed, for what is read without a move (the slot). A stale
-	 * one is checked again in the background, a failed one too once CLUSTER_RETRY_MS have passed
-	 * (a move checks at once).
+	 * Which endpoints (in SOLANA_RPC_URL's order) the last cluster check found on the cluster, for
+	 * what is read without a move: the slot, which leaves out the others' answers. A stale check
+	 * is made again in the background, a failed one too once CLUSTER_RETRY_MS have passed (a move
+	 * checks at once).
 	 */
-	clusterHolds(): boolean {
-		if (this.clusterPassed || performance.now() - this.clusterFailedAt >= CLUSTER_RETRY_MS) void this.sameCluster().catch(() => {});
-		return this.clusterPassed;
+	endpointsOnCluster(): readonly boolean[] {
+		if (performance.now() - this.clusterFailedAt >= CLUSTER_RETRY_MS) void this.sameCluster().catch(() => {});
+		return this.onCluster;
 	}
 
 	private async checkCluster(): Promise<void> {
@@ -232,18 +254,17 @@ export class NodeChain {
 		const reads = await Promise.all(
 			this.readers.map(reader =>
 				reader.genesisHash().then(
-					hash => (typeof hash === "string" && isBase58OfLength(hash, 32) ? { hash } : { hash: "unreadable", why: "no hash in the answer" }),
-					(err: unknown) => ({ hash: "unreadable", why: readFailure(err) })
+					hash => (typeof hash === "string" && isBase58OfLength(hash, 32) ? { hash } : { hash: UNREADABLE, why: "no hash in the answer" }),
+					(err: unknown) => ({ hash: UNREADABLE, why: readFailure(err) })
 				)
 			)
 		);
 		const hashes = reads.map(read => read.hash);
 		const named = PUBLIC_CLUSTERS.get(this.cluster);
-		const expected = named ?? hashes[0];
-		const onIt = expected !== "unreadable" && hashes.every(hash => hash === expected);
+		this.onCluster = endpointsOnCluster(hashes, named);
+		const onIt = this.onCluster.every(Boolean);
 		const readings = reads.map((read, i) => `entry ${i + 1} ${read.hash}${"why" in read ? ` (${read.why})` : ""}`).join(", ");
-		this.conditions.report("The cluster of SOLANA_RPC_URL", !onIt, `is not ${named ? `${this.cluster} (genesis hash ${named})` : "one for every endpoint"}; moves that need the chain answer 503, and the slot stays where it is, until it is`, readings);
-		this.clusterPassed = onIt;
+		this.conditions.report("The cluster of SOLANA_RPC_URL", !onIt, `is not ${named ? `${this.cluster} (genesis hash ${named})` : "one for every endpoint"}; moves that need the chain answer 503, and the slot counts only the endpoints on it, until it is`, readings);
 		if (onIt) return void (this.clusterCheckedAt = performance.now());
 		this.clusterFailedAt = performance.now();
 		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });

@@ -15,3 +15,21 @@ export const PUBLIC_CLUSTERS: ReadonlyMap<string, string> = new Map([
 export function looksPublic(name: string): boolean {
 	return !PUBLIC_CLUSTERS.has(name) && /mainnet|devnet|testnet/i.test(name);
 }
+
+/** The genesis hash of an endpoint that answered none (down, or a proxy refusing the method). */
+export const UNREADABLE = "unreadable";
+
+/**
+ * Which endpoints, by their genesis hashes in list order, are on the cluster: for a public one,
+ * those showing its hash (`publicHash`); for another name, those showing the hash more than half
+ * of them show (one endpoint is on its own; two that differ are neither).
+ */
+export function endpointsOnCluster(hashes: readonly string[], publicHash: string | undefined): boolean[] {
+	let expected = publicHash;
+	if (expected === undefined) {
+		const counts = new Map<string, number>();
+		for (const hash of hashes) if (hash !== UNREADABLE) counts.set(hash, (counts.get(hash) ?? 0) + 1);
+		expected = [...counts].find(([, count]) => count * 2 > hashes.length)?.[0];
+	}
+	return hashes.map(hash => hash !== UNREADABLE && hash === expected);
+}

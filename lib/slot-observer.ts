@@ -3,8 +3,8 @@
  * of SOLANA_RPC_URL when it is set. Without one, or before the first agreed answer, it reports
  * null and only the time checks apply. The slot is the only guard on the `expiresAtSlot` a sender
  * signed (nothing on chain refuses a settlement past it), so no single endpoint may move it either
- * way once three or more are listed: see `agreedSlot`. Nor may another cluster's: it moves only
- * while the endpoints are on the named one (`onCluster`).
+ * way once three or more are listed: see `agreedSlot`. Nor may another cluster's: an endpoint's
+ * answer counts only while it is on the named one (`onCluster`).
  */
 
 import { ChainReader, readFailure } from "./chain";
@@ -12,9 +12,6 @@ import { ConditionStreaks, type ConditionLog } from "./failure-streak";
 
 /** An endpoint this far from the agreed slot (about a minute of slots) is named in a warning. */
 export const SLOT_DISAGREEMENT_WARNING = 150;
-
-/** A getSlot answer is a few dozen bytes: a longer one is cut off, not held in memory. */
-const MAX_SLOT_ANSWER_BYTES = 4096;
 
 /**
  * The slot the endpoints' answers (in SOLANA_RPC_URL's order, null for none or one not fresh) agree on, or null.
@@ -51,12 +48,12 @@ export class SlotObserver {
 		rpcUrls: readonly string[],
 		private readonly intervalMs: number,
 		log: ConditionLog = { warn() {}, info() {} },
-		/** Whether the endpoints are on the named cluster (NodeChain.clusterHolds): the slot stays where it is while they are not. */
-		private readonly onCluster: () => boolean = () => true
+		/** Which endpoints, in SOLANA_RPC_URL's order, are on the named cluster (NodeChain.endpointsOnCluster): the others' answers count as none. */
+		private readonly onCluster: () => readonly boolean[] = () => rpcUrls.map(() => true)
 	) {
 		this.conditions = new ConditionStreaks(log);
 		const timeoutMs = Math.max(1000, intervalMs);
-		this.polled = (rpcUrls.length < 3 ? rpcUrls.slice(0, 1) : rpcUrls).map(url => new ChainReader(url, timeoutMs, MAX_SLOT_ANSWER_BYTES));
+		this.polled = (rpcUrls.length < 3 ? rpcUrls.slice(0, 1) : rpcUrls).map(url => new ChainReader(url, timeoutMs));
 		this.answers = this.polled.map(() => null);
 		this.freshMs = 2 * intervalMs + timeoutMs;
 	}
@@ -95,7 +92,9 @@ export class SlotObserver {
 
 	private agree(): void {
 		const freshSince = performance.now() - this.freshMs;
-		const answers = this.answers.map(answer => (answer && answer.atMs >= freshSince ? answer.slot : null));
+		// Another cluster's slot says nothing of this one's (the cluster's own warning tells it).
+		const onCluster = this.onCluster();
+		const answers = this.answers.map((answer, i) => (answer && answer.atMs >= freshSince && onCluster[i] ? answer.slot : null));
 		const agreed = agreedSlot(answers);
 		this.conditions.report("getSlot over SOLANA_RPC_URL", agreed === null && answers.length >= 3, `is answered by half or fewer of its ${answers.length} endpoints; the slot stays where it is until more answer`, `at ${this.slot}`);
 		if (agreed === null) return;
@@ -105,8 +104,6 @@ export class SlotObserver {
 			const strays = Math.abs(answer - agreed) > SLOT_DISAGREEMENT_WARNING;
 			this.conditions.report(`The slot of SOLANA_RPC_URL entry ${i + 1}`, strays, `is more than ${SLOT_DISAGREEMENT_WARNING} from the agreed one`, `${answer} against ${agreed}`);
 		});
-		// Another cluster's slots say nothing of this one's (the cluster's own warning tells it).
-		if (!this.onCluster()) return;
 		// Slots only move forward: lagging endpoints must not reopen expired intents.
 		if (this.slot === null || agreed > this.slot) this.slot = agreed;
 	}

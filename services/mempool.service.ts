@@ -709,11 +709,11 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		},
 
 		async started(this: MempoolThis) {
-			await processChain(this.broker, config).start();
+			await processChain(this.broker, config).start(this);
 		},
 
 		stopped(this: MempoolThis) {
-			processChain(this.broker, config).stop();
+			processChain(this.broker, config).stop(this);
 		}
 	};
 }

@@ -134,11 +134,11 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 					last.since = 0;
 				});
 			}
-			await processChain(this.broker, config).start();
+			await processChain(this.broker, config).start(this);
 		},
 
 		async stopped(this: VerifierThis) {
-			processChain(this.broker, config).stop();
+			processChain(this.broker, config).stop(this);
 			await this.pool?.close();
 			this.pool = null;
 		}

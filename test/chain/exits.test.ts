@@ -367,7 +367,7 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 		liar.honest();
 		expect((await both.observe(landed.signature, touches)).map(o => o.status)).toEqual(["landed", "landed"]);
 		// Told when it starts, not at every move (a reminder at most once a minute); its end is news.
-		expect(warnings).toEqual([`The cluster of SOLANA_RPC_URL is not one for every endpoint; moves that need the chain answer 503, and the slot stays where it is, until it is (entry 1 ${devnet}, entry 2 ${chain.genesisHash})`]);
+		expect(warnings).toEqual([`The cluster of SOLANA_RPC_URL is not one for every endpoint; moves that need the chain answer 503, and the slot counts only the endpoints on it, until it is (entry 1 ${devnet}, entry 2 ${chain.genesisHash})`]);
 		expect(news).toEqual([expect.stringMatching(/^The cluster of SOLANA_RPC_URL works again after 3 failures over \d+ s$/)]);
 	});
 
@@ -409,18 +409,35 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 		const genesisReads = liar.calls.get("getGenesisHash") ?? 0;
 		const warnings: string[] = [];
 		const shared = new ProcessChain([liar.url], "solana-devnet", 20, logInto(warnings));
-		await shared.start();
+		const user = {};
+		await shared.start(user);
 		try {
 			const polled = liar.calls.get("getSlot") ?? 0;
 			await waitFor(() => (liar.calls.get("getSlot") ?? 0) >= polled + 5, 5_000, "more slot polls", 10);
 			expect(shared.slots.latest()).toBeNull();
-			expect(warnings).toEqual([expect.stringMatching(/^The cluster of SOLANA_RPC_URL is not solana-devnet .*the slot stays where it is/)]);
+			expect(warnings).toEqual([expect.stringMatching(/^The cluster of SOLANA_RPC_URL is not solana-devnet .*the slot counts only the endpoints on it/)]);
 			// Tried again every few seconds, not at every poll.
 			expect((liar.calls.get("getGenesisHash") ?? 0) - genesisReads).toBe(1);
 			liar.lie("getGenesisHash", () => devnet);
 			await waitFor(() => shared.slots.latest() !== null, 10_000, "the slot once on the cluster", 20);
 		} finally {
-			shared.stop();
+			shared.stop(user);
+		}
+	});
+
+	it("of three endpoints, one on another cluster holds every move back but not the slot: the other two agree on it", async () => {
+		liar.lie("getGenesisHash", () => devnet);
+		liar.lie("getSlot", () => 10 ** 9);
+		const shared = new ProcessChain([chain.url, liar.url, chain.url], LOCAL_CLUSTER, 20, logInto([]));
+		const user = {};
+		await shared.start(user);
+		try {
+			await expect(shared.reads!.blockHeights()).rejects.toMatchObject({ data: { reason: "RPC_WRONG_CLUSTER" } });
+			const from = chain.slot;
+			await waitFor(() => (shared.slots.latest() ?? 0) > from + 2, 5_000, "the slot moving on", 10);
+			expect(shared.slots.latest()).toBeLessThan(10 ** 9);
+		} finally {
+			shared.stop(user);
 		}
 	});
 

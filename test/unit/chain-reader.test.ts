@@ -70,6 +70,13 @@ describe("ChainReader: an RPC answer is read up to a bound", () => {
 		await expect(new ChainReader(url, 10_000, 1024 * 1024).slot()).rejects.toBeInstanceOf(AnswerTooLargeError);
 	});
 
+	it("reads a height, a slot, a hash or a status up to 16 KB, whatever the reader's bound", async () => {
+		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: "x".repeat(20_000) }));
+		const reader = new ChainReader(url);
+		await expect(reader.genesisHash()).rejects.toBeInstanceOf(AnswerTooLargeError);
+		await expect(reader.slot()).rejects.toBeInstanceOf(AnswerTooLargeError);
+	});
+
 	it("keeps Solana's integers exact, as kit's own transport does", async () => {
 		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(`{"jsonrpc":"2.0","id":${JSON.stringify(call.id)},"result":9007199254740993}`);
 		await expect(new ChainReader(url).blockHeight()).resolves.toBe(9007199254740993n);
@@ -80,6 +87,9 @@ describe("ChainReader: an RPC answer is read up to a bound", () => {
 		await expect(new ChainReader(url).slot().catch(readFailure)).resolves.toBe("HTTP 503");
 		answer = (res, call) => res.writeHead(200).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, error: { code: -32005, message: "FAKE LOG LINE" } }));
 		await expect(new ChainReader(url).slot().catch(readFailure)).resolves.toBe("RPC error -32005");
+		// Kit copies an error's data into its context, code included: a code that is no number is not shown.
+		answer = (res, call) => res.writeHead(200).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, error: { code: 1, message: "x", data: { __code: "-1)\nFAKE LOG LINE (" } } }));
+		await expect(new ChainReader(url).slot().catch(readFailure)).resolves.toBe("RPC error");
 		answer = res => res.writeHead(200).end("FAKE LOG LINE");
 		await expect(new ChainReader(url).slot().catch(readFailure)).resolves.toBe("SyntaxError");
 		answer = (res, call) => res.writeHead(200).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: "FAKE LOG LINE" }));

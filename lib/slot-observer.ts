@@ -38,7 +38,8 @@ export class SlotObserver {
 	private readonly timers: (NodeJS.Timeout | undefined)[] = [];
 	/** An answer older than this counts as none: a working endpoint answers within an interval and a timeout. */
 	private readonly freshMs: number;
-	private running = false;
+	/** Counts start()s and stop()s: the polls of the current run, if it is a start's, go on. */
+	private run = 0;
 	/** Set once every endpoint's first answer is in: no agreement is judged on the first few alone. */
 	private started = false;
 	/** What goes wrong, told when it starts, as reminders while it lasts, and when it ends. */
@@ -65,22 +66,23 @@ export class SlotObserver {
 	/** Resolves once every endpoint answered (or failed) once. */
 	async start(): Promise<void> {
 		if (!this.polled.length) return;
-		this.running = true;
+		const run = ++this.run;
 		await Promise.all(this.polled.map((_, i) => this.poll(i)));
 		this.started = true;
 		this.agree();
-		this.polled.forEach((_, i) => this.schedule(i));
+		this.polled.forEach((_, i) => this.schedule(i, run));
 	}
 
 	stop(): void {
-		this.running = false;
+		this.run++;
 		for (const timer of this.timers) clearTimeout(timer);
 	}
 
-	private schedule(i: number): void {
-		// stop() may have come while a poll was in flight (the first one included).
-		if (!this.running) return;
-		this.timers[i] = setTimeout(() => void this.poll(i).finally(() => this.schedule(i)), this.intervalMs);
+	private schedule(i: number, run: number): void {
+		// stop() may have come while a poll was in flight (the first one included), and a start()
+		// after it: a poll of an earlier run schedules no other, or each endpoint would be polled twice.
+		if (run !== this.run) return;
+		this.timers[i] = setTimeout(() => void this.poll(i).finally(() => this.schedule(i, run)), this.intervalMs);
 		this.timers[i].unref();
 	}
 

@@ -184,6 +184,20 @@ describe("SlotObserver", () => {
 		await sleep(10 * INTERVAL + 2 * rpc.delayMs);
 		expect(rpc.requests.length).toBe(after);
 	});
+
+	it("start() again after a stop() while polls are in flight polls once per interval, not twice", async () => {
+		rpc.answer = 10;
+		rpc.delayMs = 50;
+		const o = observer(rpc.url);
+		const first = o.start();
+		o.stop();
+		await Promise.all([first, o.start()]);
+		// One loop asks about once per 70 ms (a 50 ms answer, then a 20 ms wait); two would ask twice as often.
+		const before = rpc.requests.length;
+		await sleep(700);
+		expect(rpc.requests.length - before).toBeLessThanOrEqual(12);
+		expect(rpc.requests.length - before).toBeGreaterThanOrEqual(3);
+	});
 });
 
 describe("agreedSlot: one endpoint of three or more moves the slot neither way", () => {

@@ -227,8 +227,8 @@ export class NodeChain {
 
 	/**
 	 * Every endpoint must be on the cluster SOLANA_CLUSTER names (its genesis hash, for a public
-	 * one), or on the first endpoint's, for a cluster of another name: an endpoint of another
-	 * cluster shows another chain's transactions. Until it holds, the moves that need the chain are
+	 * one; one hash for all, for another name): an endpoint of another cluster shows another
+	 * chain's transactions. Until it holds, the moves that need the chain are
 	 * 503 CHAIN_UNAVAILABLE. Checked again every CLUSTER_RECHECK_MS, and as a process starts
 	 * (ProcessChain), so that a wrong list is told before the first settlement needs it.
 	 */

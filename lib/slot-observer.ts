@@ -38,7 +38,7 @@ export class SlotObserver {
 	private readonly timers: (NodeJS.Timeout | undefined)[] = [];
 	/** An answer older than this counts as none: a working endpoint answers within an interval and a timeout. */
 	private readonly freshMs: number;
-	/** Counts start()s and stop()s: the polls of the current run, if it is a start's, go on. */
+	/** Each start() and stop() begins a new run; only the polls of the current start's run schedule more. */
 	private run = 0;
 	/** Set once every endpoint's first answer is in: no agreement is judged on the first few alone. */
 	private started = false;

@@ -12,7 +12,7 @@ import { ServiceError } from "./errors";
 import { isBase58OfLength } from "./encoding";
 import { ConditionStreaks, type ConditionLog } from "./failure-streak";
 import { endpointsOnCluster, PUBLIC_CLUSTERS, UNREADABLE } from "./clusters";
-import { readTextAnswer } from "./json-answer";
+import { AnswerTooLargeError, readTextAnswer } from "./json-answer";
 
 /**
  * The Node's chain reads end within this: a check makes at most three, well within the broker's
@@ -21,8 +21,10 @@ import { readTextAnswer } from "./json-answer";
 const NODE_READ_TIMEOUT_MS = 2500;
 
 /**
- * The Node's longest answer is a settlement transaction with its meta (a few KB; logs are cut at
- * 10 KB on chain): 256 KB holds any, and holds the event loop a quarter of a second at most.
+ * The Node's longest answer is a settlement transaction with its meta: a few KB, with logs cut at
+ * 10 KB on chain. One made to be longer (inner calls with large data) is read as unreadable, which
+ * lets nothing go (ChainReader.observe); an answer of 256 KB holds the event loop a quarter of a
+ * second at most.
  */
 const NODE_MAX_ANSWER_BYTES = 256 * 1024;
 
@@ -163,7 +165,12 @@ export class ChainReader {
 		const blockHeight = Number(await this.blockHeight());
 		const status: SignatureStatus = (await this.signatureState(signature)).kind;
 		if ((status !== "landed" && status !== "failed") || !read) return { blockHeight, status };
-		const contents = await this.transactionContents(signature, true);
+		// Longer than the reader's bound, a transaction is crafted (a settlement is a few KB): it is
+		// the transaction that cannot be read, not the endpoint.
+		const contents = await this.transactionContents(signature, true).catch((err: unknown) => {
+			if (err instanceof AnswerTooLargeError) return null;
+			throw err;
+		});
 		// Unreadable: taken for this settlement, the answer that lets nothing go.
 		return { blockHeight, status, content: contents ? await read(contents) : { mismatches: ["the transaction could not be read"], related: true } };
 	}

@@ -22,14 +22,16 @@ export const UNREADABLE = "unreadable";
 /**
  * Which endpoints, by their genesis hashes in list order, are on the cluster: for a public one,
  * those showing its hash (`publicHash`); for another name, those showing the hash more than half
- * of them show (one endpoint is on its own; two that differ are neither).
+ * of the readable ones show (one endpoint is on its own; two that differ are neither; one that
+ * cannot be read takes no other off).
  */
 export function endpointsOnCluster(hashes: readonly string[], publicHash: string | undefined): boolean[] {
 	let expected = publicHash;
 	if (expected === undefined) {
+		const readable = hashes.filter(hash => hash !== UNREADABLE);
 		const counts = new Map<string, number>();
-		for (const hash of hashes) if (hash !== UNREADABLE) counts.set(hash, (counts.get(hash) ?? 0) + 1);
-		expected = [...counts].find(([, count]) => count * 2 > hashes.length)?.[0];
+		for (const hash of readable) counts.set(hash, (counts.get(hash) ?? 0) + 1);
+		expected = [...counts].find(([, count]) => count * 2 > readable.length)?.[0];
 	}
 	return hashes.map(hash => hash !== UNREADABLE && hash === expected);
 }

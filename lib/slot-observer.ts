@@ -68,6 +68,8 @@ export class SlotObserver {
 		if (!this.polled.length) return;
 		const run = ++this.run;
 		await Promise.all(this.polled.map((_, i) => this.poll(i)));
+		// stop() came meanwhile: this run is over.
+		if (run !== this.run) return;
 		this.started = true;
 		this.agree();
 		this.polled.forEach((_, i) => this.schedule(i, run));
@@ -75,12 +77,13 @@ export class SlotObserver {
 
 	stop(): void {
 		this.run++;
+		this.started = false;
 		for (const timer of this.timers) clearTimeout(timer);
 	}
 
 	private schedule(i: number, run: number): void {
-		// stop() may have come while a poll was in flight (the first one included), and a start()
-		// after it: a poll of an earlier run schedules no other, or each endpoint would be polled twice.
+		// stop() may have come while a poll was in flight, and a start() after it: a poll of an
+		// earlier run schedules no other, or each endpoint would be polled twice.
 		if (run !== this.run) return;
 		this.timers[i] = setTimeout(() => void this.poll(i).finally(() => this.schedule(i, run)), this.intervalMs);
 		this.timers[i].unref();

@@ -7,8 +7,10 @@ import zlib from "node:zlib";
 import type { AddressInfo } from "node:net";
 import { ChainReader, readFailure } from "../../lib/chain";
 import { AnswerTooLargeError } from "../../lib/json-answer";
+import { encodeBase58 } from "../../lib/encoding";
+import { randomBytes } from "node:crypto";
 
-type Answer = (res: http.ServerResponse, call: { id: unknown }) => void;
+type Answer = (res: http.ServerResponse, call: { id: unknown; method: string }) => void;
 
 let server: http.Server;
 let url: string;
@@ -21,7 +23,7 @@ beforeAll(async () => {
 	server = http.createServer((req, res) => {
 		let body = "";
 		req.on("data", chunk => (body += chunk));
-		req.on("end", () => answer(res, JSON.parse(body) as { id: unknown }));
+		req.on("end", () => answer(res, JSON.parse(body) as { id: unknown; method: string }));
 	});
 	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
 	url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -75,6 +77,20 @@ describe("ChainReader: an RPC answer is read up to a bound", () => {
 		const reader = new ChainReader(url);
 		await expect(reader.genesisHash()).rejects.toBeInstanceOf(AnswerTooLargeError);
 		await expect(reader.slot()).rejects.toBeInstanceOf(AnswerTooLargeError);
+	});
+
+	it("takes a transaction longer than the bound for one that cannot be read, not for a failing endpoint", async () => {
+		// A landed transaction made long on purpose (large inner calls): its reading lets nothing go.
+		const results: Record<string, unknown> = {
+			getBlockHeight: 100,
+			getSignatureStatuses: { context: { slot: 5 }, value: [{ slot: 5, confirmations: null, err: null, confirmationStatus: "confirmed", status: { Ok: null } }] },
+			getTransaction: { slot: 5, meta: { err: null }, transaction: ["x".repeat(300_000), "base64"] }
+		};
+		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: results[call.method] }));
+		const read = jest.fn(async () => ({ mismatches: [], related: true }));
+		const observation = await new ChainReader(url, 10_000, 256 * 1024).observe(encodeBase58(randomBytes(64)), read);
+		expect(observation).toEqual({ blockHeight: 100, status: "landed", content: { mismatches: ["the transaction could not be read"], related: true } });
+		expect(read).not.toHaveBeenCalled();
 	});
 
 	it("keeps Solana's integers exact, as kit's own transport does", async () => {

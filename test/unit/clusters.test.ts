@@ -10,11 +10,13 @@ describe("endpointsOnCluster", () => {
 		expect(endpointsOnCluster([mainnet], devnet)).toEqual([false]);
 	});
 
-	it("for another name, takes the hash more than half of the endpoints show, whichever place its first is in", () => {
+	it("for another name, takes the hash more than half of the readable endpoints show, whichever place its first is in", () => {
 		expect(endpointsOnCluster([local], undefined)).toEqual([true]);
 		expect(endpointsOnCluster([devnet, local, local], undefined)).toEqual([false, true, true]);
 		expect(endpointsOnCluster([local, devnet], undefined)).toEqual([false, false]);
-		expect(endpointsOnCluster([local, UNREADABLE, UNREADABLE], undefined)).toEqual([false, false, false]);
+		expect(endpointsOnCluster([local, devnet, UNREADABLE], undefined)).toEqual([false, false, false]);
+		// One that cannot be read (down, a proxy refusing the method) takes no other off.
+		expect(endpointsOnCluster([local, UNREADABLE], undefined)).toEqual([true, false]);
 		expect(endpointsOnCluster([UNREADABLE], undefined)).toEqual([false]);
 	});
 

@@ -78,7 +78,7 @@ function counted(answer: unknown): bigint {
  * process. By default, the Cranker's, for its longest answers: a page of 1,000 signatures with
  * their memos (about 6 MB at worst).
  */
-export const MAX_RPC_ANSWER_BYTES = 8 * 1024 * 1024;
+const MAX_RPC_ANSWER_BYTES = 8 * 1024 * 1024;
 
 /** For answers of a fixed small size: a height, a slot, a genesis hash, one signature's status. */
 const SHORT_ANSWER_BYTES = 16 * 1024;
@@ -88,7 +88,7 @@ const SHORT_ANSWER_BYTES = 16 * 1024;
  * endpoint makes it, so one endpoint could exhaust the memory of the process reading it. Solana's
  * integers stay exact (bigints), as with kit's.
  */
-export function cappedTransport(url: string, maxBytes: number): RpcTransport {
+function cappedTransport(url: string, maxBytes: number): RpcTransport {
 	return async ({ payload, signal }) => {
 		const response = await fetch(url, {
 			method: "POST",

@@ -349,7 +349,20 @@ describe("several RPC endpoints: one that lies or lags delays an exit, never mak
 
 describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 	const devnet = PUBLIC_CLUSTERS.get("solana-devnet")!;
-	afterEach(() => liar.honest());
+	const stops: (() => void)[] = [];
+	afterEach(() => {
+		for (const stop of stops.splice(0)) stop();
+		liar.honest();
+	});
+
+	/** A ProcessChain polling every 20 ms, started as a service would start it, and stopped after the test. */
+	async function startedChain(rpcUrls: string[], cluster: string, warnings: string[] = []): Promise<ProcessChain> {
+		const shared = new ProcessChain(rpcUrls, cluster, 20, logInto(warnings));
+		const user = {};
+		await shared.start(user);
+		stops.push(() => shared.stop(user));
+		return shared;
+	}
 
 	it("an endpoint of another cluster holds every move back (503 RPC_WRONG_CLUSTER) until it is on the same one, and is told once", async () => {
 		const warnings: string[] = [];
@@ -408,37 +421,25 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 		liar.lie("getGenesisHash", () => PUBLIC_CLUSTERS.get("solana-mainnet"));
 		const genesisReads = liar.calls.get("getGenesisHash") ?? 0;
 		const warnings: string[] = [];
-		const shared = new ProcessChain([liar.url], "solana-devnet", 20, logInto(warnings));
-		const user = {};
-		await shared.start(user);
-		try {
-			const polled = liar.calls.get("getSlot") ?? 0;
-			await waitFor(() => (liar.calls.get("getSlot") ?? 0) >= polled + 5, 5_000, "more slot polls", 10);
-			expect(shared.slots.latest()).toBeNull();
-			expect(warnings).toEqual([expect.stringMatching(/^The cluster of SOLANA_RPC_URL is not solana-devnet .*the slot counts only the endpoints on it/)]);
-			// Tried again every few seconds, not at every poll.
-			expect((liar.calls.get("getGenesisHash") ?? 0) - genesisReads).toBe(1);
-			liar.lie("getGenesisHash", () => devnet);
-			await waitFor(() => shared.slots.latest() !== null, 10_000, "the slot once on the cluster", 20);
-		} finally {
-			shared.stop(user);
-		}
+		const shared = await startedChain([liar.url], "solana-devnet", warnings);
+		const polled = liar.calls.get("getSlot") ?? 0;
+		await waitFor(() => (liar.calls.get("getSlot") ?? 0) >= polled + 5, 5_000, "more slot polls", 10);
+		expect(shared.slots.latest()).toBeNull();
+		expect(warnings).toEqual([expect.stringMatching(/^The cluster of SOLANA_RPC_URL is not solana-devnet .*the slot counts only the endpoints on it/)]);
+		// Tried again every few seconds, not at every poll.
+		expect((liar.calls.get("getGenesisHash") ?? 0) - genesisReads).toBe(1);
+		liar.lie("getGenesisHash", () => devnet);
+		await waitFor(() => shared.slots.latest() !== null, 10_000, "the slot once on the cluster", 20);
 	});
 
 	it("of three endpoints, one on another cluster holds every move back but not the slot: the other two agree on it", async () => {
 		liar.lie("getGenesisHash", () => devnet);
 		liar.lie("getSlot", () => 10 ** 9);
-		const shared = new ProcessChain([chain.url, liar.url, chain.url], LOCAL_CLUSTER, 20, logInto([]));
-		const user = {};
-		await shared.start(user);
-		try {
-			await expect(shared.reads!.blockHeights()).rejects.toMatchObject({ data: { reason: "RPC_WRONG_CLUSTER" } });
-			const from = chain.slot;
-			await waitFor(() => (shared.slots.latest() ?? 0) > from + 2, 5_000, "the slot moving on", 10);
-			expect(shared.slots.latest()).toBeLessThan(10 ** 9);
-		} finally {
-			shared.stop(user);
-		}
+		const shared = await startedChain([chain.url, liar.url, chain.url], LOCAL_CLUSTER);
+		await expect(shared.reads!.blockHeights()).rejects.toMatchObject({ data: { reason: "RPC_WRONG_CLUSTER" } });
+		const from = chain.slot;
+		await waitFor(() => (shared.slots.latest() ?? 0) > from + 2, 5_000, "the slot moving on", 10);
+		expect(shared.slots.latest()).toBeLessThan(10 ** 9);
 	});
 
 	it("one process reads its endpoints once, whichever of the mempool, the verifier and the TIN service it runs", async () => {

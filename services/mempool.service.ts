@@ -58,13 +58,13 @@ import type { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, listInPages, type Collection, type CollectionSpec, type Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS, isSignedBody } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
-import { processChain } from "./process-chain";
 import { storeFailure, storeMixin } from "../mixins/store.mixin";
 import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey } from "./replay";
 import { internal, keyHoldersOnly, workersOnly } from "./internal";
+import { processChain } from "./process-chain";
 
 export const INTENTS_COLLECTION = {
 	name: "intents",

@@ -1,6 +1,6 @@
 /**
  * The Cranker's view of Solana through JSON-RPC (@solana/kit): the shared reader (lib/chain.ts)
- * plus blockhashes, sending, the memo index and token balances. It answers in the terms the
+ * plus blockhashes, sending, the memo index and its token balances. It answers in the terms the
  * settler decides with; RPC failures surface as thrown errors the settler retries.
  */
 import {
@@ -17,7 +17,7 @@ import {
 	type Blockhash,
 	type Transaction
 } from "@solana/kit";
-import { getMintDecoder, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
+import { AccountState, findAssociatedTokenPda, getMintDecoder, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { ChainReader } from "../lib/chain";
 import { memoFieldNamesNullifier } from "../lib/settlement";
 
@@ -96,15 +96,22 @@ export class Chain extends ChainReader {
 		throw new Error(`the RPC lists more than ${this.settlementSearchMaxPages * 1000} transactions of ${account} since the intent was signed`);
 	}
 
-	/** The owner's token balances by mint (classic SPL Token accounts). */
-	async tokenBalances(owner: string): Promise<Map<string, bigint>> {
-		const { value } = await this.rpc.getTokenAccountsByOwner(address(owner), { programId: TOKEN_PROGRAM_ADDRESS }, { encoding: "base64", commitment: "confirmed" }).send(this.deadline);
-		const balances = new Map<string, bigint>();
-		for (const { account } of value) {
-			const token = getTokenDecoder().decode(base64Bytes(account.data[0]));
-			balances.set(token.mint, (balances.get(token.mint) ?? 0n) + token.amount);
-		}
-		return balances;
+	/**
+	 * What the owner can pay out of its associated token account of each mint (classic SPL Token):
+	 * 0 for an account that does not exist or is frozen. One `getMultipleAccounts` of at most 64
+	 * accounts, whatever other token accounts others opened for the owner.
+	 */
+	async tokenBalances(owner: Address, mints: readonly Address[]): Promise<Map<Address, bigint>> {
+		const accounts = await Promise.all(mints.map(async mint => (await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0]));
+		const { value } = await this.rpc.getMultipleAccounts(accounts, { encoding: "base64", commitment: "confirmed" }).send(this.deadline);
+		return new Map(
+			mints.map((mint, i) => {
+				const account = value[i];
+				if (!account || account.owner !== TOKEN_PROGRAM_ADDRESS) return [mint, 0n];
+				const token = getTokenDecoder().decode(base64Bytes(account.data[0]));
+				return [mint, token.mint === mint && token.owner === owner && token.state === AccountState.Initialized ? token.amount : 0n];
+			})
+		);
 	}
 
 	async mintDecimals(mint: string): Promise<number> {

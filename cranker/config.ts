@@ -3,6 +3,7 @@ import fs from "node:fs";
 import { parseArgs } from "node:util";
 import { address, type Address } from "@solana/kit";
 import { keypairFromSecretKey, type Keypair } from "../lib/ed25519";
+import { MAX_LIQUIDITY_ENTRIES } from "../lib/schemas";
 import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "../lib/settlement";
 
 /** Solana's blockhashes live 150 blocks; a shorter setting could declare a live transaction dropped. */
@@ -17,6 +18,11 @@ export interface CrankerConfig {
 	workerApiKey: string;
 	solanaRpcUrl: string;
 	roles: CrankerRole[];
+	/**
+	 * CRANKER_MINTS: the mints a settlement Cranker pays out in, from its associated token account
+	 * of each. Only these are read and reported: anyone may open token accounts for any owner.
+	 */
+	mints: Address[];
 	settlementProgramId: Address;
 	/** The Node's authority key: a payout authorization signed by any other is refused. */
 	nodeAuthorityPubkey: string;
@@ -89,6 +95,28 @@ function rpcUrl(env: Env): string {
 	const parsed = new URL(first);
 	if (parsed.username || parsed.password) throw new CrankerConfigError("SOLANA_RPC_URL holds a user or password (put a provider's key in its path or query)");
 	return first;
+}
+
+function checkedAddress(key: string, value: string): Address {
+	try {
+		return address(value);
+	} catch {
+		throw new CrankerConfigError(`${key} is not a base58 address: "${value}"`);
+	}
+}
+
+/**
+ * CRANKER_MINTS, required for the settlement role: a comma-separated list of distinct mint
+ * addresses, at most 64. Reading every token account the Cranker owns instead let anyone who opened
+ * 65 of them for it have its heartbeats refused.
+ */
+function settlementMints(env: Env, roles: readonly CrankerRole[]): Address[] {
+	const listed = (env.CRANKER_MINTS ?? "").split(",").map(entry => entry.trim()).filter(Boolean);
+	if (!roles.includes("settlement")) return [];
+	if (!listed.length) throw new CrankerConfigError("CRANKER_MINTS is not set: the settlement role needs the mints it pays out in (comma-separated addresses)");
+	if (listed.length > MAX_LIQUIDITY_ENTRIES) throw new CrankerConfigError(`CRANKER_MINTS lists ${listed.length} mints; at most ${MAX_LIQUIDITY_ENTRIES}`);
+	if (new Set(listed).size !== listed.length) throw new CrankerConfigError("CRANKER_MINTS names a mint twice");
+	return listed.map(mint => checkedAddress("CRANKER_MINTS", mint));
 }
 
 /** A Solana CLI keypair file: a JSON array of 64 bytes (seed, then public key). */
@@ -164,6 +192,7 @@ Environment (defaults in brackets; the full list with comments is .env.example):
   WORKER_API_KEY            a worker API key; WORKER_API_KEYS (the server's name) is read too (required)
   SOLANA_RPC_URL            the chain's JSON-RPC; of the Node's comma-separated list, the first (required)
   NODE_AUTHORITY_PUBKEY     the Node's authority public key, from its start-up log (required)
+  CRANKER_MINTS             the mints it pays out in, comma-separated, at most 64 (required for role settlement)
   SETTLEMENT_PROGRAM_ID     the settlement program [the service's default]
   POLL_INTERVAL_MS          work polling [1000]; at least 5 s apart while the Node's event stream is up
   HEARTBEAT_INTERVAL_MS     heartbeats [10000]
@@ -180,19 +209,14 @@ settlement journal is unreadable, or held or taken by another process.
 export function loadCrankerConfig(env: Env = process.env, argv: readonly string[] = process.argv.slice(2)): CrankerConfig {
 	const keypair = loadKeypairFile(required(env, "KEYPAIR_PATH"));
 	const programId = env.SETTLEMENT_PROGRAM_ID?.trim();
-	const checkedAddress = (key: string, value: string) => {
-		try {
-			return address(value);
-		} catch {
-			throw new CrankerConfigError(`${key} is not a base58 address: "${value}"`);
-		}
-	};
+	const { roles } = parseCli(argv);
 	return {
 		keypair,
 		nodeUrl: url(env, "NODE_URL"),
 		workerApiKey: workerKey(env),
 		solanaRpcUrl: rpcUrl(env),
-		roles: parseCli(argv).roles,
+		roles,
+		mints: settlementMints(env, roles),
 		settlementProgramId: programId ? checkedAddress("SETTLEMENT_PROGRAM_ID", programId) : DEFAULT_SETTLEMENT_PROGRAM_ID,
 		nodeAuthorityPubkey: checkedAddress("NODE_AUTHORITY_PUBKEY", required(env, "NODE_AUTHORITY_PUBKEY")),
 		pollIntervalMs: integer(env, "POLL_INTERVAL_MS", 1000, 10),

@@ -134,10 +134,12 @@ export class Cranker {
 	// --- heartbeats -------------------------------------------------------------------------------
 
 	private async heartbeat(): Promise<void> {
-		this.liquidity = await this.chain.tokenBalances(this.pubkey).catch(err => {
-			this.log.warn("could not read token balances; reporting the last known ones", { error: (err as Error).message });
-			return this.liquidity;
-		});
+		// Only a settlement Cranker pays out: the others report no liquidity.
+		if (this.settler)
+			this.liquidity = await this.chain.tokenBalances(this.signer.address, this.config.mints).catch(err => {
+				this.log.warn("could not read token balances; reporting the last known ones", { error: (err as Error).message });
+				return this.liquidity;
+			});
 		const sentAt = new Date().toISOString();
 		const { roles } = this.config;
 		try {

@@ -61,7 +61,7 @@ async function main(): Promise<void> {
 	const authority = loadOrCreateAuthorityKeypair(null, config.dataDir).value.publicKey;
 	show("authority", authority);
 	const crankerConfig = loadCrankerConfig(
-		{ KEYPAIR_PATH: keypairPath, NODE_URL: nodeUrl, WORKER_API_KEY: workerApiKey, NODE_AUTHORITY_PUBKEY: authority, SOLANA_RPC_URL: rpcUrl, HEARTBEAT_INTERVAL_MS: "2000", POLL_INTERVAL_MS: "250", CRANKER_STATE_DIR: path.join(dir, "cranker") },
+		{ KEYPAIR_PATH: keypairPath, CRANKER_MINTS: mint, NODE_URL: nodeUrl, WORKER_API_KEY: workerApiKey, NODE_AUTHORITY_PUBKEY: authority, SOLANA_RPC_URL: rpcUrl, HEARTBEAT_INTERVAL_MS: "2000", POLL_INTERVAL_MS: "250", CRANKER_STATE_DIR: path.join(dir, "cranker") },
 		[]
 	);
 	const cranker = await Cranker.create(crankerConfig, crankerLog);

@@ -185,15 +185,15 @@ export class LocalChain {
 		return mint;
 	}
 
-	/** Gives `owner` an associated token account of `mint` holding `amount`. */
-	async fundTokens(owner: string, mint: Address, amount: bigint): Promise<Address> {
-		const [ata] = await findAssociatedTokenPda({ owner: address(owner), mint, tokenProgram: TOKEN_PROGRAM_ADDRESS });
+	/** Gives `owner` a token account of `mint` holding `amount`: its associated one unless `at` says another. */
+	async fundTokens(owner: string, mint: Address, amount: bigint, { at, state = AccountState.Initialized }: { at?: Address; state?: AccountState } = {}): Promise<Address> {
+		const [ata] = at ? [at] : await findAssociatedTokenPda({ owner: address(owner), mint, tokenProgram: TOKEN_PROGRAM_ADDRESS });
 		const data = getTokenEncoder().encode({
 			mint,
 			owner: address(owner),
 			amount,
 			delegate: none(),
-			state: AccountState.Initialized,
+			state,
 			isNative: none(),
 			delegatedAmount: 0n,
 			closeAuthority: none()
@@ -293,17 +293,13 @@ export class LocalChain {
 				const found = this.svm.getAccount(address(String(params[0])));
 				return { context: this.context(), value: found.exists ? this.accountJson(found) : null };
 			}
-			case "getTokenAccountsByOwner": {
-				const owner = String(params[0]);
-				const mint = params[1]?.mint as string | undefined;
-				const value = this.svm
-					.getProgramAccounts(TOKEN_PROGRAM_ADDRESS)
-					.filter(account => account.data.length === getTokenSize())
-					.filter(account => {
-						const token = getTokenDecoder().decode(account.data);
-						return token.owner === owner && (!mint || token.mint === mint);
-					})
-					.map(account => ({ pubkey: account.address, account: this.accountJson(account) }));
+			case "getMultipleAccounts": {
+				const addresses = params[0] as unknown[];
+				if (!Array.isArray(addresses) || addresses.length > 100) throw new RpcFailure({ code: -32602, message: "Invalid params: at most 100 addresses" });
+				const value = addresses.map(at => {
+					const found = this.svm.getAccount(address(String(at)));
+					return found.exists ? this.accountJson(found) : null;
+				});
 				return { context: this.context(), value };
 			}
 			default:

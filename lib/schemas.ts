@@ -107,13 +107,16 @@ export const updateStatusParams = {
 export const CRANKER_ROLES = ["settlement", "verifier", "submitter"] as const;
 export type CrankerRole = (typeof CRANKER_ROLES)[number];
 
+/** The most liquidity entries (one per mint) a heartbeat may carry. */
+export const MAX_LIQUIDITY_ENTRIES = 64;
+
 export const heartbeatParams = {
 	$$strict: true,
 	crankerPubkey: address(),
 	roles: { type: "array", min: 1, max: 3, unique: true, items: { type: "enum", values: [...CRANKER_ROLES] } },
 	liquidity: {
 		type: "array",
-		max: 64,
+		max: MAX_LIQUIDITY_ENTRIES,
 		items: { type: "object", strict: true, props: { tokenMintAddress: address(), available: amount() } },
 		// A mint named twice would count its liquidity, and its Cranker, twice in the public figures.
 		custom: (value: unknown, errors: Errors) => {

@@ -157,6 +157,25 @@ describe("Cranker settling payments", () => {
 		await h.stopCranker(rescuer);
 	});
 
+	it("stays online and settles when anyone opens token accounts of 65 mints of their own for it", async () => {
+		const mint = h.chain.createMint(6);
+		const key = await h.crankerKey(mint, 7_000_000n);
+		// Token accounts cost their rent, paid by whoever opens them: the Node takes at most 64
+		// liquidity entries, so a Cranker that reported every account it owns was refused its heartbeats.
+		const junk = Array.from({ length: 65 }, () => h.chain.createMint(0));
+		for (const other of junk) await h.chain.fundTokens(key.address, other, 10n ** 18n);
+		const cranker = await h.cranker(key);
+		const intent = await h.pay(mint, "1000");
+		await executed(intent.id);
+		// Its next heartbeats offer what its associated account of the mint holds, and nothing else.
+		const liquidity = await waitFor(async () => {
+			const offered = (await h.node.http("GET", "/network/overview")).body.liquidity;
+			return offered[mint] === "6999000" ? offered : null;
+		}, 10_000, "the liquidity after the payment");
+		for (const other of junk) expect(liquidity).not.toHaveProperty(other);
+		await h.stopCranker(cranker);
+	});
+
 	it("survives a Node restart: it keeps heartbeating and settles what is submitted afterwards", async () => {
 		const mint = h.chain.createMint(6);
 		const cranker = await h.cranker(await h.crankerKey(mint));

@@ -23,6 +23,8 @@ export { waitFor } from "../../devkit/process";
 export interface CrankerKey {
 	address: string;
 	file: string;
+	/** The mint it holds, its CRANKER_MINTS. */
+	mint: Address;
 }
 
 export class Harness {
@@ -77,12 +79,13 @@ export class Harness {
 		fs.writeFileSync(file, JSON.stringify([...keypair.secretKey]));
 		this.chain.fundLamports(keypair.publicKey);
 		await this.chain.fundTokens(keypair.publicKey, mint, tokens);
-		return { address: keypair.publicKey, file };
+		return { address: keypair.publicKey, file, mint };
 	}
 
 	crankerEnv(key: CrankerKey, extra: Record<string, string> = {}): Record<string, string> {
 		return {
 			KEYPAIR_PATH: key.file,
+			CRANKER_MINTS: key.mint,
 			NODE_URL: this.node.url,
 			WORKER_API_KEY: API_KEY,
 			// The operator reads it from the Node's start-up log; here, from the key file the Node generated.

@@ -108,7 +108,7 @@ describe("the Cranker's work loop", () => {
 		const keyFile = path.join(dir, "cranker.json");
 		fs.writeFileSync(keyFile, JSON.stringify([...keypair.secretKey]));
 		const config = loadCrankerConfig(
-			{ KEYPAIR_PATH: keyFile, NODE_URL: node.url, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: chain.url, POLL_INTERVAL_MS: "50", HEARTBEAT_INTERVAL_MS: "200", CRANKER_STATE_DIR: dir },
+			{ KEYPAIR_PATH: keyFile, CRANKER_MINTS: mint, NODE_URL: node.url, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: chain.url, POLL_INTERVAL_MS: "50", HEARTBEAT_INTERVAL_MS: "200", CRANKER_STATE_DIR: dir },
 			[]
 		);
 		const cranker = await Cranker.create(config, createLogger({}, () => {}));

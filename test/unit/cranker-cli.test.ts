@@ -13,7 +13,7 @@ test("--help prints the usage and every variable, with no configuration set, and
 	const help = run("--help");
 	expect(help.status).toBe(0);
 	expect(help.stdout).toMatch(/^Usage: npm run cranker -- \[--roles/);
-	for (const name of ["KEYPAIR_PATH", "NODE_URL", "WORKER_API_KEY", "WORKER_API_KEYS", "SOLANA_RPC_URL", "NODE_AUTHORITY_PUBKEY"]) expect(help.stdout).toContain(name);
+	for (const name of ["KEYPAIR_PATH", "NODE_URL", "WORKER_API_KEY", "WORKER_API_KEYS", "SOLANA_RPC_URL", "NODE_AUTHORITY_PUBKEY", "CRANKER_MINTS"]) expect(help.stdout).toContain(name);
 	expect(run("-h").stdout).toBe(help.stdout);
 });
 
@@ -32,7 +32,7 @@ test("without configuration it says what is missing and exits 2", () => {
 test("the worker key is WORKER_API_KEY, or the first key of the server's WORKER_API_KEYS", () => {
 	const keypairFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "cranker-cli-")), "keypair.json");
 	fs.writeFileSync(keypairFile, JSON.stringify([...generateKeypair().secretKey]));
-	const base = { KEYPAIR_PATH: keypairFile, NODE_URL: "http://localhost:3000", SOLANA_RPC_URL: "http://localhost:8899", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey };
+	const base = { KEYPAIR_PATH: keypairFile, CRANKER_MINTS: generateKeypair().publicKey, NODE_URL: "http://localhost:3000", SOLANA_RPC_URL: "http://localhost:8899", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey };
 	const key = (env: Record<string, string>) => {
 		try {
 			return loadCrankerConfig({ ...base, ...env }, []).workerApiKey;
@@ -49,12 +49,28 @@ test("the worker key is WORKER_API_KEY, or the first key of the server's WORKER_
 test("SOLANA_RPC_URL: of the Node's comma-separated list, the Cranker reads the first endpoint", () => {
 	const keypairFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "cranker-cli-")), "keypair.json");
 	fs.writeFileSync(keypairFile, JSON.stringify([...generateKeypair().secretKey]));
-	const base = { KEYPAIR_PATH: keypairFile, NODE_URL: "http://localhost:3000", WORKER_API_KEY: "single", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey };
+	const base = { KEYPAIR_PATH: keypairFile, CRANKER_MINTS: generateKeypair().publicKey, NODE_URL: "http://localhost:3000", WORKER_API_KEY: "single", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey };
 	expect(loadCrankerConfig({ ...base, SOLANA_RPC_URL: " https://one.example/ , https://two.example" }, []).solanaRpcUrl).toBe("https://one.example");
 	expect(loadCrankerConfig({ ...base, SOLANA_RPC_URL: "http://localhost:8899" }, []).solanaRpcUrl).toBe("http://localhost:8899");
 	expect(() => loadCrankerConfig({ ...base, SOLANA_RPC_URL: " , " }, [])).toThrow(/SOLANA_RPC_URL is not set/);
 	expect(() => loadCrankerConfig({ ...base, SOLANA_RPC_URL: "https://user:secret1@one.example" }, [])).toThrow(/^SOLANA_RPC_URL holds a user or password[^]*$/);
 	expect(() => loadCrankerConfig({ ...base, SOLANA_RPC_URL: "https://user:secret1@one.example" }, [])).not.toThrow(/secret1/);
+});
+
+test("CRANKER_MINTS: required for the settlement role, distinct addresses, at most 64", () => {
+	const keypairFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "cranker-cli-")), "keypair.json");
+	fs.writeFileSync(keypairFile, JSON.stringify([...generateKeypair().secretKey]));
+	const base = { KEYPAIR_PATH: keypairFile, NODE_URL: "http://localhost:3000", WORKER_API_KEY: "single", SOLANA_RPC_URL: "http://localhost:8899", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey };
+	const mints = Array.from({ length: 65 }, () => generateKeypair().publicKey);
+	const load = (CRANKER_MINTS: string, roles = "settlement") => loadCrankerConfig({ ...base, CRANKER_MINTS }, ["--roles", roles]).mints;
+	expect(load(` ${mints[0]} ,${mints[1]}, `)).toEqual(mints.slice(0, 2));
+	expect(load(mints.slice(0, 64).join(","))).toHaveLength(64);
+	expect(() => load(mints.join(","))).toThrow(/^CRANKER_MINTS lists 65 mints; at most 64$/);
+	expect(() => load(" , ")).toThrow(/^CRANKER_MINTS is not set/);
+	expect(() => load(`${mints[0]},${mints[0]}`)).toThrow(/^CRANKER_MINTS names a mint twice$/);
+	expect(() => load("not-a-mint")).toThrow(/^CRANKER_MINTS is not a base58 address: "not-a-mint"$/);
+	// The TIN roles pay nothing out: they read and report no liquidity.
+	expect(load("", "verifier,submitter")).toEqual([]);
 });
 
 test("the command line is parsed strictly: an unknown option or a stray argument exits 2 and names it", () => {

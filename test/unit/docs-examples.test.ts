@@ -440,7 +440,7 @@ describe(".env.example", () => {
 		try {
 			const keypairPath = path.join(dir, "keypair.json");
 			fs.writeFileSync(keypairPath, JSON.stringify([...keypair("cranker").secretKey]));
-			const required = { KEYPAIR_PATH: keypairPath, NODE_URL: "http://127.0.0.1:3000", WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: KEYS.authority.publicKey, SOLANA_RPC_URL: "http://127.0.0.1:8899" };
+			const required = { KEYPAIR_PATH: keypairPath, CRANKER_MINTS: KEYS.authority.publicKey, NODE_URL: "http://127.0.0.1:3000", WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: KEYS.authority.publicKey, SOLANA_RPC_URL: "http://127.0.0.1:8899" };
 			const defaults = loadCrankerConfig(required, []);
 			for (const { name, value } of entries(crankerPart).filter(entry => entry.value !== "")) {
 				expect({ name, config: loadCrankerConfig({ ...required, [name]: value }, []) }).toEqual({ name, config: defaults });

@@ -104,6 +104,8 @@ export class Chain extends ChainReader {
 	async tokenBalances(owner: Address, mints: readonly Address[]): Promise<Map<Address, bigint>> {
 		const accounts = await Promise.all(mints.map(async mint => (await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0]));
 		const { value } = await this.rpc.getMultipleAccounts(accounts, { encoding: "base64", commitment: "confirmed" }).send(this.deadline);
+		// An answer that is not one entry per account asked is a failed read, not empty accounts.
+		if (!Array.isArray(value) || value.length !== accounts.length) throw new Error(`getMultipleAccounts answered ${Array.isArray(value) ? value.length : "no"} entries for ${accounts.length} accounts`);
 		return new Map(
 			mints.map((mint, i) => {
 				const account = value[i];

@@ -243,7 +243,12 @@ export class Cranker {
 				this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);
 				continue;
 			}
-			if (result === "confirmed") this.liquidity.set(intent.tokenMintAddress, (this.liquidity.get(intent.tokenMintAddress) ?? 0n) - BigInt(intent.amount));
+			if (result === "confirmed") {
+				// Until the next reading. That one may have come after the payment already, so the
+				// difference can fall short of 0, which is no balance (and no amount a heartbeat may carry).
+				const left = (this.liquidity.get(intent.tokenMintAddress) ?? 0n) - BigInt(intent.amount);
+				this.liquidity.set(intent.tokenMintAddress, left > 0n ? left : 0n);
+			}
 			return true;
 		}
 		return false;

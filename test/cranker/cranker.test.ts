@@ -176,6 +176,25 @@ describe("Cranker settling payments", () => {
 		await h.stopCranker(cranker);
 	});
 
+	it("a payment counted twice (read after it landed, then taken off) is no balance below 0: its heartbeats stay accepted", async () => {
+		const mint = h.chain.createMint(6);
+		const key = await h.crankerKey(mint, 1500n);
+		// Its confirmation waits one RPC timeout: the heartbeats meanwhile read the balance the payment left.
+		h.chain.injectFault("getSignatureStatuses", "hang", 1);
+		const cranker = await h.cranker(key);
+		const overview = async () => (await h.node.http("GET", "/network/overview")).body.liquidity[mint];
+		const intent = await h.pay(mint, "1000");
+		await waitFor(async () => (await overview()) === "500", 10_000, "a heartbeat reading the balance after the payment");
+		// From now on the balance cannot be read: heartbeats carry the last known one.
+		h.chain.injectFault("getMultipleAccounts", "http-500", 1000);
+		await executed(intent.id);
+		await waitFor(async () => (await overview()) === "0", 10_000, "the last known balance, taken down to 0");
+		await new Promise(resolve => setTimeout(resolve, 1500));
+		expect(cranker.isOnline).toBe(true);
+		h.chain.clearFaults();
+		await h.stopCranker(cranker);
+	});
+
 	it("survives a Node restart: it keeps heartbeating and settles what is submitted afterwards", async () => {
 		const mint = h.chain.createMint(6);
 		const cranker = await h.cranker(await h.crankerKey(mint));

@@ -187,7 +187,7 @@ export class LocalChain {
 
 	/** Gives `owner` a token account of `mint` holding `amount`: its associated one unless `at` says another. */
 	async fundTokens(owner: string, mint: Address, amount: bigint, { at, state = AccountState.Initialized }: { at?: Address; state?: AccountState } = {}): Promise<Address> {
-		const [ata] = at ? [at] : await findAssociatedTokenPda({ owner: address(owner), mint, tokenProgram: TOKEN_PROGRAM_ADDRESS });
+		const account = at ?? (await findAssociatedTokenPda({ owner: address(owner), mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0];
 		const data = getTokenEncoder().encode({
 			mint,
 			owner: address(owner),
@@ -198,8 +198,8 @@ export class LocalChain {
 			delegatedAmount: 0n,
 			closeAuthority: none()
 		});
-		this.setAccount(ata, data, getTokenSize());
-		return ata;
+		this.setAccount(account, data, getTokenSize());
+		return account;
 	}
 
 	tokenBalance(account: Address): bigint {

@@ -1,6 +1,6 @@
 /**
  * Running figures of the online Crankers (SPEC §8): how many, per role, and per mint the
- * settlement liquidity and how many settlement Crankers offer it. Kept as heartbeats arrive and
+ * settlement liquidity and how many settlement Crankers offer it (hold any of it). Kept as heartbeats arrive and
  * as Crankers fall silent, so the observation routes answer in time that does not grow with the
  * number of Crankers ever stored.
  */
@@ -28,7 +28,8 @@ export class CrankerTotals {
 	 */
 	private readonly dueToExpire = new ExpiryHeap();
 	private readonly byRole = new Map<string, number>();
-	private readonly mints = new Map<string, { liquidity: bigint; crankersOnline: number }>();
+	/** Per mint: the sum, the settlement Crankers reporting it, and those of them holding any (they offer it). */
+	private readonly mints = new Map<string, { liquidity: bigint; reporting: number; crankersOnline: number }>();
 
 	constructor(private readonly roles: readonly string[]) {}
 
@@ -74,10 +75,13 @@ export class CrankerTotals {
 		for (const role of contribution.roles) this.byRole.set(role, (this.byRole.get(role) ?? 0) + sign);
 		if (!contribution.roles.includes("settlement")) return;
 		for (const { tokenMintAddress, available } of contribution.liquidity) {
-			const mint = this.mints.get(tokenMintAddress) ?? { liquidity: 0n, crankersOnline: 0 };
-			mint.liquidity += BigInt(available) * BigInt(sign);
-			mint.crankersOnline += sign;
-			if (mint.crankersOnline === 0) this.mints.delete(tokenMintAddress);
+			const mint = this.mints.get(tokenMintAddress) ?? { liquidity: 0n, reporting: 0, crankersOnline: 0 };
+			const amount = BigInt(available);
+			mint.liquidity += amount * BigInt(sign);
+			mint.reporting += sign;
+			// A Cranker that holds none of a mint cannot pay in it: it does not offer it.
+			if (amount > 0n) mint.crankersOnline += sign;
+			if (mint.reporting === 0) this.mints.delete(tokenMintAddress);
 			else this.mints.set(tokenMintAddress, mint);
 		}
 	}

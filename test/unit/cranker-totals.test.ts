@@ -19,9 +19,24 @@ describe("CrankerTotals", () => {
 		expect(totals.snapshot()).toEqual({
 			online: 2,
 			byRole: { settlement: 1, verifier: 2, submitter: 0 },
-			// Only settlement Crankers offer liquidity.
-			mints: { M1: { liquidity: "25", crankersOnline: 1 }, M2: { liquidity: "0", crankersOnline: 1 } }
+			// Only settlement Crankers offer liquidity, and only in a mint they hold some of.
+			mints: { M1: { liquidity: "25", crankersOnline: 1 }, M2: { liquidity: "0", crankersOnline: 0 } }
 		});
+	});
+
+	it("counts as offering a mint only the Crankers that hold some of it", () => {
+		const totals = new CrankerTotals(ROLES);
+		const holding = (available: string) => [{ tokenMintAddress: "M1", available }];
+		totals.seen(beat("A", 0, ["settlement"], holding("40")));
+		totals.seen(beat("B", 1, ["settlement"], holding("0")));
+		expect(totals.snapshot().mints).toEqual({ M1: { liquidity: "40", crankersOnline: 1 } });
+		// A paid out all it had: the mint is still reported, by Crankers that cannot pay in it.
+		totals.seen(beat("A", 2, ["settlement"], holding("0")));
+		expect(totals.snapshot().mints).toEqual({ M1: { liquidity: "0", crankersOnline: 0 } });
+		totals.seen(beat("B", 3, ["settlement"], holding("5")));
+		expect(totals.snapshot().mints).toEqual({ M1: { liquidity: "5", crankersOnline: 1 } });
+		totals.expire(at(3));
+		expect(totals.snapshot().mints).toEqual({});
 	});
 
 	it("drops a Cranker whose last heartbeat is at or before the cutoff, not one that beat again since", () => {

@@ -17,7 +17,7 @@ import {
 	type Blockhash,
 	type Transaction
 } from "@solana/kit";
-import { AccountState, findAssociatedTokenPda, getMintDecoder, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
+import { AccountState, findAssociatedTokenPda, getMintDecoder, getMintSize, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { ChainReader } from "../lib/chain";
 import { memoFieldNamesNullifier } from "../lib/settlement";
 
@@ -103,9 +103,7 @@ export class Chain extends ChainReader {
 	 */
 	async tokenBalances(owner: Address, mints: readonly Address[]): Promise<Map<Address, bigint>> {
 		const accounts = await Promise.all(mints.map(async mint => (await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0]));
-		const { value } = await this.rpc.getMultipleAccounts(accounts, { encoding: "base64", commitment: "confirmed" }).send(this.deadline);
-		// An answer that is not one entry per account asked is a failed read, not empty accounts.
-		if (!Array.isArray(value) || value.length !== accounts.length) throw new Error(`getMultipleAccounts answered ${Array.isArray(value) ? value.length : "no"} entries for ${accounts.length} accounts`);
+		const value = await this.accounts(accounts);
 		return new Map(
 			mints.map((mint, i) => {
 				const account = value[i];
@@ -116,6 +114,22 @@ export class Chain extends ChainReader {
 		);
 	}
 
+	/**
+	 * What is wrong with each of `mints` on this chain, for the operator: missing (often another
+	 * cluster's mint), or not a classic SPL Token mint. Empty when every one is a mint it can pay in.
+	 */
+	async mintProblems(mints: readonly Address[]): Promise<string[]> {
+		const value = await this.accounts(mints);
+		return mints.flatMap((mint, i) => {
+			const account = value[i];
+			if (!account) return [`${mint} does not exist on this chain (is SOLANA_RPC_URL on the Node's cluster?)`];
+			if (account.owner !== TOKEN_PROGRAM_ADDRESS) return [`${mint} is not a classic SPL Token mint (another program owns it)`];
+			const data = base64Bytes(account.data[0]);
+			if (data.length !== getMintSize() || !getMintDecoder().decode(data).isInitialized) return [`${mint} is an SPL Token account but not a mint`];
+			return [];
+		});
+	}
+
 	async mintDecimals(mint: string): Promise<number> {
 		const known = this.decimals.get(mint);
 		if (known !== undefined) return known;
@@ -124,5 +138,13 @@ export class Chain extends ChainReader {
 		const { decimals } = getMintDecoder().decode(base64Bytes(value.data[0]));
 		this.decimals.set(mint, decimals);
 		return decimals;
+	}
+
+	/** The accounts at `addresses`, in their order (null: none there), in one getMultipleAccounts. */
+	private async accounts(addresses: readonly Address[]) {
+		const { value } = await this.rpc.getMultipleAccounts(addresses, { encoding: "base64", commitment: "confirmed" }).send(this.deadline);
+		// An answer that is not one entry per account asked is a failed read, not empty accounts.
+		if (!Array.isArray(value) || value.length !== addresses.length) throw new Error(`getMultipleAccounts answered ${Array.isArray(value) ? value.length : "no"} entries for ${addresses.length} accounts`);
+		return value;
 	}
 }

@@ -57,6 +57,8 @@ export class Cranker {
 	private readonly settler: Settler | null;
 	private readonly signHeartbeat: (message: string) => string;
 	private liquidity = new Map<string, bigint>();
+	/** CRANKER_MINTS were checked on chain (checkMints). */
+	private mintsChecked = false;
 	private online = false;
 	private stopping = false;
 	/** Heartbeats outlive the work loops, so a settlement finishing after SIGTERM is still accepted. */
@@ -133,7 +135,21 @@ export class Cranker {
 
 	// --- heartbeats -------------------------------------------------------------------------------
 
+	/**
+	 * Tells the operator, once the chain answers, of each of CRANKER_MINTS it can never pay in:
+	 * such a mint reads 0 at every heartbeat and would otherwise pass unseen.
+	 */
+	private async checkMints(): Promise<void> {
+		try {
+			for (const problem of await this.chain.mintProblems(this.config.mints)) this.log.warn(`CRANKER_MINTS: ${problem}; it offers none of it`);
+			this.mintsChecked = true;
+		} catch {
+			// The balances' read, next, tells of the RPC failing; the check runs again at the next heartbeat.
+		}
+	}
+
 	private async heartbeat(): Promise<void> {
+		if (this.settler && !this.mintsChecked) await this.checkMints();
 		// Only a settlement Cranker pays out: the others report no liquidity.
 		if (this.settler)
 			this.liquidity = await this.chain.tokenBalances(this.signer.address, this.config.mints).catch(err => {

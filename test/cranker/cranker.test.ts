@@ -308,6 +308,18 @@ describe("Cranker process", () => {
 		expect(badRoles.output()).toMatch(/--roles takes/);
 	});
 
+	it("warns of a mint in CRANKER_MINTS that is not on its chain, and still settles in the others", async () => {
+		const mint = h.chain.createMint(6);
+		const key = await h.crankerKey(mint);
+		const elsewhere = newWallet().address;
+		const run = h.crankerProcess(h.crankerEnv(key, { CRANKER_MINTS: `${mint},${elsewhere}` }));
+		await waitFor(() => run.output().includes(`CRANKER_MINTS: ${elsewhere} does not exist on this chain`), 10_000, "the warning");
+		expect(run.output()).not.toContain(`CRANKER_MINTS: ${mint}`);
+		await executed((await h.pay(mint, "77")).id);
+		run.child.kill("SIGTERM");
+		expect(await run.exited).toBe(0);
+	});
+
 	it("on SIGTERM gives back the lease it holds and exits 0, and never prints its key", async () => {
 		const mint = h.chain.createMint(6);
 		const key = await h.crankerKey(mint);

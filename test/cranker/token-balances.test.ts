@@ -1,7 +1,7 @@
 /**
  * What the Cranker reads as its liquidity, against the local chain: the associated token account of
  * each mint it pays out in, and nothing another account, a frozen one or an unlisted mint holds;
- * an answer cut short is a failed read.
+ * an answer cut short is a failed read; a listed mint it can never pay in is told.
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -45,4 +45,17 @@ test("an answer that is not one entry per account asked is a failed read, not em
 	} finally {
 		await new Promise(resolve => server.close(resolve));
 	}
+});
+
+test("a listed mint it can never pay in is told: missing on this chain, another program's, or not a mint", async () => {
+	const mint = local.createMint(6);
+	const missing = address(generateKeypair().publicKey);
+	const wallet = address(generateKeypair().publicKey);
+	local.fundLamports(wallet);
+	const tokenAccount = await local.fundTokens(wallet, mint, 1n);
+	expect(await new Chain(local.url).mintProblems([mint, missing, wallet, tokenAccount])).toEqual([
+		`${missing} does not exist on this chain (is SOLANA_RPC_URL on the Node's cluster?)`,
+		`${wallet} is not a classic SPL Token mint (another program owns it)`,
+		`${tokenAccount} is an SPL Token account but not a mint`
+	]);
 });

@@ -81,12 +81,14 @@ export class Chain extends ChainReader {
 	 * Successful transactions touching `account` whose memo names this payout nullifier, newest first,
 	 * paging back through the account's history down to `since` (unix seconds; a flood of other
 	 * transactions cannot hide one). An RPC that pages on past `settlementSearchMaxPages` is not
-	 * believed: the search fails rather than run forever.
+	 * believed: the search fails rather than run forever. It fails too when a page would start
+	 * after `until` (ms since the epoch): the caller's lease would lapse before it ends.
 	 */
-	async findSettlements(account: Address, payoutNullifier: string, since: number): Promise<string[]> {
+	async findSettlements(account: Address, payoutNullifier: string, since: number, until = Infinity): Promise<string[]> {
 		const found: string[] = [];
 		let before: ReturnType<typeof toSignature> | undefined;
 		for (let pages = 0; pages < this.settlementSearchMaxPages; pages++) {
+			if (pages > 0 && Date.now() > until) throw new Error(`the history of ${account} since the intent was signed is longer than this Cranker can read in time (${pages * 1000} transactions read)`);
 			const page = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed", ...(before ? { before } : {}) }).send(this.deadline);
 			found.push(...page.filter(entry => !entry.err && memoFieldNamesNullifier(entry.memo, payoutNullifier)).map(entry => entry.signature));
 			const oldest = page[page.length - 1];

@@ -91,8 +91,13 @@ export class Settler {
 		}
 		this.metrics?.leases.inc();
 		this.log.info("leased", { intent: leased.id, amount: leased.amount, mint: leased.tokenMintAddress });
+		// Anyone may crowd a credit account's history: the search for an earlier settlement ends
+		// halfway through the lease (its length by the Node's clock, counted on this one's), failing,
+		// so that the lease is given back rather than a settlement signed after it lapsed.
+		const { lease } = leased;
+		const searchUntil = Date.now() + (lease ? Date.parse(lease.expiresAt) - Date.parse(lease.leasedAt) : 0) / 2;
 		try {
-			return await this.settleLeased(leased);
+			return await this.settleLeased(leased, searchUntil);
 		} catch (err) {
 			// Anything unexpected before the SUBMITTED report: give the lease back so another Cranker can try.
 			const current = await this.node.intent(leased.id).catch(() => null);
@@ -101,7 +106,7 @@ export class Settler {
 		}
 	}
 
-	private async settleLeased(leased: MempoolIntent): Promise<SettleResult> {
+	private async settleLeased(leased: MempoolIntent, searchUntil: number): Promise<SettleResult> {
 		// The lease's answer is the Node's word again: what is paid is what it says now.
 		const notPayable = this.notPayable(leased);
 		if (notPayable) return this.release(leased, notPayable);
@@ -115,7 +120,7 @@ export class Settler {
 
 		const creditAccount = await creditAccountAddress(leased.recipientRouteCommitment, address(leased.tokenMintAddress), this.config.settlementProgramId);
 		const searchFrom = Math.floor(Date.parse(leased.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
-		for (const candidate of await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom)) {
+		for (const candidate of await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom, searchUntil)) {
 			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
 			if (!(await this.isSettlementOf(leased, candidate))) continue;
 			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });

@@ -54,3 +54,17 @@ test("an RPC that lists an endless history is not believed: the search fails ins
 		await rpc.close();
 	}
 });
+
+test("a history too long to read before `until` fails the search at the first page that would start after it", async () => {
+	// Anyone may name a credit account in transactions of their own: 50 pages, all since the intent was signed.
+	const now = Math.floor(Date.now() / 1000);
+	const rpc = await historyRpc(50, now);
+	try {
+		const until = Date.now() + 300;
+		await expect(rpc.chain.findSettlements(ACCOUNT, NULLIFIER, now - 100_000, until)).rejects.toThrow(/is longer than this Cranker can read in time \(\d+000 transactions read\)/);
+		expect(rpc.served()).toBeGreaterThanOrEqual(1);
+		expect(rpc.served()).toBeLessThan(50);
+	} finally {
+		await rpc.close();
+	}
+});

@@ -43,6 +43,11 @@ function isInstructionError(err: unknown): boolean {
 	return code >= SOLANA_ERROR__INSTRUCTION_ERROR__UNKNOWN && code < SOLANA_ERROR__INSTRUCTION_ERROR__UNKNOWN + 1000;
 }
 
+/** A credit account's history too long to search: past the page cap, or past the time the lease allows. */
+export class HistoryTooLongError extends Error {
+	override name = "HistoryTooLongError";
+}
+
 const base64Bytes = (text: string) => new Uint8Array(Buffer.from(text, "base64"));
 
 export class Chain extends ChainReader {
@@ -88,14 +93,14 @@ export class Chain extends ChainReader {
 		const found: string[] = [];
 		let before: ReturnType<typeof toSignature> | undefined;
 		for (let pages = 0; pages < this.settlementSearchMaxPages; pages++) {
-			if (pages > 0 && Date.now() > until) throw new Error(`the history of ${account} since the intent was signed is longer than this Cranker can read in time (${pages * 1000} transactions read)`);
+			if (pages > 0 && Date.now() > until) throw new HistoryTooLongError(`the history of ${account} since the intent was signed is longer than this Cranker can read in time (${pages * 1000} transactions read)`);
 			const page = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed", ...(before ? { before } : {}) }).send(this.deadline);
 			found.push(...page.filter(entry => !entry.err && memoFieldNamesNullifier(entry.memo, payoutNullifier)).map(entry => entry.signature));
 			const oldest = page[page.length - 1];
 			if (page.length < 1000 || (oldest.blockTime !== null && Number(oldest.blockTime) < since)) return found;
 			before = oldest.signature;
 		}
-		throw new Error(`the RPC lists more than ${this.settlementSearchMaxPages * 1000} transactions of ${account} since the intent was signed`);
+		throw new HistoryTooLongError(`the RPC lists more than ${this.settlementSearchMaxPages * 1000} transactions of ${account} since the intent was signed`);
 	}
 
 	/**

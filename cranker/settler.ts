@@ -19,7 +19,7 @@ import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
 import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
 import { checkValidityWindow, isSenderSigned } from "../lib/verification";
-import type { Chain, Lifetime } from "./chain";
+import { HistoryTooLongError, type Chain, type Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
 import type { SettlementJournal, SignedSettlementRecord } from "./journal";
 import type { Logger } from "./log";
@@ -91,11 +91,11 @@ export class Settler {
 		}
 		this.metrics?.leases.inc();
 		this.log.info("leased", { intent: leased.id, amount: leased.amount, mint: leased.tokenMintAddress });
-		// Anyone may crowd a credit account's history: the search for an earlier settlement ends
-		// halfway through the lease (its length by the Node's clock, counted on this one's), failing,
-		// so that the lease is given back rather than a settlement signed after it lapsed.
-		const { lease } = leased;
-		const searchUntil = Date.now() + (lease ? Date.parse(lease.expiresAt) - Date.parse(lease.leasedAt) : 0) / 2;
+		// Anyone may crowd a credit account's history: the search for an earlier settlement stops
+		// halfway through the lease (its length by the Node's clock, counted on this one's), and the
+		// lease is given back, rather than a settlement signed after the lease lapsed.
+		const leaseMs = leased.lease ? Date.parse(leased.lease.expiresAt) - Date.parse(leased.lease.leasedAt) : NaN;
+		const searchUntil = Date.now() + (Number.isFinite(leaseMs) ? leaseMs / 2 : 0);
 		try {
 			return await this.settleLeased(leased, searchUntil);
 		} catch (err) {
@@ -120,7 +120,15 @@ export class Settler {
 
 		const creditAccount = await creditAccountAddress(leased.recipientRouteCommitment, address(leased.tokenMintAddress), this.config.settlementProgramId);
 		const searchFrom = Math.floor(Date.parse(leased.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
-		for (const candidate of await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom, searchUntil)) {
+		let candidates: string[];
+		try {
+			candidates = await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom, searchUntil);
+		} catch (err) {
+			// Given back, and left for a while (worker.ts): a crowded history takes as long next time.
+			if (err instanceof HistoryTooLongError) return this.release(leased, err.message);
+			throw err;
+		}
+		for (const candidate of candidates) {
 			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
 			if (!(await this.isSettlementOf(leased, candidate))) continue;
 			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });

@@ -252,8 +252,6 @@ export class Cranker {
 				// An item that fails each time must not stop the ones behind it; a Node that is down stops the round.
 				if (err instanceof NodeApiError && err.status === 0) throw err;
 				this.log.warn("settlement failed; trying the next work item", { intent: intent.id, error: (err as Error).message });
-				// Nor take it again at once: what failed (a search through a crowded history, say) may fail as long again.
-				this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);
 				continue;
 			}
 			if (result === "lost") continue; // another Cranker leased it first

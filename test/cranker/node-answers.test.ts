@@ -136,23 +136,6 @@ describe("the Cranker's work loop", () => {
 		expect(requests.filter(line => line.startsWith("PATCH"))).not.toContainEqual(expect.stringMatching(/int_[12]\//));
 	});
 
-	test("a work item whose settlement failed is not tried again at every round", async () => {
-		const failing = signedItem("int_cccccccccccccccccccccccccccccccc");
-		const marker = signedItem("int_dddddddddddddddddddddddddddddddd");
-		let rounds = 0;
-		const requests = await crankerAgainst((req, res) => {
-			// From the fifth round on, an item whose lease the test waits for: four rounds have passed.
-			if (req.url?.startsWith("/intent-work")) return json(res, 200, (++rounds >= 5 ? [failing, marker] : [failing]).map(intent => ({ intent, leaseTtlMs: 30_000 })));
-			if (req.url === `/intents/${failing.id}/status`) return json(res, 200, { ...failing, receiverStatus: "CRANKER_LEASED", stateVersion: failing.stateVersion + 1, lease: { crankerPubkey: keypair.publicKey, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 30_000).toISOString() } });
-			if (req.url?.startsWith("/internal/settlement-authorizations")) return res.writeHead(200).end("not JSON");
-			if (req.method === "PATCH") return lost(res);
-			json(res, 404, { type: "NOT_FOUND", message: "not here" });
-		}, `PATCH /intents/${marker.id}/status`);
-		// A crowded credit account, say, fails its search each time: every Cranker retrying it at
-		// every round would spend its RPC on it before any other work.
-		expect(requests.filter(line => line === `PATCH /intents/${failing.id}/status`)).toHaveLength(1);
-	});
-
 	test("a work item whose settlement fails each time does not stop the items behind it", async () => {
 		const failing = signedItem("int_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
 		const next = signedItem("int_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");

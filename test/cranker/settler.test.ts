@@ -6,6 +6,8 @@
  * sender's signature itself, and keeps what it signed in its journal.
  */
 import fs from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import path from "node:path";
 import { createKeyPairSignerFromBytes, generateKeyPairSigner, getSignatureFromTransaction, type Address, type Blockhash } from "@solana/kit";
 import { Chain } from "../../cranker/chain";
@@ -89,6 +91,50 @@ test("a work item without its transactionCommitment, which the settlement's memo
 	const settler = await settlerWith(intent => intent);
 	expect(await settler.settle(uncommitted as MempoolIntent)).toBe("unsigned");
 	expect(settler.calls).toEqual([]);
+});
+
+test("a credit account whose history is too long to search in half the lease: the lease is given back, nothing signed", async () => {
+	// Anyone may name a credit account in transactions of their own: every page of its history is full, and recent.
+	const history = http.createServer((req, res) => {
+		let body = "";
+		req.on("data", chunk => (body += chunk));
+		req.on("end", () => {
+			const blockTime = Math.floor(Date.now() / 1000);
+			const entries = Array.from({ length: 1000 }, (_, i) => ({ signature: encodeBase58(Buffer.alloc(64, (i % 250) + 1)), slot: 1000 - i, err: null, memo: null, blockTime, confirmationStatus: "finalized" }));
+			res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: JSON.parse(body).id, result: entries }));
+		});
+	});
+	await new Promise<void>(resolve => history.listen(0, "127.0.0.1", resolve));
+	const authority = generateKeypair();
+	const signer = await generateKeyPairSigner();
+	const record = verifiedRecord(signedIntent(newWallet(), route));
+	const offered = toWorkerView(record);
+	const lease = { crankerPubkey: signer.address, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 4000).toISOString() };
+	const reported: { status: string; reason?: string }[] = [];
+	const node = {
+		async updateStatus(_id: string, update: { status: string; reason?: string }) {
+			reported.push(update);
+			return { ...offered, receiverStatus: update.status, lease: update.status === "CRANKER_LEASED" ? lease : null, stateVersion: offered.stateVersion + reported.length };
+		},
+		async payoutAuthorization() {
+			return buildPayoutAuthorization({ ...record, lease }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
+		}
+	} as unknown as NodeClient;
+	const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey } as unknown as CrankerConfig;
+	const journal = await SettlementJournal.open(tempDir("scs-journal-"), signer.address);
+	try {
+		const chain = new Chain(`http://127.0.0.1:${(history.address() as AddressInfo).port}`, 5000);
+		const settler = new Settler(node, chain, signer, config, createLogger({}, () => {}), () => false, journal);
+		expect(await settler.settle(offered)).toBe("released");
+		// Given back while the lease still held: a search that ran on would have signed after it lapsed.
+		expect(Date.now()).toBeLessThan(Date.parse(lease.expiresAt));
+		expect(reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED"]);
+		expect(reported[1].reason).toMatch(/is longer than this Cranker can read in time/);
+		expect(journal.size).toBe(0);
+	} finally {
+		await journal.close();
+		await new Promise(resolve => history.close(resolve));
+	}
 });
 
 describe("a settlement signed before the Cranker restarted", () => {

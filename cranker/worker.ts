@@ -149,13 +149,14 @@ export class Cranker {
 	}
 
 	private async heartbeat(): Promise<void> {
-		if (this.settler && !this.mintsChecked) await this.checkMints();
 		// Only a settlement Cranker pays out: the others report no liquidity.
-		if (this.settler)
+		if (this.settler) {
+			if (!this.mintsChecked) await this.checkMints();
 			this.liquidity = await this.chain.tokenBalances(this.signer.address, this.config.mints).catch(err => {
 				this.log.warn("could not read token balances; reporting the last known ones", { error: (err as Error).message });
 				return this.liquidity;
 			});
+		}
 		const sentAt = new Date().toISOString();
 		const { roles } = this.config;
 		try {

@@ -132,8 +132,8 @@ export class Chain extends ChainReader {
 			if (!account) return [`${mint} does not exist on this chain (is SOLANA_RPC_URL on the Node's cluster?)`];
 			if (account.owner !== TOKEN_PROGRAM_ADDRESS) return [`${mint} is not a classic SPL Token mint (another program owns it)`];
 			const data = base64Bytes(account.data[0]);
-			if (data.length !== getMintSize() || !getMintDecoder().decode(data).isInitialized) return [`${mint} is an SPL Token account but not a mint`];
-			return [];
+			if (data.length !== getMintSize()) return [`${mint} is an SPL Token account but not a mint`];
+			return getMintDecoder().decode(data).isInitialized ? [] : [`${mint} is a mint not initialized yet`];
 		});
 	}
 

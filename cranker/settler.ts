@@ -14,7 +14,7 @@
  *   view too, and answers 409 SUBMISSION_LIVE while it cannot see it yet: the Cranker waits and
  *   asks again.
  */
-import { address, getSignatureFromTransaction, type KeyPairSigner, type Transaction } from "@solana/kit";
+import { address, getSignatureFromTransaction, type Address, type KeyPairSigner, type Transaction } from "@solana/kit";
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
 import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
@@ -54,6 +54,14 @@ const OPERATOR_CASES_MAX = 10_000;
  */
 const SENDER_CLOCK_SLACK_S = 3600;
 
+/**
+ * A credit account whose history was too long to search is not searched again for this long, then
+ * twice as long after each failure more, up to the maximum; at most this many are remembered.
+ */
+const CROWDED_FIRST_WAIT_MS = 30_000;
+const CROWDED_MAX_WAIT_MS = 10 * 60_000;
+const CROWDED_ACCOUNTS_MAX = 10_000;
+
 type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlockHeight?: number; reason?: string };
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
@@ -63,6 +71,8 @@ export class Settler {
 	private readonly me: string;
 	/** Orphans left for an operator, by intent id: when to look at each again. */
 	private readonly leftForOperator = new Map<string, number>();
+	/** Credit accounts whose history was too long to search: until when they are left, and how long the last wait was. */
+	private readonly crowded = new Map<string, { until: number; waitMs: number }>();
 
 	constructor(
 		private readonly node: NodeClient,
@@ -82,6 +92,9 @@ export class Settler {
 	async settle(intent: MempoolIntent): Promise<SettleResult> {
 		// The Node's word is not the sender's: this Cranker pays out of its own liquidity.
 		if (this.notPayable(intent)) return "unsigned";
+		// Its recipient's credit account was too crowded to search a moment ago: nor is it leased now.
+		if ((this.crowded.get(await this.creditAccountOf(intent))?.until ?? 0) > Date.now()) return "unsigned";
+		const askedAt = Date.now();
 		let leased: MempoolIntent;
 		try {
 			leased = await this.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: this.me, expectedVersion: intent.stateVersion });
@@ -92,10 +105,12 @@ export class Settler {
 		this.metrics?.leases.inc();
 		this.log.info("leased", { intent: leased.id, amount: leased.amount, mint: leased.tokenMintAddress });
 		// Anyone may crowd a credit account's history: the search for an earlier settlement stops
-		// halfway through the lease (its length by the Node's clock, counted on this one's), and the
-		// lease is given back, rather than a settlement signed after the lease lapsed.
+		// halfway through the lease (its length by the Node's clock, counted on this one's from when
+		// it was asked), or earlier so that two RPC calls' time is left after it, and the lease is
+		// given back, rather than a settlement signed after the lease lapsed.
 		const leaseMs = leased.lease ? Date.parse(leased.lease.expiresAt) - Date.parse(leased.lease.leasedAt) : NaN;
-		const searchUntil = Date.now() + (Number.isFinite(leaseMs) ? leaseMs / 2 : 0);
+		const searchMs = Math.min(leaseMs / 2, leaseMs - 2 * this.config.rpcTimeoutMs);
+		const searchUntil = askedAt + (Number.isFinite(searchMs) ? Math.max(0, searchMs) : 0);
 		try {
 			return await this.settleLeased(leased, searchUntil);
 		} catch (err) {
@@ -118,16 +133,18 @@ export class Settler {
 		}
 		if (typeof authorization === "string") return this.release(leased, authorization);
 
-		const creditAccount = await creditAccountAddress(leased.recipientRouteCommitment, address(leased.tokenMintAddress), this.config.settlementProgramId);
+		const creditAccount = await this.creditAccountOf(leased);
 		const searchFrom = Math.floor(Date.parse(leased.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
 		let candidates: string[];
 		try {
 			candidates = await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom, searchUntil);
 		} catch (err) {
-			// Given back, and left for a while (worker.ts): a crowded history takes as long next time.
-			if (err instanceof HistoryTooLongError) return this.release(leased, err.message);
-			throw err;
+			// Given back, and its credit account left for a while: a crowded history takes as long next time.
+			if (!(err instanceof HistoryTooLongError)) throw err;
+			this.leaveCrowded(creditAccount);
+			return this.release(leased, err.message);
 		}
+		this.crowded.delete(creditAccount);
 		for (const candidate of candidates) {
 			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
 			if (!(await this.isSettlementOf(leased, candidate))) continue;
@@ -354,6 +371,17 @@ export class Settler {
 		}
 		if (reason) this.log.warn(`${reason}: left alone`, { intent: intent.id });
 		return reason;
+	}
+
+	private creditAccountOf(intent: MempoolIntent): Promise<Address> {
+		return creditAccountAddress(intent.recipientRouteCommitment, address(intent.tokenMintAddress), this.config.settlementProgramId);
+	}
+
+	private leaveCrowded(creditAccount: string): void {
+		const waitMs = Math.min(2 * (this.crowded.get(creditAccount)?.waitMs ?? CROWDED_FIRST_WAIT_MS / 2), CROWDED_MAX_WAIT_MS);
+		this.crowded.delete(creditAccount);
+		if (this.crowded.size >= CROWDED_ACCOUNTS_MAX) this.crowded.delete(this.crowded.keys().next().value!);
+		this.crowded.set(creditAccount, { until: Date.now() + waitMs, waitMs });
 	}
 
 	private leaveForOperator(id: string): void {

@@ -59,6 +59,8 @@ export class Cranker {
 	private liquidity = new Map<string, bigint>();
 	/** CRANKER_MINTS were checked on chain (checkMints). */
 	private mintsChecked = false;
+	/** A check of CRANKER_MINTS in flight: heartbeats do not wait for it. */
+	private mintCheck: Promise<void> | null = null;
 	private online = false;
 	private stopping = false;
 	/** Heartbeats outlive the work loops, so a settlement finishing after SIGTERM is still accepted. */
@@ -151,7 +153,8 @@ export class Cranker {
 	private async heartbeat(): Promise<void> {
 		// Only a settlement Cranker pays out: the others report no liquidity.
 		if (this.settler) {
-			if (!this.mintsChecked) await this.checkMints();
+			// Not awaited: while the RPC hangs, a heartbeat waits one RPC timeout, not two.
+			if (!this.mintsChecked && !this.mintCheck) this.mintCheck = this.checkMints().finally(() => (this.mintCheck = null));
 			this.liquidity = await this.chain.tokenBalances(this.signer.address, this.config.mints).catch(err => {
 				this.log.warn("could not read token balances; reporting the last known ones", { error: (err as Error).message });
 				return this.liquidity;

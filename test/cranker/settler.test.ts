@@ -93,7 +93,7 @@ test("a work item without its transactionCommitment, which the settlement's memo
 	expect(settler.calls).toEqual([]);
 });
 
-test("a credit account whose history is too long to search in half the lease: the lease is given back, nothing signed", async () => {
+test("a credit account whose history is too long to search in half the lease: the lease is given back, nothing signed, and the account left a while", async () => {
 	// Anyone may name a credit account in transactions of their own: every page of its history is full, and recent.
 	const history = http.createServer((req, res) => {
 		let body = "";
@@ -120,7 +120,7 @@ test("a credit account whose history is too long to search in half the lease: th
 			return buildPayoutAuthorization({ ...record, lease }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
 		}
 	} as unknown as NodeClient;
-	const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey } as unknown as CrankerConfig;
+	const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
 	const journal = await SettlementJournal.open(tempDir("scs-journal-"), signer.address);
 	try {
 		const chain = new Chain(`http://127.0.0.1:${(history.address() as AddressInfo).port}`, 5000);
@@ -131,6 +131,10 @@ test("a credit account whose history is too long to search in half the lease: th
 		expect(reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED"]);
 		expect(reported[1].reason).toMatch(/is longer than this Cranker can read in time/);
 		expect(journal.size).toBe(0);
+		// Another payment to the same recipient, in the same mint, is not leased while its account is left alone.
+		const next = toWorkerView({ ...verifiedRecord(signedIntent(newWallet(), route)), id: "int_1123456789abcdef0123456789abcdef" });
+		expect(await settler.settle(next)).toBe("unsigned");
+		expect(reported).toHaveLength(2);
 	} finally {
 		await journal.close();
 		await new Promise(resolve => history.close(resolve));

@@ -126,7 +126,8 @@ export class Chain extends ChainReader {
 	 * cluster's mint), or not a classic SPL Token mint. Empty when every one is a mint it can pay in.
 	 */
 	async mintProblems(mints: readonly Address[]): Promise<string[]> {
-		const value = await this.accounts(mints);
+		// A mint's bytes and one more, enough to tell a mint by its size, whatever else an address holds.
+		const value = await this.accounts(mints, { offset: 0, length: getMintSize() + 1 });
 		return mints.flatMap((mint, i) => {
 			const account = value[i];
 			if (!account) return [`${mint} does not exist on this chain (is SOLANA_RPC_URL on the Node's cluster?)`];
@@ -147,9 +148,9 @@ export class Chain extends ChainReader {
 		return decimals;
 	}
 
-	/** The accounts at `addresses`, in their order (null: none there), in one getMultipleAccounts. */
-	private async accounts(addresses: readonly Address[]) {
-		const { value } = await this.rpc.getMultipleAccounts(addresses, { encoding: "base64", commitment: "confirmed" }).send(this.deadline);
+	/** The accounts at `addresses`, in their order (null: none there), in one getMultipleAccounts; `dataSlice`: only those bytes of each. */
+	private async accounts(addresses: readonly Address[], dataSlice?: { offset: number; length: number }) {
+		const { value } = await this.rpc.getMultipleAccounts(addresses, { encoding: "base64", commitment: "confirmed", ...(dataSlice ? { dataSlice } : {}) }).send(this.deadline);
 		// An answer that is not one entry per account asked is a failed read, not empty accounts.
 		if (!Array.isArray(value) || value.length !== addresses.length) throw new Error(`getMultipleAccounts answered ${Array.isArray(value) ? value.length : "no"} entries for ${addresses.length} accounts`);
 		return value;

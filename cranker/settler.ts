@@ -64,6 +64,8 @@ const CROWDED_ACCOUNTS_MAX = 10_000;
 
 type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlockHeight?: number; reason?: string };
 
+/** Where the search for an earlier settlement of `intent` starts: unix seconds. */
+const searchFromOf = (intent: MempoolIntent) => Math.floor(Date.parse(intent.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >= 400 && err.status < 500;
 
@@ -71,8 +73,11 @@ export class Settler {
 	private readonly me: string;
 	/** Orphans left for an operator, by intent id: when to look at each again. */
 	private readonly leftForOperator = new Map<string, number>();
-	/** Credit accounts whose history was too long to search: until when they are left, and how long the last wait was. */
-	private readonly crowded = new Map<string, { until: number; waitMs: number }>();
+	/**
+	 * Credit accounts whose history was too long to search: until when they are left, how long the
+	 * last wait was, and the shortest search that failed (back to `since`, unix seconds).
+	 */
+	private readonly crowded = new Map<string, { until: number; waitMs: number; since: number }>();
 
 	constructor(
 		private readonly node: NodeClient,
@@ -92,8 +97,10 @@ export class Settler {
 	async settle(intent: MempoolIntent): Promise<SettleResult> {
 		// The Node's word is not the sender's: this Cranker pays out of its own liquidity.
 		if (this.notPayable(intent)) return "unsigned";
-		// Its recipient's credit account was too crowded to search a moment ago: nor is it leased now.
-		if ((this.crowded.get(await this.creditAccountOf(intent))?.until ?? 0) > Date.now()) return "unsigned";
+		// Its recipient's credit account was too crowded to search as far back a moment ago: nor is it
+		// leased now. One that needs a shorter search (signed later) is tried.
+		const crowded = this.crowded.get(await this.creditAccountOf(intent));
+		if (crowded && crowded.until > Date.now() && searchFromOf(intent) <= crowded.since) return "unsigned";
 		const askedAt = Date.now();
 		let leased: MempoolIntent;
 		try {
@@ -134,14 +141,14 @@ export class Settler {
 		if (typeof authorization === "string") return this.release(leased, authorization);
 
 		const creditAccount = await this.creditAccountOf(leased);
-		const searchFrom = Math.floor(Date.parse(leased.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
+		const searchFrom = searchFromOf(leased);
 		let candidates: string[];
 		try {
 			candidates = await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom, searchUntil);
 		} catch (err) {
 			// Given back, and its credit account left for a while: a crowded history takes as long next time.
 			if (!(err instanceof HistoryTooLongError)) throw err;
-			this.leaveCrowded(creditAccount);
+			this.leaveCrowded(creditAccount, searchFrom);
 			return this.release(leased, err.message);
 		}
 		this.crowded.delete(creditAccount);
@@ -377,11 +384,12 @@ export class Settler {
 		return creditAccountAddress(intent.recipientRouteCommitment, address(intent.tokenMintAddress), this.config.settlementProgramId);
 	}
 
-	private leaveCrowded(creditAccount: string): void {
-		const waitMs = Math.min(2 * (this.crowded.get(creditAccount)?.waitMs ?? CROWDED_FIRST_WAIT_MS / 2), CROWDED_MAX_WAIT_MS);
+	private leaveCrowded(creditAccount: string, since: number): void {
+		const last = this.crowded.get(creditAccount);
+		const waitMs = Math.min(2 * (last?.waitMs ?? CROWDED_FIRST_WAIT_MS / 2), CROWDED_MAX_WAIT_MS);
 		this.crowded.delete(creditAccount);
 		if (this.crowded.size >= CROWDED_ACCOUNTS_MAX) this.crowded.delete(this.crowded.keys().next().value!);
-		this.crowded.set(creditAccount, { until: Date.now() + waitMs, waitMs });
+		this.crowded.set(creditAccount, { until: Date.now() + waitMs, waitMs, since: Math.max(since, last?.since ?? since) });
 	}
 
 	private leaveForOperator(id: string): void {

@@ -296,9 +296,11 @@ export class LocalChain {
 			case "getMultipleAccounts": {
 				const addresses = params[0] as unknown[];
 				if (!Array.isArray(addresses) || addresses.length > 100) throw new RpcFailure({ code: -32602, message: "Invalid params: at most 100 addresses" });
+				const slice = params[1]?.dataSlice as { offset: number; length: number } | undefined;
 				const value = addresses.map(at => {
 					const found = this.svm.getAccount(address(String(at)));
-					return found.exists ? this.accountJson(found) : null;
+					if (!found.exists) return null;
+					return this.accountJson(slice ? { ...found, data: found.data.slice(slice.offset, slice.offset + slice.length) } : found);
 				});
 				return { context: this.context(), value };
 			}

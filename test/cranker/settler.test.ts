@@ -116,10 +116,16 @@ test("a credit account whose history is too long to search in half the lease: th
 			reported.push(update);
 			return { ...offered, receiverStatus: update.status, lease: update.status === "CRANKER_LEASED" ? lease : null, stateVersion: offered.stateVersion + reported.length };
 		},
-		async payoutAuthorization() {
-			return buildPayoutAuthorization({ ...record, lease }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
+		async payoutAuthorization(id: string) {
+			return buildPayoutAuthorization({ ...records.get(id)!, lease }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
 		}
 	} as unknown as NodeClient;
+	const records = new Map<string, IntentRecord>([[record.id, record]]);
+	const offer = (request: ReturnType<typeof signedIntent>, id: string) => {
+		const next = { ...verifiedRecord(request), id };
+		records.set(id, next);
+		return toWorkerView(next);
+	};
 	const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
 	const journal = await SettlementJournal.open(tempDir("scs-journal-"), signer.address);
 	try {
@@ -131,10 +137,15 @@ test("a credit account whose history is too long to search in half the lease: th
 		expect(reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED"]);
 		expect(reported[1].reason).toMatch(/is longer than this Cranker can read in time/);
 		expect(journal.size).toBe(0);
-		// Another payment to the same recipient, in the same mint, is not leased while its account is left alone.
-		const next = toWorkerView({ ...verifiedRecord(signedIntent(newWallet(), route)), id: "int_1123456789abcdef0123456789abcdef" });
+		// Another payment to the same recipient and mint, whose search reaches as far back, is not
+		// leased while the account is left alone; one signed later, with a shorter search, is tried.
+		const next = offer(signedIntent(newWallet(), route, { senderAuthorizationIssuedAt: record.request.senderAuthorizationIssuedAt }), "int_1123456789abcdef0123456789abcdef");
 		expect(await settler.settle(next)).toBe("unsigned");
 		expect(reported).toHaveLength(2);
+		const later = offer(signedIntent(newWallet(), route, { senderAuthorizationIssuedAt: iso(2000) }), "int_2123456789abcdef0123456789abcdef");
+		expect(await settler.settle(later)).toBe("released");
+		expect(reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED", "CRANKER_LEASED", "VERIFIED"]);
+		expect(reported[3].reason).toMatch(/is longer than this Cranker can read in time/);
 	} finally {
 		await journal.close();
 		await new Promise(resolve => history.close(resolve));

@@ -66,6 +66,12 @@ type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlo
 
 /** Where the search for an earlier settlement of `intent` starts: unix seconds. */
 const searchFromOf = (intent: MempoolIntent) => Math.floor(Date.parse(intent.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
+/** Sets `key` as the newest entry of `map`, dropping the oldest one when `max` are already kept. */
+function rememberLatest<K, V>(map: Map<K, V>, key: K, value: V, max: number): void {
+	map.delete(key);
+	if (map.size >= max) map.delete(map.keys().next().value!);
+	map.set(key, value);
+}
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >= 400 && err.status < 500;
 
@@ -387,15 +393,11 @@ export class Settler {
 	private leaveCrowded(creditAccount: string, since: number): void {
 		const last = this.crowded.get(creditAccount);
 		const waitMs = Math.min(2 * (last?.waitMs ?? CROWDED_FIRST_WAIT_MS / 2), CROWDED_MAX_WAIT_MS);
-		this.crowded.delete(creditAccount);
-		if (this.crowded.size >= CROWDED_ACCOUNTS_MAX) this.crowded.delete(this.crowded.keys().next().value!);
-		this.crowded.set(creditAccount, { until: Date.now() + waitMs, waitMs, since: Math.max(since, last?.since ?? since) });
+		rememberLatest(this.crowded, creditAccount, { until: Date.now() + waitMs, waitMs, since: Math.max(since, last?.since ?? since) }, CROWDED_ACCOUNTS_MAX);
 	}
 
 	private leaveForOperator(id: string): void {
-		this.leftForOperator.delete(id);
-		if (this.leftForOperator.size >= OPERATOR_CASES_MAX) this.leftForOperator.delete(this.leftForOperator.keys().next().value!);
-		this.leftForOperator.set(id, Date.now() + OPERATOR_RECHECK_MS);
+		rememberLatest(this.leftForOperator, id, Date.now() + OPERATOR_RECHECK_MS, OPERATOR_CASES_MAX);
 	}
 
 	private release(leased: MempoolIntent, reason: string): Promise<SettleResult> {

@@ -57,9 +57,7 @@ export class Cranker {
 	private readonly settler: Settler | null;
 	private readonly signHeartbeat: (message: string) => string;
 	private liquidity = new Map<string, bigint>();
-	/** CRANKER_MINTS were checked on chain (checkMints). */
-	private mintsChecked = false;
-	/** A check of CRANKER_MINTS in flight: heartbeats do not wait for it. */
+	/** The check of CRANKER_MINTS on chain (checkMints), in flight or done; null until one starts and after one fails. */
 	private mintCheck: Promise<void> | null = null;
 	private online = false;
 	private stopping = false;
@@ -144,9 +142,9 @@ export class Cranker {
 	private async checkMints(): Promise<void> {
 		try {
 			for (const problem of await this.chain.mintProblems(this.config.mints)) this.log.warn(`CRANKER_MINTS: ${problem}; it offers none of it`);
-			this.mintsChecked = true;
 		} catch {
-			// The balances' read, next, tells of the RPC failing; the check runs again at the next heartbeat.
+			// The balances' read tells of the RPC failing; the check runs again at the next heartbeat.
+			this.mintCheck = null;
 		}
 	}
 
@@ -154,7 +152,7 @@ export class Cranker {
 		// Only a settlement Cranker pays out: the others report no liquidity.
 		if (this.settler) {
 			// Not awaited: while the RPC hangs, a heartbeat waits one RPC timeout, not two.
-			if (!this.mintsChecked && !this.mintCheck) this.mintCheck = this.checkMints().finally(() => (this.mintCheck = null));
+			this.mintCheck ??= this.checkMints();
 			this.liquidity = await this.chain.tokenBalances(this.signer.address, this.config.mints).catch(err => {
 				this.log.warn("could not read token balances; reporting the last known ones", { error: (err as Error).message });
 				return this.liquidity;

@@ -1,8 +1,8 @@
 /**
  * Running figures of the online Crankers (SPEC §8): how many, per role, and per mint the
- * settlement liquidity and how many settlement Crankers offer it (hold any of it). Kept as heartbeats arrive and
- * as Crankers fall silent, so the observation routes answer in time that does not grow with the
- * number of Crankers ever stored.
+ * settlement liquidity and how many settlement Crankers offer it (hold any of it). Kept as
+ * heartbeats arrive and as Crankers fall silent, so the observation routes answer in time that
+ * does not grow with the number of Crankers ever stored.
  */
 import { U64_MAX } from "./encoding";
 

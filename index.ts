@@ -2,6 +2,8 @@
  * Entry point of `npm start`: runs the services SERVICES names (all of them by default) in one
  * broker. SIGTERM/SIGINT stop it gracefully (stopNode) and the process exits 0.
  */
+// First: it tunes the garbage collector before any other module allocates.
+import "./lib/gc-tuning";
 import path from "node:path";
 import { loadConfig, type Config } from "./lib/config";
 import { AUTHORITY_KEYPAIR_FILE, WORKER_KEYS_FILE } from "./lib/secrets";

@@ -76,8 +76,9 @@ export class NodeClient {
 		return this.request("POST", "/crankers/heartbeat", "/crankers/heartbeat", body, 0, true);
 	}
 
-	intentWork(limit: number): Promise<IntentWorkItem[]> {
-		return this.request("GET", "/intent-work", `/intent-work?limit=${limit}`, undefined, 0);
+	/** The oldest work, or (`after`, an intent's id) the work past that intent. */
+	intentWork(limit: number, after?: string): Promise<IntentWorkItem[]> {
+		return this.request("GET", "/intent-work", `/intent-work?limit=${limit}${after !== undefined ? `&after=${encodeURIComponent(after)}` : ""}`, undefined, 0);
 	}
 
 	intent(id: string): Promise<MempoolIntent> {

@@ -11,7 +11,7 @@ import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonica
 import { createSigner, verifySignature } from "../lib/ed25519";
 import { isAmount } from "../lib/encoding";
 import { keypairSigningKey } from "../lib/http-signature";
-import { INTENT_EVENT_TYPE, type MempoolIntent } from "../lib/intents";
+import { INTENT_EVENT_TYPE, type MempoolIntent, type PublicMempoolIntent } from "../lib/intents";
 import type { TinStage } from "../lib/schemas";
 import { registryMemo, signMemoTransaction } from "../lib/settlement";
 import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
@@ -30,6 +30,14 @@ export const CRANKER_VERSION = "0.1.0";
 const ORPHAN_CHECK_EVERY = 5;
 /** How long an intent this Cranker released is left to others. */
 const SKIP_RELEASED_MS = 30_000;
+/**
+ * A settlement round reads the work in pages of WORK_PAGE_ITEMS, at most WORK_PAGES_PER_ROUND of
+ * them, and the next round goes on where it stopped; past the end it starts again from the oldest.
+ * Work it cannot take (another mint, more than its liquidity) then hides nothing behind it for
+ * long, however much of it there is, and a round's cost stays bounded.
+ */
+const WORK_PAGE_ITEMS = 100;
+const WORK_PAGES_PER_ROUND = 5;
 /** The events that announce settlement work: an intent became VERIFIED (new, released, dropped or its lease lapsed). */
 const WORK_EVENTS = `types=${INTENT_EVENT_TYPE}&states=VERIFIED`;
 /** While the event stream is up, /intent-work is polled no more often than this (POLL_INTERVAL_MS when longer). */
@@ -65,6 +73,8 @@ export class Cranker {
 	private heartbeatsStopping = false;
 	/** Intents this Cranker just gave back (expired evidence, preflight refusal): not leased again for a while. */
 	private readonly skipUntil = new Map<string, number>();
+	/** Where the next settlement round reads on from: the last work item read (null: the oldest). */
+	private workCursor: string | null = null;
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];
 	/** The event stream is open: polling slows down. */
@@ -222,7 +232,8 @@ export class Cranker {
 				failures = 0;
 				this.log.info("following the Node's event stream", { resumedAfter: parser.lastEventId || null });
 				for await (const event of readEvents(body, parser, silence)) {
-					if (event.type !== INTENT_EVENT_TYPE) continue;
+					// Work this Cranker cannot pay does not wake it: a flood of it would have it read pages for nothing.
+					if (event.type !== INTENT_EVENT_TYPE || !this.canPayAnnounced(event.data)) continue;
 					this.workAnnounced = true;
 					this.wakeSettlement();
 				}
@@ -239,11 +250,37 @@ export class Cranker {
 		}
 	}
 
-	/** Settles the first work item this Cranker can pay; false when there was none. */
+	/**
+	 * Settles the first work item this Cranker can pay, reading on from where the last round
+	 * stopped; false when the pages it read had none.
+	 */
 	private async settleNext(settler: Settler): Promise<boolean> {
-		const work = await this.node.intentWork(20);
 		const now = Date.now();
 		for (const [id, until] of this.skipUntil) if (until <= now) this.skipUntil.delete(id);
+		for (let page = 0; page < WORK_PAGES_PER_ROUND; page++) {
+			if (await this.settleOnPage(settler)) return true;
+			if (this.workCursor === null) return false;
+		}
+		return false;
+	}
+
+	/**
+	 * One page of work after the cursor: true once one of its items is settled (the cursor stays, so
+	 * the rest of the page is read again next); otherwise the cursor moves past the page, or back to
+	 * the oldest after the last page.
+	 */
+	private async settleOnPage(settler: Settler): Promise<boolean> {
+		let work: IntentWorkItem[];
+		try {
+			work = await this.node.intentWork(WORK_PAGE_ITEMS, this.workCursor ?? undefined);
+		} catch (err) {
+			// The cursor's intent is unknown to this Node (its store was replaced, say): from the oldest.
+			if (err instanceof NodeApiError && err.status === 422 && this.workCursor !== null) {
+				this.workCursor = null;
+				return false;
+			}
+			throw err;
+		}
 		for (const { intent } of work.filter(isWeighable)) {
 			if (this.stopping) return false;
 			if (!this.canPay(intent) || this.skipUntil.has(intent.id)) continue;
@@ -269,11 +306,29 @@ export class Cranker {
 			}
 			return true;
 		}
+		const last = work[work.length - 1]?.intent?.id;
+		this.workCursor = work.length === WORK_PAGE_ITEMS && typeof last === "string" ? last : null;
 		return false;
 	}
 
 	private canPay(intent: MempoolIntent): boolean {
-		return (this.liquidity.get(intent.tokenMintAddress) ?? 0n) >= BigInt(intent.amount) && Date.parse(intent.senderAuthorizationExpiresAt) > Date.now();
+		return this.canPayIn(intent.tokenMintAddress, intent.amount, intent.senderAuthorizationExpiresAt);
+	}
+
+	private canPayIn(mint: string, amount: string, expiresAt: string): boolean {
+		return (this.liquidity.get(mint) ?? 0n) >= BigInt(amount) && Date.parse(expiresAt) > Date.now();
+	}
+
+	/** Whether the intent an event announces (its public view) is one this Cranker could pay; true when the event does not tell. */
+	private canPayAnnounced(data: string): boolean {
+		try {
+			const view = (JSON.parse(data) as { view?: Partial<Record<keyof PublicMempoolIntent, unknown>> }).view;
+			const { tokenMintAddress: mint, amount, expiresAt } = view ?? {};
+			if (typeof mint !== "string" || typeof amount !== "string" || !isAmount(amount) || typeof expiresAt !== "string") return true;
+			return this.canPayIn(mint, amount, expiresAt);
+		} catch {
+			return true;
+		}
 	}
 
 	// --- TIN pipeline -----------------------------------------------------------------------------

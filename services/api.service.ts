@@ -412,11 +412,12 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			 * answers the whole list in one page (passed by reference); one in another process, pages
 			 * of WORK_PAGE intents and WORK_PAGE_BYTES, so that no list of up to 500 intents crosses the
 			 * bus in one message (NATS refuses messages over 1 MB). Every mempool runs with the same
-			 * LEASE_TTL_MS; the items carry the first page's.
+			 * LEASE_TTL_MS; the items carry the first page's. `after` (an intent's id) starts the list
+			 * past that intent, so that a Cranker pages past work it cannot take.
 			 */
 			intentWork: workersOnly(answersJsonTexts({
-				params: { $$strict: true, limit: limit() },
-				async handler(this: ApiThis, ctx: Context<{ limit: number }>): Promise<Buffer> {
+				params: { $$strict: true, limit: limit(), after: { type: "string", optional: true, max: 64 } },
+				async handler(this: ApiThis, ctx: Context<{ limit: number; after?: string }>): Promise<Buffer> {
 					const here = isServedHere(this.broker, "mempool.workPage");
 					let pageSize = here ? ctx.params.limit : WORK_PAGE;
 					const options = { meta: { jsonTexts: true } satisfies TakesJsonTexts, ...(here ? { nodeID: this.broker.nodeID } : {}) };
@@ -424,7 +425,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					let leaseTtlMs: number | null = null;
 					for (let after: WorkPage["last"] = null; views.length < ctx.params.limit; ) {
 						const size = Math.min(pageSize, ctx.params.limit - views.length);
-						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) }, options));
+						const start = after ? { after } : ctx.params.after !== undefined ? { afterId: ctx.params.after } : {};
+						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...start }, options));
 						views.push(...page.views);
 						leaseTtlMs ??= page.leaseTtlMs;
 						if (page.views.length < size && !page.cut) break;

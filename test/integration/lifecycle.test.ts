@@ -121,6 +121,24 @@ describe("GET /intent-work", () => {
 		for (const bad of ["0", "501", "x"]) expect((await node.http("GET", `/intent-work?limit=${bad}`, undefined, worker)).status).toBe(422);
 		expect((await node.http("GET", "/intent-work?limit=1", undefined, worker)).body).toHaveLength(1);
 	});
+
+	it("goes on past the intent `after` names, so that a Cranker can page past work it cannot take", async () => {
+		const mine = [await verifiedIntent(), await verifiedIntent(), await verifiedIntent()];
+		const idsOf = (body: { intent: { id: string } }[]) => body.map(item => item.intent.id);
+		const all = idsOf((await node.http("GET", "/intent-work?limit=500", undefined, worker)).body);
+		const from = all.indexOf(mine[0].id);
+		const next = await node.http("GET", `/intent-work?limit=2&after=${mine[0].id}`, undefined, worker);
+		expect(next.status).toBe(200);
+		expect(idsOf(next.body)).toEqual(all.slice(from + 1, from + 3));
+		// An intent no longer VERIFIED still marks the place.
+		await patch(mine[1].id, { status: "CRANKER_LEASED", crankerPubkey: crankerA.address, expectedVersion: 3 });
+		expect(idsOf((await node.http("GET", `/intent-work?limit=500&after=${mine[1].id}`, undefined, worker)).body)[0]).toBe(mine[2].id);
+		for (const bad of ["int_nothing", "x".repeat(65)]) {
+			const refused = await node.http("GET", `/intent-work?after=${bad}`, undefined, worker);
+			expect(refused.status).toBe(422);
+			expect(refused.body).toMatchObject({ type: "VALIDATION_ERROR" });
+		}
+	});
 });
 
 describe("PATCH /intents/{id}/status: the rows of SPEC §2.4", () => {

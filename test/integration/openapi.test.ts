@@ -91,7 +91,10 @@ describe("GET /openapi.json", () => {
 		expect(patch.requestBody.content["application/json"].schema.properties.status.enum).toContain("CRANKER_LEASED");
 
 		const work = doc.paths["/intent-work"].get;
-		expect(work.parameters).toEqual([expect.objectContaining({ name: "limit", in: "query", schema: expect.objectContaining({ type: "integer", minimum: 1, maximum: 500, default: 50 }) })]);
+		expect(work.parameters).toEqual([
+			expect.objectContaining({ name: "limit", in: "query", schema: expect.objectContaining({ type: "integer", minimum: 1, maximum: 500, default: 50 }) }),
+			expect.objectContaining({ name: "after", in: "query", required: false, schema: { type: "string", maxLength: 64 } })
+		]);
 	});
 
 	it("secures worker routes with x-api-key, and the Cranker routes with the worker key and the request signature together", () => {

@@ -44,6 +44,21 @@ type Request = IncomingMessage & { originalUrl?: string; query?: Record<string, 
 type Next = (err?: unknown) => void;
 
 /** The JSON parser's refusals, as SPEC §7 errors: whatever went wrong reading a body is the client's input. */
+/**
+ * The place in the work list of the intent `id` names, in whatever state it is now, read through
+ * the view every mempool version serves (so that a gateway ahead of its mempool in a rolling update
+ * pages as its clients ask); 422 when no intent has that id.
+ */
+async function placeOf(ctx: Context, id: string): Promise<NonNullable<WorkPage["last"]>> {
+	try {
+		const { createdAt } = await ctx.call<PublicMempoolIntent, object>("mempool.view", { id });
+		return { createdAt, id };
+	} catch (err) {
+		if ((err as { type?: string }).type !== "NOT_FOUND") throw err;
+		throw new ServiceError("VALIDATION_ERROR", "after names no intent", [{ type: "intentId", field: "after", message: "after must be the id of an intent, the last of the previous page." }]);
+	}
+}
+
 function bodyError(err: WireError, req: IncomingMessage): ServiceError {
 	switch (err.type) {
 		case "entity.too.large":
@@ -423,10 +438,9 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					const options = { meta: { jsonTexts: true } satisfies TakesJsonTexts, ...(here ? { nodeID: this.broker.nodeID } : {}) };
 					const views: string[] = [];
 					let leaseTtlMs: number | null = null;
-					for (let after: WorkPage["last"] = null; views.length < ctx.params.limit; ) {
+					for (let after = ctx.params.after !== undefined ? await placeOf(ctx, ctx.params.after) : null; views.length < ctx.params.limit; ) {
 						const size = Math.min(pageSize, ctx.params.limit - views.length);
-						const start = after ? { after } : ctx.params.after !== undefined ? { afterId: ctx.params.after } : {};
-						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...start }, options));
+						const page = workPageViews(await ctx.call<WorkPage | IntentWorkItem[], object>("mempool.workPage", { limit: size, ...(after ? { after } : {}) }, options));
 						views.push(...page.views);
 						leaseTtlMs ??= page.leaseTtlMs;
 						if (page.views.length < size && !page.cut) break;

@@ -281,25 +281,17 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 
 			/**
 			 * Internal, for GET /intent-work: one page of VERIFIED intents that have not expired,
-			 * oldest first, after the intent `after` (the last of the previous page) or `afterId`
-			 * (an intent the caller names, in whatever state: where its client's last page ended), as
-			 * the JSON texts of their worker views. A caller in another process asks for WORK_PAGE at a time,
+			 * oldest first, after the intent `after` (the last of the previous page), as the JSON
+			 * texts of their worker views. A caller in another process asks for WORK_PAGE at a time,
 			 * far below NATS's 1 MB message limit; the gateway joins the pages (api.intentWork).
 			 */
 			workPage: workersOnly(internal({
 				params: {
 					limit: { type: "number", integer: true, min: 1, max: LIST_LIMIT_MAX },
-					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } },
-					afterId: { ...recordRef, optional: true }
+					after: { type: "object", optional: true, props: { createdAt: { type: "string", max: 40 }, id: recordRef } }
 				},
-				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string }; afterId?: string }, TakesJsonTexts>): Promise<WorkPage | IntentWorkItem[]> {
-					const { limit: size, afterId } = ctx.params;
-					let after = ctx.params.after;
-					if (afterId !== undefined && !after) {
-						const named = await this.intents.get(afterId);
-						if (!named) throw new ServiceError("VALIDATION_ERROR", "after names no intent", [{ type: "intentId", field: "after", message: "after must be the id of an intent, the last of the previous page." }]);
-						after = { createdAt: named.createdAt, id: named.id };
-					}
+				async handler(this: MempoolThis, ctx: Context<{ limit: number; after?: { createdAt: string; id: string } }, TakesJsonTexts>): Promise<WorkPage | IntentWorkItem[]> {
+					const { limit: size, after } = ctx.params;
 					// Only a caller in this process takes a page larger than the bus carries.
 					const acrossTheBus = ctx.nodeID !== this.broker.nodeID;
 					if (size > WORK_PAGE && acrossTheBus)

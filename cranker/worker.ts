@@ -38,6 +38,8 @@ const SKIP_RELEASED_MS = 30_000;
  */
 const WORK_PAGE_ITEMS = 100;
 const WORK_PAGES_PER_ROUND = 5;
+/** Announced intents kept for the next round; older ones are left to the pages. */
+const ANNOUNCED_MAX = 100;
 /** The events that announce settlement work: an intent became VERIFIED (new, released, dropped or its lease lapsed). */
 const WORK_EVENTS = `types=${INTENT_EVENT_TYPE}&states=VERIFIED`;
 /** While the event stream is up, /intent-work is polled no more often than this (POLL_INTERVAL_MS when longer). */
@@ -55,6 +57,13 @@ const STREAM_MAX_BACKOFF_MS = 30_000;
 function isWeighable(item: IntentWorkItem | null): item is IntentWorkItem {
 	const intent = item?.intent as Partial<Record<keyof MempoolIntent, unknown>> | undefined;
 	return typeof intent?.id === "string" && typeof intent.tokenMintAddress === "string" && typeof intent.amount === "string" && isAmount(intent.amount) && typeof intent.senderAuthorizationExpiresAt === "string";
+}
+
+/** Adds `id` as the newest announced intent, the oldest dropped past ANNOUNCED_MAX. */
+function rememberAnnounced(announced: Set<string>, id: string): void {
+	announced.delete(id);
+	announced.add(id);
+	if (announced.size > ANNOUNCED_MAX) announced.delete(announced.values().next().value!);
 }
 
 export class Cranker {
@@ -75,6 +84,8 @@ export class Cranker {
 	private readonly skipUntil = new Map<string, number>();
 	/** Where the next settlement round reads on from: the last work item read (null: the oldest). */
 	private workCursor: string | null = null;
+	/** Intents the event stream announced that this Cranker could pay, oldest first: tried before the pages. */
+	private readonly announced = new Set<string>();
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];
 	/** The event stream is open: polling slows down. */
@@ -163,10 +174,16 @@ export class Cranker {
 		if (this.settler) {
 			// Not awaited: while the RPC hangs, a heartbeat waits one RPC timeout, not two.
 			this.mintCheck ??= this.checkMints();
+			const before = this.liquidity;
 			this.liquidity = await this.chain.tokenBalances(this.signer.address, this.config.mints).catch(err => {
 				this.log.warn("could not read token balances; reporting the last known ones", { error: (err as Error).message });
 				return this.liquidity;
 			});
+			// More to pay with: work passed over for want of it, the oldest first, may be payable now.
+			if ([...this.liquidity].some(([mint, amount]) => amount > (before.get(mint) ?? 0n))) {
+				this.workCursor = null;
+				this.wakeSettlement();
+			}
 		}
 		const sentAt = new Date().toISOString();
 		const { roles } = this.config;
@@ -233,7 +250,9 @@ export class Cranker {
 				this.log.info("following the Node's event stream", { resumedAfter: parser.lastEventId || null });
 				for await (const event of readEvents(body, parser, silence)) {
 					// Work this Cranker cannot pay does not wake it: a flood of it would have it read pages for nothing.
-					if (event.type !== INTENT_EVENT_TYPE || !this.canPayAnnounced(event.data)) continue;
+					const id = event.type === INTENT_EVENT_TYPE ? this.payableAnnounced(event.data) : null;
+					if (id === null) continue;
+					if (id) rememberAnnounced(this.announced, id);
 					this.workAnnounced = true;
 					this.wakeSettlement();
 				}
@@ -251,64 +270,87 @@ export class Cranker {
 	}
 
 	/**
-	 * Settles the first work item this Cranker can pay, reading on from where the last round
-	 * stopped; false when the pages it read had none.
+	 * Settles the first work item this Cranker can pay: one the event stream announced first (it may
+	 * lie far past the cursor), then the pages from where the last round stopped; false when none.
 	 */
 	private async settleNext(settler: Settler): Promise<boolean> {
 		const now = Date.now();
 		for (const [id, until] of this.skipUntil) if (until <= now) this.skipUntil.delete(id);
+		if (await this.settleAnnounced(settler)) return true;
 		for (let page = 0; page < WORK_PAGES_PER_ROUND; page++) {
-			if (await this.settleOnPage(settler)) return true;
-			if (this.workCursor === null) return false;
+			const outcome = await this.settleOnPage(settler);
+			if (outcome === "settled") return true;
+			if (outcome === "end") return false;
+		}
+		return false;
+	}
+
+	/** The announced intents, oldest first, each read as it is now: true once one is settled. */
+	private async settleAnnounced(settler: Settler): Promise<boolean> {
+		for (const id of this.announced) {
+			this.announced.delete(id);
+			if (this.stopping) return false;
+			if (this.skipUntil.has(id)) continue;
+			const intent = await this.node.intent(id).catch(err => {
+				if (err instanceof NodeApiError && err.status === 0) throw err;
+				return null;
+			});
+			if (intent?.receiverStatus === "VERIFIED" && isWeighable({ intent, leaseTtlMs: 0 }) && (await this.trySettle(settler, intent))) return true;
 		}
 		return false;
 	}
 
 	/**
-	 * One page of work after the cursor: true once one of its items is settled (the cursor stays, so
-	 * the rest of the page is read again next); otherwise the cursor moves past the page, or back to
-	 * the oldest after the last page.
+	 * One page of work after the cursor. Settled: the cursor stays, so the rest of the page is read
+	 * again next. Otherwise the cursor moves past the page ("more"), or back to the oldest after the
+	 * last page ("end").
 	 */
-	private async settleOnPage(settler: Settler): Promise<boolean> {
+	private async settleOnPage(settler: Settler): Promise<"settled" | "more" | "end"> {
 		let work: IntentWorkItem[];
 		try {
 			work = await this.node.intentWork(WORK_PAGE_ITEMS, this.workCursor ?? undefined);
 		} catch (err) {
-			// The cursor's intent is unknown to this Node (its store was replaced, say): from the oldest.
+			// The cursor's intent is unknown to this Node (its store was replaced, say): on from the oldest.
 			if (err instanceof NodeApiError && err.status === 422 && this.workCursor !== null) {
+				this.log.warn("the Node knows no work item at this Cranker's place in the list; reading from the oldest", { after: this.workCursor });
 				this.workCursor = null;
-				return false;
+				return "more";
 			}
 			throw err;
 		}
 		for (const { intent } of work.filter(isWeighable)) {
-			if (this.stopping) return false;
-			if (!this.canPay(intent) || this.skipUntil.has(intent.id)) continue;
-			let result;
-			try {
-				result = await settler.settle(intent);
-			} catch (err) {
-				// An item that fails each time must not stop the ones behind it; a Node that is down stops the round.
-				if (err instanceof NodeApiError && err.status === 0) throw err;
-				this.log.warn("settlement failed; trying the next work item", { intent: intent.id, error: (err as Error).message });
-				continue;
-			}
-			if (result === "lost") continue; // another Cranker leased it first
-			if (result === "released" || result === "unsigned") {
-				this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);
-				continue;
-			}
-			if (result === "confirmed") {
-				// Until the next reading. That one may have come after the payment already, so the
-				// difference can fall short of 0, which is no balance (and no amount a heartbeat may carry).
-				const left = (this.liquidity.get(intent.tokenMintAddress) ?? 0n) - BigInt(intent.amount);
-				this.liquidity.set(intent.tokenMintAddress, left > 0n ? left : 0n);
-			}
-			return true;
+			if (this.stopping) return "end";
+			if (await this.trySettle(settler, intent)) return "settled";
 		}
 		const last = work[work.length - 1]?.intent?.id;
 		this.workCursor = work.length === WORK_PAGE_ITEMS && typeof last === "string" ? last : null;
-		return false;
+		return this.workCursor === null ? "end" : "more";
+	}
+
+	/** Settles `intent` if this Cranker can pay it and has not just given it back: true once settled. */
+	private async trySettle(settler: Settler, intent: MempoolIntent): Promise<boolean> {
+		if (!this.canPay(intent) || this.skipUntil.has(intent.id)) return false;
+		let result;
+		try {
+			result = await settler.settle(intent);
+		} catch (err) {
+			// An item that fails each time must not stop the ones behind it; a Node that is down stops the round.
+			if (err instanceof NodeApiError && err.status === 0) throw err;
+			this.log.warn("settlement failed; trying the next work item", { intent: intent.id, error: (err as Error).message });
+			return false;
+		}
+		if (result === "lost") return false; // another Cranker leased it first
+		if (result === "released" || result === "unsigned") {
+			this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);
+			return false;
+		}
+		if (result === "confirmed") {
+			// Until the next reading. That one may have come after the payment already, so the
+			// difference can fall short of 0, which is no balance (and no amount a heartbeat may carry).
+			const left = (this.liquidity.get(intent.tokenMintAddress) ?? 0n) - BigInt(intent.amount);
+			this.liquidity.set(intent.tokenMintAddress, left > 0n ? left : 0n);
+		}
+		return true;
 	}
 
 	private canPay(intent: MempoolIntent): boolean {
@@ -319,15 +361,18 @@ export class Cranker {
 		return (this.liquidity.get(mint) ?? 0n) >= BigInt(amount) && Date.parse(expiresAt) > Date.now();
 	}
 
-	/** Whether the intent an event announces (its public view) is one this Cranker could pay; true when the event does not tell. */
-	private canPayAnnounced(data: string): boolean {
+	/**
+	 * The id of the intent an event announces (its public view) when this Cranker could pay it, null
+	 * when it could not, "" when the event does not tell (the pages will).
+	 */
+	private payableAnnounced(data: string): string | null {
 		try {
 			const view = (JSON.parse(data) as { view?: Partial<Record<keyof PublicMempoolIntent, unknown>> }).view;
-			const { tokenMintAddress: mint, amount, expiresAt } = view ?? {};
-			if (typeof mint !== "string" || typeof amount !== "string" || !isAmount(amount) || typeof expiresAt !== "string") return true;
-			return this.canPayIn(mint, amount, expiresAt);
+			const { id, tokenMintAddress: mint, amount, expiresAt } = view ?? {};
+			if (typeof id !== "string" || typeof mint !== "string" || typeof amount !== "string" || !isAmount(amount) || typeof expiresAt !== "string") return "";
+			return this.canPayIn(mint, amount, expiresAt) ? id : null;
 		} catch {
-			return true;
+			return "";
 		}
 	}
 

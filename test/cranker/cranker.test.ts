@@ -176,18 +176,6 @@ describe("Cranker settling payments", () => {
 		await h.stopCranker(cranker);
 	});
 
-	it("settles a payment behind more older intents than a round reads that it cannot pay", async () => {
-		const mint = h.chain.createMint(6);
-		const key = await h.crankerKey(mint, 7_000_000n);
-		// Anyone may sign intents beyond every Cranker's liquidity: they stay VERIFIED for up to a day.
-		// A Cranker that read only the oldest twenty work items never saw the work behind them.
-		for (let i = 0; i < 520; i++) await h.pay(mint, "8000000");
-		const payable = await h.pay(mint, "1000");
-		const cranker = await h.cranker(key);
-		await executed(payable.id, 30_000);
-		await h.stopCranker(cranker);
-	}, 90_000);
-
 	it("a payment counted twice (read after it landed, then taken off) is no balance below 0: its heartbeats stay accepted", async () => {
 		const mint = h.chain.createMint(6);
 		const key = await h.crankerKey(mint, 1500n);

@@ -1,0 +1,78 @@
+/**
+ * A settlement Cranker's view of the work list when much of it is work it cannot take: intents
+ * for more than any Cranker holds, which anyone may sign and which stay VERIFIED up to a day. It
+ * pages on past them, round after round, and an intent the event stream announces is tried first,
+ * wherever it lies in the list. A Node of its own, so that the list holds only what this file puts
+ * there.
+ */
+import { loadCrankerConfig } from "../../cranker/config";
+import { NodeClient } from "../../cranker/node-client";
+import { buildHeartbeatMessage } from "../../lib/canonical";
+import { createSigner } from "../../lib/ed25519";
+import { keypairSigningKey } from "../../lib/http-signature";
+import { Harness, waitFor } from "./harness";
+
+const h = new Harness();
+/** More than one round reads (five pages of 100). */
+const UNPAYABLE = 520;
+let mint: ReturnType<Harness["chain"]["createMint"]>;
+/** The oldest intent, payable, held by another Cranker's lease until the second test gives it back. */
+let held: { id: string };
+let holder: Awaited<ReturnType<typeof leaseHolder>>;
+
+const executed = (id: string, timeoutMs: number) =>
+	waitFor(async () => ((await h.client.getIntent(id)).status === "executed" ? true : null), timeoutMs, `intent ${id} executed`);
+
+/** A settlement Cranker of its own key that stays online and keeps its lease on `id` (renewed) until stopped. */
+async function leaseHolder(id: string) {
+	const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)), []);
+	const node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair));
+	const pubkey = config.keypair.publicKey;
+	const sign = createSigner(config.keypair);
+	const heartbeat = async () => {
+		const body = { crankerPubkey: pubkey, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString() };
+		await node.heartbeat({ ...body, signature: sign(buildHeartbeatMessage(body)) });
+	};
+	await heartbeat();
+	const { stateVersion } = await node.updateStatus(id, { status: "CRANKER_LEASED", crankerPubkey: pubkey, expectedVersion: 3 });
+	const renew = () => node.updateStatus(id, { status: "CRANKER_LEASED", crankerPubkey: pubkey, expectedVersion: stateVersion });
+	const keepAlive = setInterval(() => void heartbeat().then(renew).catch(() => {}), 1000);
+	return { node, pubkey, keepAlive, stateVersion };
+}
+
+beforeAll(async () => {
+	await h.start();
+	mint = h.chain.createMint(6);
+	held = await h.pay(mint, "1000");
+	holder = await leaseHolder(held.id);
+	for (let i = 0; i < UNPAYABLE; i++) await h.pay(mint, "8000000");
+}, 120_000);
+afterAll(async () => {
+	clearInterval(holder?.keepAlive);
+	await h.stop();
+});
+
+it("settles a payment behind more intents it cannot pay than a round reads", async () => {
+	// A Cranker that read only the oldest twenty work items never saw the work behind them.
+	const payable = await h.pay(mint, "1000");
+	const cranker = await h.cranker(await h.crankerKey(mint, 7_000_000n));
+	await executed(payable.id, 30_000);
+	await h.stopCranker(cranker);
+}, 60_000);
+
+it("settles an intent the event stream announces even when it lies behind where its rounds have read to", async () => {
+	const run = h.crankerProcess(h.crankerEnv(await h.crankerKey(mint, 7_000_000n), { POLL_INTERVAL_MS: "60000", CRANKER_METRICS_PORT: "0" }));
+	const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);
+	const workReads = async () => {
+		const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+		return text.split("\n").filter(line => line.startsWith("scs_cranker_node_requests_total{") && line.includes('route="/intent-work"')).reduce((sum, line) => sum + Number(line.split(" ").at(-1)), 0);
+	};
+	// Its first round read five pages past the held intent; the next poll is a minute away.
+	await waitFor(async () => (run.output().includes("following the Node's event stream") && (await workReads()) >= 5 ? true : null), 20_000, "a first round of five pages");
+	// The holder gives the oldest intent back: VERIFIED again, announced, behind the Cranker's place.
+	clearInterval(holder.keepAlive);
+	await holder.node.updateStatus(held.id, { status: "VERIFIED", crankerPubkey: holder.pubkey, expectedVersion: holder.stateVersion });
+	await executed(held.id, 15_000);
+	run.child.kill("SIGTERM");
+	expect(await run.exited).toBe(0);
+}, 60_000);

@@ -81,8 +81,8 @@ export class NodeClient {
 		return this.request("GET", "/intent-work", `/intent-work?limit=${limit}${after !== undefined ? `&after=${encodeURIComponent(after)}` : ""}`, undefined, 0);
 	}
 
-	intent(id: string): Promise<MempoolIntent> {
-		return this.request("GET", "/intents/:id", `/intents/${encodeURIComponent(id)}`);
+	intent(id: string, retryForMs = this.retryForMs): Promise<MempoolIntent> {
+		return this.request("GET", "/intents/:id", `/intents/${encodeURIComponent(id)}`, undefined, retryForMs);
 	}
 
 	intentIds(status: string, limit = 100): Promise<{ id: string }[]> {

@@ -38,8 +38,9 @@ const SKIP_RELEASED_MS = 30_000;
  */
 const WORK_PAGE_ITEMS = 100;
 const WORK_PAGES_PER_ROUND = 5;
-/** Announced intents kept for the next round; older ones are left to the pages. */
+/** Announced intents kept, and tried per round (the newest): older ones are left to the pages. */
 const ANNOUNCED_MAX = 100;
+const ANNOUNCED_PER_ROUND = 10;
 /** The events that announce settlement work: an intent became VERIFIED (new, released, dropped or its lease lapsed). */
 const WORK_EVENTS = `types=${INTENT_EVENT_TYPE}&states=VERIFIED`;
 /** While the event stream is up, /intent-work is polled no more often than this (POLL_INTERVAL_MS when longer). */
@@ -74,6 +75,10 @@ export class Cranker {
 	private readonly settler: Settler | null;
 	private readonly signHeartbeat: (message: string) => string;
 	private liquidity = new Map<string, bigint>();
+	/** The last balances read on chain (liquidity is that, less what was paid since). */
+	private balancesRead = new Map<string, bigint>();
+	/** The balances grew: the next page is read from the oldest. */
+	private pagesFromOldest = false;
 	/** The check of CRANKER_MINTS on chain (checkMints), in flight or done; null until one starts and after one fails. */
 	private mintCheck: Promise<void> | null = null;
 	private online = false;
@@ -174,15 +179,19 @@ export class Cranker {
 		if (this.settler) {
 			// Not awaited: while the RPC hangs, a heartbeat waits one RPC timeout, not two.
 			this.mintCheck ??= this.checkMints();
-			const before = this.liquidity;
-			this.liquidity = await this.chain.tokenBalances(this.signer.address, this.config.mints).catch(err => {
+			const balances = await this.chain.tokenBalances(this.signer.address, this.config.mints).catch(err => {
 				this.log.warn("could not read token balances; reporting the last known ones", { error: (err as Error).message });
-				return this.liquidity;
+				return null;
 			});
-			// More to pay with: work passed over for want of it, the oldest first, may be payable now.
-			if ([...this.liquidity].some(([mint, amount]) => amount > (before.get(mint) ?? 0n))) {
-				this.workCursor = null;
-				this.wakeSettlement();
+			if (balances) {
+				// More on chain than the last reading: work passed over for want of it, the oldest first, may be payable now.
+				if ([...balances].some(([mint, amount]) => amount > (this.balancesRead.get(mint) ?? 0n))) {
+					this.pagesFromOldest = true;
+					this.workAnnounced = true;
+					this.wakeSettlement();
+				}
+				this.balancesRead = balances;
+				this.liquidity = new Map(balances);
 			}
 		}
 		const sentAt = new Date().toISOString();
@@ -251,7 +260,8 @@ export class Cranker {
 				for await (const event of readEvents(body, parser, silence)) {
 					// Work this Cranker cannot pay does not wake it: a flood of it would have it read pages for nothing.
 					const id = event.type === INTENT_EVENT_TYPE ? this.payableAnnounced(event.data) : null;
-					if (id === null) continue;
+					// Nor one it just gave back: its own release is announced too.
+					if (id === null || this.skipUntil.has(id)) continue;
 					if (id) rememberAnnounced(this.announced, id);
 					this.workAnnounced = true;
 					this.wakeSettlement();
@@ -277,7 +287,7 @@ export class Cranker {
 		const now = Date.now();
 		for (const [id, until] of this.skipUntil) if (until <= now) this.skipUntil.delete(id);
 		if (await this.settleAnnounced(settler)) return true;
-		for (let page = 0; page < WORK_PAGES_PER_ROUND; page++) {
+		for (let page = 0; page < WORK_PAGES_PER_ROUND && !this.stopping; page++) {
 			const outcome = await this.settleOnPage(settler);
 			if (outcome === "settled") return true;
 			if (outcome === "end") return false;
@@ -285,14 +295,20 @@ export class Cranker {
 		return false;
 	}
 
-	/** The announced intents, oldest first, each read as it is now: true once one is settled. */
+	/**
+	 * The newest ANNOUNCED_PER_ROUND announced intents (the likeliest still free), each read as it is
+	 * now and taken out: true once one is settled. Those announced meanwhile wait for the next round.
+	 */
 	private async settleAnnounced(settler: Settler): Promise<boolean> {
-		for (const id of this.announced) {
-			this.announced.delete(id);
+		const newest = [...this.announced].slice(-ANNOUNCED_PER_ROUND).reverse();
+		for (const id of newest) this.announced.delete(id);
+		for (const id of newest) {
 			if (this.stopping) return false;
 			if (this.skipUntil.has(id)) continue;
-			const intent = await this.node.intent(id).catch(err => {
+			// No retries: one slow answer must not hold the round, nor a Node that is down stop() for long.
+			const intent = await this.node.intent(id, 0).catch(err => {
 				if (err instanceof NodeApiError && err.status === 0) throw err;
+				if (!(err instanceof NodeApiError && err.status === 404)) this.log.warn("could not read an announced intent", { intent: id, error: (err as Error).message });
 				return null;
 			});
 			if (intent?.receiverStatus === "VERIFIED" && isWeighable({ intent, leaseTtlMs: 0 }) && (await this.trySettle(settler, intent))) return true;
@@ -306,6 +322,10 @@ export class Cranker {
 	 * last page ("end").
 	 */
 	private async settleOnPage(settler: Settler): Promise<"settled" | "more" | "end"> {
+		if (this.pagesFromOldest) {
+			this.pagesFromOldest = false;
+			this.workCursor = null;
+		}
 		let work: IntentWorkItem[];
 		try {
 			work = await this.node.intentWork(WORK_PAGE_ITEMS, this.workCursor ?? undefined);
@@ -324,7 +344,7 @@ export class Cranker {
 		}
 		const last = work[work.length - 1]?.intent?.id;
 		this.workCursor = work.length === WORK_PAGE_ITEMS && typeof last === "string" ? last : null;
-		return this.workCursor === null ? "end" : "more";
+		return this.workCursor === null || this.pagesFromOldest ? "end" : "more";
 	}
 
 	/** Settles `intent` if this Cranker can pay it and has not just given it back: true once settled. */

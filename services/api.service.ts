@@ -43,7 +43,6 @@ type WireError = { name?: string; message?: string; code?: unknown; status?: unk
 type Request = IncomingMessage & { originalUrl?: string; query?: Record<string, unknown>; body?: unknown; rawBody?: Buffer };
 type Next = (err?: unknown) => void;
 
-/** The JSON parser's refusals, as SPEC §7 errors: whatever went wrong reading a body is the client's input. */
 /**
  * The place in the work list of the intent `id` names, in whatever state it is now, read through
  * the view every mempool version serves (so that a gateway ahead of its mempool in a rolling update
@@ -59,6 +58,7 @@ async function placeOf(ctx: Context, id: string): Promise<NonNullable<WorkPage["
 	}
 }
 
+/** The JSON parser's refusals, as SPEC §7 errors: whatever went wrong reading a body is the client's input. */
 function bodyError(err: WireError, req: IncomingMessage): ServiceError {
 	switch (err.type) {
 		case "entity.too.large":

@@ -15,17 +15,21 @@ import { Harness, waitFor } from "./harness";
 const h = new Harness();
 /** More than one round reads (five pages of 100). */
 const UNPAYABLE = 520;
+/** The mint of the unpayable intents, and of the first test's payment. */
 let mint: ReturnType<Harness["chain"]["createMint"]>;
-/** The oldest intent, payable, held by another Cranker's lease until the second test gives it back. */
-let held: { id: string };
-let holder: Awaited<ReturnType<typeof leaseHolder>>;
+/** The mint of the oldest intent, which the second test's Cranker holds (and the first's does not). */
+let otherMint: typeof mint;
+let oldest: { id: string };
 
 const executed = (id: string, timeoutMs: number) =>
 	waitFor(async () => ((await h.client.getIntent(id)).status === "executed" ? true : null), timeoutMs, `intent ${id} executed`);
 
-/** A settlement Cranker of its own key that stays online and keeps its lease on `id` (renewed) until stopped. */
+/**
+ * A settlement Cranker of its own key that stays online and renews its lease on `id` until it
+ * gives it back (release) or stops.
+ */
 async function leaseHolder(id: string) {
-	const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)), []);
+	const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(otherMint)), []);
 	const node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair));
 	const pubkey = config.keypair.publicKey;
 	const sign = createSigner(config.keypair);
@@ -36,21 +40,30 @@ async function leaseHolder(id: string) {
 	await heartbeat();
 	const { stateVersion } = await node.updateStatus(id, { status: "CRANKER_LEASED", crankerPubkey: pubkey, expectedVersion: 3 });
 	const renew = () => node.updateStatus(id, { status: "CRANKER_LEASED", crankerPubkey: pubkey, expectedVersion: stateVersion });
-	const keepAlive = setInterval(() => void heartbeat().then(renew).catch(() => {}), 1000);
-	return { node, pubkey, keepAlive, stateVersion };
+	// One renewal at a time, so that the release never races one (a 409 for the version it read).
+	let renewal: Promise<unknown> = Promise.resolve();
+	const keepAlive = setInterval(() => (renewal = renewal.then(heartbeat).then(renew).catch(() => {})), 1000);
+	const stop = async () => {
+		clearInterval(keepAlive);
+		await renewal;
+	};
+	return {
+		stop,
+		release: async () => {
+			await stop();
+			await node.updateStatus(id, { status: "VERIFIED", crankerPubkey: pubkey, expectedVersion: stateVersion });
+		}
+	};
 }
 
 beforeAll(async () => {
 	await h.start();
 	mint = h.chain.createMint(6);
-	held = await h.pay(mint, "1000");
-	holder = await leaseHolder(held.id);
+	otherMint = h.chain.createMint(6);
+	oldest = await h.pay(otherMint, "1000");
 	for (let i = 0; i < UNPAYABLE; i++) await h.pay(mint, "8000000");
 }, 120_000);
-afterAll(async () => {
-	clearInterval(holder?.keepAlive);
-	await h.stop();
-});
+afterAll(() => h.stop());
 
 it("settles a payment behind more intents it cannot pay than a round reads", async () => {
 	// A Cranker that read only the oldest twenty work items never saw the work behind them.
@@ -61,18 +74,23 @@ it("settles a payment behind more intents it cannot pay than a round reads", asy
 }, 60_000);
 
 it("settles an intent the event stream announces even when it lies behind where its rounds have read to", async () => {
-	const run = h.crankerProcess(h.crankerEnv(await h.crankerKey(mint, 7_000_000n), { POLL_INTERVAL_MS: "60000", CRANKER_METRICS_PORT: "0" }));
-	const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);
-	const workReads = async () => {
-		const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-		return text.split("\n").filter(line => line.startsWith("scs_cranker_node_requests_total{") && line.includes('route="/intent-work"')).reduce((sum, line) => sum + Number(line.split(" ").at(-1)), 0);
-	};
-	// Its first round read five pages past the held intent; the next poll is a minute away.
-	await waitFor(async () => (run.output().includes("following the Node's event stream") && (await workReads()) >= 5 ? true : null), 20_000, "a first round of five pages");
-	// The holder gives the oldest intent back: VERIFIED again, announced, behind the Cranker's place.
-	clearInterval(holder.keepAlive);
-	await holder.node.updateStatus(held.id, { status: "VERIFIED", crankerPubkey: holder.pubkey, expectedVersion: holder.stateVersion });
-	await executed(held.id, 15_000);
-	run.child.kill("SIGTERM");
-	expect(await run.exited).toBe(0);
+	// Another Cranker holds the oldest intent while this one's first round reads past it.
+	const holder = await leaseHolder(oldest.id);
+	try {
+		const run = h.crankerProcess(h.crankerEnv(await h.crankerKey(otherMint, 7_000_000n), { POLL_INTERVAL_MS: "60000", CRANKER_METRICS_PORT: "0" }));
+		const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);
+		const workReads = async () => {
+			const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+			return text.split("\n").filter(line => line.startsWith("scs_cranker_node_requests_total{") && line.includes('route="/intent-work"')).reduce((sum, line) => sum + Number(line.split(" ").at(-1)), 0);
+		};
+		// Its first round read five pages past the held intent; the next poll is a minute away.
+		await waitFor(async () => (run.output().includes("following the Node's event stream") && (await workReads()) >= 5 ? true : null), 20_000, "a first round of five pages");
+		// The holder gives the oldest intent back: VERIFIED again, announced, behind the Cranker's place.
+		await holder.release();
+		await executed(oldest.id, 15_000);
+		run.child.kill("SIGTERM");
+		expect(await run.exited).toBe(0);
+	} finally {
+		await holder.stop();
+	}
 }, 60_000);

@@ -89,7 +89,7 @@ export class Cranker {
 	private readonly skipUntil = new Map<string, number>();
 	/** Where the next settlement round reads on from: the last work item read (null: the oldest). */
 	private workCursor: string | null = null;
-	/** Intents the event stream announced that this Cranker could pay, oldest first: tried before the pages. */
+	/** Intents the event stream announced that this Cranker could pay, in the order announced: the newest are tried before the pages. */
 	private readonly announced = new Set<string>();
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];

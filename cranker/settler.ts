@@ -25,6 +25,7 @@ import type { SettlementJournal, SignedSettlementRecord } from "./journal";
 import type { Logger } from "./log";
 import type { CrankerMetrics } from "./metrics";
 import { NodeApiError, type NodeClient } from "./node-client";
+import { rememberLatest } from "./recent";
 
 /** What authorize answers when the Node refused the payout by rejecting the intent itself. */
 const ENDED_BY_NODE = Symbol("ended by the Node");
@@ -66,12 +67,6 @@ type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlo
 
 /** Where the search for an earlier settlement of `intent` starts: unix seconds. */
 const searchFromOf = (intent: MempoolIntent) => Math.floor(Date.parse(intent.senderAuthorizationIssuedAt) / 1000) - SENDER_CLOCK_SLACK_S;
-/** Sets `key` as the newest entry of `map`, dropping the oldest one when `max` are already kept. */
-function rememberLatest<K, V>(map: Map<K, V>, key: K, value: V, max: number): void {
-	map.delete(key);
-	if (map.size >= max) map.delete(map.keys().next().value!);
-	map.set(key, value);
-}
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >= 400 && err.status < 500;
 

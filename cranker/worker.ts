@@ -21,6 +21,7 @@ import type { CrankerConfig } from "./config";
 import { SettlementJournal } from "./journal";
 import type { Logger } from "./log";
 import { CrankerMetrics } from "./metrics";
+import { rememberLatest } from "./recent";
 import { NodeApiError, NodeClient, type IntentWorkItem, type TinOperationWork } from "./node-client";
 import { Settler } from "./settler";
 
@@ -60,13 +61,6 @@ function isWeighable(item: IntentWorkItem | null): item is IntentWorkItem {
 	return typeof intent?.id === "string" && typeof intent.tokenMintAddress === "string" && typeof intent.amount === "string" && isAmount(intent.amount) && typeof intent.senderAuthorizationExpiresAt === "string";
 }
 
-/** Adds `id` as the newest announced intent, the oldest dropped past ANNOUNCED_MAX. */
-function rememberAnnounced(announced: Set<string>, id: string): void {
-	announced.delete(id);
-	announced.add(id);
-	if (announced.size > ANNOUNCED_MAX) announced.delete(announced.values().next().value!);
-}
-
 export class Cranker {
 	readonly pubkey: string;
 	readonly metrics = new CrankerMetrics();
@@ -90,7 +84,7 @@ export class Cranker {
 	/** Where the next settlement round reads on from: the last work item read (null: the oldest). */
 	private workCursor: string | null = null;
 	/** Intents the event stream announced that this Cranker could pay, in the order announced: the newest are tried before the pages. */
-	private readonly announced = new Set<string>();
+	private readonly announced = new Map<string, true>();
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];
 	/** The event stream is open: polling slows down. */
@@ -262,7 +256,7 @@ export class Cranker {
 					const id = event.type === INTENT_EVENT_TYPE ? this.payableAnnounced(event.data) : null;
 					// Nor one it just gave back: its own release is announced too.
 					if (id === null || this.skipUntil.has(id)) continue;
-					if (id) rememberAnnounced(this.announced, id);
+					if (id) rememberLatest(this.announced, id, true, ANNOUNCED_MAX);
 					this.workAnnounced = true;
 					this.wakeSettlement();
 				}
@@ -300,7 +294,7 @@ export class Cranker {
 	 * now and taken out: true once one is settled. Those announced meanwhile wait for the next round.
 	 */
 	private async settleAnnounced(settler: Settler): Promise<boolean> {
-		const newest = [...this.announced].slice(-ANNOUNCED_PER_ROUND).reverse();
+		const newest = [...this.announced.keys()].slice(-ANNOUNCED_PER_ROUND).reverse();
 		for (const id of newest) this.announced.delete(id);
 		for (const id of newest) {
 			if (this.stopping) return false;

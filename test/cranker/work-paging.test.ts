@@ -20,6 +20,9 @@ let mint: ReturnType<Harness["chain"]["createMint"]>;
 /** The mint of the oldest intent, which the second test's Cranker holds (and the first's does not). */
 let otherMint: typeof mint;
 let oldest: { id: string };
+/** The mint of an intent older than the unpayable ones, for more than the third test's Cranker holds at first. */
+let thirdMint: typeof mint;
+let passedOver: { id: string };
 
 const executed = (id: string, timeoutMs: number) =>
 	waitFor(async () => ((await h.client.getIntent(id)).status === "executed" ? true : null), timeoutMs, `intent ${id} executed`);
@@ -60,10 +63,25 @@ beforeAll(async () => {
 	await h.start();
 	mint = h.chain.createMint(6);
 	otherMint = h.chain.createMint(6);
+	thirdMint = h.chain.createMint(6);
 	oldest = await h.pay(otherMint, "1000");
+	passedOver = await h.pay(thirdMint, "1000");
 	for (let i = 0; i < UNPAYABLE; i++) await h.pay(mint, "8000000");
 }, 120_000);
 afterAll(() => h.stop());
+
+/** A Cranker process, and how many work pages it has read (from its metrics). */
+async function pagingCranker(env: Record<string, string>) {
+	const run = h.crankerProcess({ ...env, POLL_INTERVAL_MS: "60000", CRANKER_METRICS_PORT: "0" });
+	const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);
+	const workReads = async () => {
+		const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+		return text.split("\n").filter(line => line.startsWith("scs_cranker_node_requests_total{") && line.includes('route="/intent-work"')).reduce((sum, line) => sum + Number(line.split(" ").at(-1)), 0);
+	};
+	// Its first round reads five pages; the next poll is a minute away.
+	await waitFor(async () => (run.output().includes("following the Node's event stream") && (await workReads()) >= 5 ? true : null), 20_000, "a first round of five pages");
+	return run;
+}
 
 it("settles a payment behind more intents it cannot pay than a round reads", async () => {
 	// A Cranker that read only the oldest twenty work items never saw the work behind them.
@@ -77,14 +95,8 @@ it("settles an intent the event stream announces even when it lies behind where 
 	// Another Cranker holds the oldest intent while this one's first round reads past it.
 	const holder = await leaseHolder(oldest.id);
 	try {
-		const run = h.crankerProcess(h.crankerEnv(await h.crankerKey(otherMint, 7_000_000n), { POLL_INTERVAL_MS: "60000", CRANKER_METRICS_PORT: "0" }));
-		const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);
-		const workReads = async () => {
-			const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-			return text.split("\n").filter(line => line.startsWith("scs_cranker_node_requests_total{") && line.includes('route="/intent-work"')).reduce((sum, line) => sum + Number(line.split(" ").at(-1)), 0);
-		};
-		// Its first round read five pages past the held intent; the next poll is a minute away.
-		await waitFor(async () => (run.output().includes("following the Node's event stream") && (await workReads()) >= 5 ? true : null), 20_000, "a first round of five pages");
+		// Its first round read five pages past the held intent.
+		const run = await pagingCranker(h.crankerEnv(await h.crankerKey(otherMint, 7_000_000n)));
 		// The holder gives the oldest intent back: VERIFIED again, announced, behind the Cranker's place.
 		await holder.release();
 		await executed(oldest.id, 15_000);
@@ -93,4 +105,16 @@ it("settles an intent the event stream announces even when it lies behind where 
 	} finally {
 		await holder.stop();
 	}
+}, 60_000);
+
+it("reads from the oldest again once its balance on chain grows: work it passed over may be payable now", async () => {
+	// Too little to pay the intent its first round passes over.
+	const key = await h.crankerKey(thirdMint, 500n);
+	const run = await pagingCranker(h.crankerEnv(key, { HEARTBEAT_INTERVAL_MS: "500" }));
+	// Topped up: the next heartbeat reads more on chain, and the next round starts from the oldest
+	// (else the intent waited for the end of the list and the next poll, a minute away).
+	await h.chain.fundTokens(key.address, thirdMint, 5000n);
+	await executed(passedOver.id, 15_000);
+	run.child.kill("SIGTERM");
+	expect(await run.exited).toBe(0);
 }, 60_000);

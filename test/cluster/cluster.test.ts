@@ -474,6 +474,10 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		expect(new Set(ids).size).toBe(500);
 		const created = work.body.map((item: { intent: { createdAt: string } }) => item.intent.createdAt);
 		expect([...created].sort()).toEqual(created);
+		// A Cranker's next page: after= is resolved through the intents' owner, on the bus too.
+		const after = await http("GET", `/intent-work?limit=100&after=${ids[199]}`, undefined, worker);
+		expect(after.status).toBe(200);
+		expect(after.body.map((item: { intent: { id: string } }) => item.intent.id)).toEqual(ids.slice(200, 300));
 	});
 
 	it("GET /intent-work of intents whose histories grew (leased and released with long reasons) still crosses the bus: pages end at a byte budget", async () => {

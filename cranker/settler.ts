@@ -159,6 +159,8 @@ export class Settler {
 			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });
 			return this.reportLanded(leased, candidate);
 		}
+		// Its own earlier settlement only now, never in place of the search: nothing on chain keeps two
+		// transfers apart by nullifier, and the search is what finds another Cranker's that landed.
 		const earlier = this.journal.signedFor(authorization.payoutNullifier);
 		const again = earlier ? await this.settleAgain(leased, earlier) : null;
 		if (again) return again;

@@ -394,6 +394,25 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 		expect(await new NodeChain([chain.url], "constructor", logInto([])).blockHeights()).toHaveLength(1);
 	});
 
+	it("an endpoint that moves to another cluster after the check is found at the next one, ten minutes on", async () => {
+		liar.lie("getGenesisHash", () => devnet);
+		const onDevnet = new NodeChain([liar.url], "solana-devnet", logInto([]));
+		expect(await onDevnet.blockHeights()).toHaveLength(1);
+		// Its provider points it at mainnet: trusted for the rest of the ten minutes, not read again.
+		liar.lie("getGenesisHash", () => PUBLIC_CLUSTERS.get("solana-mainnet"));
+		const reads = liar.calls.get("getGenesisHash") ?? 0;
+		expect(await onDevnet.blockHeights()).toHaveLength(1);
+		expect(liar.calls.get("getGenesisHash") ?? 0).toBe(reads);
+		const now = performance.now.bind(performance);
+		const later = jest.spyOn(performance, "now").mockImplementation(() => now() + 10 * 60_000);
+		try {
+			await expect(onDevnet.blockHeights()).rejects.toMatchObject({ type: "CHAIN_UNAVAILABLE", data: { reason: "RPC_WRONG_CLUSTER", genesisHashes: [PUBLIC_CLUSTERS.get("solana-mainnet")] } });
+			expect(liar.calls.get("getGenesisHash") ?? 0).toBe(reads + 1);
+		} finally {
+			later.mockRestore();
+		}
+	});
+
 	it("a Node whose SOLANA_CLUSTER names a public cluster its endpoints are not on takes no SUBMITTED report (503), and changes nothing", async () => {
 		const dataDir = tempDir();
 		const readsBefore = chain.calls.get("getGenesisHash") ?? 0;

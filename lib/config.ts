@@ -106,6 +106,12 @@ export interface Config {
 	/** SPEC §10: the headers of a request must arrive within this, the whole request within the next. */
 	headersTimeoutMs: number;
 	requestTimeoutMs: number;
+	/**
+	 * KEEP_ALIVE_TIMEOUT_MS: how long an idle keep-alive connection is kept. Longer than the idle
+	 * timeout of the proxies and clients that pool connections to the gateway (60 s is common):
+	 * one that closes first races their next request on the connection, which then fails.
+	 */
+	keepAliveTimeoutMs: number;
 	/** Failed authentications on worker routes one client may make per minute before it gets 429. */
 	authFailuresPerMin: number;
 	/** METRICS_API_KEY: when set, GET /metrics in Prometheus form takes `Authorization: Bearer <key>`; null = public. */
@@ -474,6 +480,7 @@ export function loadConfig(env: Env = process.env): Config {
 		blockhashLifetimeBlocks: integer(env, "BLOCKHASH_LIFETIME_BLOCKS", 300, 1),
 		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
+		keepAliveTimeoutMs: integer(env, "KEEP_ALIVE_TIMEOUT_MS", 65_000, 1000),
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
 		metricsApiKey: headerSecret(env, "METRICS_API_KEY"),
 		eventRetentionMs: integer(env, "EVENT_RETENTION_MS", 7 * 24 * 60 * 60 * 1000, 1),

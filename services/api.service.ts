@@ -681,7 +681,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				if (this.server) return;
 				const metrics = httpMetrics(this.broker);
 				this.server = http.createServer(
-					{ headersTimeout: config.headersTimeoutMs, requestTimeout: config.requestTimeoutMs, connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs) },
+					{ headersTimeout: config.headersTimeoutMs, requestTimeout: config.requestTimeoutMs, keepAliveTimeout: config.keepAliveTimeoutMs, connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs) },
 					(req, res) => {
 						const isHealth = req.url?.startsWith("/health/");
 						accessLog(this.logger, req, res, isHealth ? "debug" : "info");

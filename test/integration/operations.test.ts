@@ -55,6 +55,26 @@ describe("registry and mempool status", () => {
 		expect(Object.keys(only.body).sort()).toEqual(["counts", "healthy", "ok"]);
 		expect((await node.http("POST", "/", { include: ["everything"] })).status).toBe(422);
 	});
+
+	it("keeps an idle keep-alive connection 65 s, past the 60 s a proxy's pool keeps it, and says so", async () => {
+		// Node's default, 5 s, closed connections that an Ingress (60 s) or fetch's pool (its own
+		// ~4 s, taken from the 5 s hint) could send the next request on at that moment: ECONNRESET, 502.
+		const socket = net.connect(Number(new URL(node.url).port), "127.0.0.1");
+		let received = "";
+		let closed = false;
+		socket.on("data", chunk => (received += chunk.toString("latin1")));
+		socket.on("close", () => (closed = true));
+		const request = "GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n";
+		const answers = () => received.match(/^HTTP\/1\.1 200/gm)?.length ?? 0;
+		socket.write(request);
+		await waitFor(() => answers() === 1 || null, 5_000, "the first answer");
+		expect(received).toMatch(/^Keep-Alive: timeout=65\r$/im);
+		await new Promise(resolve => setTimeout(resolve, 6_000));
+		expect(closed).toBe(false);
+		socket.write(request);
+		await waitFor(() => answers() === 2 || null, 5_000, "the second answer, on the same connection");
+		socket.destroy();
+	}, 20_000);
 });
 
 describe("rate limiting of public routes", () => {

@@ -176,11 +176,11 @@ function list(env: Env, key: string): string[] {
 		.filter(Boolean);
 }
 
-function integer(env: Env, key: string, fallback: number, min: number): number {
+function integer(env: Env, key: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
 	const raw = text(env, key);
 	if (raw == null) return fallback;
-	if (!/^\d+$/.test(raw) || Number(raw) < min || !Number.isSafeInteger(Number(raw)))
-		throw new ConfigError(`${key} must be an integer ≥ ${min}, got "${raw}"`);
+	if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max || !Number.isSafeInteger(Number(raw)))
+		throw new ConfigError(`${key} must be an integer ≥ ${min}${max < Number.MAX_SAFE_INTEGER ? ` and ≤ ${max}` : ""}, got "${raw}"`);
 	return Number(raw);
 }
 
@@ -480,7 +480,8 @@ export function loadConfig(env: Env = process.env): Config {
 		blockhashLifetimeBlocks: integer(env, "BLOCKHASH_LIFETIME_BLOCKS", 300, 1),
 		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
-		keepAliveTimeoutMs: integer(env, "KEEP_ALIVE_TIMEOUT_MS", 65_000, 1000),
+		// At most an hour: Node's timers take no more than 2^31 ms.
+		keepAliveTimeoutMs: integer(env, "KEEP_ALIVE_TIMEOUT_MS", 65_000, 1000, 3_600_000),
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
 		metricsApiKey: headerSecret(env, "METRICS_API_KEY"),
 		eventRetentionMs: integer(env, "EVENT_RETENTION_MS", 7 * 24 * 60 * 60 * 1000, 1),

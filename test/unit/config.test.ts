@@ -64,6 +64,13 @@ describe("loadConfig values", () => {
 		).toMatchObject({ port: 8080, leaseTtlMs: 15_000, crankerTtlMs: 10_000, verifyTimeoutMs: 250, rateLimitPerMin: 0 });
 	});
 
+	it("keeps idle connections 65 s by default, and takes KEEP_ALIVE_TIMEOUT_MS from 1 s to an hour only", () => {
+		expect(loadConfig({}).keepAliveTimeoutMs).toBe(65_000);
+		expect(loadConfig({ KEEP_ALIVE_TIMEOUT_MS: "620000" }).keepAliveTimeoutMs).toBe(620_000);
+		expect(() => loadConfig({ KEEP_ALIVE_TIMEOUT_MS: "999" })).toThrow(/KEEP_ALIVE_TIMEOUT_MS must be an integer ≥ 1000 and ≤ 3600000/);
+		expect(() => loadConfig({ KEEP_ALIVE_TIMEOUT_MS: "3600001" })).toThrow(/KEEP_ALIVE_TIMEOUT_MS must be an integer ≥ 1000 and ≤ 3600000/);
+	});
+
 	it("accepts PORT 0 (any free port)", () => {
 		expect(loadConfig({ PORT: "0" }).port).toBe(0);
 	});

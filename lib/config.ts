@@ -480,7 +480,7 @@ export function loadConfig(env: Env = process.env): Config {
 		blockhashLifetimeBlocks: integer(env, "BLOCKHASH_LIFETIME_BLOCKS", 300, 1),
 		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
-		// At most an hour: Node's timers take no more than 2^31 ms.
+		// At most an hour: no pool keeps connections longer, and an idle one holds a socket for nothing.
 		keepAliveTimeoutMs: integer(env, "KEEP_ALIVE_TIMEOUT_MS", 65_000, 1000, 3_600_000),
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
 		metricsApiKey: headerSecret(env, "METRICS_API_KEY"),

@@ -21,8 +21,8 @@ import type { CrankerConfig } from "./config";
 import { SettlementJournal } from "./journal";
 import type { Logger } from "./log";
 import { CrankerMetrics } from "./metrics";
-import { rememberLatest } from "./recent";
 import { NodeApiError, NodeClient, type IntentWorkItem, type TinOperationWork } from "./node-client";
+import { rememberLatest } from "./recent";
 import { Settler } from "./settler";
 
 export const CRANKER_VERSION = "0.1.0";

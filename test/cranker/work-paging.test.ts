@@ -70,7 +70,7 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(() => h.stop());
 
-/** A Cranker process, and how many work pages it has read (from its metrics). */
+/** A Cranker process polling once a minute, returned once its first round has read five work pages (its metrics count them). */
 async function pagingCranker(env: Record<string, string>) {
 	const run = h.crankerProcess({ ...env, POLL_INTERVAL_MS: "60000", CRANKER_METRICS_PORT: "0" });
 	const port = Number((await waitFor(() => /"message":"metrics and health served".*"port":(\d+)/.exec(run.output()), 10_000, "the metrics port"))[1]);

@@ -82,9 +82,10 @@ async function startTarget(kind: "service" | "lean", seedFile: string, serviceEn
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `scs-bench-${kind}-`));
 	const port = await freePort();
 	const url = `http://127.0.0.1:${port}`;
+	// The generator stands for many clients: the per-client limits are off (the paced one may open up to 512 connections in a stall).
 	const target =
 		kind === "service"
-			? await startProcess("service", path.join(root, "dist", "index.js"), [], { PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile, WORKER_API_KEYS: randomBytes(24).toString("hex"), RATE_LIMIT_PER_MIN: "0", LOG_LEVEL: "warn", ...serviceEnv }, url)
+			? await startProcess("service", path.join(root, "dist", "index.js"), [], { PORT: String(port), DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile, WORKER_API_KEYS: randomBytes(24).toString("hex"), RATE_LIMIT_PER_MIN: "0", MAX_CONNECTIONS_PER_CLIENT: "0", LOG_LEVEL: "warn", ...serviceEnv }, url)
 			: await startProcess("lean ideal", path.join(root, "bench", "lean-ideal.js"), [String(port), dataDir, seedFile], { LEAN_VERIFY_WORKERS: "1", PROJECT_DIR: root }, url);
 	const stop = target.stop;
 	target.stop = async () => {

@@ -112,6 +112,13 @@ export interface Config {
 	 * one that closes first races their next request on the connection, which then fails.
 	 */
 	keepAliveTimeoutMs: number;
+	/**
+	 * MAX_CONNECTIONS and MAX_CONNECTIONS_PER_CLIENT: open connections per gateway process, and per
+	 * client in it (lib/connection-cap.ts; 0: no per-client limit). A connection past either is closed
+	 * unanswered: each idle one costs memory for as long as KEEP_ALIVE_TIMEOUT_MS.
+	 */
+	maxConnections: number;
+	maxConnectionsPerClient: number;
 	/** Failed authentications on worker routes one client may make per minute before it gets 429. */
 	authFailuresPerMin: number;
 	/** METRICS_API_KEY: when set, GET /metrics in Prometheus form takes `Authorization: Bearer <key>`; null = public. */
@@ -482,6 +489,8 @@ export function loadConfig(env: Env = process.env): Config {
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
 		// At most an hour: no pool keeps connections longer, and an idle one holds a socket for nothing.
 		keepAliveTimeoutMs: integer(env, "KEEP_ALIVE_TIMEOUT_MS", 65_000, 1000, 3_600_000),
+		maxConnections: integer(env, "MAX_CONNECTIONS", 10_000, 1),
+		maxConnectionsPerClient: integer(env, "MAX_CONNECTIONS_PER_CLIENT", 256, 0),
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
 		metricsApiKey: headerSecret(env, "METRICS_API_KEY"),
 		eventRetentionMs: integer(env, "EVENT_RETENTION_MS", 7 * 24 * 60 * 60 * 1000, 1),

@@ -6,13 +6,16 @@
  */
 import { randomUUID } from "node:crypto";
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import { Errors, type Context, type Service, type ServiceBroker, type ServiceSchema } from "moleculer";
 import ApiGateway, { type ApiSettingsSchema, type IncomingRequest } from "moleculer-web";
 import { FailureThrottle } from "../lib/auth-throttle";
 import { clientAddressOf, clientKey, proxyTrust, type ProxyTrust } from "../lib/client-key";
 import type { Config } from "../lib/config";
+import { ConnectionsPerClient } from "../lib/connection-cap";
 import { corsPolicy, decideCors } from "../lib/cors";
 import { ERROR_STATUS, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
+import { FailureStreak } from "../lib/failure-streak";
 import { CRANKER_ROUTES, crankerRequestOf, verifyCrankerRequest, type CrankerRequest } from "../lib/cranker-call";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
@@ -715,6 +718,22 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 						this.httpHandler(req, res);
 					}
 				);
+				// Past either limit a connection is closed at once: an answer would have to wait for its
+				// request, holding the connection the limit is there to refuse.
+				this.server.maxConnections = config.maxConnections;
+				const perClient = new ConnectionsPerClient(config.maxConnectionsPerClient, proxies);
+				const refusals = new FailureStreak();
+				const refused = (limit: "process" | "client", line: string) => {
+					metrics.refusedConnections.inc({ limit });
+					const told = refusals.failed(line);
+					if (told) this.logger.warn(told);
+				};
+				this.server.on("drop", () => refused("process", `Connections refused: this process holds MAX_CONNECTIONS (${config.maxConnections})`));
+				this.server.on("connection", (socket: Socket) => {
+					if (perClient.admit(socket)) return;
+					socket.destroy();
+					refused("client", `Connections refused: a client holds MAX_CONNECTIONS_PER_CLIENT (${config.maxConnectionsPerClient})`);
+				});
 			},
 
 			/**
@@ -759,7 +778,6 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 	};
 }
 
-/** The client's address; behind TRUST_PROXY, the last x-forwarded-for entry (the one our proxy appended; earlier ones are whatever the client sent). */
 /** The client a request counts against: its peer, or behind a trusted proxy the address the proxy saw. */
 function clientAddress(req: IncomingMessage, proxies: ProxyTrust): string {
 	return clientAddressOf(req.socket.remoteAddress ?? "unknown", String(req.headers["x-forwarded-for"] ?? ""), proxies);

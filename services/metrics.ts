@@ -84,7 +84,14 @@ const each = <L extends string>(label: L, values: readonly string[]) => values.m
 export function httpMetrics(broker: ServiceBroker) {
 	return {
 		requests: counter(broker, "scs_http_requests_total", "HTTP requests answered by the gateway.", ["method", "route", "status"]),
-		duration: histogram(broker, "scs_http_request_duration_seconds", "Time from a request's arrival to its answer.", ["method", "route"])
+		duration: histogram(broker, "scs_http_request_duration_seconds", "Time from a request's arrival to its answer.", ["method", "route"]),
+		refusedConnections: counter(
+			broker,
+			"scs_http_connections_refused_total",
+			"Connections the gateway closed unanswered, by the limit reached (process: MAX_CONNECTIONS, client: MAX_CONNECTIONS_PER_CLIENT).",
+			["limit"],
+			each("limit", ["process", "client"])
+		)
 	};
 }
 

@@ -88,9 +88,86 @@ describe("KEEP_ALIVE_TIMEOUT_MS", () => {
 	}, 20_000);
 });
 
-/** One keep-alive connection to a gateway, by hand: `ask` sends GET /health/live on it and waits for the answer. */
-async function rawConnection(url: string) {
-	const socket = net.connect(Number(new URL(url).port), "127.0.0.1");
+describe("MAX_CONNECTIONS and MAX_CONNECTIONS_PER_CLIENT", () => {
+	// Each client below is a loopback address of its own (Linux routes 127/8 to lo), apart from the
+	// harness's own connections from 127.0.0.1.
+	const refusedCount = async (node: TestNode, limit: string) =>
+		Number(new RegExp(`scs_http_connections_refused_total\\{limit="${limit}",node="[^"]+"\\} (\\d+)`).exec((await node.http("GET", "/metrics?format=prometheus")).body)?.[1]);
+
+	it("closes a client's connection past its limit unanswered, and takes the next once one of its own closes; other clients are not held back", async () => {
+		const node = await startNode({ MAX_CONNECTIONS_PER_CLIENT: "3" });
+		const held = [];
+		try {
+			for (let i = 0; i < 3; i++) held.push(await rawConnection(node.url, "127.0.0.2"));
+			for (const connection of held) await connection.ask();
+			// A review's replay: idle connections, one request each, held a minute apiece by keep-alive.
+			const fourth = await rawConnection(node.url, "127.0.0.2");
+			await waitFor(() => fourth.closed() || null, 5_000, "the fourth connection closed");
+			expect(fourth.received()).toBe("");
+			expect(await refusedCount(node, "client")).toBe(1);
+			const other = await rawConnection(node.url, "127.0.0.3");
+			held.push(other);
+			await other.ask();
+			held[0].socket.destroy();
+			await waitFor(() => tryAsk(node.url, "127.0.0.2"), 5_000, "a connection taken again");
+			for (const connection of held.slice(1)) expect(connection.closed()).toBe(false);
+		} finally {
+			for (const connection of held) connection.socket.destroy();
+			await node.stop();
+		}
+	}, 20_000);
+
+	it("does not count a proxy of TRUST_PROXY: it carries many clients", async () => {
+		const node = await startNode({ MAX_CONNECTIONS_PER_CLIENT: "1", TRUST_PROXY: "127.0.0.2" });
+		const held = [];
+		try {
+			for (let i = 0; i < 3; i++) held.push(await rawConnection(node.url, "127.0.0.2"));
+			for (const connection of held) await connection.ask();
+			expect(await refusedCount(node, "client")).toBe(0);
+		} finally {
+			for (const connection of held) connection.socket.destroy();
+			await node.stop();
+		}
+	}, 20_000);
+
+	it("closes any connection past the process's limit unanswered", async () => {
+		const node = await startNode({ MAX_CONNECTIONS: "4", MAX_CONNECTIONS_PER_CLIENT: "0" });
+		const held = [];
+		try {
+			// The harness may hold a connection or two of its own: up to 4 are taken in all, then none.
+			let refused = null;
+			while (held.length < 5 && !refused) {
+				const connection = await rawConnection(node.url, "127.0.0.2");
+				const answered = await connection.ask().then(() => true, () => false);
+				if (answered) held.push(connection);
+				else refused = connection;
+			}
+			expect(refused?.closed()).toBe(true);
+			expect(refused?.received()).toBe("");
+			expect(held.length).toBeLessThanOrEqual(4);
+			// Room again once the server has seen one close (until then, the metrics read is refused too).
+			held.pop()!.socket.destroy();
+			await waitFor(() => refusedCount(node, "process").catch(() => 0), 5_000, "the refusal counted");
+		} finally {
+			for (const connection of held) connection.socket.destroy();
+			await node.stop();
+		}
+	}, 20_000);
+});
+
+/** Whether a new connection from `localAddress` gets an answer (it is closed after). */
+async function tryAsk(url: string, localAddress: string): Promise<boolean> {
+	const connection = await rawConnection(url, localAddress);
+	try {
+		return await connection.ask().then(() => true, () => false);
+	} finally {
+		connection.socket.destroy();
+	}
+}
+
+/** One keep-alive connection to a gateway, by hand (from `localAddress` if given): `ask` sends GET /health/live on it and waits for the answer. */
+async function rawConnection(url: string, localAddress?: string) {
+	const socket = net.connect({ port: Number(new URL(url).port), host: "127.0.0.1", localAddress });
 	let received = "";
 	let closed = false;
 	socket.on("data", chunk => (received += chunk.toString("latin1")));
@@ -105,7 +182,7 @@ async function rawConnection(url: string) {
 		async ask() {
 			const before = answers();
 			socket.write("GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n");
-			await waitFor(() => answers() > before || null, 5_000, "an answer on the same connection");
+			await waitFor(() => answers() > before || (closed ? Promise.reject(new Error("the connection closed")) : null), 5_000, "an answer on the same connection");
 		}
 	};
 }

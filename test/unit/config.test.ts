@@ -71,6 +71,13 @@ describe("loadConfig values", () => {
 		expect(() => loadConfig({ KEEP_ALIVE_TIMEOUT_MS: "3600001" })).toThrow(/KEEP_ALIVE_TIMEOUT_MS must be an integer ≥ 1000 and ≤ 3600000/);
 	});
 
+	it("takes 10,000 connections per process and 256 per client by default; 0 lifts the client limit, never the process's", () => {
+		expect(loadConfig({})).toMatchObject({ maxConnections: 10_000, maxConnectionsPerClient: 256 });
+		expect(loadConfig({ MAX_CONNECTIONS: "500", MAX_CONNECTIONS_PER_CLIENT: "0" })).toMatchObject({ maxConnections: 500, maxConnectionsPerClient: 0 });
+		expect(() => loadConfig({ MAX_CONNECTIONS: "0" })).toThrow(/MAX_CONNECTIONS must be an integer ≥ 1/);
+		expect(() => loadConfig({ MAX_CONNECTIONS_PER_CLIENT: "-1" })).toThrow(/MAX_CONNECTIONS_PER_CLIENT must be an integer ≥ 0/);
+	});
+
 	it("accepts PORT 0 (any free port)", () => {
 		expect(loadConfig({ PORT: "0" }).port).toBe(0);
 	});

@@ -1,0 +1,43 @@
+/**
+ * MAX_CONNECTIONS_PER_CLIENT: how many connections one client may hold open at once, counted by
+ * clientKey (an IPv4 address, an IPv6 /64). Without it one client could hold every connection the
+ * process takes (MAX_CONNECTIONS), each kept a minute by keep-alive for one request. A proxy of
+ * TRUST_PROXY is not counted: it carries many clients, and the per-request limits see through it.
+ */
+import type { Socket } from "node:net";
+import { clientKey, type ProxyTrust } from "./client-key";
+
+export class ConnectionsPerClient {
+	private readonly open = new Map<string, number>();
+
+	/** `max` 0: no limit. */
+	constructor(
+		private readonly max: number,
+		private readonly proxies: ProxyTrust
+	) {}
+
+	/**
+	 * Counts a new connection against its client, until it closes; false, and not counted, when the
+	 * client holds `max` already.
+	 */
+	admit(socket: Socket): boolean {
+		const peer = socket.remoteAddress;
+		// No address: the socket is closed already.
+		if (this.max === 0 || peer === undefined || this.proxies.isProxy(peer)) return true;
+		const key = clientKey(peer);
+		const held = this.open.get(key) ?? 0;
+		if (held >= this.max) return false;
+		this.open.set(key, held + 1);
+		socket.once("close", () => {
+			const left = this.open.get(key)! - 1;
+			if (left === 0) this.open.delete(key);
+			else this.open.set(key, left);
+		});
+		return true;
+	}
+
+	/** Clients holding a connection now. */
+	get clients(): number {
+		return this.open.size;
+	}
+}

@@ -19,6 +19,7 @@ import { signSettlementTransaction } from "../../lib/settlement";
 import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { MINT, crankerCallMeta, iso, newRoute, newWallet, signedHeartbeat, signedIntent, signingKey, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
+import { rawRequest } from "../helpers/raw-http";
 import { freePort, spawnScript, waitFor } from "../../devkit/process";
 
 const ROOT = path.resolve(__dirname, "../..");
@@ -468,23 +469,6 @@ async function startProcess(extra: Record<string, string> = {}) {
 	});
 	await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
 	return { proc, port, http: httpClient(`http://127.0.0.1:${port}`) };
-}
-
-/** A raw request on its own socket: the bytes as given, and everything the server answers until it closes. */
-function rawRequest(port: number, head: string, body: Buffer | string = "", trickleMs = 0): Promise<{ answer: string; closedAfterMs: number }> {
-	return new Promise(resolve => {
-		const startedAt = Date.now();
-		const socket = net.connect(port, "127.0.0.1");
-		let answer = "";
-		socket.on("data", chunk => (answer += chunk));
-		socket.on("error", () => {});
-		socket.on("close", () => resolve({ answer, closedAfterMs: Date.now() - startedAt }));
-		socket.write(head);
-		// Never half-closed: the server answers, and closes when the request says so (or times out).
-		if (!trickleMs) return void socket.write(body);
-		// One byte at a time, forever: only the server's timeout ends it.
-		const timer = setInterval(() => (socket.destroyed ? clearInterval(timer) : socket.write("a")), trickleMs);
-	});
 }
 
 describe("5. hostile traffic against the running process", () => {

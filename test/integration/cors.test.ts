@@ -4,11 +4,11 @@
  * CORS; without CORS_ORIGINS no route does. A real browser's view of the same rules is
  * test/browser/sdk-browser.test.ts (Debian Chromium).
  */
-import net from "node:net";
 import type { Service } from "moleculer";
 import type { GenesisRoute } from "../../lib/registry";
 import { newRoute, newWallet, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { rawRequest } from "../helpers/raw-http";
 
 const APP = "https://app.example.com";
 let node: TestNode;
@@ -87,25 +87,15 @@ test("the page may read every header an answer carries for it: request id, locat
 	for (const name of [...rateLimit, "x-request-id", "location"]) expect({ name, exposed: exposed.includes(name) }).toEqual({ name, exposed: true });
 });
 
-/** One request written by hand (fetch would send the body it declares); the raw answer, up to the close. */
-function rawRequest(target: TestNode, head: string): Promise<string> {
-	const { port } = new URL(target.url);
-	return new Promise((resolve, reject) => {
-		const socket = net.connect(Number(port), "127.0.0.1", () => socket.write(head));
-		let answer = "";
-		socket.on("data", chunk => (answer += chunk.toString("latin1")));
-		socket.on("end", () => resolve(answer));
-		socket.on("error", reject);
-	});
-}
-
 test("a body declared too large is refused (413) with the CORS headers, so the page reads the refusal", async () => {
-	const answer = await rawRequest(node, `POST /intents HTTP/1.1\r\nhost: x\r\norigin: ${APP}\r\ncontent-type: application/json\r\ncontent-length: 70000\r\n\r\n`);
+	// Written by hand: fetch would send the body it declares.
+	const port = Number(new URL(node.url).port);
+	const { answer } = await rawRequest(port, `POST /intents HTTP/1.1\r\nhost: x\r\norigin: ${APP}\r\ncontent-type: application/json\r\ncontent-length: 70000\r\n\r\n`);
 	expect(answer).toMatch(/^HTTP\/1\.1 413 /);
 	expect(answer).toMatch(new RegExp(`\r\naccess-control-allow-origin: ${APP.replace(/\./g, "\\.")}\r\n`, "i"));
 	expect(answer).toMatch(/"type":"PAYLOAD_TOO_LARGE"/);
 	// Not for an origin that is not allowed.
-	const other = await rawRequest(node, `POST /intents HTTP/1.1\r\nhost: x\r\norigin: https://evil.example\r\ncontent-type: application/json\r\ncontent-length: 70000\r\n\r\n`);
+	const { answer: other } = await rawRequest(port, `POST /intents HTTP/1.1\r\nhost: x\r\norigin: https://evil.example\r\ncontent-type: application/json\r\ncontent-length: 70000\r\n\r\n`);
 	expect(other).toMatch(/^HTTP\/1\.1 413 /);
 	expect(other).not.toMatch(/access-control-allow-origin/i);
 });

@@ -11,6 +11,7 @@ import { loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { rawConnection } from "../helpers/raw-http";
 import { freePort, spawnScript, waitFor } from "../../devkit/process";
 
 const ROOT = path.resolve(__dirname, "../..");
@@ -163,28 +164,6 @@ async function tryAsk(url: string, localAddress: string): Promise<boolean> {
 	} finally {
 		connection.socket.destroy();
 	}
-}
-
-/** One keep-alive connection to a gateway, by hand (from `localAddress` if given): `ask` sends GET /health/live on it and waits for the answer. */
-async function rawConnection(url: string, localAddress?: string) {
-	const socket = net.connect({ port: Number(new URL(url).port), host: "127.0.0.1", localAddress });
-	let received = "";
-	let closed = false;
-	socket.on("data", chunk => (received += chunk.toString("latin1")));
-	socket.on("error", () => {});
-	socket.on("close", () => (closed = true));
-	await new Promise(resolve => socket.once("connect", resolve));
-	const answers = () => received.match(/HTTP\/1\.1 200/g)?.length ?? 0;
-	return {
-		socket,
-		received: () => received,
-		closed: () => closed,
-		async ask() {
-			const before = answers();
-			socket.write("GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n");
-			await waitFor(() => answers() > before || (closed ? Promise.reject(new Error("the connection closed")) : null), 5_000, "an answer on the same connection");
-		}
-	};
 }
 
 describe("rate limiting of public routes", () => {

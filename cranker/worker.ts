@@ -324,11 +324,13 @@ export class Cranker {
 		try {
 			work = await this.node.intentWork(WORK_PAGE_ITEMS, this.workCursor ?? undefined);
 		} catch (err) {
-			// The cursor's intent is unknown to this Node (its store was replaced, say): on from the oldest.
+			// Refused at this place in the list: its intent is unknown to this Node (its store was
+			// replaced, say), or the gateway is of a version before `after=`. The next round reads from
+			// the oldest. Not this one: before `after=`, it would read the first page again and again.
 			if (err instanceof NodeApiError && err.status === 422 && this.workCursor !== null) {
-				this.log.warn("the Node knows no work item at this Cranker's place in the list; reading from the oldest", { after: this.workCursor });
+				this.log.warn("the Node refused this Cranker's place in the work list; the next round reads from the oldest", { after: this.workCursor });
 				this.workCursor = null;
-				return "more";
+				return "end";
 			}
 			throw err;
 		}

@@ -5,6 +5,8 @@
  * wherever it lies in the list. A Node of its own, so that the list holds only what this file puts
  * there.
  */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { loadCrankerConfig } from "../../cranker/config";
 import { NodeClient } from "../../cranker/node-client";
 import { buildHeartbeatMessage } from "../../lib/canonical";
@@ -117,4 +119,39 @@ it("reads from the oldest again once its balance on chain grows: work it passed 
 	await executed(passedOver.id, 15_000);
 	run.child.kill("SIGTERM");
 	expect(await run.exited).toBe(0);
+}, 60_000);
+
+it("reads the first page once a round from a gateway of the version before `after=` (a rolling update)", async () => {
+	// That gateway refuses the parameter (422), as it refuses any it does not know; the rest passes.
+	const reads: string[] = [];
+	const oldGateway = http.createServer((req, res) => {
+		const url = new URL(req.url ?? "/", "http://gateway");
+		if (url.pathname === "/intent-work") {
+			reads.push(url.searchParams.has("after") ? "after" : "first");
+			if (url.searchParams.has("after")) {
+				res.writeHead(422, { "content-type": "application/json" });
+				return void res.end(JSON.stringify({ name: "ValidationError", message: "Parameters validation error!", code: 422, type: "VALIDATION_ERROR", data: [{ field: "after" }] }));
+			}
+		}
+		const upstream = http.request(`${h.node.url}${req.url}`, { method: req.method, headers: req.headers }, answer => {
+			res.writeHead(answer.statusCode ?? 502, answer.headers);
+			answer.pipe(res);
+		});
+		upstream.on("error", () => res.destroy());
+		req.pipe(upstream);
+	});
+	await new Promise<void>(resolve => oldGateway.listen(0, "127.0.0.1", resolve));
+	try {
+		const env = h.crankerEnv(await h.crankerKey(mint, 500n), { NODE_URL: `http://127.0.0.1:${(oldGateway.address() as AddressInfo).port}`, POLL_INTERVAL_MS: "60000" });
+		const run = h.crankerProcess(env);
+		await waitFor(() => (reads.length >= 2 ? true : null), 20_000, "a first round");
+		// The round is over: the next poll is a minute away. (Before, a round read the first page three times, refused twice between.)
+		await new Promise(resolve => setTimeout(resolve, 1500));
+		expect(reads).toEqual(["first", "after"]);
+		run.child.kill("SIGTERM");
+		expect(await run.exited).toBe(0);
+	} finally {
+		oldGateway.closeAllConnections();
+		oldGateway.close();
+	}
 }, 60_000);

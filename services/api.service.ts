@@ -34,6 +34,7 @@ import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams,
 import { isReady, markDraining } from "./health";
 import { isJson, jsonBody } from "./json-body";
 import { isServed, isServedHere, workersOnly } from "./internal";
+import { onResponseGone } from "./response-gone";
 import { actForWorker } from "./bus-guard";
 import { httpMetrics, metricsForm } from "./metrics";
 
@@ -710,7 +711,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 							return sendJson(res, 413, new ServiceError("PAYLOAD_TOO_LARGE", `Request bodies are limited to ${MAX_BODY_BYTES} bytes`), { connection: "close" });
 						}
 						const answered = this.inFlight.add(res);
-						res.once("close", () => {
+						onResponseGone(res, () => {
 							answered();
 							if (this.draining && this.inFlight.size === 0) this.drained();
 						});

@@ -7,7 +7,6 @@
  *   filtered by `types` and `states`.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import net from "node:net";
 import { Errors, type ServiceBroker } from "moleculer";
 import { clientKey } from "../lib/client-key";
 import type { Config } from "../lib/config";
@@ -20,6 +19,7 @@ import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-opera
 import { EVENT_PAGE, type EventStream } from "../mixins/outbox.mixin";
 import { callServed, isServed } from "./internal";
 import { eventStreamMetrics } from "./metrics";
+import { onResponseGone } from "./response-gone";
 
 /** The owner whose log each stream is. */
 const OWNERS: Record<EventStream, string> = { intents: "mempool", tin_operations: "tin" };
@@ -89,29 +89,6 @@ export class WriteRounds {
 	}
 }
 
-/** The streams open on each socket, which one listener ends when the socket goes. */
-const streamsOnSocket = new WeakMap<net.Socket, Set<SseConnection>>();
-
-/**
- * A response queued behind another on its socket (pipelined requests) emits no "close" when the
- * socket goes: the socket tells, or the stream would keep its place in the limits for good. One
- * listener per socket, however many streams it carries in turn or at once. A socket gone already
- * (while the stream awaited its owner) has told: the stream ends at once.
- */
-function endsWithSocket(socket: net.Socket, connection: SseConnection): void {
-	if (socket.destroyed) return connection.end();
-	let streams = streamsOnSocket.get(socket);
-	if (!streams) {
-		const open = (streams = new Set());
-		streamsOnSocket.set(socket, open);
-		socket.once("close", () => {
-			for (const stream of open) stream.end();
-		});
-	}
-	streams.add(connection);
-	connection.onceClosed(() => streams.delete(connection));
-}
-
 /** One open SSE response. */
 export class SseConnection {
 	closed = false;
@@ -130,8 +107,7 @@ export class SseConnection {
 			"x-accel-buffering": "no"
 		});
 		res.write(`retry: ${RECONNECT_MS}\n\n`);
-		res.once("close", () => this.end());
-		endsWithSocket(res.req.socket, this);
+		onResponseGone(res, () => this.end());
 	}
 
 	/** Closed here, or ended or destroyed under it (a failure answered after it opened). */

@@ -154,6 +154,24 @@ describe("MAX_CONNECTIONS and MAX_CONNECTIONS_PER_CLIENT", () => {
 			await node.stop();
 		}
 	}, 20_000);
+
+	it("keeps nothing of a client that pipelined requests and left: answers queued behind another never tell their close", async () => {
+		const node = await startNode();
+		const api = node.broker.getLocalService("api") as unknown as { inFlight: { size: number } };
+		const connection = await rawConnection(node.url, "127.0.0.2");
+		try {
+			// A review's replay: each left its answer (about 110 KB) in the responses in flight, for
+			// good, and SIGTERM's drain waited its 30 s for them.
+			connection.socket.pause();
+			connection.socket.write("GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(200));
+			await waitFor(() => api.inFlight.size > 100 || null, 5_000, "pipelined requests in flight");
+			connection.socket.destroy();
+			await waitFor(() => api.inFlight.size === 0 || null, 5_000, "nothing in flight");
+		} finally {
+			connection.socket.destroy();
+			await node.stop();
+		}
+	}, 20_000);
 });
 
 /** Whether a new connection from `localAddress` gets an answer (it is closed after). */

@@ -115,10 +115,13 @@ export interface Config {
 	/**
 	 * MAX_CONNECTIONS and MAX_CONNECTIONS_PER_CLIENT: open connections per gateway process, and per
 	 * client in it (lib/connection-cap.ts; 0: no per-client limit). A connection past either is closed
-	 * unanswered: each idle one costs memory for as long as KEEP_ALIVE_TIMEOUT_MS.
+	 * unanswered: each holds memory, an idle one for up to KEEP_ALIVE_TIMEOUT_MS, one whose client
+	 * stopped reading its answer (the unsent rest) for up to SOCKET_TIMEOUT_MS.
 	 */
 	maxConnections: number;
 	maxConnectionsPerClient: number;
+	/** SOCKET_TIMEOUT_MS: a connection on which nothing moves this long while a request is served (its client stopped reading, say) is closed. */
+	socketTimeoutMs: number;
 	/** Failed authentications on worker routes one client may make per minute before it gets 429. */
 	authFailuresPerMin: number;
 	/** METRICS_API_KEY: when set, GET /metrics in Prometheus form takes `Authorization: Bearer <key>`; null = public. */
@@ -196,6 +199,29 @@ function flag(env: Env, key: string): boolean {
 	if (raw == null) return false;
 	if (!["true", "false", "1", "0"].includes(raw)) throw new ConfigError(`${key} must be true or false, got "${raw}"`);
 	return raw === "true" || raw === "1";
+}
+
+/**
+ * The gateway's connections and the event streams they carry, checked together: a stream holds a
+ * connection, so its limits must bite before the connection limits (a 429 its client understands,
+ * not a connection closed unanswered), and its heartbeat must keep its connection from looking stuck.
+ */
+function connectionLimits(env: Env): Pick<Config, "maxConnections" | "maxConnectionsPerClient" | "socketTimeoutMs" | "eventHeartbeatMs" | "eventStreamsMax" | "eventStreamsPerIp"> {
+	const limits = {
+		maxConnections: integer(env, "MAX_CONNECTIONS", 4096, 1),
+		maxConnectionsPerClient: integer(env, "MAX_CONNECTIONS_PER_CLIENT", 256, 0),
+		socketTimeoutMs: integer(env, "SOCKET_TIMEOUT_MS", 30_000, 1000),
+		eventHeartbeatMs: integer(env, "EVENT_HEARTBEAT_MS", 15_000, 10),
+		eventStreamsMax: integer(env, "EVENT_STREAMS_MAX", 1000, 1),
+		eventStreamsPerIp: integer(env, "EVENT_STREAMS_PER_IP", 20, 1)
+	};
+	// Twice: the public route and the worker route count their streams apart.
+	if (2 * limits.eventStreamsMax >= limits.maxConnections)
+		throw new ConfigError(`MAX_CONNECTIONS (${limits.maxConnections}) must be above twice EVENT_STREAMS_MAX (${limits.eventStreamsMax}): each stream holds a connection, on each of the two stream routes`);
+	if (limits.maxConnectionsPerClient > 0 && 2 * limits.eventStreamsPerIp >= limits.maxConnectionsPerClient)
+		throw new ConfigError(`MAX_CONNECTIONS_PER_CLIENT (${limits.maxConnectionsPerClient}) must be above twice EVENT_STREAMS_PER_IP (${limits.eventStreamsPerIp}), or 0: each stream holds a connection, on each of the two stream routes`);
+	if (2 * limits.eventHeartbeatMs > limits.socketTimeoutMs) throw new ConfigError(`SOCKET_TIMEOUT_MS (${limits.socketTimeoutMs}) must be at least twice EVENT_HEARTBEAT_MS (${limits.eventHeartbeatMs}): a quiet stream would be closed as stuck`);
+	return limits;
 }
 
 /** TRUST_PROXY: true or false (as flag), or the proxies' addresses and CIDR ranges, comma-separated. */
@@ -489,14 +515,10 @@ export function loadConfig(env: Env = process.env): Config {
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
 		// At most an hour: no pool keeps connections longer, and an idle one holds a socket for nothing.
 		keepAliveTimeoutMs: integer(env, "KEEP_ALIVE_TIMEOUT_MS", 65_000, 1000, 3_600_000),
-		maxConnections: integer(env, "MAX_CONNECTIONS", 10_000, 1),
-		maxConnectionsPerClient: integer(env, "MAX_CONNECTIONS_PER_CLIENT", 256, 0),
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
 		metricsApiKey: headerSecret(env, "METRICS_API_KEY"),
 		eventRetentionMs: integer(env, "EVENT_RETENTION_MS", 7 * 24 * 60 * 60 * 1000, 1),
-		eventHeartbeatMs: integer(env, "EVENT_HEARTBEAT_MS", 15_000, 10),
-		eventStreamsMax: integer(env, "EVENT_STREAMS_MAX", 1000, 1),
-		eventStreamsPerIp: integer(env, "EVENT_STREAMS_PER_IP", 20, 1),
+		...connectionLimits(env),
 		webhookAllowPrivate: flag(env, "WEBHOOK_ALLOW_PRIVATE"),
 		webhookRetryForMs: integer(env, "WEBHOOK_RETRY_FOR_MS", 24 * 60 * 60 * 1000, 1),
 		webhookRetryBaseMs: integer(env, "WEBHOOK_RETRY_BASE_MS", 5000, 1),

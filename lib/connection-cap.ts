@@ -41,3 +41,27 @@ export class ConnectionsPerClient {
 		return this.open.size;
 	}
 }
+
+/**
+ * What to log of connections refused by one limit: the first refusal, then at most one line a
+ * `everyMs` with how many were refused since. An attacker sets the rate of refusals, not of lines.
+ */
+export class RefusalNotice {
+	private since = 0;
+	private toldAt = -Infinity;
+
+	constructor(
+		private readonly message: string,
+		private readonly everyMs = 60_000
+	) {}
+
+	/** A refusal: the line to log, or null when one was logged less than `everyMs` ago. */
+	refused(nowMs = performance.now()): string | null {
+		this.since++;
+		if (nowMs - this.toldAt < this.everyMs) return null;
+		const line = this.toldAt === -Infinity ? this.message : `${this.message} (${this.since} refused in the last ${Math.round((nowMs - this.toldAt) / 1000)} s)`;
+		this.toldAt = nowMs;
+		this.since = 0;
+		return line;
+	}
+}

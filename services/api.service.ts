@@ -12,10 +12,9 @@ import ApiGateway, { type ApiSettingsSchema, type IncomingRequest } from "molecu
 import { FailureThrottle } from "../lib/auth-throttle";
 import { clientAddressOf, clientKey, proxyTrust, type ProxyTrust } from "../lib/client-key";
 import type { Config } from "../lib/config";
-import { ConnectionsPerClient } from "../lib/connection-cap";
+import { ConnectionsPerClient, RefusalNotice } from "../lib/connection-cap";
 import { corsPolicy, decideCors } from "../lib/cors";
 import { ERROR_STATUS, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
-import { FailureStreak } from "../lib/failure-streak";
 import { CRANKER_ROUTES, crankerRequestOf, verifyCrankerRequest, type CrankerRequest } from "../lib/cranker-call";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
@@ -299,6 +298,7 @@ interface ApiMethods {
 	assertNotThrottled(req: IncomingMessage, res: ServerResponse): void;
 	signedCrankerRequest(req: Request): Promise<CrankerRequest>;
 	routeOf(req: Request & { $alias?: { fullPath?: string }; parsedUrl?: string }): string;
+	limitConnections(metrics: ReturnType<typeof httpMetrics>): void;
 }
 
 /** What moleculer-web adds to the service that this one calls. */
@@ -719,21 +719,45 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 						this.httpHandler(req, res);
 					}
 				);
-				// Past either limit a connection is closed at once: an answer would have to wait for its
-				// request, holding the connection the limit is there to refuse.
-				this.server.maxConnections = config.maxConnections;
+				this.limitConnections(metrics);
+			},
+
+			/**
+			 * MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS. Past either limit a
+			 * connection is closed at once, before its request is read: a 429 would need it kept until
+			 * its request is in and the answer read, the holding the limit is there to refuse. At the process's
+			 * limit, idle keep-alive connections are closed (once a second at most: it walks them all),
+			 * so that whoever holds them idle cannot keep out the probes and everyone else.
+			 */
+			limitConnections(this: ApiThis, metrics: ReturnType<typeof httpMetrics>) {
+				const server = this.server!;
+				server.maxConnections = config.maxConnections;
+				// Node closes a connection on which nothing moves this long (without a "timeout" listener).
+				server.timeout = config.socketTimeoutMs;
 				const perClient = new ConnectionsPerClient(config.maxConnectionsPerClient, proxies);
-				const refusals = new FailureStreak();
-				const refused = (limit: "process" | "client", line: string) => {
-					metrics.refusedConnections.inc({ limit });
-					const told = refusals.failed(line);
-					if (told) this.logger.warn(told);
+				const notices = {
+					process: new RefusalNotice(`Connections refused: this process holds MAX_CONNECTIONS (${config.maxConnections}); idle ones are closed to make room`),
+					client: new RefusalNotice(`Connections refused: a client holds MAX_CONNECTIONS_PER_CLIENT (${config.maxConnectionsPerClient})`)
 				};
-				this.server.on("drop", () => refused("process", `Connections refused: this process holds MAX_CONNECTIONS (${config.maxConnections})`));
-				this.server.on("connection", (socket: Socket) => {
-					if (perClient.admit(socket)) return;
-					socket.destroy();
-					refused("client", `Connections refused: a client holds MAX_CONNECTIONS_PER_CLIENT (${config.maxConnectionsPerClient})`);
+				const refused = (limit: keyof typeof notices) => {
+					metrics.refusedConnections.inc({ limit });
+					const line = notices[limit].refused();
+					if (line) this.logger.warn(line);
+				};
+				let idleClosedAt = -Infinity;
+				server.on("drop", () => {
+					refused("process");
+					if (performance.now() - idleClosedAt < 1000) return;
+					idleClosedAt = performance.now();
+					server.closeIdleConnections();
+				});
+				server.on("connection", (socket: Socket) => {
+					if (!perClient.admit(socket)) {
+						socket.destroy();
+						return refused("client");
+					}
+					metrics.openConnections.inc();
+					socket.once("close", () => metrics.openConnections.dec());
 				});
 			},
 

@@ -85,6 +85,7 @@ export function httpMetrics(broker: ServiceBroker) {
 	return {
 		requests: counter(broker, "scs_http_requests_total", "HTTP requests answered by the gateway.", ["method", "route", "status"]),
 		duration: histogram(broker, "scs_http_request_duration_seconds", "Time from a request's arrival to its answer.", ["method", "route"]),
+		openConnections: liveGauge(broker, "scs_http_connections_open", "Connections open on this gateway (event streams included).", []),
 		refusedConnections: counter(
 			broker,
 			"scs_http_connections_refused_total",

@@ -28,9 +28,9 @@ export async function rawConnection(url: string, localAddress?: string) {
 	let received = "";
 	let closed = false;
 	socket.on("data", chunk => (received += chunk.toString("latin1")));
+	await new Promise((resolve, reject) => socket.once("connect", resolve).once("error", reject));
 	socket.on("error", () => {});
 	socket.on("close", () => (closed = true));
-	await new Promise(resolve => socket.once("connect", resolve));
 	const answers = () => received.match(/HTTP\/1\.1 200/g)?.length ?? 0;
 	return {
 		socket,

@@ -71,11 +71,22 @@ describe("loadConfig values", () => {
 		expect(() => loadConfig({ KEEP_ALIVE_TIMEOUT_MS: "3600001" })).toThrow(/KEEP_ALIVE_TIMEOUT_MS must be an integer ≥ 1000 and ≤ 3600000/);
 	});
 
-	it("takes 10,000 connections per process and 256 per client by default; 0 lifts the client limit, never the process's", () => {
-		expect(loadConfig({})).toMatchObject({ maxConnections: 10_000, maxConnectionsPerClient: 256 });
-		expect(loadConfig({ MAX_CONNECTIONS: "500", MAX_CONNECTIONS_PER_CLIENT: "0" })).toMatchObject({ maxConnections: 500, maxConnectionsPerClient: 0 });
+	it("takes 4,096 connections per process, 256 per client and a 30 s socket timeout by default; 0 lifts the client limit, never the process's", () => {
+		expect(loadConfig({})).toMatchObject({ maxConnections: 4096, maxConnectionsPerClient: 256, socketTimeoutMs: 30_000 });
+		expect(loadConfig({ MAX_CONNECTIONS: "2500", MAX_CONNECTIONS_PER_CLIENT: "0" })).toMatchObject({ maxConnections: 2500, maxConnectionsPerClient: 0 });
 		expect(() => loadConfig({ MAX_CONNECTIONS: "0" })).toThrow(/MAX_CONNECTIONS must be an integer ≥ 1/);
 		expect(() => loadConfig({ MAX_CONNECTIONS_PER_CLIENT: "-1" })).toThrow(/MAX_CONNECTIONS_PER_CLIENT must be an integer ≥ 0/);
+		expect(() => loadConfig({ SOCKET_TIMEOUT_MS: "999" })).toThrow(/SOCKET_TIMEOUT_MS must be an integer ≥ 1000/);
+	});
+
+	it("refuses stream limits the connection limits would cut short, and a heartbeat the socket timeout would", () => {
+		// Each stream holds a connection, on each of the two stream routes: past the connection limit it is closed unanswered, not refused with a 429.
+		expect(() => loadConfig({ MAX_CONNECTIONS: "2000" })).toThrow(/MAX_CONNECTIONS \(2000\) must be above twice EVENT_STREAMS_MAX \(1000\)/);
+		expect(() => loadConfig({ MAX_CONNECTIONS_PER_CLIENT: "40" })).toThrow(/MAX_CONNECTIONS_PER_CLIENT \(40\) must be above twice EVENT_STREAMS_PER_IP \(20\), or 0/);
+		expect(loadConfig({ MAX_CONNECTIONS_PER_CLIENT: "41" }).maxConnectionsPerClient).toBe(41);
+		expect(loadConfig({ MAX_CONNECTIONS_PER_CLIENT: "0", EVENT_STREAMS_PER_IP: "500" }).eventStreamsPerIp).toBe(500);
+		expect(() => loadConfig({ SOCKET_TIMEOUT_MS: "20000" })).toThrow(/SOCKET_TIMEOUT_MS \(20000\) must be at least twice EVENT_HEARTBEAT_MS \(15000\)/);
+		expect(loadConfig({ SOCKET_TIMEOUT_MS: "20000", EVENT_HEARTBEAT_MS: "10000" }).socketTimeoutMs).toBe(20_000);
 	});
 
 	it("accepts PORT 0 (any free port)", () => {

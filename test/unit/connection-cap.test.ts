@@ -1,7 +1,8 @@
-/** ConnectionsPerClient on real sockets: a client's count, proxies, and nothing kept once its connections close. */
+/** ConnectionsPerClient on real sockets (a client's count, proxies, nothing kept once its connections close), and RefusalNotice. */
+import { once } from "node:events";
 import net from "node:net";
 import { proxyTrust } from "../../lib/client-key";
-import { ConnectionsPerClient } from "../../lib/connection-cap";
+import { ConnectionsPerClient, RefusalNotice } from "../../lib/connection-cap";
 import { waitFor } from "../../devkit/process";
 
 describe("ConnectionsPerClient", () => {
@@ -37,8 +38,10 @@ describe("ConnectionsPerClient", () => {
 		const [d] = await connect(1, "127.0.0.3");
 		expect(cap.admit(d)).toBe(true);
 		expect(cap.clients).toBe(2);
+		// Its "close" comes a turn after destroy(); the count's listener, added first, has run by then.
+		const closed = once(a, "close");
 		a.destroy();
-		await waitFor(() => a.destroyed && a.closed, 5_000, "the close");
+		await closed;
 		const [e] = await connect(1, "127.0.0.2");
 		expect(cap.admit(e)).toBe(true);
 		for (const socket of [b, c, d, e]) socket.destroy();
@@ -52,5 +55,16 @@ describe("ConnectionsPerClient", () => {
 		expect(sockets.map(socket => behindProxy.admit(socket))).toEqual([true, true, true]);
 		expect(sockets.map(socket => unlimited.admit(socket))).toEqual([true, true, true]);
 		expect(behindProxy.clients + unlimited.clients).toBe(0);
+	});
+});
+
+describe("RefusalNotice", () => {
+	it("tells the first refusal, then at most one line a minute with how many were refused since", () => {
+		const notice = new RefusalNotice("Connections refused");
+		expect(notice.refused(0)).toBe("Connections refused");
+		for (let t = 1; t < 60_000; t += 100) expect(notice.refused(t)).toBeNull();
+		expect(notice.refused(60_000)).toBe("Connections refused (601 refused in the last 60 s)");
+		expect(notice.refused(60_001)).toBeNull();
+		expect(notice.refused(200_000)).toBe("Connections refused (2 refused in the last 140 s)");
 	});
 });

@@ -1,12 +1,16 @@
 /**
+ * The gateway's connection limits, beside Node's own (server.maxConnections): the per-client count,
+ * and what to log of refusals.
+ */
+import type { Socket } from "node:net";
+import { clientKey, type ProxyTrust } from "./client-key";
+
+/**
  * MAX_CONNECTIONS_PER_CLIENT: how many connections one client may hold open at once, counted by
  * clientKey (an IPv4 address, an IPv6 /64). Without it one client could hold every connection the
  * process takes (MAX_CONNECTIONS), each kept a minute by keep-alive for one request. A proxy of
  * TRUST_PROXY is not counted: it carries many clients, and the per-request limits see through it.
  */
-import type { Socket } from "node:net";
-import { clientKey, type ProxyTrust } from "./client-key";
-
 export class ConnectionsPerClient {
 	private readonly open = new Map<string, number>();
 

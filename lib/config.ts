@@ -120,7 +120,7 @@ export interface Config {
 	 */
 	maxConnections: number;
 	maxConnectionsPerClient: number;
-	/** SOCKET_TIMEOUT_MS: a connection on which nothing moves this long while a request is served (its client stopped reading, say) is closed. */
+	/** SOCKET_TIMEOUT_MS: a connection whose answer has not moved this long (its client stopped reading) is closed. */
 	socketTimeoutMs: number;
 	/** Failed authentications on worker routes one client may make per minute before it gets 429. */
 	authFailuresPerMin: number;
@@ -204,9 +204,9 @@ function flag(env: Env, key: string): boolean {
 /**
  * The gateway's connections and the event streams they carry, checked together: a stream holds a
  * connection, so its limits must bite before the connection limits (a 429 its client understands,
- * not a connection closed unanswered), and its heartbeat must keep its connection from looking stuck.
+ * not a connection closed unanswered). Behind TRUST_PROXY=true no peer is counted per client.
  */
-function connectionLimits(env: Env): Pick<Config, "maxConnections" | "maxConnectionsPerClient" | "socketTimeoutMs" | "eventHeartbeatMs" | "eventStreamsMax" | "eventStreamsPerIp"> {
+function connectionLimits(env: Env, trustProxy: Config["trustProxy"]): Pick<Config, "maxConnections" | "maxConnectionsPerClient" | "socketTimeoutMs" | "eventHeartbeatMs" | "eventStreamsMax" | "eventStreamsPerIp"> {
 	const limits = {
 		maxConnections: integer(env, "MAX_CONNECTIONS", 4096, 1),
 		maxConnectionsPerClient: integer(env, "MAX_CONNECTIONS_PER_CLIENT", 256, 0),
@@ -218,9 +218,8 @@ function connectionLimits(env: Env): Pick<Config, "maxConnections" | "maxConnect
 	// Twice: the public route and the worker route count their streams apart.
 	if (2 * limits.eventStreamsMax >= limits.maxConnections)
 		throw new ConfigError(`MAX_CONNECTIONS (${limits.maxConnections}) must be above twice EVENT_STREAMS_MAX (${limits.eventStreamsMax}): each stream holds a connection, on each of the two stream routes`);
-	if (limits.maxConnectionsPerClient > 0 && 2 * limits.eventStreamsPerIp >= limits.maxConnectionsPerClient)
+	if (limits.maxConnectionsPerClient > 0 && trustProxy !== true && 2 * limits.eventStreamsPerIp >= limits.maxConnectionsPerClient)
 		throw new ConfigError(`MAX_CONNECTIONS_PER_CLIENT (${limits.maxConnectionsPerClient}) must be above twice EVENT_STREAMS_PER_IP (${limits.eventStreamsPerIp}), or 0: each stream holds a connection, on each of the two stream routes`);
-	if (2 * limits.eventHeartbeatMs > limits.socketTimeoutMs) throw new ConfigError(`SOCKET_TIMEOUT_MS (${limits.socketTimeoutMs}) must be at least twice EVENT_HEARTBEAT_MS (${limits.eventHeartbeatMs}): a quiet stream would be closed as stuck`);
 	return limits;
 }
 
@@ -465,6 +464,7 @@ export function loadConfig(env: Env = process.env): Config {
 	const group = busGroup(env, transporter, services);
 	const webhookSecretsKeys = keyRing256(env, "WEBHOOK_SECRETS_KEY");
 	const solanaRpcUrls = rpcUrls(env, "SOLANA_RPC_URL");
+	const trustProxy = trustedProxies(env, "TRUST_PROXY");
 	return withSharedSecrets({
 		port: integer(env, "PORT", 3000, 0),
 		namespace: text(env, "NAMESPACE") ?? "",
@@ -495,7 +495,7 @@ export function loadConfig(env: Env = process.env): Config {
 		storeCommitWindowMs: integer(env, "STORE_COMMIT_WINDOW_MS", 2, 0),
 		intakeWindowMs: integer(env, "INTAKE_WINDOW_MS", 2, 0),
 		rateLimitPerMin: integer(env, "RATE_LIMIT_PER_MIN", 600, 0),
-		trustProxy: trustedProxies(env, "TRUST_PROXY"),
+		trustProxy,
 		logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
 		logFormat: oneOf(env, "LOG_FORMAT", ["short", "json"] as const, "short"),
 		corsOrigins: origins(env, "CORS_ORIGINS"),
@@ -518,7 +518,7 @@ export function loadConfig(env: Env = process.env): Config {
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
 		metricsApiKey: headerSecret(env, "METRICS_API_KEY"),
 		eventRetentionMs: integer(env, "EVENT_RETENTION_MS", 7 * 24 * 60 * 60 * 1000, 1),
-		...connectionLimits(env),
+		...connectionLimits(env, trustProxy),
 		webhookAllowPrivate: flag(env, "WEBHOOK_ALLOW_PRIVATE"),
 		webhookRetryForMs: integer(env, "WEBHOOK_RETRY_FOR_MS", 24 * 60 * 60 * 1000, 1),
 		webhookRetryBaseMs: integer(env, "WEBHOOK_RETRY_BASE_MS", 5000, 1),

@@ -33,7 +33,7 @@ import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams,
 import { isReady, markDraining } from "./health";
 import { isJson, jsonBody } from "./json-body";
 import { isServed, isServedHere, workersOnly } from "./internal";
-import { onResponseGone } from "./response-gone";
+import { isResponding, onResponseGone } from "./response-gone";
 import { actForWorker } from "./bus-guard";
 import { httpMetrics, metricsForm } from "./metrics";
 
@@ -725,18 +725,22 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			/**
 			 * MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS. Past either limit a
 			 * connection is closed at once, before its request is read: a 429 would need it kept until
-			 * its request is in and the answer read, the holding the limit is there to refuse. At the process's
-			 * limit, idle keep-alive connections are closed (once a second at most: it walks them all),
-			 * so that whoever holds them idle cannot keep out the probes and everyone else.
+			 * its request is in and the answer read, the holding the limit is there to refuse.
 			 */
 			limitConnections(this: ApiThis, metrics: ReturnType<typeof httpMetrics>) {
 				const server = this.server!;
 				server.maxConnections = config.maxConnections;
-				// Node closes a connection on which nothing moves this long (without a "timeout" listener).
+				// Nothing moved on a connection this long. Closed: one stuck (an answer its client does not
+				// read, held until then) or idle between requests (keep-alive's timer: Node's own close).
+				// A request still being served, its answer not begun (a slow owner), gets another period.
 				server.timeout = config.socketTimeoutMs;
+				server.on("timeout", (socket: Socket) => {
+					if (socket.writableLength > 0 || !isResponding(socket)) socket.destroy();
+					else socket.setTimeout(config.socketTimeoutMs);
+				});
 				const perClient = new ConnectionsPerClient(config.maxConnectionsPerClient, proxies);
 				const notices = {
-					process: new RefusalNotice(`Connections refused: this process holds MAX_CONNECTIONS (${config.maxConnections}); idle ones are closed to make room`),
+					process: new RefusalNotice(`Connections refused: this process holds MAX_CONNECTIONS (${config.maxConnections})`),
 					client: new RefusalNotice(`Connections refused: a client holds MAX_CONNECTIONS_PER_CLIENT (${config.maxConnectionsPerClient})`)
 				};
 				const refused = (limit: keyof typeof notices) => {
@@ -744,13 +748,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					const line = notices[limit].refused();
 					if (line) this.logger.warn(line);
 				};
-				let idleClosedAt = -Infinity;
-				server.on("drop", () => {
-					refused("process");
-					if (performance.now() - idleClosedAt < 1000) return;
-					idleClosedAt = performance.now();
-					server.closeIdleConnections();
-				});
+				server.on("drop", () => refused("process"));
 				server.on("connection", (socket: Socket) => {
 					if (!perClient.admit(socket)) {
 						socket.destroy();

@@ -9,6 +9,11 @@ import type { Socket } from "node:net";
 
 const waitingOnSocket = new WeakMap<Socket, Set<() => void>>();
 
+/** Whether a response on `socket` is still being served (registered with onResponseGone, not gone yet). */
+export function isResponding(socket: Socket): boolean {
+	return (waitingOnSocket.get(socket)?.size ?? 0) > 0;
+}
+
 /** Calls `gone` once, when `res` closes or its socket does (at once if the socket is gone already). */
 export function onResponseGone(res: ServerResponse, gone: () => void): void {
 	let called = false;

@@ -134,7 +134,7 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 		}
 	}, 20_000);
 
-	it("closes any connection past the process's limit unanswered, and then the idle ones, so that whoever holds them cannot keep everyone out", async () => {
+	it("closes any connection past the process's limit unanswered", async () => {
 		const node = await startNode({ MAX_CONNECTIONS: "5", MAX_CONNECTIONS_PER_CLIENT: "0", EVENT_STREAMS_MAX: "2" });
 		const held: Awaited<ReturnType<typeof rawConnection>>[] = [];
 		try {
@@ -150,10 +150,12 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 			expect(refused?.received()).toBe("");
 			expect(held.length).toBeGreaterThanOrEqual(4);
 			expect(held.length).toBeLessThanOrEqual(5);
-			// The refusal closed the idle ones: room again, for the next client, at once.
-			await waitFor(() => held.every(connection => connection.closed()) || null, 5_000, "the idle connections closed");
-			expect(await tryAsk(node.url, "127.0.0.3")).toBe(true);
-			expect(await refusedCount(node, "process")).toBe(1);
+			// Room again once one closes, for any client.
+			held.pop()!.socket.destroy();
+			await waitFor(() => tryAsk(node.url, "127.0.0.3"), 5_000, "a connection taken again");
+			// Read on a connection of its own, which may come before the server has seen tryAsk's close
+			// (refused, and counted, too).
+			expect(await waitFor(() => refusedCount(node, "process").catch(() => null), 5_000, "the refusals read")).toBeGreaterThanOrEqual(1);
 		} finally {
 			for (const connection of held) connection.socket.destroy();
 			await node.stop();
@@ -169,7 +171,8 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 			// good, and SIGTERM's drain waited its 30 s for them.
 			connection.socket.pause();
 			connection.socket.write("GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(200));
-			await waitFor(() => api.inFlight.size > 100 || null, 5_000, "pipelined requests in flight");
+			// Those the socket buffers took are answered: some 90 of 110 KB, on Linux's defaults.
+			await waitFor(() => api.inFlight.size > 50 || null, 5_000, "pipelined requests in flight");
 			connection.socket.destroy();
 			await waitFor(() => api.inFlight.size === 0 || null, 5_000, "nothing in flight");
 		} finally {
@@ -178,20 +181,40 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 		}
 	}, 20_000);
 
-	it("closes a connection whose client stopped reading its answers once nothing has moved on it for SOCKET_TIMEOUT_MS", async () => {
-		const node = await startNode({ SOCKET_TIMEOUT_MS: "2000", EVENT_HEARTBEAT_MS: "500" });
+	it("closes a connection whose client stopped reading its answers once they have not moved for SOCKET_TIMEOUT_MS", async () => {
+		const node = await startNode({ SOCKET_TIMEOUT_MS: "2000" });
+		// The gateway's end of the connection: the client's, paused, does not see the close.
+		const server = (node.broker.getLocalService("api") as unknown as { server: net.Server }).server;
+		const accepted: net.Socket[] = [];
+		server.on("connection", socket => accepted.push(socket));
 		const connection = await rawConnection(node.url, "127.0.0.2");
 		try {
 			// A review's replay: answers asked for and never read (each about 110 KB), their unsent
 			// rest held by the process; keep-alive's timer does not run while an answer is unsent.
 			connection.socket.pause();
 			connection.socket.write("GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(1000));
-			// The gateway gives up 2 s after the last of its answers the kernel took. A paused socket
-			// does not see its close: reading again, the client finds the answers cut off, and the end.
-			await wait(6_000);
+			const gatewayEnd = await waitFor(() => accepted.find(socket => socket.remotePort === connection.socket.localPort), 5_000, "the gateway's end");
+			await waitFor(() => gatewayEnd.destroyed || null, 10_000, "the stalled connection closed by the gateway");
+			// A paused socket does not see its close: reading again, the client finds the answers cut off.
 			connection.socket.resume();
-			await waitFor(() => connection.closed() || null, 5_000, "the connection found closed");
-			expect(connection.received().match(/HTTP\/1\.1 200/g)?.length).toBeLessThan(1000);
+			await waitFor(() => connection.closed() || null, 5_000, "the close seen");
+			expect(connection.received().match(/HTTP\/1\.1 200/g)?.length ?? 0).toBeLessThan(1000);
+		} finally {
+			connection.socket.destroy();
+			await node.stop();
+		}
+	}, 30_000);
+
+	it("gives a request still being served, its answer not begun, another SOCKET_TIMEOUT_MS: silence is not a stuck client", async () => {
+		const node = await startNode({ SOCKET_TIMEOUT_MS: "1000", REQUEST_TIMEOUT_MS: "10000" });
+		const connection = await rawConnection(node.url, "127.0.0.2");
+		try {
+			// Its body comes 2.5 s after its headers (the gateway has taken it by then): a slow owner would look the same.
+			connection.socket.write("POST /intents HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n");
+			await wait(2_500);
+			expect(connection.closed()).toBe(false);
+			connection.socket.write("{}");
+			await waitFor(() => /^HTTP\/1\.1 \d{3} /.test(connection.received()) || null, 5_000, "an answer");
 		} finally {
 			connection.socket.destroy();
 			await node.stop();

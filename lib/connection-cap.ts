@@ -5,6 +5,30 @@
 import type { Socket } from "node:net";
 import { clientKey, type ProxyTrust } from "./client-key";
 
+/** How many of something (connections, event streams) each client holds open; a client holding none is not kept. */
+export class OpenPerClient {
+	private readonly open = new Map<string, number>();
+
+	held(client: string): number {
+		return this.open.get(client) ?? 0;
+	}
+
+	add(client: string): void {
+		this.open.set(client, this.held(client) + 1);
+	}
+
+	release(client: string): void {
+		const left = this.held(client) - 1;
+		if (left > 0) this.open.set(client, left);
+		else this.open.delete(client);
+	}
+
+	/** Clients holding one or more now. */
+	get clients(): number {
+		return this.open.size;
+	}
+}
+
 /**
  * MAX_CONNECTIONS_PER_CLIENT: how many connections one client may hold open at once, counted by
  * clientKey (an IPv4 address, an IPv6 /64). Without it one client could hold every connection the
@@ -12,7 +36,7 @@ import { clientKey, type ProxyTrust } from "./client-key";
  * TRUST_PROXY is not counted: it carries many clients, and the per-request limits see through it.
  */
 export class ConnectionsPerClient {
-	private readonly open = new Map<string, number>();
+	private readonly open = new OpenPerClient();
 
 	/** `max` 0: no limit. */
 	constructor(
@@ -29,20 +53,15 @@ export class ConnectionsPerClient {
 		// No address: the socket is closed already.
 		if (this.max === 0 || peer === undefined || this.proxies.isProxy(peer)) return true;
 		const key = clientKey(peer);
-		const held = this.open.get(key) ?? 0;
-		if (held >= this.max) return false;
-		this.open.set(key, held + 1);
-		socket.once("close", () => {
-			const left = this.open.get(key)! - 1;
-			if (left === 0) this.open.delete(key);
-			else this.open.set(key, left);
-		});
+		if (this.open.held(key) >= this.max) return false;
+		this.open.add(key);
+		socket.once("close", () => this.open.release(key));
 		return true;
 	}
 
 	/** Clients holding a connection now. */
 	get clients(): number {
-		return this.open.size;
+		return this.open.clients;
 	}
 }
 

@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { Errors, type ServiceBroker } from "moleculer";
 import { clientKey } from "../lib/client-key";
 import type { Config } from "../lib/config";
+import { OpenPerClient } from "../lib/connection-cap";
 import { ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
 import { FailureStreak } from "../lib/failure-streak";
@@ -274,7 +275,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	const open = new Set<SseConnection>();
 	const rounds = new WriteRounds();
 	/** Streams open per access (public and worker: anonymous streams cannot use up the Crankers' room) and per client. */
-	const budgets: Record<StreamAccess, { open: number; perClient: Map<string, number> }> = { public: { open: 0, perClient: new Map() }, worker: { open: 0, perClient: new Map() } };
+	const budgets: Record<StreamAccess, { open: number; perClient: OpenPerClient }> = { public: { open: 0, perClient: new OpenPerClient() }, worker: { open: 0, perClient: new OpenPerClient() } };
 	let timers: NodeJS.Timeout[] = [];
 	let closing = false;
 	// The broker's validator: the same rules and messages as every action's params.
@@ -311,7 +312,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 	function assertRoom(res: ServerResponse, access: StreamAccess, client: string): void {
 		if (closing) throw new ServiceError("SHUTTING_DOWN", "The service is shutting down; retry on another instance");
 		const budget = budgets[access];
-		if (budget.open >= config.eventStreamsMax || (budget.perClient.get(client) ?? 0) >= config.eventStreamsPerIp) {
+		if (budget.open >= config.eventStreamsMax || budget.perClient.held(client) >= config.eventStreamsPerIp) {
 			res.setHeader("Retry-After", String(RECONNECT_MS / 1000));
 			throw new ServiceError("RATE_LIMITED", budget.open >= config.eventStreamsMax ? "This gateway has as many event streams open as it serves; retry later or elsewhere" : "Too many event streams open from this address");
 		}
@@ -332,9 +333,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		connection.onceClosed(() => {
 			open.delete(connection);
 			budget.open--;
-			const left = (budget.perClient.get(client) ?? 1) - 1;
-			if (left > 0) budget.perClient.set(client, left);
-			else budget.perClient.delete(client);
+			budget.perClient.release(client);
 			metrics.open.dec({ route });
 			if (open.size === 0) {
 				for (const timer of timers) clearInterval(timer);
@@ -343,7 +342,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		});
 		open.add(connection);
 		budget.open++;
-		budget.perClient.set(client, (budget.perClient.get(client) ?? 0) + 1);
+		budget.perClient.add(client);
 		metrics.open.inc({ route });
 		if (timers.length === 0)
 			timers = [

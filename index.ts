@@ -46,13 +46,13 @@ async function main(): Promise<void> {
 	process.once("SIGINT", shutdown);
 	const gateway = !config.services || config.services.includes("api");
 	let healthPort: number | null = null;
-	if (!gateway) {
-		// No gateway in this process: /health/live and /health/ready on PORT for the probes, before
-		// the broker starts, so a slow start (an owner opening its store) is live and not yet ready
-		// instead of a process the liveness probe restarts.
-		const health = await startHealthServer(broker, config.port);
+	if (!gateway || config.healthPort !== null) {
+		// /health/live and /health/ready for the probes (on PORT without a gateway), before the broker
+		// starts, so a slow start (an owner opening its store) is live and not yet ready instead of a
+		// process the liveness probe restarts.
+		const health = await startHealthServer(broker, config.healthPort ?? config.port);
 		healthPort = (health.address() as { port: number }).port;
-		logger.info(`Health routes on port ${healthPort}; starting ${(config.services ?? []).join(",")}.`);
+		logger.info(`Health routes on port ${healthPort}; starting ${(config.services ?? ["all"]).join(",")}.`);
 	}
 	await broker.start();
 	const api = broker.getLocalService("api") as { server?: { address(): { port: number } | string | null } } | undefined;

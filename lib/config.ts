@@ -17,6 +17,11 @@ export type StoreKind = "sqlite" | "mongodb";
 
 export interface Config {
 	port: number;
+	/**
+	 * HEALTH_PORT: the probes' own port (null: they use PORT). A flood that fills MAX_CONNECTIONS on
+	 * PORT would otherwise fail them, and Kubernetes would restart a process that is only busy.
+	 */
+	healthPort: number | null;
 	namespace: string;
 	transporter: string | null;
 	/** NATS credentials (the Secret's): the bus admits only the app's processes. */
@@ -192,6 +197,13 @@ function integer(env: Env, key: string, fallback: number, min: number, max = Num
 	if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max || !Number.isSafeInteger(Number(raw)))
 		throw new ConfigError(`${key} must be an integer ≥ ${min}${max < Number.MAX_SAFE_INTEGER ? ` and ≤ ${max}` : ""}, got "${raw}"`);
 	return Number(raw);
+}
+
+function healthPort(env: Env): number | null {
+	if (text(env, "HEALTH_PORT") == null) return null;
+	const port = integer(env, "HEALTH_PORT", 0, 0, 65_535);
+	if (port !== 0 && port === integer(env, "PORT", 3000, 0, 65_535)) throw new ConfigError("HEALTH_PORT must differ from PORT, or be unset for the probes to use PORT");
+	return port;
 }
 
 function flag(env: Env, key: string): boolean {
@@ -466,7 +478,8 @@ export function loadConfig(env: Env = process.env): Config {
 	const solanaRpcUrls = rpcUrls(env, "SOLANA_RPC_URL");
 	const trustProxy = trustedProxies(env, "TRUST_PROXY");
 	return withSharedSecrets({
-		port: integer(env, "PORT", 3000, 0),
+		port: integer(env, "PORT", 3000, 0, 65_535),
+		healthPort: healthPort(env),
 		namespace: text(env, "NAMESPACE") ?? "",
 		transporter,
 		natsUser: urlSafe(env, "NATS_USER"),

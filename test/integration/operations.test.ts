@@ -472,6 +472,51 @@ describe("the `npm start` process", () => {
 		}
 	});
 
+	it("answers the probes on HEALTH_PORT while connections fill MAX_CONNECTIONS on PORT", async () => {
+		const dataDir = tempDir();
+		const [port, healthPort] = [await freePort(), await freePort()];
+		const proc = startProcess({ PORT: String(port), HEALTH_PORT: String(healthPort), MAX_CONNECTIONS: "5", MAX_CONNECTIONS_PER_CLIENT: "0", EVENT_STREAMS_MAX: "2", DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [newRoute()]), LOG_LEVEL: "info" });
+		const url = `http://127.0.0.1:${port}`;
+		const held: Awaited<ReturnType<typeof rawConnection>>[] = [];
+		try {
+			await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
+			expect(proc.output()).toContain(`Health routes on port ${healthPort}`);
+			// A flood of idle keep-alive connections, up to the limit: the next is closed unread.
+			for (;;) {
+				const connection = await rawConnection(url, "127.0.0.2");
+				held.push(connection);
+				if (!(await connection.ask().then(() => true, () => false))) break;
+				expect(held.length).toBeLessThanOrEqual(5);
+			}
+			expect(await tryAsk(url, "127.0.0.3")).toBe(false);
+			// The probes still get their answers (on PORT they were refused too, and the kubelet would restart a busy process).
+			const probes = httpClient(`http://127.0.0.1:${healthPort}`);
+			expect(await probes("GET", "/health/live")).toMatchObject({ status: 200, body: { status: "live" } });
+			expect(await probes("GET", "/health/ready")).toMatchObject({ status: 200, body: { status: "ready" } });
+			// Nothing but the probes there.
+			expect((await fetch(`http://127.0.0.1:${healthPort}/intents`)).status).toBe(404);
+		} finally {
+			for (const connection of held) connection.socket.destroy();
+			proc.child.kill("SIGKILL");
+		}
+	});
+
+	it("refuses HEALTH_PORT equal to PORT, and a HEALTH_PORT already taken, with a clear message", async () => {
+		const dataDir = tempDir();
+		const same = startProcess({ PORT: "3999", HEALTH_PORT: "3999", DATA_DIR: dataDir, LOG_LEVEL: "error" });
+		expect(await same.exited).toBe(1);
+		expect(same.output()).toContain("HEALTH_PORT must differ from PORT");
+		const taken = net.createServer();
+		await new Promise<void>(resolve => taken.listen(0, "0.0.0.0", resolve));
+		try {
+			const busy = startProcess({ PORT: String(await freePort()), HEALTH_PORT: String((taken.address() as net.AddressInfo).port), DATA_DIR: dataDir, LOG_LEVEL: "error" });
+			expect(await busy.exited).toBe(1);
+			expect(busy.output()).toContain("could not start: listen EADDRINUSE");
+		} finally {
+			taken.close();
+		}
+	});
+
 	it("refuses to start on an invalid REGISTRY_SEED_FILE with a clear message and no stack trace", async () => {
 		const dataDir = tempDir();
 		const proc = startProcess({ PORT: String(await freePort()), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [{ tin: "1234567890" }]), LOG_LEVEL: "error" });

@@ -1018,12 +1018,17 @@ describe("k8s/ manifests: every Deployment", () => {
 			}
 		});
 
-		it("probes GET /health/ready and /health/live on the PORT container port (the gateway's routes, or services/health.ts without it)", () => {
+		it("probes GET /health/ready and /health/live on the HEALTH_PORT container port (services/health.ts), apart from PORT's connections", () => {
 			const [container] = spec.containers;
-			const http = container.ports?.find(p => p.name === container.readinessProbe?.httpGet?.port || p.containerPort === container.readinessProbe?.httpGet?.port);
-			expect(http?.containerPort).toBe(3000);
+			expect(configMapText("settlement-config", "HEALTH_PORT")).toBe("3001");
+			for (const probe of [container.readinessProbe, container.livenessProbe]) {
+				const port = container.ports?.find(p => p.name === probe?.httpGet?.port || p.containerPort === probe?.httpGet?.port);
+				expect(port?.containerPort).toBe(3001);
+			}
 			expect(container.readinessProbe?.httpGet?.path).toBe("/health/ready");
 			expect(container.livenessProbe?.httpGet?.path).toBe("/health/live");
+			// The kubelet needs no rule; no one else reaches the probes' port.
+			expect(admitted(deployment, 3001)).toEqual([]);
 		});
 
 		it("outlasts the process's graceful stop (terminationGracePeriodSeconds > 30; tracking waits 10 s per tier)", () => {

@@ -89,6 +89,16 @@ describe("loadConfig values", () => {
 		expect(loadConfig({ MAX_CONNECTIONS_PER_CLIENT: "40", TRUST_PROXY: "true" }).maxConnectionsPerClient).toBe(40);
 	});
 
+	it("serves the probes on PORT unless HEALTH_PORT names another port", () => {
+		expect(loadConfig({}).healthPort).toBeNull();
+		expect(loadConfig({ HEALTH_PORT: "3001" }).healthPort).toBe(3001);
+		expect(loadConfig({ PORT: "0", HEALTH_PORT: "0" }).healthPort).toBe(0);
+		expect(() => loadConfig({ HEALTH_PORT: "3000" })).toThrow(/HEALTH_PORT must differ from PORT/);
+		expect(() => loadConfig({ PORT: "8080", HEALTH_PORT: "8080" })).toThrow(/HEALTH_PORT must differ from PORT/);
+		expect(() => loadConfig({ HEALTH_PORT: "65536" })).toThrow(/HEALTH_PORT must be an integer ≥ 0 and ≤ 65535/);
+		expect(() => loadConfig({ PORT: "65536" })).toThrow(/PORT must be an integer ≥ 0 and ≤ 65535/);
+	});
+
 	it("accepts PORT 0 (any free port)", () => {
 		expect(loadConfig({ PORT: "0" }).port).toBe(0);
 	});

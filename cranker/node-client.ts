@@ -134,13 +134,20 @@ export class NodeClient {
 		}
 	}
 
-	/** `route` is the path's template (`/intents/:id`): the metrics' label, never an id. */
+	/**
+	 * `route` is the path's template (`/intents/:id`): the metrics' label, never an id. A read whose
+	 * connection failed is tried once more at once, even with no time to retry: a pooled
+	 * connection the Node closed as it was reused (a gateway draining in a rollout, its keep-alive
+	 * ending) fails the request without the Node having seen it, and the next one opens a fresh one.
+	 */
 	private async request<T>(method: string, route: string, path: string, body?: unknown, retryForMs = this.retryForMs, signed = false): Promise<T> {
 		const deadline = Date.now() + retryForMs;
 		const url = this.baseUrl + path;
 		const text = body === undefined ? undefined : JSON.stringify(body);
+		let retryOnNewConnection = method === "GET";
 		for (let delay = 200; ; delay = Math.min(delay * 2, 3000)) {
 			let failure: string;
+			let connectionLost = false;
 			const endTimer = this.metrics?.nodeRequestDuration.startTimer({ method, route });
 			let status = "error";
 			try {
@@ -162,9 +169,15 @@ export class NodeClient {
 			} catch (err) {
 				if (err instanceof NodeApiError) throw err;
 				failure = (err as Error).message;
+				// Not a Node that is slow to answer: asking it again at once would double the wait.
+				connectionLost = (err as Error).name !== "TimeoutError";
 			} finally {
 				endTimer?.();
 				this.metrics?.nodeRequests.inc({ method, route, status });
+			}
+			if (connectionLost && retryOnNewConnection) {
+				retryOnNewConnection = false;
+				continue;
 			}
 			if (Date.now() + delay > deadline) throw new NodeApiError(`${method} ${path} failed: ${failure}`, 0, "NODE_UNAVAILABLE");
 			this.onRetry(path, failure);

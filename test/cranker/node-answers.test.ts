@@ -76,6 +76,29 @@ test("a success answer that is not a JSON object or list is not taken for a yes"
 	}
 });
 
+test("a read whose connection fails is asked once more at once, on a new connection; a write, or a second failure, is not", async () => {
+	// The Node closing the connection as the request comes: a pooled connection reused as a
+	// draining gateway closes it. Before, a work round failed on it and waited for the next poll.
+	let closeNext = 0;
+	const node = await standInNode((_req, res) => (closeNext-- > 0 ? res.socket!.destroy() : json(res, 200, [])));
+	try {
+		const wallet = generateKeypair();
+		const client = new NodeClient(node.url, "key", keypairSigningKey(wallet), 0);
+		closeNext = 1;
+		expect(await client.intentWork(20)).toEqual([]);
+		expect(node.requests.splice(0)).toEqual(["GET /intent-work?limit=20", "GET /intent-work?limit=20"]);
+		closeNext = 2;
+		await expect(client.intentWork(20)).rejects.toMatchObject({ type: "NODE_UNAVAILABLE" });
+		expect(node.requests.splice(0)).toHaveLength(2);
+		// A write may have been acted on before its connection went: only a caller that gives it time retries it.
+		closeNext = 1;
+		await expect(client.updateStatus("int_x", { status: "CRANKER_LEASED", crankerPubkey: wallet.publicKey, expectedVersion: 3 }, 0)).rejects.toMatchObject({ type: "NODE_UNAVAILABLE" });
+		expect(node.requests.splice(0)).toEqual(["PATCH /intents/int_x/status"]);
+	} finally {
+		await node.close();
+	}
+});
+
 describe("the Cranker's work loop", () => {
 	const chain = new LocalChain();
 	let mint: Address;

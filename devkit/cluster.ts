@@ -108,7 +108,9 @@ export class NodeProcess {
 	async ready(timeoutMs = 20_000): Promise<this> {
 		await waitFor(() => {
 			if (this.child.exitCode !== null) throw new Error(`${this.name} exited with ${this.child.exitCode}:\n${this.log}`);
-			const match = /(?:listening on port|Health routes on port) (\d+)/.exec(this.log);
+			// The start-up summary: the gateway's port, or the health routes' without one (with
+			// HEALTH_PORT a gateway announces its health routes first).
+			const match = /(?:listening|health routes) on port (\d+):/.exec(this.log);
 			if (match) this.port = Number(match[1]);
 			return this.port > 0;
 		}, timeoutMs, `${this.name} to announce its port`, 50);

@@ -199,10 +199,10 @@ function integer(env: Env, key: string, fallback: number, min: number, max = Num
 	return Number(raw);
 }
 
-function healthPort(env: Env): number | null {
+function healthPort(env: Env, gatewayPort: number): number | null {
 	if (text(env, "HEALTH_PORT") == null) return null;
 	const port = integer(env, "HEALTH_PORT", 0, 0, 65_535);
-	if (port !== 0 && port === integer(env, "PORT", 3000, 0, 65_535)) throw new ConfigError("HEALTH_PORT must differ from PORT, or be unset for the probes to use PORT");
+	if (port !== 0 && port === gatewayPort) throw new ConfigError("HEALTH_PORT must differ from PORT, or be unset for the probes to use PORT");
 	return port;
 }
 
@@ -477,9 +477,10 @@ export function loadConfig(env: Env = process.env): Config {
 	const webhookSecretsKeys = keyRing256(env, "WEBHOOK_SECRETS_KEY");
 	const solanaRpcUrls = rpcUrls(env, "SOLANA_RPC_URL");
 	const trustProxy = trustedProxies(env, "TRUST_PROXY");
+	const port = integer(env, "PORT", 3000, 0, 65_535);
 	return withSharedSecrets({
-		port: integer(env, "PORT", 3000, 0, 65_535),
-		healthPort: healthPort(env),
+		port,
+		healthPort: healthPort(env, port),
 		namespace: text(env, "NAMESPACE") ?? "",
 		transporter,
 		natsUser: urlSafe(env, "NATS_USER"),

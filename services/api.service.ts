@@ -30,7 +30,7 @@ import { TransientSet } from "../lib/transient-set";
 import type { CrankerSignedMeta } from "../mixins/cranker-signed.mixin";
 import type { EventsAppended } from "../mixins/outbox.mixin";
 import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams, isClientGone, type EventStreams } from "./event-streams";
-import { isReady, markDraining } from "./health";
+import { markDraining, probeAnswer, RETRY_AFTER_UNAVAILABLE_S, type Probe } from "./health";
 import { isJson, jsonBody } from "./json-body";
 import { isServed, isServedHere, workersOnly } from "./internal";
 import { isResponding, onResponseGone } from "./response-gone";
@@ -94,9 +94,6 @@ function publicData(type: ErrorType, data: unknown): unknown {
 
 /** moleculer-web's and Moleculer's client errors: the only errors whose status the gateway reads. */
 const GATEWAY_ERRORS = new Set(["NotFoundError", "BadRequestError", "InvalidRequestBodyError", "InvalidResponseTypeError", "UnAuthorizedError", "ForbiddenError", "PayloadTooLarge", "UnsupportedMediaTypeError", "MoleculerClientError", "ValidationError"]);
-
-/** How long a client should wait before retrying a 503: the store and the bus recover within seconds. */
-const RETRY_AFTER_UNAVAILABLE_S = 1;
 
 /** Maps anything thrown below the gateway to a SPEC §7 error; unknown failures become a bare 500. */
 function toWireError(err: WireError): ServiceError {
@@ -366,15 +363,15 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					path: "/health",
 					...common,
 					use: [],
-					aliases: {
-						"GET /live"(this: unknown, _req: IncomingMessage, res: ServerResponse) {
-							sendJson(res, 200, { status: "live" });
-						},
-						"GET /ready"(this: ApiThis, _req: IncomingMessage, res: ServerResponse) {
-							const ready = isReady(this.broker);
-							sendJson(res, ready ? 200 : 503, ready ? { status: "ready" } : new ServiceError("NOT_READY", "The service is starting or stopping"), ready ? {} : { "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) });
-						}
-					}
+					aliases: Object.fromEntries(
+						(["live", "ready"] as Probe[]).map(probe => [
+							`GET /${probe}`,
+							function (this: ApiThis, _req: IncomingMessage, res: ServerResponse) {
+								const { status, body, headers } = probeAnswer(probe, this.broker);
+								sendJson(res, status, body, headers);
+							}
+						])
+					)
 				},
 				{
 					// Worker routes: x-api-key required; the Cranker routes also the Cranker's signature.

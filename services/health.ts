@@ -5,7 +5,10 @@
  * serves them there too, out of reach of the connections that fill the gateway's MAX_CONNECTIONS.
  */
 import http from "node:http";
+import type { Socket } from "node:net";
 import type { ServiceBroker } from "moleculer";
+import { proxyTrust } from "../lib/client-key";
+import { ConnectionsPerClient } from "../lib/connection-cap";
 import { ServiceError } from "../lib/errors";
 
 /** Brokers stopping on SIGTERM: from the first moment, they are no longer ready (SPEC §10). */
@@ -20,32 +23,53 @@ export function isReady(broker: ServiceBroker): boolean {
 	return broker.started && !draining.has(broker) && (!broker.transit || broker.transit.connected);
 }
 
+/** How long a client should wait before retrying a 503: the store and the bus recover within seconds. */
+export const RETRY_AFTER_UNAVAILABLE_S = 1;
+
+export type Probe = "live" | "ready";
+
+/** What a probe route answers, the same from the gateway's routes and from the probes' own server. */
+export function probeAnswer(probe: Probe, broker: ServiceBroker): { status: number; body: object; headers: Record<string, string> } {
+	if (probe === "live") return { status: 200, body: { status: "live" }, headers: {} };
+	if (isReady(broker)) return { status: 200, body: { status: "ready" }, headers: {} };
+	return { status: 503, body: errorBody(new ServiceError("NOT_READY", "The service is starting or stopping")), headers: { "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) } };
+}
+
 /** An error in SPEC §7's shape, as the gateway answers it. */
 const errorBody = (error: ServiceError) => ({ name: error.name, message: error.message, code: error.code, type: error.type });
 
+const PROBE_PATHS: Record<string, Probe> = { "/health/live": "live", "/health/ready": "ready" };
+
 /**
- * The probes' server: a kubelet opens a connection per probe, a few a minute. Its own small limits
- * keep whoever else reaches the port from holding it (Kubernetes admits only the kubelet to it).
+ * The probes' server: the kubelet opens a connection per probe, a few a minute, and each is closed
+ * once answered. Its own small limits keep whoever else reaches the port (Kubernetes admits only
+ * the kubelet, where the network plugin enforces NetworkPolicy) from holding it: a few connections
+ * per address, each given 5 s, checked every second.
  */
 const PROBE_CONNECTIONS = 32;
+const PROBE_CONNECTIONS_PER_CLIENT = 4;
 const PROBE_TIMEOUT_MS = 5000;
 
 export async function startHealthServer(broker: ServiceBroker, port: number): Promise<http.Server> {
-	const server = http.createServer({ headersTimeout: PROBE_TIMEOUT_MS, requestTimeout: PROBE_TIMEOUT_MS, keepAliveTimeout: PROBE_TIMEOUT_MS }, (req, res) => {
-		const route = req.method === "GET" ? req.url?.split("?")[0] : undefined;
-		const [status, body] =
-			route === "/health/live"
-				? [200, { status: "live" }]
-				: route === "/health/ready"
-					? isReady(broker)
-						? [200, { status: "ready" }]
-						: [503, errorBody(new ServiceError("NOT_READY", "The service is starting or stopping"))]
-					: [404, errorBody(new ServiceError("NOT_FOUND", "Not found"))];
-		res.writeHead(status, { "content-type": "application/json; charset=utf-8" });
-		res.end(JSON.stringify(body));
-	});
+	const server = http.createServer(
+		{ headersTimeout: PROBE_TIMEOUT_MS, requestTimeout: PROBE_TIMEOUT_MS, connectionsCheckingInterval: 1000 },
+		(req, res) => {
+			const probe = req.method === "GET" ? PROBE_PATHS[req.url?.split("?")[0] ?? ""] : undefined;
+			const { status, body, headers } = probe ? probeAnswer(probe, broker) : { status: 404, body: errorBody(new ServiceError("NOT_FOUND", "Not found")), headers: {} };
+			res.shouldKeepAlive = false;
+			res.writeHead(status, { "content-type": "application/json; charset=utf-8", ...headers });
+			res.end(JSON.stringify(body));
+		}
+	);
 	server.maxConnections = PROBE_CONNECTIONS;
+	const perClient = new ConnectionsPerClient(PROBE_CONNECTIONS_PER_CLIENT, proxyTrust(false));
+	server.on("connection", (socket: Socket) => perClient.admit(socket) || socket.destroy());
 	server.setTimeout(PROBE_TIMEOUT_MS, socket => socket.destroy());
-	await new Promise<void>((resolve, reject) => server.once("error", reject).listen(port, "0.0.0.0", resolve));
+	await new Promise<void>((resolve, reject) => {
+		server.once("error", reject).listen(port, "0.0.0.0", () => {
+			server.off("error", reject);
+			resolve();
+		});
+	});
 	return server;
 }

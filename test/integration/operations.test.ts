@@ -501,6 +501,71 @@ describe("the `npm start` process", () => {
 		}
 	});
 
+	it("on HEALTH_PORT, is not ready from SIGTERM on, while a request in flight on PORT still gets its answer", async () => {
+		const dataDir = tempDir();
+		const route = newRoute();
+		const [port, healthPort] = [await freePort(), await freePort()];
+		const proc = startProcess({ PORT: String(port), HEALTH_PORT: String(healthPort), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), LOG_LEVEL: "info" });
+		const socket = new net.Socket();
+		try {
+			await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
+			const probe = (name: string) => fetch(`http://127.0.0.1:${healthPort}/health/${name}`);
+			expect((await probe("ready")).status).toBe(200);
+			// A request in flight: its head in, its body still coming.
+			const body = Buffer.from(JSON.stringify(signedIntent(sender, route)));
+			let answer = "";
+			socket.on("data", chunk => (answer += chunk.toString("latin1"))).on("error", () => {});
+			await new Promise<void>(resolve => socket.connect(port, "127.0.0.1", resolve));
+			socket.write(`POST /intents HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
+			socket.write(body.subarray(0, 100));
+			await wait(100);
+			proc.child.kill("SIGTERM");
+			const notReady = await waitFor(async () => {
+				const answer = await probe("ready");
+				return answer.status === 503 ? answer : null;
+			}, 5_000, "readiness to fail");
+			expect(notReady.headers.get("retry-after")).toBe("1");
+			expect(await notReady.json()).toMatchObject({ code: 503, type: "NOT_READY" });
+			expect((await probe("live")).status).toBe(200);
+			socket.write(body.subarray(100));
+			await waitFor(() => /^HTTP\/1\.1 \d{3}/.test(answer) || null, 10_000, "the answer in flight");
+			expect(answer).toMatch(/^HTTP\/1\.1 201 /);
+			expect(await proc.exited).toBe(0);
+		} finally {
+			socket.destroy();
+			proc.child.kill("SIGKILL");
+		}
+	});
+
+	it("holds at most 4 connections per address on HEALTH_PORT, each 5 s at most, and closes each once answered", async () => {
+		const dataDir = tempDir();
+		const [port, healthPort] = [await freePort(), await freePort()];
+		const proc = startProcess({ PORT: String(port), HEALTH_PORT: String(healthPort), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [newRoute()]), LOG_LEVEL: "info" });
+		const probes = `http://127.0.0.1:${healthPort}`;
+		const held: Awaited<ReturnType<typeof rawConnection>>[] = [];
+		try {
+			await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
+			// Connections that send nothing (or trickle their head): four from one address.
+			for (let i = 0; i < 5; i++) held.push(await rawConnection(probes, "127.0.0.2"));
+			await waitFor(() => held[4].closed() || null, 5_000, "the fifth connection closed");
+			expect(held[4].received()).toBe("");
+			expect(held.slice(0, 4).some(connection => connection.closed())).toBe(false);
+			// The kubelet, from its own address, is answered, and its connection closed.
+			const kubelet = await rawConnection(probes, "127.0.0.3");
+			await kubelet.ask();
+			expect(kubelet.received()).toMatch(/connection: close/i);
+			await waitFor(() => kubelet.closed() || null, 5_000, "the answered connection closed");
+			// The silent ones are cut off after 5 s (checked every second).
+			const startedAt = Date.now();
+			await waitFor(() => held.slice(0, 4).every(connection => connection.closed()) || null, 10_000, "the silent connections closed");
+			expect(Date.now() - startedAt).toBeLessThan(8_000);
+			await (await rawConnection(probes, "127.0.0.2")).ask();
+		} finally {
+			for (const connection of held) connection.socket.destroy();
+			proc.child.kill("SIGKILL");
+		}
+	}, 20_000);
+
 	it("refuses HEALTH_PORT equal to PORT, and a HEALTH_PORT already taken, with a clear message", async () => {
 		const dataDir = tempDir();
 		const same = startProcess({ PORT: "3999", HEALTH_PORT: "3999", DATA_DIR: dataDir, LOG_LEVEL: "error" });

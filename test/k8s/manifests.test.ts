@@ -229,7 +229,9 @@ function admitted(workload: K8sObject, port: number): Peer[] {
 	for (const policy of networkPolicies) {
 		if (!matches(policy.spec!.podSelector ?? {}, podLabels(workload))) continue;
 		for (const rule of policy.spec!.ingress ?? []) {
-			const portMatches = !rule.ports?.length || rule.ports.some(p => (p.protocol ?? "TCP") === "TCP" && (p.port === undefined || p.port === port));
+			// A rule may name the port (the container port's name) instead of giving its number.
+			const names = allContainers(workload).flatMap(c => (c.ports ?? []).filter(p => p.containerPort === port && p.name).map(p => p.name));
+			const portMatches = !rule.ports?.length || rule.ports.some(p => (p.protocol ?? "TCP") === "TCP" && (p.port === undefined || p.port === port || names.includes(String(p.port))));
 			if (!portMatches) continue;
 			if (rule.from === undefined || rule.from.length === 0) peers.push("everyone");
 			else peers.push(...rule.from);
@@ -920,6 +922,15 @@ describe("k8s/ manifests: NetworkPolicies", () => {
 			networkPolicies.pop();
 		}
 		expect(matches({ matchLabels: INGRESS_NAMESPACE }, { "kubernetes.io/metadata.name": "default" })).toBe(false);
+		// A rule that names the probes' port admits to it.
+		const named: K8sObject = { apiVersion: "networking.k8s.io/v1", kind: "NetworkPolicy", metadata: { name: "y" }, spec: { podSelector: {}, ingress: [{ ports: [{ port: "health" }] }] } };
+		networkPolicies.push(named);
+		try {
+			expect(admitted(gateway, 3001)).toContain("everyone");
+			expect(admitted(gateway, 3000)).not.toContain("everyone");
+		} finally {
+			networkPolicies.pop();
+		}
 	});
 });
 

@@ -55,6 +55,9 @@ async function answerJson(response: Response): Promise<unknown> {
 	}
 }
 
+/** What fetch's failure carries when the connection was closed under the request (undici's codes, and the system's). */
+const CLOSED_UNDER_REQUEST = new Set(["ECONNRESET", "EPIPE", "UND_ERR_SOCKET", "UND_ERR_CLOSED"]);
+
 export class NodeClient {
 	private readonly signer: RequestSigner;
 
@@ -135,19 +138,19 @@ export class NodeClient {
 	}
 
 	/**
-	 * `route` is the path's template (`/intents/:id`): the metrics' label, never an id. A read whose
-	 * connection failed is tried once more at once, even with no time to retry: a pooled
-	 * connection the Node closed as it was reused (a gateway draining in a rollout, its keep-alive
-	 * ending) fails the request without the Node having seen it, and the next one opens a fresh one.
+	 * `route` is the path's template (`/intents/:id`): the metrics' label, never an id. A read that a
+	 * gateway turned away unserved is asked once more at once, even with no time to retry: a pooled
+	 * connection closed under it (a draining gateway, its keep-alive ending), or a draining
+	 * gateway's 503 SHUTTING_DOWN. The next attempt takes a new connection, or another replica.
 	 */
 	private async request<T>(method: string, route: string, path: string, body?: unknown, retryForMs = this.retryForMs, signed = false): Promise<T> {
 		const deadline = Date.now() + retryForMs;
 		const url = this.baseUrl + path;
 		const text = body === undefined ? undefined : JSON.stringify(body);
-		let retryOnNewConnection = method === "GET";
+		let mayAskAgainAtOnce = method === "GET";
 		for (let delay = 200; ; delay = Math.min(delay * 2, 3000)) {
 			let failure: string;
-			let connectionLost = false;
+			let turnedAway = false;
 			const endTimer = this.metrics?.nodeRequestDuration.startTimer({ method, route });
 			let status = "error";
 			try {
@@ -166,17 +169,19 @@ export class NodeClient {
 				const payload = (answer ?? null) as ErrorAnswer;
 				if (response.status < 500) throw new NodeApiError(payload?.message ?? `HTTP ${response.status}`, response.status, payload?.type ?? "HTTP_ERROR", payload?.data);
 				failure = `HTTP ${response.status} ${payload?.type ?? ""}`.trim();
+				turnedAway = payload?.type === "SHUTTING_DOWN";
 			} catch (err) {
 				if (err instanceof NodeApiError) throw err;
 				failure = (err as Error).message;
-				// Not a Node that is slow to answer: asking it again at once would double the wait.
-				connectionLost = (err as Error).name !== "TimeoutError";
+				// Not a timeout, a refused connection or a name that does not resolve: asked again at once they fail again, or wait as long.
+				turnedAway = CLOSED_UNDER_REQUEST.has(((err as Error).cause as { code?: string } | undefined)?.code ?? "");
 			} finally {
 				endTimer?.();
 				this.metrics?.nodeRequests.inc({ method, route, status });
 			}
-			if (connectionLost && retryOnNewConnection) {
-				retryOnNewConnection = false;
+			if (turnedAway && mayAskAgainAtOnce) {
+				mayAskAgainAtOnce = false;
+				this.onRetry(path, failure);
 				continue;
 			}
 			if (Date.now() + delay > deadline) throw new NodeApiError(`${method} ${path} failed: ${failure}`, 0, "NODE_UNAVAILABLE");

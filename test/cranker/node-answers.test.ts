@@ -76,22 +76,36 @@ test("a success answer that is not a JSON object or list is not taken for a yes"
 	}
 });
 
-test("a read whose connection fails is asked once more at once, on a new connection; a write, or a second failure, is not", async () => {
-	// The Node closing the connection as the request comes: a pooled connection reused as a
-	// draining gateway closes it. Before, a work round failed on it and waited for the next poll.
-	let closeNext = 0;
-	const node = await standInNode((_req, res) => (closeNext-- > 0 ? res.socket!.destroy() : json(res, 200, [])));
+test("a read a gateway turned away unserved is asked once more at once; a write, another failure, or a second turn-away is not", async () => {
+	// What the Node answers next, in order; then []. A closed connection: a pooled one reused as a
+	// draining gateway closes it. Before, a work round failed on either and waited for the next poll.
+	const next: ("close" | "shutting down" | "failed")[] = [];
+	const node = await standInNode((_req, res) => {
+		const answer = next.shift();
+		if (answer === "close") return res.socket!.destroy();
+		if (answer === "shutting down") return json(res, 503, { name: "ServiceError", message: "The service is shutting down", code: 503, type: "SHUTTING_DOWN" });
+		if (answer === "failed") return json(res, 500, { name: "ServiceError", message: "Internal error", code: 500, type: "INTERNAL_ERROR" });
+		json(res, 200, []);
+	});
 	try {
 		const wallet = generateKeypair();
-		const client = new NodeClient(node.url, "key", keypairSigningKey(wallet), 0);
-		closeNext = 1;
-		expect(await client.intentWork(20)).toEqual([]);
-		expect(node.requests.splice(0)).toEqual(["GET /intent-work?limit=20", "GET /intent-work?limit=20"]);
-		closeNext = 2;
+		const retries: string[] = [];
+		const client = new NodeClient(node.url, "key", keypairSigningKey(wallet), 0, (_path, reason) => retries.push(reason));
+		for (const turnAway of ["close", "shutting down"] as const) {
+			next.push(turnAway);
+			expect(await client.intentWork(20)).toEqual([]);
+			expect(node.requests.splice(0)).toEqual(["GET /intent-work?limit=20", "GET /intent-work?limit=20"]);
+		}
+		expect(retries).toEqual([expect.stringMatching(/fetch failed|other side closed|socket/), "HTTP 503 SHUTTING_DOWN"]);
+		next.push("close", "close");
 		await expect(client.intentWork(20)).rejects.toMatchObject({ type: "NODE_UNAVAILABLE" });
 		expect(node.requests.splice(0)).toHaveLength(2);
+		// A failure that is no turn-away is not asked again without time to retry.
+		next.push("failed");
+		await expect(client.intentWork(20)).rejects.toMatchObject({ type: "NODE_UNAVAILABLE" });
+		expect(node.requests.splice(0)).toHaveLength(1);
 		// A write may have been acted on before its connection went: only a caller that gives it time retries it.
-		closeNext = 1;
+		next.push("close");
 		await expect(client.updateStatus("int_x", { status: "CRANKER_LEASED", crankerPubkey: wallet.publicKey, expectedVersion: 3 }, 0)).rejects.toMatchObject({ type: "NODE_UNAVAILABLE" });
 		expect(node.requests.splice(0)).toEqual(["PATCH /intents/int_x/status"]);
 	} finally {

@@ -55,8 +55,8 @@ async function answerJson(response: Response): Promise<unknown> {
 	}
 }
 
-/** What fetch's failure carries when the connection was closed under the request (undici's codes, and the system's). */
-const CLOSED_UNDER_REQUEST = new Set(["ECONNRESET", "EPIPE", "UND_ERR_SOCKET", "UND_ERR_CLOSED"]);
+/** What fetch's failure carries when the Node closed the connection under the request (undici's code, and the system's). */
+const CLOSED_UNDER_REQUEST = new Set(["ECONNRESET", "EPIPE", "UND_ERR_SOCKET"]);
 
 export class NodeClient {
 	private readonly signer: RequestSigner;
@@ -148,7 +148,7 @@ export class NodeClient {
 		const url = this.baseUrl + path;
 		const text = body === undefined ? undefined : JSON.stringify(body);
 		let mayAskAgainAtOnce = method === "GET";
-		for (let delay = 200; ; delay = Math.min(delay * 2, 3000)) {
+		for (let delay = 200; ; ) {
 			let failure: string;
 			let turnedAway = false;
 			const endTimer = this.metrics?.nodeRequestDuration.startTimer({ method, route });
@@ -187,6 +187,7 @@ export class NodeClient {
 			if (Date.now() + delay > deadline) throw new NodeApiError(`${method} ${path} failed: ${failure}`, 0, "NODE_UNAVAILABLE");
 			this.onRetry(path, failure);
 			await sleep(delay);
+			delay = Math.min(delay * 2, 3000);
 		}
 	}
 }

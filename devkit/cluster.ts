@@ -81,7 +81,7 @@ export class NodeProcess {
 		/** The bus group it signs in as (lib/bus-groups.ts). */
 		readonly group: BusGroup,
 		root: string,
-		env: Record<string, string>
+		private readonly env: Record<string, string>
 	) {
 		this.process = spawnScript(path.join(root, "dist/index.js"), env, [], name);
 		// A port given is known; PORT 0 is the one the process announces (at info).
@@ -114,7 +114,9 @@ export class NodeProcess {
 			if (match) this.port = Number(match[1]);
 			return this.port > 0;
 		}, timeoutMs, `${this.name} to announce its port`, 50);
-		await waitFor(async () => (await fetch(`${this.url}/health/ready`).catch(() => null))?.status === 200, timeoutMs, `${this.name} ready`, 50);
+		// HEALTH_PORT given: the probes' own port (a process without the gateway serves nothing else).
+		const health = Number(this.env.HEALTH_PORT ?? 0) > 0 ? `http://127.0.0.1:${this.env.HEALTH_PORT}` : this.url;
+		await waitFor(async () => (await fetch(`${health}/health/ready`).catch(() => null))?.status === 200, timeoutMs, `${this.name} ready`, 50);
 		return this;
 	}
 

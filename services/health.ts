@@ -42,9 +42,9 @@ const PROBE_PATHS: Record<string, Probe> = { "/health/live": "live", "/health/re
 
 /**
  * The probes' server: the kubelet opens a connection per probe, a few a minute, and each is closed
- * once answered. Its own small limits keep whoever else reaches the port (Kubernetes admits only
- * the kubelet, where the network plugin enforces NetworkPolicy) from holding it: a few connections
- * per address, each given 5 s, checked every second.
+ * once answered. Its own small limits keep whoever else reaches the port (in k8s, no other pod
+ * where the network plugin enforces NetworkPolicy; the node always can) from holding it: a few
+ * connections per address, each given 5 s, checked every second.
  */
 const PROBE_CONNECTIONS = 32;
 const PROBE_CONNECTIONS_PER_CLIENT = 4;

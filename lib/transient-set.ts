@@ -3,7 +3,7 @@
  * an array instead of a Set or a Map. A V8 hash table it outgrew keeps its entries; in the old
  * generation, such a discarded table held the young members it still had through the
  * young-generation collections, which then moved them, and all they point to, to the old
- * generation: under load, most of every request (README, "Garbage collection"). An array drops a
+ * generation: under load, most of every request (docs/performance.md, "Garbage collection"). An array drops a
  * removed member's reference at once. Pure.
  */
 export class TransientSet<T> implements Iterable<T> {

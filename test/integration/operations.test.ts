@@ -566,6 +566,19 @@ describe("the `npm start` process", () => {
 		}
 	}, 20_000);
 
+	it("without the gateway, with HEALTH_PORT, serves the probes there and nothing on PORT", async () => {
+		const dataDir = tempDir();
+		const [port, healthPort] = [await freePort(), await freePort()];
+		const proc = startProcess({ SERVICES: "verifier", PORT: String(port), HEALTH_PORT: String(healthPort), DATA_DIR: dataDir, LOG_LEVEL: "info" });
+		try {
+			await waitFor(() => proc.output().includes(`health routes on port ${healthPort}:`), 20_000, "the start-up summary", 20);
+			expect((await fetch(`http://127.0.0.1:${healthPort}/health/ready`)).status).toBe(200);
+			await expect(fetch(`http://127.0.0.1:${port}/health/ready`)).rejects.toThrow();
+		} finally {
+			proc.child.kill("SIGKILL");
+		}
+	});
+
 	it("refuses HEALTH_PORT equal to PORT, and a HEALTH_PORT already taken, with a clear message", async () => {
 		const dataDir = tempDir();
 		const same = startProcess({ PORT: "3999", HEALTH_PORT: "3999", DATA_DIR: dataDir, LOG_LEVEL: "error" });

@@ -438,6 +438,18 @@ describe("health", () => {
 /** The compiled service as `npm start` runs it (the test script builds it first). */
 const startProcess = (env: Record<string, string>) => spawnScript(path.join(ROOT, "dist/index.js"), env);
 
+/** The service as a process with the probes on a port of their own (HEALTH_PORT), once it listens on PORT. */
+async function startWithHealthPort(env: Record<string, string> = {}, route: GenesisRoute = newRoute()) {
+	const dataDir = tempDir();
+	const [port, healthPort] = [await freePort(), await freePort()];
+	const proc = startProcess({ PORT: String(port), HEALTH_PORT: String(healthPort), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), LOG_LEVEL: "info", ...env });
+	await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20).catch(err => {
+		proc.child.kill("SIGKILL");
+		throw err;
+	});
+	return { proc, port, healthPort };
+}
+
 describe("the `npm start` process", () => {
 	it("generates its secrets into DATA_DIR without printing them, serves, and exits 0 on SIGTERM after finishing in-flight work", async () => {
 		const dataDir = tempDir();
@@ -473,13 +485,10 @@ describe("the `npm start` process", () => {
 	});
 
 	it("answers the probes on HEALTH_PORT while connections fill MAX_CONNECTIONS on PORT", async () => {
-		const dataDir = tempDir();
-		const [port, healthPort] = [await freePort(), await freePort()];
-		const proc = startProcess({ PORT: String(port), HEALTH_PORT: String(healthPort), MAX_CONNECTIONS: "5", MAX_CONNECTIONS_PER_CLIENT: "0", EVENT_STREAMS_MAX: "2", DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [newRoute()]), LOG_LEVEL: "info" });
+		const { proc, port, healthPort } = await startWithHealthPort({ MAX_CONNECTIONS: "5", MAX_CONNECTIONS_PER_CLIENT: "0", EVENT_STREAMS_MAX: "2" });
 		const url = `http://127.0.0.1:${port}`;
 		const held: Awaited<ReturnType<typeof rawConnection>>[] = [];
 		try {
-			await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
 			expect(proc.output()).toContain(`Health routes on port ${healthPort}`);
 			// A flood of idle keep-alive connections, up to the limit: the next is closed unread.
 			for (;;) {
@@ -502,13 +511,10 @@ describe("the `npm start` process", () => {
 	});
 
 	it("on HEALTH_PORT, is not ready from SIGTERM on, while a request in flight on PORT still gets its answer", async () => {
-		const dataDir = tempDir();
 		const route = newRoute();
-		const [port, healthPort] = [await freePort(), await freePort()];
-		const proc = startProcess({ PORT: String(port), HEALTH_PORT: String(healthPort), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), LOG_LEVEL: "info" });
+		const { proc, port, healthPort } = await startWithHealthPort({}, route);
 		const socket = new net.Socket();
 		try {
-			await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
 			const probe = (name: string) => fetch(`http://127.0.0.1:${healthPort}/health/${name}`);
 			expect((await probe("ready")).status).toBe(200);
 			// A request in flight: its head in, its body still coming.
@@ -538,13 +544,10 @@ describe("the `npm start` process", () => {
 	});
 
 	it("holds at most 4 connections per address on HEALTH_PORT, each 5 s at most, and closes each once answered", async () => {
-		const dataDir = tempDir();
-		const [port, healthPort] = [await freePort(), await freePort()];
-		const proc = startProcess({ PORT: String(port), HEALTH_PORT: String(healthPort), DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, [newRoute()]), LOG_LEVEL: "info" });
+		const { proc, healthPort } = await startWithHealthPort();
 		const probes = `http://127.0.0.1:${healthPort}`;
 		const held: Awaited<ReturnType<typeof rawConnection>>[] = [];
 		try {
-			await waitFor(() => proc.output().includes("listening on port"), 20_000, "the service to listen", 20);
 			// Connections that send nothing (or trickle their head): four from one address.
 			for (let i = 0; i < 5; i++) held.push(await rawConnection(probes, "127.0.0.2"));
 			await waitFor(() => held[4].closed() || null, 5_000, "the fifth connection closed");

@@ -43,3 +43,5 @@ export async function rawConnection(url: string, localAddress?: string) {
 		}
 	};
 }
+
+export type RawConnection = Awaited<ReturnType<typeof rawConnection>>;

@@ -11,7 +11,7 @@ import { loadConfig } from "../../lib/config";
 import type { GenesisRoute } from "../../lib/registry";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type TestNode } from "../helpers/node";
-import { rawConnection } from "../helpers/raw-http";
+import { rawConnection, type RawConnection } from "../helpers/raw-http";
 import { freePort, spawnScript, waitFor } from "../../devkit/process";
 
 const ROOT = path.resolve(__dirname, "../..");
@@ -97,10 +97,9 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 
 	it("closes a client's connection past its limit unanswered, and takes the next once one of its own closes; other clients are not held back", async () => {
 		const node = await startNode({ MAX_CONNECTIONS_PER_CLIENT: "3", EVENT_STREAMS_PER_IP: "1" });
-		const held = [];
+		const held: RawConnection[] = [];
 		try {
-			for (let i = 0; i < 3; i++) held.push(await rawConnection(node.url, "127.0.0.2"));
-			for (const connection of held) await connection.ask();
+			await holdConnections(held, node.url, "127.0.0.2", 3);
 			// A review's replay: idle connections, one request each, held a minute apiece by keep-alive.
 			const fourth = await rawConnection(node.url, "127.0.0.2");
 			await waitFor(() => fourth.closed() || null, 5_000, "the fourth connection closed");
@@ -120,12 +119,10 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 
 	it("does not count a proxy of TRUST_PROXY, which carries many clients; a client beside it is counted", async () => {
 		const node = await startNode({ MAX_CONNECTIONS_PER_CLIENT: "3", EVENT_STREAMS_PER_IP: "1", TRUST_PROXY: "127.0.0.2" });
-		const held = [];
+		const held: RawConnection[] = [];
 		try {
-			for (let i = 0; i < 5; i++) held.push(await rawConnection(node.url, "127.0.0.2"));
-			for (const connection of held) await connection.ask();
-			for (let i = 0; i < 3; i++) held.push(await rawConnection(node.url, "127.0.0.3"));
-			for (const connection of held.slice(5)) await connection.ask();
+			await holdConnections(held, node.url, "127.0.0.2", 5);
+			await holdConnections(held, node.url, "127.0.0.3", 3);
 			expect(await tryAsk(node.url, "127.0.0.3")).toBe(false);
 			expect(await refusedCount(node, "client")).toBe(1);
 		} finally {
@@ -136,16 +133,10 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 
 	it("closes any connection past the process's limit unanswered", async () => {
 		const node = await startNode({ MAX_CONNECTIONS: "5", MAX_CONNECTIONS_PER_CLIENT: "0", EVENT_STREAMS_MAX: "2" });
-		const held: Awaited<ReturnType<typeof rawConnection>>[] = [];
+		const held: RawConnection[] = [];
 		try {
 			// Idle keep-alive connections, up to the limit (the harness may hold one of its own).
-			let refused = null;
-			while (held.length < 6 && !refused) {
-				const connection = await rawConnection(node.url, "127.0.0.2");
-				const answered = await connection.ask().then(() => true, () => false);
-				if (answered) held.push(connection);
-				else refused = connection;
-			}
+			const refused = await fillUntilRefused(held, node.url, "127.0.0.2", 6);
 			expect(refused?.closed()).toBe(true);
 			expect(refused?.received()).toBe("");
 			expect(held.length).toBeGreaterThanOrEqual(4);
@@ -230,6 +221,27 @@ async function tryAsk(url: string, localAddress: string): Promise<boolean> {
 	} finally {
 		connection.socket.destroy();
 	}
+}
+
+/** Opens `count` keep-alive connections from `localAddress` into `held`, then asks once on each (so the gateway has counted it). */
+async function holdConnections(held: RawConnection[], url: string, localAddress: string, count: number): Promise<void> {
+	const opened: RawConnection[] = [];
+	for (let i = 0; i < count; i++) opened.push(await rawConnection(url, localAddress));
+	held.push(...opened);
+	for (const connection of opened) await connection.ask();
+}
+
+/**
+ * Opens keep-alive connections from `localAddress`, each asked once, into `held` until one is
+ * closed unanswered or `held` has `atMost`: the one closed unanswered, or null.
+ */
+async function fillUntilRefused(held: RawConnection[], url: string, localAddress: string, atMost: number): Promise<RawConnection | null> {
+	while (held.length < atMost) {
+		const connection = await rawConnection(url, localAddress);
+		if (!(await connection.ask().then(() => true, () => false))) return connection;
+		held.push(connection);
+	}
+	return null;
 }
 
 describe("rate limiting of public routes", () => {
@@ -487,16 +499,13 @@ describe("the `npm start` process", () => {
 	it("answers the probes on HEALTH_PORT while connections fill MAX_CONNECTIONS on PORT", async () => {
 		const { proc, port, healthPort } = await startWithHealthPort({ MAX_CONNECTIONS: "5", MAX_CONNECTIONS_PER_CLIENT: "0", EVENT_STREAMS_MAX: "2" });
 		const url = `http://127.0.0.1:${port}`;
-		const held: Awaited<ReturnType<typeof rawConnection>>[] = [];
+		const held: RawConnection[] = [];
 		try {
 			expect(proc.output()).toContain(`Health routes on port ${healthPort}`);
 			// A flood of idle keep-alive connections, up to the limit: the next is closed unread.
-			for (;;) {
-				const connection = await rawConnection(url, "127.0.0.2");
-				held.push(connection);
-				if (!(await connection.ask().then(() => true, () => false))) break;
-				expect(held.length).toBeLessThanOrEqual(5);
-			}
+			const refused = await fillUntilRefused(held, url, "127.0.0.2", 6);
+			expect(refused?.closed()).toBe(true);
+			expect(held.length).toBeLessThanOrEqual(5);
 			expect(await tryAsk(url, "127.0.0.3")).toBe(false);
 			// The probes still get their answers (on PORT they were refused too, and the kubelet would restart a busy process).
 			const probes = httpClient(`http://127.0.0.1:${healthPort}`);
@@ -546,7 +555,7 @@ describe("the `npm start` process", () => {
 	it("holds at most 4 connections per address on HEALTH_PORT, each 5 s at most, and closes each once answered", async () => {
 		const { proc, healthPort } = await startWithHealthPort();
 		const probes = `http://127.0.0.1:${healthPort}`;
-		const held: Awaited<ReturnType<typeof rawConnection>>[] = [];
+		const held: RawConnection[] = [];
 		try {
 			// Connections that send nothing (or trickle their head): four from one address.
 			for (let i = 0; i < 5; i++) held.push(await rawConnection(probes, "127.0.0.2"));

@@ -51,6 +51,11 @@ const STREAM_IDLE_MS = 45_000;
 /** Reconnections back off from the Node's `retry:` (1 s without one), doubling up to this. */
 const STREAM_MAX_BACKOFF_MS = 30_000;
 
+/** The Node's 422 for the Last-Event-ID a stream was resumed with (services/event-streams.ts). */
+function refusedLastEventId(err: unknown): boolean {
+	return err instanceof NodeApiError && err.status === 422 && Array.isArray(err.data) && err.data.some(entry => (entry as { field?: unknown } | null)?.field === "Last-Event-ID");
+}
+
 /**
  * Whether a work item has what the Cranker weighs it by before its checks (id, mint, amount,
  * expiry): an item that has not is passed over, where it would have failed every round and so
@@ -267,6 +272,12 @@ export class Cranker {
 				this.streamUp = false;
 			}
 			if (this.stopping) break;
+			if (refusedLastEventId(failure)) {
+				// Its log ends before that id (a store restored from a backup, say): asking with it again
+				// would be refused for good. From now on; the polling covers what came in between.
+				this.log.warn("the Node refused the stream's Last-Event-ID; following it from now", { lastEventId: parser.lastEventId });
+				parser.lastEventId = "";
+			}
 			const retryInMs = Math.min((parser.retry ?? 1000) * 2 ** failures, STREAM_MAX_BACKOFF_MS);
 			this.log.warn("event stream down; polling every POLL_INTERVAL_MS until it is back", { error: failure === null ? "ended by the Node" : (failure as Error).message, retryInMs });
 			await this.sleep(retryInMs);

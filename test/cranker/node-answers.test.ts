@@ -133,9 +133,9 @@ describe("the Cranker's work loop", () => {
 
 	/**
 	 * A settlement Cranker against a stand-in Node answering `answer` (after its heartbeat and its
-	 * empty orphan list), until it sends the request `awaited`; the requests it sent.
+	 * empty orphan list), until it sends the request `awaited` (or `awaited()` holds); the requests it sent.
 	 */
-	async function crankerAgainst(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void, awaited: string) {
+	async function crankerAgainst(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void, awaited: string | (() => boolean)) {
 		const node = await standInNode((req, res) => {
 			if (req.url === "/crankers/heartbeat") return json(res, 200, {});
 			if (req.url?.startsWith("/intents?")) return json(res, 200, []);
@@ -151,7 +151,7 @@ describe("the Cranker's work loop", () => {
 		const cranker = await Cranker.create(config, createLogger({}, () => {}));
 		try {
 			cranker.start();
-			await waitFor(async () => node.requests.find(line => line === awaited) ?? null, 10_000, awaited);
+			await waitFor(async () => (typeof awaited === "string" ? node.requests.includes(awaited) : awaited()) || null, 10_000, String(awaited));
 			return node.requests;
 		} finally {
 			await cranker.stop();
@@ -161,6 +161,22 @@ describe("the Cranker's work loop", () => {
 
 	// The lease of the item the test waits for is lost to another Cranker, which ends the test's interest in it.
 	const lost = (res: http.ServerResponse) => json(res, 409, { name: "ConflictError", type: "STATE_CONFLICT", message: "leased by another Cranker" });
+
+	test("a stream resumed with a Last-Event-ID its Node refuses (a log restored behind it) is followed again from now, not asked with that id for good", async () => {
+		const asked: (string | null)[] = [];
+		const requests = await crankerAgainst((req, res) => {
+			if (!req.url?.startsWith("/events?")) return json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			const lastEventId = req.headers["last-event-id"] ?? null;
+			asked.push(lastEventId as string | null);
+			// The first stream tells where it stands and ends; resumed from there, the Node's answer is that its log ends before it.
+			if (asked.length === 1) return res.writeHead(200, { "content-type": "text/event-stream" }).end("retry: 10\n\nid: 7-0\n\n");
+			if (lastEventId !== null)
+				return json(res, 422, { name: "ServiceError", type: "VALIDATION_ERROR", message: "Last-Event-ID is not an id this stream sent", data: [{ type: "lastEventId", field: "Last-Event-ID" }] });
+			res.writeHead(200, { "content-type": "text/event-stream" }).end("retry: 10\n\n");
+		}, () => asked.length >= 3);
+		expect(requests.filter(line => line.startsWith("GET /events"))).toHaveLength(asked.length);
+		expect(asked.slice(0, 3)).toEqual([null, "7-0", null]);
+	});
 
 	test("a work item it cannot weigh (no amount, an amount that is not one) is passed over; the items behind it are still tried", async () => {
 		const good = signedItem("int_0123456789abcdef0123456789abcdef");

@@ -28,6 +28,12 @@ const EVENT_TYPES: Record<EventStream, string> = { intents: INTENT_EVENT_TYPE, t
 
 /** A stream whose client reads slower than this much is cut off; it reconnects with Last-Event-ID. */
 const MAX_BUFFERED_BYTES = 1 << 20;
+/**
+ * What all the streams of a process may hold unsent together: past it, those furthest behind are
+ * cut off. Streams with different filters share no buffer, so a thousand slow readers could
+ * otherwise hold a gigabyte, far past a gateway's memory.
+ */
+export const MAX_BUFFERED_TOTAL_BYTES = 64 << 20;
 /** A notice can be lost (a bus hiccup): the logs are read this often anyway while streams are open. */
 const FALLBACK_READ_MS = 1000;
 /** A stream writes at most once per this many ms: what came meanwhile leaves in one write. */
@@ -69,6 +75,13 @@ export class WriteRounds {
 	private readonly queued = new Set<SseConnection>();
 	private lastRound = 0;
 
+	constructor(
+		/** Every open stream: after each round they must hold no more than `budgetBytes` unsent together. */
+		private readonly open: ReadonlySet<SseConnection> = new Set(),
+		private readonly budgetBytes = MAX_BUFFERED_TOTAL_BYTES,
+		private readonly onCut: (streams: number, bytes: number) => void = () => {}
+	) {}
+
 	queue(connection: SseConnection): void {
 		if (this.queued.size === 0) {
 			const wait = this.lastRound + FLUSH_WINDOW_MS - performance.now();
@@ -87,6 +100,23 @@ export class WriteRounds {
 			previous = connection.flush(previous) ?? previous;
 			connection.endIfBehind();
 		}
+		this.holdWithinBudget();
+	}
+
+	/** Cuts off the streams furthest behind until the others hold no more than the budget unsent. */
+	holdWithinBudget(): void {
+		let total = 0;
+		for (const connection of this.open) total += connection.buffered;
+		if (total <= this.budgetBytes) return;
+		const before = total;
+		let cut = 0;
+		for (const connection of [...this.open].sort((a, b) => b.buffered - a.buffered)) {
+			if (total <= this.budgetBytes) break;
+			total -= connection.buffered;
+			connection.cut();
+			cut++;
+		}
+		this.onCut(cut, before);
 	}
 }
 
@@ -147,7 +177,16 @@ export class SseConnection {
 	 * after its stream stopped counting against the limits.
 	 */
 	endIfBehind(): void {
-		if (this.res.writableLength <= MAX_BUFFERED_BYTES) return;
+		if (this.buffered > MAX_BUFFERED_BYTES) this.cut();
+	}
+
+	/** Bytes written and not yet taken by the client (beyond what the kernel holds). */
+	get buffered(): number {
+		return this.res.writableLength;
+	}
+
+	/** Closed at once, what it holds unsent dropped: its client resumes with Last-Event-ID. */
+	cut(): void {
 		this.pending = [];
 		this.res.destroy();
 		this.end();
@@ -273,7 +312,9 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		})
 	) as Record<EventStream, StreamFeed>;
 	const open = new Set<SseConnection>();
-	const rounds = new WriteRounds();
+	const rounds = new WriteRounds(open, MAX_BUFFERED_TOTAL_BYTES, (streams, bytes) =>
+		logger.warn(`Cut off ${streams} event streams furthest behind: the streams held ${Math.round(bytes / 2 ** 20)} MiB unsent together, over ${MAX_BUFFERED_TOTAL_BYTES / 2 ** 20} MiB`)
+	);
 	/** Streams open per access (public and worker: anonymous streams cannot use up the Crankers' room) and per client. */
 	const budgets: Record<StreamAccess, { open: number; perClient: OpenPerClient }> = { public: { open: 0, perClient: new OpenPerClient() }, worker: { open: 0, perClient: new OpenPerClient() } };
 	let timers: NodeJS.Timeout[] = [];

@@ -78,6 +78,58 @@ describe("an SSE response whose reader stops reading", () => {
 	});
 });
 
+it("cuts off the streams furthest behind once all of them together hold more unsent than their budget, each under its own limit", async () => {
+	const open = new Set<SseConnection>();
+	const cuts: { streams: number; bytes: number }[] = [];
+	// Under one stream's own limit (1 MiB), so that only the budget can cut it.
+	const budget = 768 * 1024;
+	const rounds = new WriteRounds(open, budget, (streams, bytes) => cuts.push({ streams, bytes }));
+	const connections: SseConnection[] = [];
+	const server = http.createServer((_req, res) => {
+		const connection = new SseConnection(res, rounds);
+		open.add(connection);
+		connection.onceClosed(() => open.delete(connection));
+		connections.push(connection);
+	});
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	const clients: net.Socket[] = [];
+	try {
+		// Three clients that never read: the first is sent twice as much as the others.
+		for (let i = 0; i < 3; i++) {
+			const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
+			client.on("error", () => {});
+			client.write("GET /events HTTP/1.1\r\nhost: test\r\n\r\n");
+			client.pause();
+			clients.push(client);
+			for (let waited = 0; connections.length <= i && waited < 2000; waited += 5) await sleep(5);
+		}
+		const [fast, ...others] = connections;
+		const frame = Buffer.alloc(32 * 1024, "a");
+		let fastAtCut = -1;
+		for (let sent = 0; !fast.closed && sent < 2000; sent++) {
+			fastAtCut = fast.buffered;
+			fast.sendFrame(frame);
+			fast.sendFrame(frame);
+			for (const other of others) other.sendFrame(frame);
+			// A round at a time (one per 25 ms): what each round writes is what the budget weighs.
+			await sleep(30);
+			let held = 0;
+			for (const connection of open) held += connection.buffered;
+			expect(held).toBeLessThanOrEqual(budget);
+		}
+		// Cut by the budget, not by its own 1 MiB: the others, less far behind, stay open.
+		expect(fast.closed).toBe(true);
+		expect(fastAtCut).toBeLessThan(1 << 20);
+		expect(others.map(other => other.closed)).toEqual([false, false]);
+		expect(cuts[0]?.streams).toBe(1);
+		expect(cuts[0].bytes).toBeGreaterThan(budget);
+	} finally {
+		for (const client of clients) client.destroy();
+		server.closeAllConnections();
+		await new Promise<void>(resolve => server.close(() => resolve()));
+	}
+});
+
 it("ends every stream of a socket that goes, those pipelined behind the first included: none keeps its place in the limits", async () => {
 	const rounds = new WriteRounds();
 	const connections: SseConnection[] = [];

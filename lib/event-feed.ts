@@ -11,6 +11,12 @@ import type { EventPage, StoredEvent } from "./store/port";
 /** How long a subscriber whose read brought it no further waits before reading again, and at most in all. */
 const BEHIND_RETRY_MS = 50;
 const BEHIND_LIMIT_MS = 10_000;
+/**
+ * Catch-up reads in flight at once per feed, however many subscribers catch up: a thousand streams
+ * resuming far back (or filtering out every event, so never waiting for their client) read the
+ * owner's log a page or two at a time, not a thousand pages at a time.
+ */
+export const CATCH_UP_READS = 2;
 
 /** Reads a log: committed events after `after` (of one record with `subject`), oldest first, and how far it saw. */
 export type LogReader = (query: { after: number; subject?: string; limit: number }) => Promise<EventPage>;
@@ -35,6 +41,9 @@ export class StreamFeed {
 	private readonly bySubject = new Map<string, Set<FeedSubscriber>>();
 	private reading: Promise<void> | null = null;
 	private readAgain = false;
+	/** Catch-up reads in flight, and those waiting for one to end (first come, first served). */
+	private catchUpReads = 0;
+	private readonly waitingToCatchUp: (() => void)[] = [];
 
 	constructor(
 		private readonly read: LogReader,
@@ -117,7 +126,7 @@ export class StreamFeed {
 		let behindSince: number | null = null;
 		for (;;) {
 			const from = subscriber.position;
-			const { events, through } = await this.read({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
+			const { events, through } = await this.readBehind({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
 			for (const event of events) {
 				subscriber.position = event.seq;
 				if (!subscriber.deliver(event)) return;
@@ -140,6 +149,19 @@ export class StreamFeed {
 			if (subscriber.position !== from) behindSince = null;
 			else if ((behindSince ??= Date.now()) + BEHIND_LIMIT_MS < Date.now()) throw new Error("The event log read stays behind the position this gateway follows");
 			else await new Promise(resolve => setTimeout(resolve, BEHIND_RETRY_MS));
+		}
+	}
+
+	/** A subscriber's own read, at most CATCH_UP_READS of them at once; an ending one hands its turn on. */
+	private async readBehind(query: Parameters<LogReader>[0]): Promise<EventPage> {
+		if (this.catchUpReads < CATCH_UP_READS) this.catchUpReads++;
+		else await new Promise<void>(resolve => this.waitingToCatchUp.push(resolve));
+		try {
+			return await this.read(query);
+		} finally {
+			const next = this.waitingToCatchUp.shift();
+			if (next) next();
+			else this.catchUpReads--;
 		}
 	}
 

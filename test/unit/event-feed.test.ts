@@ -3,7 +3,7 @@
  * event after it exactly once and in order, whether they caught up alone or through the shared
  * reader, and the shared reader reads once per notice however many subscribers there are.
  */
-import { StreamFeed, type FeedSubscriber } from "../../lib/event-feed";
+import { CATCH_UP_READS, StreamFeed, type FeedSubscriber } from "../../lib/event-feed";
 import { eventPage, type EventPage, type StoredEvent } from "../../lib/store";
 
 /** A read of `log` as a store answers it: the events after `after`, and how far the read saw. */
@@ -120,6 +120,29 @@ describe("StreamFeed", () => {
 		// Time for any duplicate to arrive too.
 		await new Promise(resolve => setTimeout(resolve, 50));
 		for (const subscriber of subscribers) expect(subscriber.received).toEqual(expected(subscriber));
+	});
+
+	it("subscribers catching up read the log at most CATCH_UP_READS pages at a time however many they are, and each still gets every event", async () => {
+		const log = new Log();
+		for (let i = 0; i < 100; i++) log.append("s");
+		let inFlight = 0;
+		let most = 0;
+		const feed = feedOf({
+			read: async (query: Parameters<Log["read"]>[0]) => {
+				most = Math.max(most, ++inFlight);
+				try {
+					return await log.read(query);
+				} finally {
+					inFlight--;
+				}
+			},
+			latest: log.latest
+		});
+		// Each resumes from the start of the log: ten pages of its own to read.
+		const subscribers = Array.from({ length: 50 }, () => collector(0));
+		await Promise.all(subscribers.map(subscriber => feed.subscribe(subscriber)));
+		expect(most).toBe(CATCH_UP_READS);
+		for (const subscriber of subscribers) expect(subscriber.received).toEqual(log.events.map(e => e.seq));
 	});
 
 	it("a subscriber whose catch-up read is overtaken by the shared reader reads again: nothing falls between", async () => {

@@ -104,6 +104,12 @@ export interface WebhookRecord {
 	 * time, whether leased (its expiry) or waiting for a retry (the next attempt).
 	 */
 	notBefore: string | null;
+	/**
+	 * When its latest lease was granted (null: never, or stored before this field was). Idle
+	 * subscriptions behind a stream are leased the least recently leased first, so that those always
+	 * behind (slow receivers) take turns with the others instead of keeping every slot.
+	 */
+	lastLeasedAt?: string | null;
 	delivered: number;
 	/**
 	 * Attempts put off because this process had no host lookup free; none is held against the
@@ -119,10 +125,11 @@ export interface WebhookRecord {
 
 export const WEBHOOKS_COLLECTION = {
 	name: "webhooks",
-	fields: { createdAt: "text", state: "text", notBefore: "text", version: "integer", intentsCursor: "integer", tinOperationsCursor: "integer" },
+	fields: { createdAt: "text", state: "text", notBefore: "text", lastLeasedAt: "text", version: "integer", intentsCursor: "integer", tinOperationsCursor: "integer" },
 	// GET /webhooks (newest first); the delivery workers' two questions: which retries or lapsed
-	// leases are due (by notBefore), which idle subscriptions are behind a stream (by its cursor).
-	indexes: [["createdAt"], ["state", "notBefore"], ["state", "notBefore", "intentsCursor"], ["state", "notBefore", "tinOperationsCursor"]]
+	// leases are due (by notBefore), which idle subscriptions are behind a stream (whose turn it is
+	// first; the cursor is checked along the index, over at most WEBHOOKS_MAX subscriptions).
+	indexes: [["createdAt"], ["state", "notBefore"], ["state", "notBefore", "lastLeasedAt"]]
 } as const;
 
 const WebhookEventTypeSchema = StringEnum(WEBHOOK_EVENT_TYPES);
@@ -530,6 +537,7 @@ export function newWebhookRecord(request: CreateWebhookRequest, cursors: StreamC
 		tinOperationsCursor: cursors.tin_operations,
 		version: 1,
 		...unleased(null),
+		lastLeasedAt: null,
 		delivered: 0,
 		deferred: 0,
 		lastDeferredAt: null,

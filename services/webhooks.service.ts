@@ -203,7 +203,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			/**
 			 * Internal, for the delivery workers: leases (to `leasedBy`) up to `limit` enabled
 			 * subscriptions that have work: a retry that is due, a lease that lapsed (its holder died),
-			 * or an idle one behind a stream's latest event (`heads`), the furthest behind first.
+			 * or an idle one behind a stream's latest event (`heads`), the least recently leased first.
 			 */
 			claim: keyHoldersOnly({
 				params: {
@@ -358,15 +358,21 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				return found;
 			},
 
-			/** Up to `wanted` idle subscriptions behind each stream's head, the furthest behind first. */
+			/**
+			 * Up to `wanted` idle subscriptions behind each stream's head, the least recently leased
+			 * first (never leased before all): furthest behind first would hand every freed slot to
+			 * receivers that stay behind because they answer slowly, while one near the head waited
+			 * for all of them to catch up.
+			 */
 			async behind(this: WebhooksThis, heads, wanted) {
 				const found: WebhookRecord[] = [];
 				for (const [stream, head] of Object.entries(heads) as [WebhookStream, number][]) {
-					const field = CURSOR_FIELD[stream];
-					const where: Where = { state: "enabled", notBefore: null, [field]: { lt: head } };
-					found.push(...(await this.webhooks.list({ where, orderBy: [field, "asc"], limit: wanted })));
+					const where: Where = { state: "enabled", notBefore: null, [CURSOR_FIELD[stream]]: { lt: head } };
+					found.push(...(await this.webhooks.list({ where, orderBy: ["lastLeasedAt", "asc"], limit: wanted })));
 				}
-				return found;
+				// As the index orders them: null first, then by time, then by id.
+				const turn = (record: WebhookRecord) => `${record.lastLeasedAt ?? ""} ${record.id}`;
+				return found.sort((a, b) => (turn(a) < turn(b) ? -1 : turn(a) > turn(b) ? 1 : 0));
 			},
 
 			/** Leases the candidates in order, each once, up to `limit`; one another worker took since it was read is skipped. */
@@ -378,7 +384,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 					if (granted.length >= limit) break;
 					if (seen.has(candidate.id)) continue;
 					seen.add(candidate.id);
-					const taken = await this.commit(candidate, { ...candidate, ...lease });
+					const taken = await this.commit(candidate, { ...candidate, ...lease, lastLeasedAt: new Date(nowMs).toISOString() });
 					if (!taken) continue;
 					// Written sealed (commit), so it leaves the store sealed; tagged for this claim, its length included.
 					const terms = { subscription: taken, leaseTtlMs: this.settings.leaseTtlMs };

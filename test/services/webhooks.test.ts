@@ -169,16 +169,41 @@ describe("subscriptions and their leases", () => {
 		expect(await webhooks.advance(renewed(lease, version), 5)).toBe(version + 1);
 	});
 
-	test("claim leases idle subscriptions behind a head, the furthest behind first, up to its limit; none twice, none not behind", async () => {
+	test("claim leases idle subscriptions behind a head, up to its limit; none twice, none not behind", async () => {
 		webhooks.logs.intents = 7;
 		const older = await webhooks.create();
 		webhooks.logs.intents = 9;
 		const newer = await webhooks.create();
 		expect(await webhooks.claim("worker-1", { intents: 7 })).toEqual([]);
-		expect(ids(await webhooks.claim("worker-1", { intents: 12 }, 1))).toEqual([older.id]);
+		const first = await webhooks.claim("worker-1", { intents: 12 }, 1);
+		expect(first).toHaveLength(1);
 		const [lease] = await webhooks.claim("worker-2", { intents: 12 });
-		expect(lease).toMatchObject({ subscription: { id: newer.id, leasedBy: "worker-2" }, leaseTtlMs: 3000 });
+		expect(lease).toMatchObject({ subscription: { leasedBy: "worker-2" }, leaseTtlMs: 3000 });
+		expect([first[0].subscription.id, lease.subscription.id].sort()).toEqual([older.id, newer.id].sort());
 		expect(await webhooks.claim("worker-3", { intents: 12 })).toEqual([]);
+	});
+
+	test("idle subscriptions behind take turns, the least recently leased first: ones far behind (slow receivers, say) cannot keep one near the head waiting", async () => {
+		// Far behind, and leased already.
+		const slow = [await webhooks.create(), await webhooks.create()];
+		for (const lease of await webhooks.claim("worker", { intents: 100 }, 2)) {
+			expect(await webhooks.advance(lease, 1)).not.toBeNull();
+			expect(await webhooks.release(renewed(lease, lease.subscription.version + 1))).toBe(true);
+		}
+		webhooks.logs.intents = 95;
+		const nearHead = await webhooks.create();
+		// Behind by 5 against 99: its turn comes first all the same, never leased as it is.
+		expect(ids(await webhooks.claim("worker", { intents: 100 }, 1))).toEqual([nearHead.id]);
+		// Then the others by the time of their last lease, one at a time, round and round.
+		const order: string[] = [];
+		for (let round = 0; round < 4; round++) {
+			await sleep(2);
+			const [lease] = await webhooks.claim("worker", { intents: 100 }, 1);
+			order.push(lease.subscription.id);
+			expect(await webhooks.release(lease)).toBe(true);
+		}
+		expect(new Set(order.slice(0, 2))).toEqual(new Set(slow.map(s => s.id)));
+		expect(order.slice(2)).toEqual(order.slice(0, 2));
 	});
 
 	test("claims racing on the same subscriptions lease each to exactly one worker", async () => {

@@ -201,7 +201,8 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 				await Promise.all(
 					(Object.keys(EVENT_OWNER) as WebhookStream[]).map(async stream => {
 						const action = `${EVENT_OWNER[stream]}.latestEvent`;
-						if (!isServed(this.broker, action) || this.unreadable(stream) || this.asking.has(stream)) return;
+						// An owner of an earlier version serves no tagged pages: its stream's subscriptions, leased, would only be given back.
+						if (!isServed(this.broker, action) || !isServed(this.broker, `${EVENT_OWNER[stream]}.taggedEvents`) || this.unreadable(stream) || this.asking.has(stream)) return;
 						// A failure leaves the stream out of this pass only: the owner may be one of two replicas, or back at once.
 						const answer = this.broker.call<StoredEvent | null, object>(action, {}).then(
 							latest => latest?.seq ?? 0,

@@ -47,6 +47,8 @@ function webhookCalls(heads: object[], releases: string[], leaseAsBefore: boolea
 interface TinHealth {
 	unreadable: boolean;
 	hung?: { answers: (() => void)[] };
+	/** An owner of a version before tagged event pages (a rolling update): it answers its latest event, and serves no taggedEvents. */
+	untagged?: true;
 }
 
 /** A TIN owner as far as webhooks read it: its event log, its pages tagged with the deployment's events key. */
@@ -62,11 +64,15 @@ function tinOwner(log: StoredEvent[], eventsKey: KeyRing, health: TinHealth = { 
 				const seq = log[log.length - 1]?.seq ?? 0;
 				return { seq, tag: answerTag(eventsKey, headQuestion("tin_operations", ctx.params.nonce), seq) };
 			},
-			taggedEvents: (ctx: Context<{ after: number; limit: number; nonce: string }>) => {
-				if (health.unreadable) throw new Error("the TIN store is unavailable");
-				const events = log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
-				return { events, tag: answerTag(eventsKey, eventsQuestion("tin_operations", ctx.params.after, ctx.params.limit, ctx.params.nonce), events) };
-			}
+			...(health.untagged
+				? {}
+				: {
+						taggedEvents: (ctx: Context<{ after: number; limit: number; nonce: string }>) => {
+							if (health.unreadable) throw new Error("the TIN store is unavailable");
+							const events = log.filter(event => event.seq > ctx.params.after).slice(0, ctx.params.limit);
+							return { events, tag: answerTag(eventsKey, eventsQuestion("tin_operations", ctx.params.after, ctx.params.limit, ctx.params.nonce), events) };
+						}
+					})
 		}
 	};
 }
@@ -282,6 +288,21 @@ test("a TIN owner that answers but cannot read its log holds the intents' stream
 		const record = () => worker.broker.call<{ delivered: number }, object>("webhooks.get", { id });
 		await waitFor(async () => (await record()).delivered === 3, 2000, "the delivery recorded");
 		expect(await record()).toMatchObject({ cursors: { tin_operations: 2, intents: 2 }, retry: null, delivered: 3 });
+	});
+});
+
+test("a TIN owner of an earlier version (no tagged event pages, a rolling update) is left out of the passes: its stream's subscriptions are not leased and given back again and again", async () => {
+	const tinLog = [tinEvent(1)];
+	await withWorker(tinLog, { tinHealth: { unreadable: false, untagged: true } }, async (worker, receiver) => {
+		await worker.broker.call("webhooks.create", { url: receiver.url, eventTypes: BOTH });
+		tinLog.push(tinEvent(2));
+		await worker.newIntent();
+		await waitFor(() => receiver.received.length === 1, 5000, "the intent's webhook");
+		const released = worker.releases.length;
+		await worker.passes(5);
+		expect(worker.releases.length).toBe(released);
+		for (const head of worker.heads.slice(-5)) expect(head).toEqual({ intents: expect.any(Number) });
+		expect(receiver.received).toEqual(["intent.status_changed"]);
 	});
 });
 

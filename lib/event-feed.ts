@@ -127,6 +127,9 @@ export class StreamFeed {
 		for (;;) {
 			const from = subscriber.position;
 			const { events, through } = await this.readBehind({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
+			// The whole log has no hole in its numbers: one here is events pruned while this subscriber
+			// caught up. It fails, so that its stream ends rather than skips them without a word.
+			if (subscriber.subject === undefined && events.length && events[0].seq > from + 1) throw new Error(`The events after ${from} were pruned while the stream caught up`);
 			for (const event of events) {
 				subscriber.position = event.seq;
 				if (!subscriber.deliver(event)) return;

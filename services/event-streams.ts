@@ -244,6 +244,10 @@ export class SseConnection {
 
 const badLastEventId = () =>
 	new ServiceError("VALIDATION_ERROR", "Last-Event-ID is not an id this stream sent", [{ type: "lastEventId", field: "Last-Event-ID", message: "The Last-Event-ID header must be the id of an event of this stream." }]);
+const prunedAfterLastEventId = () =>
+	new ServiceError("VALIDATION_ERROR", "Events after this Last-Event-ID are no longer kept (EVENT_RETENTION_MS): follow the stream from now, and read the current state", [
+		{ type: "lastEventId", field: "Last-Event-ID", message: "Some events after the Last-Event-ID were pruned; resuming from it would skip them." }
+	]);
 
 /** Header values are strings; a repeated header is refused rather than guessed at. */
 function lastEventId(req: IncomingMessage, pattern: RegExp): string | null {
@@ -507,6 +511,13 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			} else {
 				for (const stream of Object.keys(positions) as EventStream[])
 					if (positions[stream] > 0 && positions[stream] > (await ownerHead(stream))) throw badLastEventId();
+				// A log numbers its events without a hole: a first event kept past the next number means
+				// those between were pruned, and a stream resumed there would skip them without a word. An
+				// owner that cannot be read now is left to the stream's own first read (which checks the same).
+				for (const stream of streams) {
+					const first = (await readPage(stream, { after: positions[stream], limit: 1 }).catch(() => null))?.events[0];
+					if (first && first.seq > positions[stream] + 1) throw prunedAfterLastEventId();
+				}
 			}
 			const connection = connect(res, "/events", "worker", client);
 			// Where the stream starts, before any event: a client that drops before its first one

@@ -256,10 +256,10 @@ describe("retention", () => {
 			// One intent ends (its authorization expires: the sweep rejects it) before two more arrive.
 			const ended = (await short.http("POST", "/intents", signedIntent(newWallet(), route, { senderAuthorizationExpiresAt: iso(1000) }))).body;
 			await waitFor(async () => (await short.http("GET", `/intents/${ended.id}`)).body.receiverStatus === "REJECTED", 5000, "the intent to expire");
+			// From now: the ended intent's events may be pruned already.
+			const kept = await openStream(`${short.url}/events`, workerHeaders);
 			const first = (await short.http("POST", "/intents", signedIntent(newWallet(), route))).body;
 			const second = (await short.http("POST", "/intents", signedIntent(newWallet(), route))).body;
-			// Every event is there until a sweep prunes it (those of the ended intent may be gone already).
-			const kept = await openStream(`${short.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
 			await waitFor(async () => kept.events.at(-1)?.data.subject === second.id, 5000, "the newest event");
 			expect(kept.events.slice(-2).map(e => e.data.subject)).toEqual([first.id, second.id]);
 			kept.close();
@@ -267,10 +267,18 @@ describe("retention", () => {
 			const prunedCount = async () => Number(/scs_sweep_results_total\{sweep="intents-event-retention",result="pruned",node="[^"]+"\} (\d+)/.exec((await short.http("GET", "/metrics?format=prometheus")).body)?.[1] ?? 0);
 			await waitFor(async () => (await prunedCount()) === 3, 5000, "three events pruned");
 			// The newest stays, so that its number is never handed out again.
-			const replay = await openStream(`${short.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
+			const newest = kept.events.at(-1)!.data.seq as number;
+			const replay = await openStream(`${short.url}/events`, { ...workerHeaders, "last-event-id": `${newest - 1}-0` });
 			await new Promise(resolve => setTimeout(resolve, 300));
 			replay.close();
 			expect(replay.events.map(e => e.data.subject)).toEqual([second.id]);
+			// Resumed from before the pruned ones, the stream would skip them without a word: 422, as
+			// for an id it never sent, so that the client follows from now and reads the current state.
+			const behind = await openStream(`${short.url}/events`, { ...workerHeaders, "last-event-id": "0-0" });
+			behind.close();
+			expect(behind.status).toBe(422);
+			expect(behind.body).toMatchObject({ type: "VALIDATION_ERROR", data: [{ field: "Last-Event-ID" }] });
+			expect(behind.body.message).toMatch(/EVENT_RETENTION_MS/);
 			// The intent itself stays; its stream shows its state without an event id.
 			const own = await openStream(`${short.url}/intents/${first.id}/events`);
 			expect((await own.waitFor(1))[0]).toMatchObject({ id: undefined, data: { id: first.id, receiverStatus: "VERIFIED" } });

@@ -145,6 +145,21 @@ describe("StreamFeed", () => {
 		for (const subscriber of subscribers) expect(subscriber.received).toEqual(log.events.map(e => e.seq));
 	});
 
+	it("a subscriber of the whole log that finds events before its next pruned fails, rather than skip them; one of a record's events does not", async () => {
+		const log = new Log();
+		for (let i = 0; i < 10; i++) log.append(i % 2 ? "a" : "b");
+		// Events 1–4 pruned: what is kept starts at 5.
+		const kept = { read: (query: Parameters<Log["read"]>[0]) => log.read(query).then(page => ({ ...page, events: page.events.filter(e => e.seq > 4) })), latest: log.latest };
+		await expect(feedOf(kept).subscribe(collector(2))).rejects.toThrow(/pruned/);
+		const fromKept = collector(4);
+		await feedOf(kept).subscribe(fromKept);
+		expect(fromKept.received).toEqual([5, 6, 7, 8, 9, 10]);
+		// A record's events have gaps anyway (the other records' events lie between).
+		const ofA = collector(2, "a");
+		await feedOf(kept).subscribe(ofA);
+		expect(ofA.received).toEqual([6, 8, 10]);
+	});
+
 	it("a subscriber whose catch-up read is overtaken by the shared reader reads again: nothing falls between", async () => {
 		const { log, feed, live } = await followedHeldLog();
 		// B's read sees events 1–3, and its answer is slow to come back…

@@ -53,15 +53,19 @@ export const LAST_EVENT_ID = { name: "Last-Event-ID", in: "header" as const, req
 type Request = IncomingMessage & { $params?: Record<string, unknown> };
 type StreamAccess = "public" | "worker";
 
-/** Queued events as one buffer; `parts` tells whether another stream's can be reused. */
+/**
+ * Queued events as one buffer; `parts` tells whether another stream's can be reused, `holders`
+ * how many streams have it written and not yet taken by the kernel.
+ */
 interface Batch {
 	parts: readonly Buffer[];
 	bytes: Buffer;
+	holders: number;
 }
 
 function batchOf(parts: Buffer[], previous: Batch | null): Batch {
 	if (previous && previous.parts.length === parts.length && previous.parts.every((part, i) => part === parts[i])) return previous;
-	return { parts, bytes: parts.length === 1 ? parts[0] : Buffer.concat(parts) };
+	return { parts, bytes: parts.length === 1 ? parts[0] : Buffer.concat(parts), holders: 0 };
 }
 
 /**
@@ -74,12 +78,14 @@ function batchOf(parts: Buffer[], previous: Batch | null): Batch {
 export class WriteRounds {
 	private readonly queued = new Set<SseConnection>();
 	private lastRound = 0;
+	/** Bytes written to the streams and not yet taken by the kernel, each shared batch once. */
+	private unsentBytes = 0;
 
 	constructor(
 		/** Every open stream: after each round they must hold no more than `budgetBytes` unsent together. */
 		private readonly open: ReadonlySet<SseConnection> = new Set(),
 		private readonly budgetBytes = MAX_BUFFERED_TOTAL_BYTES,
-		private readonly onCut: (streams: number, bytes: number) => void = () => {}
+		private readonly onCut: (streams: number, unsentBytes: number) => void = () => {}
 	) {}
 
 	queue(connection: SseConnection): void {
@@ -103,20 +109,27 @@ export class WriteRounds {
 		this.holdWithinBudget();
 	}
 
-	/** Cuts off the streams furthest behind until the others hold no more than the budget unsent. */
+	/** A stream wrote `batch`, or (`taken`) the kernel took it from one, or that stream went. */
+	held(batch: Batch, taken = false): void {
+		if (taken ? --batch.holders === 0 : batch.holders++ === 0) this.unsentBytes += taken ? -batch.bytes.length : batch.bytes.length;
+	}
+
+	/**
+	 * Over the budget, cuts off the streams furthest behind until the rest would fit. What a cut
+	 * stream frees is counted as all it holds, though it may share some: the next round cuts more
+	 * if that was too few.
+	 */
 	holdWithinBudget(): void {
-		let total = 0;
-		for (const connection of this.open) total += connection.buffered;
-		if (total <= this.budgetBytes) return;
-		const before = total;
+		if (this.unsentBytes <= this.budgetBytes) return;
+		let left = this.unsentBytes;
 		let cut = 0;
 		for (const connection of [...this.open].sort((a, b) => b.buffered - a.buffered)) {
-			if (total <= this.budgetBytes) break;
-			total -= connection.buffered;
+			if (left <= this.budgetBytes) break;
+			left -= connection.buffered;
 			connection.cut();
 			cut++;
 		}
-		this.onCut(cut, before);
+		this.onCut(cut, this.unsentBytes);
 	}
 }
 
@@ -126,6 +139,8 @@ export class SseConnection {
 	private readonly closers: (() => void)[] = [];
 	/** Events queued for the next write round. */
 	private pending: Buffer[] = [];
+	/** Batches written and not yet taken by the kernel (counted in the rounds' budget until then). */
+	private readonly unsent = new Set<Batch>();
 
 	constructor(
 		private readonly res: ServerResponse,
@@ -138,7 +153,11 @@ export class SseConnection {
 			"x-accel-buffering": "no"
 		});
 		res.write(`retry: ${RECONNECT_MS}\n\n`);
-		onResponseGone(res, () => this.end());
+		onResponseGone(res, () => {
+			this.end();
+			// Gone with its socket: what it had not sent no longer holds memory, whether or not its write callbacks come.
+			for (const batch of this.unsent) this.taken(batch);
+		});
 	}
 
 	/** Closed here, or ended or destroyed under it (a failure answered after it opened). */
@@ -167,8 +186,17 @@ export class SseConnection {
 		if (this.gone || this.pending.length === 0) return undefined;
 		const batch = batchOf(this.pending, previous);
 		this.pending = [];
-		this.res.write(batch.bytes);
+		if (!this.unsent.has(batch)) {
+			this.unsent.add(batch);
+			this.rounds.held(batch);
+		}
+		this.res.write(batch.bytes, () => this.taken(batch));
 		return batch;
+	}
+
+	/** The kernel took `batch` (or the stream went): it no longer counts against the rounds' budget. */
+	private taken(batch: Batch): void {
+		if (this.unsent.delete(batch)) this.rounds.held(batch, true);
 	}
 
 	/**
@@ -316,9 +344,12 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		})
 	) as Record<EventStream, StreamFeed>;
 	const open = new Set<SseConnection>();
-	const rounds = new WriteRounds(open, MAX_BUFFERED_TOTAL_BYTES, (streams, bytes) =>
-		logger.warn(`Cut off ${streams} event streams furthest behind: the streams held ${Math.round(bytes / 2 ** 20)} MiB unsent together, over ${MAX_BUFFERED_TOTAL_BYTES / 2 ** 20} MiB`)
-	);
+	// Told once a minute at most (with how often since): over the budget, every round cuts.
+	const budgetCuts = new FailureStreak();
+	const rounds = new WriteRounds(open, MAX_BUFFERED_TOTAL_BYTES, () => {
+		const line = budgetCuts.failed(`Cut off the event streams furthest behind: together the streams held more than ${MAX_BUFFERED_TOTAL_BYTES / 2 ** 20} MiB unsent`);
+		if (line) logger.warn(line);
+	});
 	/** Streams open per access (public and worker: anonymous streams cannot use up the Crankers' room) and per client. */
 	const budgets: Record<StreamAccess, { open: number; perClient: OpenPerClient }> = { public: { open: 0, perClient: new OpenPerClient() }, worker: { open: 0, perClient: new OpenPerClient() } };
 	let timers: NodeJS.Timeout[] = [];

@@ -78,12 +78,14 @@ describe("an SSE response whose reader stops reading", () => {
 	});
 });
 
-it("cuts off the streams furthest behind once all of them together hold more unsent than their budget, each under its own limit", async () => {
+/**
+ * Three SSE responses to clients that never read, on a WriteRounds of `budget` over them: the
+ * connections, and the cuts it made. Stops the server after `body`.
+ */
+async function nonReadersUnder(budget: number, body: (connections: SseConnection[], cuts: number[]) => Promise<void>) {
 	const open = new Set<SseConnection>();
-	const cuts: { streams: number; bytes: number }[] = [];
-	// Under one stream's own limit (1 MiB), so that only the budget can cut it.
-	const budget = 768 * 1024;
-	const rounds = new WriteRounds(open, budget, (streams, bytes) => cuts.push({ streams, bytes }));
+	const cuts: number[] = [];
+	const rounds = new WriteRounds(open, budget, streams => cuts.push(streams));
 	const connections: SseConnection[] = [];
 	const server = http.createServer((_req, res) => {
 		const connection = new SseConnection(res, rounds);
@@ -94,7 +96,6 @@ it("cuts off the streams furthest behind once all of them together hold more uns
 	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
 	const clients: net.Socket[] = [];
 	try {
-		// Three clients that never read: the first is sent twice as much as the others.
 		for (let i = 0; i < 3; i++) {
 			const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
 			client.on("error", () => {});
@@ -103,32 +104,50 @@ it("cuts off the streams furthest behind once all of them together hold more uns
 			clients.push(client);
 			for (let waited = 0; connections.length <= i && waited < 2000; waited += 5) await sleep(5);
 		}
-		const [fast, ...others] = connections;
-		const frame = Buffer.alloc(32 * 1024, "a");
-		let fastAtCut = -1;
-		for (let sent = 0; !fast.closed && sent < 2000; sent++) {
-			fastAtCut = fast.buffered;
-			fast.sendFrame(frame);
-			fast.sendFrame(frame);
-			for (const other of others) other.sendFrame(frame);
-			// A round at a time (one per 25 ms): what each round writes is what the budget weighs.
-			await sleep(30);
-			let held = 0;
-			for (const connection of open) held += connection.buffered;
-			expect(held).toBeLessThanOrEqual(budget);
-		}
-		// Cut by the budget, not by its own 1 MiB: the others, less far behind, stay open.
-		expect(fast.closed).toBe(true);
-		expect(fastAtCut).toBeLessThan(1 << 20);
-		expect(others.map(other => other.closed)).toEqual([false, false]);
-		expect(cuts[0]?.streams).toBe(1);
-		expect(cuts[0].bytes).toBeGreaterThan(budget);
+		await body(connections, cuts);
 	} finally {
 		for (const client of clients) client.destroy();
 		server.closeAllConnections();
 		await new Promise<void>(resolve => server.close(() => resolve()));
 	}
-});
+}
+
+// Under one stream's own limit (1 MiB), so that only the budget can cut a stream.
+const BUDGET = 768 * 1024;
+
+it("cuts off the streams furthest behind once all of them together hold more unsent than their budget, each under its own limit", () =>
+	nonReadersUnder(BUDGET, async ([fast, ...others], cuts) => {
+		// Each its own bytes (another filter, say): no buffer shared. The first is sent twice as much.
+		const frames = [0, 1, 2].map(i => Buffer.alloc(32 * 1024, "abc"[i]));
+		let fastAtCut = -1;
+		for (let sent = 0; !fast.closed && sent < 2000; sent++) {
+			fastAtCut = fast.buffered;
+			fast.sendFrame(frames[0]);
+			fast.sendFrame(frames[0]);
+			others.forEach((other, i) => other.sendFrame(frames[i + 1]));
+			// A round at a time (one per 25 ms): what each round writes is what the budget weighs.
+			await sleep(30);
+			expect([fast, ...others].reduce((held, connection) => held + (connection.closed ? 0 : connection.buffered), 0)).toBeLessThanOrEqual(BUDGET);
+		}
+		// Cut by the budget, not by its own 1 MiB: the others, less far behind, stay open.
+		expect(fast.closed).toBe(true);
+		expect(fastAtCut).toBeLessThan(1 << 20);
+		expect(others.map(other => other.closed)).toEqual([false, false]);
+		expect(cuts[0]).toBe(1);
+	}));
+
+it("counts a buffer that several streams share (the same filter) once: streams behind by more than the budget together, on the same bytes, stay open", () =>
+	nonReadersUnder(BUDGET, async (connections, cuts) => {
+		const frame = Buffer.alloc(32 * 1024, "a");
+		// Until each holds over a third of the budget unsent: together more than all of it, the same bytes.
+		for (let sent = 0; connections.some(connection => connection.buffered <= BUDGET / 2) && sent < 2000; sent++) {
+			for (const connection of connections) connection.sendFrame(frame);
+			await sleep(30);
+		}
+		expect(connections.reduce((held, connection) => held + connection.buffered, 0)).toBeGreaterThan(BUDGET);
+		expect(connections.map(connection => connection.closed)).toEqual([false, false, false]);
+		expect(cuts).toEqual([]);
+	}));
 
 it("ends every stream of a socket that goes, those pipelined behind the first included: none keeps its place in the limits", async () => {
 	const rounds = new WriteRounds();

@@ -12,9 +12,10 @@ import type { EventPage, StoredEvent } from "./store/port";
 const BEHIND_RETRY_MS = 50;
 const BEHIND_LIMIT_MS = 10_000;
 /**
- * Catch-up reads in flight at once per feed, however many subscribers catch up: a thousand streams
- * resuming far back (or filtering out every event, so never waiting for their client) read the
- * owner's log a page or two at a time, not a thousand pages at a time.
+ * Catch-up reads of the whole log in flight at once per feed, however many subscribers catch up: a
+ * thousand streams resuming far back (or filtering out every event, so never waiting for their
+ * client) read the owner's log a page or two at a time, not a thousand pages at a time. A record's
+ * own events (read by subject) are few, and are read at once.
  */
 export const CATCH_UP_READS = 2;
 
@@ -29,6 +30,8 @@ export interface FeedSubscriber {
 	position: number;
 	/** False: stop (the subscriber closed); nothing more is delivered. Synchronous, so that order holds. */
 	deliver(event: StoredEvent): boolean;
+	/** Whether it closed: a catch-up read waiting for its turn is then not made. */
+	closed?(): boolean;
 	/** Between the pages it reads while catching up: waits until what it was sent has drained. */
 	drained(): Promise<void>;
 }
@@ -41,9 +44,9 @@ export class StreamFeed {
 	private readonly bySubject = new Map<string, Set<FeedSubscriber>>();
 	private reading: Promise<void> | null = null;
 	private readAgain = false;
-	/** Catch-up reads in flight, and those waiting for one to end (first come, first served). */
+	/** Catch-up reads of the whole log in flight, and those waiting for a turn (from where they read). */
 	private catchUpReads = 0;
-	private readonly waitingToCatchUp: (() => void)[] = [];
+	private readonly waitingToCatchUp: { after: number; turn(): void }[] = [];
 
 	constructor(
 		private readonly read: LogReader,
@@ -126,7 +129,9 @@ export class StreamFeed {
 		let behindSince: number | null = null;
 		for (;;) {
 			const from = subscriber.position;
-			const { events, through } = await this.readBehind({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) });
+			const page = await this.readBehind({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) }, subscriber);
+			if (!page) return;
+			const { events, through } = page;
 			// The whole log has no hole in its numbers: one here is events pruned while this subscriber
 			// caught up. It fails, so that its stream ends rather than skips them without a word.
 			if (subscriber.subject === undefined && events.length && events[0].seq > from + 1) throw new Error(`The events after ${from} were pruned while the stream caught up`);
@@ -155,17 +160,35 @@ export class StreamFeed {
 		}
 	}
 
-	/** A subscriber's own read, at most CATCH_UP_READS of them at once; an ending one hands its turn on. */
-	private async readBehind(query: Parameters<LogReader>[0]): Promise<EventPage> {
+	/**
+	 * A subscriber's own read: of the whole log, at most CATCH_UP_READS at once, each ending one
+	 * handing its turn on. Null: the subscriber closed while it waited, and nothing was read.
+	 */
+	private async readBehind(query: Parameters<LogReader>[0], subscriber: FeedSubscriber): Promise<EventPage | null> {
+		if (query.subject !== undefined) return this.read(query);
 		if (this.catchUpReads < CATCH_UP_READS) this.catchUpReads++;
-		else await new Promise<void>(resolve => this.waitingToCatchUp.push(resolve));
+		else await new Promise<void>(turn => this.waitingToCatchUp.push({ after: query.after, turn }));
 		try {
-			return await this.read(query);
+			return subscriber.closed?.() ? null : await this.read(query);
 		} finally {
-			const next = this.waitingToCatchUp.shift();
-			if (next) next();
-			else this.catchUpReads--;
+			this.handOnCatchUpTurn();
 		}
+	}
+
+	/**
+	 * The turn goes to the waiting subscriber nearest the shared position, which joins within a read
+	 * or a few, so the queue shrinks. Served in order of arrival, each would fall behind again while
+	 * all the others read, and under a busy log none might ever join.
+	 */
+	private handOnCatchUpTurn(): void {
+		const waiting = this.waitingToCatchUp;
+		if (waiting.length === 0) {
+			this.catchUpReads--;
+			return;
+		}
+		let nearest = 0;
+		for (let i = 1; i < waiting.length; i++) if (waiting[i].after > waiting[nearest].after) nearest = i;
+		waiting.splice(nearest, 1)[0].turn();
 	}
 
 	leave(subscriber: FeedSubscriber): void {

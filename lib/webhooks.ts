@@ -128,8 +128,11 @@ export const WEBHOOKS_COLLECTION = {
 	fields: { createdAt: "text", state: "text", notBefore: "text", lastLeasedAt: "text", version: "integer", intentsCursor: "integer", tinOperationsCursor: "integer" },
 	// GET /webhooks (newest first); the delivery workers' two questions: which retries or lapsed
 	// leases are due (by notBefore), which idle subscriptions are behind a stream (whose turn it is
-	// first; the cursor is checked along the index, over at most WEBHOOKS_MAX subscriptions).
-	indexes: [["createdAt"], ["state", "notBefore"], ["state", "notBefore", "lastLeasedAt"]]
+	// first; the cursor is checked along the index, over at most WEBHOOKS_MAX subscriptions). The
+	// two by cursor serve the previous version's claims while a rolling update on MongoDB runs both
+	// (a version drops the plain indexes it does not declare, and its queries name theirs): drop
+	// them in the release after this one.
+	indexes: [["createdAt"], ["state", "notBefore"], ["state", "notBefore", "lastLeasedAt"], ["state", "notBefore", "intentsCursor"], ["state", "notBefore", "tinOperationsCursor"]]
 } as const;
 
 const WebhookEventTypeSchema = StringEnum(WEBHOOK_EVENT_TYPES);

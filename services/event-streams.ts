@@ -565,6 +565,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 							if (wanted && !wanted.has(event.data.state as string)) return !connection.closed;
 							return connection.sendFrame(frameOf(event, positions));
 						},
+						closed: () => connection.closed,
 						drained: () => connection.drained()
 					};
 					return follow(feeds[stream], connection, subscriber);

@@ -145,6 +145,51 @@ describe("StreamFeed", () => {
 		for (const subscriber of subscribers) expect(subscriber.received).toEqual(log.events.map(e => e.seq));
 	});
 
+	it("subscribers catching up a log that grows as they read all join: the turn goes to the one nearest the shared position", async () => {
+		const log = new Log();
+		for (let i = 0; i < 50; i++) log.append("s");
+		const live = collector(50);
+		let catchUpReads = 0;
+		let feed!: StreamFeed;
+		// Each catch-up read (one from behind the live subscriber) sees one more event committed, as a
+		// busy log does: served in order of arrival, twenty subscribers would each fall further
+		// behind between two of their reads than a page takes them, for ever. Past 5,000 reads the log
+		// stops growing, so that a test of that order still ends.
+		const growing = {
+			read: async (query: Parameters<Log["read"]>[0]) => {
+				const page = await log.read(query);
+				if (query.after < live.position && ++catchUpReads < 5000) {
+					log.append("s");
+					feed.wake();
+				}
+				return page;
+			},
+			latest: log.latest
+		};
+		feed = feedOf(growing);
+		await feed.subscribe(live);
+		const subscribers = Array.from({ length: 20 }, () => collector(0));
+		await Promise.all(subscribers.map(subscriber => feed.subscribe(subscriber)));
+		expect(catchUpReads).toBeLessThan(5000);
+		feed.wake();
+		await until(() => subscribers.every(subscriber => subscriber.received.length === log.events.length));
+		for (const subscriber of subscribers) expect(subscriber.received).toEqual(log.events.map(e => e.seq));
+	});
+
+	it("a catch-up read whose subscriber closed while it waited for its turn is not made, and the turn goes on", async () => {
+		const log = new Log();
+		for (let i = 0; i < 30; i++) log.append("s");
+		const reads: number[] = [];
+		const feed = feedOf({ read: (query: Parameters<Log["read"]>[0]) => (reads.push(query.after), log.read(query)), latest: log.latest });
+		// Last to ask, so it waits for a turn; closed, from a place no other subscriber reads from.
+		const staying = [collector(0), collector(0), collector(0)];
+		const gone = { ...collector(5), closed: () => true };
+		await Promise.all([...staying, gone].map(subscriber => feed.subscribe(subscriber)));
+		expect(reads).not.toContain(5);
+		expect(gone.received).toEqual([]);
+		for (const subscriber of staying) expect(subscriber.received).toEqual(log.events.map(e => e.seq));
+	});
+
 	it("a subscriber of the whole log that finds events before its next pruned fails, rather than skip them; one of a record's events does not", async () => {
 		const log = new Log();
 		for (let i = 0; i < 10; i++) log.append(i % 2 ? "a" : "b");

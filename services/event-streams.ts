@@ -13,7 +13,7 @@ import type { Config } from "../lib/config";
 import { OpenPerClient } from "../lib/connection-cap";
 import { ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
-import { FailureStreak } from "../lib/failure-streak";
+import { ConditionStreaks, FailureStreak } from "../lib/failure-streak";
 import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, type PublicMempoolIntent } from "../lib/intents";
 import { eventPage, type EventPage, type EventQuery, type StoredEvent } from "../lib/store";
 import { TIN_OPERATION_EVENT_TYPE, TIN_OPERATION_STATES } from "../lib/tin-operations";
@@ -33,7 +33,7 @@ const MAX_BUFFERED_BYTES = 1 << 20;
  * cut off. Streams with different filters share no buffer, so a thousand slow readers could
  * otherwise hold a gigabyte, far past a gateway's memory.
  */
-export const MAX_BUFFERED_TOTAL_BYTES = 64 << 20;
+const MAX_BUFFERED_TOTAL_BYTES = 64 << 20;
 /** A notice can be lost (a bus hiccup): the logs are read this often anyway while streams are open. */
 const FALLBACK_READ_MS = 1000;
 /** A stream writes at most once per this many ms: what came meanwhile leaves in one write. */
@@ -53,19 +53,15 @@ export const LAST_EVENT_ID = { name: "Last-Event-ID", in: "header" as const, req
 type Request = IncomingMessage & { $params?: Record<string, unknown> };
 type StreamAccess = "public" | "worker";
 
-/**
- * Queued events as one buffer; `parts` tells whether another stream's can be reused, `holders`
- * how many streams have it written and not yet taken by the kernel.
- */
+/** Queued events as one buffer; `parts` tells whether another stream's can be reused. */
 interface Batch {
 	parts: readonly Buffer[];
 	bytes: Buffer;
-	holders: number;
 }
 
 function batchOf(parts: Buffer[], previous: Batch | null): Batch {
 	if (previous && previous.parts.length === parts.length && previous.parts.every((part, i) => part === parts[i])) return previous;
-	return { parts, bytes: parts.length === 1 ? parts[0] : Buffer.concat(parts), holders: 0 };
+	return { parts, bytes: parts.length === 1 ? parts[0] : Buffer.concat(parts) };
 }
 
 /**
@@ -78,14 +74,20 @@ function batchOf(parts: Buffer[], previous: Batch | null): Batch {
 export class WriteRounds {
 	private readonly queued = new Set<SseConnection>();
 	private lastRound = 0;
-	/** Bytes written to the streams and not yet taken by the kernel, each shared batch once. */
+	/**
+	 * Bytes written to the streams and not yet taken by the kernel, each buffer once however many
+	 * writes hold it (an event's frame, a round's batch, written to many streams), and how many
+	 * writes hold each.
+	 */
 	private unsentBytes = 0;
+	private readonly holders = new WeakMap<Buffer, number>();
 
 	constructor(
 		/** Every open stream: after each round they must hold no more than `budgetBytes` unsent together. */
 		private readonly open: ReadonlySet<SseConnection> = new Set(),
 		private readonly budgetBytes = MAX_BUFFERED_TOTAL_BYTES,
-		private readonly onCut: (streams: number, unsentBytes: number) => void = () => {}
+		/** After each round: how many streams it cut off for the budget (0: within it). */
+		private readonly afterRound: (cut: number) => void = () => {}
 	) {}
 
 	queue(connection: SseConnection): void {
@@ -106,30 +108,43 @@ export class WriteRounds {
 			previous = connection.flush(previous) ?? previous;
 			connection.endIfBehind();
 		}
-		this.holdWithinBudget();
+		// Once the writes went out: a response sends its writes on the next tick (corked till then),
+		// and would count them as unsent until then, whether or not its client keeps up.
+		setImmediate(() => this.holdWithinBudget());
 	}
 
-	/** A stream wrote `batch`, or (`taken`) the kernel took it from one, or that stream went. */
-	held(batch: Batch, taken = false): void {
-		if (taken ? --batch.holders === 0 : batch.holders++ === 0) this.unsentBytes += taken ? -batch.bytes.length : batch.bytes.length;
+	/** A stream wrote `bytes`: they are held until the kernel takes them. */
+	wrote(bytes: Buffer): void {
+		const holders = this.holders.get(bytes) ?? 0;
+		if (holders === 0) this.unsentBytes += bytes.length;
+		this.holders.set(bytes, holders + 1);
+	}
+
+	/** The kernel took one write of `bytes`, or the stream that wrote them went. */
+	taken(bytes: Buffer): void {
+		const holders = this.holders.get(bytes)! - 1;
+		if (holders === 0) this.unsentBytes -= bytes.length;
+		this.holders.set(bytes, holders);
 	}
 
 	/**
 	 * Over the budget, cuts off the streams furthest behind until the rest would fit. What a cut
 	 * stream frees is counted as all it holds, though it may share some: the next round cuts more
-	 * if that was too few.
+	 * if that was too few. A stream holding nothing unsent is never cut: bytes of streams no longer
+	 * open (ended, going within RECONNECT_MS) count, and cutting healthy streams frees none of them.
 	 */
 	holdWithinBudget(): void {
-		if (this.unsentBytes <= this.budgetBytes) return;
-		let left = this.unsentBytes;
 		let cut = 0;
-		for (const connection of [...this.open].sort((a, b) => b.buffered - a.buffered)) {
-			if (left <= this.budgetBytes) break;
-			left -= connection.buffered;
-			connection.cut();
-			cut++;
+		if (this.unsentBytes > this.budgetBytes) {
+			let left = this.unsentBytes;
+			for (const connection of [...this.open].sort((a, b) => b.buffered - a.buffered)) {
+				if (left <= this.budgetBytes || connection.buffered === 0) break;
+				left -= connection.buffered;
+				connection.cut();
+				cut++;
+			}
 		}
-		this.onCut(cut, this.unsentBytes);
+		this.afterRound(cut);
 	}
 }
 
@@ -139,8 +154,8 @@ export class SseConnection {
 	private readonly closers: (() => void)[] = [];
 	/** Events queued for the next write round. */
 	private pending: Buffer[] = [];
-	/** Batches written and not yet taken by the kernel (counted in the rounds' budget until then). */
-	private readonly unsent = new Set<Batch>();
+	/** Writes not yet taken by the kernel, by their buffer (counted in the rounds' budget until then). */
+	private readonly unsent = new Map<Buffer, number>();
 
 	constructor(
 		private readonly res: ServerResponse,
@@ -156,7 +171,8 @@ export class SseConnection {
 		onResponseGone(res, () => {
 			this.end();
 			// Gone with its socket: what it had not sent no longer holds memory, whether or not its write callbacks come.
-			for (const batch of this.unsent) this.taken(batch);
+			for (const [bytes, writes] of this.unsent) for (let i = 0; i < writes; i++) this.rounds.taken(bytes);
+			this.unsent.clear();
 		});
 	}
 
@@ -186,17 +202,20 @@ export class SseConnection {
 		if (this.gone || this.pending.length === 0) return undefined;
 		const batch = batchOf(this.pending, previous);
 		this.pending = [];
-		if (!this.unsent.has(batch)) {
-			this.unsent.add(batch);
-			this.rounds.held(batch);
-		}
-		this.res.write(batch.bytes, () => this.taken(batch));
+		const { bytes } = batch;
+		this.unsent.set(bytes, (this.unsent.get(bytes) ?? 0) + 1);
+		this.rounds.wrote(bytes);
+		this.res.write(bytes, () => this.taken(bytes));
 		return batch;
 	}
 
-	/** The kernel took `batch` (or the stream went): it no longer counts against the rounds' budget. */
-	private taken(batch: Batch): void {
-		if (this.unsent.delete(batch)) this.rounds.held(batch, true);
+	/** The kernel took a write of `bytes` (or the stream went): it no longer counts against the rounds' budget. */
+	private taken(bytes: Buffer): void {
+		const writes = this.unsent.get(bytes);
+		if (writes === undefined) return;
+		if (writes === 1) this.unsent.delete(bytes);
+		else this.unsent.set(bytes, writes - 1);
+		this.rounds.taken(bytes);
 	}
 
 	/**
@@ -213,9 +232,14 @@ export class SseConnection {
 		return this.res.writableLength;
 	}
 
-	/** Closed at once, what it holds unsent dropped: its client resumes with Last-Event-ID. */
+	/**
+	 * Closed at once, what it holds unsent dropped: its client resumes with Last-Event-ID. A
+	 * response queued behind another on its connection (pipelined) has no socket to destroy, and
+	 * would hold its bytes until it had one: the connection goes.
+	 */
 	cut(): void {
 		this.pending = [];
+		if (!this.res.socket) this.res.req.socket.destroy();
 		this.res.destroy();
 		this.end();
 	}
@@ -344,12 +368,11 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 		})
 	) as Record<EventStream, StreamFeed>;
 	const open = new Set<SseConnection>();
-	// Told once a minute at most (with how often since): over the budget, every round cuts.
-	const budgetCuts = new FailureStreak();
-	const rounds = new WriteRounds(open, MAX_BUFFERED_TOTAL_BYTES, () => {
-		const line = budgetCuts.failed(`Cut off the event streams furthest behind: together the streams held more than ${MAX_BUFFERED_TOTAL_BYTES / 2 ** 20} MiB unsent`);
-		if (line) logger.warn(line);
-	});
+	// Over the budget, every round cuts: told as it starts, once a minute while it lasts, and as it ends.
+	const budget = new ConditionStreaks(logger);
+	const rounds = new WriteRounds(open, MAX_BUFFERED_TOTAL_BYTES, cut =>
+		budget.report("Event streams:", cut > 0, `the streams held more than ${MAX_BUFFERED_TOTAL_BYTES / 2 ** 20} MiB unsent together; those furthest behind are cut off`)
+	);
 	/** Streams open per access (public and worker: anonymous streams cannot use up the Crankers' room) and per client. */
 	const budgets: Record<StreamAccess, { open: number; perClient: OpenPerClient }> = { public: { open: 0, perClient: new OpenPerClient() }, worker: { open: 0, perClient: new OpenPerClient() } };
 	let timers: NodeJS.Timeout[] = [];

@@ -85,7 +85,7 @@ describe("an SSE response whose reader stops reading", () => {
 async function nonReadersUnder(budget: number, body: (connections: SseConnection[], cuts: number[]) => Promise<void>) {
 	const open = new Set<SseConnection>();
 	const cuts: number[] = [];
-	const rounds = new WriteRounds(open, budget, streams => cuts.push(streams));
+	const rounds = new WriteRounds(open, budget, cut => void (cut && cuts.push(cut)));
 	const connections: SseConnection[] = [];
 	const server = http.createServer((_req, res) => {
 		const connection = new SseConnection(res, rounds);
@@ -117,17 +117,19 @@ const BUDGET = 768 * 1024;
 
 it("cuts off the streams furthest behind once all of them together hold more unsent than their budget, each under its own limit", () =>
 	nonReadersUnder(BUDGET, async ([fast, ...others], cuts) => {
-		// Each its own bytes (another filter, say): no buffer shared. The first is sent twice as much.
-		const frames = [0, 1, 2].map(i => Buffer.alloc(32 * 1024, "abc"[i]));
+		// Each its own events (another filter, say), each event's frame a buffer of its own, as the
+		// gateway builds them: no buffer shared. The first is sent twice as much.
+		const frame = () => Buffer.alloc(32 * 1024, "a");
 		let fastAtCut = -1;
 		for (let sent = 0; !fast.closed && sent < 2000; sent++) {
 			fastAtCut = fast.buffered;
-			fast.sendFrame(frames[0]);
-			fast.sendFrame(frames[0]);
-			others.forEach((other, i) => other.sendFrame(frames[i + 1]));
+			fast.sendFrame(frame());
+			fast.sendFrame(frame());
+			for (const other of others) other.sendFrame(frame());
 			// A round at a time (one per 25 ms): what each round writes is what the budget weighs.
 			await sleep(30);
-			expect([fast, ...others].reduce((held, connection) => held + (connection.closed ? 0 : connection.buffered), 0)).toBeLessThanOrEqual(BUDGET);
+			// What the sockets hold adds the chunked encoding's few bytes per write to the events'.
+			expect([fast, ...others].reduce((held, connection) => held + (connection.closed ? 0 : connection.buffered), 0)).toBeLessThanOrEqual(BUDGET + 4096);
 		}
 		// Cut by the budget, not by its own 1 MiB: the others, less far behind, stay open.
 		expect(fast.closed).toBe(true);
@@ -138,9 +140,10 @@ it("cuts off the streams furthest behind once all of them together hold more uns
 
 it("counts a buffer that several streams share (the same filter) once: streams behind by more than the budget together, on the same bytes, stay open", () =>
 	nonReadersUnder(BUDGET, async (connections, cuts) => {
-		const frame = Buffer.alloc(32 * 1024, "a");
-		// Until each holds over a third of the budget unsent: together more than all of it, the same bytes.
-		for (let sent = 0; connections.some(connection => connection.buffered <= BUDGET / 2) && sent < 2000; sent++) {
+		// Until each holds over half the budget unsent: together more than all of it, the same bytes
+		// (each event's frame one buffer, sent to every stream).
+		for (let sent = 0; connections.some(connection => connection.buffered <= BUDGET / 2) && !connections.some(connection => connection.closed) && sent < 2000; sent++) {
+			const frame = Buffer.alloc(32 * 1024, "a");
 			for (const connection of connections) connection.sendFrame(frame);
 			await sleep(30);
 		}
@@ -148,6 +151,66 @@ it("counts a buffer that several streams share (the same filter) once: streams b
 		expect(connections.map(connection => connection.closed)).toEqual([false, false, false]);
 		expect(cuts).toEqual([]);
 	}));
+
+it("never cuts a stream that holds nothing unsent, though bytes of streams no longer open keep the total over the budget", async () => {
+	const open = new Set<SseConnection>();
+	const cuts: number[] = [];
+	const rounds = new WriteRounds(open, 256 * 1024, cut => void (cut && cuts.push(cut)));
+	const connections: SseConnection[] = [];
+	const server = http.createServer((_req, res) => void connections.push(new SseConnection(res, rounds)));
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	const port = (server.address() as net.AddressInfo).port;
+	const clients: net.Socket[] = [];
+	try {
+		// A client that never reads, its stream out of the open set (ended, in its last seconds), and one that reads.
+		for (const reads of [false, true]) {
+			const client = net.connect(port, "127.0.0.1");
+			client.on("error", () => {});
+			client.write("GET /events HTTP/1.1\r\nhost: test\r\n\r\n");
+			if (reads) client.resume();
+			else client.pause();
+			clients.push(client);
+			for (let waited = 0; connections.length < clients.length && waited < 2000; waited += 5) await sleep(5);
+		}
+		const [gone, reading] = connections;
+		open.add(reading);
+		for (let sent = 0; gone.buffered <= 300 * 1024 && sent < 2000; sent++) {
+			gone.sendFrame(Buffer.alloc(32 * 1024, "a"));
+			reading.sendFrame(Buffer.alloc(64, "b"));
+			await sleep(30);
+		}
+		expect(gone.buffered).toBeGreaterThan(300 * 1024);
+		expect(reading.closed).toBe(false);
+		expect(cuts).toEqual([]);
+	} finally {
+		for (const client of clients) client.destroy();
+		server.closeAllConnections();
+		await new Promise<void>(resolve => server.close(() => resolve()));
+	}
+});
+
+it("cuts off a stream queued behind another on its connection (pipelined) by closing the connection: its bytes are not held until it had a socket", async () => {
+	const rounds = new WriteRounds();
+	const connections: SseConnection[] = [];
+	const server = http.createServer((_req, res) => void connections.push(new SseConnection(res, rounds)));
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
+	client.on("error", () => {});
+	const closed = new Promise<void>(resolve => client.once("close", () => resolve()));
+	try {
+		client.write("GET /events HTTP/1.1\r\nhost: test\r\n\r\n".repeat(2));
+		client.resume();
+		for (let waited = 0; connections.length < 2 && waited < 2000; waited += 5) await sleep(5);
+		const queued = connections[1];
+		queued.cut();
+		expect(queued.closed).toBe(true);
+		await expect(Promise.race([closed.then(() => "closed"), sleep(1000).then(() => "still open")])).resolves.toBe("closed");
+	} finally {
+		client.destroy();
+		server.closeAllConnections();
+		await new Promise<void>(resolve => server.close(() => resolve()));
+	}
+});
 
 it("ends every stream of a socket that goes, those pipelined behind the first included: none keeps its place in the limits", async () => {
 	const rounds = new WriteRounds();

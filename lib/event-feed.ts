@@ -46,7 +46,7 @@ export class StreamFeed {
 	private readAgain = false;
 	/** Catch-up reads of the whole log in flight, and those waiting for a turn (from where they read). */
 	private catchUpReads = 0;
-	private readonly waitingToCatchUp: { after: number; turn(): void }[] = [];
+	private readonly waitingToCatchUp: { after: number; subscriber: FeedSubscriber; turn(granted: boolean): void }[] = [];
 
 	constructor(
 		private readonly read: LogReader,
@@ -167,7 +167,7 @@ export class StreamFeed {
 	private async readBehind(query: Parameters<LogReader>[0], subscriber: FeedSubscriber): Promise<EventPage | null> {
 		if (query.subject !== undefined) return this.read(query);
 		if (this.catchUpReads < CATCH_UP_READS) this.catchUpReads++;
-		else await new Promise<void>(turn => this.waitingToCatchUp.push({ after: query.after, turn }));
+		else if (!(await new Promise<boolean>(turn => this.waitingToCatchUp.push({ after: query.after, subscriber, turn })))) return null;
 		try {
 			return subscriber.closed?.() ? null : await this.read(query);
 		} finally {
@@ -178,17 +178,19 @@ export class StreamFeed {
 	/**
 	 * The turn goes to the waiting subscriber nearest the shared position, which joins within a read
 	 * or a few, so the queue shrinks. Served in order of arrival, each would fall behind again while
-	 * all the others read, and under a busy log none might ever join.
+	 * all the others read, and under a busy log none might ever join. Those that closed while they
+	 * waited leave the queue first, with no turn: however far behind, they hold nothing for long.
 	 */
 	private handOnCatchUpTurn(): void {
 		const waiting = this.waitingToCatchUp;
+		for (let i = waiting.length - 1; i >= 0; i--) if (waiting[i].subscriber.closed?.()) waiting.splice(i, 1)[0].turn(false);
 		if (waiting.length === 0) {
 			this.catchUpReads--;
 			return;
 		}
 		let nearest = 0;
 		for (let i = 1; i < waiting.length; i++) if (waiting[i].after > waiting[nearest].after) nearest = i;
-		waiting.splice(nearest, 1)[0].turn();
+		waiting.splice(nearest, 1)[0].turn(true);
 	}
 
 	leave(subscriber: FeedSubscriber): void {

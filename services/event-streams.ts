@@ -130,13 +130,16 @@ export class WriteRounds {
 	/**
 	 * Over the budget, cuts off the streams furthest behind until the rest would fit. What a cut
 	 * stream frees is counted as all it holds, though it may share some: the next round cuts more
-	 * if that was too few. A stream holding nothing unsent is never cut: bytes of streams no longer
-	 * open (ended, going within RECONNECT_MS) count, and cutting healthy streams frees none of them.
+	 * if that was too few. Only what open streams hold is theirs to free: bytes of streams no longer
+	 * open (ended, going within RECONNECT_MS) go by themselves, and cutting healthy streams for them
+	 * would free nothing. A stream holding nothing unsent is never cut.
 	 */
 	holdWithinBudget(): void {
 		let cut = 0;
 		if (this.unsentBytes > this.budgetBytes) {
-			let left = this.unsentBytes;
+			let openHold = 0;
+			for (const connection of this.open) openHold += connection.buffered;
+			let left = Math.min(this.unsentBytes, openHold);
 			for (const connection of [...this.open].sort((a, b) => b.buffered - a.buffered)) {
 				if (left <= this.budgetBytes || connection.buffered === 0) break;
 				left -= connection.buffered;

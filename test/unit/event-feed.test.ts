@@ -190,6 +190,30 @@ describe("StreamFeed", () => {
 		for (const subscriber of staying) expect(subscriber.received).toEqual(log.events.map(e => e.seq));
 	});
 
+	it("a waiter whose stream closed leaves the queue at the next hand-off, with no turn, however far behind the others", async () => {
+		const log = new Log();
+		for (let i = 0; i < 30; i++) log.append("s");
+		// Every read is held until the test lets it go.
+		const held: (() => void)[] = [];
+		const feed = feedOf({ read: async (query: Parameters<Log["read"]>[0]) => (await new Promise<void>(go => held.push(go)), log.read(query)), latest: log.latest });
+		void feed.subscribe(collector(0));
+		void feed.subscribe(collector(0));
+		await until(() => held.length === CATCH_UP_READS);
+		// Queued: one near the end, and one at the start whose stream then closes.
+		void feed.subscribe(collector(20));
+		let closed = false;
+		let farLeft = false;
+		void feed.subscribe({ ...collector(0), closed: () => closed }).then(() => (farLeft = true));
+		await tick();
+		expect(held).toHaveLength(CATCH_UP_READS);
+		closed = true;
+		// One read ends: the closed waiter leaves at once, and the near one reads (held too).
+		held.shift()!();
+		await until(() => farLeft && held.length === CATCH_UP_READS);
+		expect(farLeft).toBe(true);
+		for (const go of held.splice(0)) go();
+	});
+
 	it("a subscriber of the whole log that finds events before its next pruned fails, rather than skip them; one of a record's events does not", async () => {
 		const log = new Log();
 		for (let i = 0; i < 10; i++) log.append(i % 2 ? "a" : "b");

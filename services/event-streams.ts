@@ -69,7 +69,8 @@ function batchOf(parts: Buffer[], previous: Batch | null): Batch {
  * socket costs a system call (on loopback the receiver's kernel work too) whatever it carries:
  * with a hundred busy streams, a write per event per stream was most of the gateway's work. The
  * first event after a quiet spell leaves at once; a busy log's wait for the next round. Streams
- * queued the same events (every firehose stream) write one shared buffer.
+ * queued the same events (every firehose stream) write one shared buffer. After each round, the
+ * streams furthest behind are cut off while all together hold more than the budget unsent.
  */
 export class WriteRounds {
 	private readonly queued = new Set<SseConnection>();
@@ -134,7 +135,7 @@ export class WriteRounds {
 	 * open (ended, going within RECONNECT_MS) go by themselves, and cutting healthy streams for them
 	 * would free nothing. A stream holding nothing unsent is never cut.
 	 */
-	holdWithinBudget(): void {
+	private holdWithinBudget(): void {
 		let cut = 0;
 		if (this.unsentBytes > this.budgetBytes) {
 			let openHold = 0;

@@ -79,10 +79,15 @@ describe("an SSE response whose reader stops reading", () => {
 });
 
 /**
- * Three SSE responses to clients that never read, on a WriteRounds of `budget` over them: the
- * connections, and the cuts it made. Stops the server after `body`.
+ * SSE responses on a WriteRounds of `budget` over those open, one per client of `reads` (true: the
+ * client reads, false: it never does): the connections, the open set, and after each round the
+ * streams it cut and what the open ones held. Stops the server after `body`.
  */
-async function nonReadersUnder(budget: number, body: (connections: SseConnection[], cuts: number[], heldAfterWeighing: number[]) => Promise<void>) {
+async function streamsUnder(
+	budget: number,
+	reads: boolean[],
+	body: (connections: SseConnection[], rounds: { open: Set<SseConnection>; cuts: number[]; heldAfterWeighing: number[] }) => Promise<void>
+) {
 	const open = new Set<SseConnection>();
 	const cuts: number[] = [];
 	/** What the open streams hold once each round was weighed (and cut). */
@@ -101,15 +106,16 @@ async function nonReadersUnder(budget: number, body: (connections: SseConnection
 	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
 	const clients: net.Socket[] = [];
 	try {
-		for (let i = 0; i < 3; i++) {
+		for (const [i, reading] of reads.entries()) {
 			const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
 			client.on("error", () => {});
 			client.write("GET /events HTTP/1.1\r\nhost: test\r\n\r\n");
-			client.pause();
+			if (reading) client.resume();
+			else client.pause();
 			clients.push(client);
 			for (let waited = 0; connections.length <= i && waited < 2000; waited += 5) await sleep(5);
 		}
-		await body(connections, cuts, heldAfterWeighing);
+		await body(connections, { open, cuts, heldAfterWeighing });
 	} finally {
 		for (const client of clients) client.destroy();
 		server.closeAllConnections();
@@ -121,7 +127,7 @@ async function nonReadersUnder(budget: number, body: (connections: SseConnection
 const BUDGET = 768 * 1024;
 
 it("cuts off the streams furthest behind once all of them together hold more unsent than their budget, each under its own limit", () =>
-	nonReadersUnder(BUDGET, async ([fast, ...others], cuts, heldAfterWeighing) => {
+	streamsUnder(BUDGET, [false, false, false], async ([fast, ...others], { cuts, heldAfterWeighing }) => {
 		// Each its own events (another filter, say), each event's frame a buffer of its own, as the
 		// gateway builds them: no buffer shared. The first is sent twice as much.
 		const frame = () => Buffer.alloc(32 * 1024, "a");
@@ -144,7 +150,7 @@ it("cuts off the streams furthest behind once all of them together hold more uns
 	}));
 
 it("counts a buffer that several streams share (the same filter) once: streams behind by more than the budget together, on the same bytes, stay open", () =>
-	nonReadersUnder(BUDGET, async (connections, cuts) => {
+	streamsUnder(BUDGET, [false, false, false], async (connections, { cuts }) => {
 		// Until together they hold more than the budget unsent, the same bytes (each event's frame one
 		// buffer, sent to every stream), each a third of it or so.
 		const held = () => connections.reduce((sum, connection) => sum + connection.buffered, 0);
@@ -158,29 +164,10 @@ it("counts a buffer that several streams share (the same filter) once: streams b
 		expect(cuts).toEqual([]);
 	}));
 
-it("never cuts open streams for bytes that streams no longer open hold (ended, in their last seconds): neither one holding nothing nor one a little behind", async () => {
-	const open = new Set<SseConnection>();
-	const cuts: number[] = [];
-	const rounds = new WriteRounds(open, 256 * 1024, cut => void (cut && cuts.push(cut)));
-	const connections: SseConnection[] = [];
-	const server = http.createServer((_req, res) => void connections.push(new SseConnection(res, rounds)));
-	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
-	const port = (server.address() as net.AddressInfo).port;
-	const clients: net.Socket[] = [];
-	try {
-		// Not open (its stream ended), never reading; open and reading; open and a little behind.
-		for (const reads of [false, true, false]) {
-			const client = net.connect(port, "127.0.0.1");
-			client.on("error", () => {});
-			client.write("GET /events HTTP/1.1\r\nhost: test\r\n\r\n");
-			if (reads) client.resume();
-			else client.pause();
-			clients.push(client);
-			for (let waited = 0; connections.length < clients.length && waited < 2000; waited += 5) await sleep(5);
-		}
-		const [gone, reading, behind] = connections;
-		open.add(reading);
-		open.add(behind);
+it("never cuts open streams for bytes that streams no longer open hold (ended, in their last seconds): neither one holding nothing nor one a little behind", () =>
+	// Not open (its stream ended), never reading; open and reading; open and a little behind.
+	streamsUnder(256 * 1024, [false, true, false], async ([gone, reading, behind], { open, cuts }) => {
+		open.delete(gone);
 		for (let sent = 0; behind.buffered === 0 && sent < 600; sent++) {
 			behind.sendFrame(Buffer.alloc(32 * 1024, "c"));
 			await sleep(30);
@@ -195,12 +182,7 @@ it("never cuts open streams for bytes that streams no longer open hold (ended, i
 		expect(gone.buffered).toBeGreaterThan(300 * 1024);
 		expect([reading.closed, behind.closed]).toEqual([false, false]);
 		expect(cuts).toEqual([]);
-	} finally {
-		for (const client of clients) client.destroy();
-		server.closeAllConnections();
-		await new Promise<void>(resolve => server.close(() => resolve()));
-	}
-});
+	}));
 
 it("cuts off a stream queued behind another on its connection (pipelined) by closing the connection: its bytes are not held until it had a socket", async () => {
 	const rounds = new WriteRounds();

@@ -129,7 +129,7 @@ export class StreamFeed {
 		let behindSince: number | null = null;
 		for (;;) {
 			const from = subscriber.position;
-			const page = await this.readBehind({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) }, subscriber);
+			const page = await this.readBehind({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) }, subscriber, behindSince !== null);
 			if (!page) return;
 			const { events, through } = page;
 			// The whole log has no hole in its numbers: one here is events pruned while this subscriber
@@ -161,11 +161,13 @@ export class StreamFeed {
 	}
 
 	/**
-	 * A subscriber's own read: of the whole log, at most CATCH_UP_READS at once, each ending one
-	 * handing its turn on. Null: the subscriber closed while it waited, and nothing was read.
+	 * A subscriber's own read: of the whole log, or asked `again` after one that came back behind
+	 * (a failover: every stream then asks again every BEHIND_RETRY_MS), at most CATCH_UP_READS at
+	 * once, each ending one handing its turn on. A record's first read is of its few events, at
+	 * once. Null: the subscriber closed while it waited, and nothing was read.
 	 */
-	private async readBehind(query: Parameters<LogReader>[0], subscriber: FeedSubscriber): Promise<EventPage | null> {
-		if (query.subject !== undefined) return this.read(query);
+	private async readBehind(query: Parameters<LogReader>[0], subscriber: FeedSubscriber, again: boolean): Promise<EventPage | null> {
+		if (query.subject !== undefined && !again) return this.read(query);
 		if (this.catchUpReads < CATCH_UP_READS) this.catchUpReads++;
 		else if (!(await new Promise<boolean>(turn => this.waitingToCatchUp.push({ after: query.after, subscriber, turn })))) return null;
 		try {

@@ -289,6 +289,30 @@ describe("StreamFeed", () => {
 		expect(late.received).toEqual([1, 3, 5, 7]);
 	});
 
+	it("subscribers of one record each, whose reads come back behind the live position (a failover), ask again at most CATCH_UP_READS at a time", async () => {
+		const log = new Log();
+		for (let i = 0; i < 20; i++) log.append(`s${i}`);
+		// Each subject's first two reads are answered by a member that has none of the events yet.
+		const reads = new Map<string, number>();
+		let againInFlight = 0;
+		let mostAgain = 0;
+		const feed = feedOf({
+			read: async (query: Parameters<Log["read"]>[0]) => {
+				const n = (reads.get(query.subject!) ?? 0) + 1;
+				reads.set(query.subject!, n);
+				if (n > 1) mostAgain = Math.max(mostAgain, ++againInFlight);
+				await tick();
+				if (n > 1) againInFlight--;
+				return n <= 2 ? pageOf([], query.after, query.limit, query.subject) : log.read(query);
+			},
+			latest: log.latest
+		});
+		const subscribers = Array.from({ length: 20 }, (_, i) => collector(0, `s${i}`));
+		await Promise.all(subscribers.map(subscriber => feed.subscribe(subscriber)));
+		expect(mostAgain).toBe(CATCH_UP_READS);
+		subscribers.forEach((subscriber, i) => expect(subscriber.received).toEqual([i + 1]));
+	});
+
 	it("a subscriber whose reads stay behind the shared position fails after 10 s, so that its stream ends and its client resumes", async () => {
 		jest.useFakeTimers({ doNotFake: ["setImmediate", "nextTick"] });
 		try {

@@ -1,6 +1,6 @@
 /**
  * The Cranker's view of Solana through JSON-RPC (@solana/kit): the shared reader (lib/chain.ts)
- * plus blockhashes, sending, the memo index and its token balances. It answers in the terms the
+ * plus blockhashes, sending, the memo index and its mints. It answers in the terms the
  * settler decides with; RPC failures surface as thrown errors the settler retries.
  */
 import {
@@ -17,8 +17,8 @@ import {
 	type Blockhash,
 	type Transaction
 } from "@solana/kit";
-import { AccountState, findAssociatedTokenPda, getMintDecoder, getMintSize, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
-import { ChainReader } from "../lib/chain";
+import { getMintDecoder, getMintSize, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
+import { base64Bytes, ChainReader } from "../lib/chain";
 import { memoFieldNamesNullifier } from "../lib/settlement";
 
 export interface Lifetime {
@@ -47,8 +47,6 @@ function isInstructionError(err: unknown): boolean {
 export class HistoryTooLongError extends Error {
 	override name = "HistoryTooLongError";
 }
-
-const base64Bytes = (text: string) => new Uint8Array(Buffer.from(text, "base64"));
 
 export class Chain extends ChainReader {
 	private readonly decimals = new Map<string, number>();
@@ -104,24 +102,6 @@ export class Chain extends ChainReader {
 	}
 
 	/**
-	 * What the owner can pay out of its associated token account of each mint (classic SPL Token):
-	 * 0 for an account that does not exist or is frozen. One `getMultipleAccounts` of at most 64
-	 * accounts, whatever other token accounts others opened for the owner.
-	 */
-	async tokenBalances(owner: Address, mints: readonly Address[]): Promise<Map<Address, bigint>> {
-		const accounts = await Promise.all(mints.map(async mint => (await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0]));
-		const value = await this.accounts(accounts);
-		return new Map(
-			mints.map((mint, i) => {
-				const account = value[i];
-				if (!account || account.owner !== TOKEN_PROGRAM_ADDRESS) return [mint, 0n];
-				const token = getTokenDecoder().decode(base64Bytes(account.data[0]));
-				return [mint, token.mint === mint && token.owner === owner && token.state === AccountState.Initialized ? token.amount : 0n];
-			})
-		);
-	}
-
-	/**
 	 * What is wrong with each of `mints` on this chain, for the operator: missing (often another
 	 * cluster's mint), or not a classic SPL Token mint. Empty when every one is a mint it can pay in.
 	 */
@@ -146,13 +126,5 @@ export class Chain extends ChainReader {
 		const { decimals } = getMintDecoder().decode(base64Bytes(value.data[0]));
 		this.decimals.set(mint, decimals);
 		return decimals;
-	}
-
-	/** The accounts at `addresses`, in their order (null: none there), in one getMultipleAccounts; `dataSlice`: only those bytes of each. */
-	private async accounts(addresses: readonly Address[], dataSlice?: { offset: number; length: number }) {
-		const { value } = await this.rpc.getMultipleAccounts(addresses, { encoding: "base64", commitment: "confirmed", ...(dataSlice ? { dataSlice } : {}) }).send(this.deadline);
-		// An answer that is not one entry per account asked is a failed read, not empty accounts.
-		if (!Array.isArray(value) || value.length !== addresses.length) throw new Error(`getMultipleAccounts answered ${Array.isArray(value) ? value.length : "no"} entries for ${addresses.length} accounts`);
-		return value;
 	}
 }

@@ -1,10 +1,12 @@
 /**
- * Reading Solana through JSON-RPC (@solana/kit): block height, slots, a signature's status and a
- * transaction's settlement content. The Node reads the chain itself before it lets a submission
- * go (SPEC §2.4); the Cranker builds on the same reader. Every call has a deadline, so a hung RPC
+ * Reading Solana through JSON-RPC (@solana/kit): block height, slots, a signature's status, a
+ * transaction's settlement content and token balances. The Node reads the chain itself before it
+ * lets a submission go (SPEC §2.4) and before it publishes a Cranker's liquidity; the Cranker
+ * builds on the same reader. Every call has a deadline, so a hung RPC
  * node cannot stall a caller.
  */
-import { createSolanaRpcFromTransport, isSolanaError, signature as toSignature, SolanaError, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, type Rpc, type RpcTransport, type SolanaRpcApi } from "@solana/kit";
+import { createSolanaRpcFromTransport, isSolanaError, signature as toSignature, SolanaError, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, type Address, type Rpc, type RpcTransport, type SolanaRpcApi } from "@solana/kit";
+import { AccountState, findAssociatedTokenPda, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { parseJsonWithBigInts, stringifyJsonWithBigInts } from "@solana/rpc-spec-types";
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
@@ -104,6 +106,8 @@ function cappedTransport(url: string, maxBytes: number): RpcTransport {
 	};
 }
 
+export const base64Bytes = (text: string) => new Uint8Array(Buffer.from(text, "base64"));
+
 export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
 
 export class ChainReader {
@@ -173,6 +177,32 @@ export class ChainReader {
 		});
 		// Unreadable: taken for this settlement, the answer that lets nothing go.
 		return { blockHeight, status, content: contents ? await read(contents) : { mismatches: ["the transaction could not be read"], related: true } };
+	}
+
+	/**
+	 * What the owner can pay out of its associated token account of each mint (classic SPL Token):
+	 * 0 for an account that does not exist or is frozen. One `getMultipleAccounts` of at most 64
+	 * accounts, whatever other token accounts others opened for the owner.
+	 */
+	async tokenBalances(owner: Address, mints: readonly Address[]): Promise<Map<Address, bigint>> {
+		const accounts = await Promise.all(mints.map(async mint => (await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0]));
+		const value = await this.accounts(accounts);
+		return new Map(
+			mints.map((mint, i) => {
+				const account = value[i];
+				if (!account || account.owner !== TOKEN_PROGRAM_ADDRESS) return [mint, 0n];
+				const token = getTokenDecoder().decode(base64Bytes(account.data[0]));
+				return [mint, token.mint === mint && token.owner === owner && token.state === AccountState.Initialized ? token.amount : 0n];
+			})
+		);
+	}
+
+	/** The accounts at `addresses`, in their order (null: none there), in one getMultipleAccounts; `dataSlice`: only those bytes of each. */
+	protected async accounts(addresses: readonly Address[], dataSlice?: { offset: number; length: number }) {
+		const { value } = await this.rpc.getMultipleAccounts(addresses, { encoding: "base64", commitment: "confirmed", ...(dataSlice ? { dataSlice } : {}) }).send(this.deadline);
+		// An answer that is not one entry per account asked is a failed read, not empty accounts.
+		if (!Array.isArray(value) || value.length !== addresses.length) throw new Error(`getMultipleAccounts answered ${Array.isArray(value) ? value.length : "no"} entries for ${addresses.length} accounts`);
+		return value;
 	}
 }
 
@@ -275,6 +305,16 @@ export class NodeChain {
 		if (onIt) return void (this.clusterCheckedAt = performance.now());
 		this.clusterFailedAt = performance.now();
 		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });
+	}
+
+	/**
+	 * What `owner` can pay out of its associated token account of each mint (ChainReader.tokenBalances),
+	 * the least that any endpoint shows: one provider's word cannot raise it.
+	 */
+	async tokenBalances(owner: Address, mints: readonly Address[]): Promise<Map<Address, bigint>> {
+		await this.sameCluster();
+		const readings = await this.fromEach(reader => reader.tokenBalances(owner, mints));
+		return new Map(mints.map(mint => [mint, readings.reduce((least, reading) => (reading.get(mint)! < least ? reading.get(mint)! : least), readings[0].get(mint)!)]));
 	}
 
 	private fromEach<T>(read: (reader: ChainReader) => Promise<T>): Promise<T[]> {

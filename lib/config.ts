@@ -53,6 +53,8 @@ export interface Config {
 	registrySeedFile: string | null;
 	leaseTtlMs: number;
 	crankerTtlMs: number;
+	/** Chain reads of settlement Crankers' balances a process makes per second at most (services/crankers.service.ts). */
+	liquidityReadsPerSecond: number;
 	/** Operator pubkeys allowed to crank; empty = any. */
 	crankerOperators: string[];
 	nodeAuthorityKeypairPath: string | null;
@@ -499,6 +501,7 @@ export function loadConfig(env: Env = process.env): Config {
 		registrySeedFile: text(env, "REGISTRY_SEED_FILE"),
 		leaseTtlMs: integer(env, "LEASE_TTL_MS", 60_000, 1),
 		crankerTtlMs: integer(env, "CRANKER_TTL_MS", 30_000, 1),
+		liquidityReadsPerSecond: integer(env, "LIQUIDITY_READS_PER_SECOND", 50, 1),
 		crankerOperators: list(env, "CRANKER_OPERATORS"),
 		nodeAuthorityKeypairPath: text(env, "NODE_AUTHORITY_KEYPAIR_PATH"),
 		webhookSecretsKeys,

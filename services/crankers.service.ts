@@ -1,11 +1,14 @@
 /**
- * crankers: owns Cranker admission (SPEC §6, §6.1): signed heartbeats, liveness and roles, and the
- * request signatures already seen (replay protection). A Cranker is online while its last accepted
+ * crankers: owns Cranker admission (SPEC §6, §6.1): signed heartbeats, liveness, roles and
+ * liquidity (as far as the chain bears it out), and the request signatures already seen (replay
+ * protection). A Cranker is online while its last accepted
  * heartbeat is younger than CRANKER_TTL_MS; records silent for CRANKER_RETENTION_MS are pruned.
  */
+import { address as toAddress } from "@solana/kit";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { CrankerHeartbeatRecord } from "../lib/answers";
 import { buildHeartbeatMessage } from "../lib/canonical";
+import type { NodeChain } from "../lib/chain";
 import type { Config } from "../lib/config";
 import { CrankerTotals } from "../lib/cranker-totals";
 import { verifySignature } from "../lib/ed25519";
@@ -19,6 +22,7 @@ import { storeMixin } from "../mixins/store.mixin";
 import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
 import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { internal, keyHoldersOnly, workersOnly } from "./internal";
+import { processChain } from "./process-chain";
 
 const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Heartbeats read per page when a replica folds in what was stored since its last look. */
@@ -40,6 +44,11 @@ interface CrankerDoc {
 	crankerPubkey: string;
 	roles: CrankerRole[];
 	liquidity: HeartbeatRequest["liquidity"];
+	/**
+	 * Whether `liquidity` is bounded by a chain read, this heartbeat's or an earlier one's: a
+	 * heartbeat the Node does not read keeps no more than that.
+	 */
+	liquidityRead?: boolean;
 	version: string | null;
 	lastSentAt: string;
 	lastSeenAt: string;
@@ -76,6 +85,10 @@ interface CrankersVars {
 	totals: CrankerTotals;
 	/** The store time up to which this replica has folded heartbeats in. */
 	caughtUpTo: string;
+	/** Null without SOLANA_RPC_URL: a settlement Cranker's liquidity is then its word. */
+	chain: NodeChain | null;
+	/** The liquidity reads of the current second (LIQUIDITY_READS_PER_SECOND). */
+	liquidityReads: { since: number; count: number };
 }
 
 interface CrankersMethods {
@@ -84,6 +97,8 @@ interface CrankersMethods {
 	onlineCutoff(nowMs: number): string;
 	toView(doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord;
 	accept(ctx: Context<HeartbeatRequest>): Promise<CrankerHeartbeatRecord>;
+	provenLiquidity(hb: HeartbeatRequest): Promise<Pick<CrankerDoc, "liquidity" | "liquidityRead">>;
+	mayReadLiquidity(): boolean;
 	catchUp(nowMs: number): Promise<void>;
 	sweep(): Promise<void>;
 }
@@ -195,7 +210,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 					id: hb.crankerPubkey,
 					crankerPubkey: hb.crankerPubkey,
 					roles: hb.roles,
-					liquidity: hb.liquidity,
+					...(await this.provenLiquidity(hb)),
 					version: hb.version ?? null,
 					lastSentAt: hb.sentAt,
 					lastSeenAt: now.toISOString(),
@@ -211,6 +226,40 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				}
 				this.totals.seen(doc);
 				return this.toView(doc, now.getTime());
+			},
+
+			/**
+			 * A settlement Cranker's liquidity as far as the chain bears it out: of each mint, what it
+			 * reports or what its associated token account holds (ChainReader.tokenBalances), the
+			 * smaller. Its word alone would let a key holder show a mint ready that no Cranker can pay.
+			 * A heartbeat not read (the chain does not answer, or this second's reads are spent) keeps
+			 * no more than the last reading, 0 without one; the heartbeat itself still counts (the TIN
+			 * roles and leases need no balance).
+			 */
+			async provenLiquidity(this: CrankersThis, hb) {
+				if (!this.chain || !hb.roles.includes("settlement") || hb.liquidity.length === 0) return { liquidity: hb.liquidity, liquidityRead: false };
+				const mints = hb.liquidity.map(entry => toAddress(entry.tokenMintAddress));
+				const held = this.mayReadLiquidity() ? await this.chain.tokenBalances(toAddress(hb.crankerPubkey), mints).catch(() => null) : null;
+				const last = held ? null : await this.crankers.get(hb.crankerPubkey);
+				const lastReading = new Map(last?.liquidityRead ? last.liquidity.map(entry => [entry.tokenMintAddress, BigInt(entry.available)]) : []);
+				return {
+					liquidity: hb.liquidity.map(({ tokenMintAddress, available }, i) => {
+						const bound = (held ? held.get(mints[i]) : lastReading.get(tokenMintAddress)) ?? 0n;
+						const reported = BigInt(available);
+						return { tokenMintAddress, available: (bound < reported ? bound : reported).toString() };
+					}),
+					liquidityRead: held !== null || !!last?.liquidityRead
+				};
+			},
+
+			/**
+			 * Whether a heartbeat's liquidity may be read now: one read per heartbeat would let a worker-key
+			 * holder with many keys spend the Node's RPC quota, which its settlement checks need.
+			 */
+			mayReadLiquidity(this: CrankersThis) {
+				const now = performance.now();
+				if (now - this.liquidityReads.since >= 1000) this.liquidityReads = { since: now, count: 0 };
+				return ++this.liquidityReads.count <= config.liquidityReadsPerSecond;
 			},
 
 			/**
@@ -245,6 +294,8 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			this.operators = new Set(config.crankerOperators);
 			this.totals = new CrankerTotals(CRANKER_ROLES);
 			this.caughtUpTo = "";
+			this.chain = processChain(this.broker, config).reads;
+			this.liquidityReads = { since: -Infinity, count: 0 };
 		}
 	};
 }

@@ -5,6 +5,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { ServiceBroker } from "moleculer";
+import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { waitFor } from "../../devkit/process";
 import { loadConfig } from "../../lib/config";
 import { newBusKeyring } from "../../lib/bus-signatures";
@@ -21,7 +22,7 @@ async function startCrankers(env: Record<string, string> = {}) {
 		broker,
 		/** A heartbeat as the gateway hands it over: from a request signed by `signer`. */
 		heartbeat: async (heartbeat: ReturnType<typeof signedHeartbeat>, signer = heartbeat.crankerPubkey) =>
-			broker.call<{ online: boolean }, object>("crankers.heartbeat", heartbeat, { meta: await crankerCallMeta(walletOf(signer), "crankers.heartbeat", heartbeat) }),
+			broker.call<{ online: boolean; liquidity: { tokenMintAddress: string; available: string }[] }, object>("crankers.heartbeat", heartbeat, { meta: await crankerCallMeta(walletOf(signer), "crankers.heartbeat", heartbeat) }),
 		standing: (cranker: Wallet) => broker.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey: cranker.address }),
 		summary: () => broker.call<{ online: number; total: number; byRole: Record<string, number>; mints: Record<string, unknown> }>("crankers.summary")
 	};
@@ -96,6 +97,87 @@ describe("heartbeats", () => {
 		await admit("sig-old", now - MAX_CLOCK_SKEW_S - 5);
 		await waitFor(() => admit("sig-old", now - MAX_CLOCK_SKEW_S - 5).catch(() => false), 5000, "the expired signature forgotten");
 		await expect(admit("sig-a", now)).rejects.toMatchObject({ type: "FORBIDDEN" });
+	});
+});
+
+describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the chain bears out", () => {
+	const chain = new LocalChain({ slotMs: 50 });
+	let crankers: Awaited<ReturnType<typeof startCrankers>>;
+	beforeAll(() => chain.start());
+	afterAll(() => chain.stop());
+	beforeEach(async () => (crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER })));
+	afterEach(() => {
+		chain.clearFaults();
+		return crankers.broker.stop();
+	});
+
+	const reporting = (amounts: Record<string, string>) => Object.entries(amounts).map(([tokenMintAddress, available]) => ({ tokenMintAddress, available }));
+
+	test("each mint counts what the Cranker reports or what its associated token account holds, the smaller: a mint it holds none of is not offered", async () => {
+		const cranker = newWallet();
+		const [held, empty] = [chain.createMint(), chain.createMint()];
+		const madeUp = newWallet().address;
+		await chain.fundTokens(cranker.address, held, 5000n);
+		// Its word: a billion of each, in a heartbeat it signed.
+		const answer = await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [held]: "1000000000", [empty]: "1000000000", [madeUp]: "1000000000" }) }));
+		expect(answer).toMatchObject({ liquidity: reporting({ [held]: "5000", [empty]: "0", [madeUp]: "0" }) });
+		expect((await crankers.summary()).mints).toEqual({ [held]: { liquidity: "5000", crankersOnline: 1 }, [empty]: { liquidity: "0", crankersOnline: 0 }, [madeUp]: { liquidity: "0", crankersOnline: 0 } });
+
+		// Reporting less than it holds (kept back for fees, say) is its own choice.
+		await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [held]: "70" }) }));
+		expect((await crankers.summary()).mints).toEqual({ [held]: { liquidity: "70", crankersOnline: 1 } });
+	});
+
+	test("a heartbeat the chain does not answer for keeps no more than the last reading, 0 without one; the Cranker is online all the same", async () => {
+		const [cranker, newcomer] = [newWallet(), newWallet()];
+		const mint = chain.createMint();
+		await chain.fundTokens(cranker.address, mint, 5000n);
+		await chain.fundTokens(newcomer.address, mint, 5000n);
+		await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }), sentAt: iso(-1000) }));
+
+		chain.injectFault("getMultipleAccounts", "http-500", 3);
+		await crankers.heartbeat(signedHeartbeat(newcomer, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }) }));
+		expect(await crankers.standing(newcomer)).toEqual({ online: true, roles: ["settlement"] });
+		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "5000", crankersOnline: 1 } });
+		// The last reading bounds it, and so does what it reports now.
+		await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "700" }), sentAt: iso(-500) }));
+		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "700", crankersOnline: 1 } });
+		await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }) }));
+		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "700", crankersOnline: 1 } });
+
+		chain.clearFaults();
+		await crankers.heartbeat(signedHeartbeat(newcomer, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }), sentAt: iso(500) }));
+		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "5700", crankersOnline: 2 } });
+	});
+
+	test("LIQUIDITY_READS_PER_SECOND: heartbeats past it are not read, so many keys cannot spend the Node's RPC quota", async () => {
+		await crankers.broker.stop();
+		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "2" });
+		const mint = chain.createMint();
+		const keys = Array.from({ length: 6 }, () => newWallet());
+		for (const key of keys) await chain.fundTokens(key.address, mint, 100n);
+		const readsBefore = chain.calls.get("getMultipleAccounts") ?? 0;
+		const answers = await Promise.all(keys.map(key => crankers.heartbeat(signedHeartbeat(key, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }) }))));
+		expect((chain.calls.get("getMultipleAccounts") ?? 0) - readsBefore).toBe(2);
+		expect(answers.map(answer => answer.liquidity[0].available).sort()).toEqual(["0", "0", "0", "0", "100", "100"]);
+		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "200", crankersOnline: 2 } });
+	});
+
+	test("a report taken as sent by a Node without SOLANA_RPC_URL is no reading: once the Node has one, a heartbeat not read counts 0", async () => {
+		await crankers.broker.stop();
+		const dataDir = tempDir();
+		const [cranker, other] = [newWallet(), newWallet()];
+		const mint = chain.createMint();
+		await chain.fundTokens(cranker.address, mint, 100n);
+		const unread = await startCrankers({ DATA_DIR: dataDir });
+		await unread.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }), sentAt: iso(-1000) }));
+		expect((await unread.summary()).mints).toEqual({ [mint]: { liquidity: "1000000000", crankersOnline: 1 } });
+		await unread.broker.stop();
+
+		crankers = await startCrankers({ DATA_DIR: dataDir, SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "1" });
+		await crankers.heartbeat(signedHeartbeat(other, ["settlement"], { liquidity: reporting({ [mint]: "1" }) }));
+		await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }) }));
+		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "0", crankersOnline: 0 } });
 	});
 });
 

@@ -302,6 +302,7 @@ describe("loadConfig refusals", () => {
 		["LEASE_TTL_MS", "0"],
 		["LEASE_TTL_MS", "sixty"],
 		["CRANKER_TTL_MS", "0"],
+		["LIQUIDITY_READS_PER_SECOND", "0"],
 		["VERIFY_TIMEOUT_MS", "0"],
 		["RATE_LIMIT_PER_MIN", "-5"],
 		["RATE_LIMIT_PER_MIN", "10/min"],

@@ -45,15 +45,21 @@ interface CrankerDoc {
 	roles: CrankerRole[];
 	liquidity: HeartbeatRequest["liquidity"];
 	/**
-	 * Whether `liquidity` is bounded by a chain read, this heartbeat's or an earlier one's: a
-	 * heartbeat the Node does not read keeps no more than that.
+	 * The Cranker's associated token accounts as the Node last read them (SOLANA_RPC_URL): what a
+	 * heartbeat the Node does not read may count, while the reading is younger than CRANKER_TTL_MS.
 	 */
-	liquidityRead?: boolean;
+	held?: LiquidityReading | null;
 	version: string | null;
 	lastSentAt: string;
 	lastSeenAt: string;
 	/** The call that stored this heartbeat (services/replay.ts). */
 	callKey?: string | null;
+}
+
+/** A settlement Cranker's balance of each mint it reported, as read on chain at `at`. */
+interface LiquidityReading {
+	at: string;
+	balances: HeartbeatRequest["liquidity"];
 }
 
 /** A request signature seen within its validity window, keyed by the signature itself. */
@@ -87,8 +93,8 @@ interface CrankersVars {
 	caughtUpTo: string;
 	/** Null without SOLANA_RPC_URL: a settlement Cranker's liquidity is then its word. */
 	chain: NodeChain | null;
-	/** The liquidity reads of the current second (LIQUIDITY_READS_PER_SECOND). */
-	liquidityReads: { since: number; count: number };
+	/** The liquidity reads this process may still make (a token bucket: LIQUIDITY_READS_PER_SECOND, as many at once). */
+	liquidityReads: { tokens: number; at: number };
 }
 
 interface CrankersMethods {
@@ -97,7 +103,7 @@ interface CrankersMethods {
 	onlineCutoff(nowMs: number): string;
 	toView(doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord;
 	accept(ctx: Context<HeartbeatRequest>): Promise<CrankerHeartbeatRecord>;
-	provenLiquidity(hb: HeartbeatRequest): Promise<Pick<CrankerDoc, "liquidity" | "liquidityRead">>;
+	provenLiquidity(hb: HeartbeatRequest, now: Date): Promise<Pick<CrankerDoc, "liquidity" | "held">>;
 	mayReadLiquidity(): boolean;
 	catchUp(nowMs: number): Promise<void>;
 	sweep(): Promise<void>;
@@ -210,7 +216,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 					id: hb.crankerPubkey,
 					crankerPubkey: hb.crankerPubkey,
 					roles: hb.roles,
-					...(await this.provenLiquidity(hb)),
+					...(await this.provenLiquidity(hb, now)),
 					version: hb.version ?? null,
 					lastSentAt: hb.sentAt,
 					lastSeenAt: now.toISOString(),
@@ -232,34 +238,45 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			 * A settlement Cranker's liquidity as far as the chain bears it out: of each mint, what it
 			 * reports or what its associated token account holds (ChainReader.tokenBalances), the
 			 * smaller. Its word alone would let a key holder show a mint ready that no Cranker can pay.
-			 * A heartbeat not read (the chain does not answer, or this second's reads are spent) keeps
-			 * no more than the last reading, 0 without one; the heartbeat itself still counts (the TIN
-			 * roles and leases need no balance).
+			 * A heartbeat not read (the chain does not answer, or the reads allowed are spent) is
+			 * bounded by the last reading while that is younger than CRANKER_TTL_MS, and counts 0
+			 * otherwise; the heartbeat itself still counts (the TIN roles and leases need no balance).
 			 */
-			async provenLiquidity(this: CrankersThis, hb) {
-				if (!this.chain || !hb.roles.includes("settlement") || hb.liquidity.length === 0) return { liquidity: hb.liquidity, liquidityRead: false };
+			async provenLiquidity(this: CrankersThis, hb, now) {
+				if (!this.chain || !hb.roles.includes("settlement") || hb.liquidity.length === 0) return { liquidity: hb.liquidity, held: null };
 				const mints = hb.liquidity.map(entry => toAddress(entry.tokenMintAddress));
-				const held = this.mayReadLiquidity() ? await this.chain.tokenBalances(toAddress(hb.crankerPubkey), mints).catch(() => null) : null;
-				const last = held ? null : await this.crankers.get(hb.crankerPubkey);
-				const lastReading = new Map(last?.liquidityRead ? last.liquidity.map(entry => [entry.tokenMintAddress, BigInt(entry.available)]) : []);
+				const read = this.mayReadLiquidity() ? await this.chain.tokenBalances(toAddress(hb.crankerPubkey), mints).catch(() => null) : null;
+				let held: LiquidityReading | null;
+				if (read) held = { at: now.toISOString(), balances: mints.map(mint => ({ tokenMintAddress: mint, available: read.get(mint)!.toString() })) };
+				else {
+					const last = (await this.crankers.get(hb.crankerPubkey))?.held;
+					held = last && Date.parse(last.at) + this.settings.crankerTtlMs > now.getTime() ? last : null;
+				}
+				const balances = new Map(held?.balances.map(entry => [entry.tokenMintAddress, BigInt(entry.available)]));
 				return {
-					liquidity: hb.liquidity.map(({ tokenMintAddress, available }, i) => {
-						const bound = (held ? held.get(mints[i]) : lastReading.get(tokenMintAddress)) ?? 0n;
+					held,
+					liquidity: hb.liquidity.map(({ tokenMintAddress, available }) => {
+						const onChain = balances.get(tokenMintAddress) ?? 0n;
 						const reported = BigInt(available);
-						return { tokenMintAddress, available: (bound < reported ? bound : reported).toString() };
-					}),
-					liquidityRead: held !== null || !!last?.liquidityRead
+						return { tokenMintAddress, available: (onChain < reported ? onChain : reported).toString() };
+					})
 				};
 			},
 
 			/**
-			 * Whether a heartbeat's liquidity may be read now: one read per heartbeat would let a worker-key
-			 * holder with many keys spend the Node's RPC quota, which its settlement checks need.
+			 * Whether a heartbeat's liquidity may be read now: one read per heartbeat would let a
+			 * worker-key holder with many keys spend the Node's RPC quota, which its settlement checks
+			 * need. A token bucket, so that no burst passes the rate.
 			 */
 			mayReadLiquidity(this: CrankersThis) {
+				const rate = config.liquidityReadsPerSecond;
 				const now = performance.now();
-				if (now - this.liquidityReads.since >= 1000) this.liquidityReads = { since: now, count: 0 };
-				return ++this.liquidityReads.count <= config.liquidityReadsPerSecond;
+				const bucket = this.liquidityReads;
+				bucket.tokens = Math.min(rate, bucket.tokens + ((now - bucket.at) * rate) / 1000);
+				bucket.at = now;
+				if (bucket.tokens < 1) return false;
+				bucket.tokens -= 1;
+				return true;
 			},
 
 			/**
@@ -295,7 +312,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			this.totals = new CrankerTotals(CRANKER_ROLES);
 			this.caughtUpTo = "";
 			this.chain = processChain(this.broker, config).reads;
-			this.liquidityReads = { since: -Infinity, count: 0 };
+			this.liquidityReads = { tokens: config.liquidityReadsPerSecond, at: performance.now() };
 		}
 	};
 }

@@ -143,7 +143,7 @@ export class Settler {
 
 		const creditAccount = await this.creditAccountOf(leased);
 		const searchFrom = searchFromOf(leased);
-		let candidates: string[];
+		let candidates: { signature: string; slot: number }[];
 		try {
 			candidates = await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom, searchUntil);
 		} catch (err) {
@@ -155,9 +155,9 @@ export class Settler {
 		this.crowded.delete(creditAccount);
 		for (const candidate of candidates) {
 			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
-			if (!(await this.isSettlementOf(leased, candidate))) continue;
-			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate });
-			return this.reportLanded(leased, candidate);
+			if (!(await this.isSettlementOf(leased, candidate.signature))) continue;
+			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate.signature });
+			return this.reportLanded(leased, candidate.signature, candidate.slot);
 		}
 		// Its own earlier settlement only now, never in place of the search: nothing on chain keeps two
 		// transfers apart by nullifier, and the search is what finds another Cranker's that landed.
@@ -205,7 +205,7 @@ export class Settler {
 			const state = await this.chain.signatureState(earlier.signature);
 			if (state.kind === "unknown" || state.kind === "failed") return null;
 			// The nullifier is the payment's key on chain: spent by another payment, it pays no other.
-			if (state.kind === "landed") return samePayment ? this.reportLanded(leased, earlier.signature) : this.release(leased, "this payout nullifier was spent by another payment");
+			if (state.kind === "landed") return samePayment ? this.reportLanded(leased, earlier.signature, Number(state.slot)) : this.release(leased, "this payout nullifier was spent by another payment");
 			return this.release(leased, "a settlement signed before is still being processed");
 		}
 		if (!samePayment) return this.release(leased, "a settlement signed for another payment with this payout nullifier may still land");
@@ -214,10 +214,14 @@ export class Settler {
 		return submitted ? this.land(submitted, earlier.transaction, earlier.lifetime) : "lost";
 	}
 
-	/** Reports `signature`, a transaction that already landed, as the lease's submission, then settles it. */
-	private async reportLanded(leased: MempoolIntent, signature: string): Promise<SettleResult> {
+	/**
+	 * Reports `signature`, a transaction that already landed (in `slot`), as the lease's submission,
+	 * then settles it. The slot tells the Node how far back the chain's history must reach before it
+	 * takes the signature's absence for a drop.
+	 */
+	private async reportLanded(leased: MempoolIntent, signature: string, slot: number): Promise<SettleResult> {
 		// It landed already: the current height bounds when it could have.
-		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: signature, lastValidBlockHeight: Number(await this.chain.blockHeight()) });
+		const submitted = await this.report(leased, "SUBMITTED", { transactionSignature: signature, slot, lastValidBlockHeight: Number(await this.chain.blockHeight()) });
 		return submitted ? this.finishLanded(submitted, signature) : "lost";
 	}
 

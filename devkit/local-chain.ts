@@ -80,6 +80,8 @@ export class LocalChain {
 	/** How many slots a landed transaction waits before getTransaction answers it at `finalized` (0: at once). */
 	finalitySlots = 0;
 	private dropped = 0;
+	/** The first slot whose transactions it still shows (getFirstAvailableBlock); see keepHistoryFrom(). */
+	private historyFrom = 0;
 	private substitute: ((signature: string) => ReadonlyUint8Array | undefined) | null = null;
 	/** What the dropped sends carried, for landDropped(). */
 	private readonly droppedWires: string[] = [];
@@ -118,6 +120,20 @@ export class LocalChain {
 		this.slotNumber += slots;
 		this.svm.warpToSlot(BigInt(this.slotNumber));
 		this.newBlockhash();
+	}
+
+	/**
+	 * Shows no transaction of the slots before `slot`, as a validator with a limited ledger and no
+	 * long-term storage does once it pruned them: their signatures are unknown to it (0: every one).
+	 */
+	keepHistoryFrom(slot: number): void {
+		this.historyFrom = slot;
+	}
+
+	/** A landed transaction, unless pruned. */
+	private kept(signature: string): Landed | undefined {
+		const tx = this.landed.get(signature);
+		return tx && tx.slot >= this.historyFrom ? tx : undefined;
 	}
 
 	/** The next `times` calls of `method` fail this way. */
@@ -268,6 +284,8 @@ export class LocalChain {
 			case "getSlot":
 			case "getBlockHeight":
 				return this.slotNumber;
+			case "getFirstAvailableBlock":
+				return this.historyFrom;
 			case "getLatestBlockhash":
 				return { context: this.context(), value: { blockhash: this.latest, lastValidBlockHeight: this.blockhashes.get(this.latest) } };
 			case "sendTransaction":
@@ -276,7 +294,7 @@ export class LocalChain {
 				return {
 					context: this.context(),
 					value: (params[0] as string[]).map(signature => {
-						const tx = this.landed.get(signature);
+						const tx = this.kept(signature);
 						return tx ? { slot: tx.slot, confirmations: null, err: null, status: { Ok: null }, confirmationStatus: "finalized" } : null;
 					})
 				};
@@ -284,7 +302,8 @@ export class LocalChain {
 				return this.getTransaction(String(params[0]), params[1]);
 			case "getSignaturesForAddress": {
 				const limit = Math.min(params[1]?.limit ?? 1000, 1000);
-				return (this.byAccount.get(String(params[0])) ?? []).slice(0, limit).map(signature => {
+				const kept = (this.byAccount.get(String(params[0])) ?? []).filter(signature => this.kept(signature));
+				return kept.slice(0, limit).map(signature => {
 					const tx = this.landed.get(signature)!;
 					return { signature, slot: tx.slot, err: null, memo: tx.memo ? `[${Buffer.byteLength(tx.memo)}] ${tx.memo}` : null, blockTime: null, confirmationStatus: "finalized" };
 				});
@@ -356,7 +375,7 @@ export class LocalChain {
 		if (config?.encoding !== "base64") throw new RpcFailure({ code: -32602, message: "this local chain serves getTransaction with encoding base64 only" });
 		// The RPC's default commitment is finalized.
 		const finalized = (config.commitment ?? "finalized") === "finalized";
-		const landed = this.landed.get(signature);
+		const landed = this.kept(signature);
 		const tx = landed && (!finalized || landed.slot + this.finalitySlots <= this.slotNumber) ? landed : undefined;
 		const wire = this.substitute?.(signature) ?? tx?.wire;
 		if (!wire) return null;

@@ -31,6 +31,8 @@ export interface ChainObservation {
 	status: SignatureStatus;
 	/** For a transaction the chain has (landed or failed), when it was read. */
 	content?: SettlementReading;
+	/** For a signature the chain does not know, when asked: the first slot whose transactions the endpoint still shows. */
+	historyFrom?: number;
 }
 
 /**
@@ -38,19 +40,20 @@ export interface ChainObservation {
  * refusal. `observations` are what each RPC endpoint showed, null when no chain is configured:
  * only a confirmation can then be recorded, on the signed Cranker's word. Every endpoint's
  * observation must bear the evidence out; the first that does not gives the refusal.
- * `lastLandingHeight` is the last block height at which the submission could still land.
+ * `lastLandingHeight` is the last block height at which the submission could still land;
+ * `earliestLandingSlot` a slot at or before the first at which it could land.
  */
-export function judgeChainEvidence(need: ChainEvidence, observations: readonly ChainObservation[] | null, lastLandingHeight: number | undefined): boolean {
+export function judgeChainEvidence(need: ChainEvidence, observations: readonly ChainObservation[] | null, lastLandingHeight: number | undefined, earliestLandingSlot?: number): boolean {
 	if (!observations?.length) {
 		if (need === "landed") return false;
 		throw new ServiceError("CHAIN_UNAVAILABLE", "No chain is configured to prove the transaction can no longer land (SOLANA_RPC_URL)");
 	}
-	for (const observation of observations) judgeObservation(need, observation, lastLandingHeight);
+	for (const observation of observations) judgeObservation(need, observation, lastLandingHeight, earliestLandingSlot);
 	return true;
 }
 
 /** Throws unless one endpoint's observation bears the evidence out. */
-function judgeObservation(need: ChainEvidence, observation: ChainObservation, lastLandingHeight: number | undefined): void {
+function judgeObservation(need: ChainEvidence, observation: ChainObservation, lastLandingHeight: number | undefined, earliestLandingSlot: number | undefined): void {
 	const { status, content } = observation;
 	// A reported signature the chain has, but whose transaction does not touch this settlement, was
 	// never this submission: it says nothing about whether the real one can still land.
@@ -59,7 +62,18 @@ function judgeObservation(need: ChainEvidence, observation: ChainObservation, la
 	// nothing, and once past that height it cannot land again either (as far as the confirmed chain
 	// tells, as for one never seen): it may go back to VERIFIED too, or a failure whose holder never
 	// returns would keep the payment SUBMITTED for good.
-	const cannotLand = (status === "unknown" || status === "failed" || unrelated) && lastLandingHeight !== undefined && observation.blockHeight > lastLandingHeight;
+	const pastLanding = lastLandingHeight !== undefined && observation.blockHeight > lastLandingHeight;
+	// A signature the chain does not know proves nothing unless its history reaches back to when
+	// the transaction could first land: a ledger pruned past that has forgotten a landed one too,
+	// and taking it for dropped would have the intent paid again.
+	const forgotten = status === "unknown" && !(observation.historyFrom !== undefined && earliestLandingSlot !== undefined && observation.historyFrom <= earliestLandingSlot);
+	if (need !== "landed" && pastLanding && forgotten)
+		throw new ServiceError("CHAIN_UNAVAILABLE", "An RPC endpoint of SOLANA_RPC_URL keeps no history back to the submission: it cannot show that the transaction never landed", {
+			reason: "RPC_HISTORY_TOO_SHORT",
+			...(observation.historyFrom !== undefined ? { firstAvailableSlot: observation.historyFrom } : {}),
+			...(earliestLandingSlot !== undefined ? { slotAtSubmission: earliestLandingSlot } : {})
+		});
+	const cannotLand = ((status === "unknown" && !forgotten) || status === "failed" || unrelated) && pastLanding;
 	switch (need) {
 		case "landed":
 			if (status === "failed") throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction failed on chain");

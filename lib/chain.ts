@@ -140,6 +140,11 @@ export class ChainReader {
 		return this.shortRpc.getSlot({ commitment: "confirmed" }).send(this.deadline).then(counted);
 	}
 
+	/** The first slot whose transactions the endpoint still shows: its ledger, and long-term storage if it has one. */
+	firstAvailableSlot(): Promise<bigint> {
+		return this.shortRpc.getFirstAvailableBlock().send(this.deadline).then(counted);
+	}
+
 	/** Searches the whole history; `pending` is a transaction seen in a block not yet confirmed. */
 	async signatureState(signature: string): Promise<SignatureState> {
 		const { value } = await this.shortRpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
@@ -163,11 +168,14 @@ export class ChainReader {
 	/**
 	 * What the chain shows of a submission: the block height first, then the signature's status
 	 * (a transaction not seen after that height had passed its last landing height can never land),
-	 * and for a transaction the chain has (landed or failed) what `read` makes of its content.
+	 * and for a transaction the chain has (landed or failed) what `read` makes of its content. With
+	 * `history`, for a signature the chain does not know, where its history starts: a pruned
+	 * ledger does not know landed transactions either.
 	 */
-	async observe(signature: string, read?: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation> {
+	async observe(signature: string, read?: (contents: SettlementContents) => Promise<SettlementReading>, history = false): Promise<ChainObservation> {
 		const blockHeight = Number(await this.blockHeight());
 		const status: SignatureStatus = (await this.signatureState(signature)).kind;
+		if (status === "unknown" && history) return { blockHeight, status, historyFrom: Number(await this.firstAvailableSlot()) };
 		if ((status !== "landed" && status !== "failed") || !read) return { blockHeight, status };
 		// Longer than the reader's bound, a transaction is crafted (a settlement is a few KB): it is
 		// the transaction that cannot be read, not the endpoint.
@@ -242,15 +250,21 @@ export class NodeChain {
 		return this.fromEach(async reader => Number(await reader.blockHeight()));
 	}
 
+	/** Each endpoint's slot, in SOLANA_RPC_URL's order. */
+	async slots(): Promise<number[]> {
+		await this.sameCluster();
+		return this.fromEach(async reader => Number(await reader.slot()));
+	}
+
 	/**
 	 * Each endpoint's observation, in SOLANA_RPC_URL's order. Endpoints that disagree on a
 	 * signature's status at two reads in a row are told by their places: one of them
 	 * holds moves back, and an operator must find which. Once is a landing one endpoint has not
 	 * caught up with yet, which the Cranker's retry finds settled.
 	 */
-	async observe(signature: string, read: (contents: SettlementContents) => Promise<SettlementReading>): Promise<ChainObservation[]> {
+	async observe(signature: string, read: (contents: SettlementContents) => Promise<SettlementReading>, history = false): Promise<ChainObservation[]> {
 		await this.sameCluster();
-		const observations = await this.fromEach(reader => reader.observe(signature, read));
+		const observations = await this.fromEach(reader => reader.observe(signature, read, history));
 		const disagree = new Set(observations.map(o => o.status)).size > 1;
 		if (disagree && this.disagreedOn.has(signature))
 			this.log.warn(`The endpoints of SOLANA_RPC_URL disagree on transaction ${signature} again: ${observations.map((o, i) => `entry ${i + 1} ${o.status}`).join(", ")}`);

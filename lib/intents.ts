@@ -64,9 +64,10 @@ export const SubmissionSchema = Type.Object(
 		submittedAt: IsoTime,
 		slot: Type.Optional(Slot),
 		lastValidBlockHeight: Type.Optional(Slot),
-		heightAtSubmission: Type.Optional(Slot)
+		heightAtSubmission: Type.Optional(Slot),
+		slotAtSubmission: Type.Optional(Slot)
 	},
-	named("Submission", "lastValidBlockHeight is the Cranker's word; heightAtSubmission the chain's block height as the Node read it when it took the report")
+	named("Submission", "lastValidBlockHeight (and slot) are the Cranker's word; heightAtSubmission and slotAtSubmission the chain's block height and slot as the Node read them when it took the report")
 );
 export type Submission = Static<typeof SubmissionSchema>;
 
@@ -543,16 +544,30 @@ export function lastLandingHeight(submission: Submission, blockhashLifetimeBlock
 }
 
 /**
- * A SUBMITTED record with the block height the Node read when it took the report: the highest of
- * its RPC endpoints' (`heights`), which gives the latest last landing height. Endpoints more than a
+ * A slot at or before the first at which the submission could land, for telling a transaction that
+ * never landed from one a pruned ledger forgot: a blockhash lifetime before the Node's slot at the
+ * report (a Cranker may report again a transaction it signed, and sent, before), or the slot the
+ * Cranker names if that is lower (its word can only make the bound stricter). Records stored
+ * before the Node read the slot have the block height read then, which is never above the slot.
+ */
+export function earliestLandingSlot(submission: Submission, blockhashLifetimeBlocks: number): number | undefined {
+	const read = submission.slotAtSubmission ?? submission.heightAtSubmission;
+	if (read === undefined) return undefined;
+	return Math.max(0, Math.min(read - blockhashLifetimeBlocks, submission.slot ?? Infinity));
+}
+
+/**
+ * A SUBMITTED record with the block height and slot the Node read when it took the report. The
+ * height is the highest of its RPC endpoints' (`heights`), which gives the latest last landing
+ * height; the slot the lowest (`slots`), which gives the earliest landing slot. Endpoints more than a
  * blockhash lifetime apart are not believed (503): the highest would be one endpoint's word alone,
  * and a height made up high would keep the submission "live", the intent stuck, for good. A
  * claimed lastValidBlockHeight beyond any blockhash fetched by then is refused (422) for the same
  * reason.
  */
-export function withSubmissionHeight(next: IntentRecord, heights: readonly number[], blockhashLifetimeBlocks: number): IntentRecord {
+export function withSubmissionReading(next: IntentRecord, { heights, slots }: { heights: readonly number[]; slots: readonly number[] }, blockhashLifetimeBlocks: number): IntentRecord {
 	const heightAtSubmission = Math.max(...heights);
-	if (!heights.every(Number.isSafeInteger)) throw new ServiceError("CHAIN_UNAVAILABLE", "An RPC endpoint of SOLANA_RPC_URL answered no block height", { reason: "RPC_INVALID_ANSWER" });
+	if (![...heights, ...slots].every(Number.isSafeInteger)) throw new ServiceError("CHAIN_UNAVAILABLE", "An RPC endpoint of SOLANA_RPC_URL answered no block height or slot", { reason: "RPC_INVALID_ANSWER" });
 	if (heightAtSubmission - Math.min(...heights) > blockhashLifetimeBlocks)
 		throw new ServiceError("CHAIN_UNAVAILABLE", "The RPC endpoints of SOLANA_RPC_URL disagree on the block height by more than a blockhash lifetime", { reason: "RPC_DISAGREEMENT", heights });
 	const submission = next.submission!;
@@ -561,13 +576,13 @@ export function withSubmissionHeight(next: IntentRecord, heights: readonly numbe
 		throw new ServiceError("VALIDATION_ERROR", `lastValidBlockHeight ${submission.lastValidBlockHeight} is beyond any blockhash valid now (at most ${latest})`, [
 			{ type: "lastValidBlockHeight", field: "lastValidBlockHeight", message: `The 'lastValidBlockHeight' field must be at most ${latest}.`, actual: submission.lastValidBlockHeight }
 		]);
-	return { ...next, submission: { ...submission, heightAtSubmission } };
+	return { ...next, submission: { ...submission, heightAtSubmission, slotAtSubmission: Math.min(...slots) } };
 }
 
 /** The move once the chain has been read (each RPC endpoint's observation; `null`: no chain configured); throws what the chain refutes. */
 export function withChainEvidence(decision: { next: IntentRecord; chainCheck: PendingChainCheck }, observations: readonly ChainObservation[] | null, blockhashLifetimeBlocks: number): IntentRecord {
 	const { need, submission } = decision.chainCheck;
-	const onChainChecked = judgeChainEvidence(need, observations, lastLandingHeight(submission, blockhashLifetimeBlocks));
+	const onChainChecked = judgeChainEvidence(need, observations, lastLandingHeight(submission, blockhashLifetimeBlocks), earliestLandingSlot(submission, blockhashLifetimeBlocks));
 	if (decision.next.state !== "CONFIRMED") return decision.next;
 	const history = [...decision.next.history];
 	history[history.length - 1] = { ...history[history.length - 1], onChainChecked };

@@ -39,7 +39,7 @@ import {
 	toPublicView,
 	toWorkerView,
 	withChainEvidence,
-	withSubmissionHeight,
+	withSubmissionReading,
 	type CreateIntentRequest,
 	type IntentRecord,
 	type IntentState,
@@ -397,7 +397,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await this.observeChain(record, decision.chainCheck), blockhashLifetimeBlocks);
 					else if (this.chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") {
 						const chain = this.chain;
-						next = withSubmissionHeight(next, await readChain(() => chain.blockHeights()), blockhashLifetimeBlocks);
+						const [heights, slots] = await readChain(() => Promise.all([chain.blockHeights(), chain.slots()]));
+						next = withSubmissionReading(next, { heights, slots }, blockhashLifetimeBlocks);
 					}
 					const written = await this.commit(record, next);
 					if (written) {
@@ -651,7 +652,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				const { chain } = this;
 				if (!chain) return null;
 				const expected = expectedSettlementOf({ ...record.request, transactionCommitment: record.transactionCommitment }, this.settings.settlementProgramId);
-				return readChain(() => chain.observe(check.submission.transactionSignature, contents => readSettlement(contents, expected)));
+				// Letting a submission go on a signature the chain does not know needs its history too.
+				return readChain(() => chain.observe(check.submission.transactionSignature, contents => readSettlement(contents, expected), check.need !== "landed"));
 			},
 
 			/**

@@ -122,6 +122,30 @@ describe("SUBMITTED → VERIFIED (dropped): only once the transaction can no lon
 		expect(dropped.body).toMatchObject({ receiverStatus: "VERIFIED", submission: null, lease: null });
 	});
 
+	it("refuses to let go a settlement a pruned ledger forgot (503 RPC_HISTORY_TOO_SHORT): a landed one is not taken for dropped, and paid again", async () => {
+		const intent = await leased();
+		const tx = await settlement(intent, 1_500_000n, true);
+		expect((await submit(intent.id, tx)).status).toBe(200);
+		const { slotAtSubmission } = (await workerView(intent.id)).submission;
+		expect(slotAtSubmission).toBeGreaterThan(0);
+		await pastLanding(intent.id);
+		// Both endpoints now keep only the slots since the submission: the landed settlement is unknown to them.
+		chain.keepHistoryFrom(slotAtSubmission + 1);
+		try {
+			for (const move of [{ status: "VERIFIED", reason: "dropped" }, { status: "REJECTED", reason: "gave up" }]) {
+				const refused = await patch(holder, intent.id, { ...move, expectedVersion: 5 });
+				expect(refused.body).toMatchObject({ code: 503, type: "CHAIN_UNAVAILABLE", data: { reason: "RPC_HISTORY_TOO_SHORT", firstAvailableSlot: slotAtSubmission + 1, slotAtSubmission: slotAtSubmission - LIFETIME_BLOCKS } });
+			}
+			expect((await workerView(intent.id)).receiverStatus).toBe("SUBMITTED");
+			// A history that reaches back to a blockhash lifetime before the report shows no settlement that never landed... nor hides this one.
+			chain.keepHistoryFrom(slotAtSubmission - LIFETIME_BLOCKS);
+			expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).body).toMatchObject({ code: 409, type: "SUBMISSION_LIVE", data: { status: "landed" } });
+		} finally {
+			chain.keepHistoryFrom(0);
+		}
+		expect((await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature: tx.signature })).status).toBe(200);
+	});
+
 	it("refuses a drop of a transaction that landed, even once its blockhash expired", async () => {
 		const intent = await leased();
 		const tx = await settlement(intent, 1_500_000n, true);

@@ -3,16 +3,22 @@ import { judgeChainEvidence, type ChainEvidence, type ChainObservation } from ".
 import { ServiceError } from "../../lib/errors";
 
 const LAST_VALID = 1000;
-/** What the Node saw; a transaction the chain has is read as this settlement (`[]`), a mismatch, or unrelated. */
+/** A slot at or before the first at which the submission could land. */
+const EARLIEST_SLOT = 700;
+/**
+ * What the Node saw; a transaction the chain has is read as this settlement (`[]`), a mismatch, or
+ * unrelated. An endpoint that does not know the signature keeps its whole history unless told.
+ */
 const seen = (status: ChainObservation["status"], blockHeight: number, mismatches?: string[] | "unrelated"): ChainObservation => ({
 	status,
 	blockHeight,
+	...(status === "unknown" ? { historyFrom: 0 } : {}),
 	...(mismatches === "unrelated" ? { content: { mismatches: ["not this settlement"], related: false } } : mismatches ? { content: { mismatches, related: true } } : {})
 });
 
 function answer(need: ChainEvidence, observation: ChainObservation | null, lastValid: { height?: number } = { height: LAST_VALID }): string {
 	try {
-		return `ok:${judgeChainEvidence(need, observation && [observation], lastValid.height)}`;
+		return `ok:${judgeChainEvidence(need, observation && [observation], lastValid.height, EARLIEST_SLOT)}`;
 	} catch (err) {
 		expect(err).toBeInstanceOf(ServiceError);
 		return `${(err as ServiceError).code} ${(err as ServiceError).type}`;
@@ -65,10 +71,33 @@ describe("judgeChainEvidence", () => {
 		expect(answer("failed-or-cannot-land", null)).toBe("503 CHAIN_UNAVAILABLE");
 	});
 
+	it("a signature the chain does not know lets a submission go only while the endpoint's history reaches back to its earliest landing slot", () => {
+		const pruned = (historyFrom?: number): ChainObservation => ({ status: "unknown", blockHeight: LAST_VALID + 1, ...(historyFrom !== undefined ? { historyFrom } : {}) });
+		for (const need of ["cannot-land", "failed-or-cannot-land"] as const) {
+			expect(answer(need, pruned(EARLIEST_SLOT))).toBe("ok:true");
+			// A ledger pruned past it has forgotten a landed settlement too: taking it for dropped would pay the intent again.
+			expect(answer(need, pruned(EARLIEST_SLOT + 1))).toBe("503 CHAIN_UNAVAILABLE");
+			expect(answer(need, pruned())).toBe("503 CHAIN_UNAVAILABLE");
+			// Still within its landing height, it is live whatever the history.
+			expect(answer(need, { ...pruned(EARLIEST_SLOT + 1), blockHeight: LAST_VALID })).toBe("409 SUBMISSION_LIVE");
+			// A failure the chain knows needs no history.
+			expect(answer(need, seen("failed", LAST_VALID + 1, []))).toBe("ok:true");
+		}
+		let refusal: unknown;
+		try {
+			judgeChainEvidence("cannot-land", [pruned(EARLIEST_SLOT + 1)], LAST_VALID, EARLIEST_SLOT);
+		} catch (err) {
+			refusal = err;
+		}
+		expect(refusal).toMatchObject({ data: { reason: "RPC_HISTORY_TOO_SHORT", firstAvailableSlot: EARLIEST_SLOT + 1, slotAtSubmission: EARLIEST_SLOT } });
+		// Without a slot to compare with (a record stored before the Node read one), nothing can be shown.
+		expect(() => judgeChainEvidence("cannot-land", [pruned(0)], LAST_VALID, undefined)).toThrow(expect.objectContaining({ type: "CHAIN_UNAVAILABLE" }));
+	});
+
 	it("several RPC endpoints: the evidence holds only when every one bears it out; the first that does not gives the refusal", () => {
 		const judge = (need: ChainEvidence, ...observations: ChainObservation[]) => {
 			try {
-				return `ok:${judgeChainEvidence(need, observations, LAST_VALID)}`;
+				return `ok:${judgeChainEvidence(need, observations, LAST_VALID, EARLIEST_SLOT)}`;
 			} catch (err) {
 				return `${(err as ServiceError).code} ${(err as ServiceError).type}`;
 			}

@@ -17,7 +17,8 @@ import {
 	leaseForPayout,
 	rejectReplacedRoute,
 	withChainEvidence,
-	withSubmissionHeight,
+	earliestLandingSlot,
+	withSubmissionReading,
 	rejectedAtVerification,
 	statesOfStatus,
 	toPublicView,
@@ -524,29 +525,48 @@ describe("lastLandingHeight: the Cranker's lastValidBlockHeight is a claim", () 
 		const lied = record("SUBMITTED", { submission: { ...submission, lastValidBlockHeight: 901, heightAtSubmission: 900 } });
 		const drop = decideStatusUpdate(lied, { status: "VERIFIED", crankerPubkey: CRANKER_A, expectedVersion: 5, reason: "dropped" }, allowed);
 		if (drop.kind !== "move" || !drop.chainCheck) throw new Error("expected a chain-checked move");
-		const err = expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, [{ blockHeight: 1000, status: "unknown" }], 300), "SUBMISSION_LIVE", 409);
+		const err = expectRefusal(() => withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck! }, [{ blockHeight: 1000, status: "unknown", historyFrom: 0 }], 300), "SUBMISSION_LIVE", 409);
 		expect(err.data).toMatchObject({ lastLandingHeight: 1200 });
-		expect(withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck }, [{ blockHeight: 1201, status: "unknown" }], 300).state).toBe("VERIFIED");
+		expect(withChainEvidence({ next: drop.next, chainCheck: drop.chainCheck }, [{ blockHeight: 1201, status: "unknown", historyFrom: 0 }], 300).state).toBe("VERIFIED");
 	});
 });
 
-describe("withSubmissionHeight", () => {
+describe("withSubmissionReading", () => {
 	it("records the Node's reading, and refuses a lastValidBlockHeight no blockhash valid now can have", () => {
 		const submitted = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1300 });
-		expect(withSubmissionHeight(submitted, [1000], 300).submission).toMatchObject({ lastValidBlockHeight: 1300, heightAtSubmission: 1000 });
-		const err = expectRefusal(() => withSubmissionHeight(submitted, [999], 300), "VALIDATION_ERROR", 422);
+		expect(withSubmissionReading(submitted, { heights: [1000], slots: [1100] }, 300).submission).toMatchObject({ lastValidBlockHeight: 1300, heightAtSubmission: 1000 });
+		const err = expectRefusal(() => withSubmissionReading(submitted, { heights: [999], slots: [1100] }, 300), "VALIDATION_ERROR", 422);
 		expect(err.data).toEqual([expect.objectContaining({ field: "lastValidBlockHeight" })]);
 	});
 
 	it("with several RPC endpoints: the highest height, unless they are more than a blockhash lifetime apart (503)", () => {
 		const submitted = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1300 });
-		expect(withSubmissionHeight(submitted, [990, 1000], 300).submission).toMatchObject({ heightAtSubmission: 1000 });
-		expect(withSubmissionHeight(submitted, [1000, 700], 300).submission).toMatchObject({ heightAtSubmission: 1000 });
+		expect(withSubmissionReading(submitted, { heights: [990, 1000], slots: [1100] }, 300).submission).toMatchObject({ heightAtSubmission: 1000 });
+		expect(withSubmissionReading(submitted, { heights: [1000, 700], slots: [1100] }, 300).submission).toMatchObject({ heightAtSubmission: 1000 });
 		// One endpoint's height made up high would keep the submission live for good.
-		expect(expectRefusal(() => withSubmissionHeight(submitted, [1000, 10 ** 15], 300), "CHAIN_UNAVAILABLE", 503).data).toEqual({ reason: "RPC_DISAGREEMENT", heights: [1000, 10 ** 15] });
-		expectRefusal(() => withSubmissionHeight(submitted, [1000, 699], 300), "CHAIN_UNAVAILABLE", 503);
+		expect(expectRefusal(() => withSubmissionReading(submitted, { heights: [1000, 10 ** 15], slots: [1100] }, 300), "CHAIN_UNAVAILABLE", 503).data).toEqual({ reason: "RPC_DISAGREEMENT", heights: [1000, 10 ** 15] });
+		expectRefusal(() => withSubmissionReading(submitted, { heights: [1000, 699], slots: [1100] }, 300), "CHAIN_UNAVAILABLE", 503);
 		// A height that is no number would compare false with everything: a submission never shown dead.
-		expectRefusal(() => withSubmissionHeight(submitted, [1000, Number.NaN], 300), "CHAIN_UNAVAILABLE", 503);
+		expectRefusal(() => withSubmissionReading(submitted, { heights: [1000, Number.NaN], slots: [1100] }, 300), "CHAIN_UNAVAILABLE", 503);
+	});
+
+	it("records the lowest slot of the endpoints: one made up high cannot pass a pruned ledger off as a whole history", () => {
+		const submitted = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1300 });
+		expect(withSubmissionReading(submitted, { heights: [1000, 1000], slots: [1100, 10 ** 12] }, 300).submission).toMatchObject({ slotAtSubmission: 1100 });
+		expectRefusal(() => withSubmissionReading(submitted, { heights: [1000], slots: [Number.NaN] }, 300), "CHAIN_UNAVAILABLE", 503);
+	});
+});
+
+describe("earliestLandingSlot: what a drop needs the chain's history to reach back to", () => {
+	const submission = { transactionSignature: TX_SIG, submittedAt: NOW.toISOString(), heightAtSubmission: 900 };
+
+	it("a blockhash lifetime before the Node's slot at the report, or the Cranker's slot if lower", () => {
+		expect(earliestLandingSlot({ ...submission, slotAtSubmission: 1100 }, 300)).toBe(800);
+		expect(earliestLandingSlot({ ...submission, slotAtSubmission: 1100, slot: 750 }, 300)).toBe(750);
+		expect(earliestLandingSlot({ ...submission, slotAtSubmission: 1100, slot: 5000 }, 300)).toBe(800);
+		// Stored before the Node read the slot: the block height then, never above it.
+		expect(earliestLandingSlot(submission, 300)).toBe(600);
+		expect(earliestLandingSlot({ transactionSignature: TX_SIG, submittedAt: NOW.toISOString() }, 300)).toBeUndefined();
 	});
 });
 

@@ -13,6 +13,7 @@ import type { Config } from "../lib/config";
 import { CrankerTotals } from "../lib/cranker-totals";
 import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
+import { BUS_SIGNATURE_TTL_MS } from "../lib/bus-signatures";
 import { MAX_CLOCK_SKEW_S } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
 import { listInPages, type Collection } from "../lib/store";
@@ -66,7 +67,7 @@ interface LiquidityReading {
 interface SeenSignature {
 	id: string;
 	keyid: string;
-	/** The end of the window in which the signature would still be accepted: then it can go. */
+	/** The end of the window in which some owner might still accept the signature: then it can go. */
 	expiresAt: string;
 }
 
@@ -148,7 +149,9 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				params: { keyid: address(), signature: { type: "string", max: 128 }, created: { type: "number", integer: true } },
 				async handler(this: CrankersThis, ctx: Context<{ keyid: string; signature: string; created: number }>): Promise<true> {
 					const { keyid, signature, created } = ctx.params;
-					const expiresAt = new Date((created + MAX_CLOCK_SKEW_S) * 1000).toISOString();
+					// Kept while any owner may still accept it: MAX_CLOCK_SKEW_S on its own clock, which may be
+					// behind the clock of the replica that sweeps by as much as the bus lets nodes differ.
+					const expiresAt = new Date((created + MAX_CLOCK_SKEW_S) * 1000 + BUS_SIGNATURE_TTL_MS).toISOString();
 					if (!(await this.seenSignatures.insert({ id: signature, keyid, expiresAt })))
 						throw new ServiceError("FORBIDDEN", "This request signature was used before", { reason: "replayed" });
 					return true;

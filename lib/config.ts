@@ -170,6 +170,9 @@ type Env = Record<string, string | undefined>;
  * and a Node upgraded from when it was a label (solana-devnet unless set) must not find its
  * settlements refused at run time for a default it never chose.
  */
+/** The least BLOCKHASH_LIFETIME_BLOCKS on a public cluster (local chains in tests live shorter). */
+const PUBLIC_CLUSTER_MIN_LIFETIME_BLOCKS = 200;
+
 function clusterName(env: Env, key: string, rpcUrls: readonly string[]): string {
 	const given = text(env, key);
 	if (given === null && rpcUrls.length)
@@ -478,6 +481,7 @@ export function loadConfig(env: Env = process.env): Config {
 	const group = busGroup(env, transporter, services);
 	const webhookSecretsKeys = keyRing256(env, "WEBHOOK_SECRETS_KEY");
 	const solanaRpcUrls = rpcUrls(env, "SOLANA_RPC_URL");
+	const solanaCluster = clusterName(env, "SOLANA_CLUSTER", solanaRpcUrls);
 	const trustProxy = trustedProxies(env, "TRUST_PROXY");
 	const port = integer(env, "PORT", 3000, 0, 65_535);
 	return withSharedSecrets({
@@ -517,7 +521,7 @@ export function loadConfig(env: Env = process.env): Config {
 		logFormat: oneOf(env, "LOG_FORMAT", ["short", "json"] as const, "short"),
 		corsOrigins: origins(env, "CORS_ORIGINS"),
 		solanaRpcUrls,
-		solanaCluster: clusterName(env, "SOLANA_CLUSTER", solanaRpcUrls),
+		solanaCluster,
 		sweepIntervalMs: integer(env, "SWEEP_INTERVAL_MS", 1000, 10),
 		slotPollIntervalMs: integer(env, "SLOT_POLL_INTERVAL_MS", 2000, 10),
 		epochDurationMs: integer(env, "EPOCH_DURATION_MS", 7 * 60 * 60 * 1000, 1),
@@ -527,7 +531,9 @@ export function loadConfig(env: Env = process.env): Config {
 		crankerRetentionMs: integer(env, "CRANKER_RETENTION_MS", 24 * 60 * 60 * 1000, 1),
 		publicBaseUrl: baseUrl(env, "PUBLIC_BASE_URL"),
 		settlementProgramId: address(base58Address(env, "SETTLEMENT_PROGRAM_ID", DEFAULT_SETTLEMENT_PROGRAM_ID)),
-		blockhashLifetimeBlocks: integer(env, "BLOCKHASH_LIFETIME_BLOCKS", 300, 1),
+		// Below Solana's 150 blocks (and the few a Cranker's blockhash may be ahead of the Node's confirmed
+		// height), a Cranker's low lastValidBlockHeight would decide alone when a live transaction is dead.
+		blockhashLifetimeBlocks: integer(env, "BLOCKHASH_LIFETIME_BLOCKS", 300, PUBLIC_CLUSTERS.has(solanaCluster) ? PUBLIC_CLUSTER_MIN_LIFETIME_BLOCKS : 1),
 		headersTimeoutMs: integer(env, "HEADERS_TIMEOUT_MS", 10_000, 1),
 		requestTimeoutMs: integer(env, "REQUEST_TIMEOUT_MS", 30_000, 1),
 		// At most an hour: no pool keeps connections longer, and an idle one holds a socket for nothing.

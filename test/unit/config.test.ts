@@ -229,6 +229,15 @@ describe("loadConfig values", () => {
 		for (const name of ["solana-mainnet", "solana-devnet", "solana-testnet", "solana-localnet", "constructor"]) expect(loadConfig({ SOLANA_CLUSTER: name }).solanaCluster).toBe(name);
 	});
 
+	it("on a public cluster, refuses a BLOCKHASH_LIFETIME_BLOCKS under 200: a Cranker's low lastValidBlockHeight would decide when a live transaction is dead", () => {
+		for (const cluster of ["solana-mainnet", "solana-devnet"]) {
+			expect(() => loadConfig({ SOLANA_RPC_URL: "https://rpc.example", SOLANA_CLUSTER: cluster, BLOCKHASH_LIFETIME_BLOCKS: "150" })).toThrow("BLOCKHASH_LIFETIME_BLOCKS must be an integer ≥ 200");
+			expect(loadConfig({ SOLANA_RPC_URL: "https://rpc.example", SOLANA_CLUSTER: cluster, BLOCKHASH_LIFETIME_BLOCKS: "200" }).blockhashLifetimeBlocks).toBe(200);
+		}
+		// A local chain of its own (tests) may keep its blockhashes for less.
+		expect(loadConfig({ SOLANA_RPC_URL: "http://127.0.0.1:8899", SOLANA_CLUSTER: "solana-localnet", BLOCKHASH_LIFETIME_BLOCKS: "25" }).blockhashLifetimeBlocks).toBe(25);
+	});
+
 	it("wants SOLANA_CLUSTER named with SOLANA_RPC_URL: the endpoints are checked against it, and its old default would refuse a mainnet Node's settlements at run time", () => {
 		expect(() => loadConfig({ SOLANA_RPC_URL: "https://rpc.example/key" })).toThrow(/^SOLANA_CLUSTER must be set with SOLANA_RPC_URL/);
 		expect(loadConfig({ SOLANA_RPC_URL: "https://rpc.example/key", SOLANA_CLUSTER: "solana-mainnet" }).solanaCluster).toBe("solana-mainnet");
@@ -303,6 +312,7 @@ describe("loadConfig refusals", () => {
 		["LEASE_TTL_MS", "sixty"],
 		["CRANKER_TTL_MS", "0"],
 		["LIQUIDITY_READS_PER_SECOND", "0"],
+		["BLOCKHASH_LIFETIME_BLOCKS", "0"],
 		["VERIFY_TIMEOUT_MS", "0"],
 		["RATE_LIMIT_PER_MIN", "-5"],
 		["RATE_LIMIT_PER_MIN", "10/min"],

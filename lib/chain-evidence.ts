@@ -67,12 +67,16 @@ function judgeObservation(need: ChainEvidence, observation: ChainObservation, la
 	// the transaction could first land: a ledger pruned past that has forgotten a landed one too,
 	// and taking it for dropped would have the intent paid again.
 	const forgotten = status === "unknown" && !(observation.historyFrom !== undefined && earliestLandingSlot !== undefined && observation.historyFrom <= earliestLandingSlot);
-	if (need !== "landed" && pastLanding && forgotten)
+	if (need !== "landed" && pastLanding && forgotten) {
+		// Reported while no chain was configured: nothing tells how far back the history must reach.
+		if (earliestLandingSlot === undefined)
+			throw new ServiceError("CHAIN_UNAVAILABLE", "The Node read no slot when this submission was reported: it cannot show that the transaction never landed", { reason: "NO_SUBMISSION_READING" });
 		throw new ServiceError("CHAIN_UNAVAILABLE", "An RPC endpoint of SOLANA_RPC_URL keeps no history back to the submission: it cannot show that the transaction never landed", {
 			reason: "RPC_HISTORY_TOO_SHORT",
 			...(observation.historyFrom !== undefined ? { firstAvailableSlot: observation.historyFrom } : {}),
-			...(earliestLandingSlot !== undefined ? { slotAtSubmission: earliestLandingSlot } : {})
+			slotAtSubmission: earliestLandingSlot
 		});
+	}
 	const cannotLand = ((status === "unknown" && !forgotten) || status === "failed" || unrelated) && pastLanding;
 	switch (need) {
 		case "landed":

@@ -90,8 +90,8 @@ describe("judgeChainEvidence", () => {
 			refusal = err;
 		}
 		expect(refusal).toMatchObject({ data: { reason: "RPC_HISTORY_TOO_SHORT", firstAvailableSlot: EARLIEST_SLOT + 1, slotAtSubmission: EARLIEST_SLOT } });
-		// Without a slot to compare with (a record stored before the Node read one), nothing can be shown.
-		expect(() => judgeChainEvidence("cannot-land", [pruned(0)], LAST_VALID, undefined)).toThrow(expect.objectContaining({ type: "CHAIN_UNAVAILABLE" }));
+		// Reported while no chain was configured, a submission has no reading to compare with: nothing can be shown.
+		expect(() => judgeChainEvidence("cannot-land", [pruned(0)], LAST_VALID, undefined)).toThrow(expect.objectContaining({ type: "CHAIN_UNAVAILABLE", data: { reason: "NO_SUBMISSION_READING" } }));
 	});
 
 	it("several RPC endpoints: the evidence holds only when every one bears it out; the first that does not gives the refusal", () => {

@@ -164,15 +164,15 @@ export class ConfigError extends Error {
 
 type Env = Record<string, string | undefined>;
 
+/** The least BLOCKHASH_LIFETIME_BLOCKS on a public cluster (local chains in tests live shorter). */
+const PUBLIC_CLUSTER_MIN_LIFETIME_BLOCKS = 200;
+
 /**
  * A network name; one that looks like a public cluster's must be exactly one of theirs
  * (lib/clusters.ts). With SOLANA_RPC_URL it must be given: the endpoints are checked against it,
  * and a Node upgraded from when it was a label (solana-devnet unless set) must not find its
  * settlements refused at run time for a default it never chose.
  */
-/** The least BLOCKHASH_LIFETIME_BLOCKS on a public cluster (local chains in tests live shorter). */
-const PUBLIC_CLUSTER_MIN_LIFETIME_BLOCKS = 200;
-
 function clusterName(env: Env, key: string, rpcUrls: readonly string[]): string {
 	const given = text(env, key);
 	if (given === null && rpcUrls.length)

@@ -544,24 +544,35 @@ export function lastLandingHeight(submission: Submission, blockhashLifetimeBlock
 }
 
 /**
+ * How far before the report a Cranker's `slot` is believed: a settlement it finds already landed
+ * is at most as old as its intent's validity (24 h) and the hour its search looks back before the
+ * intent was signed, about 225,000 slots of 400 ms. Further back, a lease holder's made-up slot 0
+ * would keep the intent SUBMITTED for good behind any endpoint without the whole history.
+ */
+const REPORTED_SLOT_REACH = 250_000;
+
+/**
  * A slot at or before the first at which the submission could land, for telling a transaction that
  * never landed from one a pruned ledger forgot: a blockhash lifetime before the Node's slot at the
  * report (a Cranker may report again a transaction it signed, and sent, before), or the slot the
- * Cranker names if that is lower (its word can only make the bound stricter). Records stored
- * before the Node read the slot have the block height read then, which is never above the slot.
+ * Cranker names (that of a settlement it found landed) if that is lower, down to
+ * REPORTED_SLOT_REACH before. Records stored before the Node read the slot have the block height
+ * read then, which is never above the slot.
  */
 export function earliestLandingSlot(submission: Submission, blockhashLifetimeBlocks: number): number | undefined {
 	const read = submission.slotAtSubmission ?? submission.heightAtSubmission;
 	if (read === undefined) return undefined;
-	return Math.max(0, Math.min(read - blockhashLifetimeBlocks, submission.slot ?? Infinity));
+	const reported = Math.max(submission.slot ?? Infinity, read - REPORTED_SLOT_REACH);
+	return Math.max(0, Math.min(read - blockhashLifetimeBlocks, reported));
 }
 
 /**
  * A SUBMITTED record with the block height and slot the Node read when it took the report. The
  * height is the highest of its RPC endpoints' (`heights`), which gives the latest last landing
  * height; the slot the lowest (`slots`), which gives the earliest landing slot. Endpoints more than a
- * blockhash lifetime apart are not believed (503): the highest would be one endpoint's word alone,
- * and a height made up high would keep the submission "live", the intent stuck, for good. A
+ * blockhash lifetime apart in either are not believed (503): the highest height would be one
+ * endpoint's word alone, and one made up high would keep the submission "live", the intent stuck,
+ * for good; so would a slot made up low, which no endpoint's history would reach back to. A
  * claimed lastValidBlockHeight beyond any blockhash fetched by then is refused (422) for the same
  * reason.
  */
@@ -570,6 +581,8 @@ export function withSubmissionReading(next: IntentRecord, { heights, slots }: { 
 	if (![...heights, ...slots].every(Number.isSafeInteger)) throw new ServiceError("CHAIN_UNAVAILABLE", "An RPC endpoint of SOLANA_RPC_URL answered no block height or slot", { reason: "RPC_INVALID_ANSWER" });
 	if (heightAtSubmission - Math.min(...heights) > blockhashLifetimeBlocks)
 		throw new ServiceError("CHAIN_UNAVAILABLE", "The RPC endpoints of SOLANA_RPC_URL disagree on the block height by more than a blockhash lifetime", { reason: "RPC_DISAGREEMENT", heights });
+	if (Math.max(...slots) - Math.min(...slots) > blockhashLifetimeBlocks)
+		throw new ServiceError("CHAIN_UNAVAILABLE", "The RPC endpoints of SOLANA_RPC_URL disagree on the slot by more than a blockhash lifetime", { reason: "RPC_DISAGREEMENT", slots });
 	const submission = next.submission!;
 	const latest = heightAtSubmission + blockhashLifetimeBlocks;
 	if (submission.lastValidBlockHeight !== undefined && submission.lastValidBlockHeight > latest)

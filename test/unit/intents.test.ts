@@ -552,7 +552,9 @@ describe("withSubmissionReading", () => {
 
 	it("records the lowest slot of the endpoints: one made up high cannot pass a pruned ledger off as a whole history", () => {
 		const submitted = move(record("CRANKER_LEASED"), { status: "SUBMITTED", crankerPubkey: CRANKER_A, transactionSignature: TX_SIG, lastValidBlockHeight: 1300 });
-		expect(withSubmissionReading(submitted, { heights: [1000, 1000], slots: [1100, 10 ** 12] }, 300).submission).toMatchObject({ slotAtSubmission: 1100 });
+		expect(withSubmissionReading(submitted, { heights: [1000, 1000], slots: [1100, 1390] }, 300).submission).toMatchObject({ slotAtSubmission: 1100 });
+		// One made up low would keep every drop waiting for a history no endpoint has: not believed.
+		expect(expectRefusal(() => withSubmissionReading(submitted, { heights: [1000, 1000], slots: [1100, 0] }, 300), "CHAIN_UNAVAILABLE", 503).data).toEqual({ reason: "RPC_DISAGREEMENT", slots: [1100, 0] });
 		expectRefusal(() => withSubmissionReading(submitted, { heights: [1000], slots: [Number.NaN] }, 300), "CHAIN_UNAVAILABLE", 503);
 	});
 });
@@ -564,6 +566,8 @@ describe("earliestLandingSlot: what a drop needs the chain's history to reach ba
 		expect(earliestLandingSlot({ ...submission, slotAtSubmission: 1100 }, 300)).toBe(800);
 		expect(earliestLandingSlot({ ...submission, slotAtSubmission: 1100, slot: 750 }, 300)).toBe(750);
 		expect(earliestLandingSlot({ ...submission, slotAtSubmission: 1100, slot: 5000 }, 300)).toBe(800);
+		// A lease holder's made-up slot 0 reaches back a day and some, no further.
+		expect(earliestLandingSlot({ ...submission, slotAtSubmission: 1_000_000, slot: 0 }, 300)).toBe(750_000);
 		// Stored before the Node read the slot: the block height then, never above it.
 		expect(earliestLandingSlot(submission, 300)).toBe(600);
 		expect(earliestLandingSlot({ transactionSignature: TX_SIG, submittedAt: NOW.toISOString() }, 300)).toBeUndefined();

@@ -2,8 +2,7 @@
  * Reading Solana through JSON-RPC (@solana/kit): block height, slots, a signature's status, a
  * transaction's settlement content and token balances. The Node reads the chain itself before it
  * lets a submission go (SPEC §2.4) and before it publishes a Cranker's liquidity; the Cranker
- * builds on the same reader. Every call has a deadline, so a hung RPC
- * node cannot stall a caller.
+ * builds on the same reader. Every call has a deadline, so a hung RPC node cannot stall a caller.
  */
 import { createSolanaRpcFromTransport, isSolanaError, signature as toSignature, SolanaError, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, type Address, type Rpc, type RpcTransport, type SolanaRpcApi } from "@solana/kit";
 import { AccountState, findAssociatedTokenPda, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";

@@ -1,8 +1,8 @@
 /**
  * crankers: owns Cranker admission (SPEC §6, §6.1): signed heartbeats, liveness, roles and
  * liquidity (as far as the chain bears it out), and the request signatures already seen (replay
- * protection). A Cranker is online while its last accepted
- * heartbeat is younger than CRANKER_TTL_MS; records silent for CRANKER_RETENTION_MS are pruned.
+ * protection). A Cranker is online while its last accepted heartbeat is younger than
+ * CRANKER_TTL_MS; records silent for CRANKER_RETENTION_MS are pruned.
  */
 import { address as toAddress } from "@solana/kit";
 import type { Context, Service, ServiceSchema } from "moleculer";

@@ -305,7 +305,9 @@ function mismatchesWith(contents: SettlementContents, expected: ExpectedSettleme
 
 /**
  * Why the transaction is not the registry submission of this operation (empty when it is): one
- * memo naming it, in a transaction its submitter paid for, not a memo anyone else wrote.
+ * memo naming it, in a transaction its submitter paid for, not a memo anyone else wrote, on a
+ * recent blockhash: one on a durable nonce could be held back and landed any time after the
+ * operation's expiry, putting a route its owner gave up live again.
  */
 export function readRegistrySubmission(contents: SettlementContents, operationId: string, routeCommitment: string, submittedBy: string): { mismatches: string[]; related: boolean } {
 	if (contents.unreadable !== undefined) return { mismatches: [`the transaction could not be read (${contents.unreadable})`], related: true };
@@ -313,5 +315,6 @@ export function readRegistrySubmission(contents: SettlementContents, operationId
 	const found = contents.memos.filter(memo => memo === expected).length;
 	const mismatches = found === 1 ? [] : [`expected one memo "${expected}", found ${found}`];
 	if (contents.feePayer !== submittedBy) mismatches.push(`paid for by ${contents.feePayer ?? "no one"}, not by the submitter ${submittedBy}`);
+	if (contents.durableNonce) mismatches.push("the transaction lives by a durable nonce: a registry submission expires with its blockhash");
 	return { mismatches, related: found > 0 };
 }

@@ -15,6 +15,7 @@ import {
 	type KeyPairSigner,
 	type Nonce
 } from "@solana/kit";
+import { getAddMemoInstruction } from "@solana-program/memo";
 import { findAssociatedTokenPda, getTransferCheckedInstructionDataEncoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { generateKeypair } from "../../lib/ed25519";
 import { sha256Hex } from "../../lib/encoding";
@@ -23,10 +24,12 @@ import {
 	creditAccountAddress,
 	creditOwnerAddress,
 	DEFAULT_SETTLEMENT_PROGRAM_ID,
+	MEMO_PROGRAM,
 	memoFieldNamesNullifier,
 	readEncodedSettlementTransaction,
 	readRegistrySubmission,
 	readSettlement,
+	registryMemo,
 	settlementMemo,
 	settlementMismatches,
 	signSettlementTransaction,
@@ -147,6 +150,15 @@ describe("settlement transaction", () => {
 		const onBlockhash = readEncodedSettlementTransaction(await wire(instructions));
 		expect(onBlockhash.durableNonce).toBe(false);
 		expect(await settlementMismatches(onBlockhash, expected)).toEqual([]);
+	});
+
+	it("a registry submission on a durable nonce is refused: held back, it could put a route live long after its operation expired (a review)", async () => {
+		const memo = registryMemo("top_1", routeCommitment);
+		const instructions = [getAddMemoInstruction({ memo }, { programAddress: MEMO_PROGRAM })];
+		const onNonce = readEncodedSettlementTransaction(await wire(instructions, true));
+		expect(onNonce).toMatchObject({ durableNonce: true, memos: [memo] });
+		expect(readRegistrySubmission(onNonce, "top_1", routeCommitment, cranker.address)).toEqual({ mismatches: ["the transaction lives by a durable nonce: a registry submission expires with its blockhash"], related: true });
+		expect(readRegistrySubmission(readEncodedSettlementTransaction(await wire(instructions)), "top_1", routeCommitment, cranker.address)).toEqual({ mismatches: [], related: true });
 	});
 
 	it("a TransferChecked too short to parse (one that can only fail) makes the transaction unreadable, not a thrown error (a review: every read of the chain was a 503)", async () => {

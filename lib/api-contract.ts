@@ -124,7 +124,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		summary: "Move an intent (a Cranker's status update)",
 		description: "Lease, renew, release, submit, confirm, drop or reject; a repeat of a successful update answers 200 with no second move.",
 		answers: ok(MempoolIntentSchema, "The intent after the move"),
-		errors: ["NOT_FOUND", "VERSION_CONFLICT", "INVALID_TRANSITION", "CRANKER_NOT_ALLOWED", "NOT_LEASE_HOLDER", "LEASE_EXPIRED", "NOT_ON_CHAIN", "SUBMISSION_LIVE", "SETTLEMENT_MISMATCH", "CHAIN_UNAVAILABLE"]
+		errors: ["NOT_FOUND", "VERSION_CONFLICT", "INVALID_TRANSITION", "CRANKER_NOT_ALLOWED", "NOT_LEASE_HOLDER", "LEASE_EXPIRED", "EVIDENCE_INCONSISTENT", "NOT_ON_CHAIN", "SUBMISSION_LIVE", "SETTLEMENT_MISMATCH", "CHAIN_UNAVAILABLE"]
 	},
 	"payouts.authorize": {
 		tag: "intents",

@@ -64,6 +64,7 @@ import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey } from "./replay";
 import { internal, keyHoldersOnly, workersOnly } from "./internal";
+import type { ActiveRoute } from "../lib/registry";
 import { processChain } from "./process-chain";
 
 export const INTENTS_COLLECTION = {
@@ -395,10 +396,17 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const { blockhashLifetimeBlocks } = this.settings;
 					let { next } = decision;
 					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await this.observeChain(record, decision.chainCheck), blockhashLifetimeBlocks);
-					else if (this.chain && record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") {
+					else if (record.state === "CRANKER_LEASED" && next.state === "SUBMITTED") {
+						// The Cranker reports before it sends: a route replaced since its authorization (up to
+						// 90 s old), or one it never asked for, gets no payment.
+						const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
+						if (route?.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion)
+							throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active: release or reject the intent, and send nothing", { reason: "ROUTE_MISMATCH" });
 						const chain = this.chain;
-						const [heights, slots] = await readChain(() => Promise.all([chain.blockHeights(), chain.slots()]));
-						next = withSubmissionReading(next, { heights, slots }, blockhashLifetimeBlocks);
+						if (chain) {
+							const [heights, slots] = await readChain(() => Promise.all([chain.blockHeights(), chain.slots()]));
+							next = withSubmissionReading(next, { heights, slots }, blockhashLifetimeBlocks);
+						}
 					}
 					const written = await this.commit(record, next);
 					if (written) {

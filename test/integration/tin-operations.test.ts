@@ -168,6 +168,23 @@ describe("the stage pipeline", () => {
 		expect((await settler("POST", "/internal/settlement-authorizations/settlement", { workId: current.body.id, crankerPubkey: submitter.address })).status).toBe(200);
 	});
 
+	it("a payment whose route an update replaced after its lease is refused SUBMITTED (ROUTE_MISMATCH), authorized or not: nothing goes out to a route its owner gave up", async () => {
+		const created = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "create" }))).body;
+		await finalize(created.id, "50000");
+		const v1 = (await node.http("GET", `/registry/tins/${created.tin}`)).body;
+		const settler = node.as(submitter);
+		const [authorized, unasked] = await Promise.all([signedIntent(sender, v1), signedIntent(sender, v1)].map(async body => (await node.http("POST", "/intents", body)).body.id as string));
+		for (const id of [authorized, unasked]) expect((await settler("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: submitter.address, expectedVersion: 3 })).status).toBe(200);
+		expect((await settler("POST", "/internal/settlement-authorizations/settlement", { workId: authorized, crankerPubkey: submitter.address })).status).toBe(200);
+
+		await finalize((await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin: created.tin }))).body.id, "10000");
+		for (const id of [authorized, unasked]) {
+			const submitted = await settler("PATCH", `/intents/${id}/status`, { status: "SUBMITTED", crankerPubkey: submitter.address, expectedVersion: 4, transactionSignature: SIG, lastValidBlockHeight: 1000 });
+			expect(submitted.body).toMatchObject({ code: 422, type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
+			expect((await node.http("GET", `/intents/${id}`, undefined, worker)).body).toMatchObject({ receiverStatus: "CRANKER_LEASED", stateVersion: 4 });
+		}
+	});
+
 	it("an update the owner signed earlier never goes live once the owner signed a later one: it ends FAILED (SUPERSEDED) at its fee or its finalization", async () => {
 		const tin = genesisOwned.tin;
 		const older = (await node.http("POST", "/tin-operations", signedTinOperation(owner, { intentType: "update", tin, issuedAt: iso(-3000) }))).body;

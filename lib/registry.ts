@@ -11,6 +11,11 @@ export interface ActiveRoute {
 	policyCommitment: string;
 }
 
+/** Whether `route`, a TIN's active route (null: none), is the one a payment was signed for. */
+export function isSignedRoute(route: ActiveRoute | null, request: { recipientRouteCommitment: string; recipientRouteVersion: number }): boolean {
+	return route !== null && route.routeCommitment === request.recipientRouteCommitment && route.routeVersion === request.recipientRouteVersion;
+}
+
 export interface RouteRecord extends ActiveRoute {
 	/** The registry keys routes by TIN. */
 	id: string;

@@ -7,7 +7,7 @@ import { MAX_VALIDITY_MS, SUPPORTED_FUNDING_MODE, buildPaymentMessage } from "./
 import { verifySignature } from "./ed25519";
 import type { RejectionReason } from "./errors";
 import type { CreateIntentRequest } from "./intents";
-import type { ActiveRoute } from "./registry";
+import { isSignedRoute, type ActiveRoute } from "./registry";
 
 const MAX_CLOCK_SKEW_MS = 60_000;
 
@@ -120,7 +120,7 @@ function contextChecks(request: CreateIntentRequest, context: VerificationContex
 
 	const { route } = context;
 	if (!route) return refuse("UNKNOWN_TIN", `TIN ${request.recipientTin} is not in the registry`);
-	if (route.routeCommitment !== request.recipientRouteCommitment || route.routeVersion !== request.recipientRouteVersion)
+	if (!isSignedRoute(route, request))
 		return refuse("ROUTE_MISMATCH", `the active route of TIN ${request.recipientTin} is version ${route.routeVersion}`);
 
 	return { ok: true };

@@ -64,7 +64,7 @@ import { sweeperMixin } from "../mixins/sweeper.mixin";
 import { leaseMetrics, sweepMetrics, type LeaseEvent } from "./metrics";
 import { callKey } from "./replay";
 import { internal, keyHoldersOnly, workersOnly } from "./internal";
-import type { ActiveRoute } from "../lib/registry";
+import { isSignedRoute, type ActiveRoute } from "../lib/registry";
 import { processChain } from "./process-chain";
 
 export const INTENTS_COLLECTION = {
@@ -400,7 +400,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						// The Cranker reports before it sends: a route replaced since its authorization (up to
 						// 90 s old), or one it never asked for, gets no payment.
 						const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
-						if (route?.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion)
+						if (!isSignedRoute(route, record.request))
 							throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active: release or reject the intent, and send nothing", { reason: "ROUTE_MISMATCH" });
 						const chain = this.chain;
 						if (chain) {

@@ -9,7 +9,7 @@ import { createSigner } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import type { LeasedIntentRecord } from "../lib/intents";
 import { buildPayoutAuthorization, type PayoutAuthorization } from "../lib/payout";
-import type { ActiveRoute } from "../lib/registry";
+import { isSignedRoute, type ActiveRoute } from "../lib/registry";
 import { payoutAuthorizationParams } from "../lib/schemas";
 import { loadOrCreateAuthorityKeypair } from "../lib/secrets";
 import type { Collection } from "../lib/store";
@@ -87,7 +87,7 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 				const now = new Date();
 				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
 				const existing = await this.authorizations.get(record.id);
-				if (!route || route.routeCommitment !== record.request.recipientRouteCommitment || route.routeVersion !== record.request.recipientRouteVersion) {
+				if (!isSignedRoute(route, record.request)) {
 					const rejected = route !== null && !existing && (await this.rejectReplacedRoute(record, route, ctx));
 					throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH", ...(rejected ? { state: "REJECTED" } : {}) });
 				}

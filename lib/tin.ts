@@ -29,3 +29,34 @@ export function tinFromSequence(sequence: number): string {
 	if (!/^[1-9][0-9]{8}$/.test(payload)) throw new RangeError(`TIN sequence out of range: ${sequence}`);
 	return payload + luhnCheckDigit(payload);
 }
+
+/** Consecutive sequence numbers, from `start` up to and without `end`. */
+export interface SequenceRun {
+	start: number;
+	end: number;
+}
+
+/** `runs` (sorted, apart) with the sequence numbers of `tins` added, as sorted runs that neither overlap nor touch. */
+export function withSequencesOf(runs: readonly SequenceRun[], tins: Iterable<string>): SequenceRun[] {
+	const added = Array.from(tins, tin => ({ start: Number(tin.slice(0, 9)), end: Number(tin.slice(0, 9)) + 1 }));
+	const merged: SequenceRun[] = [];
+	for (const run of [...runs, ...added].sort((a, b) => a.start - b.start)) {
+		const last = merged[merged.length - 1];
+		if (last && run.start <= last.end) last.end = Math.max(last.end, run.end);
+		else merged.push({ ...run });
+	}
+	return merged;
+}
+
+/** The first sequence number from `n` on that lies in none of `runs` (sorted, apart), by binary search. */
+export function firstOutside(runs: readonly SequenceRun[], n: number): number {
+	let low = 0;
+	let high = runs.length;
+	while (low < high) {
+		const middle = (low + high) >>> 1;
+		if (runs[middle].start <= n) low = middle + 1;
+		else high = middle;
+	}
+	const run = runs[low - 1];
+	return run && n < run.end ? run.end : n;
+}

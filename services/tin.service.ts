@@ -18,7 +18,7 @@ import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } fr
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
 import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
 import { readRegistrySubmission } from "../lib/settlement";
-import { tinFromSequence } from "../lib/tin";
+import { firstOutside, tinFromSequence, withSequencesOf, type SequenceRun } from "../lib/tin";
 import {
 	TIN_OPERATION_STATES,
 	applyStage,
@@ -188,6 +188,12 @@ interface TinVars {
 	sequence: Collection<SequenceDoc>;
 	claims: Collection<TinClaim>;
 	updateHeads: Collection<UpdateHead>;
+	/**
+	 * The sequence numbers of the seeded TINs this process claimed for genesis, as runs: an
+	 * allocation steps over a run in one compare-and-set, so that the first create after a large
+	 * seed costs no more than any other.
+	 */
+	seededRuns: SequenceRun[];
 	/** The Node's own view of the chain; without SOLANA_RPC_URL a finalization is not checked on chain. */
 	chain: NodeChain | null;
 	/** Tells the gateways that new TIN operation events are committed (coalesced: see eventNotifier). */
@@ -363,6 +369,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				}
 				const updatedAt = new Date().toISOString();
 				let imported = 0;
+				const claimed: string[] = [];
 				// In slices, so that a large seed shares commits instead of waiting out one per route.
 				for (let start = 0; start < entries.length; start += GENESIS_SLICE) {
 					const results = await Promise.all(
@@ -371,12 +378,14 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 								this.logger.warn(`Registry seed ${file}: TIN ${entry.tin} was handed out by the sequence (to a create, which may have failed), so it is not imported.`);
 								return false;
 							}
+							claimed.push(entry.tin);
 							// insert() leaves an existing TIN as it is: importing twice changes nothing.
 							return this.routes.insert({ ...entry, id: entry.tin, ownerWallet: entry.ownerWallet ?? null, active: true, updatedAt });
 						})
 					);
 					imported += results.filter(Boolean).length;
 				}
+				this.seededRuns = withSequencesOf(this.seededRuns, claimed);
 				return imported;
 			},
 
@@ -410,11 +419,13 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				for (;;) {
 					const current = await this.sequence.get("tin");
 					const n = current?.next ?? FIRST_SEQUENCE;
+					// A seeded TIN is never a create's: the counter passes a run of them at once.
+					const free = firstOutside(this.seededRuns, n);
 					// Past 999999999 there is no 9-digit sequence number left: a clear refusal, and the counter stays.
-					if (n > LAST_SEQUENCE) throw new ServiceError("LIMIT_REACHED", "Every TIN of the sequence has been allocated: no create can be taken");
-					const taken = current ? await this.sequence.update("tin", { next: n }, { id: "tin", next: n + 1 }) : await this.sequence.insert({ id: "tin", next: n + 1 });
-					if (!taken) continue; // another allocation took n first
-					const candidate = tinFromSequence(n);
+					if (free > LAST_SEQUENCE) throw new ServiceError("LIMIT_REACHED", "Every TIN of the sequence has been allocated: no create can be taken");
+					const taken = current ? await this.sequence.update("tin", { next: n }, { id: "tin", next: free + 1 }) : await this.sequence.insert({ id: "tin", next: free + 1 });
+					if (!taken) continue; // another allocation moved the counter first
+					const candidate = tinFromSequence(free);
 					// Genesis routes keep theirs: imported (before claims were kept), or being imported.
 					if (!(await this.routes.get(candidate)) && (await this.claims.insert({ id: candidate, by: "create" }))) return candidate;
 				}
@@ -715,6 +726,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 		} satisfies TinMethods & ThisType<TinThis>,
 
 		created(this: TinThis) {
+			this.seededRuns = [];
 			this.chain = processChain(this.broker, config).reads;
 			this.notifyEvents = eventNotifier(this.broker, "tin_operations");
 		},

@@ -78,7 +78,11 @@ function stallAfterMark(service: TinInternals, id: string) {
 /** What a test reaches inside the service: its stores, to stand a crash in for a failing write, and its steps. */
 interface TinInternals {
 	routes: { get(tin: string): Promise<RouteRecord | null>; update(tin: string, expected: object, next: RouteRecord): Promise<boolean> };
-	sequence: { get(id: string): Promise<{ next: number } | null>; update(id: string, expected: object, next: { id: string; next: number }): Promise<boolean> };
+	sequence: {
+		get(id: string): Promise<{ next: number } | null>;
+		insert(doc: { id: string; next: number }): Promise<boolean>;
+		update(id: string, expected: object, next: { id: string; next: number }): Promise<boolean>;
+	};
 	claims: { remove(id: string): Promise<boolean> };
 	importGenesis(file: string): Promise<number>;
 	allocateTin(): Promise<string>;
@@ -445,6 +449,27 @@ describe("tin service", () => {
 				expect(await other.service.importGenesis(writeSeedFile(tempDir(), [below, ...above]))).toBe(250);
 				for (const route of [below, ...above]) expect(await other.service.routes.get(route.tin)).toMatchObject({ routeCommitment: route.routeCommitment });
 				expect((await other.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin).toBe(tinFromSequence(100_000_003));
+			} finally {
+				await other.broker.stop();
+			}
+		});
+
+		test("creates after a large seed step over each run of seeded TINs at once: the first costs what any other does (a review)", async () => {
+			const dataDir = tempDir();
+			// 2,000 TINs from the start of the sequence, a gap of 10, then 500 more.
+			const seeded = [...Array.from({ length: 2000 }, (_, i) => 100_000_000 + i), ...Array.from({ length: 500 }, (_, i) => 100_002_010 + i)];
+			const other = await startTin({ DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, seeded.map(n => newRoute({ tin: tinFromSequence(n) }))) });
+			try {
+				const sequence = other.service.sequence;
+				const { insert, update } = sequence;
+				let moves = 0;
+				sequence.insert = (...args) => (moves++, insert.apply(sequence, args));
+				sequence.update = (...args) => (moves++, update.apply(sequence, args));
+				const created: string[] = [];
+				for (let i = 0; i < 11; i++) created.push((await other.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin);
+				expect(created).toStrictEqual([...Array.from({ length: 10 }, (_, i) => tinFromSequence(100_002_000 + i)), tinFromSequence(100_002_510)]);
+				// One write of the counter per create, not one per seeded TIN passed (2,500 before).
+				expect(moves).toBe(11);
 			} finally {
 				await other.broker.stop();
 			}

@@ -1,5 +1,5 @@
 /** TIN rules of SPEC §0 and the sequence allocation of SPEC §5. */
-import { isValidTin, luhnCheckDigit, tinFromSequence } from "../../lib/tin";
+import { firstOutside, isValidTin, luhnCheckDigit, tinFromSequence, withSequencesOf } from "../../lib/tin";
 
 /** An independent Luhn check over all ten digits (the textbook form: sum mod 10 = 0). */
 function luhnValid(digits: string): boolean {
@@ -94,5 +94,38 @@ describe("tinFromSequence", () => {
 
 	it.each([99_999_999, 1_000_000_000, 0, -100000000, 100000000.5, Number.NaN])("refuses sequence %p (not 9 digits)", sequence => {
 		expect(() => tinFromSequence(sequence)).toThrow(RangeError);
+	});
+});
+
+describe("seeded sequence runs", () => {
+	const tins = (...sequences: number[]) => sequences.map(tinFromSequence);
+
+	it("gathers the seeded sequence numbers into sorted runs that neither overlap nor touch, over several seeds", () => {
+		const first = withSequencesOf([], tins(100_000_005, 100_000_001, 100_000_002, 100_000_002, 100_000_009));
+		expect(first).toStrictEqual([
+			{ start: 100_000_001, end: 100_000_003 },
+			{ start: 100_000_005, end: 100_000_006 },
+			{ start: 100_000_009, end: 100_000_010 }
+		]);
+		// A second seed that fills the gaps joins the runs it touches.
+		expect(withSequencesOf(first, tins(100_000_003, 100_000_004, 100_000_010))).toStrictEqual([
+			{ start: 100_000_001, end: 100_000_006 },
+			{ start: 100_000_009, end: 100_000_011 }
+		]);
+		expect(first).toHaveLength(3);
+		expect(withSequencesOf(first, [])).toStrictEqual(first);
+	});
+
+	it("gives the first sequence number outside every run: the end of the run that holds n, else n", () => {
+		const runs = withSequencesOf([], tins(100_000_001, 100_000_002, 100_000_005, 999_999_999));
+		expect(firstOutside([], 100_000_000)).toBe(100_000_000);
+		expect(firstOutside(runs, 100_000_000)).toBe(100_000_000);
+		expect(firstOutside(runs, 100_000_001)).toBe(100_000_003);
+		expect(firstOutside(runs, 100_000_002)).toBe(100_000_003);
+		expect(firstOutside(runs, 100_000_003)).toBe(100_000_003);
+		expect(firstOutside(runs, 100_000_005)).toBe(100_000_006);
+		expect(firstOutside(runs, 100_000_006)).toBe(100_000_006);
+		// Past the last sequence number: the caller refuses it (LIMIT_REACHED).
+		expect(firstOutside(runs, 999_999_999)).toBe(1_000_000_000);
 	});
 });

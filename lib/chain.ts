@@ -29,6 +29,22 @@ const NODE_READ_TIMEOUT_MS = 2500;
  */
 const NODE_MAX_ANSWER_BYTES = 256 * 1024;
 
+/** The most accounts one `getMultipleAccounts` may ask for (the RPC's limit). */
+export const MAX_ACCOUNTS_PER_READ = 100;
+
+/** An owner's token account of a mint: what it can pay out of that mint. */
+export interface TokenHolding {
+	owner: Address;
+	mint: Address;
+	/** Its associated token account (associatedTokenAccount). */
+	account: Address;
+}
+
+/** The associated token account of `owner` for `mint` (classic SPL Token). A derivation costs about 0.4 ms of CPU: keep what it gives. */
+export async function associatedTokenAccount(owner: Address, mint: Address): Promise<Address> {
+	return (await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0];
+}
+
 /** How many signatures' first disagreement the Node keeps, to warn at the second. */
 const DISAGREEMENTS_KEPT = 1000;
 
@@ -192,16 +208,20 @@ export class ChainReader {
 	 * accounts, whatever other token accounts others opened for the owner.
 	 */
 	async tokenBalances(owner: Address, mints: readonly Address[]): Promise<Map<Address, bigint>> {
-		const accounts = await Promise.all(mints.map(async mint => (await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0]));
-		const value = await this.accounts(accounts);
-		return new Map(
-			mints.map((mint, i) => {
-				const account = value[i];
-				if (!account || account.owner !== TOKEN_PROGRAM_ADDRESS) return [mint, 0n];
-				const token = getTokenDecoder().decode(base64Bytes(account.data[0]));
-				return [mint, token.mint === mint && token.owner === owner && token.state === AccountState.Initialized ? token.amount : 0n];
-			})
-		);
+		const holdings = await Promise.all(mints.map(async mint => ({ owner, mint, account: await associatedTokenAccount(owner, mint) })));
+		const amounts = await this.tokenAmounts(holdings);
+		return new Map(mints.map((mint, i) => [mint, amounts[i]]));
+	}
+
+	/** What each holding can pay out, in their order, in one `getMultipleAccounts` (at most MAX_ACCOUNTS_PER_READ). */
+	async tokenAmounts(holdings: readonly TokenHolding[]): Promise<bigint[]> {
+		const value = await this.accounts(holdings.map(holding => holding.account));
+		return holdings.map(({ owner, mint }, i) => {
+			const account = value[i];
+			if (!account || account.owner !== TOKEN_PROGRAM_ADDRESS) return 0n;
+			const token = getTokenDecoder().decode(base64Bytes(account.data[0]));
+			return token.mint === mint && token.owner === owner && token.state === AccountState.Initialized ? token.amount : 0n;
+		});
 	}
 
 	/** The accounts at `addresses`, in their order (null: none there), in one getMultipleAccounts; `dataSlice`: only those bytes of each. */
@@ -321,13 +341,17 @@ export class NodeChain {
 	}
 
 	/**
-	 * What `owner` can pay out of its associated token account of each mint (ChainReader.tokenBalances),
-	 * the least that any endpoint shows: one provider's word cannot raise it.
+	 * What each holding can pay out (ChainReader.tokenAmounts), the least that any endpoint shows:
+	 * one provider's word cannot raise it. Read in parts of MAX_ACCOUNTS_PER_READ, all at once, so
+	 * that the amounts are of one moment as nearly as the endpoints allow: tokens moved from one
+	 * holder to another between two reads would count under both.
 	 */
-	async tokenBalances(owner: Address, mints: readonly Address[]): Promise<Map<Address, bigint>> {
+	async tokenAmounts(holdings: readonly TokenHolding[]): Promise<bigint[]> {
 		await this.sameCluster();
-		const readings = await this.fromEach(reader => reader.tokenBalances(owner, mints));
-		return new Map(mints.map(mint => [mint, readings.reduce((least, reading) => (reading.get(mint)! < least ? reading.get(mint)! : least), readings[0].get(mint)!)]));
+		const parts = [];
+		for (let start = 0; start < holdings.length; start += MAX_ACCOUNTS_PER_READ) parts.push(holdings.slice(start, start + MAX_ACCOUNTS_PER_READ));
+		const read = await Promise.all(parts.map(part => this.fromEach(reader => reader.tokenAmounts(part))));
+		return read.flatMap(readings => readings[0].map((_, i) => readings.reduce((least, reading) => (reading[i] < least ? reading[i] : least), readings[0][i])));
 	}
 
 	private fromEach<T>(read: (reader: ChainReader) => Promise<T>): Promise<T[]> {

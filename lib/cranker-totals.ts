@@ -11,6 +11,8 @@ export interface CrankerContribution {
 	roles: readonly string[];
 	liquidity: readonly { tokenMintAddress: string; available: string }[];
 	lastSeenAt: string;
+	/** The chain reading that bounds `liquidity`, if any: a later one of the same heartbeat replaces it. */
+	held?: { at: string } | null;
 }
 
 export interface CrankerFigures {
@@ -19,9 +21,15 @@ export interface CrankerFigures {
 	mints: Record<string, { liquidity: string; crankersOnline: number }>;
 }
 
-export class CrankerTotals {
+/** A later heartbeat, or the same one read later on chain. */
+function isNewer(a: CrankerContribution, b: CrankerContribution): boolean {
+	if (a.lastSeenAt !== b.lastSeenAt) return a.lastSeenAt > b.lastSeenAt;
+	return (a.held?.at ?? "") > (b.held?.at ?? "");
+}
+
+export class CrankerTotals<C extends CrankerContribution = CrankerContribution> {
 	/** The heartbeat each online Cranker counts with. */
-	private readonly counted = new Map<string, CrankerContribution>();
+	private readonly counted = new Map<string, C>();
 	/**
 	 * Every counted heartbeat, the oldest first (a binary min-heap on lastSeenAt): one another replica
 	 * stamped before some already here, and read after them, still falls silent at its own time.
@@ -34,16 +42,17 @@ export class CrankerTotals {
 	constructor(private readonly roles: readonly string[]) {}
 
 	/**
-	 * Counts a Cranker's latest accepted heartbeat instead of its previous one. One already counted,
-	 * or older than the one counted (read again from the store), changes nothing.
+	 * Counts a Cranker's latest accepted heartbeat, with its latest reading, instead of what it
+	 * counted with. One already counted, or older than the one counted (read again from the store),
+	 * changes nothing.
 	 */
-	seen(contribution: CrankerContribution): void {
+	seen(contribution: C): void {
 		const previous = this.counted.get(contribution.crankerPubkey);
-		if (previous && previous.lastSeenAt >= contribution.lastSeenAt) return;
+		if (previous && !isNewer(contribution, previous)) return;
 		if (previous) this.add(previous, -1);
 		this.add(contribution, 1);
 		this.counted.set(contribution.crankerPubkey, contribution);
-		this.dueToExpire.push({ crankerPubkey: contribution.crankerPubkey, lastSeenAt: contribution.lastSeenAt });
+		if (previous?.lastSeenAt !== contribution.lastSeenAt) this.dueToExpire.push({ crankerPubkey: contribution.crankerPubkey, lastSeenAt: contribution.lastSeenAt });
 	}
 
 	/** Stops counting the Crankers whose last heartbeat is at or before `cutoff` (ISO time). */
@@ -60,6 +69,11 @@ export class CrankerTotals {
 
 	get online(): number {
 		return this.counted.size;
+	}
+
+	/** What each online Cranker counts with (as of the last expire()). */
+	contributions(): IterableIterator<C> {
+		return this.counted.values();
 	}
 
 	snapshot(): CrankerFigures {

@@ -8,7 +8,7 @@ import { address as toAddress } from "@solana/kit";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { CrankerHeartbeatRecord } from "../lib/answers";
 import { buildHeartbeatMessage } from "../lib/canonical";
-import type { NodeChain } from "../lib/chain";
+import { associatedTokenAccount, MAX_ACCOUNTS_PER_READ, type NodeChain } from "../lib/chain";
 import type { Config } from "../lib/config";
 import { CrankerTotals } from "../lib/cranker-totals";
 import { verifySignature } from "../lib/ed25519";
@@ -30,11 +30,15 @@ const MAX_HEARTBEAT_SKEW_MS = 60_000;
 const CATCH_UP_PAGE = 500;
 /** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
 const PRUNE_BATCH = 500;
+/** Token accounts derived per liquidity read, at about 0.4 ms of CPU each: new keys cannot buy the Node's CPU with heartbeats. */
+const DERIVATIONS_PER_READ = 100;
+
+type Liquidity = { tokenMintAddress: string; available: string }[];
 
 interface HeartbeatRequest {
 	crankerPubkey: string;
 	roles: CrankerRole[];
-	liquidity: { tokenMintAddress: string; available: string }[];
+	liquidity: Liquidity;
 	version?: string;
 	sentAt: string;
 	signature: string;
@@ -44,12 +48,17 @@ interface CrankerDoc {
 	id: string;
 	crankerPubkey: string;
 	roles: CrankerRole[];
-	liquidity: HeartbeatRequest["liquidity"];
+	/** What counts: with SOLANA_RPC_URL, of each mint the smaller of the report and the last reading (boundedBy). */
+	liquidity: Liquidity;
 	/**
-	 * The Cranker's associated token accounts as the Node last read them (SOLANA_RPC_URL): what a
-	 * heartbeat the Node does not read may count, while the reading is younger than CRANKER_TTL_MS.
+	 * A settlement Cranker's last report, with SOLANA_RPC_URL, and each mint's associated token
+	 * account once the liquidity read has derived it.
 	 */
+	reported?: ReportedHolding[] | null;
+	/** Its associated token accounts as the Node last read them; a reading counts while younger than CRANKER_TTL_MS. */
 	held?: LiquidityReading | null;
+	/** Its first heartbeat since its record was made: the liquidity read takes the longest unread first. */
+	firstSeenAt?: string;
 	version: string | null;
 	lastSentAt: string;
 	lastSeenAt: string;
@@ -57,10 +66,26 @@ interface CrankerDoc {
 	callKey?: string | null;
 }
 
+interface ReportedHolding {
+	tokenMintAddress: string;
+	available: string;
+	account?: string;
+}
+
 /** A settlement Cranker's balance of each mint it reported, as read on chain at `at`. */
 interface LiquidityReading {
 	at: string;
-	balances: HeartbeatRequest["liquidity"];
+	balances: Liquidity;
+}
+
+/** Of each mint reported, the smaller of the report and the reading (0 for a mint the reading lacks). */
+function boundedBy(reported: Liquidity, held: LiquidityReading | null): Liquidity {
+	const balances = new Map(held?.balances.map(entry => [entry.tokenMintAddress, BigInt(entry.available)]));
+	return reported.map(({ tokenMintAddress, available }) => {
+		const onChain = balances.get(tokenMintAddress) ?? 0n;
+		const report = BigInt(available);
+		return { tokenMintAddress, available: (onChain < report ? onChain : report).toString() };
+	});
 }
 
 /** A request signature seen within its validity window, keyed by the signature itself. */
@@ -89,13 +114,11 @@ interface CrankersVars {
 	 * Every replica folds in the heartbeats stored since its last look, its own and the other
 	 * replicas' alike (catchUp, each sweep), so replicas agree within SWEEP_INTERVAL_MS.
 	 */
-	totals: CrankerTotals;
+	totals: CrankerTotals<CrankerDoc>;
 	/** The store time up to which this replica has folded heartbeats in. */
 	caughtUpTo: string;
 	/** Null without SOLANA_RPC_URL: a settlement Cranker's liquidity is then its word. */
 	chain: NodeChain | null;
-	/** The liquidity reads this process may still make (a token bucket: LIQUIDITY_READS_PER_SECOND, as many at once). */
-	liquidityReads: { tokens: number; at: number };
 }
 
 interface CrankersMethods {
@@ -104,8 +127,8 @@ interface CrankersMethods {
 	onlineCutoff(nowMs: number): string;
 	toView(doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord;
 	accept(ctx: Context<HeartbeatRequest>): Promise<CrankerHeartbeatRecord>;
-	provenLiquidity(hb: HeartbeatRequest, now: Date): Promise<Pick<CrankerDoc, "liquidity" | "held">>;
-	mayReadLiquidity(): boolean;
+	provenLiquidity(hb: HeartbeatRequest, stored: CrankerDoc | null, nowMs: number): Pick<CrankerDoc, "liquidity" | "reported" | "held">;
+	readLiquidity(): Promise<void>;
 	catchUp(nowMs: number): Promise<void>;
 	sweep(): Promise<void>;
 }
@@ -120,6 +143,9 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			crankerSignedMixin(config.publicBaseUrl, ["heartbeat"]),
 			sweeperMixin<CrankersThis>("cranker liveness", config.sweepIntervalMs, function (this: CrankersThis) {
 				return this.sweep();
+			}),
+			sweeperMixin<CrankersThis>("cranker liquidity", config.sweepIntervalMs, function (this: CrankersThis) {
+				return this.readLiquidity();
 			}),
 			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<CrankersThis>(config, "crankers", async function (this: CrankersThis, store) {
@@ -215,11 +241,14 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				const now = new Date();
 				if (Math.abs(now.getTime() - Date.parse(hb.sentAt)) > MAX_HEARTBEAT_SKEW_MS) throw new ServiceError("STALE_HEARTBEAT", "sentAt is more than 60 s away from the Node's clock");
 
+				// What the liquidity read left (with SOLANA_RPC_URL): the reading and the accounts derived.
+				const stored = this.chain ? await this.crankers.get(hb.crankerPubkey) : null;
 				const doc: CrankerDoc = {
 					id: hb.crankerPubkey,
 					crankerPubkey: hb.crankerPubkey,
 					roles: hb.roles,
-					...(await this.provenLiquidity(hb, now)),
+					...this.provenLiquidity(hb, stored, now.getTime()),
+					firstSeenAt: stored?.firstSeenAt ?? now.toISOString(),
 					version: hb.version ?? null,
 					lastSentAt: hb.sentAt,
 					lastSeenAt: now.toISOString(),
@@ -239,47 +268,66 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 
 			/**
 			 * A settlement Cranker's liquidity as far as the chain bears it out: of each mint, what it
-			 * reports or what its associated token account holds (ChainReader.tokenBalances), the
-			 * smaller. Its word alone would let a key holder show a mint ready that no Cranker can pay.
-			 * A heartbeat not read (the chain does not answer, or the reads allowed are spent) is
-			 * bounded by the last reading while that is younger than CRANKER_TTL_MS, and counts 0
-			 * otherwise; the heartbeat itself still counts (the TIN roles and leases need no balance).
+			 * reports or what its associated token account held at the last liquidity read, the smaller.
+			 * Its word alone would let a key holder show a mint ready that no Cranker can pay. A reading
+			 * older than CRANKER_TTL_MS, or none yet, counts 0 until the next read; the heartbeat itself
+			 * still counts (the TIN roles and leases need no balance). A heartbeat reads nothing: many
+			 * keys would spend the Node's RPC quota and CPU.
 			 */
-			async provenLiquidity(this: CrankersThis, hb, now) {
-				if (!this.chain || !hb.roles.includes("settlement") || hb.liquidity.length === 0) return { liquidity: hb.liquidity, held: null };
-				const mints = hb.liquidity.map(entry => toAddress(entry.tokenMintAddress));
-				const read = this.mayReadLiquidity() ? await this.chain.tokenBalances(toAddress(hb.crankerPubkey), mints).catch(() => null) : null;
-				let held: LiquidityReading | null;
-				if (read) held = { at: now.toISOString(), balances: mints.map(mint => ({ tokenMintAddress: mint, available: read.get(mint)!.toString() })) };
-				else {
-					const last = (await this.crankers.get(hb.crankerPubkey))?.held;
-					held = last && Date.parse(last.at) + this.settings.crankerTtlMs > now.getTime() ? last : null;
-				}
-				const balances = new Map(held?.balances.map(entry => [entry.tokenMintAddress, BigInt(entry.available)]));
-				return {
-					held,
-					liquidity: hb.liquidity.map(({ tokenMintAddress, available }) => {
-						const onChain = balances.get(tokenMintAddress) ?? 0n;
-						const reported = BigInt(available);
-						return { tokenMintAddress, available: (onChain < reported ? onChain : reported).toString() };
-					})
-				};
+			provenLiquidity(this: CrankersThis, hb, stored, nowMs) {
+				if (!this.chain || !hb.roles.includes("settlement") || hb.liquidity.length === 0) return { liquidity: hb.liquidity, reported: null, held: null };
+				const accounts = new Map(stored?.reported?.map(holding => [holding.tokenMintAddress, holding.account]));
+				const reported = hb.liquidity.map(entry => {
+					const account = accounts.get(entry.tokenMintAddress);
+					return account ? { ...entry, account } : entry;
+				});
+				const held = stored?.held && Date.parse(stored.held.at) + this.settings.crankerTtlMs > nowMs ? stored.held : null;
+				return { reported, held, liquidity: boundedBy(reported, held) };
 			},
 
 			/**
-			 * Whether a heartbeat's liquidity may be read now: one read per heartbeat would let a
-			 * worker-key holder with many keys spend the Node's RPC quota, which its settlement checks
-			 * need. A token bucket, so that no burst passes the rate.
+			 * Reads the associated token accounts of the settlement Crankers online, in one batch of
+			 * reads made at once (NodeChain.tokenAmounts), so that tokens moved from one key to another
+			 * count once. At most LIQUIDITY_READS_PER_SECOND reads of MAX_ACCOUNTS_PER_READ accounts a
+			 * second, and DERIVATIONS_PER_READ new accounts: when more are online, those read longest ago
+			 * (or never, by first heartbeat) go first, so a flood of new keys waits behind them. A reading
+			 * is stored only on the heartbeat it was taken for (compare-and-set on lastSentAt).
 			 */
-			mayReadLiquidity(this: CrankersThis) {
-				const rate = config.liquidityReadsPerSecond;
-				const now = performance.now();
-				const bucket = this.liquidityReads;
-				bucket.tokens = Math.min(rate, bucket.tokens + ((now - bucket.at) * rate) / 1000);
-				bucket.at = now;
-				if (bucket.tokens < 1) return false;
-				bucket.tokens -= 1;
-				return true;
+			async readLiquidity(this: CrankersThis) {
+				if (!this.chain) return;
+				// The Crankers online as the liveness sweep last folded them in (every replica's, with replicas).
+				this.totals.expire(this.onlineCutoff(Date.now()));
+				const due = [...this.totals.contributions()].filter(doc => doc.reported?.length);
+				const unreadSince = (doc: CrankerDoc) => doc.held?.at ?? doc.firstSeenAt ?? "";
+				due.sort((a, b) => (unreadSince(a) < unreadSince(b) ? -1 : unreadSince(a) > unreadSince(b) ? 1 : 0));
+				const accountsPerRead = Math.max(1, Math.floor((config.liquidityReadsPerSecond * config.sweepIntervalMs) / 1000)) * MAX_ACCOUNTS_PER_READ;
+				const chosen: { doc: CrankerDoc; reported: ReportedHolding[] }[] = [];
+				let accounts = 0;
+				let derivations = 0;
+				for (const doc of due) {
+					const reported = doc.reported!;
+					const underived = reported.filter(holding => !holding.account).length;
+					if (accounts + reported.length > accountsPerRead || derivations + underived > DERIVATIONS_PER_READ) break;
+					accounts += reported.length;
+					derivations += underived;
+					const owner = toAddress(doc.crankerPubkey);
+					chosen.push({ doc, reported: await Promise.all(reported.map(async holding => ({ ...holding, account: holding.account ?? (await associatedTokenAccount(owner, toAddress(holding.tokenMintAddress))) }))) });
+				}
+				if (chosen.length === 0) return;
+				const amounts = await this.chain.tokenAmounts(
+					chosen.flatMap(({ doc, reported }) => reported.map(holding => ({ owner: toAddress(doc.crankerPubkey), mint: toAddress(holding.tokenMintAddress), account: toAddress(holding.account!) })))
+				);
+				const at = new Date().toISOString();
+				let next = 0;
+				const readings = chosen.map(({ doc, reported }) => {
+					const held: LiquidityReading = { at, balances: reported.map(({ tokenMintAddress }) => ({ tokenMintAddress, available: amounts[next++].toString() })) };
+					return { ...doc, reported, held, liquidity: boundedBy(reported, held) };
+				});
+				await Promise.all(
+					readings.map(async doc => {
+						if (await this.crankers.update(doc.id, { lastSentAt: doc.lastSentAt }, doc)) this.totals.seen(doc);
+					})
+				);
 			},
 
 			/**
@@ -312,10 +360,9 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 		created(this: CrankersThis) {
 			this.sweeps = sweepMetrics(this.broker);
 			this.operators = new Set(config.crankerOperators);
-			this.totals = new CrankerTotals(CRANKER_ROLES);
+			this.totals = new CrankerTotals<CrankerDoc>(CRANKER_ROLES);
 			this.caughtUpTo = "";
 			this.chain = processChain(this.broker, config).reads;
-			this.liquidityReads = { tokens: config.liquidityReadsPerSecond, at: performance.now() };
 		}
 	};
 }

@@ -76,6 +76,21 @@ describe("CrankerTotals", () => {
 		expect(totals.snapshot()).toEqual({ online: 1, byRole: { settlement: 1, verifier: 0, submitter: 0 }, mints: { M1: { liquidity: "7", crankersOnline: 1 } } });
 	});
 
+	it("the same heartbeat read again on chain later counts with the later reading, not an earlier one, and falls silent at its own time", () => {
+		const totals = new CrankerTotals(ROLES);
+		const read = (seconds: number, available: string) => ({ ...beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available }]), held: { at: at(seconds) } });
+		totals.seen(beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available: "0" }]));
+		totals.seen(read(7, "40"));
+		expect(totals.snapshot().mints).toEqual({ M1: { liquidity: "40", crankersOnline: 1 } });
+		totals.seen(read(9, "3"));
+		// Another replica's earlier reading, stored late, does not bring the 40 back.
+		totals.seen(read(8, "40"));
+		totals.seen(read(9, "3"));
+		expect(totals.snapshot()).toEqual({ online: 1, byRole: { settlement: 1, verifier: 0, submitter: 0 }, mints: { M1: { liquidity: "3", crankersOnline: 1 } } });
+		totals.expire(at(5));
+		expect(totals.snapshot()).toEqual({ online: 0, byRole: { settlement: 0, verifier: 0, submitter: 0 }, mints: {} });
+	});
+
 	it("a heartbeat another replica stamped earlier, read after newer ones, still falls silent at its own time", () => {
 		const totals = new CrankerTotals(ROLES);
 		totals.seen(beat("A", 10));

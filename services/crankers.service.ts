@@ -30,8 +30,10 @@ const MAX_HEARTBEAT_SKEW_MS = 60_000;
 const CATCH_UP_PAGE = 500;
 /** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
 const PRUNE_BATCH = 500;
-/** Token accounts derived per liquidity read, at about 0.4 ms of CPU each: new keys cannot buy the Node's CPU with heartbeats. */
-const DERIVATIONS_PER_READ = 100;
+/** Token accounts derived per liquidity reading, at about 0.4 ms of CPU each: new keys cannot buy the Node's CPU with heartbeats. */
+const DERIVATIONS_PER_READING = 100;
+/** Attempts of a heartbeat or a reading to store itself while the other moves the record. */
+const WRITE_ATTEMPTS = 3;
 
 type Liquidity = { tokenMintAddress: string; available: string }[];
 
@@ -57,7 +59,9 @@ interface CrankerDoc {
 	reported?: ReportedHolding[] | null;
 	/** Its associated token accounts as the Node last read them; a reading counts while younger than CRANKER_TTL_MS. */
 	held?: LiquidityReading | null;
-	/** Its first heartbeat since its record was made: the liquidity read takes the longest unread first. */
+	/** `held.at`, as a field the writes compare-and-set on: a heartbeat never puts back an older reading. */
+	heldAt?: string | null;
+	/** Its first heartbeat since its record was made: the earliest go first when not all can be read. */
 	firstSeenAt?: string;
 	version: string | null;
 	lastSentAt: string;
@@ -119,6 +123,8 @@ interface CrankersVars {
 	caughtUpTo: string;
 	/** Null without SOLANA_RPC_URL: a settlement Cranker's liquidity is then its word. */
 	chain: NodeChain | null;
+	/** When the next liquidity reading may start (performance.now()): readings keep to LIQUIDITY_READS_PER_SECOND. */
+	nextReadingAt: number;
 }
 
 interface CrankersMethods {
@@ -127,8 +133,9 @@ interface CrankersMethods {
 	onlineCutoff(nowMs: number): string;
 	toView(doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord;
 	accept(ctx: Context<HeartbeatRequest>): Promise<CrankerHeartbeatRecord>;
-	provenLiquidity(hb: HeartbeatRequest, stored: CrankerDoc | null, nowMs: number): Pick<CrankerDoc, "liquidity" | "reported" | "held">;
+	provenLiquidity(hb: HeartbeatRequest, stored: CrankerDoc | null, nowMs: number): Pick<CrankerDoc, "liquidity" | "reported" | "held" | "heldAt">;
 	readLiquidity(): Promise<void>;
+	storeReading(doc: CrankerDoc, reported: ReportedHolding[], at: string, amountOf: Map<string, bigint>): Promise<void>;
 	catchUp(nowMs: number): Promise<void>;
 	sweep(): Promise<void>;
 }
@@ -150,7 +157,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<CrankersThis>(config, "crankers", async function (this: CrankersThis, store) {
 				// The tally counts the stored records (online or not) for `total`, the same on every replica.
-				this.crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]], tally: () => ({ records: 1n }) });
+				this.crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text", heldAt: "text" }, indexes: [["lastSeenAt"]], tally: () => ({ records: 1n }) });
 				this.seenSignatures = await store.collection<SeenSignature>({ name: "request_signatures", fields: { expiresAt: "text" }, indexes: [["expiresAt"]] });
 				await this.catchUp(Date.now());
 			})
@@ -241,93 +248,124 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				const now = new Date();
 				if (Math.abs(now.getTime() - Date.parse(hb.sentAt)) > MAX_HEARTBEAT_SKEW_MS) throw new ServiceError("STALE_HEARTBEAT", "sentAt is more than 60 s away from the Node's clock");
 
-				// What the liquidity read left (with SOLANA_RPC_URL): the reading and the accounts derived.
-				const stored = this.chain ? await this.crankers.get(hb.crankerPubkey) : null;
-				const doc: CrankerDoc = {
-					id: hb.crankerPubkey,
-					crankerPubkey: hb.crankerPubkey,
-					roles: hb.roles,
-					...this.provenLiquidity(hb, stored, now.getTime()),
-					firstSeenAt: stored?.firstSeenAt ?? now.toISOString(),
-					version: hb.version ?? null,
-					lastSentAt: hb.sentAt,
-					lastSeenAt: now.toISOString(),
-					callKey: callKey(ctx)
-				};
-				// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
-				const inserted = await this.crankers.insert(doc);
-				if (!inserted && !(await this.crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc))) {
+				for (let attempt = 1; ; attempt++) {
+					// What the liquidity reading left (with SOLANA_RPC_URL): the reading and the accounts derived.
+					const stored = this.chain ? await this.crankers.get(hb.crankerPubkey) : null;
+					const doc: CrankerDoc = {
+						id: hb.crankerPubkey,
+						crankerPubkey: hb.crankerPubkey,
+						roles: hb.roles,
+						...this.provenLiquidity(hb, stored, now.getTime()),
+						...(this.chain ? { firstSeenAt: stored?.firstSeenAt ?? now.toISOString() } : {}),
+						version: hb.version ?? null,
+						lastSentAt: hb.sentAt,
+						lastSeenAt: now.toISOString(),
+						callKey: callKey(ctx)
+					};
+					// Accepted only when newer than the last accepted one, and over the reading it was built on;
+					// the conditions make replays and races safe.
+					const expected = { lastSentAt: { lt: hb.sentAt }, ...(this.chain ? { heldAt: stored?.heldAt ?? null } : {}) };
+					if ((await this.crankers.insert(doc)) || (await this.crankers.update(doc.id, expected, doc))) {
+						this.totals.seen(doc);
+						return this.toView(doc, now.getTime());
+					}
+					const current = await this.crankers.get(doc.id);
 					// A retry of the call that stored this heartbeat answers as that call did.
-					const stored = await this.crankers.get(doc.id);
-					if (stored && isOwnWrite(ctx, stored.callKey)) return this.toView(stored, Date.parse(stored.lastSeenAt));
-					throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+					if (current && isOwnWrite(ctx, current.callKey)) return this.toView(current, Date.parse(current.lastSeenAt));
+					if (!current || current.lastSentAt >= hb.sentAt) throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+					// A newer reading landed meanwhile: this heartbeat is built again on it.
+					if (attempt === WRITE_ATTEMPTS) throw new ServiceError("VERSION_CONFLICT", "The Cranker's record changed concurrently; send the heartbeat again");
 				}
-				this.totals.seen(doc);
-				return this.toView(doc, now.getTime());
 			},
 
 			/**
 			 * A settlement Cranker's liquidity as far as the chain bears it out: of each mint, what it
-			 * reports or what its associated token account held at the last liquidity read, the smaller.
-			 * Its word alone would let a key holder show a mint ready that no Cranker can pay. A reading
-			 * older than CRANKER_TTL_MS, or none yet, counts 0 until the next read; the heartbeat itself
-			 * still counts (the TIN roles and leases need no balance). A heartbeat reads nothing: many
-			 * keys would spend the Node's RPC quota and CPU.
+			 * reports or what its associated token account held at the last liquidity reading, the
+			 * smaller. Its word alone would let a key holder show a mint ready that no Cranker can pay. A
+			 * reading older than CRANKER_TTL_MS, or none yet, counts 0; the heartbeat itself still counts
+			 * (the TIN roles and leases need no balance). A heartbeat reads nothing: many keys would
+			 * spend the Node's RPC quota and CPU.
 			 */
 			provenLiquidity(this: CrankersThis, hb, stored, nowMs) {
-				if (!this.chain || !hb.roles.includes("settlement") || hb.liquidity.length === 0) return { liquidity: hb.liquidity, reported: null, held: null };
+				if (!this.chain || !hb.roles.includes("settlement") || hb.liquidity.length === 0) return { liquidity: hb.liquidity, reported: null, held: stored?.held ?? null, heldAt: stored?.heldAt ?? null };
 				const accounts = new Map(stored?.reported?.map(holding => [holding.tokenMintAddress, holding.account]));
 				const reported = hb.liquidity.map(entry => {
 					const account = accounts.get(entry.tokenMintAddress);
 					return account ? { ...entry, account } : entry;
 				});
-				const held = stored?.held && Date.parse(stored.held.at) + this.settings.crankerTtlMs > nowMs ? stored.held : null;
-				return { reported, held, liquidity: boundedBy(reported, held) };
+				const held = stored?.held ?? null;
+				const fresh = held && Date.parse(held.at) + this.settings.crankerTtlMs > nowMs ? held : null;
+				return { reported, held, heldAt: stored?.heldAt ?? null, liquidity: boundedBy(reported, fresh) };
 			},
 
 			/**
-			 * Reads the associated token accounts of the settlement Crankers online, in one batch of
-			 * reads made at once (NodeChain.tokenAmounts), so that tokens moved from one key to another
-			 * count once. At most LIQUIDITY_READS_PER_SECOND reads of MAX_ACCOUNTS_PER_READ accounts a
-			 * second, and DERIVATIONS_PER_READ new accounts: when more are online, those read longest ago
-			 * (or never, by first heartbeat) go first, so a flood of new keys waits behind them. A reading
-			 * is stored only on the heartbeat it was taken for (compare-and-set on lastSentAt).
+			 * A reading of the associated token accounts of every settlement Cranker online at once
+			 * (NodeChain.tokenAmounts sends its reads together), so that tokens moved from one key to
+			 * another count once: a key that gave them away is read as empty in the same reading that
+			 * finds them under the other. Readings follow each other no faster than
+			 * LIQUIDITY_READS_PER_SECOND reads of MAX_ACCOUNTS_PER_READ accounts allow, and one reads
+			 * at most what half of CRANKER_TTL_MS allows, the Crankers first seen earliest first: a
+			 * flood of new keys makes readings rarer, never partial for the Crankers already there.
+			 * Accounts not derived yet are derived DERIVATIONS_PER_READING at a time, earliest first, and
+			 * count 0 meanwhile. Each record keeps the newest reading, whichever replica took it.
 			 */
 			async readLiquidity(this: CrankersThis) {
-				if (!this.chain) return;
+				if (!this.chain || performance.now() < this.nextReadingAt) return;
 				// The Crankers online as the liveness sweep last folded them in (every replica's, with replicas).
 				this.totals.expire(this.onlineCutoff(Date.now()));
-				const due = [...this.totals.contributions()].filter(doc => doc.reported?.length);
-				const unreadSince = (doc: CrankerDoc) => doc.held?.at ?? doc.firstSeenAt ?? "";
-				due.sort((a, b) => (unreadSince(a) < unreadSince(b) ? -1 : unreadSince(a) > unreadSince(b) ? 1 : 0));
-				const accountsPerRead = Math.max(1, Math.floor((config.liquidityReadsPerSecond * config.sweepIntervalMs) / 1000)) * MAX_ACCOUNTS_PER_READ;
-				const chosen: { doc: CrankerDoc; reported: ReportedHolding[] }[] = [];
+				const firstSeen = (doc: CrankerDoc) => doc.firstSeenAt ?? "";
+				const online = [...this.totals.contributions()].filter(doc => doc.reported?.length).sort((a, b) => (firstSeen(a) < firstSeen(b) ? -1 : firstSeen(a) > firstSeen(b) ? 1 : 0));
+				const rate = config.liquidityReadsPerSecond;
+				const maxAccounts = Math.max(1, Math.floor((rate * this.settings.crankerTtlMs) / 2000)) * MAX_ACCOUNTS_PER_READ;
+				const read: { doc: CrankerDoc; reported: ReportedHolding[] }[] = [];
 				let accounts = 0;
 				let derivations = 0;
-				for (const doc of due) {
-					const reported = doc.reported!;
-					const underived = reported.filter(holding => !holding.account).length;
-					if (accounts + reported.length > accountsPerRead || derivations + underived > DERIVATIONS_PER_READ) break;
-					accounts += reported.length;
-					derivations += underived;
+				for (const doc of online) {
+					if (accounts + doc.reported!.length > maxAccounts) break;
 					const owner = toAddress(doc.crankerPubkey);
-					chosen.push({ doc, reported: await Promise.all(reported.map(async holding => ({ ...holding, account: holding.account ?? (await associatedTokenAccount(owner, toAddress(holding.tokenMintAddress))) }))) });
+					const reported: ReportedHolding[] = [];
+					for (const holding of doc.reported!) {
+						if (holding.account || derivations === DERIVATIONS_PER_READING) reported.push(holding);
+						else {
+							derivations++;
+							reported.push({ ...holding, account: await associatedTokenAccount(owner, toAddress(holding.tokenMintAddress)) });
+						}
+					}
+					accounts += reported.length;
+					read.push({ doc, reported });
 				}
-				if (chosen.length === 0) return;
-				const amounts = await this.chain.tokenAmounts(
-					chosen.flatMap(({ doc, reported }) => reported.map(holding => ({ owner: toAddress(doc.crankerPubkey), mint: toAddress(holding.tokenMintAddress), account: toAddress(holding.account!) })))
+				const holdings = read.flatMap(({ doc, reported }) =>
+					reported.flatMap(holding => (holding.account ? [{ owner: toAddress(doc.crankerPubkey), mint: toAddress(holding.tokenMintAddress), account: toAddress(holding.account) }] : []))
 				);
+				if (holdings.length === 0) return;
+				const startedAt = performance.now();
 				const at = new Date().toISOString();
-				let next = 0;
-				const readings = chosen.map(({ doc, reported }) => {
-					const held: LiquidityReading = { at, balances: reported.map(({ tokenMintAddress }) => ({ tokenMintAddress, available: amounts[next++].toString() })) };
-					return { ...doc, reported, held, liquidity: boundedBy(reported, held) };
-				});
-				await Promise.all(
-					readings.map(async doc => {
-						if (await this.crankers.update(doc.id, { lastSentAt: doc.lastSentAt }, doc)) this.totals.seen(doc);
-					})
-				);
+				const amounts = await this.chain.tokenAmounts(holdings);
+				this.nextReadingAt = startedAt + (Math.ceil(holdings.length / MAX_ACCOUNTS_PER_READ) * 1000) / rate;
+				const amountOf = new Map(holdings.map((holding, i) => [`${holding.owner}/${holding.mint}`, amounts[i]]));
+				await Promise.all(read.map(({ doc, reported }) => this.storeReading(doc, reported, at, amountOf)));
+			},
+
+			/**
+			 * Stores a reading on a Cranker's record unless a newer one is there, over whatever heartbeat
+			 * came meanwhile (compare-and-set on lastSentAt and heldAt, tried again as they move).
+			 */
+			async storeReading(this: CrankersThis, doc, reported, at, amountOf) {
+				const accounts = new Map(reported.map(holding => [holding.tokenMintAddress, holding.account]));
+				let current: CrankerDoc | null = doc;
+				for (let attempt = 1; current && (current.heldAt ?? "") < at && attempt <= WRITE_ATTEMPTS; attempt++) {
+					const mine = (current.reported ?? []).map(holding => ({ ...holding, account: holding.account ?? accounts.get(holding.tokenMintAddress) }));
+					const held: LiquidityReading = {
+						at,
+						balances: mine.flatMap(({ tokenMintAddress }) => {
+							const amount = amountOf.get(`${current!.crankerPubkey}/${tokenMintAddress}`);
+							return amount === undefined ? [] : [{ tokenMintAddress, available: amount.toString() }];
+						})
+					};
+					const next: CrankerDoc = { ...current, reported: current.reported ? mine : current.reported, held, heldAt: at, liquidity: current.reported ? boundedBy(current.reported, held) : current.liquidity };
+					if (await this.crankers.update(current.id, { lastSentAt: current.lastSentAt, heldAt: current.heldAt ?? null }, next)) return void this.totals.seen(next);
+					current = await this.crankers.get(current.id);
+				}
 			},
 
 			/**
@@ -363,6 +401,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			this.totals = new CrankerTotals<CrankerDoc>(CRANKER_ROLES);
 			this.caughtUpTo = "";
 			this.chain = processChain(this.broker, config).reads;
+			this.nextReadingAt = 0;
 		}
 	};
 }

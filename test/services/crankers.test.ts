@@ -157,6 +157,27 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		await mintsBecome({ [mint]: { liquidity: "5000", crankersOnline: 1 } });
 	});
 
+	test("a heartbeat built on a reading that a newer one replaced meanwhile is built again on the newer: it never puts an older reading back (a review)", async () => {
+		const cranker = newWallet();
+		const mint = chain.createMint();
+		await chain.fundTokens(cranker.address, mint, 5000n);
+		const beat = () => crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "5000" }) }));
+		await beat();
+		await mintsBecome({ [mint]: { liquidity: "5000", crankersOnline: 1 } });
+		await chain.fundTokens(cranker.address, mint, 0n);
+		// The next heartbeat reads the record (the reading of 5,000), then stalls until a reading of 0 has landed.
+		const records = (crankers.broker.getLocalService("crankers") as unknown as { crankers: { get(id: string): Promise<unknown> } }).crankers;
+		const get = records.get;
+		records.get = async id => {
+			records.get = get;
+			const stored = await get.call(records, id);
+			await mintsBecome({ [mint]: { liquidity: "0", crankersOnline: 0 } });
+			return stored;
+		};
+		expect((await beat()).liquidity).toEqual(reporting({ [mint]: "0" }));
+		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "0", crankersOnline: 0 } });
+	});
+
 	test("a read the chain does not answer leaves the last reading counting while it is younger than CRANKER_TTL_MS, then 0; the Cranker is online all the same", async () => {
 		await crankers.broker.stop();
 		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, CRANKER_TTL_MS: "1500" });
@@ -182,10 +203,10 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		await mintsBecome({ [mint]: { liquidity: "5000", crankersOnline: 1 } });
 	});
 
-	test("LIQUIDITY_READS_PER_SECOND bounds the accounts a read asks for, the longest unread first, and heartbeats read nothing: a flood of new keys leaves honest readings fresh", async () => {
+	test("heartbeats read nothing; readings of every Cranker online follow each other within LIQUIDITY_READS_PER_SECOND, and new accounts are derived 100 a sweep", async () => {
 		await crankers.broker.stop();
-		// One read a second of at most 100 accounts.
-		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "1", SWEEP_INTERVAL_MS: "1000" });
+		// One read of 100 accounts a second: a reading of 151 accounts is two reads, then a pause of two seconds.
+		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "1" });
 		const mint = chain.createMint();
 		const honest = newWallet();
 		await chain.fundTokens(honest.address, mint, 7n);
@@ -197,15 +218,40 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		const readsBefore = chain.calls.get("getMultipleAccounts") ?? 0;
 		const startedAt = performance.now();
 		await Promise.all(flood.map(key => crankers.heartbeat(signedHeartbeat(key, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }) }))));
+		// The first reading after them derives 100 of their accounts; the next, the other 50.
 		await mintsBecome({ [mint]: { liquidity: String(7 + 150 * 100), crankersOnline: 151 } });
 		const seconds = (performance.now() - startedAt) / 1000;
 		const reads = (chain.calls.get("getMultipleAccounts") ?? 0) - readsBefore;
-		// 151 accounts take two reads of at most 100; 150 heartbeats made none of their own.
-		expect(reads).toBeGreaterThanOrEqual(2);
-		expect(reads).toBeLessThanOrEqual(Math.ceil(seconds) + 1);
-		// The honest Cranker, read before any newcomer arrived, was read again among them, not after them all.
-		const stored = crankers.broker.getLocalService("crankers") as unknown as { crankers: { get(id: string): Promise<{ held: { at: string } }> } };
-		expect(Date.parse((await stored.crankers.get(honest.address)).held.at)).toBeGreaterThan(Date.now() - (performance.now() - startedAt));
+		expect(reads).toBeGreaterThanOrEqual(3);
+		expect(reads).toBeLessThanOrEqual(Math.ceil(seconds) + 2);
+		// The honest Cranker was in every reading.
+		const stored = crankers.broker.getLocalService("crankers") as unknown as { crankers: { get(id: string): Promise<{ heldAt: string }> } };
+		expect(Date.parse((await stored.crankers.get(honest.address)).heldAt)).toBeGreaterThan(Date.now() - (performance.now() - startedAt));
+	});
+
+	test("past what a reading may hold (LIQUIDITY_READS_PER_SECOND reads in half of CRANKER_TTL_MS), the Crankers first seen earliest are read and the later count 0", async () => {
+		await crankers.broker.stop();
+		// 100 accounts a reading.
+		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "1", CRANKER_TTL_MS: "2000" });
+		const mints = Array.from({ length: 40 }, () => chain.createMint());
+		const [honest, first, second, late] = [newWallet(), newWallet(), newWallet(), newWallet()];
+		await chain.fundTokens(honest.address, mints[0], 7n);
+		for (const key of [first, second, late]) for (const mint of mints) await chain.fundTokens(key.address, mint, 100n);
+		const beatAll = async () => {
+			await crankers.heartbeat(signedHeartbeat(honest, ["settlement"], { liquidity: reporting({ [mints[0]]: "7" }) }));
+			for (const key of [first, second, late]) {
+				await sleep(5);
+				await crankers.heartbeat(signedHeartbeat(key, ["settlement"], { liquidity: reporting(Object.fromEntries(mints.map(mint => [mint, "1000"]))) }));
+			}
+		};
+		// 1 + 40 + 40 accounts fit a reading; the last 40 do not.
+		await beatAll();
+		const counted = Object.fromEntries(mints.map((mint, i) => [mint, { liquidity: String(200 + (i === 0 ? 7 : 0)), crankersOnline: i === 0 ? 3 : 2 }]));
+		await mintsBecome(counted);
+		// So it stays, reading after reading (one a second here), while all four keep beating.
+		await sleep(1100);
+		await beatAll();
+		expect((await crankers.summary()).mints).toEqual(counted);
 	});
 
 	test("a report taken as sent by a Node without SOLANA_RPC_URL is no reading: once the Node has one, it counts 0 until read", async () => {

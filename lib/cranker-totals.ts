@@ -11,8 +11,8 @@ export interface CrankerContribution {
 	roles: readonly string[];
 	liquidity: readonly { tokenMintAddress: string; available: string }[];
 	lastSeenAt: string;
-	/** The chain reading that bounds `liquidity`, if any: a later one of the same heartbeat replaces it. */
-	held?: { at: string } | null;
+	/** When `liquidity` was bound to the chain, if it was: the same heartbeat bound later replaces it. */
+	boundAt?: string;
 }
 
 export interface CrankerFigures {
@@ -21,10 +21,10 @@ export interface CrankerFigures {
 	mints: Record<string, { liquidity: string; crankersOnline: number }>;
 }
 
-/** A later heartbeat, or the same one read later on chain. */
+/** A later heartbeat, or the same one bound to the chain later. */
 function isNewer(a: CrankerContribution, b: CrankerContribution): boolean {
 	if (a.lastSeenAt !== b.lastSeenAt) return a.lastSeenAt > b.lastSeenAt;
-	return (a.held?.at ?? "") > (b.held?.at ?? "");
+	return (a.boundAt ?? "") > (b.boundAt ?? "");
 }
 
 export class CrankerTotals<C extends CrankerContribution = CrankerContribution> {
@@ -42,7 +42,7 @@ export class CrankerTotals<C extends CrankerContribution = CrankerContribution> 
 	constructor(private readonly roles: readonly string[]) {}
 
 	/**
-	 * Counts a Cranker's latest accepted heartbeat, with its latest reading, instead of what it
+	 * Counts a Cranker's latest accepted heartbeat, as last bound to the chain, instead of what it
 	 * counted with. One already counted, or older than the one counted (read again from the store),
 	 * changes nothing.
 	 */

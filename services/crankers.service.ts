@@ -8,7 +8,7 @@ import { address as toAddress } from "@solana/kit";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { CrankerHeartbeatRecord } from "../lib/answers";
 import { buildHeartbeatMessage } from "../lib/canonical";
-import { associatedTokenAccount, MAX_ACCOUNTS_PER_READ, type NodeChain } from "../lib/chain";
+import { associatedTokenAccount, MAX_ACCOUNTS_PER_READ, type NodeChain, type TokenHolding } from "../lib/chain";
 import type { Config } from "../lib/config";
 import { CrankerTotals } from "../lib/cranker-totals";
 import { verifySignature } from "../lib/ed25519";
@@ -32,8 +32,8 @@ const CATCH_UP_PAGE = 500;
 const PRUNE_BATCH = 500;
 /** Token accounts derived per liquidity reading, at about 0.4 ms of CPU each: new keys cannot buy the Node's CPU with heartbeats. */
 const DERIVATIONS_PER_READING = 100;
-/** Attempts of a heartbeat or a reading to store itself while the other moves the record. */
-const WRITE_ATTEMPTS = 3;
+/** Derived token accounts kept in memory, dropped whole when full (a heartbeat stores its Cranker's again). */
+const TOKEN_ACCOUNTS_KEPT = 200_000;
 
 type Liquidity = { tokenMintAddress: string; available: string }[];
 
@@ -50,19 +50,12 @@ interface CrankerDoc {
 	id: string;
 	crankerPubkey: string;
 	roles: CrankerRole[];
-	/** What counts: with SOLANA_RPC_URL, of each mint the smaller of the report and the last reading (boundedBy). */
+	/** As counted when stored: with SOLANA_RPC_URL, of each mint the smaller of the report and the reading then (bound). */
 	liquidity: Liquidity;
-	/**
-	 * A settlement Cranker's last report, with SOLANA_RPC_URL, and each mint's associated token
-	 * account once the liquidity read has derived it.
-	 */
+	/** With SOLANA_RPC_URL, a settlement Cranker's report, with each mint's associated token account once derived. */
 	reported?: ReportedHolding[] | null;
-	/** Its associated token accounts as the Node last read them; a reading counts while younger than CRANKER_TTL_MS. */
-	held?: LiquidityReading | null;
-	/** `held.at`, as a field the writes compare-and-set on: a heartbeat never puts back an older reading. */
-	heldAt?: string | null;
-	/** Its first heartbeat since its record was made: the earliest go first when not all can be read. */
-	firstSeenAt?: string;
+	/** Since when it has been online as a settlement Cranker without a break: the longest go first when not all can be read. */
+	settlingSince?: string | null;
 	version: string | null;
 	lastSentAt: string;
 	lastSeenAt: string;
@@ -76,21 +69,16 @@ interface ReportedHolding {
 	account?: string;
 }
 
-/** A settlement Cranker's balance of each mint it reported, as read on chain at `at`. */
+/** A record as this process counts it: its liquidity bound to this process's latest reading (`boundAt`). */
+type Counted = CrankerDoc & { boundAt?: string };
+
+/** The token accounts of the settlement Crankers online, read at one moment: `owner/mint` → amount. */
 interface LiquidityReading {
 	at: string;
-	balances: Liquidity;
+	amounts: Map<string, bigint>;
 }
 
-/** Of each mint reported, the smaller of the report and the reading (0 for a mint the reading lacks). */
-function boundedBy(reported: Liquidity, held: LiquidityReading | null): Liquidity {
-	const balances = new Map(held?.balances.map(entry => [entry.tokenMintAddress, BigInt(entry.available)]));
-	return reported.map(({ tokenMintAddress, available }) => {
-		const onChain = balances.get(tokenMintAddress) ?? 0n;
-		const report = BigInt(available);
-		return { tokenMintAddress, available: (onChain < report ? onChain : report).toString() };
-	});
-}
+const holdingKey = (owner: string, mint: string) => `${owner}/${mint}`;
 
 /** A request signature seen within its validity window, keyed by the signature itself. */
 interface SeenSignature {
@@ -118,13 +106,17 @@ interface CrankersVars {
 	 * Every replica folds in the heartbeats stored since its last look, its own and the other
 	 * replicas' alike (catchUp, each sweep), so replicas agree within SWEEP_INTERVAL_MS.
 	 */
-	totals: CrankerTotals<CrankerDoc>;
+	totals: CrankerTotals<Counted>;
 	/** The store time up to which this replica has folded heartbeats in. */
 	caughtUpTo: string;
 	/** Null without SOLANA_RPC_URL: a settlement Cranker's liquidity is then its word. */
 	chain: NodeChain | null;
-	/** When the next liquidity reading may start (performance.now()): readings keep to LIQUIDITY_READS_PER_SECOND. */
-	nextReadingAt: number;
+	/** This process's latest reading, null once older than CRANKER_TTL_MS (readLiquidity). */
+	reading: LiquidityReading | null;
+	/** What the figures are bound to: the latest reading's time, or when it went out of date. */
+	boundAt: string;
+	/** Derived associated token accounts, `owner/mint` → account (TOKEN_ACCOUNTS_KEPT). */
+	tokenAccounts: Map<string, string>;
 }
 
 interface CrankersMethods {
@@ -133,9 +125,11 @@ interface CrankersMethods {
 	onlineCutoff(nowMs: number): string;
 	toView(doc: CrankerDoc, nowMs: number): CrankerHeartbeatRecord;
 	accept(ctx: Context<HeartbeatRequest>): Promise<CrankerHeartbeatRecord>;
-	provenLiquidity(hb: HeartbeatRequest, stored: CrankerDoc | null, nowMs: number): Pick<CrankerDoc, "liquidity" | "reported" | "held" | "heldAt">;
+	withAccounts(owner: string, liquidity: Liquidity): ReportedHolding[];
+	remember(owner: string, holdings: readonly ReportedHolding[]): void;
+	bound(doc: CrankerDoc): Counted;
 	readLiquidity(): Promise<void>;
-	storeReading(doc: CrankerDoc, reported: ReportedHolding[], at: string, amountOf: Map<string, bigint>): Promise<void>;
+	deriveAccounts(settling: readonly CrankerDoc[]): Promise<void>;
 	catchUp(nowMs: number): Promise<void>;
 	sweep(): Promise<void>;
 }
@@ -157,7 +151,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<CrankersThis>(config, "crankers", async function (this: CrankersThis, store) {
 				// The tally counts the stored records (online or not) for `total`, the same on every replica.
-				this.crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text", heldAt: "text" }, indexes: [["lastSeenAt"]], tally: () => ({ records: 1n }) });
+				this.crankers = await store.collection<CrankerDoc>({ name: "crankers", fields: { lastSentAt: "text", lastSeenAt: "text" }, indexes: [["lastSeenAt"]], tally: () => ({ records: 1n }) });
 				this.seenSignatures = await store.collection<SeenSignature>({ name: "request_signatures", fields: { expiresAt: "text" }, indexes: [["expiresAt"]] });
 				await this.catchUp(Date.now());
 			})
@@ -248,124 +242,137 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				const now = new Date();
 				if (Math.abs(now.getTime() - Date.parse(hb.sentAt)) > MAX_HEARTBEAT_SKEW_MS) throw new ServiceError("STALE_HEARTBEAT", "sentAt is more than 60 s away from the Node's clock");
 
-				for (let attempt = 1; ; attempt++) {
-					// What the liquidity reading left (with SOLANA_RPC_URL): the reading and the accounts derived.
-					const stored = this.chain ? await this.crankers.get(hb.crankerPubkey) : null;
-					const doc: CrankerDoc = {
-						id: hb.crankerPubkey,
-						crankerPubkey: hb.crankerPubkey,
-						roles: hb.roles,
-						...this.provenLiquidity(hb, stored, now.getTime()),
-						...(this.chain ? { firstSeenAt: stored?.firstSeenAt ?? now.toISOString() } : {}),
-						version: hb.version ?? null,
-						lastSentAt: hb.sentAt,
-						lastSeenAt: now.toISOString(),
-						callKey: callKey(ctx)
-					};
-					// Accepted only when newer than the last accepted one, and over the reading it was built on;
-					// the conditions make replays and races safe.
-					const expected = { lastSentAt: { lt: hb.sentAt }, ...(this.chain ? { heldAt: stored?.heldAt ?? null } : {}) };
-					if ((await this.crankers.insert(doc)) || (await this.crankers.update(doc.id, expected, doc))) {
-						this.totals.seen(doc);
-						return this.toView(doc, now.getTime());
-					}
-					const current = await this.crankers.get(doc.id);
+				// With SOLANA_RPC_URL: whether it has been settling without a break.
+				const stored = this.chain ? await this.crankers.get(hb.crankerPubkey) : null;
+				const settling = hb.roles.includes("settlement") && hb.liquidity.length > 0;
+				const settled = stored?.settlingSince && stored.roles.includes("settlement") && this.isOnline(stored, now.getTime());
+				const doc: CrankerDoc = {
+					id: hb.crankerPubkey,
+					crankerPubkey: hb.crankerPubkey,
+					roles: hb.roles,
+					liquidity: hb.liquidity,
+					...(this.chain
+						? { reported: settling ? this.withAccounts(hb.crankerPubkey, hb.liquidity) : null, settlingSince: settling ? (settled ? stored.settlingSince : now.toISOString()) : null }
+						: {}),
+					version: hb.version ?? null,
+					lastSentAt: hb.sentAt,
+					lastSeenAt: now.toISOString(),
+					callKey: callKey(ctx)
+				};
+				const counted = this.bound(doc);
+				// Stored as counted now: a replica of the previous version takes `liquidity` as it is.
+				doc.liquidity = counted.liquidity;
+				// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
+				const inserted = await this.crankers.insert(doc);
+				if (!inserted && !(await this.crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc))) {
 					// A retry of the call that stored this heartbeat answers as that call did.
-					if (current && isOwnWrite(ctx, current.callKey)) return this.toView(current, Date.parse(current.lastSeenAt));
-					if (!current || current.lastSentAt >= hb.sentAt) throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
-					// A newer reading landed meanwhile: this heartbeat is built again on it.
-					if (attempt === WRITE_ATTEMPTS) throw new ServiceError("VERSION_CONFLICT", "The Cranker's record changed concurrently; send the heartbeat again");
+					const current = await this.crankers.get(doc.id);
+					if (current && isOwnWrite(ctx, current.callKey)) return this.toView(this.bound(current), Date.parse(current.lastSeenAt));
+					throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+				}
+				this.totals.seen(counted);
+				return this.toView(counted, now.getTime());
+			},
+
+			/** A report with each mint's associated token account, when derived already. */
+			withAccounts(this: CrankersThis, owner, liquidity) {
+				return liquidity.map(entry => {
+					const account = this.tokenAccounts.get(holdingKey(owner, entry.tokenMintAddress));
+					return account ? { ...entry, account } : entry;
+				});
+			},
+
+			/** Keeps the token accounts derived for `owner` (by this process, or by any before: its record carries them). */
+			remember(this: CrankersThis, owner, holdings) {
+				for (const { tokenMintAddress, account } of holdings) {
+					if (!account) continue;
+					if (this.tokenAccounts.size >= TOKEN_ACCOUNTS_KEPT) this.tokenAccounts.clear();
+					this.tokenAccounts.set(holdingKey(owner, tokenMintAddress), account);
 				}
 			},
 
 			/**
 			 * A settlement Cranker's liquidity as far as the chain bears it out: of each mint, what it
-			 * reports or what its associated token account held at the last liquidity reading, the
-			 * smaller. Its word alone would let a key holder show a mint ready that no Cranker can pay. A
-			 * reading older than CRANKER_TTL_MS, or none yet, counts 0; the heartbeat itself still counts
-			 * (the TIN roles and leases need no balance). A heartbeat reads nothing: many keys would
-			 * spend the Node's RPC quota and CPU.
+			 * reports or what its associated token account held at this process's latest reading, the
+			 * smaller (0 when the reading did not take it). Its word alone would let a key holder show a
+			 * mint ready that no Cranker can pay. A heartbeat reads nothing: many keys would spend the
+			 * Node's RPC quota. Without SOLANA_RPC_URL, or for a record that an earlier version stored
+			 * (no `reported`), the liquidity as stored.
 			 */
-			provenLiquidity(this: CrankersThis, hb, stored, nowMs) {
-				if (!this.chain || !hb.roles.includes("settlement") || hb.liquidity.length === 0) return { liquidity: hb.liquidity, reported: null, held: stored?.held ?? null, heldAt: stored?.heldAt ?? null };
-				const accounts = new Map(stored?.reported?.map(holding => [holding.tokenMintAddress, holding.account]));
-				const reported = hb.liquidity.map(entry => {
-					const account = accounts.get(entry.tokenMintAddress);
-					return account ? { ...entry, account } : entry;
+			bound(this: CrankersThis, doc) {
+				if (!this.chain || !doc.reported) return doc;
+				const amounts = this.reading?.amounts;
+				const liquidity = doc.reported.map(({ tokenMintAddress, available }) => {
+					const onChain = amounts?.get(holdingKey(doc.crankerPubkey, tokenMintAddress)) ?? 0n;
+					const report = BigInt(available);
+					return { tokenMintAddress, available: (onChain < report ? onChain : report).toString() };
 				});
-				const held = stored?.held ?? null;
-				const fresh = held && Date.parse(held.at) + this.settings.crankerTtlMs > nowMs ? held : null;
-				return { reported, held, heldAt: stored?.heldAt ?? null, liquidity: boundedBy(reported, fresh) };
+				return { ...doc, liquidity, boundAt: this.boundAt };
 			},
 
 			/**
-			 * A reading of the associated token accounts of every settlement Cranker online at once
-			 * (NodeChain.tokenAmounts sends its reads together), so that tokens moved from one key to
-			 * another count once: a key that gave them away is read as empty in the same reading that
-			 * finds them under the other. Readings follow each other no faster than
-			 * LIQUIDITY_READS_PER_SECOND reads of MAX_ACCOUNTS_PER_READ accounts allow, and one reads
-			 * at most what half of CRANKER_TTL_MS allows, the Crankers first seen earliest first: a
-			 * flood of new keys makes readings rarer, never partial for the Crankers already there.
-			 * Accounts not derived yet are derived DERIVATIONS_PER_READING at a time, earliest first, and
-			 * count 0 meanwhile. Each record keeps the newest reading, whichever replica took it.
+			 * Reads the associated token accounts of the settlement Crankers online, all at one moment
+			 * (NodeChain.tokenAmounts sends its reads together), and binds every figure to that reading:
+			 * tokens moved from one key to another count once, since the key that gave them away is read
+			 * as empty in the same reading that finds them under the other. Each sweep, at most
+			 * LIQUIDITY_READS_PER_SECOND reads of MAX_ACCOUNTS_PER_READ accounts a second: past that,
+			 * those settling longest without a break are read, and the others count 0. A reading that
+			 * fails leaves the last one counting until it is CRANKER_TTL_MS old, then 0.
 			 */
 			async readLiquidity(this: CrankersThis) {
-				if (!this.chain || performance.now() < this.nextReadingAt) return;
-				// The Crankers online as the liveness sweep last folded them in (every replica's, with replicas).
-				this.totals.expire(this.onlineCutoff(Date.now()));
-				const firstSeen = (doc: CrankerDoc) => doc.firstSeenAt ?? "";
-				const online = [...this.totals.contributions()].filter(doc => doc.reported?.length).sort((a, b) => (firstSeen(a) < firstSeen(b) ? -1 : firstSeen(a) > firstSeen(b) ? 1 : 0));
-				const rate = config.liquidityReadsPerSecond;
-				const maxAccounts = Math.max(1, Math.floor((rate * this.settings.crankerTtlMs) / 2000)) * MAX_ACCOUNTS_PER_READ;
-				const read: { doc: CrankerDoc; reported: ReportedHolding[] }[] = [];
-				let accounts = 0;
-				let derivations = 0;
-				for (const doc of online) {
-					if (accounts + doc.reported!.length > maxAccounts) break;
+				if (!this.chain) return;
+				const nowMs = Date.now();
+				this.totals.expire(this.onlineCutoff(nowMs));
+				const since = (doc: CrankerDoc) => doc.settlingSince ?? "";
+				const settling = [...this.totals.contributions()]
+					.filter(doc => doc.reported?.length)
+					.sort((a, b) => (since(a) < since(b) ? -1 : since(a) > since(b) ? 1 : a.id < b.id ? -1 : 1));
+				const maxAccounts = Math.max(1, Math.floor((config.liquidityReadsPerSecond * config.sweepIntervalMs) / 1000)) * MAX_ACCOUNTS_PER_READ;
+				const holdings: TokenHolding[] = [];
+				for (const doc of settling) {
 					const owner = toAddress(doc.crankerPubkey);
-					const reported: ReportedHolding[] = [];
-					for (const holding of doc.reported!) {
-						if (holding.account || derivations === DERIVATIONS_PER_READING) reported.push(holding);
-						else {
-							derivations++;
-							reported.push({ ...holding, account: await associatedTokenAccount(owner, toAddress(holding.tokenMintAddress)) });
-						}
-					}
-					accounts += reported.length;
-					read.push({ doc, reported });
+					const derived = doc.reported!.flatMap(({ tokenMintAddress }) => {
+						const account = this.tokenAccounts.get(holdingKey(owner, tokenMintAddress));
+						return account ? [{ owner, mint: toAddress(tokenMintAddress), account: toAddress(account) }] : [];
+					});
+					// A Cranker is read whole, or not at all.
+					if (holdings.length + derived.length > maxAccounts) break;
+					holdings.push(...derived);
 				}
-				const holdings = read.flatMap(({ doc, reported }) =>
-					reported.flatMap(holding => (holding.account ? [{ owner: toAddress(doc.crankerPubkey), mint: toAddress(holding.tokenMintAddress), account: toAddress(holding.account) }] : []))
-				);
-				if (holdings.length === 0) return;
-				const startedAt = performance.now();
-				const at = new Date().toISOString();
-				const amounts = await this.chain.tokenAmounts(holdings);
-				this.nextReadingAt = startedAt + (Math.ceil(holdings.length / MAX_ACCOUNTS_PER_READ) * 1000) / rate;
-				const amountOf = new Map(holdings.map((holding, i) => [`${holding.owner}/${holding.mint}`, amounts[i]]));
-				await Promise.all(read.map(({ doc, reported }) => this.storeReading(doc, reported, at, amountOf)));
+				const at = new Date(nowMs).toISOString();
+				try {
+					const amounts = holdings.length ? await this.chain.tokenAmounts(holdings) : [];
+					this.reading = { at, amounts: new Map(holdings.map(({ owner, mint }, i) => [holdingKey(owner, mint), amounts[i]])) };
+					this.boundAt = at;
+				} catch (err) {
+					if (this.reading && Date.parse(this.reading.at) + this.settings.crankerTtlMs <= nowMs) {
+						this.reading = null;
+						this.boundAt = at;
+						for (const doc of [...this.totals.contributions()]) this.totals.seen(this.bound(doc));
+					}
+					throw err;
+				}
+				for (const doc of [...this.totals.contributions()]) this.totals.seen(this.bound(doc));
+				await this.deriveAccounts(settling);
 			},
 
 			/**
-			 * Stores a reading on a Cranker's record unless a newer one is there, over whatever heartbeat
-			 * came meanwhile (compare-and-set on lastSentAt and heldAt, tried again as they move).
+			 * Derives DERIVATIONS_PER_READING of the token accounts still unknown, one per Cranker in turn
+			 * (those settling longest first), so that one key reporting many new mints cannot take them
+			 * all. They are read from the next reading on, and stored with the Cranker's next heartbeat.
 			 */
-			async storeReading(this: CrankersThis, doc, reported, at, amountOf) {
-				const accounts = new Map(reported.map(holding => [holding.tokenMintAddress, holding.account]));
-				let current: CrankerDoc | null = doc;
-				for (let attempt = 1; current && (current.heldAt ?? "") < at && attempt <= WRITE_ATTEMPTS; attempt++) {
-					const mine = (current.reported ?? []).map(holding => ({ ...holding, account: holding.account ?? accounts.get(holding.tokenMintAddress) }));
-					const held: LiquidityReading = {
-						at,
-						balances: mine.flatMap(({ tokenMintAddress }) => {
-							const amount = amountOf.get(`${current!.crankerPubkey}/${tokenMintAddress}`);
-							return amount === undefined ? [] : [{ tokenMintAddress, available: amount.toString() }];
-						})
-					};
-					const next: CrankerDoc = { ...current, reported: current.reported ? mine : current.reported, held, heldAt: at, liquidity: current.reported ? boundedBy(current.reported, held) : current.liquidity };
-					if (await this.crankers.update(current.id, { lastSentAt: current.lastSentAt, heldAt: current.heldAt ?? null }, next)) return void this.totals.seen(next);
-					current = await this.crankers.get(current.id);
-				}
+			async deriveAccounts(this: CrankersThis, settling) {
+				const waiting = settling
+					.map(doc => doc.reported!.filter(({ tokenMintAddress }) => !this.tokenAccounts.has(holdingKey(doc.crankerPubkey, tokenMintAddress))).map(({ tokenMintAddress }) => ({ owner: doc.crankerPubkey, mint: tokenMintAddress })))
+					.filter(queue => queue.length > 0);
+				let derivations = 0;
+				for (let turn = 0; derivations < DERIVATIONS_PER_READING && waiting.some(queue => turn < queue.length); turn++)
+					for (const queue of waiting) {
+						if (turn >= queue.length || derivations === DERIVATIONS_PER_READING) continue;
+						const { owner, mint } = queue[turn];
+						this.remember(owner, [{ tokenMintAddress: mint, available: "0", account: await associatedTokenAccount(toAddress(owner), toAddress(mint)) }]);
+						derivations++;
+					}
 			},
 
 			/**
@@ -379,7 +386,10 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				const floor = this.onlineCutoff(nowMs);
 				const from = this.caughtUpTo && !this.settings.replicated && this.caughtUpTo > floor ? this.caughtUpTo : floor;
 				for await (const doc of listInPages(this.crankers, { where: { lastSeenAt: { gt: from } }, orderBy: ["lastSeenAt", "asc"] }, CATCH_UP_PAGE))
-					if (this.isOperator(doc.crankerPubkey)) this.totals.seen(doc);
+					if (this.isOperator(doc.crankerPubkey)) {
+						this.remember(doc.crankerPubkey, doc.reported ?? []);
+						this.totals.seen(this.bound(doc));
+					}
 				this.caughtUpTo = new Date(nowMs).toISOString();
 				this.totals.expire(floor);
 			},
@@ -398,10 +408,12 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 		created(this: CrankersThis) {
 			this.sweeps = sweepMetrics(this.broker);
 			this.operators = new Set(config.crankerOperators);
-			this.totals = new CrankerTotals<CrankerDoc>(CRANKER_ROLES);
+			this.totals = new CrankerTotals<Counted>(CRANKER_ROLES);
 			this.caughtUpTo = "";
 			this.chain = processChain(this.broker, config).reads;
-			this.nextReadingAt = 0;
+			this.reading = null;
+			this.boundAt = "";
+			this.tokenAccounts = new Map();
 		}
 	};
 }

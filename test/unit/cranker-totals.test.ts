@@ -76,14 +76,14 @@ describe("CrankerTotals", () => {
 		expect(totals.snapshot()).toEqual({ online: 1, byRole: { settlement: 1, verifier: 0, submitter: 0 }, mints: { M1: { liquidity: "7", crankersOnline: 1 } } });
 	});
 
-	it("the same heartbeat read again on chain later counts with the later reading, not an earlier one, and falls silent at its own time", () => {
+	it("the same heartbeat bound to a later reading counts with it, not with an earlier one, and falls silent at its own time", () => {
 		const totals = new CrankerTotals(ROLES);
-		const read = (seconds: number, available: string) => ({ ...beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available }]), held: { at: at(seconds) } });
+		const read = (seconds: number, available: string) => ({ ...beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available }]), boundAt: at(seconds) });
 		totals.seen(beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available: "0" }]));
 		totals.seen(read(7, "40"));
 		expect(totals.snapshot().mints).toEqual({ M1: { liquidity: "40", crankersOnline: 1 } });
 		totals.seen(read(9, "3"));
-		// Another replica's earlier reading, stored late, does not bring the 40 back.
+		// A binding to an earlier reading, folded in late, does not bring the 40 back.
 		totals.seen(read(8, "40"));
 		totals.seen(read(9, "3"));
 		expect(totals.snapshot()).toEqual({ online: 1, byRole: { settlement: 1, verifier: 0, submitter: 0 }, mints: { M1: { liquidity: "3", crankersOnline: 1 } } });

@@ -11,8 +11,8 @@ export interface CrankerContribution {
 	roles: readonly string[];
 	liquidity: readonly { tokenMintAddress: string; available: string }[];
 	lastSeenAt: string;
-	/** When `liquidity` was bound to the chain, if it was: the same heartbeat bound later replaces it. */
-	boundAt?: string;
+	/** Which binding of `liquidity` to the chain this is, if any: the same heartbeat bound later replaces it. */
+	boundAt?: number;
 }
 
 export interface CrankerFigures {
@@ -24,7 +24,7 @@ export interface CrankerFigures {
 /** A later heartbeat, or the same one bound to the chain later. */
 function isNewer(a: CrankerContribution, b: CrankerContribution): boolean {
 	if (a.lastSeenAt !== b.lastSeenAt) return a.lastSeenAt > b.lastSeenAt;
-	return (a.boundAt ?? "") > (b.boundAt ?? "");
+	return (a.boundAt ?? -1) > (b.boundAt ?? -1);
 }
 
 export class CrankerTotals<C extends CrankerContribution = CrankerContribution> {

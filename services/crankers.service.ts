@@ -8,9 +8,10 @@ import { address as toAddress } from "@solana/kit";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { CrankerHeartbeatRecord } from "../lib/answers";
 import { buildHeartbeatMessage } from "../lib/canonical";
-import { associatedTokenAccount, MAX_ACCOUNTS_PER_READ, type NodeChain, type TokenHolding } from "../lib/chain";
+import { associatedTokenAccount, MAX_ACCOUNTS_PER_READ, type NodeChain } from "../lib/chain";
 import type { Config } from "../lib/config";
 import { CrankerTotals } from "../lib/cranker-totals";
+import { ConditionStreaks } from "../lib/failure-streak";
 import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { BUS_SIGNATURE_TTL_MS } from "../lib/bus-signatures";
@@ -69,16 +70,26 @@ interface ReportedHolding {
 	account?: string;
 }
 
-/** A record as this process counts it: its liquidity bound to this process's latest reading (`boundAt`). */
-type Counted = CrankerDoc & { boundAt?: string };
+/** A record as this process counts it: its liquidity bound to this process's latest reading (`boundAt`: which binding). */
+type Counted = CrankerDoc & { boundAt?: number };
 
-/** The token accounts of the settlement Crankers online, read at one moment: `owner/mint` → amount. */
+/** The token accounts of some settlement Crankers online, read at one moment. */
 interface LiquidityReading {
-	at: string;
+	/** Date.now() as it began. */
+	at: number;
+	/** The Crankers it took. */
+	crankers: Set<string>;
+	/** `owner/mint` → amount. */
 	amounts: Map<string, bigint>;
 }
 
 const holdingKey = (owner: string, mint: string) => `${owner}/${mint}`;
+
+/** What a settlement Cranker reports, whoever stored it: a record of an earlier version, or of a Node without a chain, has no `reported`. */
+const reportOf = (doc: CrankerDoc): ReportedHolding[] => doc.reported ?? doc.liquidity;
+
+/** The order in which settlement Crankers are read and derived: settling longest without a break first. */
+const settlingRank = (doc: CrankerDoc) => `${doc.settlingSince ?? doc.lastSeenAt} ${doc.crankerPubkey}`;
 
 /** A request signature seen within its validity window, keyed by the signature itself. */
 interface SeenSignature {
@@ -113,8 +124,14 @@ interface CrankersVars {
 	chain: NodeChain | null;
 	/** This process's latest reading, null once older than CRANKER_TTL_MS (readLiquidity). */
 	reading: LiquidityReading | null;
-	/** What the figures are bound to: the latest reading's time, or when it went out of date. */
-	boundAt: string;
+	/** Counts the changes of `reading`: a figure bound to a later one replaces the same heartbeat's earlier. */
+	binding: number;
+	/** When the next reading may begin (performance.now()): reads keep to LIQUIDITY_READS_PER_SECOND. */
+	nextReadingAt: number;
+	/** The settlingRank of the last Cranker given a derivation: the next reading's turns begin after it. */
+	derivedUpTo: string;
+	/** Crankers left out of a reading, told to the operator when it starts, as reminders, and when it ends. */
+	readingLimit: ConditionStreaks;
 	/** Derived associated token accounts, `owner/mint` → account (TOKEN_ACCOUNTS_KEPT). */
 	tokenAccounts: Map<string, string>;
 }
@@ -129,6 +146,7 @@ interface CrankersMethods {
 	remember(owner: string, holdings: readonly ReportedHolding[]): void;
 	bound(doc: CrankerDoc): Counted;
 	readLiquidity(): Promise<void>;
+	rebind(reading: LiquidityReading | null): void;
 	deriveAccounts(settling: readonly CrankerDoc[]): Promise<void>;
 	catchUp(nowMs: number): Promise<void>;
 	sweep(): Promise<void>;
@@ -242,8 +260,9 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				const now = new Date();
 				if (Math.abs(now.getTime() - Date.parse(hb.sentAt)) > MAX_HEARTBEAT_SKEW_MS) throw new ServiceError("STALE_HEARTBEAT", "sentAt is more than 60 s away from the Node's clock");
 
-				// With SOLANA_RPC_URL: whether it has been settling without a break.
+				// With SOLANA_RPC_URL: whether it has been settling without a break, and its token accounts derived.
 				const stored = this.chain ? await this.crankers.get(hb.crankerPubkey) : null;
+				if (stored?.reported) this.remember(stored.crankerPubkey, stored.reported);
 				const settling = hb.roles.includes("settlement") && hb.liquidity.length > 0;
 				const settled = stored?.settlingSince && stored.roles.includes("settlement") && this.isOnline(stored, now.getTime());
 				const doc: CrankerDoc = {
@@ -259,9 +278,8 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 					lastSeenAt: now.toISOString(),
 					callKey: callKey(ctx)
 				};
-				const counted = this.bound(doc);
 				// Stored as counted now: a replica of the previous version takes `liquidity` as it is.
-				doc.liquidity = counted.liquidity;
+				doc.liquidity = this.bound(doc).liquidity;
 				// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
 				const inserted = await this.crankers.insert(doc);
 				if (!inserted && !(await this.crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc))) {
@@ -270,6 +288,8 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 					if (current && isOwnWrite(ctx, current.callKey)) return this.toView(this.bound(current), Date.parse(current.lastSeenAt));
 					throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
 				}
+				// Bound once stored: a reading that landed while it was written counts, not the one before.
+				const counted = this.bound(doc);
 				this.totals.seen(counted);
 				return this.toView(counted, now.getTime());
 			},
@@ -296,81 +316,100 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			 * reports or what its associated token account held at this process's latest reading, the
 			 * smaller (0 when the reading did not take it). Its word alone would let a key holder show a
 			 * mint ready that no Cranker can pay. A heartbeat reads nothing: many keys would spend the
-			 * Node's RPC quota. Without SOLANA_RPC_URL, or for a record that an earlier version stored
-			 * (no `reported`), the liquidity as stored.
+			 * Node's RPC quota. Without SOLANA_RPC_URL, the report as it is.
 			 */
 			bound(this: CrankersThis, doc) {
-				if (!this.chain || !doc.reported) return doc;
+				if (!this.chain || !doc.roles.includes("settlement")) return doc;
 				const amounts = this.reading?.amounts;
-				const liquidity = doc.reported.map(({ tokenMintAddress, available }) => {
+				const reported = reportOf(doc);
+				const liquidity = reported.map(({ tokenMintAddress, available }) => {
 					const onChain = amounts?.get(holdingKey(doc.crankerPubkey, tokenMintAddress)) ?? 0n;
 					const report = BigInt(available);
 					return { tokenMintAddress, available: (onChain < report ? onChain : report).toString() };
 				});
-				return { ...doc, liquidity, boundAt: this.boundAt };
+				// The report kept beside what counts, so that the next binding starts from it again.
+				return { ...doc, reported, liquidity, boundAt: this.binding };
 			},
 
 			/**
-			 * Reads the associated token accounts of the settlement Crankers online, all at one moment
+			 * Reads the associated token accounts of the settlement Crankers online at one moment
 			 * (NodeChain.tokenAmounts sends its reads together), and binds every figure to that reading:
 			 * tokens moved from one key to another count once, since the key that gave them away is read
-			 * as empty in the same reading that finds them under the other. Each sweep, at most
-			 * LIQUIDITY_READS_PER_SECOND reads of MAX_ACCOUNTS_PER_READ accounts a second: past that,
-			 * those settling longest without a break are read, and the others count 0. A reading that
-			 * fails leaves the last one counting until it is CRANKER_TTL_MS old, then 0.
+			 * as empty in the same reading that finds them under the other. A reading takes at most
+			 * LIQUIDITY_READS_PER_SECOND reads of MAX_ACCOUNTS_PER_READ accounts, and the next waits for
+			 * the rate, whether this one failed or not. Past that many accounts, the Crankers settling
+			 * longest without a break are read whole, and the others count 0 (told to the operator). A
+			 * reading that fails leaves the last counting until it is CRANKER_TTL_MS old, then none.
 			 */
 			async readLiquidity(this: CrankersThis) {
-				if (!this.chain) return;
+				if (!this.chain || performance.now() < this.nextReadingAt) return;
 				const nowMs = Date.now();
 				this.totals.expire(this.onlineCutoff(nowMs));
-				const since = (doc: CrankerDoc) => doc.settlingSince ?? "";
-				const settling = [...this.totals.contributions()]
-					.filter(doc => doc.reported?.length)
-					.sort((a, b) => (since(a) < since(b) ? -1 : since(a) > since(b) ? 1 : a.id < b.id ? -1 : 1));
-				const maxAccounts = Math.max(1, Math.floor((config.liquidityReadsPerSecond * config.sweepIntervalMs) / 1000)) * MAX_ACCOUNTS_PER_READ;
-				const holdings: TokenHolding[] = [];
+				const settling = [...this.totals.contributions()].filter(doc => doc.roles.includes("settlement") && reportOf(doc).length > 0);
+				const ranks = new Map(settling.map(doc => [doc, settlingRank(doc)]));
+				settling.sort((a, b) => (ranks.get(a)! < ranks.get(b)! ? -1 : 1));
+				const rate = config.liquidityReadsPerSecond;
+				const taken: CrankerDoc[] = [];
+				let accounts = 0;
 				for (const doc of settling) {
+					if (accounts + reportOf(doc).length > rate * MAX_ACCOUNTS_PER_READ) break;
+					accounts += reportOf(doc).length;
+					taken.push(doc);
+				}
+				const leftOut = settling.length - taken.length;
+				this.readingLimit.report(
+					"The settlement Crankers online",
+					leftOut > 0,
+					"report more token accounts than a liquidity reading takes (LIQUIDITY_READS_PER_SECOND reads of 100): those left out count 0; raise it, or set CRANKER_OPERATORS",
+					`${leftOut} left out`
+				);
+				const holdings = taken.flatMap(doc => {
 					const owner = toAddress(doc.crankerPubkey);
-					const derived = doc.reported!.flatMap(({ tokenMintAddress }) => {
+					return reportOf(doc).flatMap(({ tokenMintAddress }) => {
 						const account = this.tokenAccounts.get(holdingKey(owner, tokenMintAddress));
 						return account ? [{ owner, mint: toAddress(tokenMintAddress), account: toAddress(account) }] : [];
 					});
-					// A Cranker is read whole, or not at all.
-					if (holdings.length + derived.length > maxAccounts) break;
-					holdings.push(...derived);
-				}
-				const at = new Date(nowMs).toISOString();
+				});
+				this.nextReadingAt = performance.now() + (Math.ceil(holdings.length / MAX_ACCOUNTS_PER_READ) * 1000) / rate;
 				try {
 					const amounts = holdings.length ? await this.chain.tokenAmounts(holdings) : [];
-					this.reading = { at, amounts: new Map(holdings.map(({ owner, mint }, i) => [holdingKey(owner, mint), amounts[i]])) };
-					this.boundAt = at;
+					this.rebind({ at: nowMs, crankers: new Set(taken.map(doc => doc.crankerPubkey)), amounts: new Map(holdings.map(({ owner, mint }, i) => [holdingKey(owner, mint), amounts[i]])) });
 				} catch (err) {
-					if (this.reading && Date.parse(this.reading.at) + this.settings.crankerTtlMs <= nowMs) {
-						this.reading = null;
-						this.boundAt = at;
-						for (const doc of [...this.totals.contributions()]) this.totals.seen(this.bound(doc));
-					}
+					if (this.reading && this.reading.at + this.settings.crankerTtlMs <= nowMs) this.rebind(null);
 					throw err;
+				} finally {
+					await this.deriveAccounts(taken);
 				}
-				for (const doc of [...this.totals.contributions()]) this.totals.seen(this.bound(doc));
-				await this.deriveAccounts(settling);
+			},
+
+			/** Makes `reading` the one figures count against, and binds again those it or the last one took. */
+			rebind(this: CrankersThis, reading) {
+				const before = this.reading?.crankers;
+				this.reading = reading;
+				this.binding++;
+				for (const doc of [...this.totals.contributions()])
+					if (before?.has(doc.crankerPubkey) || reading?.crankers.has(doc.crankerPubkey)) this.totals.seen(this.bound(doc));
 			},
 
 			/**
-			 * Derives DERIVATIONS_PER_READING of the token accounts still unknown, one per Cranker in turn
-			 * (those settling longest first), so that one key reporting many new mints cannot take them
-			 * all. They are read from the next reading on, and stored with the Cranker's next heartbeat.
+			 * Derives DERIVATIONS_PER_READING of the token accounts still unknown to this process, one
+			 * per Cranker in turn, the turns going on from where the last reading's stopped: keys that
+			 * report new mints at every heartbeat cannot keep another Cranker's from its turn. They are
+			 * read from the next reading on, and stored with the Cranker's next heartbeat.
 			 */
-			async deriveAccounts(this: CrankersThis, settling) {
-				const waiting = settling
-					.map(doc => doc.reported!.filter(({ tokenMintAddress }) => !this.tokenAccounts.has(holdingKey(doc.crankerPubkey, tokenMintAddress))).map(({ tokenMintAddress }) => ({ owner: doc.crankerPubkey, mint: tokenMintAddress })))
-					.filter(queue => queue.length > 0);
+			async deriveAccounts(this: CrankersThis, taken) {
+				const start = taken.findIndex(doc => settlingRank(doc) > this.derivedUpTo);
+				const inTurn = start > 0 ? [...taken.slice(start), ...taken.slice(0, start)] : taken;
+				const waiting = inTurn
+					.map(doc => ({ doc, mints: reportOf(doc).filter(({ tokenMintAddress }) => !this.tokenAccounts.has(holdingKey(doc.crankerPubkey, tokenMintAddress))).map(holding => holding.tokenMintAddress) }))
+					.filter(({ mints }) => mints.length > 0);
 				let derivations = 0;
-				for (let turn = 0; derivations < DERIVATIONS_PER_READING && waiting.some(queue => turn < queue.length); turn++)
-					for (const queue of waiting) {
-						if (turn >= queue.length || derivations === DERIVATIONS_PER_READING) continue;
-						const { owner, mint } = queue[turn];
-						this.remember(owner, [{ tokenMintAddress: mint, available: "0", account: await associatedTokenAccount(toAddress(owner), toAddress(mint)) }]);
+				for (let turn = 0; derivations < DERIVATIONS_PER_READING && waiting.some(({ mints }) => turn < mints.length); turn++)
+					for (const { doc, mints } of waiting) {
+						if (turn >= mints.length || derivations === DERIVATIONS_PER_READING) continue;
+						const account = await associatedTokenAccount(toAddress(doc.crankerPubkey), toAddress(mints[turn]));
+						this.remember(doc.crankerPubkey, [{ tokenMintAddress: mints[turn], available: "0", account }]);
+						this.derivedUpTo = settlingRank(doc);
 						derivations++;
 					}
 			},
@@ -412,8 +451,11 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			this.caughtUpTo = "";
 			this.chain = processChain(this.broker, config).reads;
 			this.reading = null;
-			this.boundAt = "";
+			this.binding = 0;
+			this.nextReadingAt = 0;
+			this.derivedUpTo = "";
 			this.tokenAccounts = new Map();
+			this.readingLimit = new ConditionStreaks(this.logger);
 		}
 	};
 }

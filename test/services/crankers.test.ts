@@ -123,6 +123,34 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 
 	const reporting = (amounts: Record<string, string>) => Object.entries(amounts).map(([tokenMintAddress, available]) => ({ tokenMintAddress, available }));
 
+	/** A settlement Cranker holding `amount` of a new mint and reporting as much, once a reading has counted it. */
+	async function countedCranker(amount: bigint) {
+		const cranker = newWallet();
+		const mint = chain.createMint();
+		await chain.fundTokens(cranker.address, mint, amount);
+		const beat = () => crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: String(amount) }) }));
+		await beat();
+		await mintsBecome({ [mint]: { liquidity: String(amount), crankersOnline: 1 } });
+		return { cranker, mint, beat };
+	}
+
+	/** Runs `beat` again and again, `pauseMs` apart, while `body` runs. */
+	async function whileBeating(beat: () => Promise<unknown>, pauseMs: number, body: () => Promise<void>) {
+		let beating = true;
+		const beats = (async () => {
+			while (beating) {
+				await beat();
+				await sleep(pauseMs);
+			}
+		})();
+		try {
+			await body();
+		} finally {
+			beating = false;
+			await beats;
+		}
+	}
+
 	/** The figures once the next liquidity reads have counted `expected` (a read every SWEEP_INTERVAL_MS, 50 ms here). */
 	const mintsBecome = (expected: object) => waitFor(async () => JSON.stringify((await crankers.summary()).mints) === JSON.stringify(expected), 5000);
 
@@ -161,18 +189,45 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		const cranker = newWallet();
 		const mint = chain.createMint();
 		await chain.fundTokens(cranker.address, mint, 5000n);
-		let beating = true;
-		const beats = (async () => {
-			while (beating) await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "5000" }) })).catch(() => undefined);
-		})();
-		try {
+		const beat = () => crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "5000" }) })).catch(() => undefined);
+		await whileBeating(beat, 0, async () => {
 			await mintsBecome({ [mint]: { liquidity: "5000", crankersOnline: 1 } });
 			await chain.fundTokens(cranker.address, mint, 0n);
 			await mintsBecome({ [mint]: { liquidity: "0", crankersOnline: 0 } });
-		} finally {
-			beating = false;
-			await beats;
-		}
+		});
+	});
+
+	test("a heartbeat counts against the reading that landed while it was stored, not the one before (a review)", async () => {
+		const { cranker, mint, beat } = await countedCranker(5000n);
+		await chain.fundTokens(cranker.address, mint, 0n);
+		// The next heartbeat's write stalls until a reading of 0 has landed.
+		const records = (crankers.broker.getLocalService("crankers") as unknown as { crankers: { update(...args: unknown[]): Promise<boolean> } }).crankers;
+		const update = records.update;
+		records.update = async (...args) => {
+			records.update = update;
+			await mintsBecome({ [mint]: { liquidity: "0", crankersOnline: 0 } });
+			return update.apply(records, args);
+		};
+		expect((await beat()).liquidity).toEqual(reporting({ [mint]: "0" }));
+		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "0", crankersOnline: 0 } });
+	});
+
+	test("derivations take turns that go on from one reading to the next: a hundred keys ahead with new mints cannot keep a Cranker's account from being derived (a review)", async () => {
+		await crankers.broker.stop();
+		// Room in a reading for all of them: 200 reads of 100 accounts.
+		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "200" });
+		const mint = chain.createMint();
+		const honest = newWallet();
+		await chain.fundTokens(honest.address, mint, 9n);
+		// 150 keys ahead of it, with 64 accounts each to derive: 9,600, at 100 a reading.
+		for (let i = 0; i < 150; i++) await crankers.heartbeat(signedHeartbeat(newWallet(), ["settlement"], { liquidity: reporting(Object.fromEntries(Array.from({ length: 64 }, () => [newWallet().address, "1000"]))) }));
+		await sleep(5);
+		const derived = (crankers.broker.getLocalService("crankers") as unknown as { tokenAccounts: Map<string, string> }).tokenAccounts;
+		const derivedBefore = derived.size;
+		await crankers.heartbeat(signedHeartbeat(honest, ["settlement"], { liquidity: reporting({ [mint]: "9" }) }));
+		await waitFor(async () => (await crankers.summary()).mints[mint]?.liquidity === "9", 20_000);
+		// Its turn came within a few readings after it arrived, not after the others' thousands of accounts.
+		expect(derived.size - derivedBefore).toBeLessThanOrEqual(1000);
 	});
 
 	test("a reading the chain does not answer leaves the last one counting until it is CRANKER_TTL_MS old, then 0; the Cranker is online all the same", async () => {
@@ -194,29 +249,19 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "5000", crankersOnline: 1 } });
 
 		// The Cranker keeps beating; the sweep lets the reading go once it is too old.
-		let beating = true;
-		const beats = (async () => {
-			while (beating) {
-				await sleep(200);
-				await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }) }));
-			}
-		})();
-		try {
+		await whileBeating(() => crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }) })), 200, async () => {
 			await mintsBecome({ [mint]: { liquidity: "0", crankersOnline: 0 } });
 			expect(performance.now() - failedAt).toBeGreaterThan(1000);
 			expect(await crankers.standing(cranker)).toEqual({ online: true, roles: ["settlement"] });
 			chain.clearFaults();
 			await mintsBecome({ [mint]: { liquidity: "5000", crankersOnline: 1 } });
-		} finally {
-			beating = false;
-			await beats;
-		}
+		});
 	});
 
-	test("heartbeats read nothing; a reading asks for at most LIQUIDITY_READS_PER_SECOND reads a second, the Crankers settling longest first, and the others count 0", async () => {
+	test("heartbeats read nothing; readings ask for at most LIQUIDITY_READS_PER_SECOND reads a second, however often the sweep runs, the Crankers settling longest first, and the others count 0 (a review)", async () => {
 		await crankers.broker.stop();
-		// One read of 100 accounts a second.
-		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "1", SWEEP_INTERVAL_MS: "1000" });
+		// One read of 100 accounts a second, with a sweep every 10 ms.
+		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "1", SWEEP_INTERVAL_MS: "10" });
 		const mint = chain.createMint();
 		const honest = newWallet();
 		await chain.fundTokens(honest.address, mint, 7n);
@@ -253,22 +298,23 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		// The first key settles first, then goes silent past CRANKER_TTL_MS.
 		await beat(banked);
 		await sleep(1600);
-		let beating = true;
-		const beats = (async () => {
-			await beat(stayed);
-			while (beating) {
-				await beat(banked);
-				await beat(stayed);
-				await sleep(300);
-			}
-		})();
-		try {
-			const counted = Object.fromEntries([...mintsOf.get(stayed)!.map(mint => [mint, { liquidity: "5", crankersOnline: 1 }]), ...mintsOf.get(banked)!.map(mint => [mint, { liquidity: "0", crankersOnline: 0 }])]);
+		// The other key beats first from now on: it has been settling longer than the first since it came back.
+		const counted = Object.fromEntries([...mintsOf.get(stayed)!.map(mint => [mint, { liquidity: "5", crankersOnline: 1 }]), ...mintsOf.get(banked)!.map(mint => [mint, { liquidity: "0", crankersOnline: 0 }])]);
+		await whileBeating(async () => (await beat(stayed), await beat(banked)), 300, async () => {
 			await waitFor(async () => JSON.stringify(Object.entries((await crankers.summary()).mints).sort()) === JSON.stringify(Object.entries(counted).sort()), 8000);
-		} finally {
-			beating = false;
-			await beats;
-		}
+		});
+	});
+
+	test("a token account derived once stays with its Cranker: dropped from memory (the cache full), it comes back from the record at the next heartbeat", async () => {
+		const { cranker, beat } = await countedCranker(40n);
+		await beat();
+		const service = crankers.broker.getLocalService("crankers") as unknown as { tokenAccounts: Map<string, string>; crankers: { get(id: string): Promise<{ reported: { account?: string }[] }> } };
+		const account = (await service.crankers.get(cranker.address)).reported[0].account;
+		expect(account).toEqual(expect.any(String));
+		service.tokenAccounts.clear();
+		await beat();
+		expect((await service.crankers.get(cranker.address)).reported[0].account).toBe(account);
+		expect(service.tokenAccounts.size).toBe(1);
 	});
 
 	test("keys that report new mints at every heartbeat take their turn at the derivations, so a Cranker after them is still derived and counted (a review)", async () => {
@@ -277,24 +323,14 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		await chain.fundTokens(honest.address, mint, 9n);
 		// 64 mints never seen before at each heartbeat: more than a reading's 100 derivations between them.
 		const fresh = () => reporting(Object.fromEntries(Array.from({ length: 64 }, () => [newWallet().address, "1000"])));
-		let beating = true;
-		const beats = [greedy, greedier].map(async key => {
-			while (beating) {
-				await crankers.heartbeat(signedHeartbeat(key, ["settlement"], { liquidity: fresh() }));
-				await sleep(20);
-			}
-		});
-		try {
+		await whileBeating(() => Promise.all([greedy, greedier].map(key => crankers.heartbeat(signedHeartbeat(key, ["settlement"], { liquidity: fresh() })))), 20, async () => {
 			await sleep(100);
 			await crankers.heartbeat(signedHeartbeat(honest, ["settlement"], { liquidity: reporting({ [mint]: "9" }) }));
 			await waitFor(async () => (await crankers.summary()).mints[mint]?.liquidity === "9", 5000);
-		} finally {
-			beating = false;
-			await Promise.all(beats);
-		}
+		});
 	});
 
-	test("a report taken as sent by a Node without SOLANA_RPC_URL is no reading: once the Node has one, it counts 0 until read", async () => {
+	test("a record stored without a reading (by a Node without SOLANA_RPC_URL, or an earlier version) counts 0 once the Node has a chain, until read (a review)", async () => {
 		await crankers.broker.stop();
 		const dataDir = tempDir();
 		const cranker = newWallet();
@@ -307,7 +343,7 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 
 		chain.injectFault("getMultipleAccounts", "http-500", 100_000);
 		crankers = await startCrankers({ DATA_DIR: dataDir, SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER });
-		await crankers.heartbeat(signedHeartbeat(cranker, ["settlement"], { liquidity: reporting({ [mint]: "1000000000" }) }));
+		// Folded in from the store at start, before any heartbeat to this process.
 		expect((await crankers.summary()).mints).toEqual({ [mint]: { liquidity: "0", crankersOnline: 0 } });
 		chain.clearFaults();
 		await mintsBecome({ [mint]: { liquidity: "100", crankersOnline: 1 } });

@@ -78,7 +78,7 @@ describe("CrankerTotals", () => {
 
 	it("the same heartbeat bound to a later reading counts with it, not with an earlier one, and falls silent at its own time", () => {
 		const totals = new CrankerTotals(ROLES);
-		const read = (seconds: number, available: string) => ({ ...beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available }]), boundAt: at(seconds) });
+		const read = (seconds: number, available: string) => ({ ...beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available }]), boundAt: seconds });
 		totals.seen(beat("A", 5, ["settlement"], [{ tokenMintAddress: "M1", available: "0" }]));
 		totals.seen(read(7, "40"));
 		expect(totals.snapshot().mints).toEqual({ M1: { liquidity: "40", crankersOnline: 1 } });

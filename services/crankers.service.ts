@@ -4,7 +4,7 @@
  * protection). A Cranker is online while its last accepted heartbeat is younger than
  * CRANKER_TTL_MS; records silent for CRANKER_RETENTION_MS are pruned.
  */
-import { address as toAddress } from "@solana/kit";
+import type { Address } from "@solana/kit";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { CrankerHeartbeatRecord } from "../lib/answers";
 import { buildHeartbeatMessage } from "../lib/canonical";
@@ -31,9 +31,9 @@ const MAX_HEARTBEAT_SKEW_MS = 60_000;
 const CATCH_UP_PAGE = 500;
 /** Records pruned per sweep: a sweep's cost stays bounded whatever accumulated. */
 const PRUNE_BATCH = 500;
-/** Token accounts derived per liquidity reading, at about 0.4 ms of CPU each: new keys cannot buy the Node's CPU with heartbeats. */
-const DERIVATIONS_PER_READING = 100;
-/** Derived token accounts kept in memory, dropped whole when full (a heartbeat stores its Cranker's again). */
+/** Token accounts derived a second at most, at about 0.4 ms of CPU each: new keys cannot buy the Node's CPU with heartbeats. */
+const DERIVATIONS_PER_SECOND = 100;
+/** Derived token accounts kept in memory, the oldest dropped first (records keep their Cranker's too). */
 const TOKEN_ACCOUNTS_KEPT = 200_000;
 
 type Liquidity = { tokenMintAddress: string; available: string }[];
@@ -91,6 +91,31 @@ const reportOf = (doc: CrankerDoc): ReportedHolding[] => doc.reported ?? doc.liq
 /** The order in which settlement Crankers are read and derived: settling longest without a break first. */
 const settlingRank = (doc: CrankerDoc) => `${doc.settlingSince ?? doc.lastSeenAt} ${doc.crankerPubkey}`;
 
+/** What a reading takes of a Cranker's report. */
+interface ReadingShare {
+	doc: CrankerDoc;
+	holdings: ReportedHolding[];
+}
+
+/**
+ * `budget` accounts shared out among the settlement Crankers: each gets its whole report or an
+ * equal share of what is left, whichever is less, the smallest reports first (so that what they
+ * leave goes to the larger). A key holder then needs about as many keys as the budget has
+ * accounts to crowd an honest Cranker out. Past that, one account each to those settling longest.
+ */
+function sharedReading(settling: readonly CrankerDoc[], budget: number): ReadingShare[] {
+	const order = [...settling].sort((a, b) => reportOf(a).length - reportOf(b).length || (settlingRank(a) < settlingRank(b) ? -1 : 1));
+	const shares: ReadingShare[] = [];
+	let left = budget;
+	for (const [i, doc] of order.entries()) {
+		if (left === 0) break;
+		const share = Math.min(reportOf(doc).length, Math.max(1, Math.floor(left / (order.length - i))));
+		shares.push({ doc, holdings: reportOf(doc).slice(0, share) });
+		left -= share;
+	}
+	return shares;
+}
+
 /** A request signature seen within its validity window, keyed by the signature itself. */
 interface SeenSignature {
 	id: string;
@@ -128,8 +153,10 @@ interface CrankersVars {
 	binding: number;
 	/** When the next reading may begin (performance.now()): reads keep to LIQUIDITY_READS_PER_SECOND. */
 	nextReadingAt: number;
-	/** The settlingRank of the last Cranker given a derivation: the next reading's turns begin after it. */
+	/** The settlingRank of the last Cranker given a derivation: the next turns begin after it. */
 	derivedUpTo: string;
+	/** When derivations may go on (performance.now()): DERIVATIONS_PER_SECOND. */
+	nextDerivationAt: number;
 	/** Crankers left out of a reading, told to the operator when it starts, as reminders, and when it ends. */
 	readingLimit: ConditionStreaks;
 	/** Derived associated token accounts, `owner/mint` → account (TOKEN_ACCOUNTS_KEPT). */
@@ -147,7 +174,7 @@ interface CrankersMethods {
 	bound(doc: CrankerDoc): Counted;
 	readLiquidity(): Promise<void>;
 	rebind(reading: LiquidityReading | null): void;
-	deriveAccounts(settling: readonly CrankerDoc[]): Promise<void>;
+	deriveAccounts(shares: readonly ReadingShare[]): Promise<void>;
 	catchUp(nowMs: number): Promise<void>;
 	sweep(): Promise<void>;
 }
@@ -281,7 +308,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				// Stored as counted now: a replica of the previous version takes `liquidity` as it is.
 				doc.liquidity = this.bound(doc).liquidity;
 				// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
-				const inserted = await this.crankers.insert(doc);
+				const inserted = !stored && (await this.crankers.insert(doc));
 				if (!inserted && !(await this.crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc))) {
 					// A retry of the call that stored this heartbeat answers as that call did.
 					const current = await this.crankers.get(doc.id);
@@ -306,8 +333,10 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			remember(this: CrankersThis, owner, holdings) {
 				for (const { tokenMintAddress, account } of holdings) {
 					if (!account) continue;
-					if (this.tokenAccounts.size >= TOKEN_ACCOUNTS_KEPT) this.tokenAccounts.clear();
-					this.tokenAccounts.set(holdingKey(owner, tokenMintAddress), account);
+					const key = holdingKey(owner, tokenMintAddress);
+					this.tokenAccounts.delete(key);
+					if (this.tokenAccounts.size >= TOKEN_ACCOUNTS_KEPT) this.tokenAccounts.delete(this.tokenAccounts.keys().next().value!);
+					this.tokenAccounts.set(key, account);
 				}
 			},
 
@@ -337,48 +366,37 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			 * tokens moved from one key to another count once, since the key that gave them away is read
 			 * as empty in the same reading that finds them under the other. A reading takes at most
 			 * LIQUIDITY_READS_PER_SECOND reads of MAX_ACCOUNTS_PER_READ accounts, and the next waits for
-			 * the rate, whether this one failed or not. Past that many accounts, the Crankers settling
-			 * longest without a break are read whole, and the others count 0 (told to the operator). A
-			 * reading that fails leaves the last counting until it is CRANKER_TTL_MS old, then none.
+			 * the rate, whether this one failed or not. Past that many accounts they are shared out
+			 * (sharedReading): mints not read count 0, told to the operator. A reading older than
+			 * CRANKER_TTL_MS counts no more.
 			 */
 			async readLiquidity(this: CrankersThis) {
-				if (!this.chain || performance.now() < this.nextReadingAt) return;
+				if (!this.chain) return;
 				const nowMs = Date.now();
+				if (this.reading && this.reading.at + this.settings.crankerTtlMs <= nowMs) this.rebind(null);
+				if (performance.now() < this.nextReadingAt) return;
 				this.totals.expire(this.onlineCutoff(nowMs));
 				const settling = [...this.totals.contributions()].filter(doc => doc.roles.includes("settlement") && reportOf(doc).length > 0);
-				const ranks = new Map(settling.map(doc => [doc, settlingRank(doc)]));
-				settling.sort((a, b) => (ranks.get(a)! < ranks.get(b)! ? -1 : 1));
-				const rate = config.liquidityReadsPerSecond;
-				const taken: CrankerDoc[] = [];
-				let accounts = 0;
-				for (const doc of settling) {
-					if (accounts + reportOf(doc).length > rate * MAX_ACCOUNTS_PER_READ) break;
-					accounts += reportOf(doc).length;
-					taken.push(doc);
-				}
-				const leftOut = settling.length - taken.length;
+				const shares = sharedReading(settling, config.liquidityReadsPerSecond * MAX_ACCOUNTS_PER_READ);
+				const unread = settling.reduce((sum, doc) => sum + reportOf(doc).length, 0) - shares.reduce((sum, share) => sum + share.holdings.length, 0);
 				this.readingLimit.report(
-					"The settlement Crankers online",
-					leftOut > 0,
-					"report more token accounts than a liquidity reading takes (LIQUIDITY_READS_PER_SECOND reads of 100): those left out count 0; raise it, or set CRANKER_OPERATORS",
-					`${leftOut} left out`
+					"The liquidity reading",
+					unread > 0,
+					"leaves out token accounts of settlement Crankers, which count 0: they report more than LIQUIDITY_READS_PER_SECOND reads of 100 take; raise it, or set CRANKER_OPERATORS",
+					`${unread} left out`
 				);
-				const holdings = taken.flatMap(doc => {
-					const owner = toAddress(doc.crankerPubkey);
-					return reportOf(doc).flatMap(({ tokenMintAddress }) => {
-						const account = this.tokenAccounts.get(holdingKey(owner, tokenMintAddress));
-						return account ? [{ owner, mint: toAddress(tokenMintAddress), account: toAddress(account) }] : [];
-					});
-				});
-				this.nextReadingAt = performance.now() + (Math.ceil(holdings.length / MAX_ACCOUNTS_PER_READ) * 1000) / rate;
+				const holdings = shares.flatMap(({ doc, holdings }) =>
+					holdings.flatMap(({ tokenMintAddress, account = this.tokenAccounts.get(holdingKey(doc.crankerPubkey, tokenMintAddress)) }) =>
+						// Addresses checked when they came in (heartbeat schema) or derived here.
+						account ? [{ owner: doc.crankerPubkey as Address, mint: tokenMintAddress as Address, account: account as Address }] : []
+					)
+				);
+				this.nextReadingAt = performance.now() + (Math.ceil(holdings.length / MAX_ACCOUNTS_PER_READ) * 1000) / config.liquidityReadsPerSecond;
 				try {
 					const amounts = holdings.length ? await this.chain.tokenAmounts(holdings) : [];
-					this.rebind({ at: nowMs, crankers: new Set(taken.map(doc => doc.crankerPubkey)), amounts: new Map(holdings.map(({ owner, mint }, i) => [holdingKey(owner, mint), amounts[i]])) });
-				} catch (err) {
-					if (this.reading && this.reading.at + this.settings.crankerTtlMs <= nowMs) this.rebind(null);
-					throw err;
+					this.rebind({ at: nowMs, crankers: new Set(shares.map(({ doc }) => doc.crankerPubkey)), amounts: new Map(holdings.map(({ owner, mint }, i) => [holdingKey(owner, mint), amounts[i]])) });
 				} finally {
-					await this.deriveAccounts(taken);
+					if (performance.now() >= this.nextDerivationAt) await this.deriveAccounts(shares);
 				}
 			},
 
@@ -392,26 +410,30 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			},
 
 			/**
-			 * Derives DERIVATIONS_PER_READING of the token accounts still unknown to this process, one
-			 * per Cranker in turn, the turns going on from where the last reading's stopped: keys that
-			 * report new mints at every heartbeat cannot keep another Cranker's from its turn. They are
-			 * read from the next reading on, and stored with the Cranker's next heartbeat.
+			 * Derives at most DERIVATIONS_PER_SECOND of the token accounts a reading would take and
+			 * does not know yet, one per Cranker in turn, the turns going on from where the last ones
+			 * stopped: keys that report new mints at every heartbeat cannot keep another Cranker's from
+			 * its turn, nor buy the Node's CPU. They are read from the next reading on, and stored with
+			 * the Cranker's next heartbeat.
 			 */
-			async deriveAccounts(this: CrankersThis, taken) {
-				const start = taken.findIndex(doc => settlingRank(doc) > this.derivedUpTo);
-				const inTurn = start > 0 ? [...taken.slice(start), ...taken.slice(0, start)] : taken;
-				const waiting = inTurn
-					.map(doc => ({ doc, mints: reportOf(doc).filter(({ tokenMintAddress }) => !this.tokenAccounts.has(holdingKey(doc.crankerPubkey, tokenMintAddress))).map(holding => holding.tokenMintAddress) }))
-					.filter(({ mints }) => mints.length > 0);
+			async deriveAccounts(this: CrankersThis, shares) {
+				const waiting = shares
+					.map(({ doc, holdings }) => ({ doc, mints: holdings.filter(({ tokenMintAddress, account }) => !account && !this.tokenAccounts.has(holdingKey(doc.crankerPubkey, tokenMintAddress))).map(holding => holding.tokenMintAddress) }))
+					.filter(({ mints }) => mints.length > 0)
+					.sort((a, b) => (settlingRank(a.doc) < settlingRank(b.doc) ? -1 : 1));
+				const start = waiting.findIndex(({ doc }) => settlingRank(doc) > this.derivedUpTo);
+				const inTurn = start > 0 ? [...waiting.slice(start), ...waiting.slice(0, start)] : waiting;
+				const startedAt = performance.now();
 				let derivations = 0;
-				for (let turn = 0; derivations < DERIVATIONS_PER_READING && waiting.some(({ mints }) => turn < mints.length); turn++)
-					for (const { doc, mints } of waiting) {
-						if (turn >= mints.length || derivations === DERIVATIONS_PER_READING) continue;
-						const account = await associatedTokenAccount(toAddress(doc.crankerPubkey), toAddress(mints[turn]));
+				for (let turn = 0; derivations < DERIVATIONS_PER_SECOND && inTurn.some(({ mints }) => turn < mints.length); turn++)
+					for (const { doc, mints } of inTurn) {
+						if (turn >= mints.length || derivations === DERIVATIONS_PER_SECOND) continue;
+						const account = await associatedTokenAccount(doc.crankerPubkey as Address, mints[turn] as Address);
 						this.remember(doc.crankerPubkey, [{ tokenMintAddress: mints[turn], available: "0", account }]);
 						this.derivedUpTo = settlingRank(doc);
 						derivations++;
 					}
+				this.nextDerivationAt = startedAt + (derivations * 1000) / DERIVATIONS_PER_SECOND;
 			},
 
 			/**
@@ -454,6 +476,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			this.binding = 0;
 			this.nextReadingAt = 0;
 			this.derivedUpTo = "";
+			this.nextDerivationAt = 0;
 			this.tokenAccounts = new Map();
 			this.readingLimit = new ConditionStreaks(this.logger);
 		}

@@ -98,22 +98,26 @@ interface ReadingShare {
 }
 
 /**
- * `budget` accounts shared out among the settlement Crankers: each gets its whole report or an
- * equal share of what is left, whichever is less, the smallest reports first (so that what they
- * leave goes to the larger). A key holder then needs about as many keys as the budget has
- * accounts to crowd an honest Cranker out. Past that, one account each to those settling longest.
+ * `budget` accounts shared out among the settlement Crankers: each gets the first entries of its
+ * report, all of them or an equal share of what is left, whichever is less, the smallest reports
+ * first (so that what they leave goes to the larger). A key holder then needs about as many keys
+ * as the budget has accounts to crowd an honest Cranker out. With more Crankers than that, one
+ * account each to those settling longest.
  */
 function sharedReading(settling: readonly CrankerDoc[], budget: number): ReadingShare[] {
-	const order = [...settling].sort((a, b) => reportOf(a).length - reportOf(b).length || (settlingRank(a) < settlingRank(b) ? -1 : 1));
-	const shares: ReadingShare[] = [];
+	if (settling.length > budget)
+		return [...settling]
+			.sort((a, b) => (settlingRank(a) < settlingRank(b) ? -1 : 1))
+			.slice(0, budget)
+			.map(doc => ({ doc, holdings: reportOf(doc).slice(0, 1) }));
+	const order = [...settling].sort((a, b) => reportOf(a).length - reportOf(b).length);
 	let left = budget;
-	for (const [i, doc] of order.entries()) {
-		if (left === 0) break;
-		const share = Math.min(reportOf(doc).length, Math.max(1, Math.floor(left / (order.length - i))));
-		shares.push({ doc, holdings: reportOf(doc).slice(0, share) });
+	// `left` stays at least the Crankers still to serve, so each gets one account or more.
+	return order.map((doc, i) => {
+		const share = Math.min(reportOf(doc).length, Math.floor(left / (order.length - i)));
 		left -= share;
-	}
-	return shares;
+		return { doc, holdings: reportOf(doc).slice(0, share) };
+	});
 }
 
 /** A request signature seen within its validity window, keyed by the signature itself. */
@@ -308,12 +312,13 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				// Stored as counted now: a replica of the previous version takes `liquidity` as it is.
 				doc.liquidity = this.bound(doc).liquidity;
 				// Accepted only when newer than the last accepted one; the condition makes replays and races safe.
-				const inserted = !stored && (await this.crankers.insert(doc));
+				const inserted = await this.crankers.insert(doc);
 				if (!inserted && !(await this.crankers.update(doc.id, { lastSentAt: { lt: hb.sentAt } }, doc))) {
 					// A retry of the call that stored this heartbeat answers as that call did.
 					const current = await this.crankers.get(doc.id);
 					if (current && isOwnWrite(ctx, current.callKey)) return this.toView(this.bound(current), Date.parse(current.lastSeenAt));
-					throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
+					// Pruned between the two writes (silent for CRANKER_RETENTION_MS): a first heartbeat again.
+					if (current || !(await this.crankers.insert(doc))) throw new ServiceError("STALE_HEARTBEAT", "sentAt is not newer than the last accepted heartbeat");
 				}
 				// Bound once stored: a reading that landed while it was written counts, not the one before.
 				const counted = this.bound(doc);

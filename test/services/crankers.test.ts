@@ -298,9 +298,9 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		await waitFor(async () => (await crankers.summary()).mints[mint]?.liquidity === "7", 5000);
 	});
 
-	test("past one account for each Cranker, those settling longest go first, and a place lasts only while settling without a break: keys back from offline queue behind (a review)", async () => {
+	test("with more Crankers than a reading has accounts, those settling longest get one each, whatever their reports' length, and a place lasts only while settling without a break: keys back from offline queue behind (a review)", async () => {
 		await crankers.broker.stop();
-		// 100 accounts a reading, for 101 Crankers of one mint each.
+		// 100 accounts a reading, for 101 Crankers.
 		crankers = await startCrankers({ SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LIQUIDITY_READS_PER_SECOND: "1", CRANKER_TTL_MS: "1500" });
 		const banked = Array.from({ length: 100 }, () => newWallet());
 		const beatBanked = () => Promise.all(banked.map(key => crankers.heartbeat(signedHeartbeat(key, ["settlement"], { liquidity: reporting({ [newWallet().address]: "1000" }) }))));
@@ -310,7 +310,8 @@ describe("a settlement Cranker's liquidity, with SOLANA_RPC_URL: as much as the 
 		const stayed = newWallet();
 		const mint = chain.createMint();
 		await chain.fundTokens(stayed.address, mint, 5n);
-		const beatStayed = () => crankers.heartbeat(signedHeartbeat(stayed, ["settlement"], { liquidity: reporting({ [mint]: "5" }) }));
+		// Two mints, where the others report one: its first is read.
+		const beatStayed = () => crankers.heartbeat(signedHeartbeat(stayed, ["settlement"], { liquidity: reporting({ [mint]: "5", [chain.createMint()]: "5" }) }));
 		await beatStayed();
 		await whileBeating(async () => (await beatStayed(), await beatBanked()), 300, async () => {
 			await waitFor(async () => (await crankers.summary()).mints[mint]?.liquidity === "5", 8000);

@@ -5,10 +5,10 @@
  * builds on the same reader. Every call has a deadline, so a hung RPC node cannot stall a caller.
  */
 import { createSolanaRpcFromTransport, isSolanaError, signature as toSignature, SolanaError, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, type Address, type Rpc, type RpcTransport, type SolanaRpcApi } from "@solana/kit";
-import { AccountState, findAssociatedTokenPda, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
+import { AccountState, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { parseJsonWithBigInts, stringifyJsonWithBigInts } from "@solana/rpc-spec-types";
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
-import { readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
+import { associatedTokenAccount, readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
 import { ServiceError } from "./errors";
 import { isBase58OfLength } from "./encoding";
 import { ConditionStreaks, type ConditionLog } from "./failure-streak";
@@ -36,13 +36,8 @@ export const MAX_ACCOUNTS_PER_READ = 100;
 export interface TokenHolding {
 	owner: Address;
 	mint: Address;
-	/** Its associated token account (associatedTokenAccount). */
+	/** Its associated token account (lib/settlement.ts associatedTokenAccount). */
 	account: Address;
-}
-
-/** The associated token account of `owner` for `mint` (classic SPL Token). A derivation costs about 0.4 ms of CPU: keep what it gives. */
-export async function associatedTokenAccount(owner: Address, mint: Address): Promise<Address> {
-	return (await findAssociatedTokenPda({ owner, mint, tokenProgram: TOKEN_PROGRAM_ADDRESS }))[0];
 }
 
 /** How many signatures' first disagreement the Node keeps, to warn at the second. */

@@ -38,7 +38,10 @@ export interface SequenceRun {
 
 /** `runs` (sorted, apart) with the sequence numbers of `tins` added, as sorted runs that neither overlap nor touch. */
 export function withSequencesOf(runs: readonly SequenceRun[], tins: Iterable<string>): SequenceRun[] {
-	const added = Array.from(tins, tin => ({ start: Number(tin.slice(0, 9)), end: Number(tin.slice(0, 9)) + 1 }));
+	const added = Array.from(tins, tin => {
+		const sequence = Number(tin.slice(0, 9));
+		return { start: sequence, end: sequence + 1 };
+	});
 	const merged: SequenceRun[] = [];
 	for (const run of [...runs, ...added].sort((a, b) => a.start - b.start)) {
 		const last = merged[merged.length - 1];

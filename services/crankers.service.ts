@@ -106,11 +106,13 @@ interface ReadingShare {
  * account each to those settling longest.
  */
 function sharedReading(settling: readonly CrankerDoc[], budget: number): ReadingShare[] {
-	if (settling.length > budget)
+	if (settling.length > budget) {
+		const ranks = new Map(settling.map(doc => [doc, settlingRank(doc)]));
 		return [...settling]
-			.sort((a, b) => (settlingRank(a) < settlingRank(b) ? -1 : 1))
+			.sort((a, b) => (ranks.get(a)! < ranks.get(b)! ? -1 : 1))
 			.slice(0, budget)
 			.map(doc => ({ doc, holdings: reportOf(doc).slice(0, 1) }));
+	}
 	const order = [...settling].sort((a, b) => reportOf(a).length - reportOf(b).length);
 	let left = budget;
 	// `left` stays at least the Crankers still to serve, so each gets one account or more.
@@ -176,6 +178,7 @@ interface CrankersMethods {
 	accept(ctx: Context<HeartbeatRequest>): Promise<CrankerHeartbeatRecord>;
 	withAccounts(owner: string, liquidity: Liquidity): ReportedHolding[];
 	remember(owner: string, holdings: readonly ReportedHolding[]): void;
+	keepAccount(owner: string, mint: string, account: string): void;
 	bound(doc: CrankerDoc): Counted;
 	readLiquidity(): Promise<void>;
 	rebind(reading: LiquidityReading | null): void;
@@ -337,13 +340,15 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 
 			/** Keeps the token accounts derived for `owner` (by this process, or by any before: its record carries them). */
 			remember(this: CrankersThis, owner, holdings) {
-				for (const { tokenMintAddress, account } of holdings) {
-					if (!account) continue;
-					const key = holdingKey(owner, tokenMintAddress);
-					this.tokenAccounts.delete(key);
-					if (this.tokenAccounts.size >= TOKEN_ACCOUNTS_KEPT) this.tokenAccounts.delete(this.tokenAccounts.keys().next().value!);
-					this.tokenAccounts.set(key, account);
-				}
+				for (const { tokenMintAddress, account } of holdings) if (account) this.keepAccount(owner, tokenMintAddress, account);
+			},
+
+			/** Keeps one derived account, the least recently kept dropped past TOKEN_ACCOUNTS_KEPT. */
+			keepAccount(this: CrankersThis, owner, mint, account) {
+				const key = holdingKey(owner, mint);
+				this.tokenAccounts.delete(key);
+				if (this.tokenAccounts.size >= TOKEN_ACCOUNTS_KEPT) this.tokenAccounts.delete(this.tokenAccounts.keys().next().value!);
+				this.tokenAccounts.set(key, account);
 			},
 
 			/**
@@ -434,8 +439,7 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 				for (let turn = 0; derivations < DERIVATIONS_PER_SECOND && inTurn.some(({ mints }) => turn < mints.length); turn++)
 					for (const { doc, mints } of inTurn) {
 						if (turn >= mints.length || derivations === DERIVATIONS_PER_SECOND) continue;
-						const account = await associatedTokenAccount(doc.crankerPubkey as Address, mints[turn] as Address);
-						this.remember(doc.crankerPubkey, [{ tokenMintAddress: mints[turn], available: "0", account }]);
+						this.keepAccount(doc.crankerPubkey, mints[turn], await associatedTokenAccount(doc.crankerPubkey as Address, mints[turn] as Address));
 						this.derivedUpTo = settlingRank(doc);
 						derivations++;
 					}

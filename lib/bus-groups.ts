@@ -40,6 +40,38 @@ export function mayServe(group: BusGroup, service: string): boolean {
 	return EVERY_NODE.includes(service) || (BUS_GROUPS[group] as readonly string[]).includes(service);
 }
 
+/**
+ * The events each service handles, as its announcement names them (a service not listed handles
+ * none). Moleculer keeps every event name a peer announces for good, and matches every event any
+ * process emits against each one as a pattern: a name such as `a*(` throws in every emit, and one
+ * that backtracks hangs it. So a peer is believed only for these names (test/unit/bus-guard.test.ts
+ * checks them against what the services announce).
+ */
+const SERVICE_EVENTS: Readonly<Record<string, readonly string[]>> = {
+	api: ["$services.changed", "events.appended"],
+	receiver: ["epochs.opened"],
+	verifier: ["registry.routeChanged"],
+	"webhook-delivery": ["events.appended"]
+};
+
+/**
+ * Of the events announced for `service`, those it handles, each filed under its own name and in
+ * the service's own group (Moleculer balances an event among the nodes of a group, so a peer
+ * announcing another group would take some of that group's events), as `{ name, group? }`: the
+ * rest is left out, not the service, so that a newer version's node that handles one more event
+ * is still called during a rolling update.
+ */
+export function handledEvents(service: string, events: unknown): Record<string, { name: string; group?: string }> {
+	const handled = Object.hasOwn(SERVICE_EVENTS, service) ? SERVICE_EVENTS[service] : [];
+	const kept: Record<string, { name: string; group?: string }> = {};
+	if (events === null || typeof events !== "object") return kept;
+	for (const [key, event] of Object.entries(events)) {
+		const { name, group } = (event ?? {}) as { name?: unknown; group?: unknown };
+		if (key === name && handled.includes(key) && (group === undefined || group === service)) kept[key] = group === undefined ? { name: key } : { name: key, group };
+	}
+	return kept;
+}
+
 /** The first group that may run all of `services` (for harnesses that start processes by their services). */
 export function busGroupServing(services: string[]): BusGroup {
 	const group = (Object.keys(BUS_GROUPS) as BusGroup[]).find(candidate => services.every(service => mayServe(candidate, service)));

@@ -22,7 +22,7 @@
  *   signature by the group its sender's id names (lib/bus-signatures.ts).
  */
 import type { Middleware, ServiceBroker } from "moleculer";
-import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
+import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, handledEvents, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
 import { SIGNATURE_FIELD, SIGNED_PACKETS, SIGNED_PACKET_MAX_BYTES, SignedPackets, SigningClock, busSignature, type BusKeys, type Refusal } from "../lib/bus-signatures";
 import { ServiceError } from "../lib/errors";
 
@@ -60,7 +60,7 @@ interface Packet {
 	target?: string | null;
 	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; params?: unknown; meta?: unknown; stream?: unknown; seq?: unknown; [SIGNATURE_FIELD]?: unknown };
 }
-type AnnouncedService = { name?: unknown; fullName?: unknown; version?: unknown; actions?: Record<string, { name?: unknown } | undefined> } | undefined;
+type AnnouncedService = { name?: unknown; fullName?: unknown; version?: unknown; actions?: Record<string, { name?: unknown } | undefined>; events?: unknown } | undefined;
 type Handler = (cmd: string, packet: Packet) => unknown;
 type Receive = (cmd: string, data: Buffer, s?: unknown) => unknown;
 type Publish = (packet: Packet) => unknown;
@@ -75,6 +75,15 @@ function isBelieved(group: BusGroup, service: AnnouncedService): boolean {
 	const { name, fullName, version, actions } = service ?? {};
 	if (typeof name !== "string" || !mayServe(group, name) || fullName !== name || version != null) return false;
 	return Object.entries(actions ?? {}).every(([key, action]) => key === action?.name && key.startsWith(`${name}.`));
+}
+
+/**
+ * A believed service with only the events it handles (lib/bus-groups.ts handledEvents): Moleculer
+ * matches every event emitted against every event name announced, as a pattern. So also for a node
+ * of no group (BUS_ADMIT_UNGROUPED), believed for any service.
+ */
+function withHandledEvents(service: NonNullable<AnnouncedService>): AnnouncedService {
+	return { ...service, events: handledEvents(String(service.name), service.events) };
 }
 
 /**
@@ -212,14 +221,18 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 			if (cmd === "INFO") {
 				if (!Array.isArray(payload.services)) return Promise.resolve(false);
 				const group = busGroupOf(payload.sender);
-				payload.services = group === null ? payload.services : payload.services.filter(service => isBelieved(group, service));
+				payload.services = payload.services
+					.filter(service => (group === null ? typeof service?.name === "string" : isBelieved(group, service)))
+					.map(service => withHandledEvents(service!));
 			}
 			if (cmd === "REQ") {
 				// Whatever the packet's meta is (none at all included), the proofs are checked, then dropped.
 				const { [PROOF]: proof, [WORKER_PROOF]: workerProof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};
 				payload.meta = meta;
 				// No action here takes a stream; a stream's chunks would wait in memory for their first.
-				if (payload.stream === true || payload.seq != null) return refuse(payload, "Streams are not taken on the bus");
+				// Moleculer opens one for any truthy `stream`, not only `true`, and keeps it until its
+				// sender's node leaves, which a node that never announced itself never does.
+				if (payload.stream || payload.seq != null) return refuse(payload, "Streams are not taken on the bus");
 				const flags = flagsOf(payload.action);
 				// The public routes say `worker: false` on every call: only a claim costs a check.
 				const claimsWorker = meta.worker !== undefined && meta.worker !== false;

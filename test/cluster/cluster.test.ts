@@ -386,6 +386,37 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		}
 	});
 
+	it("one announcement from the gateway's bus credentials, naming an event Moleculer takes as a pattern, stops no process", async () => {
+		const sniffer = await gatewaySniffer(cluster);
+		try {
+			// A service the gateway's group may run (api), that "handles" an event named `a*(`: every
+			// process matches each event it emits against that name, as a regular expression that throws.
+			const sender = `gateway.evil-${process.pid}`;
+			const payload = {
+				services: [{ name: "api", fullName: "api", settings: {}, metadata: {}, actions: {}, events: { x: { name: "a*(" } } }],
+				instanceID: "evil",
+				seq: 1,
+				ipList: [],
+				hostname: "x",
+				client: { type: "nodejs", version: "0.15.2", langVersion: process.version },
+				config: {},
+				metadata: {}
+			};
+			const signature = busSignature(cluster.nats.busKeys.keys("gateway").signing, { namespace: cluster.namespace, cmd: "INFO", sender, target: null, payload });
+			sniffer.publish(`MOL-${cluster.namespace}.INFO`, JSON.stringify({ ver: "5", sender, ...payload, busSignature: signature }));
+			await sniffer.flush();
+			await new Promise(resolve => setTimeout(resolve, 1000));
+			// Each commit has the owners broadcast `events.appended`, and the others take it.
+			const submitted = await submitAll(http, Array.from({ length: 4 }, () => signedIntent(newWallet(), route)), 2);
+			expect(submitted.map(r => r.status)).toEqual([201, 201, 201, 201]);
+			await allVerifiedOnce(http, submitted.map(r => r.id!));
+			await new Promise(resolve => setTimeout(resolve, 1000));
+			for (const node of [cluster.owners, cluster.gateway, ...cluster.verifiers]) expect(node.child.exitCode).toBeNull();
+		} finally {
+			await sniffer.close();
+		}
+	});
+
 	it("a process that is still starting is live and not ready: its health routes listen before the broker starts", async () => {
 		// A bus that does not answer keeps the broker starting; the probes must still find the process.
 		const starting = cluster.node("starting", { SERVICES: "verifier", TRANSPORTER: `nats://127.0.0.1:${await freePort()}` });

@@ -3,9 +3,11 @@
  * node is believed only for services its group may run, and only for actions named after them.
  */
 import { randomBytes } from "node:crypto";
+import { Utils } from "moleculer";
 import { busCallKey, busCallProof, busGroupOf, isBusCallProof, workerCallKey } from "../../lib/bus-groups";
 import { BUS_SIGNATURE_TTL_MS, SIGNATURE_CHECKS_PER_SECOND, SignedPackets, SigningClock, busSignature, newBusKeyring } from "../../lib/bus-signatures";
 import { actForWorker, busGuard } from "../../services/bus-guard";
+import { startNode, type TestNode } from "../helpers/node";
 
 const ring = newBusKeyring();
 
@@ -18,16 +20,21 @@ function signed<P extends { sender: string }>(cmd: string, payload: P, { at, gro
 	return signer ? { ...payload, busSignature: busSignature(ring.keys(signer).signing, { namespace: NAMESPACE, cmd, sender: payload.sender, target, payload }, at) } : payload;
 }
 
-type Service = { name: string; fullName?: string; version?: number; actions?: Record<string, { name: string }> };
+type Service = { name: string; fullName?: string; version?: number; actions?: Record<string, { name: string }>; events?: unknown };
 const service = (name: string, actions: string[], extra: Partial<Service> = {}): Service => ({ name, fullName: name, actions: Object.fromEntries(actions.map(action => [action, { name: action }])), ...extra });
 
 /** The services a node announcing `services` as `sender` is believed for. */
 function believed(sender: string, services: Service[], options = { admitUngrouped: false }): string[] {
+	return passedOn(sender, services, options).map(s => s.name);
+}
+
+/** The services of that announcement as the guard passes them on to Moleculer. */
+function passedOn(sender: string, services: Service[], options = { admitUngrouped: false }): Service[] {
 	const guard = busGuard({ busKeys: ring.keys("intake"), callKeys: null, workerApiKeys: [], ...options }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
 	guard.created({ namespace: NAMESPACE, nodeID: "intake.receiver", logger: { warn: () => undefined } });
 	let passed: Service[] = [];
 	guard.transitMessageHandler((_cmd, packet) => (passed = (packet as { payload: { services: Service[] } }).payload.services))("INFO", { type: "INFO", payload: signed("INFO", { sender, services }) });
-	return passed.map(s => s.name);
+	return passed;
 }
 
 describe("the bus guard believes an announcement", () => {
@@ -47,6 +54,40 @@ describe("the bus guard believes an announcement", () => {
 		expect(believed("gateway.pod-1", [{ name: "api", fullName: "api", actions: { "api.rest": { name: "mempool.get" } } }])).toEqual([]);
 		expect(believed("owners.pod-1", [service("mempool", ["mempool.get"], { version: 2, fullName: "v2.mempool" })])).toEqual([]);
 		expect(believed("owners.pod-1", [service("mempool", ["mempool.get"], { fullName: "verifier" })])).toEqual([]);
+	});
+
+	test("with only the events its service handles: a peer's event name is a pattern in every emit of every process (the review's replay)", () => {
+		// What Moleculer does with an announced name at each emit: this one throws, in whatever emits it.
+		expect(() => Utils.match("events.appended", "a*(")).toThrow(SyntaxError);
+		const hostile = {
+			x: { name: "a*(" },
+			"(.|.|.|.)*!?": { name: "(.|.|.|.)*!?" },
+			y: { name: 7 },
+			// Its own event, under another key, or in another group's balancing (the delivery workers').
+			"events.appended": { name: "events.appended", group: "webhook-delivery" },
+			"registry.routeChanged": { name: "registry.routeChanged" },
+			"$services.changed": { name: "$services.changed", params: { a: "string" } }
+		};
+		expect(passedOn("gateway.evil-1", [service("api", [], { events: hostile }), service("metrics", [], { events: { "events.appended": { name: "events.appended" } } })])).toEqual([
+			service("api", [], { events: { "$services.changed": { name: "$services.changed" } } }),
+			service("metrics", [], { events: {} })
+		]);
+		for (const events of [null, "a*(", ["a*("], 7]) expect(passedOn("verifier.evil-1", [service("verifier", [], { events })])).toEqual([service("verifier", [], { events: {} })]);
+		// A node of no group (BUS_ADMIT_UNGROUPED) is believed for any service, not for any event.
+		expect(passedOn("pod-1", [service("mempool", [], { events: hostile })], { admitUngrouped: true })).toEqual([service("mempool", [], { events: {} })]);
+	});
+
+	describe("for every event the services announce", () => {
+		let node: TestNode;
+		beforeAll(async () => (node = await startNode()));
+		afterAll(() => node.stop());
+
+		test("each one kept, under its name", () => {
+			const announced = (node.broker.registry.getLocalNodeInfo(true) as unknown as { services: Service[] }).services.filter(s => !s.name.startsWith("$"));
+			expect(announced.filter(s => Object.keys(s.events as object).length).length).toBeGreaterThan(3);
+			const sender = (name: string) => `${["owners", "intake", "verifier"].find(group => passedOn(`${group}.pod-1`, [service(name, [])]).length)}.pod-1`;
+			for (const { name, events } of announced) expect(Object.keys(passedOn(sender(name), [service(name, [], { events })])[0].events as object)).toEqual(Object.keys(events as object));
+		});
 	});
 });
 
@@ -104,6 +145,12 @@ describe("the bus guard, on a call to an action that changes state", () => {
 		const receive = owner();
 		expect(receive({ ...proven({ sender: "intake.x", action: "mempool.receive", id: "s1", params }), stream: true, seq: 0 }).refused).toEqual(["FORBIDDEN"]);
 		expect(receive({ sender: "gateway.x", action: "mempool.get", id: "s2", seq: 5 }).refused).toEqual(["FORBIDDEN"]);
+		// Any truthy `stream` opens one in Moleculer, kept until its sender leaves: one that never came never does.
+		// To an action any peer may call: the review's replay.
+		const read = owner({ flags: {} });
+		for (const stream of [1, "x", {}]) expect(read({ sender: "verifier.ghost-1", action: "mempool.get", id: `s-${String(stream)}`, stream } as never)).toEqual({ passed: null, refused: ["FORBIDDEN"] });
+		expect(read({ sender: "verifier.ghost-1", action: "mempool.get", id: "s-0", stream: false }).passed).not.toBeNull();
+		expect(receive({ ...proven({ sender: "intake.x", action: "mempool.receive", id: "s3", params }), stream: false }).refused).toEqual([]);
 	});
 
 	test("gives no waiver to a sender of no group, BUS_ADMIT_UNGROUPED or not (a packet names whatever sender it likes)", () => {

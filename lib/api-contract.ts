@@ -131,7 +131,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		summary: "Obtain the payout authorization of a leased intent",
 		description: "The same authorization again while it is valid; a fresh one (same payoutNullifier) once it has expired.",
 		answers: ok(PayoutAuthorizationSchema),
-		errors: ["NOT_FOUND", "INVALID_TRANSITION", "NOT_LEASE_HOLDER", "LEASE_EXPIRED", "EVIDENCE_INCONSISTENT", "VERSION_CONFLICT"]
+		errors: ["NOT_FOUND", "INVALID_TRANSITION", "NOT_LEASE_HOLDER", "LEASE_EXPIRED", "CRANKER_NOT_ALLOWED", "EVIDENCE_INCONSISTENT", "VERSION_CONFLICT"]
 	},
 	"receiver.wake": {
 		tag: "intents",

@@ -43,7 +43,7 @@ type PayoutsThis = Service & PayoutsVars & PayoutsMethods;
 export function payoutsService(config: Config): ServiceSchema<Record<string, never>, PayoutsMethods, PayoutsVars, PayoutsThis> {
 	return {
 		name: "payouts",
-		dependencies: ["mempool", "tin"],
+		dependencies: ["mempool", "tin", "crankers"],
 		mixins: [
 			crankerSignedMixin(config.publicBaseUrl, ["authorize"]),
 			storeMixin<PayoutsThis>(config, "payouts", async function (this: PayoutsThis, store) {
@@ -58,10 +58,15 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 				async handler(this: PayoutsThis, ctx: Context<{ workId: string; crankerPubkey: string }>) {
 					const endTimer = this.metrics.duration.startTimer();
 					try {
-						const record = await ctx.call<LeasedIntentRecord, object>("mempool.leaseForPayout", {
-							id: ctx.params.workId,
-							crankerPubkey: ctx.params.crankerPubkey
-						});
+						const { workId, crankerPubkey } = ctx.params;
+						const [record, standing] = await Promise.all([
+							ctx.call<LeasedIntentRecord, object>("mempool.leaseForPayout", { id: workId, crankerPubkey }),
+							ctx.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey })
+						]);
+						// As for every move of a lease (mempool.updateStatus): a holder since gone offline, or
+						// struck from CRANKER_OPERATORS, signs for no more payments, though its lease runs on.
+						if (!standing.online || !standing.roles.includes("settlement"))
+							throw new ServiceError("CRANKER_NOT_ALLOWED", "The Cranker is not online with the settlement role", { crankerPubkey });
 						const { authorization, result } = await this.issue(record, ctx);
 						this.metrics.results.inc({ result });
 						return authorization;

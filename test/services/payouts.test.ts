@@ -23,6 +23,8 @@ const route = newRoute();
 const intents = new Map<string, LeasedIntentRecord>();
 /** The route the stand-in TIN owner answers for `route.tin`. */
 let activeRoute: ActiveRoute | null = { ...route };
+/** What the stand-in Cranker owner answers of a Cranker's standing (not listed: online, with the settlement role). */
+const standings = new Map<string, { online: boolean; roles: string[] }>();
 /** Set: the stand-in TIN owner holds its answers until this many requests wait, then answers them all at once. */
 let gate: { size: number; waiting: (() => void)[] } | null = null;
 
@@ -54,7 +56,7 @@ const standIns: ServiceSchema[] = [
 		}
 	},
 	{ name: "tin", actions: { resolve: (ctx: Context<{ tin: string }>) => resolveRoute(ctx.params.tin) } },
-	{ name: "crankers", actions: { admitSignature: () => true } }
+	{ name: "crankers", actions: { admitSignature: () => true, standing: (ctx: Context<{ crankerPubkey: string }>) => standings.get(ctx.params.crankerPubkey) ?? { online: true, roles: ["settlement"] } } }
 ];
 
 /** An intent leased to `cranker` until `leaseMs` from now. */
@@ -150,6 +152,20 @@ test("refused without an authorization: a request another key signed, a Cranker 
 	expect(intents.get(record.id)?.state).toBe("CRANKER_LEASED");
 	// None of them stored one: the holder's first authorization is issued now, not repeated.
 	activeRoute = { ...route };
+	await sleep(5);
+	const issuedAfter = Date.now();
+	expect(Date.parse((await authorize(record.id, cranker)).issuedAt)).toBeGreaterThanOrEqual(issuedAfter);
+});
+
+test("no authorization for a lease holder no longer online with the settlement role: gone offline, or struck from CRANKER_OPERATORS (a review's replay)", async () => {
+	const cranker = newWallet().address;
+	const record = leasedIntent(cranker);
+	for (const standing of [{ online: false, roles: ["settlement"] }, { online: true, roles: ["verification"] }]) {
+		standings.set(cranker, standing);
+		await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "CRANKER_NOT_ALLOWED" });
+	}
+	// Back online, it gets the first authorization of that lease: the refusals stored none.
+	standings.delete(cranker);
 	await sleep(5);
 	const issuedAfter = Date.now();
 	expect(Date.parse((await authorize(record.id, cranker)).issuedAt)).toBeGreaterThanOrEqual(issuedAfter);

@@ -475,7 +475,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					// commit (about 5 ms), and a close of a few thousand intents outlasted its HTTP answer. Not
 					// all 500: on MongoDB each is a transaction on the tally's shards, which intake writes too.
 					for (let i = 0; i < due.length; i += ARCHIVE_WRITES_AT_ONCE)
-						await Promise.all(due.slice(i, i + ARCHIVE_WRITES_AT_ONCE).map(record => this.intents.update(record.id, { archivedIn: null, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch })));
+						await Promise.all(due.slice(i, i + ARCHIVE_WRITES_AT_ONCE).map(record => this.intents.update(record.id, { archivedIn: null, state: record.state, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch })));
 					return due.length;
 				}
 			}),

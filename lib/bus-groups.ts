@@ -41,35 +41,92 @@ export function mayServe(group: BusGroup, service: string): boolean {
 }
 
 /**
- * The events each service handles, as its announcement names them (a service not listed handles
- * none). Moleculer keeps every event name a peer announces for good, and matches every event any
- * process emits against each one as a pattern: a name such as `a*(` throws in every emit, and one
- * that backtracks hangs it. So a peer is believed only for these names (test/unit/bus-guard.test.ts
- * checks them against what the services announce).
+ * What each service answers and handles, as its announcement (INFO) names them: a peer is
+ * believed for these names only (test/unit/bus-guard.test.ts checks them against what the
+ * services announce). Moleculer keeps a list for every action and event name a peer announces, for
+ * good, and matches every event any process emits against each event name as a pattern: a name
+ * such as `a*(` throws in every emit, and fresh names at every announcement would grow the lists
+ * without end.
  */
-const SERVICE_EVENTS: Readonly<Record<string, readonly string[]>> = {
-	api: ["$services.changed", "events.appended"],
-	receiver: ["epochs.opened"],
-	verifier: ["registry.routeChanged"],
-	"webhook-delivery": ["events.appended"]
+const SERVICE_INTERFACES: Readonly<Record<string, { actions: readonly string[]; events?: readonly string[] }>> = {
+	api: { actions: ["intentWork", "webhookList", "openapi"], events: ["$services.changed", "events.appended"] },
+	receiver: { actions: ["submitMany", "submit", "wake"], events: ["epochs.opened"] },
+	network: { actions: ["status", "metrics", "overview", "settlementNetworks"] },
+	"webhook-delivery": { actions: [], events: ["events.appended"] },
+	verifier: { actions: ["verify", "verifyMany"], events: ["registry.routeChanged"] },
+	mempool: {
+		actions: [
+			...["events", "taggedEvents", "eventPage", "taggedHead", "latestEvent"],
+			...["receive", "receiveMany", "view", "list", "workPage", "pendingVerification", "receivedHolder", "claimForVerification", "completeVerification", "returnToReceived"],
+			...["updateStatus", "leaseForPayout", "rejectReplacedRoute", "epochTotals", "archiveTerminal", "archiveSummary", "totals", "counts"]
+		]
+	},
+	payouts: { actions: ["authorize"] },
+	crankers: { actions: ["heartbeat", "admitSignature", "summary", "standing", "onlineCount"] },
+	tin: {
+		actions: [
+			...["events", "taggedEvents", "eventPage", "taggedHead", "latestEvent"],
+			...["resolve", "check", "getRoute", "submitOperation", "listOperations", "getOperation", "verificationWork", "feeWork", "registryWork"],
+			...["verified", "feeCommitted", "submitted", "finalized", "failed", "rejected"]
+		]
+	},
+	epochs: { actions: ["current", "status", "close"] },
+	access: { actions: ["consume"] },
+	webhooks: { actions: ["create", "page", "get", "remove", "claim", "advance", "fail", "release"] },
+	metrics: { actions: ["snapshot"] }
 };
 
 /**
- * Of the events announced for `service`, those it handles, each filed under its own name and in
- * the service's own group (Moleculer balances an event among the nodes of a group, so a peer
- * announcing another group would take some of that group's events), as `{ name, group? }`: the
- * rest is left out, not the service, so that a newer version's node that handles one more event
- * is still called during a rolling update.
+ * How callers reach an action, where it is not the broker's default. Moleculer takes these from
+ * the announcement of whichever node announced the action first (the balancing strategy and its
+ * options) or of the node called (the timeout, the retries): taken from a peer, a Shard strategy
+ * with a cache of 50 million entries ran a process out of memory, and a timeout of 1 ms failed
+ * every call. So every announced action is believed with these, set here, and nothing else but
+ * its name and visibility; the services declare their actions with them too.
  */
-export function handledEvents(service: string, events: unknown): Record<string, { name: string; group?: string }> {
-	const handled = Object.hasOwn(SERVICE_EVENTS, service) ? SERVICE_EVENTS[service] : [];
-	const kept: Record<string, { name: string; group?: string }> = {};
-	if (events === null || typeof events !== "object") return kept;
-	for (const [key, event] of Object.entries(events)) {
-		const { name, group } = (event ?? {}) as { name?: unknown; group?: unknown };
-		if (key === name && handled.includes(key) && (group === undefined || group === service)) kept[key] = group === undefined ? { name: key } : { name: key, group };
-	}
-	return kept;
+export const ACTION_CALL_OPTIONS = {
+	"verifier.verify": { strategy: "Shard", strategyOptions: { shardKey: "request.senderWallet" } },
+	"verifier.verifyMany": { strategy: "Shard", strategyOptions: { shardKey: "requests.0.senderWallet" } },
+	// Longer than the broker's default: a close waits EPOCH_CLOSE_SETTLE_MS and archives in batches.
+	"epochs.close": { timeout: 28_000 }
+} as const;
+
+const VISIBILITIES: readonly unknown[] = ["published", "public", "protected", "private"];
+
+type AnnouncedEntry = { name: string; group?: string; visibility?: string };
+
+/**
+ * An announced service's actions and events as they are believed: those it has (above), each
+ * filed under its own name, rebuilt from its name alone (and its visibility, and for an event its
+ * group when that is the service's own: Moleculer balances an event among the nodes of a group,
+ * so a peer announcing another group would take a share of that group's events). The rest is
+ * left out, not the service, so that a newer version's node with one more action or event is still
+ * called during a rolling update.
+ */
+export function believedInterface(service: string, announced: { actions?: unknown; events?: unknown }): { actions: Record<string, AnnouncedEntry>; events: Record<string, AnnouncedEntry> } {
+	const known = Object.hasOwn(SERVICE_INTERFACES, service) ? SERVICE_INTERFACES[service] : { actions: [] };
+	const actionNames = known.actions.map(action => `${service}.${action}`);
+	const kept = (entries: unknown, names: readonly string[], rebuild: (name: string, entry: { group?: unknown; visibility?: unknown }) => AnnouncedEntry | null) => {
+		const believed: Record<string, AnnouncedEntry> = {};
+		if (entries === null || typeof entries !== "object") return believed;
+		for (const [key, entry] of Object.entries(entries)) {
+			const announcedEntry = (entry ?? {}) as { name?: unknown; group?: unknown; visibility?: unknown };
+			const rebuilt = key === announcedEntry.name && names.includes(key) ? rebuild(key, announcedEntry) : null;
+			if (rebuilt) believed[key] = rebuilt;
+		}
+		return believed;
+	};
+	return {
+		actions: kept(announced.actions, actionNames, (name, { visibility }) => {
+			if (visibility !== undefined && !VISIBILITIES.includes(visibility)) return null;
+			const options = Object.hasOwn(ACTION_CALL_OPTIONS, name) ? ACTION_CALL_OPTIONS[name as keyof typeof ACTION_CALL_OPTIONS] : {};
+			return { name, ...(visibility !== undefined ? { visibility: visibility as string } : {}), ...options };
+		}),
+		events: kept(announced.events, known.events ?? [], (name, { group }) => {
+			if (group !== undefined && group !== service) return null;
+			return group === undefined ? { name } : { name, group };
+		})
+	};
 }
 
 /** The first group that may run all of `services` (for harnesses that start processes by their services). */

@@ -22,7 +22,7 @@
  *   signature by the group its sender's id names (lib/bus-signatures.ts).
  */
 import type { Middleware, ServiceBroker } from "moleculer";
-import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, handledEvents, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
+import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, believedInterface, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
 import { SIGNATURE_FIELD, SIGNED_PACKETS, SIGNED_PACKET_MAX_BYTES, SignedPackets, SigningClock, busSignature, type BusKeys, type Refusal } from "../lib/bus-signatures";
 import { ServiceError } from "../lib/errors";
 
@@ -78,12 +78,13 @@ function isBelieved(group: BusGroup, service: AnnouncedService): boolean {
 }
 
 /**
- * A believed service with only the events it handles (lib/bus-groups.ts handledEvents): Moleculer
- * matches every event emitted against every event name announced, as a pattern. So also for a node
- * of no group (BUS_ADMIT_UNGROUPED), believed for any service.
+ * A believed service with only the actions and events it has, rebuilt from their names (lib/bus-groups.ts
+ * believedInterface): Moleculer matches every event emitted against every event name announced,
+ * as a pattern, and takes the strategy, the timeout and the retries of an action from whoever
+ * announced it. So also for a node of no group (BUS_ADMIT_UNGROUPED), believed for any service.
  */
-function withHandledEvents(service: NonNullable<AnnouncedService>): AnnouncedService {
-	return { ...service, events: handledEvents(String(service.name), service.events) };
+function withBelievedInterface(service: NonNullable<AnnouncedService>): AnnouncedService {
+	return { ...service, ...believedInterface(String(service.name), service) };
 }
 
 /**
@@ -223,8 +224,10 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 				const group = busGroupOf(payload.sender);
 				payload.services = payload.services
 					.filter(service => (group === null ? typeof service?.name === "string" : isBelieved(group, service)))
-					.map(service => withHandledEvents(service!));
+					.map(service => withBelievedInterface(service!));
 			}
+			// Nor answers with one: its chunks would wait for their call, held until its sender leaves.
+			if (cmd === "RES" && (payload.stream || payload.seq != null)) return dropped("stream", `A streamed answer from ${payload.sender} came over the bus: ignored.`);
 			if (cmd === "REQ") {
 				// Whatever the packet's meta is (none at all included), the proofs are checked, then dropped.
 				const { [PROOF]: proof, [WORKER_PROOF]: workerProof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};

@@ -12,6 +12,7 @@
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { EpochCloseResult, EpochStatus } from "../lib/answers";
+import { ACTION_CALL_OPTIONS } from "../lib/bus-groups";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
 import type { Collection, CollectionSpec } from "../lib/store";
@@ -123,9 +124,8 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			 */
 			close: workersOnly({
 				params: { $$strict: true, epoch: { type: "number", integer: true, min: 1, optional: true } },
-				// Longer than the broker's default: a close waits EPOCH_CLOSE_SETTLE_MS and archives in
-				// batches. (Moleculer reads an action's `timeout`; its types leave it out.)
-				...({ timeout: 28_000 } as object),
+				// (Moleculer reads an action's `timeout`; its types leave it out.)
+				...(ACTION_CALL_OPTIONS["epochs.close"] as object),
 				handler(this: EpochsThis, ctx: Context<{ epoch?: number }>) {
 					// A null epoch never gets here: the body reader drops null members (null is no value).
 					return ctx.params.epoch === undefined ? this.close(undefined, callKey(ctx)) : this.closeNumbered(ctx.params.epoch, callKey(ctx));

@@ -6,6 +6,7 @@
  * requests; the strict checks and the rest of SPEC §1 run here.
  */
 import type { Context, Service, ServiceSchema } from "moleculer";
+import { ACTION_CALL_OPTIONS } from "../lib/bus-groups";
 import type { Config } from "../lib/config";
 import type { CreateIntentRequest } from "../lib/intents";
 import type { ActiveRoute } from "../lib/registry";
@@ -58,8 +59,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 
 		actions: {
 			verify: internal({
-				strategy: "Shard",
-				strategyOptions: { shardKey: "request.senderWallet" },
+				...ACTION_CALL_OPTIONS["verifier.verify"],
 				// Shape-checked at intake by the receiver (createIntentParams), the only caller.
 				params: { request: "object" },
 				handler(this: VerifierThis, ctx: Context<{ request: CreateIntentRequest }>): Promise<VerifierAnswer> {
@@ -73,8 +73,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 			 * senders one verifier has (receiver.verifyAll), so each sender still meets one verifier.
 			 */
 			verifyMany: internal({
-				strategy: "Shard",
-				strategyOptions: { shardKey: "requests.0.senderWallet" },
+				...ACTION_CALL_OPTIONS["verifier.verifyMany"],
 				params: { requests: { type: "array", min: 1, max: INTAKE_BATCH_MAX, items: "object" } },
 				handler(this: VerifierThis, ctx: Context<{ requests: CreateIntentRequest[] }>): Promise<VerifierAnswer[]> {
 					return Promise.all(ctx.params.requests.map(request => this.answer(ctx, request)));

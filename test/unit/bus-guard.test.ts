@@ -20,7 +20,7 @@ function signed<P extends { sender: string }>(cmd: string, payload: P, { at, gro
 	return signer ? { ...payload, busSignature: busSignature(ring.keys(signer).signing, { namespace: NAMESPACE, cmd, sender: payload.sender, target, payload }, at) } : payload;
 }
 
-type Service = { name: string; fullName?: string; version?: number; actions?: Record<string, { name: string }>; events?: unknown };
+type Service = { name: string; fullName?: string; version?: number; actions?: Record<string, { name: string; [option: string]: unknown }>; events?: unknown };
 const service = (name: string, actions: string[], extra: Partial<Service> = {}): Service => ({ name, fullName: name, actions: Object.fromEntries(actions.map(action => [action, { name: action }])), ...extra });
 
 /** The services a node announcing `services` as `sender` is believed for. */
@@ -77,16 +77,37 @@ describe("the bus guard believes an announcement", () => {
 		expect(passedOn("pod-1", [service("mempool", [], { events: hostile })], { admitUngrouped: true })).toEqual([service("mempool", [], { events: {} })]);
 	});
 
-	describe("for every event the services announce", () => {
+	test("with its actions rebuilt from their names: how to call one is the service's own, never a peer's (the review's replay)", () => {
+		// A Shard strategy whose cache of 50 million entries Moleculer allocates at once, a timeout of 1 ms,
+		// retries without end, a strategy that breaks every call, and fresh names at every announcement.
+		const hostile = { strategy: "Shard", strategyOptions: { cacheSize: 5e7, vnodes: 1e8 }, timeout: 1, retryPolicy: { enabled: true, retries: 1e9 }, bulkhead: { enabled: true, concurrency: 0 } };
+		expect(passedOn("gateway.evil-1", [service("api", [], { actions: { "api.intentWork": { name: "api.intentWork", visibility: "public", ...hostile }, "api.z1": { name: "api.z1", ...hostile } } })])).toEqual([
+			service("api", [], { actions: { "api.intentWork": { name: "api.intentWork", visibility: "public" } }, events: {} })
+		]);
+		expect(passedOn("verifier.evil-1", [service("verifier", [], { actions: { "verifier.verifyMany": { name: "verifier.verifyMany", strategy: "register", strategyOptions: { shardKey: "x" } } } })])[0].actions).toEqual({
+			"verifier.verifyMany": { name: "verifier.verifyMany", strategy: "Shard", strategyOptions: { shardKey: "requests.0.senderWallet" } }
+		});
+		// A visibility Moleculer does not know is no action of ours.
+		expect(passedOn("gateway.evil-1", [service("api", [], { actions: { "api.openapi": { name: "api.openapi", visibility: { a: 1 } } } })])[0].actions).toEqual({});
+	});
+
+	describe("for every action and event the services announce", () => {
 		let node: TestNode;
 		beforeAll(async () => (node = await startNode()));
 		afterAll(() => node.stop());
 
-		test("each one kept, under its name", () => {
-			const announced = (node.broker.registry.getLocalNodeInfo(true) as unknown as { services: Service[] }).services.filter(s => !s.name.startsWith("$"));
-			expect(announced.filter(s => Object.keys(s.events as object).length).length).toBeGreaterThan(3);
+		test("each one kept, under its name, called as the service declares it", () => {
+			type Announced = Service & { actions: Record<string, { name: string; visibility?: string; strategy?: string; strategyOptions?: { shardKey?: string }; timeout?: number }>; events: Record<string, unknown> };
+			const announced = (node.broker.registry.getLocalNodeInfo(true) as unknown as { services: Announced[] }).services.filter(s => !s.name.startsWith("$"));
+			expect(announced.length).toBeGreaterThan(10);
 			const sender = (name: string) => `${["owners", "intake", "verifier"].find(group => passedOn(`${group}.pod-1`, [service(name, [])]).length)}.pod-1`;
-			for (const { name, events } of announced) expect(Object.keys(passedOn(sender(name), [service(name, [], { events })])[0].events as object)).toEqual(Object.keys(events as object));
+			for (const { name, actions, events } of announced) {
+				const [believedService] = passedOn(sender(name), [{ name, fullName: name, actions, events }]) as Announced[];
+				expect(Object.keys(believedService.events)).toEqual(Object.keys(events));
+				expect(Object.keys(believedService.actions)).toEqual(Object.keys(actions));
+				for (const [action, { visibility, strategy, strategyOptions, timeout }] of Object.entries(actions))
+					expect(believedService.actions[action]).toEqual({ name: action, ...(visibility ? { visibility } : {}), ...(strategy ? { strategy, strategyOptions: { shardKey: strategyOptions!.shardKey } } : {}), ...(timeout ? { timeout } : {}) });
+			}
 		});
 	});
 });
@@ -151,6 +172,17 @@ describe("the bus guard, on a call to an action that changes state", () => {
 		for (const stream of [1, "x", {}]) expect(read({ sender: "verifier.ghost-1", action: "mempool.get", id: `s-${String(stream)}`, stream } as never)).toEqual({ passed: null, refused: ["FORBIDDEN"] });
 		expect(read({ sender: "verifier.ghost-1", action: "mempool.get", id: "s-0", stream: false }).passed).not.toBeNull();
 		expect(receive({ ...proven({ sender: "intake.x", action: "mempool.receive", id: "s3", params }), stream: false }).refused).toEqual([]);
+	});
+
+	test("drops an answer that streams (a verifier's answer to the intake's call, its chunks held until it leaves: a review's replay)", () => {
+		const guard = busGuard({ busKeys: ring.keys("intake"), callKeys: null, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void; transitMessageHandler(next: (cmd: string, packet: object) => unknown): (cmd: string, packet: object) => unknown };
+		guard.created({ namespace: NAMESPACE, nodeID: "intake.a", logger: { warn: () => undefined } });
+		const passed: unknown[] = [];
+		const receive = guard.transitMessageHandler((_cmd, packet) => passed.push(packet));
+		for (const streamed of [{ stream: true, seq: 0 }, { stream: 1 }, { stream: false, seq: 2 }]) receive("RES", { type: "RES", payload: { sender: "verifier.x", id: "r1", success: true, data: "x", ...streamed } });
+		expect(passed).toEqual([]);
+		receive("RES", { type: "RES", payload: { sender: "verifier.x", id: "r2", success: true, data: [], stream: false } });
+		expect(passed).toHaveLength(1);
 	});
 
 	test("gives no waiver to a sender of no group, BUS_ADMIT_UNGROUPED or not (a packet names whatever sender it likes)", () => {

@@ -17,7 +17,7 @@
 import { address, getSignatureFromTransaction, type Address, type KeyPairSigner, type Transaction } from "@solana/kit";
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
-import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
+import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction, type SettlementContents } from "../lib/settlement";
 import { checkValidityWindow, isSenderSigned } from "../lib/verification";
 import { HistoryTooLongError, type Chain, type Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
@@ -143,9 +143,9 @@ export class Settler {
 
 		const creditAccount = await this.creditAccountOf(leased);
 		const searchFrom = searchFromOf(leased);
-		let candidates: { signature: string; slot: number }[];
+		let landed: { signature: string; slot: number } | null;
 		try {
-			candidates = await this.chain.findSettlements(creditAccount, authorization.payoutNullifier, searchFrom, searchUntil);
+			landed = await this.settlementOnChain(leased, creditAccount, authorization.payoutNullifier, searchFrom, searchUntil);
 		} catch (err) {
 			// Given back, and its credit account left for a while: a crowded history takes as long next time.
 			if (!(err instanceof HistoryTooLongError)) throw err;
@@ -153,11 +153,9 @@ export class Settler {
 			return this.release(leased, err.message);
 		}
 		this.crowded.delete(creditAccount);
-		for (const candidate of candidates) {
-			// Anyone can write a memo naming the nullifier: only a transaction that is this settlement counts.
-			if (!(await this.isSettlementOf(leased, candidate.signature))) continue;
-			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: candidate.signature });
-			return this.reportLanded(leased, candidate.signature, candidate.slot);
+		if (landed) {
+			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: landed.signature });
+			return this.reportLanded(leased, landed.signature, landed.slot);
 		}
 		// Its own earlier settlement only now, never in place of the search: nothing on chain keeps two
 		// transfers apart by nullifier, and the search is what finds another Cranker's that landed.
@@ -288,6 +286,26 @@ export class Settler {
 			}
 			await sleep(this.config.pollIntervalMs / 2);
 		}
+	}
+
+	/**
+	 * This settlement, if the credit account's history since `since` holds it: of the transactions
+	 * whose memo names its nullifier, the one that is it. Anyone can write such a memo, so each is
+	 * read, within the search's time (`until`): one read and shown to be something else is passed
+	 * over. One that cannot be read now (an RPC error, a backend that lists it but has no transaction
+	 * to give yet, bytes that are not it) may be this settlement, and paying beside it could pay twice:
+	 * that throws, and the lease is given back.
+	 */
+	private async settlementOnChain(intent: MempoolIntent, creditAccount: Address, payoutNullifier: string, since: number, until: number): Promise<{ signature: string; slot: number } | null> {
+		const candidates = await this.chain.findSettlements(creditAccount, payoutNullifier, since, until);
+		for (const candidate of candidates) {
+			if (Date.now() > until) throw new HistoryTooLongError(`more transactions name this payment's nullifier on ${creditAccount} than this Cranker can read in time`);
+			const contents = await this.chain.transactionContents(candidate.signature).catch((err: Error) => err);
+			const unknown = contents instanceof Error ? contents.message : !contents ? "the RPC gave no transaction for it" : contents.notShown ? contents.unreadable : null;
+			if (unknown !== null) throw new Error(`transaction ${candidate.signature} names this payment's nullifier and could not be read (${unknown}): not paying beside what may be this settlement`);
+			if ((await settlementMismatches(contents as SettlementContents, expectedSettlementOf(intent, this.config.settlementProgramId))).length === 0) return candidate;
+		}
+		return null;
 	}
 
 	/** Whether `signature` is a successful transaction doing exactly this intent's settlement. */

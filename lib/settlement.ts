@@ -170,6 +170,12 @@ export interface SettlementContents {
 	 * either, so it is taken as touching the settlement (nothing lets the intent go on its account).
 	 */
 	unreadable?: string;
+	/**
+	 * Set when the bytes were not shown to be the transaction asked for (an RPC that answered
+	 * another, or bytes that are no transaction): nothing is known of that transaction, not even
+	 * that it is something else.
+	 */
+	notShown?: true;
 }
 
 /** What a wire transaction does, as far as a settlement goes: its memos and its TransferChecked instructions. */
@@ -218,13 +224,22 @@ export function readEncodedSettlementTransaction(base64: string): SettlementCont
  * unreadable reading, which proves nothing.
  */
 export function readFetchedSettlementTransaction(base64: string, signature: string): SettlementContents {
+	const notShown = (reason: string): SettlementContents => ({ ...unreadable(reason), notShown: true });
+	let decoded: ReturnType<typeof decodedTransaction>;
+	let wire: ReadonlyUint8Array;
 	try {
-		const wire = getBase64Encoder().encode(base64);
-		const decoded = decodedTransaction(wire);
-		const problem = notTransactionOf(wire, decoded, signature);
-		return problem ? unreadable(problem) : readSettlementMessage(decoded.compiled);
+		wire = getBase64Encoder().encode(base64);
+		decoded = decodedTransaction(wire);
 	} catch (err) {
-		// Not base64, not a transaction at all, or an instruction that cannot be parsed.
+		// Not base64, or not a transaction at all.
+		return notShown((err as Error).message);
+	}
+	const problem = notTransactionOf(wire, decoded, signature);
+	if (problem) return notShown(problem);
+	try {
+		return readSettlementMessage(decoded.compiled);
+	} catch (err) {
+		// That transaction, signed by its fee payer, with an instruction that cannot be parsed (or accounts in lookup tables).
 		return unreadable((err as Error).message);
 	}
 }

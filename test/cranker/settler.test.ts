@@ -42,7 +42,8 @@ async function settlerWith(leaseAnswer: (intent: MempoolIntent) => MempoolIntent
 	const node = {
 		async updateStatus(_id: string, update: { status: string }) {
 			calls.push(update.status);
-			return update.status === "CRANKER_LEASED" ? leaseAnswer(current) : current;
+			const lease = { crankerPubkey: signer.address, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 60_000).toISOString() };
+			return update.status === "CRANKER_LEASED" ? leaseAnswer({ ...current, lease }) : current;
 		},
 		async payoutAuthorization() {
 			calls.push("payoutAuthorization");
@@ -112,9 +113,9 @@ test("a credit account whose history is too long to search in half the lease: th
 	const lease = { crankerPubkey: signer.address, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 4000).toISOString() };
 	const reported: { status: string; reason?: string }[] = [];
 	const node = {
-		async updateStatus(_id: string, update: { status: string; reason?: string }) {
+		async updateStatus(id: string, update: { status: string; reason?: string }) {
 			reported.push(update);
-			return { ...offered, receiverStatus: update.status, lease: update.status === "CRANKER_LEASED" ? lease : null, stateVersion: offered.stateVersion + reported.length };
+			return { ...toWorkerView(records.get(id)!), receiverStatus: update.status, lease: update.status === "CRANKER_LEASED" ? lease : null, stateVersion: offered.stateVersion + reported.length };
 		},
 		async payoutAuthorization(id: string) {
 			return buildPayoutAuthorization({ ...records.get(id)!, lease }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
@@ -356,5 +357,76 @@ describe("a settlement signed before the Cranker restarted", () => {
 		expect(journal.size).toBe(0);
 		await journal.close();
 		expect((await openJournal(first.stateDir, first.signer.address)).size).toBe(0);
+	});
+});
+
+describe("a settlement already on chain, offered again by the Node", () => {
+	const chain = new LocalChain({ slotMs: 100, blockhashValiditySlots: 300 });
+	const journals: SettlementJournal[] = [];
+	beforeAll(() => chain.start());
+	afterAll(async () => {
+		await Promise.all(journals.map(journal => journal.close()));
+		await chain.stop();
+	});
+
+	/** A funded Cranker with its own journal, before a compromised Node that offers `record` as VERIFIED at every ask and accepts every move. */
+	async function crankerFor(record: IntentRecord, mint: Address, reading: (rpc: Chain) => Chain = rpc => rpc) {
+		const keys = generateKeypair();
+		chain.fundLamports(keys.publicKey);
+		await chain.fundTokens(keys.publicKey, mint, 10n ** 12n);
+		const signer = await createKeyPairSignerFromBytes(keys.secretKey);
+		const authority = generateKeypair();
+		const offered = toWorkerView(record);
+		const reported: { status: string; reason?: string }[] = [];
+		const lease = () => ({ crankerPubkey: signer.address, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 60_000).toISOString() });
+		const node = {
+			async updateStatus(_id: string, update: { status: string; reason?: string }) {
+				reported.push(update);
+				return { ...offered, receiverStatus: update.status, lease: lease(), stateVersion: offered.stateVersion + reported.length };
+			},
+			async intent() {
+				return { ...offered, receiverStatus: "CRANKER_LEASED", lease: lease(), stateVersion: offered.stateVersion + reported.length };
+			},
+			async payoutAuthorization() {
+				return buildPayoutAuthorization({ ...record, lease: lease() }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
+			}
+		} as unknown as NodeClient;
+		const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
+		const journal = await SettlementJournal.open(tempDir("scs-journal-"), signer.address);
+		journals.push(journal);
+		return { settler: new Settler(node, reading(new Chain(chain.url, 5000)), signer, config, createLogger({}, () => {}), () => false, journal), reported, journal, offered };
+	}
+
+	test("is not paid a second time when the chain cannot show the transaction whose memo names its nullifier (an RPC error, a backend without it yet, bytes that are not it): a review's replay", async () => {
+		const mint = chain.createMint(6);
+		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });
+		const record = verifiedRecord(request);
+		const creditAccount = await creditAccountAddress(request.recipientRouteCommitment, mint);
+		const first = await crankerFor(record, mint);
+		expect(await first.settler.settle(first.offered)).toBe("confirmed");
+		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
+
+		const withoutTransaction = (rpc: Chain) => Object.assign(Object.create(rpc) as Chain, { transactionContents: async () => null });
+		const failures: [string, (rpc: Chain) => Chain, () => void][] = [
+			["an RPC error", rpc => rpc, () => chain.injectFault("getTransaction", "rpc-error", 1)],
+			["a backend that lists it and has no transaction to give yet", withoutTransaction, () => {}],
+			["bytes that are no transaction", rpc => rpc, () => chain.lieAboutTransactions(() => Uint8Array.from([1, 2, 3]))]
+		];
+		for (const [, reading, fail] of failures) {
+			const second = await crankerFor(record, mint, reading);
+			fail();
+			await expect(second.settler.settle(second.offered)).rejects.toThrow(/names this payment's nullifier and could not be read \(.+\): not paying beside/);
+			chain.clearFaults();
+			chain.lieAboutTransactions(null);
+			expect(second.reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED"]);
+			expect(second.journal.size).toBe(0);
+		}
+		expect(chain.landedWithMemoEnding(payoutNullifier(request.senderWallet, request.senderAuthorizationNonce))).toHaveLength(1);
+		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
+		// Read, it is this settlement: reported, not paid again.
+		const third = await crankerFor(record, mint);
+		expect(await third.settler.settle(third.offered)).toBe("confirmed");
+		expect(third.reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "SUBMITTED", "CONFIRMED"]);
+		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
 	});
 });

@@ -15,6 +15,7 @@
  *   asks again.
  */
 import { address, getSignatureFromTransaction, type Address, type KeyPairSigner, type Transaction } from "@solana/kit";
+import { isAmount, isIsoTime } from "../lib/encoding";
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
 import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction, type SettlementContents } from "../lib/settlement";
@@ -109,6 +110,11 @@ export class Settler {
 		} catch (err) {
 			if (isRefusal(err)) return "lost";
 			throw err;
+		}
+		// The lease asked for, held by this Cranker: what else the Node answers is nothing to pay (nor to give back: it is not this lease).
+		if (leased.id !== intent.id || leased.lease?.crankerPubkey !== this.me) {
+			this.log.warn("the Node answered the lease with another intent or holder: left alone", { intent: intent.id });
+			return "lost";
 		}
 		this.metrics?.leases.inc();
 		this.log.info("leased", { intent: leased.id, amount: leased.amount, mint: leased.tokenMintAddress });
@@ -397,6 +403,9 @@ export class Settler {
 		let reason: string | null = null;
 		// Its commitment is in the settlement's memo, by which the chain is searched: it must be there, and the message's.
 		if (typeof intent.transactionCommitment !== "string" || !isSenderSigned(intent)) reason = "not a payment its sender signed";
+		// Signed, but not as the Node takes it: an amount BigInt reads otherwise (0x64), a time Date.parse reads as NaN or in this machine's zone (never expiring).
+		else if (!isAmount(intent.amount) || !isIsoTime(intent.senderAuthorizationIssuedAt) || !isIsoTime(intent.senderAuthorizationExpiresAt) || !Number.isSafeInteger(intent.expiresAtSlot))
+			reason = "not a payment the Node could have accepted: malformed amount, time or slot";
 		else {
 			const window = checkValidityWindow(intent.senderAuthorizationIssuedAt, intent.senderAuthorizationExpiresAt, Date.now());
 			if (!window.ok && window.reason === "INVALID_MESSAGE") reason = `not a payment the Node could have accepted: ${window.detail}`;

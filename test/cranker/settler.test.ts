@@ -79,6 +79,26 @@ test("a signed work item the Node changes in its lease answer is given back, not
 	expect(settler.calls).toEqual(["CRANKER_LEASED", "VERIFIED"]);
 });
 
+test("a lease answer that is another intent, or another holder's lease, is not paid (nor given back: it is not this lease)", async () => {
+	const signed = workItem(signedIntent(newWallet(), route));
+	const other = { ...workItem(signedIntent(newWallet(), route)), id: "int_f123456789abcdef0123456789abcdef" };
+	for (const answer of [(intent: MempoolIntent) => ({ ...other, lease: intent.lease }), (intent: MempoolIntent) => ({ ...intent, lease: { ...intent.lease!, crankerPubkey: newWallet().address } })]) {
+		const settler = await settlerWith(answer);
+		expect(await settler.settle(signed)).toBe("lost");
+		expect(settler.calls).toEqual(["CRANKER_LEASED"]);
+	}
+});
+
+test("a signed work item whose amount, times or slot the Node would not have taken (read otherwise, or never expiring) is not leased: a review's replay", async () => {
+	for (const fields of [{ amount: "0x64" }, { senderAuthorizationExpiresAt: "2999-01-01T00:00:00" }, { senderAuthorizationExpiresAt: "soon" }, { expiresAtSlot: 2 ** 60 }]) {
+		const request = signedIntent(newWallet(), route, fields as never);
+		const settler = await settlerWith(intent => intent);
+		expect(await settler.settle(workItem(request))).toBe("unsigned");
+		expect(settler.calls).toEqual([]);
+		expect(settler.lines.join("\n")).toMatch(/malformed amount, time or slot/);
+	}
+});
+
 test("a signed work item issued ahead of the clock, which would cut the chain search for an earlier settlement short, is not leased", async () => {
 	const ahead = workItem(signedIntent(newWallet(), route, { senderAuthorizationIssuedAt: iso(2 * 3600_000), senderAuthorizationExpiresAt: iso(3 * 3600_000) }));
 	const settler = await settlerWith(intent => intent);

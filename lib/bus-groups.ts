@@ -16,6 +16,7 @@
  * services/internal.ts).
  */
 import { createHash, createHmac, hkdfSync, timingSafeEqual } from "node:crypto";
+import { JSON_TEXT } from "./json-text";
 
 /** The groups, each the NATS user its processes sign in as, and the services it may run. */
 export const BUS_GROUPS = {
@@ -93,34 +94,38 @@ export const ACTION_CALL_OPTIONS = {
 
 const VISIBILITIES: readonly unknown[] = ["published", "public", "protected", "private"];
 
-type AnnouncedEntry = { name: string; group?: string; visibility?: string };
+type AnnouncedEntry = { name: string; group?: string; visibility?: string; params?: object; responseType?: string; answersJsonTexts?: true };
 
 /**
  * An announced service's actions and events as they are believed: those it has (above), each
- * filed under its own name, rebuilt from its name alone (and its visibility, and for an event its
- * group when that is the service's own: Moleculer balances an event among the nodes of a group,
- * so a peer announcing another group would take a share of that group's events). The rest is
- * left out, not the service, so that a newer version's node with one more action or event is still
- * called during a rolling update.
+ * filed under its own name, rebuilt from its name alone: for an action, its visibility, its
+ * parameters' schema (GET /openapi.json documents the running versions' actions), and whether it
+ * answers JSON texts (lib/json-text.ts: so the gateway reads the answer of the version that gives
+ * it, during a rolling update); for an event, its group when that is the service's own
+ * (Moleculer balances an event among the nodes of a group, so a peer announcing another group
+ * would take a share of that group's events). The rest is left out, not the service, so that a
+ * newer version's node with one more action or event is still called during a rolling update.
  */
 export function believedInterface(service: string, announced: { actions?: unknown; events?: unknown }): { actions: Record<string, AnnouncedEntry>; events: Record<string, AnnouncedEntry> } {
 	const known = Object.hasOwn(SERVICE_INTERFACES, service) ? SERVICE_INTERFACES[service] : { actions: [] };
 	const actionNames = known.actions.map(action => `${service}.${action}`);
-	const kept = (entries: unknown, names: readonly string[], rebuild: (name: string, entry: { group?: unknown; visibility?: unknown }) => AnnouncedEntry | null) => {
+	const kept = (entries: unknown, names: readonly string[], rebuild: (name: string, entry: { group?: unknown; visibility?: unknown; params?: unknown; responseType?: unknown; answersJsonTexts?: unknown }) => AnnouncedEntry | null) => {
 		const believed: Record<string, AnnouncedEntry> = {};
 		if (entries === null || typeof entries !== "object") return believed;
 		for (const [key, entry] of Object.entries(entries)) {
-			const announcedEntry = (entry ?? {}) as { name?: unknown; group?: unknown; visibility?: unknown };
+			const announcedEntry = (entry ?? {}) as { name?: unknown; group?: unknown; visibility?: unknown; params?: unknown; responseType?: unknown; answersJsonTexts?: unknown };
 			const rebuilt = key === announcedEntry.name && names.includes(key) ? rebuild(key, announcedEntry) : null;
 			if (rebuilt) believed[key] = rebuilt;
 		}
 		return believed;
 	};
 	return {
-		actions: kept(announced.actions, actionNames, (name, { visibility }) => {
+		actions: kept(announced.actions, actionNames, (name, { visibility, params, responseType, answersJsonTexts }) => {
 			if (visibility !== undefined && !VISIBILITIES.includes(visibility)) return null;
 			const options = Object.hasOwn(ACTION_CALL_OPTIONS, name) ? ACTION_CALL_OPTIONS[name as keyof typeof ACTION_CALL_OPTIONS] : {};
-			return { name, ...(visibility !== undefined ? { visibility: visibility as string } : {}), ...options };
+			const texts = answersJsonTexts === true && responseType === JSON_TEXT ? { responseType: JSON_TEXT, answersJsonTexts: true as const } : {};
+			const schema = params !== null && typeof params === "object" && !Array.isArray(params) ? { params } : {};
+			return { name, ...(visibility !== undefined ? { visibility: visibility as string } : {}), ...schema, ...texts, ...options };
 		}),
 		events: kept(announced.events, known.events ?? [], (name, { group }) => {
 			if (group !== undefined && group !== service) return null;

@@ -97,7 +97,7 @@ describe("the bus guard believes an announcement", () => {
 		afterAll(() => node.stop());
 
 		test("each one kept, under its name, called as the service declares it", () => {
-			type Announced = Service & { actions: Record<string, { name: string; visibility?: string; strategy?: string; strategyOptions?: { shardKey?: string }; timeout?: number }>; events: Record<string, unknown> };
+			type Announced = Service & { actions: Record<string, { name: string; visibility?: string; params?: object; strategy?: string; strategyOptions?: { shardKey?: string }; timeout?: number; responseType?: string; answersJsonTexts?: true }>; events: Record<string, unknown> };
 			const announced = (node.broker.registry.getLocalNodeInfo(true) as unknown as { services: Announced[] }).services.filter(s => !s.name.startsWith("$"));
 			expect(announced.length).toBeGreaterThan(10);
 			const sender = (name: string) => `${["owners", "intake", "verifier"].find(group => passedOn(`${group}.pod-1`, [service(name, [])]).length)}.pod-1`;
@@ -105,8 +105,15 @@ describe("the bus guard believes an announcement", () => {
 				const [believedService] = passedOn(sender(name), [{ name, fullName: name, actions, events }]) as Announced[];
 				expect(Object.keys(believedService.events)).toEqual(Object.keys(events));
 				expect(Object.keys(believedService.actions)).toEqual(Object.keys(actions));
-				for (const [action, { visibility, strategy, strategyOptions, timeout }] of Object.entries(actions))
-					expect(believedService.actions[action]).toEqual({ name: action, ...(visibility ? { visibility } : {}), ...(strategy ? { strategy, strategyOptions: { shardKey: strategyOptions!.shardKey } } : {}), ...(timeout ? { timeout } : {}) });
+				for (const [action, { visibility, params, strategy, strategyOptions, timeout, responseType, answersJsonTexts }] of Object.entries(actions))
+					expect(believedService.actions[action]).toEqual({
+						name: action,
+						...(visibility ? { visibility } : {}),
+						...(params ? { params } : {}),
+						...(strategy ? { strategy, strategyOptions: { shardKey: strategyOptions!.shardKey } } : {}),
+						...(timeout ? { timeout } : {}),
+						...(answersJsonTexts ? { responseType, answersJsonTexts } : {})
+					});
 			}
 		});
 	});

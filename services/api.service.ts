@@ -710,6 +710,10 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 						const answered = this.inFlight.add(res);
 						onResponseGone(res, () => {
 							answered();
+							// An answer queued behind another on a connection that went never had a socket, and
+							// never closes by itself; moleculer-web's call waits for its close (the broker tracks
+							// that call's context, the request and answer in it, until then).
+							if (!res.socket && !res.writableFinished) res.emit("close");
 							if (this.draining && this.inFlight.size === 0) this.drained();
 						});
 						if (req.method === "POST" && req.url === "/intents") return void this.serveIntake(req, res).catch(err => this.sendError(req, res, err));

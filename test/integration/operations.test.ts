@@ -172,6 +172,24 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 		}
 	}, 20_000);
 
+	it("keeps no call of a route answered in the gateway itself (health, event streams) queued behind another answer on a connection that left", async () => {
+		const node = await startNode();
+		const api = node.broker.getLocalService("api") as unknown as { inFlight: { size: number }; _trackedContexts: unknown[] };
+		const connection = await rawConnection(node.url, "127.0.0.2");
+		try {
+			// A review's replay: an event stream first, which never finishes, then health checks queued
+			// behind it. Each kept its call's context (its request and response in it) for good: the
+			// gateway's own answers never tell moleculer-web they are done, and a queued answer never closes.
+			connection.socket.write(`GET /events HTTP/1.1\r\nHost: localhost\r\nx-api-key: ${API_KEY}\r\n\r\n` + "GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(300));
+			await waitFor(() => api._trackedContexts.length > 200 || null, 5_000, "the pipelined requests taken");
+			connection.socket.destroy();
+			await waitFor(() => (api.inFlight.size === 0 && api._trackedContexts.length === 0) || null, 5_000, "no call left");
+		} finally {
+			connection.socket.destroy();
+			await node.stop();
+		}
+	}, 20_000);
+
 	it("closes a connection whose client stopped reading its answers once they have not moved for SOCKET_TIMEOUT_MS", async () => {
 		const node = await startNode({ SOCKET_TIMEOUT_MS: "2000" });
 		// The gateway's end of the connection: the client's, paused, does not see the close.

@@ -48,7 +48,7 @@ export function refusal(err: { type: ErrorType; message: string; data?: unknown 
  */
 export function refusalOf(err: unknown, unexpected: (err: unknown) => void = () => {}): Refusal {
 	const { type, message, data } = (err ?? {}) as { type?: unknown; message?: string; data?: unknown };
-	if (typeof type === "string" && type in ERROR_STATUS) return refusal({ type: type as ErrorType, message: message ?? "", data });
+	if (typeof type === "string" && Object.hasOwn(ERROR_STATUS, type)) return refusal({ type: type as ErrorType, message: message ?? "", data });
 	if (typeof type === "string" && UNANSWERED_CALL_TYPES.has(type)) return refusal({ type: "NOT_READY", message: "The service is not ready to answer this request" });
 	unexpected(err);
 	return refusal({ type: "INTERNAL_ERROR", message: "Internal error" });

@@ -97,9 +97,10 @@ const GATEWAY_ERRORS = new Set(["NotFoundError", "BadRequestError", "InvalidRequ
 
 /** Maps anything thrown below the gateway to a SPEC §7 error; unknown failures become a bare 500. */
 function toWireError(err: WireError): ServiceError {
-	if (typeof err.type === "string" && err.type in ERROR_STATUS) return new ServiceError(err.type as ErrorType, err.message ?? "", publicData(err.type as ErrorType, err.data));
+	if (typeof err.type === "string" && Object.hasOwn(ERROR_STATUS, err.type)) return new ServiceError(err.type as ErrorType, err.message ?? "", publicData(err.type as ErrorType, err.data));
 	if ((err.type === "RATE_LIMIT_EXCEEDED" || err.type === undefined) && (err.code === 429 || err.name === "RateLimitExceeded")) return new ServiceError("RATE_LIMITED", "Too many requests; retry later");
-	if (typeof err.type === "string" && UNANSWERED_CALL_TYPES.has(err.type)) return new ServiceError("NOT_READY", "The service is not ready to answer this request");
+	// moleculer-web's, for a route whose action no process serves yet (its owners not discovered): no type, status 503.
+	if ((typeof err.type === "string" && UNANSWERED_CALL_TYPES.has(err.type)) || err.name === "ServiceUnavailableError") return new ServiceError("NOT_READY", "The service is not ready to answer this request");
 	// Only the gateway's own refusals carry an HTTP status; a code from anywhere else (a database
 	// error code, say) is never read as one.
 	if (!GATEWAY_ERRORS.has(err.name ?? "")) return new ServiceError("INTERNAL_ERROR", "Internal error");

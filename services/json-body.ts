@@ -35,18 +35,31 @@ export function jsonBody(limit: number): (req: BodyRequest, res: ServerResponse,
 	return (req, res, next) => {
 		const hasBody = req.headers["transfer-encoding"] !== undefined || (req.headers["content-length"] !== undefined && !Number.isNaN(Number(req.headers["content-length"])));
 		if (!hasBody || !isJson(req.headers["content-type"])) return next();
-		if (!isPlainUtf8(req.headers))
-			return decoding(req, res, err => {
-				next(err ?? shapeRefusal(req.body));
-			});
-		const chunks: Buffer[] = [];
-		let size = 0;
 		let done = false;
 		const finish = (err?: unknown) => {
 			if (done) return;
 			done = true;
 			next(err);
 		};
+		if (!isPlainUtf8(req.headers)) {
+			// body-parser holds the decoded body to the limit; the bytes sent are held to it here (a
+			// chunked body states no length): a few kilobytes of JSON behind megabytes of empty gzip
+			// members would otherwise be taken, decoded to the last byte.
+			let sent = 0;
+			const countSent = (chunk: Buffer) => {
+				sent += chunk.length;
+				if (sent <= limit) return;
+				req.off("data", countSent);
+				// The decoder is left to wait; the rest is read and dropped, so that the answer (413) can be sent.
+				req.unpipe();
+				req.resume();
+				finish(new BodyError("entity.too.large", `The body is over ${limit} bytes as sent`));
+			};
+			req.on("data", countSent);
+			return decoding(req, res, err => finish(err ?? shapeRefusal(req.body)));
+		}
+		const chunks: Buffer[] = [];
+		let size = 0;
 		req.on("data", (chunk: Buffer) => {
 			size += chunk.length;
 			// Past the limit the rest is read and dropped, so that the answer (413) can be sent.

@@ -487,6 +487,13 @@ describe("5. hostile traffic against the running process", () => {
 				expect(answer.answer).toMatch(/^HTTP\/1\.1 413 /);
 				expect(answer.answer).toContain('"type":"PAYLOAD_TOO_LARGE"');
 			}
+			// Chunked, so no length stated: a few bytes of JSON behind a megabyte of empty gzip members,
+			// decoded to almost nothing (a review's replay: it was taken).
+			const padded = Buffer.concat([...Array.from({ length: 50_000 }, () => zlib.gzipSync(Buffer.alloc(0))), zlib.gzipSync("{}")]);
+			const chunked = Buffer.concat([Buffer.from(`${padded.length.toString(16)}\r\n`), padded, Buffer.from("\r\n0\r\n\r\n")]);
+			const unbounded = await rawRequest(port, "POST /intents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n", chunked);
+			expect(unbounded.answer).toMatch(/^HTTP\/1\.1 413 /);
+			expect(unbounded.answer).toContain('"type":"PAYLOAD_TOO_LARGE"');
 			// Declared too large: refused without reading it.
 			const declared = await rawRequest(port, "POST /intents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n", "{");
 			expect(declared.answer).toMatch(/^HTTP\/1\.1 413 [\s\S]*connection: close/i);

@@ -19,7 +19,7 @@ import {
 } from "@solana/kit";
 import { getMintDecoder, getMintSize, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
 import { base64Bytes, ChainReader } from "../lib/chain";
-import { memoFieldNamesNullifier } from "../lib/settlement";
+import { memoFieldHolds } from "../lib/settlement";
 
 export interface Lifetime {
 	blockhash: Blockhash;
@@ -81,20 +81,20 @@ export class Chain extends ChainReader {
 	}
 
 	/**
-	 * Successful transactions touching `account` whose memo names this payout nullifier, with the slot
+	 * Successful transactions touching `account` that carry `memo` (a settlement's), with the slot
 	 * each landed in, newest first,
 	 * paging back through the account's history down to `since` (unix seconds; a flood of other
 	 * transactions cannot hide one). An RPC that pages on past `settlementSearchMaxPages` is not
 	 * believed: the search fails rather than run forever. It fails too when a page would start
 	 * after `until` (ms since the epoch): the caller's lease would lapse before it ends.
 	 */
-	async findSettlements(account: Address, payoutNullifier: string, since: number, until = Infinity): Promise<{ signature: string; slot: number }[]> {
+	async findSettlements(account: Address, memo: string, since: number, until = Infinity): Promise<{ signature: string; slot: number }[]> {
 		const found: { signature: string; slot: number }[] = [];
 		let before: ReturnType<typeof toSignature> | undefined;
 		for (let pages = 0; pages < this.settlementSearchMaxPages; pages++) {
 			if (pages > 0 && Date.now() > until) throw new HistoryTooLongError(`the history of ${account} since the intent was signed is longer than this Cranker can read in time (${pages * 1000} transactions read)`);
 			const page = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed", ...(before ? { before } : {}) }).send(this.deadline);
-			found.push(...page.filter(entry => !entry.err && memoFieldNamesNullifier(entry.memo, payoutNullifier)).map(entry => ({ signature: entry.signature, slot: Number(entry.slot) })));
+			found.push(...page.filter(entry => !entry.err && memoFieldHolds(entry.memo, memo)).map(entry => ({ signature: entry.signature, slot: Number(entry.slot) })));
 			const oldest = page[page.length - 1];
 			if (page.length < 1000 || (oldest.blockTime !== null && Number(oldest.blockTime) < since)) return found;
 			before = oldest.signature;

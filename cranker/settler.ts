@@ -18,7 +18,7 @@ import { address, getSignatureFromTransaction, type Address, type KeyPairSigner,
 import { isAmount, isIsoTime } from "../lib/encoding";
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
-import { creditAccountAddress, expectedSettlementOf, settlementMismatches, signSettlementTransaction, type SettlementContents } from "../lib/settlement";
+import { creditAccountAddress, expectedSettlementOf, settlementMemo, settlementMismatches, signSettlementTransaction } from "../lib/settlement";
 import { checkValidityWindow, isSenderSigned } from "../lib/verification";
 import { HistoryTooLongError, type Chain, type Lifetime } from "./chain";
 import type { CrankerConfig } from "./config";
@@ -63,6 +63,14 @@ const SENDER_CLOCK_SLACK_S = 3600;
 const CROWDED_FIRST_WAIT_MS = 30_000;
 const CROWDED_MAX_WAIT_MS = 10 * 60_000;
 const CROWDED_ACCOUNTS_MAX = 10_000;
+
+/** Transactions carrying a payment's memo are read this many at a time: anyone can write copies of it. */
+const CANDIDATE_READS_AT_ONCE = 8;
+
+/** More copies of a payment's memo on its credit account than a Cranker can read within half a lease. */
+class CandidatesTooManyError extends Error {
+	override name = "CandidatesTooManyError";
+}
 
 type ReportFields = { transactionSignature?: string; slot?: number; lastValidBlockHeight?: number; reason?: string };
 
@@ -153,7 +161,9 @@ export class Settler {
 		try {
 			landed = await this.settlementOnChain(leased, creditAccount, authorization.payoutNullifier, searchFrom, searchUntil);
 		} catch (err) {
-			// Given back, and its credit account left for a while: a crowded history takes as long next time.
+			// Given back: the copies of this payment's memo hold back this payment only; a crowded
+			// history, every payment to the credit account, which is left for a while.
+			if (err instanceof CandidatesTooManyError) return this.release(leased, err.message);
 			if (!(err instanceof HistoryTooLongError)) throw err;
 			this.leaveCrowded(creditAccount, searchFrom);
 			return this.release(leased, err.message);
@@ -296,20 +306,29 @@ export class Settler {
 
 	/**
 	 * This settlement, if the credit account's history since `since` holds it: of the transactions
-	 * whose memo names its nullifier, the one that is it. Anyone can write such a memo, so each is
-	 * read, within the search's time (`until`): one read and shown to be something else is passed
-	 * over. One that cannot be read now (an RPC error, a backend that lists it but has no transaction
-	 * to give yet, bytes that are not it) may be this settlement, and paying beside it could pay twice:
-	 * that throws, and the lease is given back.
+	 * that carry its memo, the one that is it. Anyone can write that memo, so each is read, a few at
+	 * once, within the search's time (`until`; the first ones whatever the time): one read and shown
+	 * to be something else is passed over. One that cannot be read now (an RPC error, a backend that
+	 * lists it but has no transaction to give yet, bytes that are not it) may be this settlement, and
+	 * paying beside it could pay twice: that throws, and the lease is given back.
 	 */
 	private async settlementOnChain(intent: MempoolIntent, creditAccount: Address, payoutNullifier: string, since: number, until: number): Promise<{ signature: string; slot: number } | null> {
-		const candidates = await this.chain.findSettlements(creditAccount, payoutNullifier, since, until);
-		for (const candidate of candidates) {
-			if (Date.now() > until) throw new HistoryTooLongError(`more transactions name this payment's nullifier on ${creditAccount} than this Cranker can read in time`);
-			const contents = await this.chain.transactionContents(candidate.signature).catch((err: Error) => err);
-			const unknown = contents instanceof Error ? contents.message : !contents ? "the RPC gave no transaction for it" : contents.notShown ? contents.unreadable : null;
-			if (unknown !== null) throw new Error(`transaction ${candidate.signature} names this payment's nullifier and could not be read (${unknown}): not paying beside what may be this settlement`);
-			if ((await settlementMismatches(contents as SettlementContents, expectedSettlementOf(intent, this.config.settlementProgramId))).length === 0) return candidate;
+		const expected = expectedSettlementOf(intent, this.config.settlementProgramId);
+		const candidates = await this.chain.findSettlements(creditAccount, settlementMemo(intent.transactionCommitment, payoutNullifier), since, until);
+		const isThisSettlement = async ({ signature }: { signature: string }) => {
+			const contents = await this.chain.transactionContents(signature).catch((err: Error) => err);
+			if (contents instanceof Error || !contents || contents.notShown) {
+				const why = contents instanceof Error ? contents.message : !contents ? "the RPC gave no transaction for it" : contents.unreadable;
+				throw new Error(`transaction ${signature} carries this payment's memo and could not be read (${why}): not paying beside what may be this settlement`);
+			}
+			return (await settlementMismatches(contents, expected)).length === 0;
+		};
+		for (let at = 0; at < candidates.length; at += CANDIDATE_READS_AT_ONCE) {
+			if (at > 0 && Date.now() > until) throw new CandidatesTooManyError(`more transactions carry this payment's memo than this Cranker can read in time (${at} read)`);
+			const part = candidates.slice(at, at + CANDIDATE_READS_AT_ONCE);
+			const verdicts = await Promise.all(part.map(isThisSettlement));
+			const found = part.find((_, i) => verdicts[i]);
+			if (found) return found;
 		}
 		return null;
 	}

@@ -54,9 +54,9 @@ export function settlementMemo(transactionCommitment: string, payoutNullifier: s
 	return `${MEMO_PREFIX}${transactionCommitment}:${payoutNullifier}`;
 }
 
-/** Whether an RPC `memo` field (e.g. `[136] scs:v1:…`) carries the settlement memo of this nullifier. */
-export function memoFieldNamesNullifier(memoField: string | null | undefined, payoutNullifier: string): boolean {
-	return !!memoField && new RegExp(`${MEMO_PREFIX}[0-9a-f]{64}:${payoutNullifier}(?![0-9a-f])`).test(memoField);
+/** Whether an RPC `memo` field (`[136] scs:v1:…`, several memos joined by "; ") carries exactly `memo` among them. */
+export function memoFieldHolds(memoField: string | null | undefined, memo: string): boolean {
+	return !!memoField && memoField.split("; ").includes(`[${new TextEncoder().encode(memo).length}] ${memo}`);
 }
 
 function hexBytes(hex: string): Uint8Array {

@@ -25,7 +25,7 @@ import {
 	creditOwnerAddress,
 	DEFAULT_SETTLEMENT_PROGRAM_ID,
 	MEMO_PROGRAM,
-	memoFieldNamesNullifier,
+	memoFieldHolds,
 	readEncodedSettlementTransaction,
 	readRegistrySubmission,
 	readSettlement,
@@ -112,8 +112,9 @@ describe("settlement transaction", () => {
 		// The RPC's memo index finds it by the credit account, the way a Cranker checks the nullifier.
 		const history = await rpc.getSignaturesForAddress(creditAccount).send();
 		expect(history.map(h => h.signature)).toEqual([signature]);
-		expect(memoFieldNamesNullifier(history[0].memo, payoutNullifier)).toBe(true);
-		expect(memoFieldNamesNullifier(history[0].memo, sha256Hex("another nullifier"))).toBe(false);
+		expect(memoFieldHolds(history[0].memo, settlementMemo(expected.transactionCommitment, payoutNullifier))).toBe(true);
+		expect(memoFieldHolds(history[0].memo, settlementMemo(expected.transactionCommitment, sha256Hex("another nullifier")))).toBe(false);
+		expect(memoFieldHolds(`[3] abc; ${history[0].memo}`, settlementMemo(expected.transactionCommitment, payoutNullifier))).toBe(true);
 	});
 
 	it("a transaction that loads accounts from an address lookup table is unreadable: no settlement, and taken as touching it (a review: it made every read of the chain a 503)", async () => {

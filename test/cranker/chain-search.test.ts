@@ -10,7 +10,7 @@ import { Chain } from "../../cranker/chain";
 import { encodeBase58 } from "../../lib/encoding";
 
 const ACCOUNT = address(encodeBase58(new Uint8Array(32).fill(9)));
-const NULLIFIER = "ab".repeat(32);
+const MEMO = `scs:v1:${"cd".repeat(32)}:${"ab".repeat(32)}`;
 
 /** A stand-in RPC whose history of ACCOUNT is `pages` full pages (null: endless), each entry a second older than the one before. */
 async function historyRpc(pages: number | null, newestBlockTime: number, maxPages?: number) {
@@ -37,7 +37,7 @@ test("the search stops at the page that reaches back past the time the intent wa
 	const rpc = await historyRpc(50, now);
 	try {
 		// Signed 2,500 s ago: the third page (entries 2,000–2,999 s old) reaches past it.
-		expect(await rpc.chain.findSettlements(ACCOUNT, NULLIFIER, now - 2500)).toEqual([]);
+		expect(await rpc.chain.findSettlements(ACCOUNT, MEMO, now - 2500)).toEqual([]);
 		expect(rpc.served()).toBe(3);
 	} finally {
 		await rpc.close();
@@ -48,7 +48,7 @@ test("an RPC that lists an endless history is not believed: the search fails ins
 	// Five pages here, not the thousand a Cranker allows: each takes a quarter of a second to read.
 	const rpc = await historyRpc(null, 4_000_000_000, 5);
 	try {
-		await expect(rpc.chain.findSettlements(ACCOUNT, NULLIFIER, 0)).rejects.toThrow(/the RPC lists more than 5000 transactions/);
+		await expect(rpc.chain.findSettlements(ACCOUNT, MEMO, 0)).rejects.toThrow(/the RPC lists more than 5000 transactions/);
 		expect(rpc.served()).toBe(5);
 	} finally {
 		await rpc.close();
@@ -61,7 +61,7 @@ test("a history too long to read before `until` fails the search at the first pa
 	const rpc = await historyRpc(50, now);
 	try {
 		const until = Date.now() + 300;
-		await expect(rpc.chain.findSettlements(ACCOUNT, NULLIFIER, now - 100_000, until)).rejects.toThrow(/is longer than this Cranker can read in time \(\d+000 transactions read\)/);
+		await expect(rpc.chain.findSettlements(ACCOUNT, MEMO, now - 100_000, until)).rejects.toThrow(/is longer than this Cranker can read in time \(\d+000 transactions read\)/);
 		expect(rpc.served()).toBeGreaterThanOrEqual(1);
 		expect(rpc.served()).toBeLessThan(50);
 	} finally {

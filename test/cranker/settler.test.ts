@@ -389,8 +389,11 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		await chain.stop();
 	});
 
-	/** A funded Cranker with its own journal, before a compromised Node that offers `record` as VERIFIED at every ask and accepts every move. */
-	async function crankerFor(record: IntentRecord, mint: Address, reading: (rpc: Chain) => Chain = rpc => rpc) {
+	/**
+	 * A funded Cranker with its own journal, before a compromised Node that offers `record` as
+	 * VERIFIED at every ask, accepts every move, and leases for `leaseMs`.
+	 */
+	async function crankerFor(record: IntentRecord, mint: Address, reading: (rpc: Chain) => Chain = rpc => rpc, leaseMs = 60_000) {
 		const keys = generateKeypair();
 		chain.fundLamports(keys.publicKey);
 		await chain.fundTokens(keys.publicKey, mint, 10n ** 12n);
@@ -398,7 +401,7 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		const authority = generateKeypair();
 		const offered = toWorkerView(record);
 		const reported: { status: string; reason?: string }[] = [];
-		const lease = () => ({ crankerPubkey: signer.address, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 60_000).toISOString() });
+		const lease = () => ({ crankerPubkey: signer.address, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + leaseMs).toISOString() });
 		const node = {
 			async updateStatus(_id: string, update: { status: string; reason?: string }) {
 				reported.push(update);
@@ -417,7 +420,7 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		return { settler: new Settler(node, reading(new Chain(chain.url, 5000)), signer, config, createLogger({}, () => {}), () => false, journal), reported, journal, offered };
 	}
 
-	test("is not paid a second time when the chain cannot show the transaction whose memo names its nullifier (an RPC error, a backend without it yet, bytes that are not it): a review's replay", async () => {
+	test("is not paid a second time when the chain cannot show a transaction that carries its memo (an RPC error, a backend without it yet, bytes that are not it): a review's replay", async () => {
 		const mint = chain.createMint(6);
 		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });
 		const record = verifiedRecord(request);
@@ -435,7 +438,7 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		for (const [, reading, fail] of failures) {
 			const second = await crankerFor(record, mint, reading);
 			fail();
-			await expect(second.settler.settle(second.offered)).rejects.toThrow(/names this payment's nullifier and could not be read \(.+\): not paying beside/);
+			await expect(second.settler.settle(second.offered)).rejects.toThrow(/carries this payment's memo and could not be read \(.+\): not paying beside/);
 			chain.clearFaults();
 			chain.lieAboutTransactions(null);
 			expect(second.reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED"]);
@@ -448,5 +451,28 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		expect(await third.settler.settle(third.offered)).toBe("confirmed");
 		expect(third.reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "SUBMITTED", "CONFIRMED"]);
 		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
+	});
+
+	test("copies of its memo on the credit account cost reads a few at a time within half the lease, then hold back this payment only (a review's replay)", async () => {
+		const mint = chain.createMint(6);
+		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });
+		// Copies anyone may land: each read shows a transaction that is not this settlement, 50 ms a read.
+		const copies = Array.from({ length: 40 }, (_, i) => ({ signature: encodeBase58(Buffer.alloc(64, i + 1)), slot: 1000 - i }));
+		let reads = 0;
+		const copied = (rpc: Chain) =>
+			Object.assign(Object.create(rpc) as Chain, {
+				findSettlements: async () => copies,
+				transactionContents: async () => (reads++, await new Promise(resolve => setTimeout(resolve, 50)), { memos: ["scs:v1:copy"], transfers: [] })
+			});
+		// A lease too short for any search (half of it is gone in RPC time): the first few are read all the same.
+		const flooded = await crankerFor(verifiedRecord(request), mint, copied, 1000);
+		const started = Date.now();
+		expect(await flooded.settler.settle(flooded.offered)).toBe("released");
+		expect(flooded.reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED"]);
+		expect(flooded.reported[1].reason).toMatch(/more transactions carry this payment's memo than this Cranker can read in time \(8 read\)/);
+		expect(reads).toBe(8);
+		expect(Date.now() - started).toBeLessThan(400);
+		// Its credit account is not left alone, as a crowded history's is: the other payments to it go on.
+		expect((flooded.settler as unknown as { crowded: Map<string, unknown> }).crowded.size).toBe(0);
 	});
 });

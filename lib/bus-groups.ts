@@ -73,7 +73,8 @@ const SERVICE_INTERFACES: Readonly<Record<string, { actions: readonly string[]; 
 	},
 	epochs: { actions: ["current", "status", "close"] },
 	access: { actions: ["consume"] },
-	webhooks: { actions: ["create", "page", "get", "remove", "claim", "advance", "fail", "release"] },
+	// `list`: the previous version's GET /webhooks, which the gateway calls while owners of that version run.
+	webhooks: { actions: ["create", "page", "list", "get", "remove", "claim", "advance", "fail", "release"] },
 	metrics: { actions: ["snapshot"] }
 };
 
@@ -93,6 +94,19 @@ export const ACTION_CALL_OPTIONS = {
 } as const;
 
 const VISIBILITIES: readonly unknown[] = ["published", "public", "protected", "private"];
+
+/**
+ * A peer's parameter schema is read for GET /openapi.json only, and kept when it is no larger than
+ * a schema of ours could be (the largest is about 1 KB, 7 levels deep): a peer's could otherwise
+ * make every build of that document costly.
+ */
+const MAX_PARAMS_JSON_CHARS = 8192;
+const MAX_PARAMS_DEPTH = 12;
+
+function isSmallSchema(value: unknown): value is object {
+	const shallow = (node: unknown, depth: number): boolean => node === null || typeof node !== "object" || (depth < MAX_PARAMS_DEPTH && Object.values(node).every(child => shallow(child, depth + 1)));
+	return value !== null && typeof value === "object" && !Array.isArray(value) && shallow(value, 1) && JSON.stringify(value).length <= MAX_PARAMS_JSON_CHARS;
+}
 
 type AnnouncedEntry = { name: string; group?: string; visibility?: string; params?: object; responseType?: string; answersJsonTexts?: true };
 
@@ -124,7 +138,7 @@ export function believedInterface(service: string, announced: { actions?: unknow
 			if (visibility !== undefined && !VISIBILITIES.includes(visibility)) return null;
 			const options = Object.hasOwn(ACTION_CALL_OPTIONS, name) ? ACTION_CALL_OPTIONS[name as keyof typeof ACTION_CALL_OPTIONS] : {};
 			const texts = answersJsonTexts === true && responseType === JSON_TEXT ? { responseType: JSON_TEXT, answersJsonTexts: true as const } : {};
-			const schema = params !== null && typeof params === "object" && !Array.isArray(params) ? { params } : {};
+			const schema = isSmallSchema(params) ? { params } : {};
 			return { name, ...(visibility !== undefined ? { visibility: visibility as string } : {}), ...schema, ...texts, ...options };
 		}),
 		events: kept(announced.events, known.events ?? [], (name, { group }) => {

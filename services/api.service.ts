@@ -478,15 +478,20 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 
 			/**
 			 * GET /openapi.json: OpenAPI 3.1 of every route, built from the route tables above and the
-			 * parameter schemas the actions validate with, as the registry knows them; built once, and
-			 * again after the registry changes ($services.changed below).
+			 * parameter schemas the actions validate with, as the registry knows them (this process's
+			 * own where it runs the action: another node's are what it announced); built once, and again
+			 * after the registry changes ($services.changed below).
 			 */
 			openapi: {
 				params: { $$strict: true },
 				handler(this: ApiThis): OpenApiDocument {
 					if (!this.openApiCache) {
-						const params = new Map(this.broker.registry.getActionList({ skipInternal: true }).map(item => [item.name, (item.action as { params?: Record<string, unknown> } | undefined)?.params]));
-						this.openApiCache = openApiDocument(action => params.get(action));
+						const { registry, nodeID } = this.broker;
+						const paramsOf = (name: string) => {
+							const endpoint = registry.getActionEndpointByNodeId(name, nodeID) ?? registry.getActionEndpoints(name)?.endpoints[0];
+							return (endpoint?.action as { params?: Record<string, unknown> } | undefined)?.params;
+						};
+						this.openApiCache = openApiDocument(paramsOf);
 					}
 					return this.openApiCache;
 				}

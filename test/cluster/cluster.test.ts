@@ -136,6 +136,14 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		expect(status).toBe(0);
 	});
 
+	it("GET /openapi.json documents the parameters of actions other processes run, as they announced them", async () => {
+		const { status, body } = await http("GET", "/openapi.json");
+		expect(status).toBe(200);
+		// GET /intent-work (the gateway's own action) and GET /intents (the owners'): each with its `limit`.
+		for (const route of ["/intent-work", "/intents"]) expect(body.paths[route].get.parameters.map((parameter: { name: string }) => parameter.name)).toContain("limit");
+		expect(body.paths["/tin-operations/verification-work"].get.parameters.map((parameter: { name: string }) => parameter.name)).toContain("limit");
+	});
+
 	it("a verifier killed with SIGKILL under load: no intent lost, none stuck, none verified twice", async () => {
 		const victim = cluster.verifiers[0];
 		let killed = false;

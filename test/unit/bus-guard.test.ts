@@ -87,6 +87,12 @@ describe("the bus guard believes an announcement", () => {
 		expect(passedOn("verifier.evil-1", [service("verifier", [], { actions: { "verifier.verifyMany": { name: "verifier.verifyMany", strategy: "register", strategyOptions: { shardKey: "x" } } } })])[0].actions).toEqual({
 			"verifier.verifyMany": { name: "verifier.verifyMany", strategy: "Shard", strategyOptions: { shardKey: "requests.0.senderWallet" } }
 		});
+		// A parameter schema larger or deeper than any of ours (GET /openapi.json reads it) is left out; the action stays.
+		const deep = Array.from({ length: 20 }).reduce<object>(inner => ({ type: "object", props: { a: inner } }), { type: "string" });
+		for (const params of [deep, Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`p${i}`, "string"]))])
+			expect(passedOn("gateway.evil-1", [service("api", [], { actions: { "api.openapi": { name: "api.openapi", params } } })])[0].actions).toEqual({ "api.openapi": { name: "api.openapi" } });
+		// An action the previous version's owners serve, which this version's gateway still calls.
+		expect(Object.keys(passedOn("owners.old-1", [service("webhooks", ["webhooks.list"])])[0].actions as object)).toEqual(["webhooks.list"]);
 		// A visibility Moleculer does not know is no action of ours.
 		expect(passedOn("gateway.evil-1", [service("api", [], { actions: { "api.openapi": { name: "api.openapi", visibility: { a: 1 } } } })])[0].actions).toEqual({});
 	});

@@ -130,7 +130,8 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, parser: SseP
 /**
  * Calls `onSilent` once a connection has sent nothing for `idleMs`, from its request on: one
  * dropped without a close (a gateway gone, a route lost) otherwise reads nothing, for good. The
- * service sends a heartbeat comment every 15 s, so three missed ones mean it is gone.
+ * service sends a heartbeat comment every 15 s, so three missed ones mean it is gone. Infinity:
+ * never (a timer past 2^31 - 1 ms would fire at once).
  */
 export class SilenceWatch {
 	private timer: ReturnType<typeof setTimeout> | undefined;
@@ -149,6 +150,6 @@ export class SilenceWatch {
 	/** A sign of life: any chunk of the stream, an event or a heartbeat comment (readEvents calls it). */
 	heard(): void {
 		clearTimeout(this.timer);
-		this.timer = setTimeout(this.onSilent, this.idleMs);
+		if (this.idleMs !== Infinity) this.timer = setTimeout(this.onSilent, this.idleMs);
 	}
 }

@@ -188,14 +188,10 @@ export class SettlementClient {
 		this.baseUrl = options.baseUrl.replace(/\/+$/, "");
 		this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
 		this.submitAttempts = options.submitAttempts ?? 3;
-		this.streamSilenceMs = options.streamSilenceMs ?? 45_000;
+		this.streamSilenceMs = timerMs("streamSilenceMs", options.streamSilenceMs ?? 45_000);
 		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
 		this.programId = options.settlementProgramId ? address(options.settlementProgramId) : DEFAULT_SETTLEMENT_PROGRAM_ID;
-		this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
-		// Infinity: no timer. Past 2^31 - 1 ms a timer fires at once, which would abort every request.
-		const timeout = this.requestTimeoutMs;
-		if (timeout !== Infinity && !(Number.isSafeInteger(timeout) && timeout >= 1 && timeout <= 2 ** 31 - 1))
-			throw new SettlementError(`requestTimeoutMs must be 1 to 2147483647 ms, or Infinity; got ${timeout}`, "CONFIGURATION_ERROR", null);
+		this.requestTimeoutMs = timerMs("requestTimeoutMs", options.requestTimeoutMs ?? 30_000);
 	}
 
 	/**
@@ -204,9 +200,14 @@ export class SettlementClient {
 	 * offers liquidity in the mint (any mint when none is given), so a payment can settle now.
 	 */
 	async checkReadiness(tokenMintAddress?: string): Promise<Readiness> {
-		const health = await this.fetch(`${this.baseUrl}/health/ready`).catch(() => null);
-		if (!health?.ok) return { canSubmit: false, canSettleNow: false };
+		// Within requestTimeoutMs, as every request: a server that never answers is not ready.
+		const ready = await this.request("GET", "/health/ready").then(
+			() => true,
+			() => false
+		);
+		if (!ready) return { canSubmit: false, canSettleNow: false };
 		const networks = await this.request<{ network: string; tokenMintAddress: string; liquidity: string; crankersOnline: number }[]>("GET", "/settlement-networks");
+		if (!Array.isArray(networks)) throw new SettlementError("the answer to /settlement-networks is not a list", "INVALID_ANSWER", null);
 		const network = tokenMintAddress === undefined ? networks[0] : networks.find(n => n.tokenMintAddress === tokenMintAddress);
 		if (!network) return { canSubmit: true, canSettleNow: false };
 		return { canSubmit: true, canSettleNow: true, network: { network: network.network, tokenMintAddress: network.tokenMintAddress, liquidity: network.liquidity, crankersOnline: network.crankersOnline } };
@@ -311,9 +312,9 @@ export class SettlementClient {
 		const check = (answer: unknown) => checkedView(id, answer, intent);
 		// Where no stream can be had (a fetch without a streaming body, a service without the route,
 		// a network or CORS refusal, 429), it polls with backoff, 100 ms doubling to 2 s.
-		const deadline = Date.now() + options.timeoutMs;
+		const deadline = Date.now() + timerMs("timeoutMs", options.timeoutMs);
 		const stop = new AbortController();
-		const timer = setTimeout(() => stop.abort(), options.timeoutMs);
+		const timer = options.timeoutMs === Infinity ? undefined : setTimeout(() => stop.abort(), options.timeoutMs);
 		let last: PublicMempoolIntent | undefined;
 		/** The last poll's failure, retried: told with the TIMEOUT (a wrong baseUrl, a service that stayed down). */
 		let failure: SettlementError | undefined;
@@ -604,6 +605,15 @@ function crossOriginPage(baseUrl: string): string | null {
  * A signal of its own that also aborts with `parent` (at once if it has). `release` detaches it, so
  * that a long-lived parent (a wait's) collects no listener per connection or probe.
  */
+/**
+ * A time a timer can keep, for option `name`: 1 to 2^31 - 1 ms, or Infinity for no timer. Past
+ * 2^31 - 1 ms (or NaN) a timer fires at once, which would end every wait as it began.
+ */
+function timerMs(name: string, value: number): number {
+	if (value === Infinity || (Number.isSafeInteger(value) && value >= 1 && value <= 2 ** 31 - 1)) return value;
+	throw new SettlementError(`${name} must be 1 to 2147483647 ms, or Infinity; got ${value}`, "CONFIGURATION_ERROR", null);
+}
+
 function abortsWith(parent: AbortSignal | undefined): { signal: AbortSignal; abort(): void; release(): void } {
 	const controller = new AbortController();
 	const abort = () => controller.abort();

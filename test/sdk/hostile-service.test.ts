@@ -127,6 +127,23 @@ describe("what the SDK takes from the service", () => {
 		await expect(new SettlementClient({ baseUrl: "http://service.invalid", fetch: plainFetch }).resolveTin(recipient.tin)).resolves.toMatchObject({ tin: recipient.tin });
 	});
 
+	it("checkReadiness is held to requestTimeoutMs, and an answer that is not a list is INVALID_ANSWER (a review's replay: it waited for good, and threw a TypeError)", async () => {
+		const silent = await standInService(() => {});
+		const notAList = await standInService((req, res) => json(res, 200, req.url === "/health/ready" ? { status: "ok" } : { networks: [] }));
+		try {
+			expect(await new SettlementClient({ baseUrl: silent.url, requestTimeoutMs: 300 }).checkReadiness()).toEqual({ canSubmit: false, canSettleNow: false });
+			await expect(new SettlementClient({ baseUrl: notAList.url }).checkReadiness()).rejects.toMatchObject({ type: "INVALID_ANSWER" });
+		} finally {
+			await silent.close();
+			await notAList.close();
+		}
+	});
+
+	it("refuses a waitForStatus timeout or a streamSilenceMs a timer cannot keep, which ended every wait as it began (a review's replay)", async () => {
+		for (const timeoutMs of [30 * 86_400_000, Number.NaN, 0]) await expect(offline.waitForStatus("int_0123456789abcdef0123456789abcdef", { timeoutMs })).rejects.toMatchObject({ type: "CONFIGURATION_ERROR" });
+		for (const streamSilenceMs of [2 ** 31, Number.NaN]) expect(() => new SettlementClient({ baseUrl: "http://127.0.0.1:9", streamSilenceMs })).toThrow(expect.objectContaining({ type: "CONFIGURATION_ERROR" }));
+	});
+
 	it("takes requestTimeoutMs Infinity for no timeout, refuses one a timer cannot keep, and tells an error page too long to read by its status (a 503 stays one submit retries)", async () => {
 		expect(() => new SettlementClient({ baseUrl: "http://127.0.0.1:9", requestTimeoutMs: 2 ** 31 })).toThrow(expect.objectContaining({ type: "CONFIGURATION_ERROR" }));
 		expect(() => new SettlementClient({ baseUrl: "http://127.0.0.1:9", requestTimeoutMs: 0 })).toThrow(expect.objectContaining({ type: "CONFIGURATION_ERROR" }));

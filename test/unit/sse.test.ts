@@ -162,4 +162,14 @@ describe("SilenceWatch", () => {
 			globalThis.TransformStream = saved;
 		}
 	});
+
+	it("never fires with Infinity, which a timer would take for at once", async () => {
+		let silent = 0;
+		const silence = new SilenceWatch(Infinity, () => silent++);
+		await new Promise(resolve => setTimeout(resolve, 30));
+		silence.heard();
+		await new Promise(resolve => setTimeout(resolve, 30));
+		silence.stop();
+		expect(silent).toBe(0);
+	});
 });

@@ -66,6 +66,8 @@ const CROWDED_ACCOUNTS_MAX = 10_000;
 
 /** Transactions carrying a payment's memo are read this many at a time: anyone can write copies of it. */
 const CANDIDATE_READS_AT_ONCE = 8;
+/** The payments whose copies read are remembered, the latest ones. */
+const PAYMENTS_WITH_COPIES_MAX = 1000;
 
 /** More copies of a payment's memo on its credit account than a Cranker can read within half a lease. */
 class CandidatesTooManyError extends Error {
@@ -88,6 +90,8 @@ export class Settler {
 	 * last wait was, and the shortest search that failed (back to `since`, unix seconds).
 	 */
 	private readonly crowded = new Map<string, { until: number; waitMs: number; since: number }>();
+	/** Per payment memo, the transactions carrying it that were read and are not its settlement. */
+	private readonly notTheSettlement = new Map<string, Set<string>>();
 
 	constructor(
 		private readonly node: NodeClient,
@@ -314,14 +318,20 @@ export class Settler {
 	 */
 	private async settlementOnChain(intent: MempoolIntent, creditAccount: Address, payoutNullifier: string, since: number, until: number): Promise<{ signature: string; slot: number } | null> {
 		const expected = expectedSettlementOf(intent, this.config.settlementProgramId);
-		const candidates = await this.chain.findSettlements(creditAccount, settlementMemo(intent.transactionCommitment, payoutNullifier), since, until);
+		const memo = settlementMemo(intent.transactionCommitment, payoutNullifier);
+		// Copies read at an earlier lease of this payment are not read again: a landed transaction does not change.
+		let notIt = this.notTheSettlement.get(memo);
+		if (!notIt) rememberLatest(this.notTheSettlement, memo, (notIt = new Set()), PAYMENTS_WITH_COPIES_MAX);
+		const candidates = (await this.chain.findSettlements(creditAccount, memo, since, until)).filter(({ signature }) => !notIt.has(signature));
 		const isThisSettlement = async ({ signature }: { signature: string }) => {
 			const contents = await this.chain.transactionContents(signature).catch((err: Error) => err);
 			if (contents instanceof Error || !contents || contents.notShown) {
 				const why = contents instanceof Error ? contents.message : !contents ? "the RPC gave no transaction for it" : contents.unreadable;
 				throw new Error(`transaction ${signature} carries this payment's memo and could not be read (${why}): not paying beside what may be this settlement`);
 			}
-			return (await settlementMismatches(contents, expected)).length === 0;
+			if ((await settlementMismatches(contents, expected)).length === 0) return true;
+			notIt.add(signature);
+			return false;
 		};
 		for (let at = 0; at < candidates.length; at += CANDIDATE_READS_AT_ONCE) {
 			if (at > 0 && Date.now() > until) throw new CandidatesTooManyError(`more transactions carry this payment's memo than this Cranker can read in time (${at} read)`);

@@ -54,9 +54,13 @@ export function settlementMemo(transactionCommitment: string, payoutNullifier: s
 	return `${MEMO_PREFIX}${transactionCommitment}:${payoutNullifier}`;
 }
 
-/** Whether an RPC `memo` field (`[136] scs:v1:…`, several memos joined by "; ") carries exactly `memo` among them. */
+/**
+ * Whether an RPC `memo` field (`[136] scs:v1:…`, several memos joined by "; ") may carry `memo`:
+ * any field holding its text, whatever the provider writes around it. A match too many costs a
+ * read; a match missed would pay a second time.
+ */
 export function memoFieldHolds(memoField: string | null | undefined, memo: string): boolean {
-	return !!memoField && memoField.split("; ").includes(`[${new TextEncoder().encode(memo).length}] ${memo}`);
+	return !!memoField && memoField.includes(memo);
 }
 
 function hexBytes(hex: string): Uint8Array {

@@ -474,5 +474,8 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		expect(Date.now() - started).toBeLessThan(400);
 		// Its credit account is not left alone, as a crowded history's is: the other payments to it go on.
 		expect((flooded.settler as unknown as { crowded: Map<string, unknown> }).crowded.size).toBe(0);
+		// Leased again, it reads the next copies, not the same ones again: copies landed once cost each lease nothing.
+		expect(await flooded.settler.settle(flooded.offered)).toBe("released");
+		expect(reads).toBe(16);
 	});
 });

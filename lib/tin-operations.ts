@@ -244,8 +244,13 @@ export function decideStage(record: TinOperationRecord, stage: TinStage, request
 	const { to, from } = STAGES[stage];
 	const by = request.crankerPubkey;
 	const last = record.history[record.history.length - 1];
-	// The same move sent again by the Cranker that made it changes nothing.
-	if (record.status === to && last?.by === by) return { kind: "replay" };
+	// The same move sent again by the Cranker that made it changes nothing; but another transaction
+	// in place of the one submitted is no repeat: answered as one, it would be sent beside the first.
+	if (record.status === to && last?.by === by) {
+		if ((stage === "submitted" || stage === "finalized") && request.transactionSignature !== undefined && request.transactionSignature !== record.transactionSignature)
+			throw new ServiceError("INVALID_TRANSITION", "This TIN operation was submitted with another transaction", { status: record.status, stage, transactionSignature: record.transactionSignature });
+		return { kind: "replay" };
+	}
 	if (!from.includes(record.status) || (record.finalizing !== undefined && stage !== "finalized"))
 		throw new ServiceError("INVALID_TRANSITION", `Cannot move a TIN operation from ${record.status} by '${stage}'`, { status: record.status, stage });
 

@@ -117,6 +117,10 @@ describe("the stage pipeline", () => {
 		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: "not-base58-0OIl" })).status).toBe(422);
 		expect((await stage(created.id, "submitted", { crankerPubkey: both.address, transactionSignature: SIG })).body).toMatchObject({ code: 403, type: "CRANKER_NOT_ALLOWED" });
 		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).body).toMatchObject({ status: "SUBMITTED", submittedBy: submitter.address, transactionSignature: SIG });
+		// The same report again is a repeat; another transaction in its place is not (a review's replay: it
+		// was answered 200, and the submitter sent the second beside the first).
+		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: SIG })).body).toMatchObject({ status: "SUBMITTED", transactionSignature: SIG });
+		expect((await stage(created.id, "submitted", { crankerPubkey: submitter.address, transactionSignature: "4".repeat(87) })).body).toMatchObject({ code: 409, type: "INVALID_TRANSITION", data: { transactionSignature: SIG } });
 		expect((await stage(created.id, "finalized", { crankerPubkey: submitter.address, transactionSignature: "4".repeat(87) })).status).toBe(422);
 		const finalized = await stage(created.id, "finalized", { crankerPubkey: submitter.address });
 		expect(finalized.body).toMatchObject({ status: "FINALIZED", routeVersion: 1 });

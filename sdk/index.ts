@@ -139,6 +139,8 @@ const PROBE_TIMEOUT_MS = 5000;
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
 /** The longest submit() waits between two attempts for a retry-after. */
 const MAX_SUBMIT_WAIT_MS = 5000;
+/** The longest a timer keeps: past it, Node and browsers fire it at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 const TERMINAL = new Set(["executed", "canceled"]);
 /** How many of its latest submissions a client keeps, to check their views by (waitForStatus). */
 const SUBMISSIONS_KEPT = 1000;
@@ -187,7 +189,8 @@ export class SettlementClient {
 	constructor(options: ClientOptions) {
 		this.baseUrl = options.baseUrl.replace(/\/+$/, "");
 		this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
-		this.submitAttempts = options.submitAttempts ?? 3;
+		// At most 20: past about 25, the doubling backoff would pass what a timer keeps.
+		this.submitAttempts = counted("submitAttempts", options.submitAttempts ?? 3, 20);
 		this.streamSilenceMs = timerMs("streamSilenceMs", options.streamSilenceMs ?? 45_000);
 		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
 		this.programId = options.settlementProgramId ? address(options.settlementProgramId) : DEFAULT_SETTLEMENT_PROGRAM_ID;
@@ -201,13 +204,9 @@ export class SettlementClient {
 	 */
 	async checkReadiness(tokenMintAddress?: string): Promise<Readiness> {
 		// Within requestTimeoutMs, as every request: a server that never answers is not ready.
-		const ready = await this.request("GET", "/health/ready").then(
-			() => true,
-			() => false
-		);
-		if (!ready) return { canSubmit: false, canSettleNow: false };
+		if (!(await this.request("GET", "/health/ready").catch(() => null))) return { canSubmit: false, canSettleNow: false };
 		const networks = await this.request<{ network: string; tokenMintAddress: string; liquidity: string; crankersOnline: number }[]>("GET", "/settlement-networks");
-		if (!Array.isArray(networks)) throw new SettlementError("the answer to /settlement-networks is not a list", "INVALID_ANSWER", null);
+		if (!Array.isArray(networks)) throw new SettlementError("the answer is not a list", "INVALID_ANSWER", null);
 		const network = tokenMintAddress === undefined ? networks[0] : networks.find(n => n.tokenMintAddress === tokenMintAddress);
 		if (!network) return { canSubmit: true, canSettleNow: false };
 		return { canSubmit: true, canSettleNow: true, network: { network: network.network, tokenMintAddress: network.tokenMintAddress, liquidity: network.liquidity, crankersOnline: network.crankersOnline } };
@@ -601,19 +600,22 @@ function crossOriginPage(baseUrl: string): string | null {
 	return target === location.origin ? null : location.origin;
 }
 
-/**
- * A signal of its own that also aborts with `parent` (at once if it has). `release` detaches it, so
- * that a long-lived parent (a wait's) collects no listener per connection or probe.
- */
+/** Option `name`, an integer from 1 to `max` (`orInfinity`: or Infinity); else a CONFIGURATION_ERROR. */
+function counted(name: string, value: number, max: number, orInfinity = false): number {
+	if ((orInfinity && value === Infinity) || (Number.isSafeInteger(value) && value >= 1 && value <= max)) return value;
+	throw new SettlementError(`${name} must be 1 to ${max}; got ${value}`, "CONFIGURATION_ERROR", null);
+}
+
 /**
  * A time a timer can keep, for option `name`: 1 to 2^31 - 1 ms, or Infinity for no timer. Past
  * 2^31 - 1 ms (or NaN) a timer fires at once, which would end every wait as it began.
  */
-function timerMs(name: string, value: number): number {
-	if (value === Infinity || (Number.isSafeInteger(value) && value >= 1 && value <= 2 ** 31 - 1)) return value;
-	throw new SettlementError(`${name} must be 1 to 2147483647 ms, or Infinity; got ${value}`, "CONFIGURATION_ERROR", null);
-}
+const timerMs = (name: string, value: number) => counted(name, value, MAX_TIMER_MS, true);
 
+/**
+ * A signal of its own that also aborts with `parent` (at once if it has). `release` detaches it, so
+ * that a long-lived parent (a wait's) collects no listener per connection or probe.
+ */
 function abortsWith(parent: AbortSignal | undefined): { signal: AbortSignal; abort(): void; release(): void } {
 	const controller = new AbortController();
 	const abort = () => controller.abort();
@@ -622,12 +624,6 @@ function abortsWith(parent: AbortSignal | undefined): { signal: AbortSignal; abo
 	return { signal: controller.signal, abort, release: () => parent?.removeEventListener("abort", abort) };
 }
 
-/** A `retry-after` header's wait in ms (delay-seconds or an HTTP date); undefined without one, or unreadable. */
-function retryAfterMs(header: string | null): number | undefined {
-	if (header === null) return undefined;
-	const ms = /^\s*\d+\s*$/.test(header) ? Number(header) * 1000 : Date.parse(header) - Date.now();
-	return Number.isFinite(ms) ? Math.max(0, ms) : undefined;
-}
 
 /**
  * A failure after which the same request may succeed: a network error that is not a CORS refusal,
@@ -641,4 +637,11 @@ function isRetryable(error: SettlementError): boolean {
 /** A NETWORK_ERROR that the probes showed to be the browser's CORS refusal: retrying gets the same refusal. */
 function isCorsRefusal(error: SettlementError): boolean {
 	return (error.data as { cors?: boolean } | undefined)?.cors === true;
+}
+
+/** A `retry-after` header's wait in ms (delay-seconds or an HTTP date), at most MAX_TIMER_MS; undefined without one, or unreadable. */
+function retryAfterMs(header: string | null): number | undefined {
+	if (header === null) return undefined;
+	const ms = /^\s*\d+\s*$/.test(header) ? Number(header) * 1000 : Date.parse(header) - Date.now();
+	return Number.isFinite(ms) ? Math.min(Math.max(0, ms), MAX_TIMER_MS) : undefined;
 }

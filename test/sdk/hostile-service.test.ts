@@ -142,6 +142,15 @@ describe("what the SDK takes from the service", () => {
 	it("refuses a waitForStatus timeout or a streamSilenceMs a timer cannot keep, which ended every wait as it began (a review's replay)", async () => {
 		for (const timeoutMs of [30 * 86_400_000, Number.NaN, 0]) await expect(offline.waitForStatus("int_0123456789abcdef0123456789abcdef", { timeoutMs })).rejects.toMatchObject({ type: "CONFIGURATION_ERROR" });
 		for (const streamSilenceMs of [2 ** 31, Number.NaN]) expect(() => new SettlementClient({ baseUrl: "http://127.0.0.1:9", streamSilenceMs })).toThrow(expect.objectContaining({ type: "CONFIGURATION_ERROR" }));
+		// A 429's retry-after past what a timer keeps (a review's replay: waited out, it fired at once, and the SDK polled back to back).
+		const limited = await standInService((_req, res) => res.writeHead(429, { "content-type": "application/json", "retry-after": "99999999" }).end(JSON.stringify({ type: "RATE_LIMITED", message: "slow down" })));
+		try {
+			await expect(new SettlementClient({ baseUrl: limited.url }).resolveTin(recipient.tin)).rejects.toMatchObject({ code: 429, retryAfterMs: 2 ** 31 - 1 });
+		} finally {
+			await limited.close();
+		}
+		// Retried for good, back to back once its backoff passed what a timer keeps.
+		for (const submitAttempts of [Number.NaN, Infinity, 0, 21]) expect(() => new SettlementClient({ baseUrl: "http://127.0.0.1:9", submitAttempts })).toThrow(expect.objectContaining({ type: "CONFIGURATION_ERROR" }));
 	});
 
 	it("takes requestTimeoutMs Infinity for no timeout, refuses one a timer cannot keep, and tells an error page too long to read by its status (a 503 stays one submit retries)", async () => {

@@ -45,7 +45,14 @@ async function main(): Promise<void> {
 		cranker
 			.stop()
 			.then(() => metrics?.close())
-			.then(() => process.exit(exitCode));
+			.then(
+				() => process.exit(exitCode),
+				// A stop that failed (the journal could not be closed, say) still ends the process, and says why.
+				(err: Error) => {
+					process.stderr.write(`cranker: stopping failed: ${err.message}\n`);
+					process.exit(exitCode || 1);
+				}
+			);
 	}
 	process.on("SIGTERM", () => stop("SIGTERM"));
 	process.on("SIGINT", () => stop("SIGINT"));

@@ -6,7 +6,7 @@
  * at once; polling stays, slower while the stream is up, for what no event announces (a skipped
  * intent's turn, new liquidity, orphans) and for when the stream is down.
  */
-import { createKeyPairSignerFromBytes, getSignatureFromTransaction, type KeyPairSigner } from "@solana/kit";
+import { createKeyPairSignerFromBytes, getSignatureFromTransaction, type KeyPairSigner, type Transaction } from "@solana/kit";
 import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonical";
 import { createSigner, verifySignature } from "../lib/ed25519";
 import { isAmount } from "../lib/encoding";
@@ -50,6 +50,22 @@ const STREAM_POLL_INTERVAL_MS = 5000;
 const STREAM_IDLE_MS = 45_000;
 /** Reconnections back off from the Node's `retry:` (1 s without one), doubling up to this. */
 const STREAM_MAX_BACKOFF_MS = 30_000;
+/**
+ * A registry transaction not seen this long after its operation was reported SUBMITTED, and not
+ * signed by this process (it restarted since), can no longer land: a blockhash lives about 90 s.
+ */
+const REGISTRY_GIVE_UP_MS = 10 * 60_000;
+/** Registry transactions kept, to be sent again rather than signed again; the latest ones. */
+const REGISTRY_TRANSACTIONS_MAX = 10_000;
+/** The stream ids this Node sends (`<intents seq>-<tin operations seq>`): any other is not sent back as Last-Event-ID. */
+const STREAM_ID = /^\d{1,15}-\d{1,15}$/;
+
+/** A registry transaction this Cranker signed, until its blockhash expires. */
+interface RegistryTransaction {
+	transaction: Transaction;
+	signature: string;
+	lastValidBlockHeight: bigint;
+}
 
 /** The Node's 422 for the Last-Event-ID a stream was resumed with (services/event-streams.ts). */
 function refusedLastEventId(err: unknown): boolean {
@@ -90,6 +106,8 @@ export class Cranker {
 	private workCursor: string | null = null;
 	/** Intents the event stream announced that this Cranker could pay, in the order announced: the newest are tried before the pages. */
 	private readonly announced = new Map<string, true>();
+	/** Per TIN operation, the registry transaction this Cranker signed for it (see RegistryTransaction). */
+	private readonly registryTransactions = new Map<string, RegistryTransaction>();
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];
 	/** The event stream is open: polling slows down. */
@@ -248,6 +266,8 @@ export class Cranker {
 	private async followWorkEvents(): Promise<void> {
 		const parser = new SseParser();
 		for (let failures = 0; !this.stopping; failures++) {
+			// An id the Node never sends (a man in the middle's, a broken Node's) would be refused as a header for good.
+			if (parser.lastEventId && !STREAM_ID.test(parser.lastEventId)) parser.lastEventId = "";
 			const connection = (this.stream = new AbortController());
 			const silence = new SilenceWatch(STREAM_IDLE_MS, () => connection.abort(new Error(`no data for ${STREAM_IDLE_MS} ms`)));
 			let failure: unknown = null;
@@ -445,31 +465,74 @@ export class Cranker {
 		this.log.info("TIN fee committed", { operation: op.id, feeAmount });
 	}
 
-	/** FEE_COMMITTED: record the operation on chain (reported before sending); SUBMITTED: finalize once it landed. */
+	/**
+	 * FEE_COMMITTED: record the operation on chain, reported before it is sent, and sent only once
+	 * the Node shows that report; SUBMITTED: finalize once it landed, fail it once it cannot land.
+	 */
 	private async advanceRegistry(op: TinOperationWork): Promise<void> {
 		if (op.status === "FEE_COMMITTED") {
-			const transaction = await signMemoTransaction(this.signer, registryMemo(op.operationId, op.request.routeCommitment), await this.chain.latestBlockhash());
-			const transactionSignature = getSignatureFromTransaction(transaction);
-			await this.moveTinStage(op.id, "submitted", { crankerPubkey: this.pubkey, transactionSignature });
-			const outcome = await this.chain.send(transaction);
-			this.log.info("TIN operation submitted", { operation: op.id, transactionSignature, outcome: outcome.kind });
-			if (outcome.kind === "expired" || outcome.kind === "refused")
-				await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `NOT_LANDED: the registry transaction was ${outcome.kind}` });
-			return;
+			const problem = this.registryProblem(op);
+			if (problem) return void this.log.warn(`TIN operation not submitted: ${problem}`, { operation: op.id });
+			const kept = this.registryTransactions.get(op.id);
+			const signed = kept && (await this.chain.blockHeight()) <= kept.lastValidBlockHeight ? kept : await this.signRegistry(op);
+			const recorded = await this.moveTinStage(op.id, "submitted", { crankerPubkey: this.pubkey, transactionSignature: signed.signature });
+			if (recorded.status !== "SUBMITTED" || recorded.submittedBy !== this.pubkey || recorded.transactionSignature !== signed.signature)
+				return void this.log.warn("the Node does not show this submission: not sent", { operation: op.id, transactionSignature: signed.signature });
+			return this.sendRegistry(op.id, signed);
 		}
-		const signature = op.transactionSignature!;
+		const signature = op.transactionSignature;
+		if (op.submittedBy !== this.pubkey || !signature) return;
 		const state = await this.chain.signatureState(signature);
 		if (state.kind === "landed") {
+			this.registryTransactions.delete(op.id);
 			await this.moveTinStage(op.id, "finalized", { crankerPubkey: this.pubkey, transactionSignature: signature });
 			this.log.info("TIN operation finalized", { operation: op.id });
 		} else if (state.kind === "failed") {
+			this.registryTransactions.delete(op.id);
 			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `ONCHAIN_FAILED: ${state.detail}` });
+		} else if (state.kind === "unknown") {
+			// Not seen: sent again while it can land, failed once it cannot (its blockhash expired;
+			// one signed before a restart, once REGISTRY_GIVE_UP_MS passed), so the owner can try again.
+			const kept = this.registryTransactions.get(op.id);
+			const expired = kept?.signature === signature ? (await this.chain.blockHeight()) > kept.lastValidBlockHeight : Date.now() - Date.parse(op.updatedAt) > REGISTRY_GIVE_UP_MS;
+			if (!expired) return kept?.signature === signature ? this.sendRegistry(op.id, kept) : undefined;
+			this.registryTransactions.delete(op.id);
+			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: "NOT_LANDED: the registry transaction was not seen before its blockhash expired" });
 		}
 	}
 
-	private async moveTinStage(id: string, stage: TinStage, body: StageRequest): Promise<void> {
-		await this.node.tinStage(id, stage, body);
+	/**
+	 * Why this Cranker does not put `op` on chain, on the Node's word alone: the fee its own, and
+	 * the operation its owner's, signed (checked as a verifier checks it). Null: it may.
+	 */
+	private registryProblem(op: TinOperationWork): string | null {
+		if (op.feeCommittedBy !== this.pubkey) return "its fee was committed by another Cranker";
+		if (op.operationId !== op.request.operationId) return "its id is not the one its owner signed";
+		if (!verifySignature(op.request.ownerWallet, buildTinOperationMessage(op.request), op.request.ownerSignature)) return "its owner signature does not verify";
+		return null;
+	}
+
+	private async signRegistry(op: TinOperationWork): Promise<RegistryTransaction> {
+		const lifetime = await this.chain.latestBlockhash();
+		const transaction = await signMemoTransaction(this.signer, registryMemo(op.operationId, op.request.routeCommitment), lifetime);
+		const signed = { transaction, signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: lifetime.lastValidBlockHeight };
+		rememberLatest(this.registryTransactions, op.id, signed, REGISTRY_TRANSACTIONS_MAX);
+		return signed;
+	}
+
+	/** Sends `signed` (again: the same bytes land at most once); one the chain says can never land fails its operation. */
+	private async sendRegistry(id: string, signed: RegistryTransaction): Promise<void> {
+		const outcome = await this.chain.send(signed.transaction).catch((err: Error) => ({ kind: "error" as const, detail: err.message }));
+		this.log.info("TIN operation submitted", { operation: id, transactionSignature: signed.signature, outcome: outcome.kind });
+		if (outcome.kind !== "expired" && outcome.kind !== "refused") return;
+		this.registryTransactions.delete(id);
+		await this.moveTinStage(id, "failed", { crankerPubkey: this.pubkey, reason: `NOT_LANDED: the registry transaction was ${outcome.kind}` });
+	}
+
+	private async moveTinStage(id: string, stage: TinStage, body: StageRequest): Promise<TinOperationWork> {
+		const answer = await this.node.tinStage(id, stage, body);
 		this.metrics.tinStages.inc({ stage });
+		return answer;
 	}
 
 	// --- plumbing ---------------------------------------------------------------------------------

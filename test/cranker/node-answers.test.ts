@@ -15,19 +15,24 @@ import { Cranker } from "../../cranker/worker";
 import { LocalChain } from "../../devkit/local-chain";
 import { generateKeypair } from "../../lib/ed25519";
 import { keypairSigningKey } from "../../lib/http-signature";
+import { buildTinOperationMessage } from "../../lib/canonical";
 import { toWorkerView, type MempoolIntent } from "../../lib/intents";
 import { decidedRecord } from "../../lib/intake";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 import { waitFor } from "./harness";
 
+/** A request to the stand-in Node, with its body read. */
+type NodeRequest = http.IncomingMessage & { body: string };
+
 /** A stand-in Node: `answer` decides each request's answer; every request is recorded. */
-async function standInNode(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void) {
+async function standInNode(answer: (req: NodeRequest, res: http.ServerResponse) => void) {
 	const requests: string[] = [];
 	const server = http.createServer((req, res) => {
 		requests.push(`${req.method} ${req.url}`);
-		req.resume();
-		req.on("end", () => answer(req, res));
+		let body = "";
+		req.on("data", chunk => (body += chunk));
+		req.on("end", () => answer(Object.assign(req, { body }), res));
 	});
 	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
 	return {
@@ -135,7 +140,7 @@ describe("the Cranker's work loop", () => {
 	 * A settlement Cranker against a stand-in Node answering `answer` (after its heartbeat and its
 	 * empty orphan list), until it sends the request `awaited` (or `awaited()` holds); the requests it sent.
 	 */
-	async function crankerAgainst(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void, awaited: string | (() => boolean)) {
+	async function crankerAgainst(answer: (req: NodeRequest, res: http.ServerResponse) => void, awaited: string | (() => boolean), roles = "settlement") {
 		const node = await standInNode((req, res) => {
 			if (req.url === "/crankers/heartbeat") return json(res, 200, {});
 			if (req.url?.startsWith("/intents?")) return json(res, 200, []);
@@ -146,7 +151,7 @@ describe("the Cranker's work loop", () => {
 		fs.writeFileSync(keyFile, JSON.stringify([...keypair.secretKey]));
 		const config = loadCrankerConfig(
 			{ KEYPAIR_PATH: keyFile, CRANKER_MINTS: mint, NODE_URL: node.url, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: chain.url, POLL_INTERVAL_MS: "50", HEARTBEAT_INTERVAL_MS: "200", CRANKER_STATE_DIR: dir },
-			[]
+			["--roles", roles]
 		);
 		const cranker = await Cranker.create(config, createLogger({}, () => {}));
 		try {
@@ -200,5 +205,76 @@ describe("the Cranker's work loop", () => {
 			if (req.method === "PATCH") return lost(res);
 			json(res, 404, { type: "NOT_FOUND", message: "not here" });
 		}, `PATCH /intents/${next.id}/status`);
+	});
+
+	describe("as a submitter of TIN operations, on a Node's word (a review's replays)", () => {
+		const owner = newWallet();
+		/** A TIN operation in `status` as the Node lists it, its fee committed by this Cranker unless said. */
+		function operation(status: string, fields: Record<string, unknown> = {}, request: Record<string, unknown> = {}) {
+			const body = { operationId: `op_${Math.random().toString(36).slice(2)}`, intentType: "create", ownerWallet: owner.address, routeCommitment: "ab".repeat(32), policyCommitment: "cd".repeat(32), issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 3600_000).toISOString(), ...request };
+			const signed = { ...body, ownerSignature: owner.sign(buildTinOperationMessage(body as never)) };
+			return { id: `tinop_${body.operationId}`, operationId: body.operationId, intentType: "create", status, updatedAt: new Date().toISOString(), request: signed, history: [], feeCommittedBy: keypair.publicKey, ...fields };
+		}
+		const sends = () => chain.calls.get("sendTransaction") ?? 0;
+		const submittedSignatures = (requests: string[]) => requests.filter(line => line.endsWith("/submitted"));
+
+		test("signs nothing for an operation its owner did not sign, one whose fee another Cranker committed, or whose id is not the signed one", async () => {
+			const forged = { ...operation("FEE_COMMITTED"), id: "tinop_forged" };
+			forged.request = { ...forged.request, routeCommitment: "ef".repeat(32) };
+			const others = { ...operation("FEE_COMMITTED", { feeCommittedBy: newWallet().address }), id: "tinop_others" };
+			const renamed = { ...operation("FEE_COMMITTED"), id: "tinop_renamed", operationId: "op_another" };
+			const before = sends();
+			let listed = 0;
+			const requests = await crankerAgainst((req, res) => {
+				if (req.url?.startsWith("/tin-operations/registry-work")) return (listed++, json(res, 200, [forged, others, renamed]));
+				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
+				json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			}, () => listed >= 3, "submitter");
+			expect(submittedSignatures(requests)).toEqual([]);
+			expect(sends()).toBe(before);
+		});
+
+		test("sends a registry transaction only once the Node shows its report, and signs it once however often the Node lists the operation", async () => {
+			const op = operation("FEE_COMMITTED");
+			const reported: string[] = [];
+			const before = sends();
+			await crankerAgainst((req, res) => {
+				if (req.url?.startsWith("/tin-operations/registry-work")) return json(res, 200, [op]);
+				if (req.url === `/tin-operations/${op.id}/submitted`) {
+					// Answered 200, but not recorded: the operation stays FEE_COMMITTED.
+					reported.push((JSON.parse(req.body) as { transactionSignature: string }).transactionSignature);
+					return json(res, 200, op);
+				}
+				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
+				json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			}, () => reported.length >= 3, "submitter");
+			expect(new Set(reported).size).toBe(1);
+			expect(sends()).toBe(before);
+		});
+
+		test("fails an operation it submitted before a restart once its transaction cannot land, rather than leave it SUBMITTED for good", async () => {
+			const op = operation("SUBMITTED", { submittedBy: keypair.publicKey, transactionSignature: "4".repeat(87), updatedAt: new Date(Date.now() - 11 * 60_000).toISOString() });
+			let failed: { reason?: string } | null = null;
+			await crankerAgainst((req, res) => {
+				if (req.url?.startsWith("/tin-operations/registry-work")) return json(res, 200, failed ? [] : [op]);
+				if (req.url === `/tin-operations/${op.id}/failed`) {
+					failed = JSON.parse(req.body) as { reason?: string };
+					return json(res, 200, { ...op, status: "FAILED" });
+				}
+				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
+				json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			}, () => failed !== null, "submitter");
+			expect(failed).toMatchObject({ reason: expect.stringMatching(/^NOT_LANDED/) });
+		});
+	});
+
+	test("a Last-Event-ID the Node never sends (not a header value) is not sent back, so the stream is not refused for good", async () => {
+		const asked: (string | null)[] = [];
+		await crankerAgainst((req, res) => {
+			if (!req.url?.startsWith("/events?")) return json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			asked.push((req.headers["last-event-id"] as string | undefined) ?? null);
+			res.writeHead(200, { "content-type": "text/event-stream" }).end(asked.length === 1 ? "retry: 10\n\nid: \u20ac\n\n" : "retry: 10\n\nid: 3-4\n\n");
+		}, () => asked.length >= 3);
+		expect(asked.slice(0, 3)).toEqual([null, null, "3-4"]);
 	});
 });

@@ -66,8 +66,9 @@ const CROWDED_ACCOUNTS_MAX = 10_000;
 
 /** Transactions carrying a payment's memo are read this many at a time: anyone can write copies of it. */
 const CANDIDATE_READS_AT_ONCE = 8;
-/** The payments whose copies read are remembered, the latest ones. */
+/** The payments whose copies read are remembered, the latest ones, and how many copies of each at most (about 1 MB). */
 const PAYMENTS_WITH_COPIES_MAX = 1000;
+const COPIES_REMEMBERED_MAX = 10_000;
 
 /** More copies of a payment's memo on its credit account than a Cranker can read within half a lease. */
 class CandidatesTooManyError extends Error {
@@ -330,7 +331,7 @@ export class Settler {
 				throw new Error(`transaction ${signature} carries this payment's memo and could not be read (${why}): not paying beside what may be this settlement`);
 			}
 			if ((await settlementMismatches(contents, expected)).length === 0) return true;
-			notIt.add(signature);
+			if (notIt.size < COPIES_REMEMBERED_MAX) notIt.add(signature);
 			return false;
 		};
 		for (let at = 0; at < candidates.length; at += CANDIDATE_READS_AT_ONCE) {

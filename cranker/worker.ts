@@ -15,6 +15,7 @@ import { INTENT_EVENT_TYPE, type MempoolIntent, type PublicMempoolIntent } from 
 import type { TinStage } from "../lib/schemas";
 import { registryMemo, signMemoTransaction } from "../lib/settlement";
 import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
+import { checkValidityWindow } from "../lib/verification";
 import type { StageRequest } from "../lib/tin-operations";
 import { Chain } from "./chain";
 import type { CrankerConfig } from "./config";
@@ -51,8 +52,8 @@ const STREAM_IDLE_MS = 45_000;
 /** Reconnections back off from the Node's `retry:` (1 s without one), doubling up to this. */
 const STREAM_MAX_BACKOFF_MS = 30_000;
 /**
- * A registry transaction not seen this long after its operation was reported SUBMITTED, and not
- * signed by this process (it restarted since), can no longer land: a blockhash lives about 90 s.
+ * A registry transaction this process did not sign (it restarted since), not seen for this long by
+ * its own clock, can no longer land: a blockhash lives about 90 s.
  */
 const REGISTRY_GIVE_UP_MS = 10 * 60_000;
 /** Registry transactions kept, to be sent again rather than signed again; the latest ones. */
@@ -106,8 +107,10 @@ export class Cranker {
 	private workCursor: string | null = null;
 	/** Intents the event stream announced that this Cranker could pay, in the order announced: the newest are tried before the pages. */
 	private readonly announced = new Map<string, true>();
-	/** Per TIN operation, the registry transaction this Cranker signed for it (see RegistryTransaction). */
+	/** Per TIN operation (its owner-signed operationId), the registry transaction this Cranker signed for it. */
 	private readonly registryTransactions = new Map<string, RegistryTransaction>();
+	/** Per TIN operation submitted before this process started, when (performance.now()) its transaction was first not seen. */
+	private readonly registryUnseenSince = new Map<string, number>();
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];
 	/** The event stream is open: polling slows down. */
@@ -468,47 +471,65 @@ export class Cranker {
 	/**
 	 * FEE_COMMITTED: record the operation on chain, reported before it is sent, and sent only once
 	 * the Node shows that report; SUBMITTED: finalize once it landed, fail it once it cannot land.
+	 * What this Cranker signed is kept by the id its owner signed (`operationId`), so an operation
+	 * listed again, under any id, is sent the same bytes, and signed again only once those can no
+	 * longer land and never did.
 	 */
 	private async advanceRegistry(op: TinOperationWork): Promise<void> {
 		if (op.status === "FEE_COMMITTED") {
 			const problem = this.registryProblem(op);
 			if (problem) return void this.log.warn(`TIN operation not submitted: ${problem}`, { operation: op.id });
-			const kept = this.registryTransactions.get(op.id);
-			const signed = kept && (await this.chain.blockHeight()) <= kept.lastValidBlockHeight ? kept : await this.signRegistry(op);
+			let signed = this.registryTransactions.get(op.operationId);
+			if (signed && (await this.chain.blockHeight()) > signed.lastValidBlockHeight) {
+				// Read after the height: a transaction seen now was seen before its blockhash expired.
+				if ((await this.chain.signatureState(signed.signature)).kind !== "unknown")
+					return void this.log.warn("TIN operation listed to submit again, though its registry transaction is on chain: not signed again", { operation: op.id });
+				signed = undefined;
+			}
+			signed ??= await this.signRegistry(op);
 			const recorded = await this.moveTinStage(op.id, "submitted", { crankerPubkey: this.pubkey, transactionSignature: signed.signature });
 			if (recorded.status !== "SUBMITTED" || recorded.submittedBy !== this.pubkey || recorded.transactionSignature !== signed.signature)
 				return void this.log.warn("the Node does not show this submission: not sent", { operation: op.id, transactionSignature: signed.signature });
-			return this.sendRegistry(op.id, signed);
+			return this.sendRegistry(op, signed);
 		}
 		const signature = op.transactionSignature;
 		if (op.submittedBy !== this.pubkey || !signature) return;
+		const kept = this.registryTransactions.get(op.operationId);
+		const own = kept?.signature === signature ? kept : undefined;
+		// The height before the signature: a transaction not seen after its blockhash expired never lands.
+		const height = own ? await this.chain.blockHeight() : null;
 		const state = await this.chain.signatureState(signature);
 		if (state.kind === "landed") {
-			this.registryTransactions.delete(op.id);
+			this.forgetRegistry(op.operationId);
 			await this.moveTinStage(op.id, "finalized", { crankerPubkey: this.pubkey, transactionSignature: signature });
 			this.log.info("TIN operation finalized", { operation: op.id });
 		} else if (state.kind === "failed") {
-			this.registryTransactions.delete(op.id);
+			this.forgetRegistry(op.operationId);
 			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `ONCHAIN_FAILED: ${state.detail}` });
 		} else if (state.kind === "unknown") {
-			// Not seen: sent again while it can land, failed once it cannot (its blockhash expired;
-			// one signed before a restart, once REGISTRY_GIVE_UP_MS passed), so the owner can try again.
-			const kept = this.registryTransactions.get(op.id);
-			const expired = kept?.signature === signature ? (await this.chain.blockHeight()) > kept.lastValidBlockHeight : Date.now() - Date.parse(op.updatedAt) > REGISTRY_GIVE_UP_MS;
-			if (!expired) return kept?.signature === signature ? this.sendRegistry(op.id, kept) : undefined;
-			this.registryTransactions.delete(op.id);
+			// Not seen: sent again while it can land, failed once it cannot, so that its owner can try
+			// again. One signed before this process started, unseen for REGISTRY_GIVE_UP_MS by its clock.
+			if (own && height! <= own.lastValidBlockHeight) return this.sendRegistry(op, own, true);
+			if (!own) {
+				const firstUnseen = this.registryUnseenSince.get(op.operationId);
+				if (firstUnseen === undefined) rememberLatest(this.registryUnseenSince, op.operationId, performance.now(), REGISTRY_TRANSACTIONS_MAX);
+				if (firstUnseen === undefined || performance.now() - firstUnseen < REGISTRY_GIVE_UP_MS) return;
+			}
+			this.forgetRegistry(op.operationId);
 			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: "NOT_LANDED: the registry transaction was not seen before its blockhash expired" });
 		}
 	}
 
 	/**
 	 * Why this Cranker does not put `op` on chain, on the Node's word alone: the fee its own, and
-	 * the operation its owner's, signed (checked as a verifier checks it). Null: it may.
+	 * the operation its owner's, signed (checked as a verifier checks it), and not expired. Null: it may.
 	 */
 	private registryProblem(op: TinOperationWork): string | null {
+		const { request } = op;
 		if (op.feeCommittedBy !== this.pubkey) return "its fee was committed by another Cranker";
-		if (op.operationId !== op.request.operationId) return "its id is not the one its owner signed";
-		if (!verifySignature(op.request.ownerWallet, buildTinOperationMessage(op.request), op.request.ownerSignature)) return "its owner signature does not verify";
+		if (op.operationId !== request.operationId) return "its id is not the one its owner signed";
+		if (!verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature)) return "its owner signature does not verify";
+		if (!checkValidityWindow(request.issuedAt, request.expiresAt, Date.now()).ok) return "its owner's signature is not valid now";
 		return null;
 	}
 
@@ -516,17 +537,26 @@ export class Cranker {
 		const lifetime = await this.chain.latestBlockhash();
 		const transaction = await signMemoTransaction(this.signer, registryMemo(op.operationId, op.request.routeCommitment), lifetime);
 		const signed = { transaction, signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: lifetime.lastValidBlockHeight };
-		rememberLatest(this.registryTransactions, op.id, signed, REGISTRY_TRANSACTIONS_MAX);
+		rememberLatest(this.registryTransactions, op.operationId, signed, REGISTRY_TRANSACTIONS_MAX);
 		return signed;
 	}
 
-	/** Sends `signed` (again: the same bytes land at most once); one the chain says can never land fails its operation. */
-	private async sendRegistry(id: string, signed: RegistryTransaction): Promise<void> {
+	private forgetRegistry(operationId: string): void {
+		this.registryTransactions.delete(operationId);
+		this.registryUnseenSince.delete(operationId);
+	}
+
+	/**
+	 * Sends `signed` (`again`: the same bytes land at most once). A first send the chain says can
+	 * never land fails its operation; a resend's answer proves nothing of the first (its blockhash
+	 * may be too old to take again while the first landed): the expiry check decides.
+	 */
+	private async sendRegistry(op: TinOperationWork, signed: RegistryTransaction, again = false): Promise<void> {
 		const outcome = await this.chain.send(signed.transaction).catch((err: Error) => ({ kind: "error" as const, detail: err.message }));
-		this.log.info("TIN operation submitted", { operation: id, transactionSignature: signed.signature, outcome: outcome.kind });
-		if (outcome.kind !== "expired" && outcome.kind !== "refused") return;
-		this.registryTransactions.delete(id);
-		await this.moveTinStage(id, "failed", { crankerPubkey: this.pubkey, reason: `NOT_LANDED: the registry transaction was ${outcome.kind}` });
+		this.log.info("TIN operation submitted", { operation: op.id, transactionSignature: signed.signature, outcome: outcome.kind });
+		if (again || (outcome.kind !== "expired" && outcome.kind !== "refused")) return;
+		this.forgetRegistry(op.operationId);
+		await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `NOT_LANDED: the registry transaction was ${outcome.kind}` });
 	}
 
 	private async moveTinStage(id: string, stage: TinStage, body: StageRequest): Promise<TinOperationWork> {

@@ -218,15 +218,17 @@ describe("the Cranker's work loop", () => {
 		const sends = () => chain.calls.get("sendTransaction") ?? 0;
 		const submittedSignatures = (requests: string[]) => requests.filter(line => line.endsWith("/submitted"));
 
-		test("signs nothing for an operation its owner did not sign, one whose fee another Cranker committed, or whose id is not the signed one", async () => {
+		test("signs nothing for an operation its owner did not sign, one whose fee another Cranker committed, whose id is not the signed one, or whose owner's signature expired", async () => {
 			const forged = { ...operation("FEE_COMMITTED"), id: "tinop_forged" };
 			forged.request = { ...forged.request, routeCommitment: "ef".repeat(32) };
 			const others = { ...operation("FEE_COMMITTED", { feeCommittedBy: newWallet().address }), id: "tinop_others" };
 			const renamed = { ...operation("FEE_COMMITTED"), id: "tinop_renamed", operationId: "op_another" };
+			// Signed by its owner, and expired: an old operation replayed.
+			const expired = operation("FEE_COMMITTED", {}, { issuedAt: new Date(Date.now() - 7200_000).toISOString(), expiresAt: new Date(Date.now() - 3600_000).toISOString() });
 			const before = sends();
 			let listed = 0;
 			const requests = await crankerAgainst((req, res) => {
-				if (req.url?.startsWith("/tin-operations/registry-work")) return (listed++, json(res, 200, [forged, others, renamed]));
+				if (req.url?.startsWith("/tin-operations/registry-work")) return (listed++, json(res, 200, [forged, others, renamed, expired]));
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
 			}, () => listed >= 3, "submitter");
@@ -238,9 +240,11 @@ describe("the Cranker's work loop", () => {
 			const op = operation("FEE_COMMITTED");
 			const reported: string[] = [];
 			const before = sends();
+			// The same operation under another id too: what the owner signed is submitted once.
+			const relisted = { ...op, id: `${op.id}_again` };
 			await crankerAgainst((req, res) => {
-				if (req.url?.startsWith("/tin-operations/registry-work")) return json(res, 200, [op]);
-				if (req.url === `/tin-operations/${op.id}/submitted`) {
+				if (req.url?.startsWith("/tin-operations/registry-work")) return json(res, 200, [op, relisted]);
+				if (req.url === `/tin-operations/${op.id}/submitted` || req.url === `/tin-operations/${relisted.id}/submitted`) {
 					// Answered 200, but not recorded: the operation stays FEE_COMMITTED.
 					reported.push((JSON.parse(req.body) as { transactionSignature: string }).transactionSignature);
 					return json(res, 200, op);
@@ -252,10 +256,16 @@ describe("the Cranker's work loop", () => {
 			expect(sends()).toBe(before);
 		});
 
-		test("fails an operation it submitted before a restart once its transaction cannot land, rather than leave it SUBMITTED for good", async () => {
-			const op = operation("SUBMITTED", { submittedBy: keypair.publicKey, transactionSignature: "4".repeat(87), updatedAt: new Date(Date.now() - 11 * 60_000).toISOString() });
+		test("fails an operation it submitted before a restart once its transaction cannot land (ten minutes unseen by its own clock), rather than leave it SUBMITTED for good", async () => {
+			const op = operation("SUBMITTED", { submittedBy: keypair.publicKey, transactionSignature: "4".repeat(87) });
 			let failed: { reason?: string } | null = null;
+			let listed = 0;
+			// Its clock jumps ten minutes once the operation was seen unseen: no test waits that long.
+			const now = performance.now.bind(performance);
+			let skewMs = 0;
+			const clock = jest.spyOn(performance, "now").mockImplementation(() => now() + skewMs);
 			await crankerAgainst((req, res) => {
+				if (req.url?.startsWith("/tin-operations/registry-work") && ++listed === 3) skewMs = 10 * 60_000 + 1000;
 				if (req.url?.startsWith("/tin-operations/registry-work")) return json(res, 200, failed ? [] : [op]);
 				if (req.url === `/tin-operations/${op.id}/failed`) {
 					failed = JSON.parse(req.body) as { reason?: string };
@@ -263,8 +273,9 @@ describe("the Cranker's work loop", () => {
 				}
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
-			}, () => failed !== null, "submitter");
+			}, () => failed !== null, "submitter").finally(() => clock.mockRestore());
 			expect(failed).toMatchObject({ reason: expect.stringMatching(/^NOT_LANDED/) });
+			expect(listed).toBeGreaterThanOrEqual(3);
 		});
 	});
 

@@ -83,8 +83,8 @@ const SERVICE_INTERFACES: Readonly<Record<string, { actions: readonly string[]; 
  * the announcement of whichever node announced the action first (the balancing strategy and its
  * options) or of the node called (the timeout, the retries): taken from a peer, a Shard strategy
  * with a cache of 50 million entries ran a process out of memory, and a timeout of 1 ms failed
- * every call. So every announced action is believed with these, set here, and nothing else but
- * its name and visibility; the services declare their actions with them too.
+ * every call. So every announced action is believed with these, set here (believedInterface), and
+ * the services declare their actions with them too.
  */
 export const ACTION_CALL_OPTIONS = {
 	"verifier.verify": { strategy: "Shard", strategyOptions: { shardKey: "request.senderWallet" } },

@@ -9,7 +9,7 @@
 import { createKeyPairSignerFromBytes, getSignatureFromTransaction, type KeyPairSigner, type Transaction } from "@solana/kit";
 import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonical";
 import { createSigner, verifySignature } from "../lib/ed25519";
-import { isAmount } from "../lib/encoding";
+import { isAmount, isIsoTime } from "../lib/encoding";
 import { keypairSigningKey } from "../lib/http-signature";
 import { INTENT_EVENT_TYPE, type MempoolIntent, type PublicMempoolIntent } from "../lib/intents";
 import type { TinStage } from "../lib/schemas";
@@ -56,16 +56,21 @@ const STREAM_MAX_BACKOFF_MS = 30_000;
  * its own clock, can no longer land: a blockhash lives about 90 s.
  */
 const REGISTRY_GIVE_UP_MS = 10 * 60_000;
-/** Registry transactions kept, to be sent again rather than signed again; the latest ones. */
+/** And that many blocks: a blockhash lives 150. */
+const REGISTRY_GIVE_UP_BLOCKS = 300n;
+/** Registry transactions kept, to be sent again rather than signed again. */
 const REGISTRY_TRANSACTIONS_MAX = 10_000;
+/** A clock may run this far from the Node's (as the Node allows an owner's issuedAt). */
+const MAX_CLOCK_SKEW_MS = 60_000;
 /** The stream ids this Node sends (`<intents seq>-<tin operations seq>`): any other is not sent back as Last-Event-ID. */
 const STREAM_ID = /^\d{1,15}-\d{1,15}$/;
 
-/** A registry transaction this Cranker signed, until its blockhash expires. */
+/** A registry transaction this Cranker signed, kept until its owner's signature expires (`keepUntil`, ms). */
 interface RegistryTransaction {
 	transaction: Transaction;
 	signature: string;
 	lastValidBlockHeight: bigint;
+	keepUntil: number;
 }
 
 /** The Node's 422 for the Last-Event-ID a stream was resumed with (services/event-streams.ts). */
@@ -109,8 +114,8 @@ export class Cranker {
 	private readonly announced = new Map<string, true>();
 	/** Per TIN operation (its owner-signed operationId), the registry transaction this Cranker signed for it. */
 	private readonly registryTransactions = new Map<string, RegistryTransaction>();
-	/** Per TIN operation submitted before this process started, when (performance.now()) its transaction was first not seen. */
-	private readonly registryUnseenSince = new Map<string, number>();
+	/** Per TIN operation submitted before this process started, when (performance.now(), block height) its transaction was first not seen. */
+	private readonly registryUnseenSince = new Map<string, { at: number; height: bigint }>();
 	private readonly sleepers = new Set<() => void>();
 	private loops: Promise<void>[] = [];
 	/** The event stream is open: polling slows down. */
@@ -471,49 +476,50 @@ export class Cranker {
 	/**
 	 * FEE_COMMITTED: record the operation on chain, reported before it is sent, and sent only once
 	 * the Node shows that report; SUBMITTED: finalize once it landed, fail it once it cannot land.
-	 * What this Cranker signed is kept by the id its owner signed (`operationId`), so an operation
-	 * listed again, under any id, is sent the same bytes, and signed again only once those can no
-	 * longer land and never did.
+	 * What this Cranker signed is kept by the id its owner signed (`operationId`) until the owner's
+	 * signature expires, landed or not: an operation listed again, under any id and in any state, is
+	 * reported and sent the same bytes, and a new transaction is signed only once the kept one can
+	 * no longer land and was never seen.
 	 */
 	private async advanceRegistry(op: TinOperationWork): Promise<void> {
 		if (op.status === "FEE_COMMITTED") {
 			const problem = this.registryProblem(op);
-			if (problem) return void this.log.warn(`TIN operation not submitted: ${problem}`, { operation: op.id });
-			let signed = this.registryTransactions.get(op.operationId);
-			if (signed && (await this.chain.blockHeight()) > signed.lastValidBlockHeight) {
-				// Read after the height: a transaction seen now was seen before its blockhash expired.
-				if ((await this.chain.signatureState(signed.signature)).kind !== "unknown")
-					return void this.log.warn("TIN operation listed to submit again, though its registry transaction is on chain: not signed again", { operation: op.id });
-				signed = undefined;
+			if (problem === "expired") {
+				// Nothing was sent (that waits for the Node to show the report): failed, so that it leaves the work list.
+				return void (await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: "EXPIRED: the owner's signature expired before the operation was submitted" }));
 			}
-			signed ??= await this.signRegistry(op);
+			if (problem) return void this.log.warn(`TIN operation not submitted: ${problem}`, { operation: op.id });
+			const kept = this.registryTransactions.get(op.operationId);
+			// The height before the signature: a transaction not seen after its blockhash expired never lands.
+			const reusable = kept && ((await this.chain.blockHeight()) <= kept.lastValidBlockHeight || (await this.chain.signatureState(kept.signature)).kind !== "unknown");
+			const signed = reusable ? kept : await this.signRegistry(op);
+			if (!signed) return void this.log.warn("TIN operation not submitted: this Cranker holds as many unexpired registry transactions as it keeps", { operation: op.id });
 			const recorded = await this.moveTinStage(op.id, "submitted", { crankerPubkey: this.pubkey, transactionSignature: signed.signature });
 			if (recorded.status !== "SUBMITTED" || recorded.submittedBy !== this.pubkey || recorded.transactionSignature !== signed.signature)
 				return void this.log.warn("the Node does not show this submission: not sent", { operation: op.id, transactionSignature: signed.signature });
-			return this.sendRegistry(op, signed);
+			return this.sendRegistry(op, signed, reusable);
 		}
 		const signature = op.transactionSignature;
 		if (op.submittedBy !== this.pubkey || !signature) return;
 		const kept = this.registryTransactions.get(op.operationId);
-		const own = kept?.signature === signature ? kept : undefined;
-		// The height before the signature: a transaction not seen after its blockhash expired never lands.
-		const height = own ? await this.chain.blockHeight() : null;
+		// Another signature than the one kept is the Node's, not this Cranker's: nothing to act on.
+		if (kept && kept.signature !== signature) return void this.log.warn("TIN operation listed with a transaction this Cranker did not sign for it", { operation: op.id });
+		const height = await this.chain.blockHeight();
 		const state = await this.chain.signatureState(signature);
 		if (state.kind === "landed") {
-			this.forgetRegistry(op.operationId);
 			await this.moveTinStage(op.id, "finalized", { crankerPubkey: this.pubkey, transactionSignature: signature });
 			this.log.info("TIN operation finalized", { operation: op.id });
 		} else if (state.kind === "failed") {
-			this.forgetRegistry(op.operationId);
 			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: `ONCHAIN_FAILED: ${state.detail}` });
 		} else if (state.kind === "unknown") {
 			// Not seen: sent again while it can land, failed once it cannot, so that its owner can try
-			// again. One signed before this process started, unseen for REGISTRY_GIVE_UP_MS by its clock.
-			if (own && height! <= own.lastValidBlockHeight) return this.sendRegistry(op, own, true);
-			if (!own) {
-				const firstUnseen = this.registryUnseenSince.get(op.operationId);
-				if (firstUnseen === undefined) rememberLatest(this.registryUnseenSince, op.operationId, performance.now(), REGISTRY_TRANSACTIONS_MAX);
-				if (firstUnseen === undefined || performance.now() - firstUnseen < REGISTRY_GIVE_UP_MS) return;
+			// again. One signed before this process started: once unseen for REGISTRY_GIVE_UP_MS by
+			// this clock and REGISTRY_GIVE_UP_BLOCKS by the chain's (a halted cluster keeps blockhashes alive).
+			if (kept && height <= kept.lastValidBlockHeight) return this.sendRegistry(op, kept, true);
+			if (!kept) {
+				const first = this.registryUnseenSince.get(op.operationId);
+				if (!first) return void rememberLatest(this.registryUnseenSince, op.operationId, { at: performance.now(), height }, REGISTRY_TRANSACTIONS_MAX);
+				if (performance.now() - first.at < REGISTRY_GIVE_UP_MS || height < first.height + REGISTRY_GIVE_UP_BLOCKS) return;
 			}
 			this.forgetRegistry(op.operationId);
 			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: "NOT_LANDED: the registry transaction was not seen before its blockhash expired" });
@@ -522,22 +528,32 @@ export class Cranker {
 
 	/**
 	 * Why this Cranker does not put `op` on chain, on the Node's word alone: the fee its own, and
-	 * the operation its owner's, signed (checked as a verifier checks it), and not expired. Null: it may.
+	 * the operation its owner's, signed (checked as a verifier checks it) and still valid. "expired":
+	 * the owner's signature is past its expiry. Null: it may.
 	 */
 	private registryProblem(op: TinOperationWork): string | null {
 		const { request } = op;
 		if (op.feeCommittedBy !== this.pubkey) return "its fee was committed by another Cranker";
 		if (op.operationId !== request.operationId) return "its id is not the one its owner signed";
 		if (!verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature)) return "its owner signature does not verify";
-		if (!checkValidityWindow(request.issuedAt, request.expiresAt, Date.now()).ok) return "its owner's signature is not valid now";
-		return null;
+		if (!isIsoTime(request.issuedAt) || !isIsoTime(request.expiresAt)) return "its owner signed no time the Node takes";
+		const window = checkValidityWindow(request.issuedAt, request.expiresAt, Date.now());
+		return window.ok ? null : window.reason === "EXPIRED" ? "expired" : window.detail;
 	}
 
-	private async signRegistry(op: TinOperationWork): Promise<RegistryTransaction> {
+	/**
+	 * A new registry transaction for `op`, kept until its owner's signature expires; none while as
+	 * many unexpired ones are kept as REGISTRY_TRANSACTIONS_MAX (a Node listing operations without
+	 * end would otherwise push out one that may still land, and have it signed again).
+	 */
+	private async signRegistry(op: TinOperationWork): Promise<RegistryTransaction | undefined> {
+		if (this.registryTransactions.size >= REGISTRY_TRANSACTIONS_MAX)
+			for (const [operationId, kept] of this.registryTransactions) if (kept.keepUntil < Date.now()) this.forgetRegistry(operationId);
+		if (this.registryTransactions.size >= REGISTRY_TRANSACTIONS_MAX) return undefined;
 		const lifetime = await this.chain.latestBlockhash();
 		const transaction = await signMemoTransaction(this.signer, registryMemo(op.operationId, op.request.routeCommitment), lifetime);
-		const signed = { transaction, signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: lifetime.lastValidBlockHeight };
-		rememberLatest(this.registryTransactions, op.operationId, signed, REGISTRY_TRANSACTIONS_MAX);
+		const signed = { transaction, signature: getSignatureFromTransaction(transaction), lastValidBlockHeight: lifetime.lastValidBlockHeight, keepUntil: Date.parse(op.request.expiresAt) + MAX_CLOCK_SKEW_MS };
+		this.registryTransactions.set(op.operationId, signed);
 		return signed;
 	}
 
@@ -547,9 +563,9 @@ export class Cranker {
 	}
 
 	/**
-	 * Sends `signed` (`again`: the same bytes land at most once). A first send the chain says can
-	 * never land fails its operation; a resend's answer proves nothing of the first (its blockhash
-	 * may be too old to take again while the first landed): the expiry check decides.
+	 * Sends `signed` (`again`: sent before, or kept: the same bytes land at most once). A first send
+	 * the chain says can never land fails its operation; a resend's answer proves nothing of the
+	 * first (its blockhash may be too old to take again while the first landed): the expiry check decides.
 	 */
 	private async sendRegistry(op: TinOperationWork, signed: RegistryTransaction, again = false): Promise<void> {
 		const outcome = await this.chain.send(signed.transaction).catch((err: Error) => ({ kind: "error" as const, detail: err.message }));

@@ -229,11 +229,38 @@ describe("the Cranker's work loop", () => {
 			let listed = 0;
 			const requests = await crankerAgainst((req, res) => {
 				if (req.url?.startsWith("/tin-operations/registry-work")) return (listed++, json(res, 200, [forged, others, renamed, expired]));
+				if (req.url === `/tin-operations/${expired.id}/failed`) return json(res, 200, { ...expired, status: "FAILED" });
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
 			}, () => listed >= 3, "submitter");
 			expect(submittedSignatures(requests)).toEqual([]);
 			expect(sends()).toBe(before);
+			// The expired one is failed, so that it leaves the work list (nothing of it was sent); the others are left alone.
+			expect(requests.filter(line => line.endsWith("/failed"))).toEqual(expect.arrayContaining([`POST /tin-operations/${expired.id}/failed`]));
+			expect(requests.filter(line => line.endsWith("/failed")).every(line => line.includes(expired.id))).toBe(true);
+		});
+
+		test("a registry transaction that landed is reported again, never signed again, however long the Node lists its operation to submit", async () => {
+			const op = operation("FEE_COMMITTED", {}, { routeCommitment: "12".repeat(32) });
+			const reported: string[] = [];
+			let advanced = false;
+			await crankerAgainst((req, res) => {
+				if (req.url?.startsWith("/tin-operations/registry-work")) {
+					// Once it landed, its blockhash expires: the Cranker asks the chain whether it landed, and reports it again.
+					if (reported.length === 2 && !advanced) (advanced = true), chain.advance(400);
+					return json(res, 200, [op]);
+				}
+				if (req.url === `/tin-operations/${op.id}/submitted`) {
+					const { transactionSignature } = JSON.parse(req.body) as { transactionSignature: string };
+					reported.push(transactionSignature);
+					return json(res, 200, { ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature });
+				}
+				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
+				json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			}, () => reported.length >= 5, "submitter");
+			expect(advanced).toBe(true);
+			expect(new Set(reported).size).toBe(1);
+			expect(chain.landedWithMemoEnding(op.request.routeCommitment as string)).toHaveLength(1);
 		});
 
 		test("sends a registry transaction only once the Node shows its report, and signs it once however often the Node lists the operation", async () => {
@@ -256,7 +283,7 @@ describe("the Cranker's work loop", () => {
 			expect(sends()).toBe(before);
 		});
 
-		test("fails an operation it submitted before a restart once its transaction cannot land (ten minutes unseen by its own clock), rather than leave it SUBMITTED for good", async () => {
+		test("fails an operation it submitted before a restart once its transaction cannot land (unseen for ten minutes by its own clock and 300 blocks), rather than leave it SUBMITTED for good", async () => {
 			const op = operation("SUBMITTED", { submittedBy: keypair.publicKey, transactionSignature: "4".repeat(87) });
 			let failed: { reason?: string } | null = null;
 			let listed = 0;
@@ -265,7 +292,7 @@ describe("the Cranker's work loop", () => {
 			let skewMs = 0;
 			const clock = jest.spyOn(performance, "now").mockImplementation(() => now() + skewMs);
 			await crankerAgainst((req, res) => {
-				if (req.url?.startsWith("/tin-operations/registry-work") && ++listed === 3) skewMs = 10 * 60_000 + 1000;
+				if (req.url?.startsWith("/tin-operations/registry-work") && ++listed === 3) (skewMs = 10 * 60_000 + 1000), chain.advance(400);
 				if (req.url?.startsWith("/tin-operations/registry-work")) return json(res, 200, failed ? [] : [op]);
 				if (req.url === `/tin-operations/${op.id}/failed`) {
 					failed = JSON.parse(req.body) as { reason?: string };

@@ -458,6 +458,11 @@ export interface StatusContext {
 	latestSlot: number | null;
 }
 
+/** Whether a Cranker may move a lease, or have it authorized: online (and allowed, CRANKER_OPERATORS) with the settlement role. */
+export function maySettle(standing: { online: boolean; roles: readonly string[] }): boolean {
+	return standing.online && standing.roles.includes("settlement");
+}
+
 /**
  * Decides a Cranker's status update. First the node's own rule (an expired intent is REJECTED),
  * then the refusals in SPEC §2.4's order: version, transition, Cranker, lease holder, lease expiry,

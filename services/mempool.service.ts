@@ -32,6 +32,7 @@ import {
 	isExpired,
 	fittingCount,
 	leaseForPayout,
+	maySettle,
 	rejectReplacedRoute,
 	rejectedAtVerification,
 	restamped,
@@ -385,7 +386,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const decision = decideStatusUpdate(record, request, {
 						now: new Date(),
 						leaseTtlMs: this.settings.leaseTtlMs,
-						crankerAllowed: standing.online && standing.roles.includes("settlement"),
+						crankerAllowed: maySettle(standing),
 						latestSlot: this.slots.latest()
 					});
 					if (decision.kind === "replay") return toWorkerView(record);

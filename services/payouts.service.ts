@@ -7,7 +7,7 @@ import type { Context, Service, ServiceSchema } from "moleculer";
 import { ConfigError, type Config } from "../lib/config";
 import { createSigner } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
-import type { LeasedIntentRecord } from "../lib/intents";
+import { maySettle, type LeasedIntentRecord } from "../lib/intents";
 import { buildPayoutAuthorization, type PayoutAuthorization } from "../lib/payout";
 import { isSignedRoute, type ActiveRoute } from "../lib/registry";
 import { payoutAuthorizationParams } from "../lib/schemas";
@@ -65,7 +65,7 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 						]);
 						// As for every move of a lease (mempool.updateStatus): a holder since gone offline, or
 						// struck from CRANKER_OPERATORS, signs for no more payments, though its lease runs on.
-						if (!standing.online || !standing.roles.includes("settlement"))
+						if (!maySettle(standing))
 							throw new ServiceError("CRANKER_NOT_ALLOWED", "The Cranker is not online with the settlement role", { crankerPubkey });
 						const { authorization, result } = await this.issue(record, ctx);
 						this.metrics.results.inc({ result });

@@ -485,8 +485,10 @@ export class Cranker {
 		if (op.status === "FEE_COMMITTED") {
 			const problem = this.registryProblem(op);
 			if (problem === "expired") {
-				// Nothing was sent (that waits for the Node to show the report): failed, so that it leaves the work list.
-				return void (await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: "EXPIRED: the owner's signature expired before the operation was submitted" }));
+				// Nothing was sent (that waits for the Node to show the report): failed, so that it leaves
+				// the work list. A Node that cannot take that now must not hold up the operations behind it.
+				const reason = "EXPIRED: the owner's signature expired before the operation was submitted";
+				return void (await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason }).catch((err: Error) => this.log.warn("could not fail an expired TIN operation", { operation: op.id, error: err.message })));
 			}
 			if (problem) return void this.log.warn(`TIN operation not submitted: ${problem}`, { operation: op.id });
 			const kept = this.registryTransactions.get(op.operationId);
@@ -501,9 +503,10 @@ export class Cranker {
 		}
 		const signature = op.transactionSignature;
 		if (op.submittedBy !== this.pubkey || !signature) return;
+		// Another signature than the one kept (a report recorded late, say) is acted on as one signed
+		// before a restart, and the kept one stays: nothing on this path signs anything.
 		const kept = this.registryTransactions.get(op.operationId);
-		// Another signature than the one kept is the Node's, not this Cranker's: nothing to act on.
-		if (kept && kept.signature !== signature) return void this.log.warn("TIN operation listed with a transaction this Cranker did not sign for it", { operation: op.id });
+		const own = kept?.signature === signature ? kept : undefined;
 		const height = await this.chain.blockHeight();
 		const state = await this.chain.signatureState(signature);
 		if (state.kind === "landed") {
@@ -515,13 +518,14 @@ export class Cranker {
 			// Not seen: sent again while it can land, failed once it cannot, so that its owner can try
 			// again. One signed before this process started: once unseen for REGISTRY_GIVE_UP_MS by
 			// this clock and REGISTRY_GIVE_UP_BLOCKS by the chain's (a halted cluster keeps blockhashes alive).
-			if (kept && height <= kept.lastValidBlockHeight) return this.sendRegistry(op, kept, true);
-			if (!kept) {
+			if (own && height <= own.lastValidBlockHeight) return this.sendRegistry(op, own, true);
+			if (own) this.forgetRegistry(op.operationId);
+			else {
 				const first = this.registryUnseenSince.get(op.operationId);
 				if (!first) return void rememberLatest(this.registryUnseenSince, op.operationId, { at: performance.now(), height }, REGISTRY_TRANSACTIONS_MAX);
 				if (performance.now() - first.at < REGISTRY_GIVE_UP_MS || height < first.height + REGISTRY_GIVE_UP_BLOCKS) return;
+				this.registryUnseenSince.delete(op.operationId);
 			}
-			this.forgetRegistry(op.operationId);
 			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: "NOT_LANDED: the registry transaction was not seen before its blockhash expired" });
 		}
 	}

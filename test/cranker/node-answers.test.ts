@@ -306,6 +306,32 @@ describe("the Cranker's work loop", () => {
 		});
 	});
 
+	test("an operation listed SUBMITTED with another transaction than the one it kept (a report recorded late) is failed once that one is unseen long enough, not left for good", async () => {
+		const owner = newWallet();
+		const body = { operationId: `op_${Math.random().toString(36).slice(2)}`, intentType: "create", ownerWallet: owner.address, routeCommitment: "34".repeat(32), policyCommitment: "cd".repeat(32), issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 3600_000).toISOString() };
+		const op = { id: `tinop_${body.operationId}`, operationId: body.operationId, intentType: "create", status: "FEE_COMMITTED", updatedAt: new Date().toISOString(), request: { ...body, ownerSignature: owner.sign(buildTinOperationMessage(body as never)) }, history: [], feeCommittedBy: keypair.publicKey };
+		let reported = 0;
+		let listed = 0;
+		let failed = false;
+		const now = performance.now.bind(performance);
+		let skewMs = 0;
+		const clock = jest.spyOn(performance, "now").mockImplementation(() => now() + skewMs);
+		await crankerAgainst((req, res) => {
+			if (req.url?.startsWith("/tin-operations/registry-work")) {
+				if (failed) return json(res, 200, []);
+				// First to submit (its report not shown: it keeps a transaction), then SUBMITTED with another one.
+				if (reported === 0) return json(res, 200, [op]);
+				if (++listed === 3) (skewMs = 10 * 60_000 + 1000), chain.advance(400);
+				return json(res, 200, [{ ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: "5".repeat(87) }]);
+			}
+			if (req.url === `/tin-operations/${op.id}/submitted`) return (reported++, json(res, 200, op));
+			if (req.url === `/tin-operations/${op.id}/failed`) return (failed = true), json(res, 200, { ...op, status: "FAILED" });
+			if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
+			json(res, 404, { type: "NOT_FOUND", message: "not here" });
+		}, () => failed, "submitter").finally(() => clock.mockRestore());
+		expect(reported).toBe(1);
+	});
+
 	test("a Last-Event-ID the Node never sends (not a header value) is not sent back, so the stream is not refused for good", async () => {
 		const asked: (string | null)[] = [];
 		await crankerAgainst((req, res) => {

@@ -484,7 +484,8 @@ export class Cranker {
 	private async advanceRegistry(op: TinOperationWork): Promise<void> {
 		if (op.status === "FEE_COMMITTED") {
 			const problem = this.registryProblem(op);
-			if (problem === "expired") {
+			// Past the owner's expiry by more than a clock may be off: the Node's own would not take the report either.
+			if (problem === "expired" && Date.parse(op.request.expiresAt) + MAX_CLOCK_SKEW_MS <= Date.now()) {
 				// Nothing was sent (that waits for the Node to show the report): failed, so that it leaves
 				// the work list. A Node that cannot take that now must not hold up the operations behind it.
 				const reason = "EXPIRED: the owner's signature expired before the operation was submitted";
@@ -525,6 +526,9 @@ export class Cranker {
 				if (!first) return void rememberLatest(this.registryUnseenSince, op.operationId, { at: performance.now(), height }, REGISTRY_TRANSACTIONS_MAX);
 				if (performance.now() - first.at < REGISTRY_GIVE_UP_MS || height < first.height + REGISTRY_GIVE_UP_BLOCKS) return;
 				this.registryUnseenSince.delete(op.operationId);
+				// The one this Cranker kept may be the one that landed: it does not say otherwise.
+				if (kept && (await this.chain.signatureState(kept.signature)).kind !== "unknown")
+					return void this.log.error("TIN operation listed with a transaction never seen, while the one this Cranker sent for it is on chain: left for an operator", { operation: op.id });
 			}
 			await this.moveTinStage(op.id, "failed", { crankerPubkey: this.pubkey, reason: "NOT_LANDED: the registry transaction was not seen before its blockhash expired" });
 		}

@@ -332,6 +332,34 @@ describe("the Cranker's work loop", () => {
 		expect(reported).toBe(1);
 	});
 
+	test("an operation listed SUBMITTED with a transaction never seen is not failed while the one the Cranker sent for it is on chain", async () => {
+		const owner = newWallet();
+		const body = { operationId: `op_${Math.random().toString(36).slice(2)}`, intentType: "create", ownerWallet: owner.address, routeCommitment: "56".repeat(32), policyCommitment: "cd".repeat(32), issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 3600_000).toISOString() };
+		const op = { id: `tinop_${body.operationId}`, operationId: body.operationId, intentType: "create", status: "FEE_COMMITTED", updatedAt: new Date().toISOString(), request: { ...body, ownerSignature: owner.sign(buildTinOperationMessage(body as never)) }, history: [], feeCommittedBy: keypair.publicKey };
+		let sent: string | null = null;
+		let listedAfter = 0;
+		let failed = false;
+		const now = performance.now.bind(performance);
+		let skewMs = 0;
+		const clock = jest.spyOn(performance, "now").mockImplementation(() => now() + skewMs);
+		await crankerAgainst((req, res) => {
+			if (req.url?.startsWith("/tin-operations/registry-work")) {
+				// Submitted, shown, sent and landed; then an inconsistent Node lists it with another transaction.
+				if (sent === null || chain.landedWithMemoEnding(body.routeCommitment).length === 0) return json(res, 200, [op]);
+				if (++listedAfter === 3) (skewMs = 10 * 60_000 + 1000), chain.advance(400);
+				return json(res, 200, [{ ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: "5".repeat(87) }]);
+			}
+			if (req.url === `/tin-operations/${op.id}/submitted`) {
+				sent = (JSON.parse(req.body) as { transactionSignature: string }).transactionSignature;
+				return json(res, 200, { ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: sent });
+			}
+			if (req.url === `/tin-operations/${op.id}/failed`) return (failed = true), json(res, 200, { ...op, status: "FAILED" });
+			if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
+			json(res, 404, { type: "NOT_FOUND", message: "not here" });
+		}, () => listedAfter >= 6, "submitter").finally(() => clock.mockRestore());
+		expect(failed).toBe(false);
+	});
+
 	test("a Last-Event-ID the Node never sends (not a header value) is not sent back, so the stream is not refused for good", async () => {
 		const asked: (string | null)[] = [];
 		await crankerAgainst((req, res) => {

@@ -217,6 +217,23 @@ describe("the Cranker's work loop", () => {
 		}
 		const sends = () => chain.calls.get("sendTransaction") ?? 0;
 		const submittedSignatures = (requests: string[]) => requests.filter(line => line.endsWith("/submitted"));
+		/**
+		 * The Cranker's clock (performance.now()) and the chain, to move past its give-up on a
+		 * transaction unseen (ten minutes and 300 blocks) when `passGiveUp` is called: no test waits
+		 * that long. `restore` after.
+		 */
+		function giveUpClock() {
+			const now = performance.now.bind(performance);
+			let skewMs = 0;
+			const clock = jest.spyOn(performance, "now").mockImplementation(() => now() + skewMs);
+			return {
+				passGiveUp() {
+					skewMs = 10 * 60_000 + 1000;
+					chain.advance(400);
+				},
+				restore: () => clock.mockRestore()
+			};
+		}
 
 		test("signs nothing for an operation its owner did not sign, one whose fee another Cranker committed, whose id is not the signed one, or whose owner's signature expired", async () => {
 			const forged = { ...operation("FEE_COMMITTED"), id: "tinop_forged" };
@@ -287,12 +304,9 @@ describe("the Cranker's work loop", () => {
 			const op = operation("SUBMITTED", { submittedBy: keypair.publicKey, transactionSignature: "4".repeat(87) });
 			let failed: { reason?: string } | null = null;
 			let listed = 0;
-			// Its clock jumps ten minutes once the operation was seen unseen: no test waits that long.
-			const now = performance.now.bind(performance);
-			let skewMs = 0;
-			const clock = jest.spyOn(performance, "now").mockImplementation(() => now() + skewMs);
+			const clock = giveUpClock();
 			await crankerAgainst((req, res) => {
-				if (req.url?.startsWith("/tin-operations/registry-work") && ++listed === 3) (skewMs = 10 * 60_000 + 1000), chain.advance(400);
+				if (req.url?.startsWith("/tin-operations/registry-work") && ++listed === 3) clock.passGiveUp();
 				if (req.url?.startsWith("/tin-operations/registry-work")) return json(res, 200, failed ? [] : [op]);
 				if (req.url === `/tin-operations/${op.id}/failed`) {
 					failed = JSON.parse(req.body) as { reason?: string };
@@ -300,64 +314,56 @@ describe("the Cranker's work loop", () => {
 				}
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
-			}, () => failed !== null, "submitter").finally(() => clock.mockRestore());
+			}, () => failed !== null, "submitter").finally(clock.restore);
 			expect(failed).toMatchObject({ reason: expect.stringMatching(/^NOT_LANDED/) });
 			expect(listed).toBeGreaterThanOrEqual(3);
 		});
-	});
 
-	test("an operation listed SUBMITTED with another transaction than the one it kept (a report recorded late) is failed once that one is unseen long enough, not left for good", async () => {
-		const owner = newWallet();
-		const body = { operationId: `op_${Math.random().toString(36).slice(2)}`, intentType: "create", ownerWallet: owner.address, routeCommitment: "34".repeat(32), policyCommitment: "cd".repeat(32), issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 3600_000).toISOString() };
-		const op = { id: `tinop_${body.operationId}`, operationId: body.operationId, intentType: "create", status: "FEE_COMMITTED", updatedAt: new Date().toISOString(), request: { ...body, ownerSignature: owner.sign(buildTinOperationMessage(body as never)) }, history: [], feeCommittedBy: keypair.publicKey };
-		let reported = 0;
-		let listed = 0;
-		let failed = false;
-		const now = performance.now.bind(performance);
-		let skewMs = 0;
-		const clock = jest.spyOn(performance, "now").mockImplementation(() => now() + skewMs);
-		await crankerAgainst((req, res) => {
-			if (req.url?.startsWith("/tin-operations/registry-work")) {
-				if (failed) return json(res, 200, []);
-				// First to submit (its report not shown: it keeps a transaction), then SUBMITTED with another one.
-				if (reported === 0) return json(res, 200, [op]);
-				if (++listed === 3) (skewMs = 10 * 60_000 + 1000), chain.advance(400);
-				return json(res, 200, [{ ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: "5".repeat(87) }]);
-			}
-			if (req.url === `/tin-operations/${op.id}/submitted`) return (reported++, json(res, 200, op));
-			if (req.url === `/tin-operations/${op.id}/failed`) return (failed = true), json(res, 200, { ...op, status: "FAILED" });
-			if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
-			json(res, 404, { type: "NOT_FOUND", message: "not here" });
-		}, () => failed, "submitter").finally(() => clock.mockRestore());
-		expect(reported).toBe(1);
-	});
+		test("an operation listed SUBMITTED with another transaction than the one it kept (a report recorded late) is failed once that one is unseen long enough, not left for good", async () => {
+			const op = operation("FEE_COMMITTED", {}, { routeCommitment: "34".repeat(32) });
+			let reported = 0;
+			let listed = 0;
+			let failed = false;
+			const clock = giveUpClock();
+			await crankerAgainst((req, res) => {
+				if (req.url?.startsWith("/tin-operations/registry-work")) {
+					if (failed) return json(res, 200, []);
+					// First to submit (its report not shown: it keeps a transaction), then SUBMITTED with another one.
+					if (reported === 0) return json(res, 200, [op]);
+					if (++listed === 3) clock.passGiveUp();
+					return json(res, 200, [{ ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: "5".repeat(87) }]);
+				}
+				if (req.url === `/tin-operations/${op.id}/submitted`) return (reported++, json(res, 200, op));
+				if (req.url === `/tin-operations/${op.id}/failed`) return (failed = true), json(res, 200, { ...op, status: "FAILED" });
+				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
+				json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			}, () => failed, "submitter").finally(clock.restore);
+			expect(reported).toBe(1);
+		});
 
-	test("an operation listed SUBMITTED with a transaction never seen is not failed while the one the Cranker sent for it is on chain", async () => {
-		const owner = newWallet();
-		const body = { operationId: `op_${Math.random().toString(36).slice(2)}`, intentType: "create", ownerWallet: owner.address, routeCommitment: "56".repeat(32), policyCommitment: "cd".repeat(32), issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 3600_000).toISOString() };
-		const op = { id: `tinop_${body.operationId}`, operationId: body.operationId, intentType: "create", status: "FEE_COMMITTED", updatedAt: new Date().toISOString(), request: { ...body, ownerSignature: owner.sign(buildTinOperationMessage(body as never)) }, history: [], feeCommittedBy: keypair.publicKey };
-		let sent: string | null = null;
-		let listedAfter = 0;
-		let failed = false;
-		const now = performance.now.bind(performance);
-		let skewMs = 0;
-		const clock = jest.spyOn(performance, "now").mockImplementation(() => now() + skewMs);
-		await crankerAgainst((req, res) => {
-			if (req.url?.startsWith("/tin-operations/registry-work")) {
-				// Submitted, shown, sent and landed; then an inconsistent Node lists it with another transaction.
-				if (sent === null || chain.landedWithMemoEnding(body.routeCommitment).length === 0) return json(res, 200, [op]);
-				if (++listedAfter === 3) (skewMs = 10 * 60_000 + 1000), chain.advance(400);
-				return json(res, 200, [{ ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: "5".repeat(87) }]);
-			}
-			if (req.url === `/tin-operations/${op.id}/submitted`) {
-				sent = (JSON.parse(req.body) as { transactionSignature: string }).transactionSignature;
-				return json(res, 200, { ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: sent });
-			}
-			if (req.url === `/tin-operations/${op.id}/failed`) return (failed = true), json(res, 200, { ...op, status: "FAILED" });
-			if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
-			json(res, 404, { type: "NOT_FOUND", message: "not here" });
-		}, () => listedAfter >= 6, "submitter").finally(() => clock.mockRestore());
-		expect(failed).toBe(false);
+		test("an operation listed SUBMITTED with a transaction never seen is not failed while the one the Cranker sent for it is on chain", async () => {
+			const op = operation("FEE_COMMITTED", {}, { routeCommitment: "56".repeat(32) });
+			let sent: string | null = null;
+			let listedAfter = 0;
+			let failed = false;
+			const clock = giveUpClock();
+			await crankerAgainst((req, res) => {
+				if (req.url?.startsWith("/tin-operations/registry-work")) {
+					// Submitted, shown, sent and landed; then an inconsistent Node lists it with another transaction.
+					if (sent === null || chain.landedWithMemoEnding(op.request.routeCommitment).length === 0) return json(res, 200, [op]);
+					if (++listedAfter === 3) clock.passGiveUp();
+					return json(res, 200, [{ ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: "5".repeat(87) }]);
+				}
+				if (req.url === `/tin-operations/${op.id}/submitted`) {
+					sent = (JSON.parse(req.body) as { transactionSignature: string }).transactionSignature;
+					return json(res, 200, { ...op, status: "SUBMITTED", submittedBy: keypair.publicKey, transactionSignature: sent });
+				}
+				if (req.url === `/tin-operations/${op.id}/failed`) return (failed = true), json(res, 200, { ...op, status: "FAILED" });
+				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
+				json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			}, () => listedAfter >= 6, "submitter").finally(clock.restore);
+			expect(failed).toBe(false);
+		});
 	});
 
 	test("a Last-Event-ID the Node never sends (not a header value) is not sent back, so the stream is not refused for good", async () => {

@@ -18,7 +18,7 @@ import type { NodeClient } from "../../cranker/node-client";
 import { Settler } from "../../cranker/settler";
 import { LocalChain } from "../../devkit/local-chain";
 import { payoutNullifier } from "../../lib/canonical";
-import { createSigner, generateKeypair } from "../../lib/ed25519";
+import { createSigner, generateKeypair, type Keypair } from "../../lib/ed25519";
 import { encodeBase58 } from "../../lib/encoding";
 import { decidedRecord } from "../../lib/intake";
 import { toWorkerView, type IntentRecord, type MempoolIntent } from "../../lib/intents";
@@ -63,6 +63,31 @@ async function settlerWith(leaseAnswer: (intent: MempoolIntent) => MempoolIntent
 }
 
 const route = newRoute();
+
+/** What a Cranker reported to the Node: each status update as sent. */
+type Reported = { status: string; transactionSignature?: string; reason?: string }[];
+
+/**
+ * A compromised Node: every move accepted, whatever the intent's state, the intent (`current()`,
+ * as a work item) shown leased to `holder` for `leaseMs`, and a payout authorization for each lease.
+ */
+function compromisedNode(current: () => IntentRecord, holder: string, authority: Keypair, leaseMs = 60_000): { node: NodeClient; reported: Reported } {
+	const reported: Reported = [];
+	const lease = () => ({ crankerPubkey: holder, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + leaseMs).toISOString() });
+	const shown = (receiverStatus: string) => {
+		const offered = toWorkerView(current());
+		return { ...offered, receiverStatus, lease: lease(), stateVersion: offered.stateVersion + reported.length };
+	};
+	const node = {
+		async updateStatus(_id: string, update: Reported[number]) {
+			reported.push(update);
+			return shown(update.status);
+		},
+		intent: async () => shown("CRANKER_LEASED"),
+		payoutAuthorization: async () => buildPayoutAuthorization({ ...current(), lease: lease() }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) })
+	} as unknown as NodeClient;
+	return { node, reported };
+}
 
 test("a work item whose sender never signed it (a forged message, amount and route) is not leased, let alone paid", async () => {
 	const forged = { ...workItem(signedIntent(newWallet(), route)), amount: "999999999", recipientRouteCommitment: "ab".repeat(32) };
@@ -202,21 +227,7 @@ describe("a settlement signed before the Cranker restarted", () => {
 		let record = verifiedRecord(request);
 		let offered = toWorkerView(record);
 		const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50 } as unknown as CrankerConfig;
-		// A compromised Node: every move accepted, whatever the intent's state, and a payout authorization for each lease.
-		const reported: { status: string; transactionSignature?: string }[] = [];
-		const lease = () => ({ crankerPubkey: signer.address, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 60_000).toISOString() });
-		const node = {
-			async updateStatus(_id: string, update: { status: string; transactionSignature?: string }) {
-				reported.push({ status: update.status, transactionSignature: update.transactionSignature });
-				return { ...offered, receiverStatus: update.status, lease: lease(), stateVersion: offered.stateVersion + reported.length };
-			},
-			async intent() {
-				return { ...offered, receiverStatus: "CRANKER_LEASED", lease: lease(), stateVersion: offered.stateVersion + reported.length };
-			},
-			async payoutAuthorization() {
-				return buildPayoutAuthorization({ ...record, lease: lease() }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
-			}
-		} as unknown as NodeClient;
+		const { node, reported } = compromisedNode(() => record, signer.address, authority);
 		const stateDir = tempDir("scs-journal-");
 		const firstJournal = await openJournal(stateDir, signer.address);
 		const settlerOn = (rpc: Chain, journal: SettlementJournal) => new Settler(node, rpc, signer, config, createLogger({}, () => {}), () => false, journal);
@@ -400,20 +411,7 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		const signer = await createKeyPairSignerFromBytes(keys.secretKey);
 		const authority = generateKeypair();
 		const offered = toWorkerView(record);
-		const reported: { status: string; reason?: string }[] = [];
-		const lease = () => ({ crankerPubkey: signer.address, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + leaseMs).toISOString() });
-		const node = {
-			async updateStatus(_id: string, update: { status: string; reason?: string }) {
-				reported.push(update);
-				return { ...offered, receiverStatus: update.status, lease: lease(), stateVersion: offered.stateVersion + reported.length };
-			},
-			async intent() {
-				return { ...offered, receiverStatus: "CRANKER_LEASED", lease: lease(), stateVersion: offered.stateVersion + reported.length };
-			},
-			async payoutAuthorization() {
-				return buildPayoutAuthorization({ ...record, lease: lease() }, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
-			}
-		} as unknown as NodeClient;
+		const { node, reported } = compromisedNode(() => record, signer.address, authority, leaseMs);
 		const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
 		const journal = await SettlementJournal.open(tempDir("scs-journal-"), signer.address);
 		journals.push(journal);

@@ -15,7 +15,7 @@ import { INTENT_EVENT_TYPE, type MempoolIntent, type PublicMempoolIntent } from 
 import type { TinStage } from "../lib/schemas";
 import { registryMemo, signMemoTransaction } from "../lib/settlement";
 import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
-import { checkValidityWindow } from "../lib/verification";
+import { MAX_CLOCK_SKEW_MS, checkValidityWindow } from "../lib/verification";
 import type { StageRequest } from "../lib/tin-operations";
 import { Chain } from "./chain";
 import type { CrankerConfig } from "./config";
@@ -60,8 +60,6 @@ const REGISTRY_GIVE_UP_MS = 10 * 60_000;
 const REGISTRY_GIVE_UP_BLOCKS = 300n;
 /** Registry transactions kept, to be sent again rather than signed again. */
 const REGISTRY_TRANSACTIONS_MAX = 10_000;
-/** A clock may run this far from the Node's (as the Node allows an owner's issuedAt). */
-const MAX_CLOCK_SKEW_MS = 60_000;
 /** The stream ids this Node sends (`<intents seq>-<tin operations seq>`): any other is not sent back as Last-Event-ID. */
 const STREAM_ID = /^\d{1,15}-\d{1,15}$/;
 

@@ -9,7 +9,8 @@ import type { RejectionReason } from "./errors";
 import type { CreateIntentRequest } from "./intents";
 import { isSignedRoute, type ActiveRoute } from "./registry";
 
-const MAX_CLOCK_SKEW_MS = 60_000;
+/** How far a signer's clock may run from the Node's (SPEC §1: issuedAt at most 60 s ahead). */
+export const MAX_CLOCK_SKEW_MS = 60_000;
 
 /**
  * Refusals after which a body holds no paymentId and leaves no record (SPEC §2.1: only a signer

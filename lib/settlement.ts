@@ -15,7 +15,6 @@ import {
 	getProgramDerivedAddress,
 	getShortU16Decoder,
 	getTransactionDecoder,
-	isTransactionMessageWithDurableNonceLifetime,
 	pipe,
 	setTransactionMessageFeePayerSigner,
 	setTransactionMessageLifetimeUsingBlockhash,
@@ -213,7 +212,20 @@ function readSettlementMessage(compiled: CompiledMessage): SettlementContents {
 			const { accounts, data } = parseTransferCheckedInstruction(ix as Parameters<typeof parseTransferCheckedInstruction>[0]);
 			return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
 		});
-	return { memos: getMemosFromInstructions(instructions).map(m => m.memo), feePayer: message.feePayer.address, transfers, durableNonce: isTransactionMessageWithDurableNonceLifetime(message) };
+	return { memos: getMemosFromInstructions(instructions).map(m => m.memo), feePayer: message.feePayer.address, transfers, durableNonce: advancesNonce(instructions) };
+}
+
+const SYSTEM_PROGRAM = "11111111111111111111111111111111";
+
+/**
+ * Whether the validator runs it on a durable nonce: Agave takes any first instruction to the System
+ * program whose data starts with AdvanceNonceAccount's tag (4 as a little-endian u32), whatever its
+ * accounts. Kit's isTransactionMessageWithDurableNonceLifetime also asks for its exact three
+ * accounts, so one account more hid the nonce from the Node (a review).
+ */
+function advancesNonce([first]: readonly Instruction[]): boolean {
+	const data = first?.data;
+	return first?.programAddress === SYSTEM_PROGRAM && data !== undefined && data.length >= 4 && data[0] === 4 && data[1] === 0 && data[2] === 0 && data[3] === 0;
 }
 
 /** The same, from the base64 text an RPC `getTransaction` answers with `encoding: "base64"`. */

@@ -4,6 +4,7 @@
  */
 import {
 	address,
+	AccountRole,
 	compressTransactionMessageUsingAddressLookupTables,
 	createKeyPairSignerFromBytes,
 	createSolanaRpc,
@@ -160,6 +161,32 @@ describe("settlement transaction", () => {
 		expect(onNonce).toMatchObject({ durableNonce: true, memos: [memo] });
 		expect(readRegistrySubmission(onNonce, "top_1", routeCommitment, cranker.address)).toEqual({ mismatches: ["the transaction lives by a durable nonce: a registry submission expires with its blockhash"], related: true });
 		expect(readRegistrySubmission(readEncodedSettlementTransaction(await wire(instructions)), "top_1", routeCommitment, cranker.address)).toEqual({ mismatches: [], related: true });
+	});
+
+	it("a durable nonce that kit's shape check misses is refused too: the validator only asks for the System program and AdvanceNonceAccount's tag first (a review)", async () => {
+		const mint = chain.createMint(6);
+		const { instructions } = await buildSettlementInstructions({ cranker, mint, decimals: 6, amount: 250_000n, recipientRouteCommitment: routeCommitment, transactionCommitment, payoutNullifier });
+		const expected = { transactionCommitment, amount: "250000", tokenMintAddress: mint, recipientRouteCommitment: routeCommitment, payoutNullifier };
+		const registry = [getAddMemoInstruction({ memo: registryMemo("top_1", routeCommitment) }, { programAddress: MEMO_PROGRAM })];
+		const nonceAccount = (await signerFor()).address;
+		const sysvar = address("SysvarRecentB1ockHashes11111111111111111111");
+		const advance = (accounts: Instruction["accounts"], data = [4, 0, 0, 0]): Instruction => ({ programAddress: address("11111111111111111111111111111111"), accounts, data: new Uint8Array(data) });
+		const exact = [{ address: nonceAccount, role: AccountRole.WRITABLE }, { address: sysvar, role: AccountRole.READONLY }, { address: cranker.address, role: AccountRole.READONLY_SIGNER }];
+		const loose = {
+			"a fourth account": advance([...exact, { address: mint, role: AccountRole.READONLY }]),
+			"the sysvar writable": advance([exact[0], { address: sysvar, role: AccountRole.WRITABLE }, exact[2]]),
+			"a byte after the tag": advance(exact, [4, 0, 0, 0, 0])
+		};
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const read = async (rest: Instruction[], first: Instruction) => readEncodedSettlementTransaction(getBase64EncodedWireTransaction(await signTransactionMessageWithSigners(transactionMessageOf(cranker, [first, ...rest], lifetime))));
+		for (const [shape, first] of Object.entries(loose)) {
+			const settlement = await read(instructions, first);
+			expect({ shape, durableNonce: settlement.durableNonce }).toEqual({ shape, durableNonce: true });
+			expect(await settlementMismatches(settlement, expected)).toEqual(["the transaction lives by a durable nonce: a settlement expires with its blockhash"]);
+			expect(readRegistrySubmission(await read(registry, first), "top_1", routeCommitment, cranker.address).mismatches).toEqual(["the transaction lives by a durable nonce: a registry submission expires with its blockhash"]);
+		}
+		// Another System instruction first (a transfer, tag 2) is no nonce.
+		expect((await read(instructions, advance(exact, [2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]))).durableNonce).toBe(false);
 	});
 
 	it("a TransferChecked too short to parse (one that can only fail) makes the transaction unreadable, not a thrown error (a review: every read of the chain was a 503)", async () => {

@@ -181,6 +181,17 @@ export async function* listInPages<T extends Doc>(collection: Pick<Collection<T>
 	}
 }
 
+/** Removes every document matching `where`, `batch` at a time, so that each store call stays short; how many. */
+export async function removeAllWhere(collection: Pick<Collection<Doc>, "removeWhere">, where: Where, batch: number): Promise<number> {
+	let total = 0;
+	let removed: number;
+	do {
+		removed = await collection.removeWhere(where, batch);
+		total += removed;
+	} while (removed === batch);
+	return total;
+}
+
 /** Checks a keyset cursor: it needs an order, and a value of the ordered field's type. */
 export function assertCursor(spec: CollectionSpec, query: ListQuery): void {
 	if (!query.after) return;

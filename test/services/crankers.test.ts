@@ -11,6 +11,7 @@ import { loadConfig } from "../../lib/config";
 import { BUS_SIGNATURE_TTL_MS, newBusKeyring } from "../../lib/bus-signatures";
 import { MAX_CLOCK_SKEW_S } from "../../lib/http-signature";
 import { crankersService } from "../../services/crankers.service";
+import { sweepMetrics } from "../../services/metrics";
 import { MINT, crankerCallMeta, iso, newWallet, signedHeartbeat, walletOf, type Wallet } from "../helpers/fixtures";
 import { sleep, tempDir } from "../helpers/node";
 
@@ -98,6 +99,19 @@ describe("heartbeats", () => {
 		await admit("sig-old", windowOver);
 		await waitFor(() => admit("sig-old", windowOver).catch(() => false), 5000, "the expired signature forgotten");
 		await expect(admit("sig-a", now)).rejects.toMatchObject({ type: "FORBIDDEN" });
+	});
+
+	test("a sweep forgets every expired signature, not a batch of 500: a flood of signed calls cannot outgrow the pruning (a review)", async () => {
+		await crankers.broker.stop();
+		crankers = await startCrankers({ SWEEP_INTERVAL_MS: "1500" });
+		const windowOver = Math.floor(Date.now() / 1000) - MAX_CLOCK_SKEW_S - BUS_SIGNATURE_TTL_MS / 1000 - 5;
+		const keyid = newWallet().address;
+		for (let batch = 0; batch < 6; batch++)
+			await Promise.all(Array.from({ length: 250 }, (_, i) => crankers.broker.call("crankers.admitSignature", { keyid, signature: `sig-${batch}-${i}`, created: windowOver })));
+		const forgotten = async () => (await sweepMetrics(crankers.broker).get()).values.find(({ labels }) => labels.result === "signatures-forgotten")?.value ?? 0;
+		// The first sweep that forgets any forgets all 1,500.
+		await waitFor(async () => (await forgotten()) > 0, 5000, "a sweep");
+		expect(await forgotten()).toBe(1500);
 	});
 
 	test("a signature whose window is over on this replica's clock is still remembered while another replica, its clock up to a minute behind, accepts it", async () => {

@@ -160,12 +160,9 @@ export interface SettlementContents {
 	memos: string[];
 	/** Who paid for the transaction (and signed it first). */
 	feePayer?: Address;
-	transfers: { source: Address; mint: Address; destination: Address; authority: Address; amount: bigint; decimals: number }[];
-	/**
-	 * Whether it lives by a durable nonce instead of a recent blockhash: such a transaction never
-	 * expires, so the Node could never prove that it can no longer land (SPEC §2.4), and a settlement
-	 * must not use one.
-	 */
+	/** Its TransferChecked instructions: what a settlement's must be is the mint, the credit account and the amount. */
+	transfers: { mint: Address; destination: Address; amount: bigint }[];
+	/** Whether it lives by a durable nonce: it never expires, so a settlement must not (SPEC §2.4). */
 	durableNonce?: boolean;
 	/**
 	 * Why the transaction could not be read (one that loads accounts from address lookup tables,
@@ -210,12 +207,10 @@ function readSettlementMessage(compiled: CompiledMessage): SettlementContents {
 		.filter(ix => ix.programAddress === TOKEN_PROGRAM_ADDRESS && ix.data && identifyTokenInstruction(ix.data) === TokenInstruction.TransferChecked)
 		.map(ix => {
 			const { accounts, data } = parseTransferCheckedInstruction(ix as Parameters<typeof parseTransferCheckedInstruction>[0]);
-			return { source: accounts.source.address, mint: accounts.mint.address, destination: accounts.destination.address, authority: accounts.authority.address, amount: data.amount, decimals: data.decimals };
+			return { mint: accounts.mint.address, destination: accounts.destination.address, amount: data.amount };
 		});
 	return { memos: getMemosFromInstructions(instructions).map(m => m.memo), feePayer: message.feePayer.address, transfers, durableNonce: advancesNonce(instructions) };
 }
-
-const SYSTEM_PROGRAM = "11111111111111111111111111111111";
 
 /**
  * Whether the validator runs it on a durable nonce: Agave takes any first instruction to the System
@@ -223,10 +218,7 @@ const SYSTEM_PROGRAM = "11111111111111111111111111111111";
  * accounts. Kit's isTransactionMessageWithDurableNonceLifetime also asks for its exact three
  * accounts, so one account more hid the nonce from the Node (a review).
  */
-function advancesNonce([first]: readonly Instruction[]): boolean {
-	const data = first?.data;
-	return first?.programAddress === SYSTEM_PROGRAM && data !== undefined && data.length >= 4 && data[0] === 4 && data[1] === 0 && data[2] === 0 && data[3] === 0;
-}
+const advancesNonce = ([first]: readonly Instruction[]) => first?.programAddress === "11111111111111111111111111111111" && `${first.data?.slice(0, 4)}` === "4,0,0,0";
 
 /** The same, from the base64 text an RPC `getTransaction` answers with `encoding: "base64"`. */
 export function readEncodedSettlementTransaction(base64: string): SettlementContents {

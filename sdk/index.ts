@@ -520,7 +520,7 @@ export class SettlementClient {
 			};
 			if (await probe("cors"))
 				return new SettlementError(
-					`request to ${path} failed: ${err.message} (the service at ${this.baseUrl} answers this page's origin, so not a CORS refusal: the connection or a proxy failed)`,
+					`request to ${path} failed: ${err.message} (not CORS: the service at ${this.baseUrl} answers this page's origin; the connection or a proxy failed)`,
 					"NETWORK_ERROR",
 					null,
 					{ cors: false, origin: pageOrigin }
@@ -532,7 +532,7 @@ export class SettlementClient {
 					null,
 					{ cors: true, origin: pageOrigin }
 				);
-			return new SettlementError(`request to ${path} failed: ${err.message} (the service at ${this.baseUrl} is unreachable from this page: network down, or blocked)`, "NETWORK_ERROR", null, { cors: false, origin: pageOrigin });
+			return new SettlementError(`request to ${path} failed: ${err.message} (the service at ${this.baseUrl} is unreachable from this page)`, "NETWORK_ERROR", null, { cors: false, origin: pageOrigin });
 		}
 		return new SettlementError(`request to ${path} failed: ${err.message}`, "NETWORK_ERROR", null);
 	}

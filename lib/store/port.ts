@@ -181,14 +181,17 @@ export async function* listInPages<T extends Doc>(collection: Pick<Collection<T>
 	}
 }
 
-/** Removes every document matching `where`, `batch` at a time, so that each store call stays short; how many. */
-export async function removeAllWhere(collection: Pick<Collection<Doc>, "removeWhere">, where: Where, batch: number): Promise<number> {
+/**
+ * Removes the documents matching `where`, `batch` at a time so that each store call stays short,
+ * until a batch comes back short or `batches` were removed; how many.
+ */
+export async function removeWhereInBatches(collection: Pick<Collection<Doc>, "removeWhere">, where: Where, batch: number, batches: number): Promise<number> {
 	let total = 0;
-	let removed: number;
-	do {
-		removed = await collection.removeWhere(where, batch);
+	for (let round = 0; round < batches; round++) {
+		const removed = await collection.removeWhere(where, batch);
 		total += removed;
-	} while (removed === batch);
+		if (removed < batch) break;
+	}
 	return total;
 }
 

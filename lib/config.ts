@@ -362,6 +362,11 @@ export function placeholderError(key: string): ConfigError {
 /** MONGO_URL, refused when it weakens durability (see mongoUrlWeakenings) unless the operator says so. */
 function durableMongoUrl(env: Env): string | null {
 	const url = text(env, "MONGO_URL");
+	// Blank (a Secret filled from an unset shell variable, say), it would have meant SQLite: each
+	// owner replica on a store of its own, which a start-up check of peers can miss (a review).
+	if (url === null && env.MONGO_URL !== undefined)
+		throw new ConfigError("MONGO_URL is set but blank: unset it for the embedded SQLite store, or give the MongoDB URL");
+	if (url !== null && /[/:]placeholder/i.test(url)) throw placeholderError("MONGO_URL");
 	if (url === null || flag(env, "MONGO_ALLOW_WEAK_DURABILITY")) return url;
 	const problems = mongoUrlWeakenings(url);
 	if (problems.length)
@@ -429,6 +434,13 @@ function urlSafe(env: Env, key: string): string | null {
 	return raw;
 }
 
+/** A password of the same alphabet, refused when it is the example Secret's placeholder. */
+function secretUrlSafe(env: Env, key: string): string | null {
+	const raw = urlSafe(env, key);
+	if (raw !== null && isPlaceholder(raw)) throw placeholderError(key);
+	return raw;
+}
+
 /**
  * With a transporter, each replica would generate a secret of its own into its DATA_DIR: the
  * gateways would each take other worker keys, and the payouts replicas would sign with keys the
@@ -490,7 +502,7 @@ export function loadConfig(env: Env = process.env): Config {
 		namespace: text(env, "NAMESPACE") ?? "",
 		transporter,
 		natsUser: urlSafe(env, "NATS_USER"),
-		natsPassword: urlSafe(env, "NATS_PASSWORD"),
+		natsPassword: secretUrlSafe(env, "NATS_PASSWORD"),
 		busGroup: group,
 		busKeys: busKeys(env, group),
 		busAdmitUngrouped: flag(env, "BUS_ADMIT_UNGROUPED"),

@@ -42,7 +42,7 @@ describe("loadConfig defaults (empty environment)", () => {
 	});
 
 	it("treats blank values as unset", () => {
-		expect(loadConfig({ PORT: "  ", SOLANA_CLUSTER: "", MONGO_URL: " " })).toMatchObject({ port: 3000, solanaCluster: "solana-devnet", store: "sqlite" });
+		expect(loadConfig({ PORT: "  ", SOLANA_CLUSTER: "" })).toMatchObject({ port: 3000, solanaCluster: "solana-devnet" });
 	});
 
 	it("reads process.env when called without an argument", () => {
@@ -366,6 +366,30 @@ describe("the example Secret's placeholders (k8s/secret/settlement-secrets.examp
 		expect(error.message).toMatch(/^METRICS_API_KEY holds a placeholder of the example Secret/);
 		expect(error.message).not.toContain("replace-with");
 		expect(loadConfig({ METRICS_API_KEY: "a-real-metrics-key-0123456789" }).metricsApiKey).toBe("a-real-metrics-key-0123456789");
+	});
+
+	it("NATS_PASSWORD and MONGO_URL: the example Secret's values are refused without repeating them (a review: they were taken as real)", () => {
+		const examples = {
+			NATS_PASSWORD: "PLACEHOLDERnThenOpensslRandHex32",
+			MONGO_URL: "mongodb://PLACEHOLDER-app-user:PLACEHOLDER-app-password@mongodb-0.mongodb.settlement.svc.cluster.local:27017/settlement?replicaSet=rs0&authSource=admin"
+		};
+		for (const [key, value] of Object.entries(examples)) {
+			const error = refusal(() => loadConfig({ [key]: value }));
+			expect(error).toBeInstanceOf(ConfigError);
+			expect(error.message).toMatch(new RegExp(`^${key} holds a placeholder of the example Secret`));
+			expect(error.message).not.toContain("PLACEHOLDER");
+		}
+		expect(loadConfig({ NATS_PASSWORD: "n0123456789abcdef" }).natsPassword).toBe("n0123456789abcdef");
+		expect(loadConfig({ MONGO_URL: "mongodb://app:secret@db-0:27017,db-1:27017/settlement?replicaSet=rs0" }).store).toBe("mongodb");
+	});
+
+	it("MONGO_URL set but blank is refused, not taken for the embedded SQLite store (a review: two owner replicas each on a store of their own)", () => {
+		for (const blank of ["", "  "]) {
+			const error = refusal(() => loadConfig({ MONGO_URL: blank }));
+			expect(error).toBeInstanceOf(ConfigError);
+			expect(error.message).toMatch(/^MONGO_URL is set but blank/);
+		}
+		expect(loadConfig({}).store).toBe("sqlite");
 	});
 
 	it("WORKER_API_KEYS: refused when any key is one, from the environment or the key file; the value is never repeated", () => {

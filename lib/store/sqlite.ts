@@ -7,7 +7,8 @@
  * writes of one commit window (STORE_COMMIT_WINDOW_MS, cut short once it holds GROUP_COMMIT_WRITES,
  * or one event-loop turn) share one transaction, committed (and fsynced) once, and each write's
  * promise resolves only after that commit. Per-commit overhead, not the B-tree work, was most of
- * the cost of several commits per intent.
+ * the cost of several commits per intent. A read answers only what is committed: one made while a
+ * group is open waits for that group's commit (GroupCommit.committed).
  */
 import Database from "better-sqlite3";
 import fs from "node:fs";
@@ -155,6 +156,26 @@ class GroupCommit {
 			return Promise.reject(storeError(this.db, err));
 		}
 		return new Promise<R>((resolve, reject) => this.waiting.push({ resolve: () => resolve(result), reject }));
+	}
+
+	/**
+	 * `read` as committed data. A read on this connection sees the open group's writes, which a
+	 * crash in the commit window or a rollback can still lose; an answer built on one (a replay's
+	 * "already leased", a repeated authorization, a record) must not go out before them. So, with a
+	 * group open, the result waits for that group's commit, and is read again if it rolled back.
+	 * Reads inside a write, which decide within its own transaction, do not come here.
+	 */
+	async committed<R>(read: () => R): Promise<R> {
+		for (;;) {
+			this.failIfRolledBack();
+			const result = guarded(this.db, read);
+			if (!this.db.inTransaction || (await this.ended())) return result;
+		}
+	}
+
+	/** Whether the open group committed (false: rolled back), once it ended. */
+	private ended(): Promise<boolean> {
+		return new Promise(resolve => this.waiting.push({ resolve: () => resolve(true), reject: () => resolve(false) }));
 	}
 
 	/**
@@ -490,7 +511,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	async get(id: string): Promise<T | null> {
-		return guarded(this.db, () => this.current(id));
+		return this.group.committed(() => this.current(id));
 	}
 
 	async findOne(where: Where): Promise<T | null> {
@@ -560,7 +581,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
-		return guarded(this.db, () => this.listRows(query, DOC).map(row => JSON.parse(row.doc!) as T));
+		return this.group.committed(() => this.listRows(query, DOC).map(row => JSON.parse(row.doc!) as T));
 	}
 
 	async listViews(name: string, query: ListQuery = {}): Promise<ViewRow[]> {
@@ -570,7 +591,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		// stale (written by a version that keeps no views): its view is built now.
 		const stamp = `json_array(${this.spec.viewStamp!.map(quote).join(", ")})`;
 		const select = `${column} AS view, iif(${column} IS NULL OR ${quote(VIEW_STAMP)} IS NOT ${stamp}, doc, NULL) AS doc`;
-		return guarded(this.db, () =>
+		return this.group.committed(() =>
 			this.listRows(query, select).map(row => ({ id: row.id, order: row.sortValue ?? null, json: row.doc === null ? row.view! : JSON.stringify(view.build(JSON.parse(row.doc) as T)) }))
 		);
 	}
@@ -620,7 +641,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	async count(where?: Where): Promise<number> {
 		const { sql, args } = compileWhere(this.spec, where);
 		const stmt = this.query(`SELECT COUNT(*) AS n FROM ${this.table}${sql}`, where);
-		return guarded(this.db, () => (stmt.get(...args) as { n: number }).n);
+		return this.group.committed(() => (stmt.get(...args) as { n: number }).n);
 	}
 
 	async countBy(field: string, where?: Where): Promise<Record<string, number>> {
@@ -628,7 +649,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		const { sql, args } = compileWhere(this.spec, where);
 		const column = quote(field);
 		const stmt = this.query(`SELECT ${column} AS k, COUNT(*) AS n FROM ${this.table}${sql} GROUP BY ${column}`, where);
-		const rows = guarded(this.db, () => stmt.all(...args) as { k: string | number | null; n: number }[]);
+		const rows = await this.group.committed(() => stmt.all(...args) as { k: string | number | null; n: number }[]);
 		return Object.fromEntries(rows.map(r => [String(r.k), r.n]));
 	}
 
@@ -667,13 +688,13 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 
 	async tally(): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
-		// The open group's changes count only while its transaction is there.
-		this.group.failIfRolledBack();
-		const rows = guarded(this.db, () => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED) as { key: string; value: string }[]);
-		// The writes of the open group are visible to reads on this connection: their tally changes too.
-		const sums = new Map(rows.map(r => [r.key, BigInt(r.value)]));
-		for (const [key, delta] of this.pending) sums.set(key, (sums.get(key) ?? 0n) + delta);
-		return Object.fromEntries([...sums].filter(([, value]) => value !== 0n));
+		return this.group.committed(() => {
+			const rows = this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED) as { key: string; value: string }[];
+			// With the open group's tally changes, as with its documents: both count once it committed.
+			const sums = new Map(rows.map(r => [r.key, BigInt(r.value)]));
+			for (const [key, delta] of this.pending) sums.set(key, (sums.get(key) ?? 0n) + delta);
+			return Object.fromEntries([...sums].filter(([, value]) => value !== 0n));
+		});
 	}
 }
 

@@ -8,8 +8,8 @@
 import Database from "better-sqlite3";
 import path from "node:path";
 import { waitFor } from "../../devkit/process";
-import { newRoute, newWallet, signedIntent, writeSeedFile } from "../helpers/fixtures";
-import { API_KEY, httpClient, spawnService, tempDir, worker } from "../helpers/node";
+import { newRoute, newWallet, signedIntent, signedTinOperation, writeSeedFile } from "../helpers/fixtures";
+import { API_KEY, httpClient, sleep, spawnService, tempDir, worker } from "../helpers/node";
 
 /** The service as a process on `dataDir`, as the crash tests start it (again). */
 const start = (dataDir: string, seedFile: string) => spawnService({ DATA_DIR: dataDir, WORKER_API_KEYS: API_KEY, REGISTRY_SEED_FILE: seedFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0" });
@@ -52,3 +52,29 @@ test("killed between the verification and the insert: no record, no answer, and 
 		await second.proc.exited;
 	}
 });
+
+test("killed in a commit window: a repeated TIN create is not answered from the operation still uncommitted (a review: the repeat was told 200, the restart found no operation)", async () => {
+	const dataDir = tempDir();
+	const seedFile = writeSeedFile(dataDir, [newRoute()]);
+	// Long commit windows: the create's three writes (the TIN counter, its claim, the operation)
+	// each wait 3 s for their commit, and a repeat can come while the last is written, not committed.
+	const first = await spawnService({ DATA_DIR: dataDir, WORKER_API_KEYS: API_KEY, REGISTRY_SEED_FILE: seedFile, LOG_LEVEL: "warn", RATE_LIMIT_PER_MIN: "0", STORE_COMMIT_WINDOW_MS: "3000" });
+	const create = signedTinOperation(newWallet(), { intentType: "create" });
+	const ask = () => httpClient(first.url)("POST", "/tin-operations", create).then(({ status, body }) => ({ status, id: (body as { id?: string }).id }), () => "no answer" as const);
+	const firstAsk = ask();
+	await sleep(7000);
+	const repeat = ask();
+	await Promise.race([repeat, sleep(1200)]);
+	first.proc.child.kill("SIGKILL");
+	await first.proc.exited;
+
+	const second = await start(dataDir, seedFile);
+	try {
+		const stored = await httpClient(second.url)("GET", `/tin-operations?limit=10`, undefined, worker);
+		// An operation answered is an operation stored.
+		expect({ firstAsk: await firstAsk, repeat: await repeat, stored: stored.body }).toEqual({ firstAsk: "no answer", repeat: "no answer", stored: [] });
+	} finally {
+		second.proc.child.kill("SIGTERM");
+		await second.proc.exited;
+	}
+}, 60_000);

@@ -74,3 +74,30 @@ test("a group SQLite rolled back behind it (an I/O error in a read) fails its wr
 		await store.close();
 	}
 });
+
+test("a read while a group is open answers once that group committed, and reads again if it rolled back: no answer rests on a write a crash can lose (a review)", async () => {
+	const store = new SqliteStore(path.join(tempDir(), "read.sqlite"), 1000);
+	try {
+		const items = await store.collection<{ id: string; k: string }>({ name: "items", fields: { k: "text" }, tally: () => ({ n: 1n }) });
+		const db = (store as unknown as { db: Database.Database }).db;
+		const settled = (read: Promise<unknown>) => Promise.race([read.then(value => ({ value })), new Promise(resolve => setTimeout(() => resolve("waiting"), 50))]);
+		// Rolled back behind the group: the reads made while it was open read again, and find nothing.
+		const lost = items.insert({ id: "lost", k: "a" }).catch(() => "refused");
+		const reads: Promise<unknown>[] = [items.get("lost"), items.list({}), items.count(), items.tally()];
+		expect(await settled(reads[0])).toBe("waiting");
+		db.prepare("ROLLBACK").run();
+		// The next call on the store finds the group gone (as with an I/O error SQLite rolled back on).
+		expect(await items.get("lost")).toBeNull();
+		expect(await lost).toBe("refused");
+		expect(await Promise.all(reads)).toStrictEqual([null, [], 0, {}]);
+		// Committed: they answer what the group wrote, once it did.
+		const kept = items.insert({ id: "kept", k: "b" });
+		const read = items.get("kept");
+		expect(await settled(read)).toBe("waiting");
+		await store.close();
+		expect(await kept).toBe(true);
+		expect(await read).toStrictEqual({ id: "kept", k: "b" });
+	} finally {
+		await store.close();
+	}
+});

@@ -390,8 +390,13 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						latestSlot: this.slots.latest()
 					});
 					if (decision.kind === "replay") return toWorkerView(record);
+					const changedMeanwhile = async () => {
+						const current = await this.mustGet(id);
+						return new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
+					};
 					if (decision.kind === "expire") {
-						await this.commit(record, decision.next);
+						// Not REJECTED when another move (a SUBMITTED report read before the expiry) came first.
+						if (!(await this.commit(record, decision.next))) throw await changedMeanwhile();
 						throw new ServiceError("INVALID_TRANSITION", "The intent expired before it was submitted: it is REJECTED", { state: "REJECTED", rejectionReason: "EXPIRED" });
 					}
 					const { blockhashLifetimeBlocks } = this.settings;
@@ -415,8 +420,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						if (event) this.leases.inc({ event });
 						return toWorkerView(written);
 					}
-					const current = await this.mustGet(id);
-					throw new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
+					throw await changedMeanwhile();
 				}
 			}),
 

@@ -30,6 +30,17 @@ function withNatsCredentials(urls: string, user: string | null, password: string
 		.join(",");
 }
 
+/**
+ * Moleculer's NATS transporter. A `tls://` URL requires TLS (the client's `tls` option): from the
+ * URL alone the client takes TLS only when the server offers it, so anything answering in the
+ * server's place without TLS would have been sent the credentials in clear (a review). The server's
+ * certificate is checked against Node's CAs (NODE_EXTRA_CA_CERTS adds a cluster's own).
+ */
+export function natsTransporter(urls: string, user: string | null, password: string | null): { type: "NATS"; options: { url: string; tls?: object } } {
+	const requiresTls = urls.split(",").some(url => url.trim().startsWith("tls://"));
+	return { type: "NATS", options: { url: withNatsCredentials(urls, user, password), ...(requiresTls ? { tls: {} } : {}) } };
+}
+
 const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace"] as const;
 
 /** One level less talkative than `level`, never quieter than warn. */
@@ -51,7 +62,7 @@ export function brokerOptions(config: Config): BrokerOptions {
 		nodeID: config.busGroup ? busNodeId(config.busGroup, name) : name,
 		// Embedded: every service in one process, no transporter. Distributed: NATS.
 		// The bus requires credentials (k8s/20-nats.yaml): without them any pod could call an owner.
-		transporter: config.transporter ? { type: "NATS", options: { url: withNatsCredentials(config.transporter, config.natsUser, config.natsPassword) } } : null,
+		transporter: config.transporter ? natsTransporter(config.transporter, config.natsUser, config.natsPassword) : null,
 		// JSON: readable on the wire with `nats sub`, and our payloads are small documents.
 		serializer: "JSON",
 		logger: { type: "Console", options: { formatter: config.logFormat === "json" ? jsonLine : "short", colors: false, moduleColors: false } },

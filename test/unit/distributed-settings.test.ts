@@ -1,9 +1,12 @@
 /**
  * The distributed deployment's settings, checked without a server: MongoDB URLs that weaken
  * durability are refused at start, transient driver errors are told from bugs, every index ends
- * in _id and every query shape needs one that serves it, and NATS credentials reach the URL.
+ * in _id and every query shape needs one that serves it, NATS credentials reach the URL, and a
+ * tls:// URL requires TLS (against a stand-in that answers without it).
  */
+import net from "node:net";
 import os from "node:os";
+import { ServiceBroker } from "moleculer";
 import { MongoClient, MongoNetworkError, MongoOperationTimeoutError, MongoServerError, MongoServerSelectionError, MongoWriteConcernError } from "mongodb";
 import { newBusKeyring } from "../../lib/bus-signatures";
 import { ConfigError, loadConfig } from "../../lib/config";
@@ -11,7 +14,7 @@ import { StoreUnavailableError } from "../../lib/store";
 import { DURABLE_OPTIONS, assertDurableClient, closeClient, indexDescriptions, isTransientMongoError, storeError } from "../../lib/store/mongodb";
 import { mongoUrlWeakenings, mongoUrlWithDatabase } from "../../lib/store/mongo-url";
 import { servingIndex, type CollectionSpec } from "../../lib/store/port";
-import { brokerOptions } from "../../moleculer.config";
+import { brokerOptions, natsTransporter } from "../../moleculer.config";
 
 const REPLICA_SET = "mongodb://app:secret@mongodb-0.mongodb:27017,mongodb-1.mongodb:27017,mongodb-2.mongodb:27017/scs?replicaSet=rs0&authSource=admin";
 
@@ -147,6 +150,33 @@ describe("NATS credentials", () => {
 	test("go into every transporter URL (Moleculer takes them from the URL only)", () => {
 		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p0-._~" }).options.url).toBe("nats://verifier:p0-._~@nats:4222");
 		expect(options({ TRANSPORTER: "nats://a:4222, nats://b:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).options.url).toBe("nats://verifier:p@a:4222,nats://verifier:p@b:4222");
+	});
+
+	test("a tls:// TRANSPORTER requires TLS: a plaintext server in its place is refused before the credentials go out (a review)", async () => {
+		// Stands in for whatever answers at the bus's address without TLS: a NATS INFO, then it listens.
+		const received: string[] = [];
+		const posing = net.createServer(socket => {
+			socket.on("data", chunk => received.push(chunk.toString()));
+			socket.on("error", () => {});
+			socket.write(`INFO {"server_id":"posing","version":"2.10.0","proto":1,"host":"127.0.0.1","port":4222,"max_payload":1048576}\r\n`);
+		});
+		await new Promise<void>(resolve => posing.listen(0, "127.0.0.1", resolve));
+		const { port } = posing.address() as net.AddressInfo;
+		const transporter = options({ TRANSPORTER: `tls://127.0.0.1:${port}`, NATS_USER: "verifier", NATS_PASSWORD: "bus-password-0123" });
+		expect(transporter.options).toMatchObject({ tls: {} });
+		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).options).not.toHaveProperty("tls");
+		const broker = new ServiceBroker({ nodeID: "tls-check", logger: false, transporter: natsTransporter(`tls://127.0.0.1:${port}`, "verifier", "bus-password-0123") });
+		const started = broker.start().then(
+			() => "connected",
+			(err: Error) => err.message
+		);
+		try {
+			await Promise.race([started, new Promise(resolve => setTimeout(resolve, 1500))]);
+			expect(received.join("")).not.toContain("bus-password-0123");
+		} finally {
+			await broker.stop().catch(() => {});
+			posing.close();
+		}
 	});
 
 	test("on the bus, a node id starts with its group, which NATS permissions match as a subject token", () => {

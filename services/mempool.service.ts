@@ -390,14 +390,16 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						latestSlot: this.slots.latest()
 					});
 					if (decision.kind === "replay") return toWorkerView(record);
+					const expired = () => new ServiceError("INVALID_TRANSITION", "The intent expired before it was submitted: it is REJECTED", { state: "REJECTED", rejectionReason: "EXPIRED" });
 					const changedMeanwhile = async () => {
 						const current = await this.mustGet(id);
+						if (current.state === "REJECTED" && current.rejectionReason === "EXPIRED") return expired();
 						return new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
 					};
 					if (decision.kind === "expire") {
-						// Not REJECTED when another move (a SUBMITTED report read before the expiry) came first.
-						if (!(await this.commit(record, decision.next))) throw await changedMeanwhile();
-						throw new ServiceError("INVALID_TRANSITION", "The intent expired before it was submitted: it is REJECTED", { state: "REJECTED", rejectionReason: "EXPIRED" });
+						// Not REJECTED when another move (a SUBMITTED report read before the expiry) came first;
+						// the sweep's own expiry, first, is told as this one would have been.
+						throw (await this.commit(record, decision.next)) ? expired() : await changedMeanwhile();
 					}
 					const { blockhashLifetimeBlocks } = this.settings;
 					let { next } = decision;

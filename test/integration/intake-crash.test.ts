@@ -62,7 +62,15 @@ test("killed in a commit window: a repeated TIN create is not answered from the 
 	const create = signedTinOperation(newWallet(), { intentType: "create" });
 	const ask = () => httpClient(first.url)("POST", "/tin-operations", create).then(({ status, body }) => ({ status, id: (body as { id?: string }).id }), () => "no answer" as const);
 	const firstAsk = ask();
-	await sleep(7000);
+	// The TIN's claim committed (read from the file, as committed): the operation's insert follows
+	// at once, in a group that commits 3 s later. The repeat comes inside that group's window.
+	const tinStore = new Database(path.join(dataDir, "tin.sqlite"), { readonly: true });
+	try {
+		await waitFor(() => (tinStore.prepare(`SELECT COUNT(*) AS n FROM registry_tin_claims WHERE doc LIKE '%"by":"create"%'`).get() as { n: number }).n === 1, 15_000, "the TIN's claim", 20);
+	} finally {
+		tinStore.close();
+	}
+	await sleep(300);
 	const repeat = ask();
 	await Promise.race([repeat, sleep(1200)]);
 	first.proc.child.kill("SIGKILL");

@@ -75,26 +75,22 @@ function optionalPort(env: Env, key: string): number | null {
 	return port;
 }
 
-function url(env: Env, key: string): string {
+/** A URL without a user or password: fetch would put them in its errors, which the Cranker logs. */
+function url(env: Env, key: string, credentialsHint = ""): string {
 	const value = required(env, key);
+	let parsed: URL;
 	try {
-		new URL(value);
+		parsed = new URL(value);
 	} catch {
 		throw new CrankerConfigError(`${key} is not a URL`);
 	}
+	if (parsed.username || parsed.password) throw new CrankerConfigError(`${key} holds a user or password${credentialsHint}`);
 	return value.replace(/\/+$/, "");
 }
 
-/**
- * SOLANA_RPC_URL: of the Node's comma-separated list, the first endpoint, so that one .env serves
- * both. One with a user or password is refused, as the Node refuses it: fetch would put it in its
- * error, which the Cranker logs.
- */
+/** SOLANA_RPC_URL: of the Node's comma-separated list, the first endpoint, so that one .env serves both. */
 function rpcUrl(env: Env): string {
-	const first = url({ SOLANA_RPC_URL: env.SOLANA_RPC_URL?.split(",").map(entry => entry.trim()).find(Boolean) }, "SOLANA_RPC_URL");
-	const parsed = new URL(first);
-	if (parsed.username || parsed.password) throw new CrankerConfigError("SOLANA_RPC_URL holds a user or password (put a provider's key in its path or query)");
-	return first;
+	return url({ SOLANA_RPC_URL: env.SOLANA_RPC_URL?.split(",").map(entry => entry.trim()).find(Boolean) }, "SOLANA_RPC_URL", " (put a provider's key in its path or query)");
 }
 
 function checkedAddress(key: string, value: string): Address {

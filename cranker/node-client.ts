@@ -122,6 +122,7 @@ export class NodeClient {
 		try {
 			const response = await fetch(`${this.baseUrl}/events?${query}`, {
 				headers: { "x-api-key": this.apiKey, accept: "text/event-stream", ...(lastEventId ? { "last-event-id": lastEventId } : {}) },
+				redirect: "error",
 				signal
 			});
 			status = String(response.status);
@@ -159,6 +160,8 @@ export class NodeClient {
 					method,
 					headers: { "x-api-key": this.apiKey, ...(text === undefined ? {} : { "content-type": "application/json" }), ...signature },
 					body: text,
+					// A redirect would take the worker key and the signature elsewhere (fetch keeps them, http:// included).
+					redirect: "error",
 					signal: AbortSignal.timeout(15_000)
 				});
 				status = String(response.status);

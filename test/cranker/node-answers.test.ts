@@ -70,6 +70,25 @@ test("an answer past MAX_ANSWER_BYTES is refused, not read to its end", async ()
 	}
 });
 
+test("a redirect is not followed: the worker key and the request signature stay with the Node (a review: fetch took them to any origin, http:// included)", async () => {
+	const elsewhere: string[] = [];
+	const other = await standInNode((req, res) => {
+		elsewhere.push(String(req.headers["x-api-key"] ?? "") + String(req.headers.signature ?? ""));
+		json(res, 200, []);
+	});
+	const node = await standInNode((_req, res) => res.writeHead(307, { location: `${other.url}/intent-work` }).end());
+	try {
+		const client = new NodeClient(node.url, "worker-key-0123456789", keypairSigningKey(generateKeypair()), 0);
+		await expect(client.intentWork(20)).rejects.toMatchObject({ type: "NODE_UNAVAILABLE" });
+		await expect(client.heartbeat({})).rejects.toMatchObject({ type: "NODE_UNAVAILABLE" });
+		await expect(client.eventStream("", "", AbortSignal.timeout(5000))).rejects.toMatchObject({ type: "NODE_UNAVAILABLE" });
+		expect(elsewhere).toEqual([]);
+	} finally {
+		await node.close();
+		await other.close();
+	}
+});
+
 test("a success answer that is not a JSON object or list is not taken for a yes", async () => {
 	const answers = ["OK", "", "null", "true"];
 	const node = await standInNode((_req, res) => res.writeHead(200, { "content-type": "application/json" }).end(answers.shift()));

@@ -57,6 +57,17 @@ test("SOLANA_RPC_URL: of the Node's comma-separated list, the Cranker reads the 
 	expect(() => loadCrankerConfig({ ...base, SOLANA_RPC_URL: "https://user:secret1@one.example" }, [])).not.toThrow(/secret1/);
 });
 
+test("NODE_URL with a user or password is refused without echoing it: fetch refused each request with the URL in its error, which the Cranker logged (a review)", () => {
+	const keypairFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "cranker-cli-")), "keypair.json");
+	fs.writeFileSync(keypairFile, JSON.stringify([...generateKeypair().secretKey]));
+	const base = { KEYPAIR_PATH: keypairFile, CRANKER_MINTS: generateKeypair().publicKey, WORKER_API_KEY: "single", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: "http://localhost:8899" };
+	for (const nodeUrl of ["https://user:secret1@gateway.example", "https://:secret1@gateway.example"]) {
+		expect(() => loadCrankerConfig({ ...base, NODE_URL: nodeUrl }, [])).toThrow(/^NODE_URL holds a user or password$/);
+		expect(() => loadCrankerConfig({ ...base, NODE_URL: nodeUrl }, [])).not.toThrow(/secret1/);
+	}
+	expect(loadCrankerConfig({ ...base, NODE_URL: "https://gateway.example/" }, []).nodeUrl).toBe("https://gateway.example");
+});
+
 test("CRANKER_MINTS: required for the settlement role, distinct addresses, at most 64", () => {
 	const keypairFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "cranker-cli-")), "keypair.json");
 	fs.writeFileSync(keypairFile, JSON.stringify([...generateKeypair().secretKey]));

@@ -148,7 +148,7 @@ class GroupCommit {
 			try {
 				result = write();
 			} catch (err) {
-				if (this.db.inTransaction && atomic && !(err instanceof UniqueConflictError)) this.undo.run();
+				if (this.db.inTransaction && atomic && !(err instanceof UniqueConflictError)) this.rollBack();
 				if (!this.db.inTransaction) this.failGroup(err);
 				throw err;
 			}
@@ -176,6 +176,23 @@ class GroupCommit {
 	/** Whether the open group committed (false: rolled back), once it ended. */
 	private ended(): Promise<boolean> {
 		return new Promise(resolve => this.waiting.push({ resolve: () => resolve(true), reject: () => resolve(false) }));
+	}
+
+	/**
+	 * Undoes the open transaction. Should ROLLBACK itself fail, the connection is closed, which
+	 * rolls the transaction back: left open, a half-done atomic write would be committed by the next
+	 * group, and a read would wait on a group no window ends. The store then answers unavailable.
+	 */
+	private rollBack(): void {
+		try {
+			if (this.db.inTransaction) this.undo.run();
+		} catch {
+			try {
+				this.db.close();
+			} catch {
+				// Closing failed too: nothing more this process can do to the file.
+			}
+		}
 	}
 
 	/**
@@ -209,13 +226,9 @@ class GroupCommit {
 				this.end.run();
 			}
 		} catch (err) {
-			// Settle the batch whatever the ROLLBACK does: a write left waiting would never be answered.
-			try {
-				if (this.db.inTransaction) this.undo.run();
-			} catch {
-				// Gone already, or it cannot be undone: the batch is refused all the same, and a retry
-				// of any of its writes is safe (ids and compare-and-set make them repeatable).
-			}
+			// The batch is refused whatever the rollback does; a retry of any of its writes is safe
+			// (ids and compare-and-set make them repeatable).
+			this.rollBack();
 			for (const member of this.members) member.afterRollback();
 			for (const waiter of batch) waiter.reject(storeError(this.db, err));
 			return;

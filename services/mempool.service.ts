@@ -561,7 +561,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					if (!existing && record.nonceKey && (await this.intents.findOne({ nonceKey: record.nonceKey })))
 						record = decidedRecord(intake, { ...NONCE_REUSED, verifiedBy: verdict?.verifiedBy });
 				}
-				if (!existing) throw new ServiceError("INTERNAL_ERROR", "paymentId collision without a record");
+				// MongoDB can refuse the duplicate before a majority read shows its holder: ask again, not a 500.
+				if (!existing) throw new ServiceError("NOT_READY", "Another body under this paymentId is being stored; retry later", { paymentId: request.paymentId });
 				if (existing.requestDigest !== requestDigest) {
 					// No record id here: whoever guessed a paymentId must not learn another sender's intent.
 					const data = { paymentId: existing.paymentId };

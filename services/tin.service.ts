@@ -467,7 +467,10 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					return toPublicTinOperation(record);
 				}
 				// A concurrent submission of the same operationId won; its TIN (if any) stays burned, never reused.
-				return this.replay(ctx, (await this.operations.findOne({ operationId: request.operationId }))!, digest);
+				const winner = await this.operations.findOne({ operationId: request.operationId });
+				// MongoDB can refuse the duplicate before a majority read shows the winner: ask again, not a 500.
+				if (!winner) throw new ServiceError("NOT_READY", "Another submission of this operationId is being stored; retry later", { operationId: request.operationId });
+				return this.replay(ctx, winner, digest);
 			},
 
 			async replay(ctx, existing, requestDigest) {

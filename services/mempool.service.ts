@@ -92,9 +92,6 @@ export const INTENTS_COLLECTION = {
 	// without a status, and an epoch's archive; (state, expiresAt) the expiry sweep.
 	indexes: [["state", "archivedIn", "createdAt"], ["state", "expiresAt"], ["archivedIn", "createdAt"]],
 	tally: intentTally,
-	// 2: verdicts and lapsed leases counted from the fields the Node's own moves set, no longer from
-	// the history (7c3bcbc); a tally the history-counting formula kept is seeded again from the records.
-	tallyVersion: 2,
 	// Each state change writes its event in the same write (intentEvent): SSE streams and webhooks read them.
 	outbox: true,
 	// What GET /intents and GET /intent-work answer for each intent, kept as text by every write.

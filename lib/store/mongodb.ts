@@ -44,7 +44,6 @@ import {
 	viewPlaces,
 	viewStamp,
 	viewTexts,
-	tallyVersionOf,
 	type Collection,
 	type CollectionSpec,
 	type Condition,
@@ -257,8 +256,6 @@ const SEEDED = "$seeded";
 interface TallyShard extends Document {
 	_id: string;
 	sums?: Record<string, Decimal128>;
-	/** On the marker ($seeded): the tally formula's version it was seeded with (absent: 1). */
-	version?: number;
 }
 
 function key(field: string): string {
@@ -399,29 +396,25 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	/**
-	 * A tally first kept by this version, or kept by an older formula (tallyVersion), starts from
-	 * the documents already stored, set (not added) in one snapshot transaction with its marker:
-	 * writes before the snapshot are in the scan, and a write after it conflicts with this
-	 * transaction, which then runs again.
+	 * A tally first kept by this version starts from the documents already stored, set (not added)
+	 * in one snapshot transaction with its marker: writes before the snapshot are in the scan, and
+	 * a write after it conflicts with this transaction, which then runs again.
 	 */
 	async seedTally(): Promise<void> {
-		if (!this.spec.tally) return;
-		const version = tallyVersionOf(this.spec);
-		const current = (marker: TallyShard | null) => (marker ? (marker.version ?? 1) >= version : false);
-		if (current(await guarded(this.client, () => this.tallies.findOne({ _id: SEEDED })))) return;
+		if (!this.spec.tally || (await guarded(this.client, () => this.tallies.findOne({ _id: SEEDED })))) return;
 		// Created first: a collection created inside concurrent transactions makes them collide.
 		await guarded(this.client, () => this.tallies.db.createCollection(this.tallies.collectionName)).catch(err => {
 			if (!(err instanceof MongoServerError && err.code === NAMESPACE_EXISTS)) throw err;
 		});
 		await guarded(this.client, () =>
 			inTransaction(this.client, async session => {
-					if (current(await this.tallies.findOne({ _id: SEEDED }, { session }))) return;
+					if (await this.tallies.findOne({ _id: SEEDED }, { session })) return;
 					const sums = new Map<string, bigint>();
 					for await (const stored of this.collection.find({}, { session }))
 						for (const [name, delta] of tallyChange(this.spec, null, this.fromStored(stored))) sums.set(name, (sums.get(name) ?? 0n) + delta);
 					const total = Object.fromEntries([...sums].map(([name, sum]) => [name, Decimal128.fromString(sum.toString())]));
 					await this.tallies.deleteMany({}, { session });
-					await this.tallies.insertMany([{ _id: "0", sums: total }, { _id: SEEDED, version }], { session });
+					await this.tallies.insertMany([{ _id: "0", sums: total }, { _id: SEEDED }], { session });
 			})
 		);
 	}

@@ -45,12 +45,6 @@ export interface CollectionSpec<T extends Doc = any> {
 	indexes?: readonly (readonly string[])[];
 	/** What a document adds to the collection's tally (see Tally); keys absent count 0. */
 	tally?: (doc: T) => Tally;
-	/**
-	 * The version of `tally` (1 when absent): a store whose tally was kept by a lower one seeds it
-	 * again from the documents at start, once. A change of what `tally` counts must raise it: the
-	 * old sums no longer match what the documents' changes add and take away.
-	 */
-	tallyVersion?: number;
 	/** The collection keeps an event log (an outbox): writes may carry an OutboxEvent (see insert, update). */
 	outbox?: boolean;
 	/** Views the store keeps serialized beside each document, for listViews (see ViewSpec). */
@@ -94,9 +88,6 @@ export function viewKey(name: string, view: ViewSpec<never>): string {
 	if (!/^[A-Za-z][A-Za-z0-9]*$/.test(name) || !Number.isInteger(view.version) || view.version < 1) throw new Error(`bad view ${name} v${view.version}`);
 	return `${VIEW_PREFIX}${name}_v${view.version}`;
 }
-
-/** The version of a collection's tally formula (CollectionSpec.tallyVersion). */
-export const tallyVersionOf = (spec: CollectionSpec): number => spec.tallyVersion ?? 1;
 
 /** Where an adapter keeps each of viewTexts' texts, in its order: the spec's views, then their stamp. */
 export function viewPlaces(spec: CollectionSpec): string[] {

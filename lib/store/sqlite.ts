@@ -14,7 +14,7 @@ import Database from "better-sqlite3";
 import fs from "node:fs";
 import path from "node:path";
 import { BatchWindow } from "../batcher";
-import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, eventPage, isComparison, servingIndex, tallyChange, tallyVersionOf, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventPage, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Tally, type ViewRow, type Where } from "./port";
+import { StoreUnavailableError, UniqueConflictError, assertCursor, assertOutbox, assertDeclared, assertWhere, batchSize, eventPage, isComparison, servingIndex, tallyChange, VIEW_PREFIX, VIEW_STAMP, assertViews, viewKey, viewOf, viewPlaces, viewTexts, type Collection, type CollectionSpec, type Doc, type FieldValue, type EventPage, type EventQuery, type ListQuery, type OutboxEvent, type Store, type StoredEvent, type Tally, type ViewRow, type Where } from "./port";
 
 const OPERATORS = { ne: "!=", lt: "<", lte: "<=", gt: ">", gte: ">=" } as const;
 
@@ -388,31 +388,22 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	}
 
 	/**
-	 * A tally first kept by this version, or kept by an older formula (tallyVersion), starts from
-	 * the documents already stored: one pass, once, in the same transaction as its marker (which
-	 * holds the version), each row's own contribution written again with it.
+	 * A tally first kept by this version starts from the documents already stored: one pass, once,
+	 * in the same transaction as its marker.
 	 */
 	async seedTally(): Promise<void> {
 		if (!this.spec.tally) return;
-		const version = tallyVersionOf(this.spec);
-		const marker = this.statement(`SELECT value FROM ${this.tallyTable} WHERE key = ?`);
-		const current = () => Number((marker.get(SEEDED) as { value: string } | undefined)?.value ?? 0) >= version;
-		if (current()) return;
+		const seeded = this.statement(`SELECT 1 FROM ${this.tallyTable} WHERE key = ?`);
+		if (seeded.get(SEEDED)) return;
 		await this.group.run(() => {
-			if (current()) return;
+			if (seeded.get(SEEDED)) return;
 			const sums = new Map<string, bigint>();
-			const keep = this.statement(`UPDATE ${this.table} SET ${TALLY_COLUMN} = ? WHERE id = ?`);
 			// Pages by id: a statement cannot write while another still iterates on the connection.
 			const page = this.db.prepare(`SELECT id, doc FROM ${this.table} WHERE id > ? ORDER BY id LIMIT 1000`);
 			for (let after = "", rows: { id: string; doc: string }[]; (rows = page.all(after) as typeof rows).length; after = rows[rows.length - 1].id)
-				for (const row of rows) {
-					const contribution = this.contribution(JSON.parse(row.doc) as T);
-					for (const key in contribution.sums) sums.set(key, (sums.get(key) ?? 0n) + contribution.sums[key]);
-					keep.run(contribution.text, row.id);
-				}
-			this.statement(`DELETE FROM ${this.tallyTable}`).run();
+				for (const row of rows) for (const [key, value] of tallyChange(this.spec, null, JSON.parse(row.doc) as T)) sums.set(key, (sums.get(key) ?? 0n) + value);
 			this.writeTally(sums);
-			this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, ?)`).run(SEEDED, String(version));
+			this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, '1')`).run(SEEDED);
 		}, true);
 	}
 

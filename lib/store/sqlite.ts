@@ -179,19 +179,24 @@ class GroupCommit {
 	}
 
 	/**
-	 * Undoes the open transaction. Should ROLLBACK itself fail, the connection is closed, which
-	 * rolls the transaction back: left open, a half-done atomic write would be committed by the next
-	 * group, and a read would wait on a group no window ends. The store then answers unavailable.
+	 * Undoes the open transaction. Should ROLLBACK itself fail, the transaction must never end: left
+	 * open, a half-done atomic write would be committed by the next group, and a read would wait on a
+	 * group no window ends. The connection is closed (which rolls it back) and the process stops, so
+	 * that it is restarted (SQLite rolls back what it finds when the file is opened again) rather than
+	 * left answering unavailable, and ready, for good.
 	 */
 	private rollBack(): void {
 		try {
 			if (this.db.inTransaction) this.undo.run();
-		} catch {
+		} catch (err) {
 			try {
 				this.db.close();
 			} catch {
-				// Closing failed too: nothing more this process can do to the file.
+				// Closing failed too: stopping the process is what is left.
 			}
+			setImmediate(() => {
+				throw new Error(`SQLite could not roll back a failed commit group (${(err as Error).message}): stopping, so that it is never committed`);
+			});
 		}
 	}
 

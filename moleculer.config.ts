@@ -26,7 +26,7 @@ function withNatsCredentials(urls: string, user: string | null, password: string
 	if (user === null) return urls;
 	return urls
 		.split(",")
-		.map(url => url.trim().replace(/^(nats|tls):\/\//, `$1://${user}:${password ?? ""}@`))
+		.map(url => url.trim().replace(/^(nats|tls):\/\//i, `$1://${user}:${password ?? ""}@`))
 		.join(",");
 }
 
@@ -37,7 +37,8 @@ function withNatsCredentials(urls: string, user: string | null, password: string
  * certificate is checked against Node's CAs (NODE_EXTRA_CA_CERTS adds a cluster's own).
  */
 export function natsTransporter(urls: string, user: string | null, password: string | null): { type: "NATS"; options: { url: string; tls?: object } } {
-	const requiresTls = urls.split(",").some(url => url.trim().startsWith("tls://"));
+	// One tls:// URL makes TLS required of every server of the list: the client has one tls option.
+	const requiresTls = urls.split(",").some(url => /^tls:\/\//i.test(url.trim()));
 	return { type: "NATS", options: { url: withNatsCredentials(urls, user, password), ...(requiresTls ? { tls: {} } : {}) } };
 }
 

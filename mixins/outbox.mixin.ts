@@ -4,7 +4,7 @@
  * and the `events.appended` notice, so that readers learn of new events without polling for them.
  */
 import type { Context, Service, ServiceBroker, ServiceSchema } from "moleculer";
-import type { Collection, Doc, EventPage, EventQuery, StoredEvent } from "../lib/store";
+import { removeInBatches, type Collection, type Doc, type EventPage, type EventQuery, type StoredEvent } from "../lib/store";
 import { eventMetrics, sweepMetrics } from "../services/metrics";
 import { internal } from "../services/internal";
 import { sweeperMixin } from "./sweeper.mixin";
@@ -76,12 +76,7 @@ export function outboxMixin<S>(stream: EventStream, config: Config, log: (servic
 		mixins: [
 			sweeperMixin<S>(`${stream} event retention`, Math.max(sweepIntervalMs, 1000), async function (this: S) {
 				const before = new Date(Date.now() - retentionMs).toISOString();
-				let pruned = 0;
-				for (let batch = 0; batch < PRUNE_BATCHES_PER_SWEEP; batch++) {
-					const removed = await log(this).pruneEvents(before, PRUNE_BATCH);
-					pruned += removed;
-					if (removed < PRUNE_BATCH) break;
-				}
+				const pruned = await removeInBatches(batch => log(this).pruneEvents(before, batch), PRUNE_BATCH, PRUNE_BATCHES_PER_SWEEP);
 				if (pruned) sweepMetrics((this as unknown as Service).broker).inc({ sweep: `${stream}-event-retention`, result: "pruned" }, pruned);
 			})
 		],

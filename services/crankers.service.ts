@@ -18,7 +18,7 @@ import { ServiceError } from "../lib/errors";
 import { BUS_SIGNATURE_TTL_MS } from "../lib/bus-signatures";
 import { MAX_CLOCK_SKEW_S } from "../lib/http-signature";
 import { CRANKER_ROLES, address, heartbeatParams, type CrankerRole } from "../lib/schemas";
-import { listInPages, removeWhereInBatches, type Collection } from "../lib/store";
+import { listInPages, removeInBatches, type Collection } from "../lib/store";
 import { sweepMetrics } from "./metrics";
 import { callKey, isOwnWrite } from "./replay";
 import { storeMixin } from "../mixins/store.mixin";
@@ -31,7 +31,7 @@ const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Heartbeats read per page when a replica folds in what was stored since its last look. */
 const CATCH_UP_PAGE = 500;
 /**
- * Records pruned per store call, and calls per sweep: up to 10,000 a second, where one batch a
+ * Records pruned per store call, and calls per sweep: up to 10,000 a sweep (a second by default), where one batch a
  * sweep let signed calls (each leaves its signature for two minutes) at more than 500 a second grow
  * the table for good (a review); still bounded, so that the sweep's other work and a stop wait for
  * little.
@@ -475,8 +475,10 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			async sweep(this: CrankersThis) {
 				const nowMs = Date.now();
 				await this.catchUp(nowMs);
-				const forgotten = await removeWhereInBatches(this.seenSignatures, { expiresAt: { lt: new Date(nowMs).toISOString() } }, PRUNE_BATCH, PRUNE_BATCHES_PER_SWEEP);
-				const pruned = await removeWhereInBatches(this.crankers, { lastSeenAt: { lt: new Date(nowMs - this.settings.crankerRetentionMs).toISOString() } }, PRUNE_BATCH, PRUNE_BATCHES_PER_SWEEP);
+				const expired = { expiresAt: { lt: new Date(nowMs).toISOString() } };
+				const forgotten = await removeInBatches(batch => this.seenSignatures.removeWhere(expired, batch), PRUNE_BATCH, PRUNE_BATCHES_PER_SWEEP);
+				const longSilent = { lastSeenAt: { lt: new Date(nowMs - this.settings.crankerRetentionMs).toISOString() } };
+				const pruned = await removeInBatches(batch => this.crankers.removeWhere(longSilent, batch), PRUNE_BATCH, PRUNE_BATCHES_PER_SWEEP);
 				this.sweeps.inc({ sweep: "cranker-liveness", result: "pruned" }, pruned);
 				this.sweeps.inc({ sweep: "cranker-liveness", result: "signatures-forgotten" }, forgotten);
 			}

@@ -393,7 +393,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					const expired = () => new ServiceError("INVALID_TRANSITION", "The intent expired before it was submitted: it is REJECTED", { state: "REJECTED", rejectionReason: "EXPIRED" });
 					const changedMeanwhile = async () => {
 						const current = await this.mustGet(id);
-						if (current.state === "REJECTED" && current.rejectionReason === "EXPIRED") return expired();
+						// The Node's own expiry records no Cranker (one's refusal may give "EXPIRED" as its reason too).
+						if (current.state === "REJECTED" && current.rejectionReason === "EXPIRED" && !current.history.at(-1)?.by) return expired();
 						return new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
 					};
 					if (decision.kind === "expire") {

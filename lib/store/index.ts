@@ -5,7 +5,7 @@ import type { Store } from "./port";
 import { SqliteStore } from "./sqlite";
 
 export { mongoDatabaseName, mongoUrlWeakenings } from "./mongo-url";
-export { StoreUnavailableError, UniqueConflictError, eventPage, listInPages, removeWhereInBatches } from "./port";
+export { StoreUnavailableError, UniqueConflictError, eventPage, listInPages, removeInBatches } from "./port";
 export type { Collection, CollectionSpec, Condition, Doc, EventPage, EventQuery, FieldValue, ListQuery, OutboxEvent, Store, StoredEvent, Tally, ViewRow, ViewSpec, Where } from "./port";
 
 export interface StoreOptions {

@@ -182,13 +182,13 @@ export async function* listInPages<T extends Doc>(collection: Pick<Collection<T>
 }
 
 /**
- * Removes the documents matching `where`, `batch` at a time so that each store call stays short,
- * until a batch comes back short or `batches` were removed; how many.
+ * Runs `removeBatch` (a removeWhere or a pruneEvents of at most `batch`) until a batch comes back
+ * short or `batches` ran: each store call stays short, and a sweep's run bounded; how many went.
  */
-export async function removeWhereInBatches(collection: Pick<Collection<Doc>, "removeWhere">, where: Where, batch: number, batches: number): Promise<number> {
+export async function removeInBatches(removeBatch: (batch: number) => Promise<number>, batch: number, batches: number): Promise<number> {
 	let total = 0;
 	for (let round = 0; round < batches; round++) {
-		const removed = await collection.removeWhere(where, batch);
+		const removed = await removeBatch(batch);
 		total += removed;
 		if (removed < batch) break;
 	}

@@ -165,7 +165,10 @@ describe("NATS credentials", () => {
 		const transporter = options({ TRANSPORTER: `tls://127.0.0.1:${port}`, NATS_USER: "verifier", NATS_PASSWORD: "bus-password-0123" });
 		expect(transporter.options).toMatchObject({ tls: {} });
 		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).options).not.toHaveProperty("tls");
-		const broker = new ServiceBroker({ nodeID: "tls-check", logger: false, transporter: natsTransporter(`tls://127.0.0.1:${port}`, "verifier", "bus-password-0123") });
+		// The scheme in any case (a URL's scheme is case-insensitive, and the config takes TLS://).
+		expect(options({ TRANSPORTER: "TLS://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).options).toMatchObject({ tls: {}, url: "TLS://verifier:p@nats:4222" });
+		// No reconnection: its timer would outlive the test.
+		const broker = new ServiceBroker({ nodeID: "tls-check", logger: false, transit: { disableReconnect: true }, transporter: natsTransporter(`tls://127.0.0.1:${port}`, "verifier", "bus-password-0123") });
 		const started = broker.start().then(
 			() => "connected",
 			(err: Error) => err.message

@@ -98,6 +98,8 @@ interface WebhooksVars {
 	resealTimer?: NodeJS.Timeout;
 	/** The latest sweep of the stored secrets (resealStored), settled when done. */
 	sweeping?: Promise<void>;
+	/** This process's creations, one at a time through the limit's count (storeWithinLimit). */
+	creations: Promise<unknown>;
 }
 
 interface WebhooksMethods {
@@ -107,6 +109,8 @@ interface WebhooksMethods {
 	held(id: string, version: number, progress?: { stream: WebhookStream; seq: number }): Promise<WebhookRecord | null>;
 	subscribe(ctx: Context, request: CreateWebhookRequest): Promise<WebhookRecord>;
 	storeWithinLimit(record: WebhookRecord): Promise<void>;
+	/** storeWithinLimit's check, in its turn. */
+	storeCounted(record: WebhookRecord): Promise<void>;
 	dueFor(heads: StreamHeads, nowMs: number, wanted: number): Promise<WebhookRecord[]>;
 	behind(heads: StreamHeads, wanted: number): Promise<WebhookRecord[]>;
 	lease(candidates: WebhookRecord[], claim: { leasedBy: string; nonce: string }, nowMs: number, limit: number): Promise<WebhookLease[]>;
@@ -325,8 +329,18 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 				return record;
 			},
 
-			/** Stores a new subscription unless the deployment keeps WEBHOOKS_MAX already (409 LIMIT_REACHED). */
-			async storeWithinLimit(this: WebhooksThis, record) {
+			/**
+			 * Stores a new subscription unless the deployment keeps WEBHOOKS_MAX already (409 LIMIT_REACHED).
+			 * A process's creations take turns: counts answer only what is committed, so creations of
+			 * one commit group would each count the others and all withdraw.
+			 */
+			storeWithinLimit(this: WebhooksThis, record) {
+				const turn = this.creations.then(() => this.storeCounted(record));
+				this.creations = turn.catch(() => {});
+				return turn;
+			},
+
+			async storeCounted(this: WebhooksThis, record) {
 				const max = this.settings.webhooksMax;
 				const full = () => new ServiceError("LIMIT_REACHED", `This deployment keeps at most ${max} webhook subscriptions (WEBHOOKS_MAX); delete one first`);
 				// Full already: refused without storing anything.
@@ -432,6 +446,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 
 		created(this: WebhooksThis) {
 			this.keys = loadWebhookKeys(config, this.logger);
+			this.creations = Promise.resolve();
 		},
 
 		/** A check of the stored secrets after start (readiness does not wait for it); under rotation (earlier keys listed), again every RESEAL_SWEEP_MS. */

@@ -383,7 +383,8 @@ describe("a receiver that switches protocols (101)", () => {
 describe("WEBHOOKS_MAX", () => {
 	it("keeps at most that many subscriptions, five asked for at once: 409 LIMIT_REACHED past it, room again after a delete", async () => {
 		const dir = tempDir();
-		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [newRoute()]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOKS_MAX: "3" }, dir);
+		// A long commit window: the five creations' writes share commit groups, as under load.
+		const node = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [newRoute()]), WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOKS_MAX: "3", STORE_COMMIT_WINDOW_MS: "200" }, dir);
 		try {
 			const create = (i: number) => node.http("POST", "/webhooks", { url: `http://127.0.0.1:9/hook${i}`, eventTypes: [INTENT] }, worker);
 			const answers = await Promise.all([0, 1, 2, 3, 4].map(create));

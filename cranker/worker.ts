@@ -284,7 +284,7 @@ export class Cranker {
 				this.log.info("following the Node's event stream", { resumedAfter: parser.lastEventId || null });
 				// Read through a pipe that the connection's abort ends: fetch's abort did not always reach a
 				// body being read, and a stop then waited for the stream for good.
-				for await (const event of readEvents(body.pipeThrough(new TransformStream(), { signal: connection.signal }), parser, silence)) {
+				for await (const event of readEvents(body.pipeThrough(new TransformStream<Uint8Array, Uint8Array>(), { signal: connection.signal }), parser, silence)) {
 					// Work this Cranker cannot pay does not wake it: a flood of it would have it read pages for nothing.
 					const id = event.type === INTENT_EVENT_TYPE ? this.payableAnnounced(event.data) : null;
 					// Nor one it just gave back: its own release is announced too.

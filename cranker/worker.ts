@@ -7,15 +7,15 @@
  * intent's turn, new liquidity, orphans) and for when the stream is down.
  */
 import { createKeyPairSignerFromBytes, getSignatureFromTransaction, type KeyPairSigner, type Transaction } from "@solana/kit";
-import { buildHeartbeatMessage, buildTinOperationMessage } from "../lib/canonical";
-import { createSigner, verifySignature } from "../lib/ed25519";
+import { buildHeartbeatMessage } from "../lib/canonical";
+import { createSigner } from "../lib/ed25519";
 import { isAmount, isIsoTime } from "../lib/encoding";
 import { keypairSigningKey } from "../lib/http-signature";
 import { INTENT_EVENT_TYPE, type MempoolIntent, type PublicMempoolIntent } from "../lib/intents";
 import type { TinStage } from "../lib/schemas";
 import { registryMemo, signMemoTransaction } from "../lib/settlement";
 import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
-import { MAX_CLOCK_SKEW_MS, checkValidityWindow } from "../lib/verification";
+import { MAX_CLOCK_SKEW_MS, checkValidityWindow, isOwnerSigned } from "../lib/verification";
 import type { StageRequest } from "../lib/tin-operations";
 import { Chain } from "./chain";
 import type { CrankerConfig } from "./config";
@@ -461,7 +461,7 @@ export class Cranker {
 	/** An independent check of the owner's signature over the SPEC §5 message. */
 	private async verifyOperation(op: TinOperationWork): Promise<void> {
 		const { request } = op;
-		const valid = verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature);
+		const valid = isOwnerSigned(request);
 		if (valid) await this.moveTinStage(op.id, "verified", { crankerPubkey: this.pubkey });
 		else await this.moveTinStage(op.id, "rejected", { crankerPubkey: this.pubkey, reason: "INVALID_SIGNATURE: the owner signature does not verify" });
 		this.log.info(valid ? "TIN operation verified" : "TIN operation rejected", { operation: op.id });
@@ -543,7 +543,7 @@ export class Cranker {
 		const { request } = op;
 		if (op.feeCommittedBy !== this.pubkey) return "its fee was committed by another Cranker";
 		if (op.operationId !== request.operationId) return "its id is not the one its owner signed";
-		if (!verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature)) return "its owner signature does not verify";
+		if (!isOwnerSigned(request)) return "its owner signature does not verify";
 		if (!isIsoTime(request.issuedAt) || !isIsoTime(request.expiresAt)) return "its owner signed no time the Node takes";
 		const window = checkValidityWindow(request.issuedAt, request.expiresAt, Date.now());
 		return window.ok ? null : window.reason === "EXPIRED" ? "expired" : window.detail;

@@ -3,7 +3,7 @@
  * the SPEC's order and the first failure is the answer: message binding, funding mode,
  * signature, expiry, route. The nonce, the last check, belongs to the mempool that owns nonces.
  */
-import { MAX_VALIDITY_MS, SUPPORTED_FUNDING_MODE, buildPaymentMessage } from "./canonical";
+import { MAX_VALIDITY_MS, SUPPORTED_FUNDING_MODE, buildPaymentMessage, buildTinOperationMessage, type TinOperationFields } from "./canonical";
 import { verifySignature } from "./ed25519";
 import type { RejectionReason } from "./errors";
 import type { CreateIntentRequest } from "./intents";
@@ -63,6 +63,14 @@ export function verifyPaymentAuthorization(request: CreateIntentRequest, context
 export function isSenderSigned(request: CreateIntentRequest): boolean {
 	const binding = messageBinding(request);
 	return binding.ok && verifySignature(request.senderWallet, binding.message, request.senderAuthorizationSignature);
+}
+
+/**
+ * Whether a TIN operation is its owner's: the owner's strict signature of its SPEC §5 message. No
+ * clock, as for a payment (isSenderSigned).
+ */
+export function isOwnerSigned(request: TinOperationFields & { ownerSignature: string }): boolean {
+	return verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature);
 }
 
 /**

@@ -6,12 +6,10 @@
 import fs from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
-import { buildTinOperationMessage } from "../lib/canonical";
 import type { NodeChain } from "../lib/chain";
 import { judgeChainEvidence, readChain, type ChainObservation } from "../lib/chain-evidence";
 import { ConfigError, type Config } from "../lib/config";
 import { requestDigest } from "../lib/digest";
-import { verifySignature } from "../lib/ed25519";
 import { ServiceError } from "../lib/errors";
 import { newId } from "../lib/ids";
 import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } from "../lib/registry";
@@ -37,7 +35,7 @@ import {
 	type TinOperationState
 } from "../lib/tin-operations";
 import { StoreUnavailableError, listInPages, type Collection, type Where } from "../lib/store";
-import { checkValidityWindow } from "../lib/verification";
+import { checkValidityWindow, isOwnerSigned } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
 import { crankerSignedMixin } from "../mixins/cranker-signed.mixin";
@@ -448,7 +446,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				const existing = await this.operations.findOne({ operationId: request.operationId });
 				if (existing) return this.replay(ctx, existing, digest);
 
-				if (!verifySignature(request.ownerWallet, buildTinOperationMessage(request), request.ownerSignature))
+				if (!isOwnerSigned(request))
 					throw new ServiceError("INVALID_SIGNATURE", "ownerSignature is not ownerWallet's signature of the operation message");
 				const now = Date.now();
 				const window = checkValidityWindow(request.issuedAt, request.expiresAt, now);

@@ -293,9 +293,16 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				const receivedBefore = new Date(now - graceMs).toISOString();
 				const staleBefore = new Date(now - 2 * this.settings.verifyTimeoutMs).toISOString();
 				const waiting = await callServed<WaitingIntent[]>(this.broker, "mempool.pendingVerification", { receivedBefore, staleBefore, limit: SWEEP_BATCH });
+				// One intent whose verification fails (an error no retry mends) must not hold up the
+				// others behind it, sweep after sweep: the run goes on and then fails with the first error.
+				let firstFailure: unknown = null;
 				for (const intent of waiting) {
 					status.picked++;
-					const outcome = await this.verifyWaiting(intent);
+					const outcome = await this.verifyWaiting(intent).catch(err => void (firstFailure ??= err));
+					if (!outcome) {
+						status.pending++;
+						continue;
+					}
 					if (outcome.verifierUnavailable) {
 						status.verifierUnavailable = true;
 						status.pending++;
@@ -306,6 +313,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 					else status.verified++;
 				}
 				for (const result of ["verified", "rejected", "pending"] as const) this.sweeps.inc({ sweep: "verification", result }, status[result]);
+				if (firstFailure) throw firstFailure;
 				return status;
 			}
 		} satisfies ReceiverMethods & ThisType<ReceiverThis>,

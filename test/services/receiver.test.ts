@@ -169,6 +169,30 @@ test("without a verifier: 202 RECEIVED, then the sweep verifies it once a verifi
 	}
 });
 
+test("an intent whose verification fails does not hold up the others of the sweep: they are verified, and the sweep then fails with its error", async () => {
+	const intake = await startIntake(false);
+	try {
+		// One after the other: the sweep takes the oldest first.
+		const answers = [...(await intake.submitMany([signedIntent(newWallet(), route)]))];
+		await new Promise(resolve => setTimeout(resolve, 5));
+		answers.push(...(await intake.submitMany([signedIntent(newWallet(), route)])));
+		const [stuck, next] = answers.map(viewOf);
+		expect(answers.map(answer => ("status" in answer ? answer.status : 0))).toEqual([202, 202]);
+		// The oldest waiting intent cannot be read (a damaged page): every sweep meets it first.
+		const intents = (intake.broker.getLocalService("mempool") as unknown as { intents: Collection<IntentRecord> }).intents;
+		const get = intents.get.bind(intents);
+		intents.get = id => (id === stuck.id ? Promise.reject(Object.assign(new Error("disk I/O error"), { code: "SQLITE_IOERR" })) : get(id));
+		intake.broker.createService(verifierService(intake.config));
+		await intake.broker.waitForServices("verifier");
+		await expect(intake.broker.call("receiver.wake")).rejects.toThrow();
+		expect(await intake.broker.call("mempool.view", { id: next.id })).toMatchObject({ receiverStatus: "VERIFIED" });
+		intents.get = get;
+		expect(await intake.broker.call("receiver.wake")).toMatchObject({ ok: true, status: { picked: 1, verified: 1 } });
+	} finally {
+		await intake.broker.stop();
+	}
+});
+
 test("a forgery taken without a verifier, expired, holds nobody's paymentId: not expired before its verdict, the real body told to retry (503), then the verification removes it", async () => {
 	const intake = await startIntake(false);
 	try {

@@ -39,7 +39,15 @@ export function intentTally(record: IntentRecord): Record<string, bigint> {
 	return tally;
 }
 
-/** Reads the figures back from the collection's tally. */
+/**
+ * The tally keys some figures need, by prefix: the live counts, and with them the live volume per
+ * mint. The settled volume has a key for every mint ever settled, which routes that do not report
+ * it should not read.
+ */
+export const LIVE_COUNTS = ["live:"] as const;
+export const LIVE_FIGURES = ["live:", "liveVolume:"] as const;
+
+/** Reads the figures back from the collection's tally (or the part of it read: the others are 0). */
 export function totalsFromTally(tally: Readonly<Record<string, bigint>>): TotalsSnapshot {
 	const live = Object.fromEntries(INTENT_STATES.map(state => [state, Number(tally[`live:${state}`] ?? 0n)])) as Record<IntentState, number>;
 	const amounts = (prefix: string) =>

@@ -17,7 +17,7 @@ import { sha256HexNative } from "../lib/digest";
 import { ServiceError, type RejectionReason } from "../lib/errors";
 import { newId } from "../lib/ids";
 import { INTAKE_BATCH_MAX, NONCE_REUSED, decidedRecord, receivedRecord, refusalOf, withVerdict, type Intake, type Refusal, type Verdict } from "../lib/intake";
-import { intentTally, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
+import { intentTally, LIVE_COUNTS, LIVE_FIGURES, totalsFromTally, type TotalsSnapshot } from "../lib/intent-totals";
 import {
 	EXPIRABLE_STATES,
 	INTENT_STATES,
@@ -183,7 +183,7 @@ interface MempoolMethods {
 	commit(current: IntentRecord, next: IntentRecord): Promise<IntentRecord | null>;
 	applyVerdict(record: IntentRecord, verdict: Verdict): Promise<IntentRecord | null>;
 	mustGet(id: string): Promise<IntentRecord>;
-	totals(): Promise<TotalsSnapshot>;
+	totals(prefixes?: readonly string[]): Promise<TotalsSnapshot>;
 	expireDue(): Promise<number>;
 	releaseLapsedLeases(): Promise<number>;
 	observeChain(record: IntentRecord, check: PendingChainCheck): Promise<ChainObservation[] | null>;
@@ -461,7 +461,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			epochTotals: internal({
 				params: {},
 				async handler(this: MempoolThis): Promise<Pick<EpochStatus, "intents" | "volume">> {
-					const { live, liveVolume } = await this.totals();
+					const { live, liveVolume } = await this.totals(LIVE_FIGURES);
 					return { intents: { received: Object.values(live).reduce((sum, n) => sum + n, 0), executed: live.CONFIRMED, canceled: live.REJECTED }, volume: liveVolume };
 				}
 			}),
@@ -524,7 +524,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			counts: internal({
 				params: {},
 				async handler(this: MempoolThis): Promise<Record<IntentState, number>> {
-					return (await this.totals()).live;
+					return (await this.totals(LIVE_COUNTS)).live;
 				}
 			})
 		},
@@ -627,8 +627,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			},
 
 			/** The figures of every intent, from the store's tally: the same for every replica. */
-			async totals(this: MempoolThis) {
-				return totalsFromTally(await this.intents.tally());
+			async totals(this: MempoolThis, prefixes) {
+				return totalsFromTally(await this.intents.tally(prefixes));
 			},
 
 			async expireDue(this: MempoolThis) {

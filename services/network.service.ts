@@ -70,7 +70,7 @@ async function clusterFamilies(totals: TotalsSnapshot, crankers: CrankerSummary)
 	const intents = gauge("scs_intents", "Live payment intents per internal state.", ["state"]);
 	for (const [state, n] of Object.entries(totals.live)) intents.set({ state }, n);
 	counter("scs_settled_intents_total", "Payment intents settled (CONFIRMED).").inc(totals.settled.count);
-	// Per mint: the settled mints are those Crankers chose to offer liquidity in, a short list.
+	// Per mint, as SPEC §8 has it: as many as Crankers settled (docs/security.md, settled mints).
 	const volume = counter("scs_settled_volume_base_units_total", "Settled amount per token mint, in base units.", ["mint"]);
 	for (const [mint, amount] of Object.entries(totals.settled.volume)) volume.inc({ mint }, Number(amount));
 	const verdicts = counter("scs_intent_verdicts_total", "Verification verdicts stored on intents, by verdict.", ["verdict"]);

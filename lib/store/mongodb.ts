@@ -630,9 +630,15 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		return (await guarded(this.client, () => this.eventLog.deleteMany({ _id: { $lte: candidates[upTo - 1]._id } }))).deletedCount;
 	}
 
-	async tally(): Promise<Record<string, bigint>> {
+	async tally(prefixes?: readonly string[]): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
-		const shards = await guarded(this.client, () => this.tallies.find({ _id: { $ne: SEEDED } }).toArray());
+		// With prefixes, the server drops the other keys: only the sums asked for cross the wire.
+		const startsWithOne = prefixes && { $or: prefixes.map(prefix => ({ $eq: [{ $substrCP: ["$$sum.k", 0, prefix.length] }, prefix] })) };
+		const shards = await guarded(this.client, () =>
+			startsWithOne
+				? this.tallies.aggregate<TallyShard>([{ $match: { _id: { $ne: SEEDED } } }, { $project: { sums: { $arrayToObject: { $filter: { input: { $objectToArray: { $ifNull: ["$sums", {}] } }, as: "sum", cond: startsWithOne } } } } }]).toArray()
+				: this.tallies.find({ _id: { $ne: SEEDED } }).toArray()
+		);
 		const sums = new Map<string, bigint>();
 		for (const shard of shards) for (const [name, value] of Object.entries(shard.sums ?? {})) sums.set(name, (sums.get(name) ?? 0n) + BigInt(value.toString()));
 		return Object.fromEntries([...sums].filter(([, sum]) => sum !== 0n));

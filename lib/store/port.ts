@@ -235,8 +235,12 @@ export interface Collection<T extends Doc> {
 	count(where?: Where): Promise<number>;
 	/** Number of documents per value of `field`. */
 	countBy(field: string, where?: Where): Promise<Record<string, number>>;
-	/** The collection's tally (CollectionSpec.tally): nonzero sums only. */
-	tally(): Promise<Record<string, bigint>>;
+	/**
+	 * The collection's tally (CollectionSpec.tally): nonzero sums only; with `prefixes`, only the
+	 * keys that start with one of them, read without the others (keys named after what clients
+	 * choose, such as mints, are many).
+	 */
+	tally(prefixes?: readonly string[]): Promise<Record<string, bigint>>;
 	/** Committed events after `query.after`, oldest first (outbox collections), and how far the read saw. */
 	events(query: EventQuery): Promise<EventPage>;
 	/** The newest committed event of `subject`, or of the collection; null when there is none. */

@@ -285,6 +285,9 @@ function storedEvent(row: EventRow): StoredEvent {
 	return { seq: row.seq, subject: row.subject, type: row.type, at: row.at, data: JSON.parse(row.data) as Record<string, unknown> };
 }
 
+/** The least text above every text that starts with `prefix`. */
+const prefixEnd = (prefix: string) => prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+
 /** The column that keeps a row's contribution to its collection's tally. */
 const TALLY_COLUMN = "_tally";
 
@@ -440,11 +443,14 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	private writeTally(changes: Map<string, bigint>): void {
 		const read = this.statement(`SELECT value FROM ${this.tallyTable} WHERE key = ?`);
 		const write = this.statement(`INSERT INTO ${this.tallyTable} (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`);
+		const remove = this.statement(`DELETE FROM ${this.tallyTable} WHERE key = ?`);
 		for (const [key, delta] of changes) {
 			if (delta === 0n) continue;
 			// Sums are decimal text: amounts in base units overflow SQLite's 64-bit integers.
-			const current = (read.get(key) as { value: string } | undefined)?.value ?? "0";
-			write.run(key, (BigInt(current) + delta).toString());
+			const sum = BigInt((read.get(key) as { value: string } | undefined)?.value ?? "0") + delta;
+			// A sum back at zero leaves no row: keys come and go (a mint's live volume), reads stay short.
+			if (sum === 0n) remove.run(key);
+			else write.run(key, sum.toString());
 		}
 	}
 
@@ -704,13 +710,18 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		});
 	}
 
-	async tally(): Promise<Record<string, bigint>> {
+	async tally(prefixes?: readonly string[]): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
 		return this.group.committed(() => {
-			const rows = this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED) as { key: string; value: string }[];
+			// A prefix is a range of the key's primary-key index: [prefix, prefix with its last character's successor).
+			const rows = (
+				prefixes
+					? prefixes.flatMap(prefix => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key >= ? AND key < ?`).all(prefix, prefixEnd(prefix)))
+					: this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED)
+			) as { key: string; value: string }[];
 			// With the open group's tally changes, as with its documents: both count once it committed.
 			const sums = new Map(rows.map(r => [r.key, BigInt(r.value)]));
-			for (const [key, delta] of this.pending) sums.set(key, (sums.get(key) ?? 0n) + delta);
+			for (const [key, delta] of this.pending) if (!prefixes || prefixes.some(prefix => key.startsWith(prefix))) sums.set(key, (sums.get(key) ?? 0n) + delta);
 			return Object.fromEntries([...sums].filter(([, value]) => value !== 0n));
 		});
 	}

@@ -226,6 +226,16 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				expect(await items.tally()).toStrictEqual({});
 			});
 
+			test("read by prefixes: only the keys that start with one of them", async () => {
+				const items = await store.collection<Item>(tallied(`items_${++collections}`));
+				await items.insert({ id: "a", status: "open" });
+				await items.insert({ id: "b", status: "done", amount: "7" });
+				expect(await items.tally(["status:"])).toStrictEqual({ "status:open": 1n, "status:done": 1n });
+				expect(await items.tally(["amount", "none:"])).toStrictEqual({ amount: 7n });
+				expect(await items.tally(["status:d", "status:o"])).toStrictEqual({ "status:done": 1n, "status:open": 1n });
+				expect(await items.tally(["missing:"])).toStrictEqual({});
+			});
+
 			test("a write whose tally fails is undone whole: document and tally stay as they were", async () => {
 				const spec = tallied(`items_${++collections}`);
 				const items = await store.collection<Item>({ ...spec, tally: item => (item.status === "boom" ? (() => { throw new Error("boom"); })() : spec.tally!(item)) });

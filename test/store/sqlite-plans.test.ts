@@ -5,6 +5,7 @@
  * would sort every match tells such plans from index walks.
  */
 import Database from "better-sqlite3";
+import { LIVE_COUNTS, LIVE_FIGURES } from "../../lib/intent-totals";
 import type { IntentRecord, IntentState } from "../../lib/intents";
 import { openStore, type Collection, type ListQuery, type Store } from "../../lib/store";
 import { sortsOrScans } from "../../lib/store/sqlite";
@@ -102,4 +103,26 @@ test("the plan check tells SQLite's sorting and scanning plans from index walks"
 	expect(sortsOrScans(scanned, "t", true)).toBe(true);
 	// An unordered bounded read of a small collection may scan it.
 	expect(sortsOrScans(["SCAN t"], "t", false)).toBe(false);
+});
+
+test("the live figures read their own tally keys, not one per mint ever settled; a sum back at zero leaves no row", async () => {
+	const settled = Array.from({ length: 20 }, (_, i): IntentRecord => ({ ...record(5000 + i), id: `int_mint_${i}`, paymentId: `pay_mint_${i}`, state: "CONFIRMED", request: { tokenMintAddress: `settled${i}`, amount: "5" } as IntentRecord["request"] }));
+	for (const intent of settled) await intents.insert({ ...intent, archivedIn: undefined });
+	const live = await intents.tally(LIVE_FIGURES);
+	expect(Object.keys(live).filter(key => !key.startsWith("live:") && !key.startsWith("liveVolume:"))).toEqual([]);
+	expect(live["liveVolume:settled7"]).toBe(5n);
+	expect(Object.keys(await intents.tally(LIVE_COUNTS)).every(key => key.startsWith("live:"))).toBe(true);
+	expect((await intents.tally())["settledVolume:settled7"]).toBe(5n);
+
+	// Archived, their mints' live volume is zero: the rows go, the settled volume stays.
+	for (const intent of settled) expect(await intents.update(intent.id, { state: "CONFIRMED" }, { ...intent, archivedIn: 2 })).toBe(true);
+	const file = new Database(`${dataDir}/mempool.sqlite`, { readonly: true });
+	const rows = (pattern: string) => (file.prepare(`SELECT count(*) AS n FROM "${INTENTS_COLLECTION.name}__tally" WHERE key LIKE ?`).get(pattern) as { n: number }).n;
+	try {
+		expect(rows("liveVolume:settled%")).toBe(0);
+		expect(rows("settledVolume:settled%")).toBe(20);
+	} finally {
+		file.close();
+	}
+	expect((await intents.tally(LIVE_FIGURES))["liveVolume:settled7"]).toBeUndefined();
 });

@@ -241,7 +241,9 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 					const delivery = this.deliver(lease, leasedAt, streamHeads)
 						.catch(err => this.logger.warn(`Webhook ${id}: delivery stopped, resumed once its lease lapses: ${(err as Error).message}`))
 						.finally(() => {
-							this.active.delete(id);
+							// A delivery whose lease lapsed while a call hung may end after this worker leased the
+							// subscription again: the newer delivery keeps its place (MAX_ACTIVE, the wait on stop).
+							if (this.active.get(id) === delivery) this.active.delete(id);
 							if (!this.stopping) this.wake().catch(() => {});
 						});
 					this.active.set(id, delivery);

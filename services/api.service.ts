@@ -294,6 +294,7 @@ interface ApiMethods {
 	assertMetricsKey(req: IncomingMessage, res: ServerResponse): void;
 	workerKeyAttempt(req: IncomingMessage, res: ServerResponse): boolean;
 	assertNotThrottled(req: IncomingMessage, res: ServerResponse): void;
+	bodyWanted(req: Request & { parsedUrl?: string }, res: ServerResponse): boolean;
 	signedCrankerRequest(req: Request): Promise<CrankerRequest>;
 	routeOf(req: Request & { $alias?: { fullPath?: string }; parsedUrl?: string }): string;
 	limitConnections(metrics: ReturnType<typeof httpMetrics>): void;
@@ -304,7 +305,7 @@ interface GatewayMethods {
 	server?: http.Server;
 	httpHandler: http.RequestListener;
 	sendError(req: IncomingMessage, res: ServerResponse, err: unknown): void;
-	resolveAlias(url: string, method?: string): { alias: { fullPath: string } } | false;
+	resolveAlias(url: string, method?: string): { alias: { fullPath: string; route: { opts: { name?: string } } } } | false;
 	routes: { opts: { name?: string }; rateLimit?: { store?: PublicRateStore } }[];
 }
 
@@ -315,8 +316,17 @@ type PublicRateStore = InstanceType<typeof ApiGateway.RateLimitStores.MemoryStor
 /** Request bodies (services/json-body.ts), for every route and the front door. */
 const readJson = jsonBody(MAX_BODY_BYTES);
 
-/** A route middleware calling the service's method (moleculer-web calls them with the service as `this`). */
-function parseBodyMiddleware(this: ApiThis, req: Request, res: ServerResponse, next: Next): void {
+/**
+ * A route middleware calling the service's methods (moleculer-web calls them with the service as
+ * `this`). moleculer-web runs it before its own checks: a request that no body can save is left
+ * unread here (Node drops its bytes), so a few hundred bytes of gzip cannot buy a 64 KiB parse.
+ */
+function parseBodyMiddleware(this: ApiThis, req: Request & { parsedUrl?: string }, res: ServerResponse, next: Next): void {
+	try {
+		if (!this.bodyWanted(req, res)) return next();
+	} catch (err) {
+		return next(err);
+	}
 	this.parseBody(req, res, next);
 }
 
@@ -387,7 +397,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					name: "public",
 					path: "/",
 					...common,
-					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: (req: IncomingMessage) => clientKey(clientAddress(req, proxies)) } : undefined,
+					// A request whose body was read was counted before it (bodyWanted): an empty key is not counted again.
+					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: (req: IncomingMessage & { rateCounted?: boolean }) => (req.rateCounted ? "" : clientKey(clientAddress(req, proxies))) } : undefined,
 					onBeforeCall(this: ApiThis, ctx: Context<unknown, { worker?: boolean; metricsForm?: string }>, _route: unknown, req: Request, res: ServerResponse, alias?: { action?: string }) {
 						assertInputPlacement(req);
 						if (alias?.action === "network.metrics") {
@@ -598,6 +609,26 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					const refusal = bodyError(err as WireError, req);
 					next(new Errors.MoleculerClientError(refusal.message, refusal.code, refusal.type, refusal.data));
 				});
+			},
+
+			/**
+			 * Whether a request's body is to be read, once the checks that need no body passed: none
+			 * for a path no alias takes (404), nor on a worker route without a valid key (authorize
+			 * answers 401 or 403 and counts the failure). A public route's rate is counted here, once,
+			 * before the body (a throttled client's 429 too); moleculer-web then skips its own count.
+			 */
+			bodyWanted(this: ApiThis, req: Request & { parsedUrl?: string; rateCounted?: boolean }, res: ServerResponse): boolean {
+				const found = this.resolveAlias(req.parsedUrl ?? "", req.method);
+				if (!found) return false;
+				const route = found.alias.route.opts.name;
+				if (route === "public") {
+					this.limitPublicRate(req, res);
+					req.rateCounted = true;
+				}
+				if (route !== "worker") return true;
+				this.assertNotThrottled(req, res);
+				const key = req.headers["x-api-key"];
+				return typeof key === "string" && this.isWorkerKey(key);
 			},
 
 			/** The front door's count in the public routes' rate store, with the headers moleculer-web sends. */

@@ -471,6 +471,32 @@ async function startProcess(extra: Record<string, string> = {}) {
 	return { proc, port, http: httpClient(`http://127.0.0.1:${port}`) };
 }
 
+describe("5. a body is read only when nothing without it refuses the request (SPEC §10)", () => {
+	// A few hundred bytes of gzip inflate to 64 KiB of JSON to parse: read before the checks, they
+	// bought that parse on any path, without a key, and past the rate limit.
+	it("an unknown path is 404, a worker route without a valid key 401 or 403, a client past its rate 429, whatever the body; admitted, it is read, and counted once", async () => {
+		const guarded = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(tempDir(), [route]), RATE_LIMIT_PER_MIN: "3" });
+		const send = async (method: string, path: string, headers: Record<string, string> = {}) => {
+			const response = await fetch(guarded.url + path, { method, headers: { "content-type": "application/json", "content-encoding": "gzip", ...headers }, body: zlib.gzipSync("{ not json") });
+			return { status: response.status, body: (await response.json()) as { type: string }, remaining: response.headers.get("x-rate-limit-remaining") };
+		};
+		try {
+			expect(await send("POST", "/no/such/route")).toMatchObject({ status: 404, body: { type: "NOT_FOUND" } });
+			expect(await send("POST", "/epoch/close")).toMatchObject({ status: 401, body: { type: "UNAUTHORIZED" } });
+			expect(await send("POST", "/epoch/close", { "x-api-key": "not-the-key-0123456789" })).toMatchObject({ status: 403, body: { type: "FORBIDDEN" } });
+			// Admitted, the body is read and refused as such.
+			const read = await send("POST", "/epoch/close", worker);
+			expect(read).toMatchObject({ status: 422, body: { type: "VALIDATION_ERROR" } });
+			// A public route: each request counted once, before its body; past the limit, not read.
+			const answers = [await send("POST", "/"), await send("POST", "/"), await send("POST", "/"), await send("POST", "/")];
+			expect(answers.map(a => [a.status, a.remaining])).toEqual([[422, "2"], [422, "1"], [422, "0"], [429, "0"]]);
+			expect(answers[3].body).toMatchObject({ type: "RATE_LIMITED" });
+		} finally {
+			await guarded.stop();
+		}
+	});
+});
+
 describe("5. hostile traffic against the running process", () => {
 	it("bodies that do not decode are 415, decompression bombs and oversize bodies 413: never a 5xx, nothing logged as an error", async () => {
 		const { proc, port, http } = await startProcess();

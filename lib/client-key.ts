@@ -63,11 +63,23 @@ export function proxyTrust(setting: boolean | readonly string[]): ProxyTrust {
  */
 export function clientAddressOf(peer: string, forwardedFor: string | undefined, trust: ProxyTrust): string {
 	if (!trust.isProxy(peer)) return peer;
-	const entries = (forwardedFor ?? "").split(",").map(entry => entry.trim()).filter(Boolean);
+	const entries = (forwardedFor ?? "").split(",").map(entry => addressOfEntry(entry.trim())).filter(Boolean);
 	let client = peer;
 	for (let i = entries.length - 1, hop = 0; i >= 0 && hop < trust.hops; i--, hop++) {
 		client = entries[i]!;
 		if (!trust.isProxy(client)) break;
 	}
 	return client;
+}
+
+/**
+ * An entry's address without the port or brackets some proxies write (`203.0.113.5:41234`,
+ * `[2001:db8::1]:443`): with the port kept, each new connection of one client would be a client of
+ * its own. Anything else is taken as the proxy wrote it.
+ */
+function addressOfEntry(entry: string): string {
+	const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(entry);
+	if (bracketed && net.isIPv6(bracketed[1].replace(/%.*$/, ""))) return bracketed[1];
+	const withPort = /^(\d+\.\d+\.\d+\.\d+):\d+$/.exec(entry);
+	return withPort && net.isIPv4(withPort[1]) ? withPort[1] : entry;
 }

@@ -33,4 +33,14 @@ describe("clientAddressOf", () => {
 		// Not an address: taken as it is, as the proxy wrote it (it counts as one client).
 		expect(clientAddressOf("10.0.0.2", "unknown", listed)).toBe("unknown");
 	});
+
+	test("an entry with a port, or an IPv6 address in brackets, is the address: each connection of a client is not a client of its own", () => {
+		expect(clientAddressOf("203.0.113.5", "198.51.100.1:41234", proxyTrust(true))).toBe("198.51.100.1");
+		expect(clientAddressOf("203.0.113.5", "[2001:db8::9]:443", proxyTrust(true))).toBe("2001:db8::9");
+		expect(clientAddressOf("203.0.113.5", "[2001:db8::9]", proxyTrust(true))).toBe("2001:db8::9");
+		// Read on past a proxy written with its port.
+		expect(clientAddressOf("10.0.0.2", "198.51.100.1:5, 10.2.2.2:80", listed)).toBe("198.51.100.1");
+		// Not an address and a port: as written.
+		expect(clientAddressOf("10.0.0.2", "[nothing]:1, 999.1.1.1:2", listed)).toBe("999.1.1.1:2");
+	});
 });

@@ -330,6 +330,24 @@ function parseBodyMiddleware(this: ApiThis, req: Request & { parsedUrl?: string 
 	this.parseBody(req, res, next);
 }
 
+/**
+ * The whole answer to a request Node's HTTP parser refused or cut off, written to the socket as no
+ * request object exists yet: the status Node itself would send, with SPEC §7's body, and the
+ * connection closed.
+ */
+function parserRefusal(code: string | undefined): string {
+	const error =
+		code === "HPE_HEADER_OVERFLOW"
+			? new ServiceError("HEADERS_TOO_LARGE", "The request headers are too large")
+			: code === "HPE_CHUNK_EXTENSIONS_OVERFLOW"
+				? new ServiceError("PAYLOAD_TOO_LARGE", "The chunk extensions are too large")
+				: code === "ERR_HTTP_REQUEST_TIMEOUT"
+					? new ServiceError("REQUEST_TOO_SLOW", "The request did not arrive within the time limits")
+					: new ServiceError("BAD_REQUEST", "The request is not valid HTTP/1.1");
+	const body = JSON.stringify({ name: error.name, message: error.message, code: error.code, type: error.type });
+	return `HTTP/1.1 ${error.code} ${http.STATUS_CODES[error.code]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+}
+
 /** A stream route's alias: the request is answered by the service's event streams. */
 const streamAlias = (serve: "serveIntent" | "serveAll") =>
 	function (this: ApiThis, req: Request, res: ServerResponse, next: Next): void {
@@ -758,6 +776,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					}
 				);
 				this.limitConnections(metrics);
+				// As Node's own handler, with SPEC §7's body: nothing is written once an answer on the connection has begun.
+				this.server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket & { _httpMessage?: ServerResponse | null }) => {
+					if (socket.writable && !socket._httpMessage?.headersSent) socket.write(parserRefusal(err.code));
+					socket.destroy(err);
+				});
 			},
 
 			/**

@@ -560,6 +560,24 @@ describe("5. hostile traffic against the running process", () => {
 		}
 	});
 
+	it("requests HTTP/1.1's parser refuses get SPEC §7's JSON body too, and the connection closes", async () => {
+		const { proc, port } = await startProcess();
+		try {
+			const bodyOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf("\r\n\r\n") + 4)) as { type: string; code: number };
+			const oversize = await rawRequest(port, `GET /health/live HTTP/1.1\r\nHost: x\r\nx-padding: ${"a".repeat(20_000)}\r\n\r\n`);
+			expect(oversize.answer).toMatch(/^HTTP\/1\.1 431 [\s\S]*content-type: application\/json[\s\S]*connection: close/i);
+			expect(bodyOf(oversize.answer)).toMatchObject({ code: 431, type: "HEADERS_TOO_LARGE" });
+			// Both lengths at once: a request smuggling shape.
+			const smuggled = await rawRequest(port, "POST /intents HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n");
+			expect(smuggled.answer).toMatch(/^HTTP\/1\.1 400 /);
+			expect(bodyOf(smuggled.answer)).toMatchObject({ code: 400, type: "BAD_REQUEST" });
+			expect(bodyOf((await rawRequest(port, "NOT HTTP AT ALL\r\n\r\n")).answer)).toMatchObject({ code: 400, type: "BAD_REQUEST" });
+			expect(proc.output()).not.toMatch(/ERROR|\n\s+at /);
+		} finally {
+			proc.child.kill("SIGKILL");
+		}
+	});
+
 	it("a trickled body or trickled headers are cut off by the request and header timeouts", async () => {
 		const { proc, port } = await startProcess({ HEADERS_TIMEOUT_MS: "1000", REQUEST_TIMEOUT_MS: "2000" });
 		try {
@@ -569,6 +587,7 @@ describe("5. hostile traffic against the running process", () => {
 			]);
 			for (const cut of [body, headers]) {
 				expect(cut.answer).toMatch(/^HTTP\/1\.1 408 /);
+				expect(JSON.parse(cut.answer.slice(cut.answer.indexOf("\r\n\r\n") + 4))).toEqual({ name: "RequestTooSlowError", message: "The request did not arrive within the time limits", code: 408, type: "REQUEST_TOO_SLOW" });
 				expect(cut.closedAfterMs).toBeLessThan(6000);
 			}
 			expect(body.closedAfterMs).toBeGreaterThanOrEqual(2000);

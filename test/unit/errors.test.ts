@@ -40,9 +40,9 @@ describe("ERROR_STATUS", () => {
 		expect(ERROR_STATUS[type as keyof typeof ERROR_STATUS]).toBe(status);
 	});
 
-	it("adds only the 422 EVIDENCE_INCONSISTENT of §2.5, the 500 INTERNAL_ERROR, and the 409 LIMIT_REACHED of the webhook routes (not in the SPEC)", () => {
+	it("adds only the 422 EVIDENCE_INCONSISTENT of §2.5, the 500 INTERNAL_ERROR, the 409 LIMIT_REACHED of the webhook routes and the HTTP parser's 400, 408 and 431 (not in the SPEC)", () => {
 		const extra = Object.keys(ERROR_STATUS).filter(type => !(type in SPEC_TABLE));
-		expect(extra.sort()).toEqual(["EVIDENCE_INCONSISTENT", "INTERNAL_ERROR", "LIMIT_REACHED"]);
+		expect(extra.sort()).toEqual(["BAD_REQUEST", "EVIDENCE_INCONSISTENT", "HEADERS_TOO_LARGE", "INTERNAL_ERROR", "LIMIT_REACHED", "REQUEST_TOO_SLOW"]);
 		expect(ERROR_STATUS.LIMIT_REACHED).toBe(409);
 		expect(ERROR_STATUS.EVIDENCE_INCONSISTENT).toBe(422);
 	});

@@ -32,7 +32,7 @@ export interface Signer {
 /** A Signer over a local ed25519 key (@noble/curves): tests, scripts, server-side senders. */
 export class LocalKeypairSigner implements Signer {
 	readonly address: string;
-	/** A field of the language's own privacy: not enumerable, so never in a JSON.stringify or a logged object. */
+	/** A field of the language's own privacy: never in a JSON.stringify, nor in an object Node logs (a browser's developer tools do show it). */
 	readonly #seed: Uint8Array;
 
 	private constructor(seed: Uint8Array) {
@@ -257,11 +257,13 @@ export class SettlementClient {
 
 	/** Builds the authorization and has the signer sign it: the CreateIntentRequest to submit. */
 	async signPayment(signer: Signer, params: PaymentParams): Promise<CreateIntentRequest> {
-		const { fields, message, transactionCommitment } = this.buildPaymentAuthorization(signer.address, params);
+		// Read once: a wallet's address may change while it asks its user to sign.
+		const sender = signer.address;
+		const { fields, message, transactionCommitment } = this.buildPaymentAuthorization(sender, params);
 		const bytes = utf8.encode(message);
 		const signature = Uint8Array.from(await signer.signMessage(bytes));
 		// A wallet that signed with another account, or returned anything else, is told now, not by the service.
-		if (!signsFor(signer.address, bytes, signature)) throw new SettlementError(`the signer's signature does not verify for its address ${signer.address}`, "INVALID_SIGNATURE", null);
+		if (!signsFor(sender, bytes, signature)) throw new SettlementError(`the signer's signature does not verify for its address ${sender}`, "INVALID_SIGNATURE", null);
 		return { ...fields, senderAuthorizationMessage: message, senderAuthorizationSignature: encodeBase58(signature), transactionCommitment };
 	}
 
@@ -279,7 +281,7 @@ export class SettlementClient {
 				const failure = err as SettlementError;
 				if (!isRetryable(failure) || attempt >= this.submitAttempts) throw failure;
 				// A 503 says when to come back (NOT_READY: another body under this paymentId is not verified yet).
-				await sleep(Math.max(100 * 2 ** (attempt - 1), Math.min(failure.retryAfterMs ?? 0, MAX_SUBMIT_WAIT_MS)));
+				await sleep(Math.min(Math.max(100 * 2 ** (attempt - 1), failure.retryAfterMs ?? 0), MAX_SUBMIT_WAIT_MS));
 				continue;
 			}
 			// The record is the one of this payment, or the app would follow another's.
@@ -434,7 +436,8 @@ export class SettlementClient {
 		};
 		/** What the transaction read at `at` settles, or why it does not. */
 		const settled = async (fetched: NonNullable<Awaited<ReturnType<typeof read>>>): Promise<OnChainSettlement> => {
-			if (fetched.meta?.err) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta.err });
+			// Without its status (meta), a transaction is not shown to have succeeded.
+			if (fetched.meta?.err !== null) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta?.err ?? null });
 			const contents = readFetchedSettlementTransaction(fetched.transaction[0], signature);
 			const problems = await settlementMismatches(contents, expected);
 			if (problems.length) throw new SettlementError(`transaction ${signature} is not this settlement: ${problems.join("; ")}`, "SETTLEMENT_MISMATCH", null, { problems });

@@ -634,6 +634,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			 * for a path no alias takes (404), nor on a worker route without a valid key (authorize
 			 * answers 401 or 403 and counts the failure). A public route's rate is counted here, once,
 			 * before the body (a throttled client's 429 too); moleculer-web then skips its own count.
+			 * Where the input may be (assertInputPlacement) is checked here too, and again at the call.
 			 */
 			bodyWanted(this: ApiThis, req: Request & { parsedUrl?: string; rateCounted?: boolean }, res: ServerResponse): boolean {
 				const found = this.resolveAlias(req.parsedUrl ?? "", req.method);
@@ -643,10 +644,14 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					this.limitPublicRate(req, res);
 					req.rateCounted = true;
 				}
-				if (route !== "worker") return true;
-				this.assertNotThrottled(req, res);
-				const key = req.headers["x-api-key"];
-				return typeof key === "string" && this.isWorkerKey(key);
+				if (route === "worker") {
+					this.assertNotThrottled(req, res);
+					const key = req.headers["x-api-key"];
+					if (typeof key !== "string" || !this.isWorkerKey(key)) return false;
+				}
+				// A body where none is taken (a GET's), or one that is not JSON: refused unread.
+				assertInputPlacement(req);
+				return true;
 			},
 
 			/** The front door's count in the public routes' rate store, with the headers moleculer-web sends. */

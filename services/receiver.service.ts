@@ -293,14 +293,18 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				const receivedBefore = new Date(now - graceMs).toISOString();
 				const staleBefore = new Date(now - 2 * this.settings.verifyTimeoutMs).toISOString();
 				const waiting = await callServed<WaitingIntent[]>(this.broker, "mempool.pendingVerification", { receivedBefore, staleBefore, limit: SWEEP_BATCH });
-				// One intent whose verification fails (an error no retry mends) must not hold up the
-				// others behind it, sweep after sweep: the run goes on and then fails with the first error.
-				let firstFailure: unknown = null;
+				// One intent whose verification fails (its record unreadable, say) must not hold up the
+				// others behind it, sweep after sweep: the run goes on, then fails with the first error.
+				// An owner that cannot answer now would fail the rest alike, each after its timeout: the run stops.
+				let failure: { failed: unknown } | null = null;
 				for (const intent of waiting) {
 					status.picked++;
-					const outcome = await this.verifyWaiting(intent).catch(err => void (firstFailure ??= err));
-					if (!outcome) {
+					const outcome = await this.verifyWaiting(intent).catch((failed: unknown) => ({ failed }));
+					if ("failed" in outcome) {
+						failure ??= outcome;
 						status.pending++;
+						const type = (outcome.failed as { type?: unknown } | null)?.type;
+						if (typeof type === "string" && (UNANSWERED_CALL_TYPES.has(type) || type === "NOT_READY")) break;
 						continue;
 					}
 					if (outcome.verifierUnavailable) {
@@ -313,7 +317,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 					else status.verified++;
 				}
 				for (const result of ["verified", "rejected", "pending"] as const) this.sweeps.inc({ sweep: "verification", result }, status[result]);
-				if (firstFailure) throw firstFailure;
+				if (failure) throw failure.failed;
 				return status;
 			}
 		} satisfies ReceiverMethods & ThisType<ReceiverThis>,

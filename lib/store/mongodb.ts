@@ -632,8 +632,8 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 
 	async tally(prefixes?: readonly string[]): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
-		// With prefixes, the server drops the other keys: only the sums asked for cross the wire.
-		const startsWithOne = prefixes && { $or: prefixes.map(prefix => ({ $eq: [{ $substrCP: ["$$sum.k", 0, prefix.length] }, prefix] })) };
+		// With prefixes, the server drops the other keys, and zero sums: only the sums asked for cross the wire.
+		const startsWithOne = prefixes && { $and: [{ $ne: ["$$sum.v", 0] }, { $or: prefixes.map(prefix => ({ $eq: [{ $substrCP: ["$$sum.k", 0, prefix.length] }, prefix] })) }] };
 		const shards = await guarded(this.client, () =>
 			startsWithOne
 				? this.tallies.aggregate<TallyShard>([{ $match: { _id: { $ne: SEEDED } } }, { $project: { sums: { $arrayToObject: { $filter: { input: { $objectToArray: { $ifNull: ["$sums", {}] } }, as: "sum", cond: startsWithOne } } } } }]).toArray()

@@ -9,7 +9,7 @@ import { buildPaymentMessage } from "../../lib/canonical";
 import { loadConfig } from "../../lib/config";
 import type { Submission, SubmissionAnswer } from "../../lib/intake";
 import type { IntentRecord, PublicMempoolIntent } from "../../lib/intents";
-import type { Collection } from "../../lib/store/port";
+import { StoreUnavailableError, type Collection } from "../../lib/store/port";
 import type { ActiveRoute } from "../../lib/registry";
 import { mempoolService } from "../../services/mempool.service";
 import { receiverService } from "../../services/receiver.service";
@@ -169,25 +169,41 @@ test("without a verifier: 202 RECEIVED, then the sweep verifies it once a verifi
 	}
 });
 
-test("an intent whose verification fails does not hold up the others of the sweep: they are verified, and the sweep then fails with its error", async () => {
+/** Two intents taken without a verifier, the older one's record failing to read with `failure`; then a verifier. */
+async function sweepPastFailure(failure: Error) {
 	const intake = await startIntake(false);
+	// One after the other: the sweep takes the oldest first.
+	const answers = [...(await intake.submitMany([signedIntent(newWallet(), route)]))];
+	await new Promise(resolve => setTimeout(resolve, 5));
+	answers.push(...(await intake.submitMany([signedIntent(newWallet(), route)])));
+	expect(answers.map(answer => ("status" in answer ? answer.status : 0))).toEqual([202, 202]);
+	const [stuck, next] = answers.map(viewOf);
+	const intents = (intake.broker.getLocalService("mempool") as unknown as { intents: Collection<IntentRecord> }).intents;
+	const get = intents.get.bind(intents);
+	intents.get = id => (id === stuck.id ? Promise.reject(failure) : get(id));
+	intake.broker.createService(verifierService(intake.config));
+	await intake.broker.waitForServices("verifier");
+	return { intake, next, mended: () => (intents.get = get) };
+}
+
+test("an intent whose verification fails does not hold up the others of the sweep: they are verified, and the sweep then fails with its error", async () => {
+	// The oldest waiting intent cannot be read (a damaged page): every sweep meets it first.
+	const { intake, next, mended } = await sweepPastFailure(Object.assign(new Error("disk I/O error"), { code: "SQLITE_IOERR" }));
 	try {
-		// One after the other: the sweep takes the oldest first.
-		const answers = [...(await intake.submitMany([signedIntent(newWallet(), route)]))];
-		await new Promise(resolve => setTimeout(resolve, 5));
-		answers.push(...(await intake.submitMany([signedIntent(newWallet(), route)])));
-		const [stuck, next] = answers.map(viewOf);
-		expect(answers.map(answer => ("status" in answer ? answer.status : 0))).toEqual([202, 202]);
-		// The oldest waiting intent cannot be read (a damaged page): every sweep meets it first.
-		const intents = (intake.broker.getLocalService("mempool") as unknown as { intents: Collection<IntentRecord> }).intents;
-		const get = intents.get.bind(intents);
-		intents.get = id => (id === stuck.id ? Promise.reject(Object.assign(new Error("disk I/O error"), { code: "SQLITE_IOERR" })) : get(id));
-		intake.broker.createService(verifierService(intake.config));
-		await intake.broker.waitForServices("verifier");
-		await expect(intake.broker.call("receiver.wake")).rejects.toThrow();
+		await expect(intake.broker.call("receiver.wake")).rejects.toMatchObject({ type: "INTERNAL_ERROR" });
 		expect(await intake.broker.call("mempool.view", { id: next.id })).toMatchObject({ receiverStatus: "VERIFIED" });
-		intents.get = get;
+		mended();
 		expect(await intake.broker.call("receiver.wake")).toMatchObject({ ok: true, status: { picked: 1, verified: 1 } });
+	} finally {
+		await intake.broker.stop();
+	}
+});
+
+test("a store that cannot answer now stops the sweep at once: the others would each wait for the same answer", async () => {
+	const { intake, next } = await sweepPastFailure(new StoreUnavailableError("the primary stepped down"));
+	try {
+		await expect(intake.broker.call("receiver.wake")).rejects.toMatchObject({ type: "NOT_READY" });
+		expect(await intake.broker.call("mempool.view", { id: next.id })).toMatchObject({ receiverStatus: "RECEIVED" });
 	} finally {
 		await intake.broker.stop();
 	}

@@ -25,7 +25,7 @@ export const ERROR_STATUS = {
 	LIMIT_REACHED: 409,
 	SETTLEMENT_MISMATCH: 422,
 	UNSUPPORTED_MEDIA_TYPE: 415,
-	/** Below the routes: a request HTTP/1.1's parser refuses (SPEC §10's transport limits). */
+	/** HTTP's own refusals, before any route. */
 	BAD_REQUEST: 400,
 	REQUEST_TOO_SLOW: 408,
 	HEADERS_TOO_LARGE: 431,

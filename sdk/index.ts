@@ -32,7 +32,7 @@ export interface Signer {
 /** A Signer over a local ed25519 key (@noble/curves): tests, scripts, server-side senders. */
 export class LocalKeypairSigner implements Signer {
 	readonly address: string;
-	/** A field of the language's own privacy: never in a JSON.stringify, nor in an object Node logs (a browser's developer tools do show it). */
+	/** Private: never in a JSON.stringify or a Node log (a browser's dev tools show it). */
 	readonly #seed: Uint8Array;
 
 	private constructor(seed: Uint8Array) {
@@ -257,12 +257,12 @@ export class SettlementClient {
 
 	/** Builds the authorization and has the signer sign it: the CreateIntentRequest to submit. */
 	async signPayment(signer: Signer, params: PaymentParams): Promise<CreateIntentRequest> {
-		// Read once: a wallet's address may change while it asks its user to sign.
+		// Read once: it may change while the wallet asks.
 		const sender = signer.address;
 		const { fields, message, transactionCommitment } = this.buildPaymentAuthorization(sender, params);
 		const bytes = utf8.encode(message);
 		const signature = Uint8Array.from(await signer.signMessage(bytes));
-		// A wallet that signed with another account, or returned anything else, is told now, not by the service.
+		// A wallet that signed with another account, or returned anything else, is told now.
 		if (!signsFor(sender, bytes, signature)) throw new SettlementError(`the signer's signature does not verify for its address ${sender}`, "INVALID_SIGNATURE", null);
 		return { ...fields, senderAuthorizationMessage: message, senderAuthorizationSignature: encodeBase58(signature), transactionCommitment };
 	}
@@ -280,7 +280,7 @@ export class SettlementClient {
 			} catch (err) {
 				const failure = err as SettlementError;
 				if (!isRetryable(failure) || attempt >= this.submitAttempts) throw failure;
-				// A 503 says when to come back (NOT_READY: another body under this paymentId is not verified yet).
+				// A 503 says when to come back (NOT_READY: another body holding this paymentId is unverified).
 				await sleep(Math.min(Math.max(100 * 2 ** (attempt - 1), failure.retryAfterMs ?? 0), MAX_SUBMIT_WAIT_MS));
 				continue;
 			}
@@ -436,7 +436,7 @@ export class SettlementClient {
 		};
 		/** What the transaction read at `at` settles, or why it does not. */
 		const settled = async (fetched: NonNullable<Awaited<ReturnType<typeof read>>>): Promise<OnChainSettlement> => {
-			// Without its status (meta), a transaction is not shown to have succeeded.
+			// No meta: not shown to have succeeded.
 			if (fetched.meta?.err !== null) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta?.err ?? null });
 			const contents = readFetchedSettlementTransaction(fetched.transaction[0], signature);
 			const problems = await settlementMismatches(contents, expected);
@@ -446,7 +446,7 @@ export class SettlementClient {
 		};
 		const fetched = await read(commitment);
 		if (fetched) return settled(fetched);
-		// Not finalized: at confirmed, a failed or wrong transaction is said at once; only the settlement itself is worth waiting for.
+		// Not finalized: a failed or wrong transaction is said at once; only a settlement is worth waiting for.
 		const confirmed = commitment === "finalized" ? await read("confirmed") : null;
 		if (!confirmed) throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
 		await settled(confirmed);

@@ -25,6 +25,7 @@ import { signSettlementTransaction } from "../../lib/settlement";
 import { LocalKeypairSigner, SettlementClient } from "../../sdk";
 import { LocalChain } from "../../devkit/local-chain";
 import { newRoute, uniqueId } from "../helpers/fixtures";
+import { startLyingRpc } from "../helpers/lying-rpc";
 
 let chain: LocalChain;
 let client: SettlementClient;
@@ -139,6 +140,21 @@ describe("confirmOnChain", () => {
 			chain.lieAboutTransactions(null);
 		}
 		await expect(client.confirmOnChain(settlement, intent)).resolves.toMatchObject({ signature: settlement });
+	});
+
+	it("a transaction answered without its status (meta: null) is not shown to have succeeded", async () => {
+		const intent = await signedPayment("4300");
+		const settlement = await landSettlement(intent);
+		const rpc = await startLyingRpc(chain.url);
+		try {
+			const lied = new SettlementClient({ baseUrl: "http://127.0.0.1:9", solanaRpcUrl: rpc.url });
+			rpc.lie("getTransaction", (_params, truth) => truth && { ...(truth as object), meta: null });
+			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "ONCHAIN_FAILED", data: { err: null } });
+			rpc.honest();
+			await expect(lied.confirmOnChain(settlement, intent)).resolves.toMatchObject({ signature: settlement });
+		} finally {
+			await rpc.close();
+		}
 	});
 
 	it("verifies the fee payer's signature strictly: a small-order key with its trivial signature, which lenient checks pass for any message, is no proof", async () => {

@@ -75,6 +75,10 @@ describe("what the SDK signs", () => {
 		const other = LocalKeypairSigner.generate();
 		const mismatched: Signer = { address: wallet.address, signMessage: message => other.signMessage(message) };
 		await expect(offline.signPayment(mismatched, payment())).rejects.toMatchObject({ type: "INVALID_SIGNATURE" });
+		// An adapter whose account changes while its user is asked: the message names the first, the other signs.
+		let reads = 0;
+		const switching: Signer = { get address() { return reads++ === 0 ? wallet.address : other.address; }, signMessage: message => other.signMessage(message) };
+		await expect(offline.signPayment(switching, payment())).rejects.toMatchObject({ type: "INVALID_SIGNATURE" });
 		await expect(offline.signPayment(wallet, payment())).resolves.toMatchObject({ senderWallet: wallet.address });
 	});
 

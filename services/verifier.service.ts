@@ -22,6 +22,12 @@ import { processChain } from "./process-chain";
 
 /** Routes change rarely; the TTL bounds how long a lost change event can leave a stale entry. */
 const ROUTE_CACHE_TTL_MS = 5000;
+/**
+ * Routes kept at most, then all forgotten at once: every body that passes the schema names a TIN
+ * of its sender's choosing and is looked up before its signature is checked, so without a bound
+ * unsigned bodies naming new TINs would grow the cache until the process runs out of memory.
+ */
+const ROUTE_CACHE_LIMIT = 10_000;
 
 /** A verdict, who gave it, and the request's transactionCommitment (computed here once, stored by the mempool). */
 export type VerifierAnswer = VerificationResult & { verifiedBy: string; transactionCommitment: string };
@@ -102,6 +108,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 				const cached = this.routeCache.get(tin);
 				if (cached && cached.until > Date.now()) return cached.route;
 				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
+				if (this.routeCache.size >= ROUTE_CACHE_LIMIT) this.routeCache.clear();
 				this.routeCache.set(tin, { route, until: Date.now() + ROUTE_CACHE_TTL_MS });
 				return route;
 			},

@@ -71,6 +71,19 @@ test("routes are cached, and a registry.routeChanged event drops the TIN's entry
 	}
 });
 
+test("unsigned bodies naming new TINs do not grow the route cache without bound", async () => {
+	const verifier = await startVerifier("0");
+	try {
+		const forged = { ...signedIntent(newWallet(), route), senderAuthorizationSignature: newWallet().sign("not this message") };
+		for (let batch = 0; batch < 24; batch++)
+			await Promise.all(Array.from({ length: 500 }, (_, i) => verifier.verify({ ...forged, recipientTin: String(batch * 500 + i).padStart(10, "9") })));
+		const cache = (verifier.broker.getLocalService("verifier") as unknown as { routeCache: Map<string, unknown> }).routeCache;
+		expect(cache.size).toBeLessThanOrEqual(10_000);
+	} finally {
+		await verifier.broker.stop();
+	}
+});
+
 test("a verify thread that fails mid-request: the verdicts stand, and the fallback is counted and logged once", async () => {
 	const verifier = await startVerifier("1");
 	const service = verifier.broker.getLocalService("verifier") as unknown as {

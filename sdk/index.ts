@@ -137,7 +137,7 @@ const PROBE_TIMEOUT_MS = 5000;
  * service starting or draining (503). Like a network error, the intent may or may not exist.
  */
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
-/** The longest submit() waits between two attempts for a retry-after. */
+/** The longest submit() waits between two attempts, whatever the backoff or a retry-after say. */
 const MAX_SUBMIT_WAIT_MS = 5000;
 /** The longest a timer keeps: past it, Node and browsers fire it at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -189,7 +189,7 @@ export class SettlementClient {
 	constructor(options: ClientOptions) {
 		this.baseUrl = options.baseUrl.replace(/\/+$/, "");
 		this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
-		// At most 20: past about 25, the doubling backoff would pass what a timer keeps.
+		// At most 20: each is a request, and waits up to MAX_SUBMIT_WAIT_MS after a failure.
 		this.submitAttempts = counted("submitAttempts", options.submitAttempts ?? 3, 20);
 		this.streamSilenceMs = timerMs("streamSilenceMs", options.streamSilenceMs ?? 45_000);
 		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
@@ -436,19 +436,19 @@ export class SettlementClient {
 		};
 		/** What the transaction read at `at` settles, or why it does not. */
 		const settled = async (fetched: NonNullable<Awaited<ReturnType<typeof read>>>): Promise<OnChainSettlement> => {
-			// No meta: not shown to have succeeded.
-			if (fetched.meta?.err !== null) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta?.err ?? null });
+			if (fetched.meta?.err) throw new SettlementError(`transaction ${signature} failed on chain`, "ONCHAIN_FAILED", null, { err: fetched.meta.err });
 			const contents = readFetchedSettlementTransaction(fetched.transaction[0], signature);
 			const problems = await settlementMismatches(contents, expected);
 			if (problems.length) throw new SettlementError(`transaction ${signature} is not this settlement: ${problems.join("; ")}`, "SETTLEMENT_MISMATCH", null, { problems });
 			const memo = contents.memos.find(m => m.includes(expected.transactionCommitment))!;
 			return { signature, slot: fetched.slot, memo };
 		};
+		// A transaction answered without its status (meta) is not shown on chain.
 		const fetched = await read(commitment);
-		if (fetched) return settled(fetched);
+		if (fetched?.meta) return settled(fetched);
 		// Not finalized: a failed or wrong transaction is said at once; only a settlement is worth waiting for.
 		const confirmed = commitment === "finalized" ? await read("confirmed") : null;
-		if (!confirmed) throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
+		if (!confirmed?.meta) throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
 		await settled(confirmed);
 		throw new SettlementError(`transaction ${signature} settles this payment and is confirmed, not finalized yet`, "NOT_FINALIZED", null);
 	}

@@ -325,7 +325,9 @@ function parseBodyMiddleware(this: ApiThis, req: Request & { parsedUrl?: string 
 	try {
 		if (!this.bodyWanted(req, res)) return next();
 	} catch (err) {
-		return next(err);
+		// As a Moleculer error, so moleculer-web passes it on whole (it rebuilds any other, dropping `data`).
+		const { message, code, type, data } = err as ServiceError;
+		return next(new Errors.MoleculerClientError(message, code, type, data));
 	}
 	this.parseBody(req, res, next);
 }

@@ -295,7 +295,8 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				const waiting = await callServed<WaitingIntent[]>(this.broker, "mempool.pendingVerification", { receivedBefore, staleBefore, limit: SWEEP_BATCH });
 				// One intent whose verification fails (its record unreadable, say) must not hold up the
 				// others behind it, sweep after sweep: the run goes on, then fails with the first error.
-				// An owner that cannot answer now would fail the rest alike, each after its timeout: the run stops.
+				// An owner that cannot answer now would fail the rest alike, each after its timeout: the run
+				// stops, and fails with that (a retry later may work).
 				let failure: { failed: unknown } | null = null;
 				for (const intent of waiting) {
 					status.picked++;
@@ -304,7 +305,10 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 						failure ??= outcome;
 						status.pending++;
 						const type = (outcome.failed as { type?: unknown } | null)?.type;
-						if (typeof type === "string" && (UNANSWERED_CALL_TYPES.has(type) || type === "NOT_READY")) break;
+						if (typeof type === "string" && (UNANSWERED_CALL_TYPES.has(type) || type === "NOT_READY")) {
+							failure = outcome;
+							break;
+						}
 						continue;
 					}
 					if (outcome.verifierUnavailable) {

@@ -285,11 +285,8 @@ function storedEvent(row: EventRow): StoredEvent {
 	return { seq: row.seq, subject: row.subject, type: row.type, at: row.at, data: JSON.parse(row.data) as Record<string, unknown> };
 }
 
-/** The least text above every text that starts with `prefix` (not empty: "" would end the range at once). */
-function prefixEnd(prefix: string): string {
-	if (!prefix) throw new Error("a tally prefix is not empty: read the whole tally without prefixes");
-	return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
-}
+/** The least text above every text that starts with `prefix` (not empty). */
+const prefixEnd = (prefix: string) => prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
 
 /** The column that keeps a row's contribution to its collection's tally. */
 const TALLY_COLUMN = "_tally";
@@ -717,8 +714,9 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		if (!this.spec.tally) return {};
 		return this.group.committed(() => {
 			// A prefix is a range of the key's primary-key index: [prefix, prefix with its last character's successor).
+			// An empty prefix is every key, as on MongoDB.
 			const rows = (
-				prefixes
+				prefixes && !prefixes.includes("")
 					? prefixes.flatMap(prefix => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key >= ? AND key < ? AND key != ?`).all(prefix, prefixEnd(prefix), SEEDED))
 					: this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key != ?`).all(SEEDED)
 			) as { key: string; value: string }[];

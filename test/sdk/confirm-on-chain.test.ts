@@ -142,14 +142,14 @@ describe("confirmOnChain", () => {
 		await expect(client.confirmOnChain(settlement, intent)).resolves.toMatchObject({ signature: settlement });
 	});
 
-	it("a transaction answered without its status (meta: null) is not shown to have succeeded", async () => {
+	it("a transaction answered without its status (meta: null) is not shown on chain: not settled, nor failed", async () => {
 		const intent = await signedPayment("4300");
 		const settlement = await landSettlement(intent);
 		const rpc = await startLyingRpc(chain.url);
 		try {
 			const lied = new SettlementClient({ baseUrl: "http://127.0.0.1:9", solanaRpcUrl: rpc.url });
 			rpc.lie("getTransaction", (_params, truth) => truth && { ...(truth as object), meta: null });
-			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "ONCHAIN_FAILED", data: { err: null } });
+			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "NOT_ON_CHAIN" });
 			rpc.honest();
 			await expect(lied.confirmOnChain(settlement, intent)).resolves.toMatchObject({ signature: settlement });
 		} finally {

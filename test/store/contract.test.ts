@@ -234,6 +234,7 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 				expect(await items.tally(["amount", "none:"])).toStrictEqual({ amount: 7n });
 				expect(await items.tally(["status:d", "status:o"])).toStrictEqual({ "status:done": 1n, "status:open": 1n });
 				expect(await items.tally(["missing:"])).toStrictEqual({});
+				expect(await items.tally([""])).toStrictEqual(await items.tally());
 			});
 
 			test("a write whose tally fails is undone whole: document and tally stay as they were", async () => {

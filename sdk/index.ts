@@ -297,9 +297,12 @@ export class SettlementClient {
 		}
 	}
 
-	/** GET /intents/{id}: the public view. */
-	getIntent(id: string): Promise<PublicMempoolIntent> {
-		return this.request("GET", `/intents/${encodeURIComponent(id)}`);
+	/**
+	 * GET /intents/{id}: the public view, which must be intent `id`'s, and that payment's when known
+	 * (`intent`, or one of this client's last 1,000 submits), as waitForStatus checks; else ANSWER_MISMATCH.
+	 */
+	async getIntent(id: string, intent?: CreateIntentRequest): Promise<PublicMempoolIntent> {
+		return checkedView(id, await this.request("GET", `/intents/${encodeURIComponent(id)}`), intent ?? this.submissions.get(id));
 	}
 
 	/**
@@ -429,7 +432,9 @@ export class SettlementClient {
 		const expected = expectedSettlementOf({ ...intent, transactionCommitment: buildPaymentMessage(intent).transactionCommitment }, this.programId);
 		const read = async (at: "confirmed" | "finalized") => {
 			try {
-				return await this.rpc!.getTransaction(toSignature(signature), { encoding: "base64", commitment: at, maxSupportedTransactionVersion: 0 }).send();
+				// Within requestTimeoutMs, as every request: an RPC that never answers is no answer.
+				const abortSignal = this.requestTimeoutMs === Infinity ? undefined : AbortSignal.timeout(this.requestTimeoutMs);
+				return await this.rpc!.getTransaction(toSignature(signature), { encoding: "base64", commitment: at, maxSupportedTransactionVersion: 0 }).send({ abortSignal });
 			} catch (err) {
 				throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
 			}

@@ -26,6 +26,8 @@ import { LocalKeypairSigner, SettlementClient } from "../../sdk";
 import { LocalChain } from "../../devkit/local-chain";
 import { newRoute, uniqueId } from "../helpers/fixtures";
 import { startLyingRpc } from "../helpers/lying-rpc";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 
 let chain: LocalChain;
 let client: SettlementClient;
@@ -178,6 +180,19 @@ describe("confirmOnChain", () => {
 			await expect(client.confirmOnChain(asked, intent)).rejects.toMatchObject({ type: "SETTLEMENT_MISMATCH", data: { problems: [expect.stringContaining("not signed by its fee payer")] } });
 		} finally {
 			chain.lieAboutTransactions(null);
+		}
+	});
+
+	it("abandons a read of an RPC that never answers after requestTimeoutMs", async () => {
+		const silent = http.createServer(() => {});
+		await new Promise<void>(resolve => silent.listen(0, "127.0.0.1", resolve));
+		try {
+			const intent = await signedPayment("4400");
+			const waiting = new SettlementClient({ baseUrl: "http://127.0.0.1:9", solanaRpcUrl: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, requestTimeoutMs: 300 });
+			await expect(waiting.confirmOnChain(encodeBase58(new Uint8Array(64).fill(7)), intent)).rejects.toMatchObject({ type: "NETWORK_ERROR" });
+		} finally {
+			silent.closeAllConnections();
+			await new Promise(resolve => silent.close(resolve));
 		}
 	});
 

@@ -203,8 +203,11 @@ describe("what the SDK takes from the service", () => {
 		try {
 			const client = new SettlementClient({ baseUrl: service.url });
 			await expect(client.waitForStatus(id, { timeoutMs: 5000, intent: signed })).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			await expect(client.getIntent(id, signed)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
 			// Without it, only the id is checked.
 			await expect(client.waitForStatus(id, { timeoutMs: 5000 })).resolves.toMatchObject({ status: "executed" });
+			await expect(client.getIntent(id)).resolves.toMatchObject({ status: "executed" });
+			await expect(client.getIntent("int_ffffffffffffffffffffffffffffffff")).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
 		} finally {
 			await service.close();
 		}
@@ -223,6 +226,7 @@ describe("what the SDK takes from the service", () => {
 			const client = new SettlementClient({ baseUrl: service.url });
 			expect((await client.submit(signed)).id).toBe(id);
 			await expect(client.waitForStatus(id, { timeoutMs: 5000 })).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			await expect(client.getIntent(id)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
 			// The same id answered for another payment would have the wait take that payment's views.
 			const second = await offline.signPayment(LocalKeypairSigner.generate(), payment());
 			await expect(client.submit(second)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });

@@ -110,7 +110,7 @@ export interface ClientOptions {
 	solanaRpcUrl?: string;
 	/** The settlement program the credit accounts derive from: the deployment's (the service's SETTLEMENT_PROGRAM_ID). */
 	settlementProgramId?: string;
-	/** Each request to the service is abandoned after this (default 30 s); waitForStatus has its own timeout. */
+	/** Each request to the service, and each RPC read of confirmOnChain, is abandoned after this (default 30 s); waitForStatus has its own timeout. */
 	requestTimeoutMs?: number;
 	/**
 	 * waitForStatus takes an event stream that sent nothing this long for dropped, and resumes it:
@@ -433,8 +433,15 @@ export class SettlementClient {
 		const read = async (at: "confirmed" | "finalized") => {
 			try {
 				// Within requestTimeoutMs, as every request: an RPC that never answers is no answer.
-				const abortSignal = this.requestTimeoutMs === Infinity ? undefined : AbortSignal.timeout(this.requestTimeoutMs);
-				return await this.rpc!.getTransaction(toSignature(signature), { encoding: "base64", commitment: at, maxSupportedTransactionVersion: 0 }).send({ abortSignal });
+				const attempt = abortsWith(undefined);
+				const timer = this.requestTimeoutMs === Infinity ? undefined : setTimeout(attempt.abort, this.requestTimeoutMs);
+				try {
+					const found = await this.rpc!.getTransaction(toSignature(signature), { encoding: "base64", commitment: at, maxSupportedTransactionVersion: 0 }).send({ abortSignal: attempt.signal });
+					// Without its status (meta and its err), not shown on chain.
+					return found?.meta && "err" in found.meta ? found : null;
+				} finally {
+					clearTimeout(timer);
+				}
 			} catch (err) {
 				throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
 			}
@@ -448,12 +455,11 @@ export class SettlementClient {
 			const memo = contents.memos.find(m => m.includes(expected.transactionCommitment))!;
 			return { signature, slot: fetched.slot, memo };
 		};
-		// A transaction answered without its status (meta) is not shown on chain.
 		const fetched = await read(commitment);
-		if (fetched?.meta) return settled(fetched);
+		if (fetched) return settled(fetched);
 		// Not finalized: a failed or wrong transaction is said at once; only a settlement is worth waiting for.
 		const confirmed = commitment === "finalized" ? await read("confirmed") : null;
-		if (!confirmed?.meta) throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
+		if (!confirmed) throw new SettlementError(`transaction ${signature} is not ${commitment} on chain`, "NOT_ON_CHAIN", null);
 		await settled(confirmed);
 		throw new SettlementError(`transaction ${signature} settles this payment and is confirmed, not finalized yet`, "NOT_FINALIZED", null);
 	}

@@ -14,7 +14,7 @@ import { clientAddressOf, clientKey, proxyTrust, type ProxyTrust } from "../lib/
 import type { Config } from "../lib/config";
 import { ConnectionsPerClient, RefusalNotice } from "../lib/connection-cap";
 import { corsPolicy, decideCors } from "../lib/cors";
-import { ERROR_STATUS, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
+import { ERROR_STATUS, isServiceError, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
 import { CRANKER_ROUTES, crankerRequestOf, verifyCrankerRequest, type CrankerRequest } from "../lib/cranker-call";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
@@ -325,9 +325,9 @@ function parseBodyMiddleware(this: ApiThis, req: Request & { parsedUrl?: string 
 	try {
 		if (!this.bodyWanted(req, res)) return next();
 	} catch (err) {
+		if (!isServiceError(err)) return next(err);
 		// As a Moleculer error, so moleculer-web passes it on whole (it rebuilds any other, dropping `data`).
-		const { message, code, type, data } = err as ServiceError;
-		return next(new Errors.MoleculerClientError(message, code, type, data));
+		return next(new Errors.MoleculerClientError(err.message, err.code, err.type, err.data));
 	}
 	this.parseBody(req, res, next);
 }

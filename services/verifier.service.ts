@@ -23,7 +23,7 @@ import { processChain } from "./process-chain";
 /** Routes change rarely; the TTL bounds how long a lost change event can leave a stale entry. */
 const ROUTE_CACHE_TTL_MS = 5000;
 /**
- * Routes kept at most, then all forgotten at once: every body that passes the schema names a TIN
+ * Routes kept at most, then the lapsed ones forgotten (all, if none has): every body that passes the schema names a TIN
  * of its sender's choosing and is looked up before its signature is checked, so without a bound
  * unsigned bodies naming new TINs would grow the cache until the process runs out of memory.
  */
@@ -108,8 +108,13 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 				const cached = this.routeCache.get(tin);
 				if (cached && cached.until > Date.now()) return cached.route;
 				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
-				if (this.routeCache.size >= ROUTE_CACHE_LIMIT) this.routeCache.clear();
-				this.routeCache.set(tin, { route, until: Date.now() + ROUTE_CACHE_TTL_MS });
+				const now = Date.now();
+				if (this.routeCache.size >= ROUTE_CACHE_LIMIT && !this.routeCache.has(tin)) {
+					// The lapsed first (with a 5 s life, the routes in use are few); all, if that left it full.
+					for (const [key, entry] of this.routeCache) if (entry.until <= now) this.routeCache.delete(key);
+					if (this.routeCache.size >= ROUTE_CACHE_LIMIT) this.routeCache.clear();
+				}
+				this.routeCache.set(tin, { route, until: now + ROUTE_CACHE_TTL_MS });
 				return route;
 			},
 

@@ -152,6 +152,10 @@ describe("confirmOnChain", () => {
 			const lied = new SettlementClient({ baseUrl: "http://127.0.0.1:9", solanaRpcUrl: rpc.url });
 			rpc.lie("getTransaction", (_params, truth) => truth && { ...(truth as object), meta: null });
 			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "NOT_ON_CHAIN" });
+			await expect(lied.confirmOnChain(settlement, intent, { commitment: "finalized" })).rejects.toMatchObject({ type: "NOT_ON_CHAIN" });
+			// A status without its err says nothing either.
+			rpc.lie("getTransaction", (_params, truth) => truth && { ...(truth as object), meta: {} });
+			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "NOT_ON_CHAIN" });
 			rpc.honest();
 			await expect(lied.confirmOnChain(settlement, intent)).resolves.toMatchObject({ signature: settlement });
 		} finally {

@@ -169,26 +169,29 @@ test("without a verifier: 202 RECEIVED, then the sweep verifies it once a verifi
 	}
 });
 
-/** Two intents taken without a verifier, the older one's record failing to read with `failure`; then a verifier. */
-async function sweepPastFailure(failure: Error) {
+/** Intents taken without a verifier, the oldest ones' records failing to read with `failures`, one each; then a verifier. */
+async function sweepPastFailures(...failures: Error[]) {
 	const intake = await startIntake(false);
-	// One after the other: the sweep takes the oldest first.
-	const answers = [...(await intake.submitMany([signedIntent(newWallet(), route)]))];
-	await new Promise(resolve => setTimeout(resolve, 5));
-	answers.push(...(await intake.submitMany([signedIntent(newWallet(), route)])));
-	expect(answers.map(answer => ("status" in answer ? answer.status : 0))).toEqual([202, 202]);
-	const [stuck, next] = answers.map(viewOf);
+	const answers = [];
+	for (let i = 0; i <= failures.length; i++) {
+		answers.push(...(await intake.submitMany([signedIntent(newWallet(), route)])));
+		// One after the other: the sweep takes the oldest first.
+		await new Promise(resolve => setTimeout(resolve, 5));
+	}
+	expect(answers.map(answer => ("status" in answer ? answer.status : 0))).toEqual(answers.map(() => 202));
+	const views = answers.map(viewOf);
+	const failing = new Map(failures.map((failure, i) => [views[i].id, failure]));
 	const intents = (intake.broker.getLocalService("mempool") as unknown as { intents: Collection<IntentRecord> }).intents;
 	const get = intents.get.bind(intents);
-	intents.get = id => (id === stuck.id ? Promise.reject(failure) : get(id));
+	intents.get = id => (failing.has(id) ? Promise.reject(failing.get(id)) : get(id));
 	intake.broker.createService(verifierService(intake.config));
 	await intake.broker.waitForServices("verifier");
-	return { intake, next, mended: () => (intents.get = get) };
+	return { intake, next: views[views.length - 1], mended: () => (intents.get = get) };
 }
 
 test("an intent whose verification fails does not hold up the others of the sweep: they are verified, and the sweep then fails with its error", async () => {
 	// The oldest waiting intent cannot be read (a damaged page): every sweep meets it first.
-	const { intake, next, mended } = await sweepPastFailure(Object.assign(new Error("disk I/O error"), { code: "SQLITE_IOERR" }));
+	const { intake, next, mended } = await sweepPastFailures(Object.assign(new Error("disk I/O error"), { code: "SQLITE_IOERR" }));
 	try {
 		await expect(intake.broker.call("receiver.wake")).rejects.toMatchObject({ type: "INTERNAL_ERROR" });
 		expect(await intake.broker.call("mempool.view", { id: next.id })).toMatchObject({ receiverStatus: "VERIFIED" });
@@ -199,8 +202,9 @@ test("an intent whose verification fails does not hold up the others of the swee
 	}
 });
 
-test("a store that cannot answer now stops the sweep at once: the others would each wait for the same answer", async () => {
-	const { intake, next } = await sweepPastFailure(new StoreUnavailableError("the primary stepped down"));
+test("a store that cannot answer now stops the sweep at once, with that answer: the others would each wait for the same", async () => {
+	// One intent's own failure first, then the store's: the sweep answers the one a retry may mend.
+	const { intake, next } = await sweepPastFailures(Object.assign(new Error("disk I/O error"), { code: "SQLITE_IOERR" }), new StoreUnavailableError("the primary stepped down"));
 	try {
 		await expect(intake.broker.call("receiver.wake")).rejects.toMatchObject({ type: "NOT_READY" });
 		expect(await intake.broker.call("mempool.view", { id: next.id })).toMatchObject({ receiverStatus: "RECEIVED" });

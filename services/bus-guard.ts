@@ -25,9 +25,12 @@ import type { Middleware, ServiceBroker } from "moleculer";
 import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, believedInterface, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
 import { SIGNATURE_FIELD, SIGNED_PACKETS, SIGNED_PACKET_MAX_BYTES, SignedPackets, SigningClock, busSignature, type BusKeys, type Refusal } from "../lib/bus-signatures";
 import { ServiceError } from "../lib/errors";
+import { MAX_BODY_DEPTH, nestsDeeperThan } from "../lib/json-body";
 
 const PROOF = "busCallProof";
 const WORKER_PROOF = "workerCallProof";
+/** A packet wraps what it carries in a few levels; what it carries nests at most as deep as a request body. */
+const BUS_PACKET_MAX_DEPTH = 2 * MAX_BODY_DEPTH;
 
 /**
  * Where a worker's call context keeps its prover: a symbol, which the JSON serializer leaves out,
@@ -200,9 +203,12 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 			}
 			return next(packet);
 		},
-		// Before a packet is parsed: a signed one larger than any of ours is dropped unread.
+		// Before a packet is parsed: a signed one larger than any of ours is dropped unread, and so is
+		// any that nests deeper than ours do (its answer's serializer, or the validator, would overflow
+		// the stack, and the rejection end the process).
 		transporterReceive: (next: Receive): Receive => (cmd, data, s) => {
 			if (SIGNED_PACKETS.has(cmd) && data.length > (cmd === "INFO" ? SIGNED_PACKET_MAX_BYTES.INFO : SIGNED_PACKET_MAX_BYTES.other)) return dropped("size", `A ${cmd} packet of ${data.length} bytes came over the bus: ignored.`);
+			if (nestsDeeperThan(data, BUS_PACKET_MAX_DEPTH)) return dropped("depth", `A ${cmd} packet nesting deeper than ${BUS_PACKET_MAX_DEPTH} levels came over the bus: ignored.`);
 			return next(cmd, data, s);
 		},
 		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {

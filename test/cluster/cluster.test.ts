@@ -369,6 +369,23 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		}
 	});
 
+	it("one call nesting 100,000 levels deep, from the gateway's bus credentials, stops no process (its answer's serializer overflowed the stack: a review's replay)", async () => {
+		const sniffer = await gatewaySniffer(cluster);
+		try {
+			const ownersId = ownersNodeId(cluster);
+			const deep = "[".repeat(100_000) + "]".repeat(100_000);
+			const call = `{"ver":"5","sender":"gateway.deep-${process.pid}","id":"deep-1","action":"metrics.snapshot","params":{},"meta":{"x":${deep}},"timeout":5000,"level":1,"tracing":null,"parentID":null,"requestID":"deep-1","caller":null,"stream":false}`;
+			sniffer.publish(`MOL-${cluster.namespace}.REQ.${ownersId}`, call);
+			await sniffer.flush();
+			await new Promise(resolve => setTimeout(resolve, 1500));
+			expect(cluster.owners.child.exitCode).toBeNull();
+			const [{ status }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
+			expect(status).toBe(201);
+		} finally {
+			await sniffer.close();
+		}
+	});
+
 	it("the gateway's bus credentials and signing key speak for no other group's node: an owner announced emptied, or gone, stays", async () => {
 		const sniffer = await gatewaySniffer(cluster);
 		try {

@@ -332,10 +332,10 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 				guard.transitPublish(packet => (sent = packet))({ type, target, payload });
 				return sent as { type: string; payload: Payload } | null;
 			},
-			/** Whether raw bytes of `cmd` reach the parser. */
-			reads(cmd: string, bytes: number): boolean {
+			/** Whether raw bytes of `cmd` (so many zeros, or this text) reach the parser. */
+			reads(cmd: string, bytes: number | string): boolean {
 				let read = false;
-				guard.transporterReceive(() => (read = true))(cmd, Buffer.alloc(bytes));
+				guard.transporterReceive(() => (read = true))(cmd, typeof bytes === "number" ? Buffer.alloc(bytes) : Buffer.from(bytes));
 				return read;
 			}
 		};
@@ -445,6 +445,12 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		const clock = new SigningClock();
 		expect([clock.now(10_000), clock.now(9_000), clock.now(11_000)]).toEqual([10_000, 10_000, 11_000]);
 		expect(clock.now(11_000 - BUS_SIGNATURE_TTL_MS - 1)).toBe(11_000 - BUS_SIGNATURE_TTL_MS - 1);
+	});
+
+	test("reads no packet nesting deeper than any of ours (its answer's serializer would overflow the stack and end the process)", () => {
+		const receiver = node();
+		const levels = (n: number) => `{"ver":"5","sender":"gateway.x","meta":{"x":${"[".repeat(n)}${"]".repeat(n)}}}`;
+		expect(["REQ", "RES", "EVENT"].map(cmd => [receiver.reads(cmd, levels(60)), receiver.reads(cmd, levels(100_000))])).toEqual([[true, false], [true, false], [true, false]]);
 	});
 
 	test("reads no signed packet larger than any of ours", () => {

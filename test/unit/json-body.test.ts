@@ -6,7 +6,7 @@ import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import zlib from "node:zlib";
 import bodyParser from "body-parser";
-import { MAX_BODY_DEPTH, refusedShape } from "../../lib/json-body";
+import { MAX_BODY_DEPTH, nestsDeeperThan, refusedShape } from "../../lib/json-body";
 import { jsonBody, type BodyRequest } from "../../services/json-body";
 
 const LIMIT = 1024;
@@ -114,4 +114,17 @@ test("refusedShape refuses nesting past MAX_BODY_DEPTH, walking any depth JSON.p
 	const levels = 200_000;
 	expect(refusedShape(JSON.parse("[".repeat(levels) + "]".repeat(levels)))).toMatch(/nests deeper/);
 	expect(refusedShape(JSON.parse('{"a":'.repeat(levels) + '{"__proto__":1}' + "}".repeat(levels)))).toMatch(/nests deeper/);
+});
+
+test("nestsDeeperThan counts the brackets of the text's structure, not those inside strings, escaped quotes included, at any depth", () => {
+	const deeper = (text: string, limit: number) => nestsDeeperThan(Buffer.from(text), limit);
+	const nested = (levels: number) => "[".repeat(levels) + "]".repeat(levels);
+	expect([deeper(nested(3), 3), deeper(nested(4), 3), deeper(`{"a":{"b":[1]}}`, 3), deeper(`{"a":{"b":[[1]]}}`, 3)]).toEqual([false, true, false, true]);
+	// Brackets in strings, behind escaped quotes and backslashes: no structure.
+	expect(deeper(`{"a":"[[[[{{{{"}`, 2)).toBe(false);
+	expect(deeper(`{"a":"\\"[[[[\\"","b":"\\\\"}`, 2)).toBe(false);
+	expect(deeper(`{"a":"\\\\","b":[[[1]]]}`, 3)).toBe(true);
+	// As deep as JSON.parse takes, without recursion; an unterminated string ends the count.
+	expect(deeper(`{"x":${nested(200_000)}}`, 64)).toBe(true);
+	expect(deeper(`{"x":"${nested(200_000)}`, 64)).toBe(false);
 });

@@ -234,6 +234,12 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 			}
 			// Nor answers with one: its chunks would wait for their call, held until its sender leaves.
 			if (cmd === "RES" && (payload.stream || payload.seq != null)) return dropped("stream", `A streamed answer from ${payload.sender} came over the bus: ignored.`);
+			// An answer's meta is merged into its caller's context, whose `$statusCode`, `$responseType` and
+			// `$responseHeaders` the gateway sends: only the intake's and the owners' answers set any.
+			if (cmd === "RES") {
+				const group = busGroupOf(payload.sender);
+				if (group !== null && !holdsCallKey(group)) delete payload.meta;
+			}
 			if (cmd === "REQ") {
 				// Whatever the packet's meta is (none at all included), the proofs are checked, then dropped.
 				const { [PROOF]: proof, [WORKER_PROOF]: workerProof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};

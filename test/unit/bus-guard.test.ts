@@ -309,7 +309,7 @@ describe("the bus guard, on a call it sends", () => {
 });
 
 describe("the bus guard, on the packets that say who a node is and whether it lives", () => {
-	type Payload = { sender: string; services?: unknown[]; seq?: number; cpu?: number; busSignature?: unknown };
+	type Payload = { sender: string; services?: unknown[]; seq?: number; cpu?: number; busSignature?: unknown; id?: string; success?: boolean; data?: unknown; meta?: unknown };
 	function node(nodeID = "intake.me", { admitUngrouped = false, admitUnsigned = false } = {}, discoverer = { opts: { disableHeartbeatChecks: false } }) {
 		const guard = busGuard({ busKeys: ring.keys(busGroupOf(nodeID)!), callKeys: null, workerApiKeys: [], admitUngrouped, admitUnsigned }) as unknown as {
 			created(broker: object): void;
@@ -445,6 +445,15 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		const clock = new SigningClock();
 		expect([clock.now(10_000), clock.now(9_000), clock.now(11_000)]).toEqual([10_000, 10_000, 11_000]);
 		expect(clock.now(11_000 - BUS_SIGNATURE_TTL_MS - 1)).toBe(11_000 - BUS_SIGNATURE_TTL_MS - 1);
+	});
+
+	test("takes the meta of an answer from the intake and the owners only: the gateway sends its $statusCode and $responseHeaders (a review's finding)", () => {
+		const receiver = node();
+		const meta = { $statusCode: 302, $responseHeaders: { location: "https://elsewhere.example" }, $responseType: "text/html" };
+		expect(receiver.receive("RES", { sender: "verifier.pod-1", id: "c1", success: true, data: {}, meta })).toEqual({ sender: "verifier.pod-1", id: "c1", success: true, data: {} });
+		expect(receiver.receive("RES", { sender: "gateway.pod-1", id: "c2", success: true, data: {}, meta })).not.toHaveProperty("meta");
+		expect(receiver.receive("RES", { sender: "owners.pod-1", id: "c3", success: true, data: {}, meta })).toHaveProperty("meta", meta);
+		expect(receiver.receive("RES", { sender: "intake.pod-1", id: "c4", success: true, data: {}, meta })).toHaveProperty("meta", meta);
 	});
 
 	test("reads no packet nesting deeper than any of ours (its answer's serializer would overflow the stack and end the process)", () => {

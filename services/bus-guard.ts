@@ -21,7 +21,7 @@
  *   discovery and pings) are signed with the sender's group's key, and believed only with a fresh
  *   signature by the group its sender's id names (lib/bus-signatures.ts).
  */
-import type { Middleware, ServiceBroker } from "moleculer";
+import { Serializers, type Middleware, type ServiceBroker } from "moleculer";
 import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, believedInterface, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
 import { SIGNATURE_FIELD, SIGNED_PACKETS, SIGNED_PACKET_MAX_BYTES, SignedPackets, SigningClock, busSignature, type BusKeys, type Refusal } from "../lib/bus-signatures";
 import { ServiceError } from "../lib/errors";
@@ -178,6 +178,8 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 		name: "BusGuard",
 		created(created: ServiceBroker) {
 			broker = created;
+			// What the guard reads of a packet's bytes before they are parsed (their nesting) is JSON's.
+			if (broker.serializer && !(broker.serializer instanceof Serializers.JSON)) throw new Error("The bus guard reads packets as JSON: the broker's serializer must be JSON");
 			signedPackets = new SignedPackets(broker.namespace, broker.nodeID, sender => busKeys.groups[busGroupOf(sender)!]);
 			if (admitUnsigned) broker.logger.warn("BUS_ADMIT_UNSIGNED is set: announcements without a signature are taken. Unset it once every process signs its own.");
 			if (admitUngrouped) broker.logger.warn("BUS_ADMIT_UNGROUPED is set: nodes whose id names no bus group are taken as peers. Unset it once the roll from the one-user bus is done.");
@@ -234,12 +236,18 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 			}
 			// Nor answers with one: its chunks would wait for their call, held until its sender leaves.
 			if (cmd === "RES" && (payload.stream || payload.seq != null)) return dropped("stream", `A streamed answer from ${payload.sender} came over the bus: ignored.`);
-			// An answer's meta is merged into its caller's context, whose `$statusCode`, `$responseType` and
-			// `$responseHeaders` the gateway sends: only the intake's and the owners' answers set any.
 			if (cmd === "RES") {
+				// Moleculer matches an answer to its call by id alone: one in the name of another node than
+				// the call's addressee is another's (the id reached the whole addressee's group).
+				const call = (broker.transit as unknown as { pendingRequests?: Map<string, { nodeID?: string | null }> } | undefined)?.pendingRequests?.get(String(payload.id));
+				if (call?.nodeID && call.nodeID !== payload.sender) return dropped("answerer", `An answer in the name of ${payload.sender} to a call made to another node came over the bus: ignored.`);
+				// Its meta is merged into the caller's context, whose `$statusCode`, `$responseType` and
+				// `$responseHeaders` the gateway sends: only the intake's and the owners' answers set any.
 				const group = busGroupOf(payload.sender);
 				if (group !== null && !holdsCallKey(group)) delete payload.meta;
 			}
+			// An own `__proto__` key would become the prototype of the context's meta where Moleculer copies it.
+			if ((cmd === "RES" || cmd === "REQ") && payload.meta !== null && typeof payload.meta === "object") delete (payload.meta as Record<string, unknown>)["__proto__"];
 			if (cmd === "REQ") {
 				// Whatever the packet's meta is (none at all included), the proofs are checked, then dropped.
 				const { [PROOF]: proof, [WORKER_PROOF]: workerProof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};

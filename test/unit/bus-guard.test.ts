@@ -318,9 +318,12 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 			transporterReceive(next: (cmd: string, data: Buffer) => unknown): (cmd: string, data: Buffer) => unknown;
 		};
 		const warnings: string[] = [];
-		guard.created({ namespace: NAMESPACE, nodeID, logger: { warn: (line: string) => warnings.push(line) }, registry: { discoverer }, options: { heartbeatTimeout: 6 } });
+		/** The calls this node awaits an answer to, by id, with the node each went to (Moleculer's transit keeps them). */
+		const pendingRequests = new Map<string, { nodeID: string | null }>();
+		guard.created({ namespace: NAMESPACE, nodeID, logger: { warn: (line: string) => warnings.push(line) }, registry: { discoverer }, options: { heartbeatTimeout: 6 }, transit: { pendingRequests } });
 		return {
 			warnings,
+			pendingRequests,
 			/** The payload Moleculer is handed, or null: dropped. */
 			receive(cmd: string, payload: Payload): Payload | null {
 				let passed: Payload | null = null;
@@ -447,13 +450,21 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		expect(clock.now(11_000 - BUS_SIGNATURE_TTL_MS - 1)).toBe(11_000 - BUS_SIGNATURE_TTL_MS - 1);
 	});
 
-	test("takes the meta of an answer from the intake and the owners only: the gateway sends its $statusCode and $responseHeaders (a review's finding)", () => {
+	test("takes an answer from the node asked only, and its meta from the intake and the owners only: the gateway sends its $statusCode and $responseHeaders (a review's finding)", () => {
 		const receiver = node();
 		const meta = { $statusCode: 302, $responseHeaders: { location: "https://elsewhere.example" }, $responseType: "text/html" };
+		for (const [id, nodeID] of [["c1", "verifier.pod-1"], ["c2", "gateway.pod-1"], ["c3", "owners.pod-1"], ["c4", "intake.pod-1"], ["c5", "verifier.pod-1"]]) receiver.pendingRequests.set(id, { nodeID });
 		expect(receiver.receive("RES", { sender: "verifier.pod-1", id: "c1", success: true, data: {}, meta })).toEqual({ sender: "verifier.pod-1", id: "c1", success: true, data: {} });
 		expect(receiver.receive("RES", { sender: "gateway.pod-1", id: "c2", success: true, data: {}, meta })).not.toHaveProperty("meta");
 		expect(receiver.receive("RES", { sender: "owners.pod-1", id: "c3", success: true, data: {}, meta })).toHaveProperty("meta", meta);
 		expect(receiver.receive("RES", { sender: "intake.pod-1", id: "c4", success: true, data: {}, meta })).toHaveProperty("meta", meta);
+		// The verifier that was asked, answering in an owner's name (the review's replay of the fix): dropped.
+		expect(receiver.receive("RES", { sender: "owners.pod-1", id: "c5", success: true, data: {}, meta })).toBeNull();
+		// An own __proto__ key of a kept meta is dropped, not made the prototype of the caller's meta.
+		receiver.pendingRequests.set("c6", { nodeID: "owners.pod-1" });
+		const passed = receiver.receive("RES", { sender: "owners.pod-1", id: "c6", success: true, data: {}, meta: JSON.parse('{"__proto__":{"worker":true},"a":1}') as object });
+		expect(Object.hasOwn(passed!.meta as object, "__proto__")).toBe(false);
+		expect(passed!.meta).toEqual({ a: 1 });
 	});
 
 	test("reads no packet nesting deeper than any of ours (its answer's serializer would overflow the stack and end the process)", () => {

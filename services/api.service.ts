@@ -325,12 +325,13 @@ function parseBodyMiddleware(this: ApiThis, req: Request & { parsedUrl?: string 
 	try {
 		if (!this.bodyWanted(req, res)) return next();
 	} catch (err) {
-		if (!isServiceError(err)) return next(err);
-		// As a Moleculer error, so moleculer-web passes it on whole (it rebuilds any other, dropping `data`).
-		return next(new Errors.MoleculerClientError(err.message, err.code, err.type, err.data));
+		return next(isServiceError(err) ? passedWhole(err) : err);
 	}
 	this.parseBody(req, res, next);
 }
+
+/** A refusal of a route middleware as a Moleculer error, so moleculer-web passes it on whole (it rebuilds any other, dropping `data`). */
+const passedWhole = ({ message, code, type, data }: { message: string; code: number; type: string; data?: unknown }) => new Errors.MoleculerClientError(message, code, type, data);
 
 /**
  * The whole answer to a request Node's HTTP parser refused or cut off, written to the socket as no
@@ -625,9 +626,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			parseBody(this: ApiThis, req: Request, res: ServerResponse, next: Next): void {
 				readJson(req, res, err => {
 					if (!err) return next();
-					// As a Moleculer error, so moleculer-web passes it on whole (it rebuilds any other, dropping `data`).
-					const refusal = bodyError(err as WireError, req);
-					next(new Errors.MoleculerClientError(refusal.message, refusal.code, refusal.type, refusal.data));
+					next(passedWhole(bodyError(err as WireError, req)));
 				});
 			},
 

@@ -21,6 +21,7 @@
  *   discovery and pings) are signed with the sender's group's key, and believed only with a fresh
  *   signature by the group its sender's id names (lib/bus-signatures.ts).
  */
+import { createHash } from "node:crypto";
 import { Serializers, type Middleware, type ServiceBroker } from "moleculer";
 import { BUS_CALL_PROOF_TTL_MS, busCallDigest, busCallProof, busGroupOf, believedInterface, holdsCallKey, isBusCallProof, isNodeId, mayServe, workerCallKey, type BusCall, type BusGroup } from "../lib/bus-groups";
 import { SIGNATURE_FIELD, SIGNED_PACKETS, SIGNED_PACKET_MAX_BYTES, SignedPackets, SigningClock, busSignature, type BusKeys, type Refusal } from "../lib/bus-signatures";
@@ -29,6 +30,9 @@ import { MAX_BODY_DEPTH, nestsDeeperThan } from "../lib/json-body";
 
 const PROOF = "busCallProof";
 const WORKER_PROOF = "workerCallProof";
+/** A context id as it leaves the process: its digest (the same for the same id), or what it was if it is none. */
+const hiddenId = (id: unknown) => (typeof id === "string" && id !== "" ? createHash("sha256").update(id).digest("base64url").slice(0, 22) : id);
+
 /** A packet wraps what it carries in a few levels; what it carries nests at most as deep as a request body. */
 const BUS_PACKET_MAX_DEPTH = 2 * MAX_BODY_DEPTH;
 
@@ -61,7 +65,7 @@ type Flags = { keyHoldersOnly?: boolean; workersOnly?: boolean };
 interface Packet {
 	type: string;
 	target?: string | null;
-	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; params?: unknown; meta?: unknown; stream?: unknown; seq?: unknown; [SIGNATURE_FIELD]?: unknown };
+	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; params?: unknown; meta?: unknown; stream?: unknown; seq?: unknown; parentID?: unknown; requestID?: unknown; [SIGNATURE_FIELD]?: unknown };
 }
 type AnnouncedService = { name?: unknown; fullName?: unknown; version?: unknown; actions?: Record<string, { name?: unknown } | undefined>; events?: unknown } | undefined;
 type Handler = (cmd: string, packet: Packet) => unknown;
@@ -180,6 +184,8 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 			broker = created;
 			// What the guard reads of a packet's bytes before they are parsed (their nesting) is JSON's.
 			if (broker.serializer && !(broker.serializer instanceof Serializers.JSON)) throw new Error("The bus guard reads packets as JSON: the broker's serializer must be JSON");
+			// An answer is checked against the node its call went to: a balanced call names none.
+			if (broker.options?.disableBalancer) throw new Error("The bus guard checks each answer's node: disableBalancer must stay off");
 			signedPackets = new SignedPackets(broker.namespace, broker.nodeID, sender => busKeys.groups[busGroupOf(sender)!]);
 			if (admitUnsigned) broker.logger.warn("BUS_ADMIT_UNSIGNED is set: announcements without a signature are taken. Unset it once every process signs its own.");
 			if (admitUngrouped) broker.logger.warn("BUS_ADMIT_UNGROUPED is set: nodes whose id names no bus group are taken as peers. Unset it once the roll from the one-user bus is done.");
@@ -203,6 +209,11 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 				if (callKey || proveForWorker)
 					packet.payload = { ...payload, meta: { ...meta, ...(callKey ? { [PROOF]: busCallProof(callKey, call) } : {}), ...(proveForWorker ? { [WORKER_PROOF]: proveForWorker(call) } : {}) } };
 			}
+			// A call's or an event's parentID and requestID are ids of contexts whose callers still await
+			// them: read as they are by the addressee (or by every group, for an event), they would let it
+			// answer those calls in the addressed node's name. Their digests keep what they are used for,
+			// telling one call's repeats (services/replay.ts), and tell nobody the ids.
+			if (packet.type === "REQ" || packet.type === "EVENT") packet.payload = { ...packet.payload, parentID: hiddenId(packet.payload.parentID), requestID: hiddenId(packet.payload.requestID) };
 			return next(packet);
 		},
 		// Before a packet is parsed: a signed one larger than any of ours is dropped unread, and so is
@@ -247,7 +258,7 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 				if (group !== null && !holdsCallKey(group)) delete payload.meta;
 			}
 			// An own `__proto__` key would become the prototype of the context's meta where Moleculer copies it.
-			if ((cmd === "RES" || cmd === "REQ") && payload.meta !== null && typeof payload.meta === "object") delete (payload.meta as Record<string, unknown>)["__proto__"];
+			if ((cmd === "RES" || cmd === "REQ" || cmd === "EVENT") && payload.meta !== null && typeof payload.meta === "object") delete (payload.meta as Record<string, unknown>)["__proto__"];
 			if (cmd === "REQ") {
 				// Whatever the packet's meta is (none at all included), the proofs are checked, then dropped.
 				const { [PROOF]: proof, [WORKER_PROOF]: workerProof, ...meta } = payload.meta !== null && typeof payload.meta === "object" ? (payload.meta as Record<string, unknown>) : {};

@@ -3,7 +3,7 @@
  * node is believed only for services its group may run, and only for actions named after them.
  */
 import { randomBytes } from "node:crypto";
-import { Utils } from "moleculer";
+import { Serializers, Utils } from "moleculer";
 import { busCallKey, busCallProof, busGroupOf, isBusCallProof, workerCallKey } from "../../lib/bus-groups";
 import { BUS_SIGNATURE_TTL_MS, SIGNATURE_CHECKS_PER_SECOND, SignedPackets, SigningClock, busSignature, newBusKeyring } from "../../lib/bus-signatures";
 import { actForWorker, busGuard } from "../../services/bus-guard";
@@ -497,5 +497,27 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		expect([node("owners.b").receive("INFO", { ...answer, sender: "intake.me" }), node("owners.a").receive("INFO", { ...answer, sender: "intake.me" })].map(passed => passed !== null)).toEqual([false, true]);
 		expect(info).toEqual({ services: [], seq: 3 });
 		expect(sender.send("REQ", { action: "x" } as never)!.payload).not.toHaveProperty("busSignature");
+	});
+
+	test("sends a call's and an event's parentID and requestID as digests: ids of calls still awaited, which the addressee could answer in their node's name (a review's replay)", () => {
+		const sender = node("intake.me");
+		const ids = { parentID: "0b9a2f0e-5b1c-4d3e-9f00-000000000001", requestID: "0b9a2f0e-5b1c-4d3e-9f00-000000000002" };
+		for (const type of ["REQ", "EVENT"]) {
+			const [first, again] = [sender.send(type, { action: "x", ...ids } as never)!.payload, sender.send(type, { action: "x", ...ids } as never)!.payload] as unknown as (typeof ids)[];
+			expect(JSON.stringify(first)).not.toContain(ids.parentID);
+			expect(JSON.stringify(first)).not.toContain(ids.requestID);
+			// The same for the same id: a repeat of a call is still told by its parent (services/replay.ts).
+			expect(again).toEqual(first);
+			expect(first.parentID).not.toBe(first.requestID);
+		}
+		expect(sender.send("REQ", { action: "x", parentID: null } as never)!.payload).toHaveProperty("parentID", null);
+	});
+
+	test("refuses to start with a serializer whose bytes it cannot scan, or with calls balanced by NATS (no node to check an answer against)", () => {
+		const guard = () => busGuard({ busKeys: ring.keys("intake"), callKeys: null, workerApiKeys: [], admitUngrouped: false }) as unknown as { created(broker: object): void };
+		const broker = { namespace: NAMESPACE, nodeID: "intake.me", logger: { warn: () => undefined } };
+		expect(() => guard().created({ ...broker, serializer: new Serializers.JSON() })).not.toThrow();
+		expect(() => guard().created({ ...broker, serializer: {} })).toThrow(/serializer must be JSON/);
+		expect(() => guard().created({ ...broker, options: { disableBalancer: true } })).toThrow(/disableBalancer/);
 	});
 });

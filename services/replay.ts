@@ -1,7 +1,8 @@
 /**
  * Recognising a repeat of the same call. A broker retry, or a redelivered request, reaches an
  * action with the same parent context as the first attempt; a new request never does, and no
- * client can choose it (unlike moleculer-web's requestID, taken from x-request-id). A state
+ * client can choose it (unlike moleculer-web's requestID, taken from x-request-id). Over the bus
+ * the parent is seen as a digest of its id (services/bus-guard.ts), the same for the same parent. A state
  * change stores this key with its write, and on a conflict that carries its own key answers as
  * the first attempt did instead of refusing its own replay.
  */

@@ -302,13 +302,13 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 					status.picked++;
 					const outcome = await this.verifyWaiting(intent).catch((failed: unknown) => ({ failed }));
 					if ("failed" in outcome) {
-						failure ??= outcome;
 						status.pending++;
 						const type = (outcome.failed as { type?: unknown } | null)?.type;
 						if (typeof type === "string" && (UNANSWERED_CALL_TYPES.has(type) || type === "NOT_READY")) {
 							failure = outcome;
 							break;
 						}
+						failure ??= outcome;
 						continue;
 					}
 					if (outcome.verifierUnavailable) {

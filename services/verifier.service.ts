@@ -23,9 +23,9 @@ import { processChain } from "./process-chain";
 /** Routes change rarely; the TTL bounds how long a lost change event can leave a stale entry. */
 const ROUTE_CACHE_TTL_MS = 5000;
 /**
- * Routes kept at most, then the lapsed ones forgotten (all, if none has): every body that passes the schema names a TIN
- * of its sender's choosing and is looked up before its signature is checked, so without a bound
- * unsigned bodies naming new TINs would grow the cache until the process runs out of memory.
+ * Routes kept at most, then the lapsed ones forgotten (all, if none has lapsed): every body that
+ * passes the schema names a TIN of its sender's choosing and is looked up before its signature is
+ * checked, so without a bound unsigned bodies naming new TINs would grow the cache for good.
  */
 const ROUTE_CACHE_LIMIT = 10_000;
 

@@ -25,7 +25,7 @@ export const ERROR_STATUS = {
 	LIMIT_REACHED: 409,
 	SETTLEMENT_MISMATCH: 422,
 	UNSUPPORTED_MEDIA_TYPE: 415,
-	/** HTTP's own refusals, before any route. */
+	// HTTP's own refusals, before any route.
 	BAD_REQUEST: 400,
 	REQUEST_TOO_SLOW: 408,
 	HEADERS_TOO_LARGE: 431,
@@ -49,6 +49,12 @@ export type ErrorType = keyof typeof ERROR_STATUS;
 
 /** Moleculer's error types for a call that got no answer (no endpoint, a timeout, a broken bus): NOT_READY to a client. */
 export const UNANSWERED_CALL_TYPES: ReadonlySet<string> = new Set(["SERVICE_NOT_FOUND", "SERVICE_NOT_AVAILABLE", "REQUEST_TIMEOUT", "REQUEST_REJECTED", "BROKER_DISCONNECTED"]);
+
+/** Whether a call failed unanswered (UNANSWERED_CALL_TYPES), by the error's `type`, whatever process rebuilt it. */
+export function isUnanswered(err: unknown): boolean {
+	const type = (err as { type?: unknown } | null | undefined)?.type;
+	return typeof type === "string" && UNANSWERED_CALL_TYPES.has(type);
+}
 
 /** Reasons a payment intent is rejected during verification (kept as `rejectionReason`). */
 export type RejectionReason =
@@ -100,4 +106,9 @@ const REJECTION_MESSAGES: Record<RejectionReason, string> = {
 export function rejectionError(reason: RejectionReason, data: { id?: string; paymentId: string }, detail?: string): ServiceError {
 	const message = detail ? `${REJECTION_MESSAGES[reason]}: ${detail}` : REJECTION_MESSAGES[reason];
 	return new ServiceError(reason, message, data);
+}
+
+/** An error's body as SPEC §7 has it, for answers written without moleculer-web (probes, the HTTP parser's refusals). */
+export function errorBody(error: ServiceError): { name: string; message: string; code: number; type: string } {
+	return { name: error.name, message: error.message, code: error.code, type: error.type };
 }

@@ -127,9 +127,12 @@ export class StreamFeed {
 	async subscribe(subscriber: FeedSubscriber): Promise<void> {
 		await this.head();
 		let behindSince: number | null = null;
-		for (;;) {
+		for (let pages = 0; ; pages++) {
 			const from = subscriber.position;
-			const page = await this.readBehind({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) }, subscriber, behindSince !== null);
+			// A record's first page is read at once; its later ones (a record whose events a Cranker's
+			// lease rounds made many), the whole log's and a read asked again take turns.
+			const takesTurns = subscriber.subject === undefined || pages > 0 || behindSince !== null;
+			const page = await this.readBehind({ after: from, limit: this.pageSize, ...(subscriber.subject !== undefined ? { subject: subscriber.subject } : {}) }, subscriber, takesTurns);
 			if (!page) return;
 			const { events, through } = page;
 			// The whole log has no hole in its numbers: one here is events pruned while this subscriber
@@ -161,13 +164,14 @@ export class StreamFeed {
 	}
 
 	/**
-	 * A subscriber's own read: of the whole log, or asked `again` after one that came back behind
-	 * (a failover: every stream then asks again every BEHIND_RETRY_MS), at most CATCH_UP_READS at
-	 * once, each ending one handing its turn on. A record's first read is of its few events, at
-	 * once. Null: the subscriber closed while it waited, and nothing was read.
+	 * A subscriber's own read. One that `takesTurns` (of the whole log, a record's page after its
+	 * first, or one asked again after a read came back behind: a failover, when every stream asks
+	 * again every BEHIND_RETRY_MS) is one of at most CATCH_UP_READS at once, each ending one handing
+	 * its turn on; a record's first page, of its few events, is read at once. Null: the subscriber
+	 * closed while it waited, and nothing was read.
 	 */
-	private async readBehind(query: Parameters<LogReader>[0], subscriber: FeedSubscriber, again: boolean): Promise<EventPage | null> {
-		if (query.subject !== undefined && !again) return this.read(query);
+	private async readBehind(query: Parameters<LogReader>[0], subscriber: FeedSubscriber, takesTurns: boolean): Promise<EventPage | null> {
+		if (!takesTurns) return this.read(query);
 		if (this.catchUpReads < CATCH_UP_READS) this.catchUpReads++;
 		else if (!(await new Promise<boolean>(turn => this.waitingToCatchUp.push({ after: query.after, subscriber, turn })))) return null;
 		try {

@@ -3,7 +3,7 @@
  * verifier's verdict makes of it. A verdict given before the record exists is applied through the
  * same moves a sweep makes (claim, then verdict), so the history reads the same either way. Pure.
  */
-import { ERROR_STATUS, UNANSWERED_CALL_TYPES, type ErrorType } from "./errors";
+import { ERROR_STATUS, isUnanswered, type ErrorType } from "./errors";
 import { applyMove, type CreateIntentRequest, type IntentRecord, type PublicMempoolIntent } from "./intents";
 import type { VerificationResult } from "./verification";
 
@@ -49,7 +49,7 @@ export function refusal(err: { type: ErrorType; message: string; data?: unknown 
 export function refusalOf(err: unknown, unexpected: (err: unknown) => void = () => {}): Refusal {
 	const { type, message, data } = (err ?? {}) as { type?: unknown; message?: string; data?: unknown };
 	if (typeof type === "string" && Object.hasOwn(ERROR_STATUS, type)) return refusal({ type: type as ErrorType, message: message ?? "", data });
-	if (typeof type === "string" && UNANSWERED_CALL_TYPES.has(type)) return refusal({ type: "NOT_READY", message: "The service is not ready to answer this request" });
+	if (isUnanswered(err)) return refusal({ type: "NOT_READY", message: "The service is not ready to answer this request" });
 	unexpected(err);
 	return refusal({ type: "INTERNAL_ERROR", message: "Internal error" });
 }

@@ -88,6 +88,13 @@ export function parseJsonBody(raw: Buffer): unknown {
 	return parseStrictJson(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
 }
 
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_BRACE = 0x7b;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACE = 0x7d;
+const CLOSE_BRACKET = 0x5d;
+
 /**
  * Whether JSON text nests objects and arrays deeper than `limit`, read from its bytes before any
  * parse (brackets inside strings do not count): JSON.parse takes any depth, and whatever then walks
@@ -114,5 +121,3 @@ export function nestsDeeperThan(bytes: Uint8Array, limit: number): boolean {
 	}
 	return false;
 }
-
-const [QUOTE, BACKSLASH, OPEN_BRACE, OPEN_BRACKET, CLOSE_BRACE, CLOSE_BRACKET] = [0x22, 0x5c, 0x7b, 0x5b, 0x7d, 0x5d];

@@ -433,14 +433,13 @@ export class SettlementClient {
 		const read = async (at: "confirmed" | "finalized") => {
 			try {
 				// Within requestTimeoutMs, as every request: an RPC that never answers is no answer.
-				const attempt = abortsWith(undefined);
-				const timer = this.requestTimeoutMs === Infinity ? undefined : setTimeout(attempt.abort, this.requestTimeoutMs);
+				const attempt = abortsWith(undefined, this.requestTimeoutMs);
 				try {
 					const found = await this.rpc!.getTransaction(toSignature(signature), { encoding: "base64", commitment: at, maxSupportedTransactionVersion: 0 }).send({ abortSignal: attempt.signal });
 					// Without its status (meta and its err), not shown on chain.
 					return found?.meta && "err" in found.meta ? found : null;
 				} finally {
-					clearTimeout(timer);
+					attempt.release();
 				}
 			} catch (err) {
 				throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
@@ -470,8 +469,7 @@ export class SettlementClient {
 	 * page, a body cut short) is INVALID_ANSWER, which may be retried like a network error.
 	 */
 	private async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
-		const attempt = abortsWith(signal);
-		const timer = this.requestTimeoutMs === Infinity ? undefined : setTimeout(attempt.abort, this.requestTimeoutMs);
+		const attempt = abortsWith(signal, this.requestTimeoutMs);
 		try {
 			let response: Response | undefined;
 			let answer: unknown;
@@ -500,7 +498,6 @@ export class SettlementClient {
 			const text = (value: unknown, fallback: string) => (typeof value === "string" ? value.slice(0, 500) : fallback);
 			throw new SettlementError(text(payload?.message, `HTTP ${response.status}`), text(payload?.type, "HTTP_ERROR"), response.status, payload?.data, retryAfterMs(response.headers.get("retry-after")));
 		} finally {
-			clearTimeout(timer);
 			attempt.release();
 		}
 	}
@@ -520,15 +517,13 @@ export class SettlementClient {
 			// it ends with the request's own signal (waitForStatus's timeout).
 			const probe = async (mode: "cors" | "no-cors") => {
 				if (signal?.aborted) return false; // no request at all for a wait already over
-				const probing = abortsWith(signal);
-				const timer = setTimeout(probing.abort, PROBE_TIMEOUT_MS);
+				const probing = abortsWith(signal, PROBE_TIMEOUT_MS);
 				try {
 					await this.fetch(`${this.baseUrl}/health/live`, { mode, signal: probing.signal });
 					return true;
 				} catch {
 					return false;
 				} finally {
-					clearTimeout(timer);
 					probing.release();
 				}
 			};
@@ -627,15 +622,24 @@ function counted(name: string, value: number, max: number, orInfinity = false): 
 const timerMs = (name: string, value: number) => counted(name, value, MAX_TIMER_MS, true);
 
 /**
- * A signal of its own that also aborts with `parent` (at once if it has). `release` detaches it, so
- * that a long-lived parent (a wait's) collects no listener per connection or probe.
+ * A signal of its own that also aborts with `parent` (at once if it has), and after `afterMs`
+ * (Infinity: never). `release` detaches it and stops the timer, so that a long-lived parent (a
+ * wait's) collects no listener per connection or probe.
  */
-function abortsWith(parent: AbortSignal | undefined): { signal: AbortSignal; abort(): void; release(): void } {
+function abortsWith(parent: AbortSignal | undefined, afterMs = Infinity): { signal: AbortSignal; abort(): void; release(): void } {
 	const controller = new AbortController();
 	const abort = () => controller.abort();
 	if (parent?.aborted) abort();
 	else parent?.addEventListener("abort", abort);
-	return { signal: controller.signal, abort, release: () => parent?.removeEventListener("abort", abort) };
+	const timer = afterMs === Infinity ? undefined : setTimeout(abort, afterMs);
+	return {
+		signal: controller.signal,
+		abort,
+		release: () => {
+			clearTimeout(timer);
+			parent?.removeEventListener("abort", abort);
+		}
+	};
 }
 
 

@@ -14,7 +14,7 @@ import { clientAddressOf, clientKey, proxyTrust, type ProxyTrust } from "../lib/
 import type { Config } from "../lib/config";
 import { ConnectionsPerClient, RefusalNotice } from "../lib/connection-cap";
 import { corsPolicy, decideCors } from "../lib/cors";
-import { ERROR_STATUS, isServiceError, ServiceError, UNANSWERED_CALL_TYPES, type ErrorType } from "../lib/errors";
+import { ERROR_STATUS, errorBody, isServiceError, isUnanswered, ServiceError, type ErrorType } from "../lib/errors";
 import { CRANKER_ROUTES, crankerRequestOf, verifyCrankerRequest, type CrankerRequest } from "../lib/cranker-call";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
@@ -100,7 +100,7 @@ function toWireError(err: WireError): ServiceError {
 	if (typeof err.type === "string" && Object.hasOwn(ERROR_STATUS, err.type)) return new ServiceError(err.type as ErrorType, err.message ?? "", publicData(err.type as ErrorType, err.data));
 	if ((err.type === "RATE_LIMIT_EXCEEDED" || err.type === undefined) && (err.code === 429 || err.name === "RateLimitExceeded")) return new ServiceError("RATE_LIMITED", "Too many requests; retry later");
 	// moleculer-web's, for a route whose action no process serves yet (its owners not discovered): no type, status 503.
-	if ((typeof err.type === "string" && UNANSWERED_CALL_TYPES.has(err.type)) || err.name === "ServiceUnavailableError") return new ServiceError("NOT_READY", "The service is not ready to answer this request");
+	if (isUnanswered(err) || err.name === "ServiceUnavailableError") return new ServiceError("NOT_READY", "The service is not ready to answer this request");
 	// Only the gateway's own refusals carry an HTTP status; a code from anywhere else (a database
 	// error code, say) is never read as one.
 	if (!GATEWAY_ERRORS.has(err.name ?? "")) return new ServiceError("INTERNAL_ERROR", "Internal error");
@@ -294,7 +294,7 @@ interface ApiMethods {
 	assertMetricsKey(req: IncomingMessage, res: ServerResponse): void;
 	workerKeyAttempt(req: IncomingMessage, res: ServerResponse): boolean;
 	assertNotThrottled(req: IncomingMessage, res: ServerResponse): void;
-	bodyWanted(req: Request & { parsedUrl?: string }, res: ServerResponse): boolean;
+	checkBeforeBody(req: Request & { parsedUrl?: string }, res: ServerResponse): boolean;
 	signedCrankerRequest(req: Request): Promise<CrankerRequest>;
 	routeOf(req: Request & { $alias?: { fullPath?: string }; parsedUrl?: string }): string;
 	limitConnections(metrics: ReturnType<typeof httpMetrics>): void;
@@ -323,15 +323,15 @@ const readJson = jsonBody(MAX_BODY_BYTES);
  */
 function parseBodyMiddleware(this: ApiThis, req: Request & { parsedUrl?: string }, res: ServerResponse, next: Next): void {
 	try {
-		if (!this.bodyWanted(req, res)) return next();
+		if (!this.checkBeforeBody(req, res)) return next();
 	} catch (err) {
-		return next(isServiceError(err) ? passedWhole(err) : err);
+		return next(isServiceError(err) ? asClientError(err) : err);
 	}
 	this.parseBody(req, res, next);
 }
 
 /** A refusal of a route middleware as a Moleculer error, so moleculer-web passes it on whole (it rebuilds any other, dropping `data`). */
-const passedWhole = ({ message, code, type, data }: { message: string; code: number; type: string; data?: unknown }) => new Errors.MoleculerClientError(message, code, type, data);
+const asClientError = ({ message, code, type, data }: { message: string; code: number; type: string; data?: unknown }) => new Errors.MoleculerClientError(message, code, type, data);
 
 /**
  * The whole answer to a request Node's HTTP parser refused or cut off, written to the socket as no
@@ -347,7 +347,7 @@ function parserRefusal(code: string | undefined): string {
 				: code === "ERR_HTTP_REQUEST_TIMEOUT"
 					? new ServiceError("REQUEST_TOO_SLOW", "The request did not arrive within the time limits")
 					: new ServiceError("BAD_REQUEST", "The request is not valid HTTP/1.1");
-	const body = JSON.stringify({ name: error.name, message: error.message, code: error.code, type: error.type });
+	const body = JSON.stringify(errorBody(error));
 	return `HTTP/1.1 ${error.code} ${http.STATUS_CODES[error.code]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }
 
@@ -418,10 +418,10 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					name: "public",
 					path: "/",
 					...common,
-					// A request whose body was read was counted before it (bodyWanted): an empty key is not counted again.
+					// Counted once: checkBeforeBody counts every request it finds an alias for (its empty key is
+					// not counted again), and this counts the others moleculer-web routes (an OPTIONS without Origin).
 					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: (req: IncomingMessage & { rateCounted?: boolean }) => (req.rateCounted ? "" : clientKey(clientAddress(req, proxies))) } : undefined,
 					onBeforeCall(this: ApiThis, ctx: Context<unknown, { worker?: boolean; metricsForm?: string }>, _route: unknown, req: Request, res: ServerResponse, alias?: { action?: string }) {
-						assertInputPlacement(req);
 						if (alias?.action === "network.metrics") {
 							// Decided once, here: the key is checked for the very form the action then serves.
 							ctx.meta.metricsForm = metricsForm(req.query?.format, req.headers.accept);
@@ -564,7 +564,6 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					if (!this.isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
 					// The owners check the key too: the route's calls over the bus prove it.
 					actForWorker(ctx.meta, key);
-					assertInputPlacement(req);
 					if (alias.action && CRANKER_ACTIONS.has(alias.action)) {
 						ctx.meta.crankerRequest = await this.signedCrankerRequest(req);
 						// For owners of the previous version during a rolling update (gateways first): they
@@ -626,18 +625,18 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			parseBody(this: ApiThis, req: Request, res: ServerResponse, next: Next): void {
 				readJson(req, res, err => {
 					if (!err) return next();
-					next(passedWhole(bodyError(err as WireError, req)));
+					next(asClientError(bodyError(err as WireError, req)));
 				});
 			},
 
 			/**
-			 * Whether a request's body is to be read, once the checks that need no body passed: none
-			 * for a path no alias takes (404), nor on a worker route without a valid key (authorize
-			 * answers 401 or 403 and counts the failure). A public route's rate is counted here, once,
-			 * before the body (a throttled client's 429 too); moleculer-web then skips its own count.
-			 * Where the input may be (assertInputPlacement) is checked here too, and again at the call.
+			 * The checks that need no body, before it is read (they throw their refusals), and whether
+			 * it is to be read: not for a path no alias takes (404), nor on a worker route without a
+			 * valid key (authorize answers 401 or 403 and counts the failure). A public route's rate is
+			 * counted here, once (a throttled client's 429 too); moleculer-web then skips its own count.
+			 * Where the input may be (assertInputPlacement) is checked here, for every route.
 			 */
-			bodyWanted(this: ApiThis, req: Request & { parsedUrl?: string; rateCounted?: boolean }, res: ServerResponse): boolean {
+			checkBeforeBody(this: ApiThis, req: Request & { parsedUrl?: string; rateCounted?: boolean }, res: ServerResponse): boolean {
 				const found = this.resolveAlias(req.parsedUrl ?? "", req.method);
 				if (!found) return false;
 				const route = found.alias.route.opts.name;

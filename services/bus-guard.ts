@@ -19,7 +19,13 @@
  *   key came with a public route: the worker's view) is believed only with such a proof;
  * - the packets that say who a node is and whether it lives (announcements, heartbeats, goodbyes,
  *   discovery and pings) are signed with the sender's group's key, and believed only with a fresh
- *   signature by the group its sender's id names (lib/bus-signatures.ts).
+ *   signature by the group its sender's id names (lib/bus-signatures.ts);
+ * - a packet that nests deeper than 64 levels is dropped before it is parsed (answering it would
+ *   overflow the serializer's stack), so the broker must use the JSON serializer;
+ * - an answer is taken from the node its call went to only (so the balancer must stay on), and
+ *   its meta, which Moleculer merges into the caller's context and the gateway sends as status and
+ *   headers, from the intake and the owners only; calls and events carry their context's
+ *   `parentID` and `requestID` as digests, so no addressee learns the ids of calls still awaited.
  */
 import { createHash } from "node:crypto";
 import { Serializers, type Middleware, type ServiceBroker } from "moleculer";
@@ -31,7 +37,7 @@ import { MAX_BODY_DEPTH, nestsDeeperThan } from "../lib/json-body";
 const PROOF = "busCallProof";
 const WORKER_PROOF = "workerCallProof";
 /** A context id as it leaves the process: its digest (the same for the same id), or what it was if it is none. */
-const hiddenId = (id: unknown) => (typeof id === "string" && id !== "" ? createHash("sha256").update(id).digest("base64url").slice(0, 22) : id);
+const idDigest = (id: unknown) => (typeof id === "string" && id !== "" ? createHash("sha256").update(id).digest("base64url").slice(0, 22) : id);
 
 /** A packet wraps what it carries in a few levels; what it carries nests at most as deep as a request body. */
 const BUS_PACKET_MAX_DEPTH = 2 * MAX_BODY_DEPTH;
@@ -145,6 +151,8 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 		}
 		return Promise.resolve(false);
 	};
+	/** The node a call awaiting its answer went to (Moleculer's transit keeps them by id); null for none. */
+	const addresseeOf = (id: string): string | null => (broker.transit as unknown as { pendingRequests?: Map<string, { nodeID?: string | null }> } | undefined)?.pendingRequests?.get(id)?.nodeID ?? null;
 	/**
 	 * While a flood exhausts the budget of signature checks, the nodes' real heartbeats may be among
 	 * what is dropped: Moleculer's heartbeat expiry waits until the flood has been over for two of its
@@ -213,7 +221,7 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 			// them: read as they are by the addressee (or by every group, for an event), they would let it
 			// answer those calls in the addressed node's name. Their digests keep what they are used for,
 			// telling one call's repeats (services/replay.ts), and tell nobody the ids.
-			if (packet.type === "REQ" || packet.type === "EVENT") packet.payload = { ...packet.payload, parentID: hiddenId(packet.payload.parentID), requestID: hiddenId(packet.payload.requestID) };
+			if (packet.type === "REQ" || packet.type === "EVENT") packet.payload = { ...packet.payload, parentID: idDigest(packet.payload.parentID), requestID: idDigest(packet.payload.requestID) };
 			return next(packet);
 		},
 		// Before a packet is parsed: a signed one larger than any of ours is dropped unread, and so is
@@ -245,13 +253,13 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 					.filter(service => (group === null ? typeof service?.name === "string" : isBelieved(group, service)))
 					.map(service => withBelievedInterface(service!));
 			}
-			// Nor answers with one: its chunks would wait for their call, held until its sender leaves.
-			if (cmd === "RES" && (payload.stream || payload.seq != null)) return dropped("stream", `A streamed answer from ${payload.sender} came over the bus: ignored.`);
 			if (cmd === "RES") {
+				// Nor answers with one: its chunks would wait for their call, held until its sender leaves.
+				if (payload.stream || payload.seq != null) return dropped("stream", `A streamed answer from ${payload.sender} came over the bus: ignored.`);
 				// Moleculer matches an answer to its call by id alone: one in the name of another node than
 				// the call's addressee is another's (the id reached the whole addressee's group).
-				const call = (broker.transit as unknown as { pendingRequests?: Map<string, { nodeID?: string | null }> } | undefined)?.pendingRequests?.get(String(payload.id));
-				if (call?.nodeID && call.nodeID !== payload.sender) return dropped("answerer", `An answer in the name of ${payload.sender} to a call made to another node came over the bus: ignored.`);
+				const addressee = addresseeOf(String(payload.id));
+				if (addressee && addressee !== payload.sender) return dropped("answerer", `An answer in the name of ${payload.sender} to a call made to another node came over the bus: ignored.`);
 				// Its meta is merged into the caller's context, whose `$statusCode`, `$responseType` and
 				// `$responseHeaders` the gateway sends: only the intake's and the owners' answers set any.
 				const group = busGroupOf(payload.sender);

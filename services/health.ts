@@ -9,7 +9,7 @@ import type { Socket } from "node:net";
 import type { ServiceBroker } from "moleculer";
 import { proxyTrust } from "../lib/client-key";
 import { ConnectionsPerClient } from "../lib/connection-cap";
-import { ServiceError } from "../lib/errors";
+import { ServiceError, errorBody } from "../lib/errors";
 
 /** Brokers stopping on SIGTERM: from the first moment, they are no longer ready (SPEC §10). */
 const draining = new WeakSet<ServiceBroker>();
@@ -34,9 +34,6 @@ export function probeAnswer(probe: Probe, broker: ServiceBroker): { status: numb
 	if (isReady(broker)) return { status: 200, body: { status: "ready" }, headers: {} };
 	return { status: 503, body: errorBody(new ServiceError("NOT_READY", "The service is starting or stopping")), headers: { "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) } };
 }
-
-/** An error in SPEC §7's shape, as the gateway answers it. */
-const errorBody = (error: ServiceError) => ({ name: error.name, message: error.message, code: error.code, type: error.type });
 
 const PROBE_PATHS: Record<string, Probe> = { "/health/live": "live", "/health/ready": "ready" };
 

@@ -383,12 +383,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						this.mustGet(id),
 						ctx.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey: request.crankerPubkey })
 					]);
-					const decision = decideStatusUpdate(record, request, {
-						now: new Date(),
-						leaseTtlMs: this.settings.leaseTtlMs,
-						crankerAllowed: maySettle(standing),
-						latestSlot: this.slots.latest()
-					});
+					const decide = () => decideStatusUpdate(record, request, { now: new Date(), leaseTtlMs: this.settings.leaseTtlMs, crankerAllowed: maySettle(standing), latestSlot: this.slots.latest() });
+					const decision = decide();
 					if (decision.kind === "replay") return toWorkerView(record);
 					const expired = () => new ServiceError("INVALID_TRANSITION", "The intent expired before it was submitted: it is REJECTED", { state: "REJECTED", rejectionReason: "EXPIRED" });
 					const changedMeanwhile = async () => {
@@ -397,11 +393,12 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						if (current.state === "REJECTED" && current.rejectionReason === "EXPIRED" && !current.history.at(-1)?.by) return expired();
 						return new ServiceError("VERSION_CONFLICT", "The intent changed while the update was applied", { stateVersion: current.stateVersion, state: current.state });
 					};
-					if (decision.kind === "expire") {
-						// Not REJECTED when another move (a SUBMITTED report read before the expiry) came first;
-						// the sweep's own expiry, first, is told as this one would have been.
-						throw (await this.commit(record, decision.next)) ? expired() : await changedMeanwhile();
-					}
+					// Not REJECTED when another move (a SUBMITTED report read before the expiry) came first;
+					// the sweep's own expiry, first, is told as this one would have been.
+					const expire = async (next: IntentRecord) => {
+						throw (await this.commit(record, next)) ? expired() : await changedMeanwhile();
+					};
+					if (decision.kind === "expire") return expire(decision.next);
 					const { blockhashLifetimeBlocks } = this.settings;
 					let { next } = decision;
 					if (decision.chainCheck) next = withChainEvidence({ next, chainCheck: decision.chainCheck }, await this.observeChain(record, decision.chainCheck), blockhashLifetimeBlocks);
@@ -416,6 +413,10 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 							const [heights, slots] = await readChain(() => Promise.all([chain.blockHeights(), chain.slots()]));
 							next = withSubmissionReading(next, { heights, slots }, blockhashLifetimeBlocks);
 						}
+						// Those reads take up to seconds: the lease and the intent must still be live as it is
+						// written (SPEC §2.4), and no sweep may have run yet to say otherwise.
+						const late = decide();
+						if (late.kind === "expire") return expire(late.next);
 					}
 					const written = await this.commit(record, next);
 					if (written) {

@@ -10,7 +10,7 @@ import type { Context, Service, ServiceSchema } from "moleculer";
 import type { WakeResult, WakeStatus } from "../lib/answers";
 import type { Config } from "../lib/config";
 import { requestDigest } from "../lib/digest";
-import { ServiceError, UNANSWERED_CALL_TYPES, rejectionError } from "../lib/errors";
+import { ServiceError, isUnanswered, rejectionError } from "../lib/errors";
 import { INTAKE_BATCH_MAX, refusal, refusalOf, type Refusal, type Submission, type SubmissionAnswer, type Verdict } from "../lib/intake";
 import type { CreateIntentRequest, IntentState, PublicMempoolIntent } from "../lib/intents";
 import { createIntentParams } from "../lib/schemas";
@@ -233,7 +233,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 							const answers = await ctx.call<VerifierAnswer[], object>("verifier.verifyMany", { requests: indexes.map(i => requests[i]) }, { nodeID, timeout: this.settings.verifyTimeoutMs, retries: 0 });
 							indexes.forEach((i, k) => (verdicts[i] = answers[k]));
 						} catch (err) {
-							if (!UNANSWERED_CALL_TYPES.has((err as { type?: string }).type ?? "")) throw err;
+							if (!isUnanswered(err)) throw err;
 						}
 					}),
 					...oneByOne.map(async i => (verdicts[i] = await this.verify(ctx, requests[i])))
@@ -246,7 +246,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				try {
 					return await caller.call<VerifierAnswer, object>("verifier.verify", { request }, { timeout: this.settings.verifyTimeoutMs, retries: 0 });
 				} catch (err) {
-					if (UNANSWERED_CALL_TYPES.has((err as { type?: string }).type ?? "")) return null;
+					if (isUnanswered(err)) return null;
 					throw err;
 				}
 			},
@@ -303,8 +303,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 					const outcome = await this.verifyWaiting(intent).catch((failed: unknown) => ({ failed }));
 					if ("failed" in outcome) {
 						status.pending++;
-						const type = (outcome.failed as { type?: unknown } | null)?.type;
-						if (typeof type === "string" && (UNANSWERED_CALL_TYPES.has(type) || type === "NOT_READY")) {
+						if (isUnanswered(outcome.failed) || (outcome.failed as { type?: unknown } | null)?.type === "NOT_READY") {
 							failure = outcome;
 							break;
 						}

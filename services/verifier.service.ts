@@ -110,7 +110,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
 				const now = Date.now();
 				if (this.routeCache.size >= ROUTE_CACHE_LIMIT && !this.routeCache.has(tin)) {
-					// The lapsed first (with a 5 s life, the routes in use are few); all, if that left it full.
+					// With a 5 s life, the routes in use are few: the lapsed go first.
 					for (const [key, entry] of this.routeCache) if (entry.until <= now) this.routeCache.delete(key);
 					if (this.routeCache.size >= ROUTE_CACHE_LIMIT) this.routeCache.clear();
 				}

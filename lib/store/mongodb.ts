@@ -632,20 +632,24 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 
 	async tally(prefixes?: readonly string[]): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
-		// With prefixes, the server drops the other keys, and zero sums: only the sums asked for cross the wire.
-		const startsWithOne = prefixes && { $and: [{ $ne: ["$$sum.v", 0] }, { $or: prefixes.map(prefix => ({ $eq: [{ $substrCP: ["$$sum.k", 0, prefix.length] }, prefix] })) }] };
-		const shards = await guarded(this.client, () =>
-			startsWithOne
-				? this.tallies.aggregate<TallyShard>([{ $match: { _id: { $ne: SEEDED } } }, { $project: { sums: { $arrayToObject: { $filter: { input: { $objectToArray: { $ifNull: ["$sums", {}] } }, as: "sum", cond: startsWithOne } } } } }]).toArray()
-				: this.tallies.find({ _id: { $ne: SEEDED } }).toArray()
-		);
+		const shards = await guarded(this.client, () => (prefixes ? this.tallies.aggregate<TallyShard>(shardsWithPrefixes(prefixes)) : this.tallies.find({ _id: { $ne: SEEDED } })).toArray());
 		const sums = new Map<string, bigint>();
 		for (const shard of shards) for (const [name, value] of Object.entries(shard.sums ?? {})) sums.set(name, (sums.get(name) ?? 0n) + BigInt(value.toString()));
 		return Object.fromEntries([...sums].filter(([, sum]) => sum !== 0n));
 	}
 }
 
-/** One MongoClient per process and URL, shared by the owning services of the process, closed with the last. */
+/**
+ * The tally's shards with only their nonzero sums whose keys start with one of `prefixes`: the
+ * server drops the others, so only the sums asked for cross the wire (it still walks every key).
+ */
+function shardsWithPrefixes(prefixes: readonly string[]): Document[] {
+	const startsWithOne = { $or: prefixes.map(prefix => ({ $eq: [{ $substrCP: ["$$sum.k", 0, prefix.length] }, prefix] })) };
+	const kept = { $filter: { input: { $objectToArray: { $ifNull: ["$sums", {}] } }, as: "sum", cond: { $and: [{ $ne: ["$$sum.v", 0] }, startsWithOne] } } };
+	return [{ $match: { _id: { $ne: SEEDED } } }, { $project: { sums: { $arrayToObject: kept } } }];
+}
+
+/** One MongoClient per process and URL/** One MongoClient per process and URL, shared by the owning services of the process, closed with the last. */
 const clients = new Map<string, { client: Promise<MongoClient>; users: number }>();
 
 async function sharedClient(url: string, allowWeakDurability: boolean): Promise<MongoClient> {

@@ -237,8 +237,8 @@ export interface Collection<T extends Doc> {
 	countBy(field: string, where?: Where): Promise<Record<string, number>>;
 	/**
 	 * The collection's tally (CollectionSpec.tally): nonzero sums only; with `prefixes`, only the
-	 * keys that start with one of them, read without the others (keys named after what clients
-	 * choose, such as mints, are many).
+	 * keys that start with one of them (keys named after what clients choose, such as mints, are
+	 * many): SQLite reads no other, MongoDB sends no other.
 	 */
 	tally(prefixes?: readonly string[]): Promise<Record<string, bigint>>;
 	/** Committed events after `query.after`, oldest first (outbox collections), and how far the read saw. */

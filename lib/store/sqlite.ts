@@ -713,8 +713,7 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 	async tally(prefixes?: readonly string[]): Promise<Record<string, bigint>> {
 		if (!this.spec.tally) return {};
 		return this.group.committed(() => {
-			// A prefix is a range of the key's primary-key index: [prefix, prefix with its last character's successor).
-			// An empty prefix is every key, as on MongoDB.
+			// A prefix is a range of the primary key (prefixEnd); an empty one is every key, as on MongoDB.
 			const rows = (
 				prefixes && !prefixes.includes("")
 					? prefixes.flatMap(prefix => this.statement(`SELECT key, value FROM ${this.tallyTable} WHERE key >= ? AND key < ? AND key != ?`).all(prefix, prefixEnd(prefix), SEEDED))

@@ -17,16 +17,19 @@ export interface LyingRpc {
 	/** Calls received, by method. */
 	calls: Map<string, number>;
 	down: boolean;
+	/** Each answer waits this long first (a slow provider). */
+	delayMs: number;
 	close(): Promise<void>;
 }
 
 export async function startLyingRpc(upstream: string): Promise<LyingRpc> {
 	const lies = new Map<string, Lie>();
-	const rpc = { down: false, calls: new Map<string, number>() };
+	const rpc = { down: false, delayMs: 0, calls: new Map<string, number>() };
 	const server = http.createServer((req, res) => {
 		const chunks: Buffer[] = [];
 		req.on("data", (chunk: Buffer) => chunks.push(chunk));
 		req.on("end", async () => {
+			if (rpc.delayMs) await new Promise(resolve => setTimeout(resolve, rpc.delayMs));
 			if (rpc.down) return void res.writeHead(500).end();
 			const body = Buffer.concat(chunks).toString();
 			const upstreamAnswer = await fetch(upstream, { method: "POST", headers: { "content-type": "application/json" }, body })

@@ -20,6 +20,7 @@ import { LocalChain, LOCAL_CLUSTER } from "../../devkit/local-chain";
 import { MINT, crankerCallMeta, iso, newRoute, newWallet, signedHeartbeat, signedIntent, signingKey, uniqueId, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { API_KEY, httpClient, startNode, tempDir, worker, type Http, type TestNode } from "../helpers/node";
 import { rawRequest } from "../helpers/raw-http";
+import { startLyingRpc } from "../helpers/lying-rpc";
 import { freePort, spawnScript, waitFor } from "../../devkit/process";
 
 const ROOT = path.resolve(__dirname, "../..");
@@ -286,6 +287,30 @@ describe("3. no second payout authorization while the first transaction can land
 	});
 });
 
+describe("3b. a submission is written only while its lease and its intent are live (SPEC §2.4)", () => {
+	it("a SUBMITTED report whose chain reads outlast its lease is refused, not stored after the lease lapsed", async () => {
+		const rpc = await startLyingRpc(chain.url);
+		const dataDir = tempDir();
+		// No sweep: nothing returns the lapsed lease before the report is written.
+		const slow = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: rpc.url, SOLANA_CLUSTER: LOCAL_CLUSTER, LEASE_TTL_MS: "1500", SWEEP_INTERVAL_MS: "600000" }, dataDir);
+		try {
+			expect((await slow.as(victim)("POST", "/crankers/heartbeat", signedHeartbeat(victim, ["settlement", "submitter"]))).status).toBe(200);
+			const { id } = (await slow.http("POST", "/intents", intentBody())).body;
+			expect((await slow.as(victim)("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 })).status).toBe(200);
+			await wait(900);
+			// Live when it is reported; the chain reads it waits for take the lease past its end.
+			rpc.delayMs = 1200;
+			const late = await slow.as(victim)("PATCH", `/intents/${id}/status`, { status: "SUBMITTED", crankerPubkey: victim.address, expectedVersion: 4, transactionSignature: encodeBase58(Buffer.alloc(64, 9)), lastValidBlockHeight: 10_000 });
+			rpc.delayMs = 0;
+			expect(late.body).toMatchObject({ code: 409, type: "LEASE_EXPIRED" });
+			expect((await slow.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("CRANKER_LEASED");
+		} finally {
+			await slow.stop();
+			await rpc.close();
+		}
+	});
+});
+
 describe("4. only a signer holds a paymentId (SPEC §2.1)", () => {
 	it("a forged body under someone else's paymentId is refused, holds nothing, and the real sender's body is accepted", async () => {
 		const genuine = intentBody();
@@ -471,7 +496,7 @@ async function startProcess(extra: Record<string, string> = {}) {
 	return { proc, port, http: httpClient(`http://127.0.0.1:${port}`) };
 }
 
-describe("5. a body is read only when nothing without it refuses the request (SPEC §10)", () => {
+describe("5b. a body is read only when nothing without it refuses the request (SPEC §10)", () => {
 	// A few hundred bytes of gzip inflate to 64 KiB of JSON to parse: read before the checks, they
 	// bought that parse on any path, without a key, and past the rate limit.
 	it("an unknown path is 404, a worker route without a valid key 401 or 403, a client past its rate 429, whatever the body; admitted, it is read, and counted once", async () => {

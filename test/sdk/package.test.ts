@@ -20,7 +20,7 @@ const PACKAGE = "@settlement-coordination/sdk";
 
 /**
  * Budgets, with room over today's figures (the package's files ~233 KB unpacked, ESM bundle ~12 KB
- * gzip, raised last for getIntent's check and confirmOnChain's time limit; 3 KB of it the checks of every field signed and every answer acted on; most of the files
+ * gzip, 3 KB of it the checks of every field signed and every answer acted on; most of the files
  * are the declarations, twice, .d.ts and .d.mts, lib/intents.ts's whole, its state machine's
  * documented functions included, which is why they grow with it): a jump means a dependency or a
  * lib/ module got inlined. The files are counted unpacked:

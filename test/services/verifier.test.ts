@@ -71,7 +71,7 @@ test("routes are cached, and a registry.routeChanged event drops the TIN's entry
 	}
 });
 
-test("unsigned bodies naming new TINs do not grow the route cache without bound", async () => {
+test("bodies whose signatures do not verify, naming new TINs, do not grow the route cache without bound", async () => {
 	const verifier = await startVerifier("0");
 	try {
 		const forged = { ...signedIntent(newWallet(), route), senderAuthorizationSignature: newWallet().sign("not this message") };

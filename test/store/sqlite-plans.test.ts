@@ -105,7 +105,7 @@ test("the plan check tells SQLite's sorting and scanning plans from index walks"
 	expect(sortsOrScans(["SCAN t"], "t", false)).toBe(false);
 });
 
-test("the live figures read their own tally keys, not one per mint ever settled; a sum back at zero leaves no row", async () => {
+test("the live figures' tally read answers their own keys, none of the mints ever settled; a sum back at zero leaves no row", async () => {
 	const settled = Array.from({ length: 20 }, (_, i): IntentRecord => ({ ...record(5000 + i), id: `int_mint_${i}`, paymentId: `pay_mint_${i}`, state: "CONFIRMED", request: { tokenMintAddress: `settled${i}`, amount: "5" } as IntentRecord["request"] }));
 	for (const intent of settled) await intents.insert({ ...intent, archivedIn: undefined });
 	const live = await intents.tally(LIVE_FIGURES);

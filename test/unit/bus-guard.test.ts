@@ -450,7 +450,7 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		expect(clock.now(11_000 - BUS_SIGNATURE_TTL_MS - 1)).toBe(11_000 - BUS_SIGNATURE_TTL_MS - 1);
 	});
 
-	test("takes an answer from the node asked only, and its meta from the intake and the owners only: the gateway sends its $statusCode and $responseHeaders (a review's finding)", () => {
+	test("takes an answer from the node asked only, its meta from the intake and the owners only (the gateway sends its $statusCode and $responseHeaders), and no meta's own __proto__", () => {
 		const receiver = node();
 		const meta = { $statusCode: 302, $responseHeaders: { location: "https://elsewhere.example" }, $responseType: "text/html" };
 		for (const [id, nodeID] of [["c1", "verifier.pod-1"], ["c2", "gateway.pod-1"], ["c3", "owners.pod-1"], ["c4", "intake.pod-1"], ["c5", "verifier.pod-1"]]) receiver.pendingRequests.set(id, { nodeID });
@@ -465,6 +465,8 @@ describe("the bus guard, on the packets that say who a node is and whether it li
 		const passed = receiver.receive("RES", { sender: "owners.pod-1", id: "c6", success: true, data: {}, meta: JSON.parse('{"__proto__":{"worker":true},"a":1}') as object });
 		expect(Object.hasOwn(passed!.meta as object, "__proto__")).toBe(false);
 		expect(passed!.meta).toEqual({ a: 1 });
+		const event = receiver.receive("EVENT", { sender: "owners.pod-1", meta: JSON.parse('{"__proto__":{"worker":true}}') as object });
+		expect(Object.hasOwn(event!.meta as object, "__proto__")).toBe(false);
 	});
 
 	test("reads no packet nesting deeper than any of ours (its answer's serializer would overflow the stack and end the process)", () => {

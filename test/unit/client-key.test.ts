@@ -41,6 +41,7 @@ describe("clientAddressOf", () => {
 		// Read on past a proxy written with its port.
 		expect(clientAddressOf("10.0.0.2", "198.51.100.1:5, 10.2.2.2:80", listed)).toBe("198.51.100.1");
 		// Not an address and a port: as written.
-		expect(clientAddressOf("10.0.0.2", "[nothing]:1, 999.1.1.1:2", listed)).toBe("999.1.1.1:2");
+		expect(clientAddressOf("10.0.0.2", "999.1.1.1:2", listed)).toBe("999.1.1.1:2");
+		expect(clientAddressOf("10.0.0.2", "[nothing]:1", listed)).toBe("[nothing]:1");
 	});
 });

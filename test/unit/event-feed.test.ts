@@ -145,6 +145,30 @@ describe("StreamFeed", () => {
 		for (const subscriber of subscribers) expect(subscriber.received).toEqual(log.events.map(e => e.seq));
 	});
 
+	it("a record's first page is read at once, its later pages take turns: a record whose events a Cranker's lease rounds made many costs no more at once", async () => {
+		const log = new Log();
+		for (let i = 0; i < 100; i++) log.append("one-intent");
+		let laterPages = 0;
+		let most = 0;
+		const feed = feedOf({
+			read: async (query: Parameters<Log["read"]>[0]) => {
+				// Every subscriber resumes from the start: a read after it is one of its later pages.
+				if (query.after === 0) return log.read(query);
+				most = Math.max(most, ++laterPages);
+				try {
+					return await log.read(query);
+				} finally {
+					laterPages--;
+				}
+			},
+			latest: log.latest
+		});
+		const subscribers = Array.from({ length: 50 }, () => collector(0, "one-intent"));
+		await Promise.all(subscribers.map(subscriber => feed.subscribe(subscriber)));
+		expect(most).toBe(CATCH_UP_READS);
+		for (const subscriber of subscribers) expect(subscriber.received).toEqual(log.events.map(e => e.seq));
+	});
+
 	it("subscribers catching up a log that grows as they read all join: the turn goes to the one nearest the shared position", async () => {
 		const log = new Log();
 		for (let i = 0; i < 50; i++) log.append("s");

@@ -15,7 +15,7 @@ const BEHIND_LIMIT_MS = 10_000;
  * Catch-up reads of the whole log in flight at once per feed, however many subscribers catch up: a
  * thousand streams resuming far back (or filtering out every event, so never waiting for their
  * client) read the owner's log a page or two at a time, not a thousand pages at a time. A record's
- * own events (read by subject) are few, and are read at once.
+ * first page of its own events (read by subject) is read at once; its later ones take turns too.
  */
 export const CATCH_UP_READS = 2;
 

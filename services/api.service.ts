@@ -418,8 +418,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					name: "public",
 					path: "/",
 					...common,
-					// Counted once: checkBeforeBody counts every request it finds an alias for (its empty key is
-					// not counted again), and this counts the others moleculer-web routes (an OPTIONS without Origin).
+					// Kept for its store, which checkBeforeBody and the front door count in: every request that
+					// reaches this count was counted already, and its empty key is not counted again.
 					rateLimit: config.rateLimitPerMin > 0 ? { window: 60_000, limit: config.rateLimitPerMin, headers: true, key: (req: IncomingMessage & { rateCounted?: boolean }) => (req.rateCounted ? "" : clientKey(clientAddress(req, proxies))) } : undefined,
 					onBeforeCall(this: ApiThis, ctx: Context<unknown, { worker?: boolean; metricsForm?: string }>, _route: unknown, req: Request, res: ServerResponse, alias?: { action?: string }) {
 						if (alias?.action === "network.metrics") {
@@ -634,7 +634,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			 * it is to be read: not for a path no alias takes (404), nor on a worker route without a
 			 * valid key (authorize answers 401 or 403 and counts the failure). A public route's rate is
 			 * counted here, once (a throttled client's 429 too); moleculer-web then skips its own count.
-			 * Where the input may be (assertInputPlacement) is checked here, for every route.
+			 * Where the input may be (assertInputPlacement) is checked here, for the public and worker routes.
 			 */
 			checkBeforeBody(this: ApiThis, req: Request & { parsedUrl?: string; rateCounted?: boolean }, res: ServerResponse): boolean {
 				const found = this.resolveAlias(req.parsedUrl ?? "", req.method);

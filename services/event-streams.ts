@@ -540,7 +540,9 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 					connection.end();
 					return false;
 				},
-				drained: () => connection.drained()
+				drained: () => connection.drained(),
+				// Its later pages wait for a turn: a client gone meanwhile gives its turn up.
+				closed: () => connection.closed
 			});
 		},
 

@@ -415,7 +415,15 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						}
 						// Those reads take up to seconds: the lease and the intent must still be live as it is
 						// written (SPEC §2.4), and no sweep may have run yet to say otherwise.
-						const late = decide();
+						let late: ReturnType<typeof decide>;
+						try {
+							late = decide();
+						} catch (err) {
+							// A lease renewed meanwhile is this record's no more: the write would have lost anyway.
+							const current = await this.mustGet(id);
+							if (current.stateVersion !== record.stateVersion || current.leaseExpiresAt !== record.leaseExpiresAt) throw await changedMeanwhile();
+							throw err;
+						}
 						if (late.kind === "expire") return expire(late.next);
 					}
 					const written = await this.commit(record, next);

@@ -649,7 +649,7 @@ function shardsWithPrefixes(prefixes: readonly string[]): Document[] {
 	return [{ $match: { _id: { $ne: SEEDED } } }, { $project: { sums: { $arrayToObject: kept } } }];
 }
 
-/** One MongoClient per process and URL/** One MongoClient per process and URL, shared by the owning services of the process, closed with the last. */
+/** One MongoClient per process and URL, shared by the owning services of the process, closed with the last. */
 const clients = new Map<string, { client: Promise<MongoClient>; users: number }>();
 
 async function sharedClient(url: string, allowWeakDurability: boolean): Promise<MongoClient> {

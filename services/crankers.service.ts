@@ -31,10 +31,10 @@ const MAX_HEARTBEAT_SKEW_MS = 60_000;
 /** Heartbeats read per page when a replica folds in what was stored since its last look. */
 const CATCH_UP_PAGE = 500;
 /**
- * Records pruned per store call, and calls per sweep: up to 10,000 a sweep (a second by default), where one batch a
- * sweep let signed calls (each leaves its signature for two minutes) at more than 500 a second grow
- * the table for good (a review); still bounded, so that the sweep's other work and a stop wait for
- * little.
+ * Records pruned per store call, and calls per sweep: up to 10,000 a sweep (a second by default),
+ * where one batch a sweep let signed calls (each leaves its signature for two minutes) at more than
+ * 500 a second grow the table for good (a review); still bounded, so that the sweep's other work
+ * and a stop wait for little.
  */
 const PRUNE_BATCH = 500;
 const PRUNE_BATCHES_PER_SWEEP = 20;

@@ -351,39 +351,33 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		}
 	});
 
-	it("an announcement in an owner's own name, from the gateway's bus credentials, does not stop it", async () => {
+	/** One packet published with the gateway's bus credentials; `settleMs` later the owners still run and take an intent. */
+	async function ownersServeAfter(subject: string, packet: string, settleMs: number) {
 		const sniffer = await gatewaySniffer(cluster);
 		try {
-			const ownersId = ownersNodeId(cluster);
-			// Moleculer takes an announcement of its own id with another instance for a node id conflict, and
-			// exits. Sent to the owner alone (the others drop it unsigned: the test after this one).
-			const forged = { ver: "5", sender: ownersId, instanceID: "forged", services: [], seq: 1e12, ipList: [], hostname: "x", client: {}, config: {}, metadata: {} };
-			sniffer.publish(`MOL-${cluster.namespace}.INFO.${ownersId}`, JSON.stringify(forged));
+			sniffer.publish(subject, packet);
 			await sniffer.flush();
-			await new Promise(resolve => setTimeout(resolve, 1000));
+			await new Promise(resolve => setTimeout(resolve, settleMs));
 			expect(cluster.owners.child.exitCode).toBeNull();
 			const [{ status }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
 			expect(status).toBe(201);
 		} finally {
 			await sniffer.close();
 		}
+	}
+
+	it("an announcement in an owner's own name, from the gateway's bus credentials, does not stop it", async () => {
+		const ownersId = ownersNodeId(cluster);
+		// Moleculer takes an announcement of its own id with another instance for a node id conflict, and
+		// exits. Sent to the owner alone (the others drop it unsigned: the test after this one).
+		const forged = { ver: "5", sender: ownersId, instanceID: "forged", services: [], seq: 1e12, ipList: [], hostname: "x", client: {}, config: {}, metadata: {} };
+		await ownersServeAfter(`MOL-${cluster.namespace}.INFO.${ownersId}`, JSON.stringify(forged), 1000);
 	});
 
 	it("one call nesting 100,000 levels deep, from the gateway's bus credentials, stops no process (its answer's serializer overflowed the stack: a review's replay)", async () => {
-		const sniffer = await gatewaySniffer(cluster);
-		try {
-			const ownersId = ownersNodeId(cluster);
-			const deep = "[".repeat(100_000) + "]".repeat(100_000);
-			const call = `{"ver":"5","sender":"gateway.deep-${process.pid}","id":"deep-1","action":"metrics.snapshot","params":{},"meta":{"x":${deep}},"timeout":5000,"level":1,"tracing":null,"parentID":null,"requestID":"deep-1","caller":null,"stream":false}`;
-			sniffer.publish(`MOL-${cluster.namespace}.REQ.${ownersId}`, call);
-			await sniffer.flush();
-			await new Promise(resolve => setTimeout(resolve, 1500));
-			expect(cluster.owners.child.exitCode).toBeNull();
-			const [{ status }] = await submitAll(http, [signedIntent(newWallet(), route)], 1);
-			expect(status).toBe(201);
-		} finally {
-			await sniffer.close();
-		}
+		const deep = "[".repeat(100_000) + "]".repeat(100_000);
+		const call = `{"ver":"5","sender":"gateway.deep-${process.pid}","id":"deep-1","action":"metrics.snapshot","params":{},"meta":{"x":${deep}},"timeout":5000,"level":1,"tracing":null,"parentID":null,"requestID":"deep-1","caller":null,"stream":false}`;
+		await ownersServeAfter(`MOL-${cluster.namespace}.REQ.${ownersNodeId(cluster)}`, call, 1500);
 	});
 
 	it("the gateway's bus credentials and signing key speak for no other group's node: an owner announced emptied, or gone, stays", async () => {

@@ -329,7 +329,8 @@ export class NodeChain {
 		this.onCluster = endpointsOnCluster(hashes, named);
 		const onIt = this.onCluster.every(Boolean);
 		const readings = reads.map((read, i) => `entry ${i + 1} ${read.hash}${"why" in read ? ` (${read.why})` : ""}`).join(", ");
-		this.conditions.report("The cluster of SOLANA_RPC_URL", !onIt, `is not ${named ? `${this.cluster} (genesis hash ${named})` : "one for every endpoint"}; moves that need the chain answer 503, and the slot counts only the endpoints on it, until it is`, readings);
+		const wanted = named ? `${this.cluster} (genesis hash ${named})` : `one for every endpoint, and no public cluster (one must be named: ${[...PUBLIC_CLUSTERS.keys()].join(", ")})`;
+		this.conditions.report("The cluster of SOLANA_RPC_URL", !onIt, `is not ${wanted}; moves that need the chain answer 503, and the slot counts only the endpoints on it, until it is`, readings);
 		if (onIt) return void (this.clusterCheckedAt = performance.now());
 		this.clusterFailedAt = performance.now();
 		throw new ServiceError("CHAIN_UNAVAILABLE", `The endpoints of SOLANA_RPC_URL are not all on the cluster ${this.cluster}`, { reason: "RPC_WRONG_CLUSTER", genesisHashes: hashes });

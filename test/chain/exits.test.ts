@@ -404,7 +404,7 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 		liar.honest();
 		expect((await both.observe(landed.signature, touches)).map(o => o.status)).toEqual(["landed", "landed"]);
 		// Told when it starts, not at every move (a reminder at most once a minute); its end is news.
-		expect(warnings).toEqual([`The cluster of SOLANA_RPC_URL is not one for every endpoint; moves that need the chain answer 503, and the slot counts only the endpoints on it, until it is (entry 1 ${devnet}, entry 2 ${chain.genesisHash})`]);
+		expect(warnings).toEqual([`The cluster of SOLANA_RPC_URL is not one for every endpoint, and no public cluster (one must be named: solana-mainnet, solana-devnet, solana-testnet); moves that need the chain answer 503, and the slot counts only the endpoints on it, until it is (entry 1 ${devnet}, entry 2 ${chain.genesisHash})`]);
 		expect(news).toEqual([expect.stringMatching(/^The cluster of SOLANA_RPC_URL works again after 3 failures over \d+ s$/)]);
 	});
 
@@ -416,6 +416,16 @@ describe("every endpoint must be on the cluster SOLANA_CLUSTER names", () => {
 		expect((liar.calls.get("getGenesisHash") ?? 0) - before).toBe(1);
 		liar.honest();
 		expect(await new NodeChain([chain.url], "constructor", logInto([])).blockHeights()).toHaveLength(1);
+	});
+
+	it("a public cluster under another SOLANA_CLUSTER name is no cluster (503 RPC_WRONG_CLUSTER): named otherwise, mainnet would escape BLOCKHASH_LIFETIME_BLOCKS' floor", async () => {
+		const mainnet = PUBLIC_CLUSTERS.get("solana-mainnet")!;
+		liar.lie("getGenesisHash", () => mainnet);
+		const warnings: string[] = [];
+		const renamed = new NodeChain([liar.url], "prod", logInto(warnings));
+		await expect(renamed.blockHeights()).rejects.toMatchObject({ type: "CHAIN_UNAVAILABLE", data: { reason: "RPC_WRONG_CLUSTER", genesisHashes: [mainnet] } });
+		expect(warnings).toEqual([expect.stringContaining("and no public cluster (one must be named: solana-mainnet, solana-devnet, solana-testnet)")]);
+		liar.honest();
 	});
 
 	it("an endpoint that moves to another cluster after the check is found at the next one, ten minutes on", async () => {

@@ -20,6 +20,11 @@ describe("endpointsOnCluster", () => {
 		expect(endpointsOnCluster([UNREADABLE], undefined)).toEqual([false]);
 	});
 
+	it("for another name, never takes a public cluster's endpoints: under another name, mainnet would escape BLOCKHASH_LIFETIME_BLOCKS' floor", () => {
+		expect(endpointsOnCluster([mainnet], undefined)).toEqual([false]);
+		expect(endpointsOnCluster([devnet, devnet, UNREADABLE], undefined)).toEqual([false, false, false]);
+	});
+
 	it("tells look-alike names of public clusters", () => {
 		expect(looksPublic("solana-mainnet-beta")).toBe(true);
 		expect(looksPublic("solana-mainnet")).toBe(false);

@@ -267,13 +267,14 @@ function oneOf<T extends string>(env: Env, key: string, values: readonly T[], fa
 function baseUrl(env: Env, key: string): string | null {
 	const raw = text(env, key);
 	if (raw == null) return null;
+	// Never echoed: a value refused for its credentials or query may carry a secret.
 	let url: URL;
 	try {
 		url = new URL(raw);
 	} catch {
-		throw new ConfigError(`${key} must be an absolute http(s) URL, got "${raw}"`);
+		throw new ConfigError(`${key} must be an absolute http(s) URL`);
 	}
-	if (!["http:", "https:"].includes(url.protocol) || url.search || url.hash || url.username) throw new ConfigError(`${key} must be an http(s) URL without query, fragment or credentials, got "${raw}"`);
+	if (!["http:", "https:"].includes(url.protocol) || url.search || url.hash || url.username || url.password) throw new ConfigError(`${key} must be an http(s) URL without query, fragment or credentials`);
 	return raw.replace(/\/+$/, "");
 }
 

@@ -296,6 +296,14 @@ describe("loadConfig values", () => {
 		}
 	});
 
+	it("PUBLIC_BASE_URL is an http(s) URL without credentials (a password alone too), query or fragment; a refused one is never echoed", () => {
+		expect(loadConfig({ PUBLIC_BASE_URL: "https://node.example/api/" }).publicBaseUrl).toBe("https://node.example/api");
+		for (const value of ["https://:secret1@node.example", "https://user:secret1@node.example", "https://node.example/?key=secret1", "https://node.example/#secret1", "ftp://node.example/secret1", "secret1"]) {
+			expect(() => loadConfig({ PUBLIC_BASE_URL: value })).toThrow(/^PUBLIC_BASE_URL must be an (absolute )?http\(s\) URL/);
+			expect(() => loadConfig({ PUBLIC_BASE_URL: value })).not.toThrow(/secret/);
+		}
+	});
+
 	it("TRUST_PROXY may list the proxies' addresses and CIDR ranges", () => {
 		expect(loadConfig({ TRUST_PROXY: "10.0.0.0/8, 192.168.1.7,fd00::/8" }).trustProxy).toEqual(["10.0.0.0/8", "192.168.1.7", "fd00::/8"]);
 	});

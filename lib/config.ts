@@ -497,6 +497,10 @@ export function loadConfig(env: Env = process.env): Config {
 	const solanaCluster = clusterName(env, "SOLANA_CLUSTER", solanaRpcUrls);
 	const trustProxy = trustedProxies(env, "TRUST_PROXY");
 	const port = integer(env, "PORT", 3000, 0, 65_535);
+	const eventRetentionMs = integer(env, "EVENT_RETENTION_MS", 7 * 24 * 60 * 60 * 1000, 1);
+	const webhookRetryForMs = integer(env, "WEBHOOK_RETRY_FOR_MS", 24 * 60 * 60 * 1000, 1);
+	// A webhook retries an event for WEBHOOK_RETRY_FOR_MS from its first failure: pruned sooner, it would be skipped.
+	if (eventRetentionMs <= webhookRetryForMs) throw new ConfigError("EVENT_RETENTION_MS must be longer than WEBHOOK_RETRY_FOR_MS: a webhook still retrying an event would find it pruned");
 	return withSharedSecrets({
 		port,
 		healthPort: healthPort(env, port),
@@ -553,10 +557,10 @@ export function loadConfig(env: Env = process.env): Config {
 		keepAliveTimeoutMs: integer(env, "KEEP_ALIVE_TIMEOUT_MS", 65_000, 1000, 3_600_000),
 		authFailuresPerMin: integer(env, "AUTH_FAILURES_PER_MIN", 20, 1),
 		metricsApiKey: headerSecret(env, "METRICS_API_KEY"),
-		eventRetentionMs: integer(env, "EVENT_RETENTION_MS", 7 * 24 * 60 * 60 * 1000, 1),
+		eventRetentionMs,
 		...connectionLimits(env, trustProxy),
 		webhookAllowPrivate: flag(env, "WEBHOOK_ALLOW_PRIVATE"),
-		webhookRetryForMs: integer(env, "WEBHOOK_RETRY_FOR_MS", 24 * 60 * 60 * 1000, 1),
+		webhookRetryForMs,
 		webhookRetryBaseMs: integer(env, "WEBHOOK_RETRY_BASE_MS", 5000, 1),
 		webhookTimeoutMs: integer(env, "WEBHOOK_TIMEOUT_MS", 10_000, 100),
 		webhooksMax: integer(env, "WEBHOOKS_MAX", 100, 1)

@@ -139,7 +139,7 @@ export function payoutMetrics(broker: ServiceBroker) {
 	};
 }
 
-const WEBHOOK_OUTCOMES = ["delivered", "failed", "disabled", "deferred"] as const;
+const WEBHOOK_OUTCOMES = ["delivered", "failed", "disabled", "deferred", "missed"] as const;
 /** A delivery waits for its retries (up to WEBHOOK_RETRY_FOR_MS, 24 h by default), not only for its request. */
 const WEBHOOK_LAG_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600];
 

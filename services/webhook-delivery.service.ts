@@ -344,6 +344,13 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 							break;
 						}
 						more = page.length === EVENT_PAGE;
+						// A log has no holes: what lies between the cursor and the page was pruned before this
+						// subscription reached it (a backlog older than EVENT_RETENTION_MS), and cannot be sent.
+						const missed = page.length ? page[0].seq - cursor - 1 : 0;
+						if (missed > 0) {
+							metrics.attempts.inc({ outcome: "missed" }, missed);
+							logger.error(`Webhook ${id}: ${missed} ${stream} event(s) after ${cursor} were pruned (EVENT_RETENTION_MS) before it reached them, and are not delivered`);
+						}
 						for (const event of page) {
 							if (this.stopping || sliceOver()) {
 								more = false;

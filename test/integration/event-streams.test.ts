@@ -251,7 +251,7 @@ describe("the streams' figures", () => {
 describe("retention", () => {
 	it("prunes events older than EVENT_RETENTION_MS on the owners' sweep, all but the newest", async () => {
 		const dir = tempDir();
-		const short = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), EVENT_RETENTION_MS: "200" }, dir);
+		const short = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dir, [route]), EVENT_RETENTION_MS: "200", WEBHOOK_RETRY_FOR_MS: "100" }, dir);
 		try {
 			// One intent ends (its authorization expires: the sweep rejects it) before two more arrive.
 			const ended = (await short.http("POST", "/intents", signedIntent(newWallet(), route, { senderAuthorizationExpiresAt: iso(1000) }))).body;

@@ -17,6 +17,7 @@ import { TIN_OPERATION_EVENT_TYPE } from "../../lib/tin-operations";
 import { loadOrCreateWebhookSecretsKey } from "../../lib/secrets";
 import { answerTag, deliveryLookup, eventsQuestion, headQuestion, webhookKeys, type KeyRing, type WebhookSubscription } from "../../lib/webhooks";
 import { mempoolService } from "../../services/mempool.service";
+import { webhookMetrics } from "../../services/metrics";
 import { webhookDeliveryService } from "../../services/webhook-delivery.service";
 import { webhooksService } from "../../services/webhooks.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
@@ -186,6 +187,8 @@ test("a retry whose event was pruned, with nothing after it that the filter take
 			failures: [{ webhookId: "evt_tin_operations_1" }]
 		});
 		expect(receiver.received).toEqual([TIN_OPERATION_EVENT_TYPE]);
+		// Not skipped without a word: the pruned event is counted (and logged as an error).
+		expect((await webhookMetrics(worker.broker).attempts.get()).values).toContainEqual(expect.objectContaining({ labels: { outcome: "missed" }, value: 1 }));
 	});
 });
 

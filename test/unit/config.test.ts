@@ -304,6 +304,13 @@ describe("loadConfig values", () => {
 		}
 	});
 
+	it("EVENT_RETENTION_MS must be longer than WEBHOOK_RETRY_FOR_MS: a webhook still retrying an event would find it pruned, and skip it", () => {
+		expect(loadConfig({ EVENT_RETENTION_MS: "200", WEBHOOK_RETRY_FOR_MS: "199" })).toMatchObject({ eventRetentionMs: 200, webhookRetryForMs: 199 });
+		expect(() => loadConfig({ EVENT_RETENTION_MS: "200", WEBHOOK_RETRY_FOR_MS: "200" })).toThrow(/^EVENT_RETENTION_MS must be longer than WEBHOOK_RETRY_FOR_MS/);
+		expect(() => loadConfig({ WEBHOOK_RETRY_FOR_MS: String(30 * 24 * 60 * 60 * 1000) })).toThrow(ConfigError);
+		expect(() => loadConfig({ EVENT_RETENTION_MS: String(12 * 60 * 60 * 1000) })).toThrow(ConfigError);
+	});
+
 	it("TRUST_PROXY may list the proxies' addresses and CIDR ranges", () => {
 		expect(loadConfig({ TRUST_PROXY: "10.0.0.0/8, 192.168.1.7,fd00::/8" }).trustProxy).toEqual(["10.0.0.0/8", "192.168.1.7", "fd00::/8"]);
 	});

@@ -86,7 +86,10 @@ const ROUTE_VERSIONS_COLLECTION = {
  * TIN, even at the same moment on two replicas, cannot both have it (SPEC §5: a TIN is never
  * allocated twice).
  */
-const TIN_CLAIMS_COLLECTION = { name: "registry_tin_claims", fields: {} } as const;
+const TIN_CLAIMS_COLLECTION = { name: "registry_tin_claims", fields: { by: "text" }, indexes: [["by"]] } as const;
+
+/** Genesis claims read per page as a process learns the seeded runs. */
+const SEEDED_CLAIMS_PAGE = 1000;
 
 /**
  * Per TIN, the newest update its owner signed (by `issuedAt`, then arrival), raised by
@@ -187,11 +190,13 @@ interface TinVars {
 	claims: Collection<TinClaim>;
 	updateHeads: Collection<UpdateHead>;
 	/**
-	 * The sequence numbers of the seeded TINs this process claimed for genesis, as runs: an
-	 * allocation steps over a run in one compare-and-set, so that the first create after a large
-	 * seed costs no more than any other.
+	 * The sequence numbers of the seeded TINs (the genesis claims), as runs: an allocation steps
+	 * over a run in one compare-and-set, so that the first create after a large seed costs no more
+	 * than any other, on every replica, whether it imported the seed or not.
 	 */
 	seededRuns: SequenceRun[];
+	/** The read of the genesis claims under way, which every allocation that needs it shares. */
+	seededRunsRead: Promise<void> | null;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL a finalization is not checked on chain. */
 	chain: NodeChain | null;
 	/** Tells the gateways that new TIN operation events are committed (coalesced: see eventNotifier). */
@@ -202,6 +207,7 @@ type StageParams = { id: string; crankerPubkey: string; transactionSignature?: s
 
 interface TinMethods {
 	importGenesis(file: string): Promise<number>;
+	readSeededRuns(): Promise<void>;
 	claimForGenesis(tin: string): Promise<boolean>;
 	activeRoute(tin: string): Promise<RouteRecord | null>;
 	allocateTin(): Promise<string>;
@@ -387,6 +393,15 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				return imported;
 			},
 
+			/** Adds the genesis claims in the store to the seeded runs (they only grow), in pages. */
+			readSeededRuns() {
+				return (this.seededRunsRead ??= (async () => {
+					const seeded: string[] = [];
+					for await (const claim of listInPages(this.claims, { where: { by: "genesis" }, orderBy: ["id", "asc"] }, SEEDED_CLAIMS_PAGE)) seeded.push(claim.id);
+					this.seededRuns = withSequencesOf(this.seededRuns, seeded);
+				})().finally(() => (this.seededRunsRead = null)));
+			},
+
 			/**
 			 * Whether the seed may have `tin`: claimed for genesis now or before (an import that stopped
 			 * before its route), or a route already there (left as it is), and not a create's. A TIN the
@@ -414,7 +429,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			 * (compare-and-set on the counter), and claimed before it is (claimForGenesis).
 			 */
 			async allocateTin() {
-				for (;;) {
+				for (let runsRead = false; ; ) {
 					const current = await this.sequence.get("tin");
 					const n = current?.next ?? FIRST_SEQUENCE;
 					// A seeded TIN is never a create's: the counter passes a run of them at once.
@@ -426,6 +441,11 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 					const candidate = tinFromSequence(free);
 					// Genesis routes keep theirs: imported (before claims were kept), or being imported.
 					if (!(await this.routes.get(candidate)) && (await this.claims.insert({ id: candidate, by: "create" }))) return candidate;
+					// A seeded TIN unknown to this process: another replica imported a seed since its runs were read.
+					if (!runsRead && (await this.claims.get(candidate))?.by === "genesis") {
+						runsRead = true;
+						await this.readSeededRuns();
+					}
 				}
 			},
 
@@ -728,11 +748,13 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 
 		created(this: TinThis) {
 			this.seededRuns = [];
+			this.seededRunsRead = null;
 			this.chain = processChain(this.broker, config).reads;
 			this.notifyEvents = eventNotifier(this.broker, "tin_operations");
 		},
 
 		async started(this: TinThis) {
+			await this.readSeededRuns();
 			if (this.settings.registrySeedFile) {
 				const imported = await this.importGenesis(this.settings.registrySeedFile);
 				this.logger.info(`Registry seed ${this.settings.registrySeedFile}: ${imported} new route(s) imported.`);

@@ -83,7 +83,7 @@ interface TinInternals {
 		insert(doc: { id: string; next: number }): Promise<boolean>;
 		update(id: string, expected: object, next: { id: string; next: number }): Promise<boolean>;
 	};
-	claims: { remove(id: string): Promise<boolean> };
+	claims: { remove(id: string): Promise<boolean>; insert(doc: { id: string; by: "create" | "genesis" }): Promise<boolean> };
 	importGenesis(file: string): Promise<number>;
 	allocateTin(): Promise<string>;
 	reconcile(markedBefore: Date): Promise<number>;
@@ -470,6 +470,32 @@ describe("tin service", () => {
 				expect(created).toStrictEqual([...Array.from({ length: 10 }, (_, i) => tinFromSequence(100_002_000 + i)), tinFromSequence(100_002_510)]);
 				// One write of the counter per create, not one per seeded TIN passed (2,500 before).
 				expect(moves).toBe(11);
+			} finally {
+				await other.broker.stop();
+			}
+		});
+
+		test("a replica without REGISTRY_SEED_FILE steps over the seeded runs at once too, read at start, and read again when another replica imported a seed since (a review)", async () => {
+			const dataDir = tempDir();
+			const seeded = Array.from({ length: 2000 }, (_, i) => 100_000_000 + i);
+			const importer = await startTin({ DATA_DIR: dataDir, REGISTRY_SEED_FILE: writeSeedFile(dataDir, seeded.map(n => newRoute({ tin: tinFromSequence(n) }))) });
+			await importer.broker.stop();
+			const other = await startTin({ DATA_DIR: dataDir });
+			try {
+				const sequence = other.service.sequence;
+				const { insert, update } = sequence;
+				let moves = 0;
+				sequence.insert = (...args) => (moves++, insert.apply(sequence, args));
+				sequence.update = (...args) => (moves++, update.apply(sequence, args));
+				const create = async () => (await other.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin;
+				expect(await create()).toBe(tinFromSequence(100_002_000));
+				expect(moves).toBe(1);
+				// Another replica claims 1,000 more for its seed, after this one read the runs.
+				for (let n = 100_002_001; n < 100_003_001; n++) expect(await other.service.claims.insert({ id: tinFromSequence(n), by: "genesis" })).toBe(true);
+				expect(await create()).toBe(tinFromSequence(100_003_001));
+				expect(await create()).toBe(tinFromSequence(100_003_002));
+				// The first seeded TIN met, then the rest of its run at once: 2 writes, not 1,001.
+				expect(moves).toBe(4);
 			} finally {
 				await other.broker.stop();
 			}

@@ -346,10 +346,12 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 						more = page.length === EVENT_PAGE;
 						// A log has no holes: what lies between the cursor and the page was pruned before this
 						// subscription reached it (a backlog older than EVENT_RETENTION_MS), and cannot be sent.
+						// The cursor moves past the gap, so that a retry does not count it again.
 						const missed = page.length ? page[0].seq - cursor - 1 : 0;
 						if (missed > 0) {
 							metrics.attempts.inc({ outcome: "missed" }, missed);
-							logger.error(`Webhook ${id}: ${missed} ${stream} event(s) after ${cursor} were pruned (EVENT_RETENTION_MS) before it reached them, and are not delivered`);
+							logger.error(`Webhook ${id}: ${missed} event(s) of the ${stream} log after ${cursor}, whatever its filter takes, were pruned (EVENT_RETENTION_MS) before it reached them`);
+							cursor = page[0].seq - 1;
 						}
 						for (const event of page) {
 							if (this.stopping || sliceOver()) {

@@ -192,6 +192,23 @@ test("a retry whose event was pruned, with nothing after it that the filter take
 	});
 });
 
+test("events pruned before a subscription reached them are counted once, though the event after them fails and is retried (a review)", async () => {
+	const tinLog: StoredEvent[] = [];
+	await withWorker(tinLog, {}, async (worker, receiver) => {
+		const { id } = await worker.broker.call<{ id: string }, object>("webhooks.create", { url: receiver.url, eventTypes: [TIN_OPERATION_EVENT_TYPE] });
+		const subscription = () => worker.broker.call<WebhookSubscription, object>("webhooks.get", { id });
+		receiver.state.failTin = true;
+		tinLog.push(tinEvent(1));
+		await waitFor(async () => (await subscription()).retry !== null, 5000, "the first failure");
+		// Retention prunes the failing event; the next one fails too, attempt after attempt.
+		tinLog.push(tinEvent(2));
+		tinLog.shift();
+		await waitFor(async () => (await subscription()).failures.length >= 3, 15_000, "two retries of the event after the gap");
+		expect((await subscription()).failures.map(failure => failure.webhookId)).toEqual(["evt_tin_operations_1", "evt_tin_operations_2", "evt_tin_operations_2"]);
+		expect((await webhookMetrics(worker.broker).attempts.get()).values).toContainEqual(expect.objectContaining({ labels: { outcome: "missed" }, value: 1 }));
+	});
+}, 20_000);
+
 test("an owner granting leases too short for this worker's attempts (WEBHOOK_TIMEOUT_MS differing between processes): no attempt, and a warning", async () => {
 	await withWorker(null, { ownerTimeoutMs: 300 }, async (worker, receiver) => {
 		await worker.broker.call("webhooks.create", { url: receiver.url, eventTypes: ["intent.status_changed"] });

@@ -16,7 +16,7 @@ import { parseRegistrySeed, toRouteView, type ActiveRoute, type RouteRecord } fr
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
 import { TIN_STAGES, address, createTinOperationParams, limit, tin, tinStageParams, type TinStage } from "../lib/schemas";
 import { readRegistrySubmission } from "../lib/settlement";
-import { firstOutside, tinFromSequence, withSequencesOf, type SequenceRun } from "../lib/tin";
+import { firstOutside, sequenceOf, tinFromSequence, withSequences, type SequenceRun } from "../lib/tin";
 import {
 	TIN_OPERATION_STATES,
 	applyStage,
@@ -195,8 +195,9 @@ interface TinVars {
 	 * than any other, on every replica, whether it imported the seed or not.
 	 */
 	seededRuns: SequenceRun[];
-	/** The read of the genesis claims under way, which every allocation that needs it shares. */
+	/** The read of the genesis claims under way, and the one waiting to start after it (readSeededRuns). */
 	seededRunsRead: Promise<void> | null;
+	seededRunsNext: Promise<void> | null;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL a finalization is not checked on chain. */
 	chain: NodeChain | null;
 	/** Tells the gateways that new TIN operation events are committed (coalesced: see eventNotifier). */
@@ -373,7 +374,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				}
 				const updatedAt = new Date().toISOString();
 				let imported = 0;
-				const claimed: string[] = [];
+				const claimed: number[] = [];
 				// In slices, so that a large seed shares commits instead of waiting out one per route.
 				for (let start = 0; start < entries.length; start += GENESIS_SLICE) {
 					const results = await Promise.all(
@@ -382,24 +383,33 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 								this.logger.warn(`Registry seed ${file}: TIN ${entry.tin} was handed out by the sequence (to a create, which may have failed), so it is not imported.`);
 								return false;
 							}
-							claimed.push(entry.tin);
+							claimed.push(sequenceOf(entry.tin));
 							// insert() leaves an existing TIN as it is: importing twice changes nothing.
 							return this.routes.insert({ ...entry, id: entry.tin, ownerWallet: entry.ownerWallet ?? null, active: true, updatedAt });
 						})
 					);
 					imported += results.filter(Boolean).length;
 				}
-				this.seededRuns = withSequencesOf(this.seededRuns, claimed);
+				this.seededRuns = withSequences(this.seededRuns, claimed);
 				return imported;
 			},
 
-			/** Adds the genesis claims in the store to the seeded runs (they only grow), in pages. */
+			/**
+			 * Adds the genesis claims in the store to the seeded runs (they only grow), read in pages
+			 * by a read that starts after this call: one under way may have passed the claim its caller
+			 * met. Callers that come while one waits to start share it.
+			 */
 			readSeededRuns() {
-				return (this.seededRunsRead ??= (async () => {
-					const seeded: string[] = [];
-					for await (const claim of listInPages(this.claims, { where: { by: "genesis" }, orderBy: ["id", "asc"] }, SEEDED_CLAIMS_PAGE)) seeded.push(claim.id);
-					this.seededRuns = withSequencesOf(this.seededRuns, seeded);
-				})().finally(() => (this.seededRunsRead = null)));
+				return (this.seededRunsNext ??= (this.seededRunsRead ?? Promise.resolve())
+					.catch(() => {})
+					.then(() => {
+						this.seededRunsNext = null;
+						return (this.seededRunsRead = (async () => {
+							const seeded: number[] = [];
+							for await (const claim of listInPages(this.claims, { where: { by: "genesis" }, orderBy: ["id", "asc"] }, SEEDED_CLAIMS_PAGE)) seeded.push(sequenceOf(claim.id));
+							this.seededRuns = withSequences(this.seededRuns, seeded);
+						})().finally(() => (this.seededRunsRead = null)));
+					}));
 			},
 
 			/**
@@ -749,6 +759,7 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 		created(this: TinThis) {
 			this.seededRuns = [];
 			this.seededRunsRead = null;
+			this.seededRunsNext = null;
 			this.chain = processChain(this.broker, config).reads;
 			this.notifyEvents = eventNotifier(this.broker, "tin_operations");
 		},

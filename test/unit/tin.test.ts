@@ -1,5 +1,5 @@
 /** TIN rules of SPEC §0 and the sequence allocation of SPEC §5. */
-import { firstOutside, isValidTin, luhnCheckDigit, tinFromSequence, withSequencesOf } from "../../lib/tin";
+import { firstOutside, isValidTin, luhnCheckDigit, sequenceOf, tinFromSequence, withSequences } from "../../lib/tin";
 
 /** An independent Luhn check over all ten digits (the textbook form: sum mod 10 = 0). */
 function luhnValid(digits: string): boolean {
@@ -98,26 +98,26 @@ describe("tinFromSequence", () => {
 });
 
 describe("seeded sequence runs", () => {
-	const tins = (...sequences: number[]) => sequences.map(tinFromSequence);
 
 	it("gathers the seeded sequence numbers into sorted runs that neither overlap nor touch, over several seeds", () => {
-		const first = withSequencesOf([], tins(100_000_005, 100_000_001, 100_000_002, 100_000_002, 100_000_009));
+		const first = withSequences([], [100_000_005, 100_000_001, 100_000_002, 100_000_002, 100_000_009]);
 		expect(first).toStrictEqual([
 			{ start: 100_000_001, end: 100_000_003 },
 			{ start: 100_000_005, end: 100_000_006 },
 			{ start: 100_000_009, end: 100_000_010 }
 		]);
 		// A second seed that fills the gaps joins the runs it touches.
-		expect(withSequencesOf(first, tins(100_000_003, 100_000_004, 100_000_010))).toStrictEqual([
+		expect(withSequences(first, [100_000_003, 100_000_004, 100_000_010])).toStrictEqual([
 			{ start: 100_000_001, end: 100_000_006 },
 			{ start: 100_000_009, end: 100_000_011 }
 		]);
 		expect(first).toHaveLength(3);
-		expect(withSequencesOf(first, [])).toStrictEqual(first);
+		expect(withSequences(first, [])).toStrictEqual(first);
+		expect(sequenceOf(tinFromSequence(100_000_009))).toBe(100_000_009);
 	});
 
 	it("gives the first sequence number outside every run: the end of the run that holds n, else n", () => {
-		const runs = withSequencesOf([], tins(100_000_001, 100_000_002, 100_000_005, 999_999_999));
+		const runs = withSequences([], [100_000_001, 100_000_002, 100_000_005, 999_999_999]);
 		expect(firstOutside([], 100_000_000)).toBe(100_000_000);
 		expect(firstOutside(runs, 100_000_000)).toBe(100_000_000);
 		expect(firstOutside(runs, 100_000_001)).toBe(100_000_003);

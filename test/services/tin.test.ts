@@ -501,6 +501,18 @@ describe("tin service", () => {
 			}
 		});
 
+		test("seeded TINs that cannot be read (an index an older replica dropped, say) cost a create a step each, not the create", async () => {
+			const other = await startTin();
+			try {
+				const claims = other.service.claims as unknown as { list: () => Promise<never> };
+				claims.list = () => Promise.reject(new Error("no index serves the query"));
+				for (let n = 100_000_000; n < 100_000_005; n++) expect(await other.service.claims.insert({ id: tinFromSequence(n), by: "genesis" })).toBe(true);
+				expect((await other.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin).toBe(tinFromSequence(100_000_005));
+			} finally {
+				await other.broker.stop();
+			}
+		});
+
 		test("a TIN the previous version handed out (the counter passed it, no claim kept) is not imported either", async () => {
 			const other = await startTin();
 			try {

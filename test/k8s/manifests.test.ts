@@ -61,6 +61,7 @@ interface Container {
 	envFrom?: EnvFromSource[];
 	ports?: { name?: string; containerPort: number; hostPort?: number }[];
 	resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
+	startupProbe?: Probe;
 	readinessProbe?: Probe;
 	livenessProbe?: Probe;
 	volumeMounts?: { name: string; mountPath: string; readOnly?: boolean }[];
@@ -434,13 +435,13 @@ describe("k8s/ manifests: NATS requires credentials", () => {
 	/** The config without its comments. */
 	const config = configFile.replace(/#.*$/gm, "");
 
-	it("runs three servers of a pinned image in a cluster, JetStream on a volumeClaimTemplate, behind a headless and a client Service", () => {
+	it("runs three servers of a pinned image in a cluster, core NATS only, behind a headless and a client Service", () => {
 		expect(nats.spec!.replicas).toBe(3);
-		expect(nats.spec!.volumeClaimTemplates?.length).toBeGreaterThan(0);
+		// No JetStream (Moleculer uses none): no state, and no quorum a lone server's health would wait for.
+		expect(nats.spec!.volumeClaimTemplates).toBeUndefined();
 		expect(container.image).toMatch(/^nats:\d+\.\d+\.\d+-alpine$/);
-		expect(config).toMatch(/\bjetstream\s*\{[^}]*store_dir:\s*\/data\/jetstream/);
-		expect(container.readinessProbe?.httpGet?.path).toMatch(/^\/healthz/);
-		expect(container.livenessProbe?.httpGet?.path).toMatch(/^\/healthz/);
+		expect(config).not.toMatch(/\bjetstream\b/);
+		for (const probe of [container.startupProbe, container.readinessProbe, container.livenessProbe]) expect(probe?.httpGet?.path).toBe("/healthz");
 		const client = get("v1", "Service", "nats");
 		expect(client.spec!.ports!.map(p => p.port)).toContain(4222);
 		expect(selects(client.spec!.selector, nats)).toBe(true);
@@ -479,7 +480,7 @@ describe("k8s/ manifests: NATS requires credentials", () => {
 		const dir = fs.mkdtempSync(path.join(os.tmpdir(), "nats-config-"));
 		try {
 			const file = path.join(dir, "nats.conf");
-			fs.writeFileSync(file, configFile.replace("/data/jetstream", path.join(dir, "jetstream")));
+			fs.writeFileSync(file, configFile);
 			const password = "n0123456789abcdef0123456789abcdef";
 			const env: Record<string, string> = { ...process.env, POD_NAME: "nats-0", NATS_ROUTE_PASSWORD: password, ...Object.fromEntries(Object.keys(BUS_GROUPS).map(group => [groupPassword(group), password])) };
 			for (const i of [0, 1, 2]) env[`NATS_ROUTE_${i}`] = `nats://route:${password}@nats-${i}.nats-headless.settlement.svc.cluster.local:6222`;

@@ -27,8 +27,9 @@ ENV NODE_ENV=production DATA_DIR=/app/data PORT=3000
 COPY --from=build /app/package.json ./package.json
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
-# The image's "node" user is uid 1000, which the Kubernetes manifests run as.
+# The image's "node" user, by number: a runtime that enforces runAsNonRoot can only check a
+# numeric user (uid 1000, which the Kubernetes manifests run as).
 RUN mkdir -p /app/data && chown node:node /app/data
-USER node
+USER 1000:1000
 EXPOSE 3000
 CMD ["node", "dist/index.js"]

@@ -1090,4 +1090,32 @@ describe("k8s/ manifests: secrets", () => {
 		const read = new Set(workloads.flatMap(secretKeysOf));
 		expect(Object.keys(get("v1", "Secret", SECRET).stringData ?? {}).sort()).toEqual([...read].sort());
 	});
+
+	const openssl = spawnSync("openssl", ["version"], { encoding: "utf8" }).status === 0;
+	(openssl ? it : it.skip)("is made by k8s/README.md's recipe with no value on a command line, where any user of the machine sees it (a review)", () => {
+		const readme = fs.readFileSync(path.join(K8S_DIR, "README.md"), "utf8");
+		const recipe = [...readme.matchAll(/```bash\n([\s\S]*?)```/g)].map(block => block[1]).find(block => block.includes("create secret generic"))!;
+		const dir = fs.mkdtempSync(path.join(os.tmpdir(), "secret-recipe-"));
+		try {
+			// kubectl and solana-keygen stand-ins: each command line is recorded, as /proc/<pid>/cmdline shows it.
+			const bin = path.join(dir, "bin");
+			fs.mkdirSync(bin);
+			const record = `#!/bin/sh\nprintf '%s\\n' "$0 $*" >> "${dir}/command-lines"\n`;
+			fs.writeFileSync(path.join(bin, "kubectl"), `${record}cat > /dev/null\n`, { mode: 0o755 });
+			fs.writeFileSync(path.join(bin, "solana-keygen"), `${record}printf '[%s]' "$(seq -s, 1 64)" > "$3"\n`, { mode: 0o755 });
+			const run = spawnSync("bash", ["-euo", "pipefail", "-c", recipe], { cwd: dir, encoding: "utf8", env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } });
+			expect([run.status, run.stderr]).toEqual([0, ""]);
+			const commandLines = fs.readFileSync(path.join(dir, "command-lines"), "utf8");
+			expect(commandLines).toContain("create secret generic settlement-secrets");
+			expect(commandLines).not.toMatch(/--from-literal=\w+=\S{16}/);
+			const values = fs.readdirSync(path.join(dir, "secrets")).map(name => fs.readFileSync(path.join(dir, "secrets", name), "utf8"));
+			expect(values.length).toBeGreaterThanOrEqual(10);
+			for (const value of values.filter(v => v !== "root")) {
+				expect(value).not.toMatch(/\n$/);
+				expect(commandLines).not.toContain(value);
+			}
+		} finally {
+			fs.rmSync(dir, { recursive: true, force: true });
+		}
+	});
 });

@@ -11,22 +11,40 @@
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import bodyParser from "body-parser";
+import { parse as parseContentType } from "content-type";
 import { BodyError, parseJsonBody, shapeRefusal } from "../lib/json-body";
 
 export type BodyRequest = IncomingMessage & { body?: unknown; rawBody?: Buffer };
 type Next = (err?: unknown) => void;
 
+/**
+ * A content-type's media type and charset (lower case) as body-parser reads them, with the same
+ * parser (content-type's: a charset inside a quoted parameter is no charset); null when it does
+ * not parse, which body-parser takes for another media type.
+ */
+function mediaType(header: string | undefined): { type: string; charset?: string } | null {
+	if (header === undefined) return null;
+	// What nearly every client sends.
+	if (header === "application/json") return { type: header };
+	try {
+		const { type, parameters } = parseContentType(header);
+		return { type, charset: parameters.charset?.toLowerCase() };
+	} catch {
+		return null;
+	}
+}
+
 /** body-parser's JSON: the media type only, parameters and case aside. The gateway's check of a body's content-type too. */
 export function isJson(contentType: string | undefined): boolean {
-	return contentType !== undefined && contentType.split(";", 1)[0].trim().toLowerCase() === "application/json";
+	return mediaType(contentType)?.type === "application/json";
 }
 
 /** What this reader takes itself: no content-encoding and no charset but UTF-8. */
 function isPlainUtf8(headers: IncomingHttpHeaders): boolean {
 	const encoding = headers["content-encoding"];
 	if (encoding !== undefined && encoding.toLowerCase() !== "identity") return false;
-	const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(headers["content-type"] ?? "")?.[1];
-	return charset === undefined || charset.toLowerCase() === "utf-8";
+	const charset = mediaType(headers["content-type"])?.charset;
+	return charset === undefined || charset === "utf-8";
 }
 
 /** Middleware: `req.body` (undefined without a body or with another media type) and `req.rawBody`. */

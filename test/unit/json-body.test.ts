@@ -81,7 +81,11 @@ const CASES: [name: string, body: Buffer | string | null, headers: Record<string
 	["gzip over the limit as decoded", zlib.gzipSync(`{"a":"${"x".repeat(10 * LIMIT)}"}`), { ...json, "content-encoding": "gzip" }],
 	["an unknown content-encoding", '{"a":1}', { ...json, "content-encoding": "xz" }],
 	["charset utf-16", Buffer.from('{"a":1}', "utf16le"), { "content-type": "application/json; charset=utf-16le" }],
-	["charset latin-1", '{"a":1}', { "content-type": "application/json; charset=latin1" }]
+	["charset latin-1", '{"a":1}', { "content-type": "application/json; charset=latin1" }],
+	// A review's: a charset inside a quoted parameter is no charset, and a no-break space is no space.
+	["a charset inside a quoted parameter, then another", '{"a":1}', { "content-type": 'application/json; v="x;charset=utf-8"; charset=utf-16le' }],
+	["a no-break space after the media type", '{"a":1}', { "content-type": "application/json\xa0" }],
+	["a content-type that does not parse", '{"a":1}', { "content-type": "application/json; charset" }]
 ];
 
 // A rest parameter: jest passes a done callback to a function declaring more parameters than its row has.

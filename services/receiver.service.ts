@@ -230,7 +230,7 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 				await Promise.all([
 					...[...byNode].map(async ([nodeID, indexes]) => {
 						try {
-							const answers = await ctx.call<VerifierAnswer[], object>("verifier.verifyMany", { requests: indexes.map(i => requests[i]) }, { nodeID, timeout: this.settings.verifyTimeoutMs, retries: 0 });
+							const answers = await ctx.call<(VerifierAnswer | null)[], object>("verifier.verifyMany", { requests: indexes.map(i => requests[i]) }, { nodeID, timeout: this.settings.verifyTimeoutMs, retries: 0 });
 							indexes.forEach((i, k) => (verdicts[i] = answers[k]));
 						} catch (err) {
 							if (!isUnanswered(err)) throw err;

@@ -13,6 +13,7 @@ import type { ActiveRoute } from "../lib/registry";
 import type { SlotObserver } from "../lib/slot-observer";
 import { sha256HexNative } from "../lib/digest";
 import { verifySignature } from "../lib/ed25519";
+import { FailureStreak } from "../lib/failure-streak";
 import { INTAKE_BATCH_MAX } from "../lib/intake";
 import { verifyPaymentAuthorizationWith, type VerificationContext, type VerificationResult } from "../lib/verification";
 import { VerifyPool, type VerifyFallback } from "../lib/verify-pool";
@@ -42,6 +43,8 @@ interface VerifierVars {
 	/** Null with VERIFY_THREADS=0: the equation is solved on the event loop. */
 	pool: VerifyPool | null;
 	metrics: ReturnType<typeof verifierMetrics>;
+	/** Requests of a batch that could not be decided: told once a minute, not per batch. */
+	undecided: FailureStreak;
 }
 
 /** What the log says of a fallback (the metric counts every signature). */
@@ -74,15 +77,27 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 			}),
 
 			/**
-			 * The intake's batches: each request answered as `verify` answers it, in order. A batch
-			 * goes where the intents of its first sender go, and the receiver makes its batches of the
-			 * senders one verifier has (receiver.verifyAll), so each sender still meets one verifier.
+			 * The intake's batches: each request answered as `verify` answers it, in order, or null
+			 * when it could not be decided now (its TIN's route unreadable, say): that one is then
+			 * recorded RECEIVED for the sweep, as when no verifier answers, and its batch is not
+			 * failed with it. A batch goes where the intents of its first sender go, and the receiver
+			 * makes its batches of the senders one verifier has (receiver.verifyAll), so each sender
+			 * still meets one verifier.
 			 */
 			verifyMany: internal({
 				...ACTION_CALL_OPTIONS["verifier.verifyMany"],
 				params: { requests: { type: "array", min: 1, max: INTAKE_BATCH_MAX, items: "object" } },
-				handler(this: VerifierThis, ctx: Context<{ requests: CreateIntentRequest[] }>): Promise<VerifierAnswer[]> {
-					return Promise.all(ctx.params.requests.map(request => this.answer(ctx, request)));
+				async handler(this: VerifierThis, ctx: Context<{ requests: CreateIntentRequest[] }>): Promise<(VerifierAnswer | null)[]> {
+					const settled = await Promise.allSettled(ctx.params.requests.map(request => this.answer(ctx, request)));
+					const failure = settled.find(result => result.status === "rejected");
+					if (failure) {
+						const line = this.undecided.failed(`Requests could not be verified now, and are recorded RECEIVED for the sweep: ${(failure.reason as Error).message}`);
+						if (line) this.logger.warn(line);
+					} else {
+						const line = this.undecided.succeeded();
+						if (line) this.logger.info(`Verifying every request of a batch ${line}`);
+					}
+					return settled.map(result => (result.status === "fulfilled" ? result.value : null));
 				}
 			})
 		},
@@ -126,6 +141,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 
 		created(this: VerifierThis) {
 			this.routeCache = new Map();
+			this.undecided = new FailureStreak();
 			this.metrics = verifierMetrics(this.broker);
 			this.slots = processChain(this.broker, config).slots;
 			this.pool = null;

@@ -15,6 +15,8 @@ import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 const route = newRoute();
 let routeVersion = route.routeVersion;
 let resolves = 0;
+/** TINs whose route the stand-in cannot read (its store down, say). */
+const unreadable = new Set<string>();
 
 async function startVerifier(threads: string) {
 	const broker = new ServiceBroker({ logger: false });
@@ -23,6 +25,7 @@ async function startVerifier(threads: string) {
 		actions: {
 			resolve: (ctx: Context<{ tin: string }>): ActiveRoute | null => {
 				resolves++;
+				if (unreadable.has(ctx.params.tin)) throw new Error("the registry cannot be read");
 				return ctx.params.tin === route.tin ? { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion, policyCommitment: route.policyCommitment } : null;
 			}
 		}
@@ -50,6 +53,21 @@ test("VERIFY_THREADS=2 and 0 give the same verdicts, each with the request's tra
 		expect(answers.map(answer => answer.transactionCommitment)).toEqual(cases.map(request => buildPaymentMessage(request).transactionCommitment));
 	} finally {
 		await Promise.all([pooled.broker.stop(), inline.broker.stop()]);
+	}
+});
+
+test("a batch's request that cannot be decided now is answered null (recorded RECEIVED for the sweep), and the others keep their verdicts (a review)", async () => {
+	const verifier = await startVerifier("1");
+	const other = newRoute();
+	unreadable.add(other.tin);
+	try {
+		const wallet = newWallet();
+		const requests = [signedIntent(wallet, route), signedIntent(wallet, other), { ...signedIntent(wallet, route), amount: "7" }];
+		const answers = await verifier.broker.call<(VerifierAnswer | null)[], object>("verifier.verifyMany", { requests });
+		expect(answers.map(answer => (answer === null ? null : answer.ok ? "OK" : answer.reason))).toEqual(["OK", null, "INVALID_MESSAGE"]);
+	} finally {
+		unreadable.clear();
+		await verifier.broker.stop();
 	}
 });
 

@@ -93,15 +93,15 @@ export function isSignedBody(request: CreateIntentRequest, nowMs: number): boole
 export async function verifyPaymentAuthorizationWith(
 	verify: (address: string, message: string, signature: string) => boolean | Promise<boolean>,
 	request: CreateIntentRequest,
-	context: () => VerificationContext,
+	context: () => VerificationContext | Promise<VerificationContext>,
 	hash?: (text: string) => string
 ): Promise<VerificationResult & { transactionCommitment: string }> {
 	const binding = messageBinding(request, hash);
 	const { transactionCommitment } = binding;
 	if (!binding.ok) return { ok: false, reason: binding.reason, detail: binding.detail, transactionCommitment };
 	if (!(await verify(request.senderWallet, binding.message, request.senderAuthorizationSignature))) return { ...INVALID_SIGNATURE, transactionCommitment };
-	// Read after the signature: the time and the slot are those of the verdict.
-	return { ...contextChecks(request, context()), transactionCommitment };
+	// Read after the signature: the time and the slot are those of the verdict, and a forgery reads no route.
+	return { ...contextChecks(request, await context()), transactionCommitment };
 }
 
 const INVALID_SIGNATURE = refuse("INVALID_SIGNATURE", "senderAuthorizationSignature is not senderWallet's signature of the message");

@@ -56,7 +56,7 @@ const FALLBACK_LINES: Record<VerifyFallback, string> = {
 interface VerifierMethods {
 	answer(ctx: Context, request: CreateIntentRequest): Promise<VerifierAnswer>;
 	routeOf(ctx: Context, tin: string): Promise<ActiveRoute | null>;
-	decide(request: CreateIntentRequest, context: () => VerificationContext): Promise<VerificationResult & { transactionCommitment: string }>;
+	decide(request: CreateIntentRequest, context: () => Promise<VerificationContext>): Promise<VerificationResult & { transactionCommitment: string }>;
 }
 
 type VerifierThis = Service<VerifierSettings> & VerifierVars & VerifierMethods;
@@ -113,8 +113,11 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 
 		methods: {
 			async answer(this: VerifierThis, ctx, request) {
-				const route = await this.routeOf(ctx, request.recipientTin);
-				const answer = await this.decide(request, () => ({ nowMs: Date.now(), latestSlot: this.slots.latest(), route }));
+				// The route once the signature holds: a forgery reads none (and fills no cache), even while the registry cannot be read.
+				const answer = await this.decide(request, async () => {
+					const route = await this.routeOf(ctx, request.recipientTin);
+					return { nowMs: Date.now(), latestSlot: this.slots.latest(), route };
+				});
 				this.metrics.checks.inc({ result: answer.ok ? "ok" : "refused" });
 				return { ...answer, verifiedBy: `verifier@${ctx.broker.nodeID}` };
 			},

@@ -56,15 +56,19 @@ test("VERIFY_THREADS=2 and 0 give the same verdicts, each with the request's tra
 	}
 });
 
-test("a batch's request that cannot be decided now is answered null (recorded RECEIVED for the sweep), and the others keep their verdicts (a review)", async () => {
+test("a batch's request that cannot be decided now is answered null (recorded RECEIVED for the sweep), the others keep their verdicts, and a forgery is refused all the same (a review)", async () => {
 	const verifier = await startVerifier("1");
 	const other = newRoute();
 	unreadable.add(other.tin);
 	try {
 		const wallet = newWallet();
-		const requests = [signedIntent(wallet, route), signedIntent(wallet, other), { ...signedIntent(wallet, route), amount: "7" }];
+		const unsigned = signedIntent(wallet, other);
+		const forged = { ...unsigned, senderAuthorizationSignature: newWallet().sign(unsigned.senderAuthorizationMessage) };
+		const requests = [signedIntent(wallet, route), signedIntent(wallet, other), { ...signedIntent(wallet, route), amount: "7" }, forged];
 		const answers = await verifier.broker.call<(VerifierAnswer | null)[], object>("verifier.verifyMany", { requests });
-		expect(answers.map(answer => (answer === null ? null : answer.ok ? "OK" : answer.reason))).toEqual(["OK", null, "INVALID_MESSAGE"]);
+		// A forgery is refused whatever the registry: its route is read only once the signature holds.
+		expect(answers.map(answer => (answer === null ? null : answer.ok ? "OK" : answer.reason))).toEqual(["OK", null, "INVALID_MESSAGE", "INVALID_SIGNATURE"]);
+		expect(await verifier.verify(forged)).toMatchObject({ ok: false, reason: "INVALID_SIGNATURE" });
 	} finally {
 		unreadable.clear();
 		await verifier.broker.stop();

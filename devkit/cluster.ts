@@ -51,7 +51,8 @@ export class NatsServer {
 	async start(): Promise<void> {
 		let output = "";
 		const config = path.join(this.storeDir, "nats.conf");
-		// As k8s/20-nats.yaml runs it: the groups' users, and JetStream on (which the permissions keep out of reach).
+		// The groups' users, as k8s/20-nats.yaml has them, and JetStream on, which k8s runs none of: the
+		// permissions must keep it out of reach wherever a server runs it.
 		const lines = [natsAuthorization(group => this.passwords[group], this.options.namespace), `jetstream { store_dir: "${this.storeDir}" }`];
 		if (this.options.maxPayload) lines.push(`max_payload: ${this.options.maxPayload}`);
 		fs.writeFileSync(config, `${lines.join("\n")}\n`);

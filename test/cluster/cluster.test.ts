@@ -276,8 +276,8 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			expect(called).toEqual([]);
 			// Moleculer's $node.options would hand out the owner's transporter URL, its bus password in it.
 			await expect(rogue.call("$node.options", {}, { nodeID: owners.id })).rejects.toMatchObject({ name: "ServiceNotFoundError" });
-			// Nor have the server copy those subjects to one it may read: JetStream, which the server runs
-			// (as k8s does), takes no order from it. Its answer would come to a subject the gateway reads.
+			// Nor have the server copy those subjects to one it may read: JetStream, which this server runs
+			// (k8s runs none), takes no order from it. Its answer would come to a subject the gateway reads.
 			const answers: string[] = [];
 			const answerSubject = `${prefix}.INFO.gateway.spy`;
 			sniffer.subscribe(answerSubject, { callback: (_err, msg) => answers.push(new TextDecoder().decode(msg.data)) });

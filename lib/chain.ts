@@ -14,6 +14,7 @@ import { isBase58OfLength } from "./encoding";
 import { ConditionStreaks, type ConditionLog } from "./failure-streak";
 import { endpointsOnCluster, PUBLIC_CLUSTERS, UNREADABLE } from "./clusters";
 import { AnswerTooLargeError, readTextAnswer } from "./json-answer";
+import { SharedReads } from "./shared-reads";
 
 /**
  * The Node's chain reads end within this: a check makes at most three, well within the broker's
@@ -94,6 +95,8 @@ const MAX_RPC_ANSWER_BYTES = 8 * 1024 * 1024;
 
 /** For answers of a fixed small size: a height, a slot, a genesis hash, one signature's status. */
 const SHORT_ANSWER_BYTES = 16 * 1024;
+/** How long a transaction an endpoint showed is kept (it does not change; the bound is memory's). */
+const SHOWN_TRANSACTION_KEPT_MS = 10 * 60_000;
 
 /**
  * Kit's HTTP transport with a bound on the answer: kit's own reads an answer whole, however long an
@@ -124,6 +127,12 @@ export class ChainReader {
 	protected readonly rpc: Rpc<SolanaRpcApi>;
 	/** The same endpoint, for the answers of a fixed small size (SHORT_ANSWER_BYTES). */
 	private readonly shortRpc: Rpc<SolanaRpcApi>;
+	/**
+	 * Transactions this endpoint showed to be the one their signature names, as read: a confirmed
+	 * transaction does not change, so a report repeated (one of up to 256 KB, say) is not fetched
+	 * and parsed again. What was not shown (none yet, other bytes) is read afresh each time.
+	 */
+	private readonly shownTransactions = new SharedReads<{ failed: boolean; contents: SettlementContents } | null>(SHOWN_TRANSACTION_KEPT_MS, read => read !== null && !read.contents.notShown);
 
 	constructor(
 		rpcUrl: string,
@@ -171,8 +180,11 @@ export class ChainReader {
 	 * `includeFailed` is not set.
 	 */
 	async transactionContents(signature: string, includeFailed = false): Promise<SettlementContents | null> {
-		const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
-		return fetched && (includeFailed || !fetched.meta?.err) ? readFetchedSettlementTransaction(fetched.transaction[0], signature) : null;
+		const read = await this.shownTransactions.get(signature, async () => {
+			const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
+			return fetched && { failed: !!fetched.meta?.err, contents: readFetchedSettlementTransaction(fetched.transaction[0], signature) };
+		});
+		return read && (includeFailed || !read.failed) ? read.contents : null;
 	}
 
 	/**

@@ -12,6 +12,7 @@ import type { EpochStatus } from "../lib/answers";
 import { buildPaymentMessage } from "../lib/canonical";
 import type { NodeChain } from "../lib/chain";
 import { readChain, type ChainObservation } from "../lib/chain-evidence";
+import { SharedReads } from "../lib/shared-reads";
 import type { Config } from "../lib/config";
 import { sha256HexNative } from "../lib/digest";
 import { ServiceError, type RejectionReason } from "../lib/errors";
@@ -116,6 +117,7 @@ interface LegacyNonceDoc {
 const SWEEP_BATCH = 500;
 /** Archive writes in flight together: a commit group's worth on SQLite, a few per tally shard on MongoDB. */
 const ARCHIVE_WRITES_AT_ONCE = 64;
+
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
 /**
@@ -169,6 +171,11 @@ interface MempoolVars {
 	slots: SlotObserver;
 	/** The Node's own view of the chain; without SOLANA_RPC_URL no move out of SUBMITTED can be proven. */
 	chain: NodeChain | null;
+	/**
+	 * The chain's answers about a submission, shared by the reports in flight that ask the same: a
+	 * Cranker sending one report many times at once has every endpoint read once, not each time.
+	 */
+	chainAnswers: SharedReads<ChainObservation[]>;
 	leases: ReturnType<typeof leaseMetrics>;
 	sweeps: ReturnType<typeof sweepMetrics>;
 	/** Tells the gateways that new intent events are committed (coalesced: see eventNotifier). */
@@ -678,8 +685,11 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				const { chain } = this;
 				if (!chain) return null;
 				const expected = expectedSettlementOf({ ...record.request, transactionCommitment: record.transactionCommitment }, this.settings.settlementProgramId);
+				const { transactionSignature } = check.submission;
 				// Letting a submission go on a signature the chain does not know needs its history too.
-				return readChain(() => chain.observe(check.submission.transactionSignature, contents => readSettlement(contents, expected), check.need !== "landed"));
+				return this.chainAnswers.get(`${record.id} ${transactionSignature} ${check.need}`, () =>
+					readChain(() => chain.observe(transactionSignature, contents => readSettlement(contents, expected), check.need !== "landed"))
+				);
 			},
 
 			/**
@@ -730,6 +740,7 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 		created(this: MempoolThis) {
 			const { reads, slots } = processChain(this.broker, config);
 			this.chain = reads;
+			this.chainAnswers = new SharedReads();
 			this.slots = slots;
 			this.leases = leaseMetrics(this.broker);
 			this.sweeps = sweepMetrics(this.broker);

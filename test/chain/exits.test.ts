@@ -189,6 +189,25 @@ describe("SUBMITTED → VERIFIED (dropped): only once the transaction can no lon
 		expect((await patch(holder, intent.id, { status: "VERIFIED", expectedVersion: 5, reason: "dropped" })).status).toBe(200);
 	});
 
+	it("a report sent many times at once reads each endpoint as one, and a transaction an endpoint showed is not fetched again (a review)", async () => {
+		const intent = await leased();
+		const { value: lifetime } = await rpc.getLatestBlockhash().send();
+		const unrelated = await signMemoTransaction(await kitSigner(holder), "nor this one", lifetime);
+		await rpc.sendTransaction(getBase64EncodedWireTransaction(unrelated), { encoding: "base64" }).send();
+		const transactionSignature = getSignatureFromTransaction(unrelated);
+		expect((await submit(intent.id, { signature: transactionSignature, lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) })).status).toBe(200);
+		const mismatch = { code: 422, type: "SETTLEMENT_MISMATCH" };
+		expect((await patch(holder, intent.id, { status: "CONFIRMED", expectedVersion: 5, transactionSignature })).body).toMatchObject(mismatch);
+		const [fetched, statuses] = [liar.calls.get("getTransaction") ?? 0, liar.calls.get("getSignatureStatuses") ?? 0];
+		// Six bodies of the same report (their fields in every order, each signed once), sent at once.
+		const fields = [["status", "CONFIRMED"], ["expectedVersion", 5], ["transactionSignature", transactionSignature]] as const;
+		const orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]].map(order => Object.fromEntries(order.map(i => fields[i])));
+		const answers = await Promise.all(orders.map(body => patch(holder, intent.id, body)));
+		expect(answers.map(answer => answer.body)).toEqual(orders.map(() => expect.objectContaining(mismatch)));
+		expect((liar.calls.get("getTransaction") ?? 0) - fetched).toBe(0);
+		expect((liar.calls.get("getSignatureStatuses") ?? 0) - statuses).toBeLessThan(orders.length);
+	});
+
 	it("answers 503 CHAIN_UNAVAILABLE when the chain cannot be read, and changes nothing", async () => {
 		const intent = await leased();
 		const tx = await settlement(intent, 1_500_000n, false);

@@ -12,7 +12,6 @@ import type { EpochStatus } from "../lib/answers";
 import { buildPaymentMessage } from "../lib/canonical";
 import type { NodeChain } from "../lib/chain";
 import { readChain, type ChainObservation } from "../lib/chain-evidence";
-import { SharedReads } from "../lib/shared-reads";
 import type { Config } from "../lib/config";
 import { sha256HexNative } from "../lib/digest";
 import { ServiceError, type RejectionReason } from "../lib/errors";
@@ -56,6 +55,7 @@ import { byId, merkleRoot } from "../lib/merkle";
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
 import { LIST_LIMIT_MAX, WORK_PAGE, WORK_PAGE_BYTES, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
+import { SharedReads } from "../lib/shared-reads";
 import type { SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, listInPages, type Collection, type CollectionSpec, type Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS, isSignedBody } from "../lib/verification";
@@ -117,7 +117,6 @@ interface LegacyNonceDoc {
 const SWEEP_BATCH = 500;
 /** Archive writes in flight together: a commit group's worth on SQLite, a few per tally shard on MongoDB. */
 const ARCHIVE_WRITES_AT_ONCE = 64;
-
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
 /**

@@ -209,6 +209,7 @@ type StageParams = { id: string; crankerPubkey: string; transactionSignature?: s
 interface TinMethods {
 	importGenesis(file: string): Promise<number>;
 	readSeededRuns(): Promise<void>;
+	addGenesisClaims(): Promise<void>;
 	claimForGenesis(tin: string): Promise<boolean>;
 	activeRoute(tin: string): Promise<RouteRecord | null>;
 	allocateTin(): Promise<string>;
@@ -395,26 +396,27 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 			},
 
 			/**
-			 * Adds the genesis claims in the store to the seeded runs (they only grow), read in pages
-			 * by a read that starts after this call: one under way may have passed the claim its caller
-			 * met. Callers that come while one waits to start share it.
+			 * Adds the genesis claims to the seeded runs by a read that starts after this call: one
+			 * under way may have passed the claim its caller met. Callers that come while one waits to
+			 * start share it.
 			 */
 			readSeededRuns() {
-				return (this.seededRunsNext ??= (this.seededRunsRead ?? Promise.resolve())
-					.catch(() => {})
-					.then(() => {
-						this.seededRunsNext = null;
-						return (this.seededRunsRead = (async () => {
-							const seeded: number[] = [];
-							try {
-								for await (const claim of listInPages(this.claims, { where: { by: "genesis" }, orderBy: ["id", "asc"] }, SEEDED_CLAIMS_PAGE)) seeded.push(sequenceOf(claim.id));
-							} catch (err) {
-								// A cost, not a fault: creates step over the seeded TINs they meet one at a time meanwhile.
-								return void this.logger.warn(`The seeded TINs could not be read (${(err as Error).message}); creates step over those they meet one at a time until the next read`);
-							}
-							this.seededRuns = withSequences(this.seededRuns, seeded);
-						})().finally(() => (this.seededRunsRead = null)));
-					}));
+				return (this.seededRunsNext ??= (this.seededRunsRead ?? Promise.resolve()).then(() => {
+					this.seededRunsNext = null;
+					return (this.seededRunsRead = this.addGenesisClaims().finally(() => (this.seededRunsRead = null)));
+				}));
+			},
+
+			/** The genesis claims in the store, read in pages, added to the seeded runs (they only grow). */
+			async addGenesisClaims() {
+				const seeded: number[] = [];
+				try {
+					for await (const claim of listInPages(this.claims, { where: { by: "genesis" }, orderBy: ["id", "asc"] }, SEEDED_CLAIMS_PAGE)) seeded.push(sequenceOf(claim.id));
+				} catch (err) {
+					// A cost, not a fault: creates step over the seeded TINs they meet one at a time meanwhile.
+					return void this.logger.warn(`The seeded TINs could not be read (${(err as Error).message}); creates step over those they meet one at a time until the next read`);
+				}
+				this.seededRuns = withSequences(this.seededRuns, seeded);
 			},
 
 			/**

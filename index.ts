@@ -8,7 +8,7 @@ import path from "node:path";
 import { loadConfig, type Config } from "./lib/config";
 import { AUTHORITY_KEYPAIR_FILE, WORKER_KEYS_FILE } from "./lib/secrets";
 import { createNode, stopNode } from "./services";
-import { startHealthServer } from "./services/health";
+import { startHealthServer, watchBus } from "./services/health";
 
 /** The package's version (package.json sits beside dist/). */
 function version(): string {
@@ -55,6 +55,7 @@ async function main(): Promise<void> {
 		logger.info(`Health routes on port ${healthPort}; starting ${(config.services ?? ["all"]).join(",")}.`);
 	}
 	await broker.start();
+	watchBus(broker);
 	const api = broker.getLocalService("api") as { server?: { address(): { port: number } | string | null } } | undefined;
 	const address = api?.server?.address();
 	if (address && typeof address === "object") logger.info(summary(config, address.port, "listening"));

@@ -17,11 +17,13 @@ const tempDir = (prefix: string) => fs.mkdtempSync(path.join(os.tmpdir(), prefix
 
 export const natsServerAvailable = spawnSync("nats-server", ["--version"]).status === 0;
 
+const newPasswords = () => Object.fromEntries(Object.keys(BUS_GROUPS).map(group => [group, `p${randomBytes(16).toString("hex")}`])) as Record<BusGroup, string>;
+
 export class NatsServer {
 	private child: ChildProcess | null = null;
 	readonly storeDir = tempDir("scs-nats-");
 	/** A user per bus group, as k8s/20-nats.yaml has: the bus admits only the app, each group to its own subjects. */
-	private readonly passwords = Object.fromEntries(Object.keys(BUS_GROUPS).map(group => [group, `p${randomBytes(16).toString("hex")}`])) as Record<BusGroup, string>;
+	private passwords = newPasswords();
 	/** A signing key pair per bus group, as the Secret holds them (lib/bus-signatures.ts). */
 	readonly busKeys = newBusKeyring();
 
@@ -41,6 +43,11 @@ export class NatsServer {
 	/** The server's process id while it runs (the cluster benchmark reads its CPU). */
 	get pid(): number | undefined {
 		return this.child?.pid;
+	}
+
+	/** New passwords for the next start (a rotation): clients holding the old ones are refused. */
+	rotatePasswords(): void {
+		this.passwords = newPasswords();
 	}
 
 	/** The environment a process of `group` signs in to the bus with, and signs its announcements with. */

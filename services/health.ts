@@ -7,6 +7,7 @@
 import http from "node:http";
 import type { Socket } from "node:net";
 import type { ServiceBroker } from "moleculer";
+import type { NatsConnection } from "nats";
 import { proxyTrust } from "../lib/client-key";
 import { ConnectionsPerClient } from "../lib/connection-cap";
 import { ServiceError, errorBody } from "../lib/errors";
@@ -18,9 +19,33 @@ export function markDraining(broker: ServiceBroker): void {
 	draining.add(broker);
 }
 
+/** Brokers whose bus connection is down (the client reconnecting) or closed for good. */
+const busLost = new WeakMap<ServiceBroker, "down" | "closed">();
+
+/**
+ * Follows the NATS client of a started broker: Moleculer's transit says connected through an
+ * outage (only its own stop clears that), so readiness would too, and a pod cut off from the bus
+ * would keep its traffic. While the client reconnects the process is not ready; once it gave up
+ * for good (nats.js does after repeated refusals of its credentials, a rotated password say) it
+ * is not live either, so that Kubernetes restarts it.
+ */
+export function watchBus(broker: ServiceBroker): void {
+	const client = (broker.transit?.tx as { client?: NatsConnection | null } | undefined)?.client;
+	if (!client) return;
+	void (async () => {
+		for await (const status of client.status()) {
+			if (status.type === "disconnect") busLost.set(broker, "down");
+			else if (status.type === "reconnect") busLost.delete(broker);
+		}
+	})();
+	void client.closed().then(() => {
+		if (!draining.has(broker) && broker.started) busLost.set(broker, "closed");
+	});
+}
+
 /** Ready: the broker has started, is not stopping and, when distributed, is connected to the transporter. */
 export function isReady(broker: ServiceBroker): boolean {
-	return broker.started && !draining.has(broker) && (!broker.transit || broker.transit.connected);
+	return broker.started && !draining.has(broker) && (!broker.transit || broker.transit.connected) && !busLost.has(broker);
 }
 
 /** How long a client should wait before retrying a 503: the store and the bus recover within seconds. */
@@ -30,6 +55,7 @@ export type Probe = "live" | "ready";
 
 /** What a probe route answers, the same from the gateway's routes and from the probes' own server. */
 export function probeAnswer(probe: Probe, broker: ServiceBroker): { status: number; body: object; headers: Record<string, string> } {
+	if (probe === "live" && busLost.get(broker) === "closed") return { status: 503, body: errorBody(new ServiceError("NOT_READY", "The bus connection is closed for good: the process must be restarted")), headers: {} };
 	if (probe === "live") return { status: 200, body: { status: "live" }, headers: {} };
 	if (isReady(broker)) return { status: 200, body: { status: "ready" }, headers: {} };
 	return { status: 503, body: errorBody(new ServiceError("NOT_READY", "The service is starting or stopping")), headers: { "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) } };

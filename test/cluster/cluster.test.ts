@@ -173,11 +173,15 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		cluster.verifiers.splice(0, 1);
 	});
 
-	it("NATS restarted: the cluster reconnects and nothing accepted before is lost", async () => {
+	it("NATS restarted: the processes are not ready while it is away (a review: they were), the cluster reconnects, and nothing accepted before is lost", async () => {
 		const before = await submitAll(http, intentsOf(1), 4);
+		const readiness = async () => (await fetch(`${cluster.gateway.url}/health/ready`)).status;
+		expect(await readiness()).toBe(200);
 		await cluster.nats.stop();
-		await new Promise(resolve => setTimeout(resolve, 1000));
+		await waitFor(async () => (await readiness()) === 503, 5000, "the gateway to say it is not ready without the bus", 50);
+		expect((await fetch(`${cluster.gateway.url}/health/live`)).status).toBe(200);
 		await cluster.nats.start();
+		await waitFor(async () => (await readiness()) === 200, 30_000, "the gateway ready again once the bus is back", 100);
 		const after = await waitFor(async () => {
 			const attempt = await submitAll(http, [signedIntent(senders[0], route)], 1);
 			return attempt[0].status === 201 ? attempt : null;

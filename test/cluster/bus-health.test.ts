@@ -1,0 +1,52 @@
+/**
+ * A process's probes follow its bus connection: Moleculer's transit says connected through an
+ * outage, so readiness did too (a review). A real nats-server, stopped, then started again with
+ * rotated passwords, which the client is refused with until it gives up for good.
+ */
+import { ServiceBroker } from "moleculer";
+import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
+import { freePort, waitFor } from "../../devkit/process";
+import { probeAnswer, watchBus } from "../../services/health";
+
+const describeWithNats = natsServerAvailable || process.env.CI ? describe : describe.skip;
+
+describeWithNats("the probes and the bus", () => {
+	const namespace = `bus${process.pid}`;
+	let nats: NatsServer;
+	let broker: ServiceBroker;
+
+	beforeAll(async () => {
+		nats = new NatsServer(await freePort(), { namespace });
+		await nats.start();
+		const { NATS_USER, NATS_PASSWORD } = nats.credentials("gateway");
+		broker = new ServiceBroker({
+			namespace,
+			nodeID: "gateway.probes",
+			logger: false,
+			transporter: { type: "NATS", options: { url: nats.url.replace("nats://", `nats://${NATS_USER}:${NATS_PASSWORD}@`), reconnectTimeWait: 200 } }
+		});
+		await broker.start();
+		watchBus(broker);
+	});
+
+	afterAll(async () => {
+		await broker?.stop().catch(() => {});
+		await nats?.stop();
+	});
+
+	it("not ready while the bus is away, ready again once it is back; not live once the client gave up for good", async () => {
+		const status = (probe: "live" | "ready") => probeAnswer(probe, broker).status;
+		expect([status("live"), status("ready")]).toEqual([200, 200]);
+		await nats.stop();
+		await waitFor(() => status("ready") === 503, 5000, "not ready without the bus", 20);
+		expect(status("live")).toBe(200);
+		await nats.start();
+		await waitFor(() => status("ready") === 200, 10_000, "ready with the bus back", 50);
+		// A rotated password: the client is refused, gives up, and only a restart can take the new one.
+		await nats.stop();
+		nats.rotatePasswords();
+		await nats.start();
+		await waitFor(() => status("live") === 503, 20_000, "not live once the client gave up", 100);
+		expect(status("ready")).toBe(503);
+	});
+});

@@ -21,6 +21,37 @@ export interface MetricFamily {
 	values: { value: number | string; labels: Record<string, string | number>; metricName?: string }[];
 }
 
+const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
+const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
+const METRIC_TYPES = new Set(["counter", "gauge", "histogram", "summary"]);
+/** More than any process of ours has (a few hundred series): past it, an answer is no snapshot of ours. */
+const SNAPSHOT_SERIES_MAX = 20_000;
+
+/**
+ * Whether another process's snapshot is one the Prometheus text and the JSON figures can take: a
+ * node of any group answers its own, so a wrong or hostile one (a name with a space, a type
+ * Prometheus does not know, null) must not break or falsify the whole cluster's. Values as
+ * snapshot() sends them: finite numbers, else the text of NaN or an infinity.
+ */
+export function isMetricSnapshot(answer: unknown): answer is MetricFamily[] {
+	if (!Array.isArray(answer)) return false;
+	let series = 0;
+	return answer.every(family => {
+		if (typeof family !== "object" || family === null) return false;
+		const { name, help, type, values } = family as Partial<MetricFamily>;
+		if (typeof name !== "string" || !METRIC_NAME.test(name) || typeof help !== "string" || typeof type !== "string" || !METRIC_TYPES.has(type) || !Array.isArray(values)) return false;
+		series += values.length;
+		return (
+			series <= SNAPSHOT_SERIES_MAX &&
+			values.every(({ value, labels, metricName }) => {
+				const numeric = typeof value === "number" ? Number.isFinite(value) : value === "NaN" || value === "Infinity" || value === "-Infinity";
+				const labelled = typeof labels === "object" && labels !== null && Object.entries(labels).every(([key, text]) => LABEL_NAME.test(key) && (typeof text === "string" || typeof text === "number"));
+				return numeric && labelled && (metricName === undefined || (typeof metricName === "string" && METRIC_NAME.test(metricName)));
+			})
+		);
+	});
+}
+
 /** Verification and authorization take milliseconds; an HTTP request up to the 30 s request limit. */
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 

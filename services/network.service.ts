@@ -9,7 +9,8 @@ import type { EpochStatus, MempoolStatus, Metrics, NetworkOverview, SettlementNe
 import type { TotalsSnapshot } from "../lib/intent-totals";
 import { PUBLIC_STATUS, type IntentState, type PublicStatus } from "../lib/intents";
 import { AggregatorRegistry, Counter, Gauge, Registry } from "prom-client";
-import { histogramQuantile, type MetricFamily, type MetricsForm } from "./metrics";
+import { SharedReads } from "../lib/shared-reads";
+import { histogramQuantile, isMetricSnapshot, type MetricFamily, type MetricsForm } from "./metrics";
 
 const SECTIONS = ["epoch", "crankers", "counts"] as const;
 type Section = (typeof SECTIONS)[number];
@@ -24,17 +25,20 @@ interface CrankerSummary {
 const VERIFICATIONS = "scs_verifications_total";
 const VERIFICATION_DURATION = "scs_verification_duration_seconds";
 
-/** Every process's own metric families (services/metrics.ts), by node: a process that cannot answer in 2 s is left out. */
-async function processMetrics(ctx: Context, names?: string[]): Promise<Map<string, MetricFamily[]>> {
-	const nodes = ctx.broker.registry
-		.getServiceList({ onlyAvailable: true, withActions: false })
-		.filter(service => service.name === "metrics")
-		.map(service => service.nodeID)
-		.filter((nodeID): nodeID is string => typeof nodeID === "string");
+/**
+ * Every process's own metric families (services/metrics.ts), by node; with `names` (the JSON
+ * figures' families, which only receivers keep), the receivers' only. A process that cannot answer
+ * in 2 s is left out, and so is one whose answer is no snapshot (`onBad` is told its node).
+ */
+async function processMetrics(ctx: Context, onBad: (nodeID: string) => void, names?: string[]): Promise<Map<string, MetricFamily[]>> {
+	const services = ctx.broker.registry.getServiceList({ onlyAvailable: true, withActions: false });
+	const nodesOf = (name: string) => new Set(services.filter(service => service.name === name).map(service => service.nodeID as string));
+	const receivers = names ? nodesOf("receiver") : null;
+	const nodes = [...nodesOf("metrics")].filter(nodeID => typeof nodeID === "string" && (!receivers || receivers.has(nodeID)));
 	const answers = await Promise.all(
-		[...new Set(nodes)].map(nodeID =>
-			ctx.call<MetricFamily[], object>("metrics.snapshot", names ? { names } : {}, { nodeID, timeout: 2000 }).then(
-				families => [nodeID, families] as const,
+		nodes.map(nodeID =>
+			ctx.call<unknown, object>("metrics.snapshot", names ? { names } : {}, { nodeID, timeout: 2000 }).then(
+				families => (isMetricSnapshot(families) ? ([nodeID, families] as const) : (onBad(nodeID), null)),
 				() => null
 			)
 		)
@@ -84,9 +88,14 @@ async function clusterFamilies(totals: TotalsSnapshot, crankers: CrankerSummary)
 	return (await registers[0].getMetricsAsJSON()) as unknown as MetricFamily[];
 }
 
-/** Prometheus text of the whole cluster: each process's families with its `node` label, and the store's figures once. */
+/**
+ * Prometheus text of the whole cluster: each process's families with its `node` label, and the
+ * store's figures once. A node's answer that names a store figure is left out whole: merged, it
+ * would change that family's type or add to it.
+ */
 function prometheusText(perNode: Map<string, MetricFamily[]>, cluster: MetricFamily[]): Promise<string> {
-	const labelled = [...perNode].map(([node, families]) =>
+	const storeNames = new Set(cluster.map(family => family.name));
+	const labelled = [...perNode].filter(([, families]) => !families.some(family => storeNames.has(family.name))).map(([node, families]) =>
 		families.map(family => ({
 			...family,
 			// Distinct node labels keep every series apart; `first` also keeps those prom-client would
@@ -105,11 +114,20 @@ interface NetworkSettings {
 
 interface NetworkVars {
 	startedAt: Date;
+	/**
+	 * GET /metrics's collection of each form in flight, shared by the requests that come meanwhile:
+	 * each asks every process over the bus, and many at once would ask as many times.
+	 */
+	collections: SharedReads<Metrics | string>;
 }
 
-type NetworkThis = Service<NetworkSettings> & NetworkVars;
+interface NetworkMethods {
+	collectMetrics(ctx: Context, prometheus: boolean): Promise<Metrics | string>;
+}
 
-export function networkService(config: Config): ServiceSchema<NetworkSettings, Record<string, never>, NetworkVars, NetworkThis> {
+type NetworkThis = Service<NetworkSettings> & NetworkVars & NetworkMethods;
+
+export function networkService(config: Config): ServiceSchema<NetworkSettings, NetworkMethods, NetworkVars, NetworkThis> {
 	return {
 		name: "network",
 		settings: { solanaCluster: config.solanaCluster },
@@ -136,23 +154,10 @@ export function networkService(config: Config): ServiceSchema<NetworkSettings, R
 			 */
 			metrics: {
 				params: { $$strict: true, format: { type: "enum", values: ["json", "prometheus"], optional: true } },
-				async handler(this: NetworkThis, ctx: Context<{ format?: "json" | "prometheus" }, { metricsForm?: MetricsForm; $responseType?: string }>): Promise<Metrics | string> {
+				handler(this: NetworkThis, ctx: Context<{ format?: "json" | "prometheus" }, { metricsForm?: MetricsForm; $responseType?: string }>): Promise<Metrics | string> {
 					const prometheus = ctx.meta.metricsForm === "prometheus";
-					const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, prometheus ? undefined : [VERIFICATIONS, VERIFICATION_DURATION])]);
-					if (prometheus) {
-						const crankers = await ctx.call<CrankerSummary>("crankers.summary");
-						ctx.meta.$responseType = Registry.PROMETHEUS_CONTENT_TYPE;
-						return prometheusText(perNode, await clusterFamilies(totals, crankers));
-					}
-					const metrics: Metrics = {
-						uptimeSeconds: Math.floor((Date.now() - this.startedAt.getTime()) / 1000),
-						startedAt: this.startedAt.toISOString(),
-						intents: totals.live,
-						settled: totals.settled,
-						verification: { ...totals.verdicts, ...verificationFigures(perNode) },
-						leases: { active: totals.live.CRANKER_LEASED, expired: totals.lapsedLeases }
-					};
-					return metrics;
+					if (prometheus) ctx.meta.$responseType = Registry.PROMETHEUS_CONTENT_TYPE;
+					return this.collections.get(prometheus ? "prometheus" : "json", () => this.collectMetrics(ctx, prometheus));
 				}
 			},
 
@@ -192,8 +197,25 @@ export function networkService(config: Config): ServiceSchema<NetworkSettings, R
 			}
 		},
 
+		methods: {
+			async collectMetrics(this: NetworkThis, ctx, prometheus) {
+				const onBad = (nodeID: string) => this.logger.warn(`The metrics of node ${nodeID} are no snapshot of this service's; left out of GET /metrics`);
+				const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, onBad, prometheus ? undefined : [VERIFICATIONS, VERIFICATION_DURATION])]);
+				if (prometheus) return prometheusText(perNode, await clusterFamilies(totals, await ctx.call<CrankerSummary>("crankers.summary")));
+				return {
+					uptimeSeconds: Math.floor((Date.now() - this.startedAt.getTime()) / 1000),
+					startedAt: this.startedAt.toISOString(),
+					intents: totals.live,
+					settled: totals.settled,
+					verification: { ...totals.verdicts, ...verificationFigures(perNode) },
+					leases: { active: totals.live.CRANKER_LEASED, expired: totals.lapsedLeases }
+				};
+			}
+		} satisfies NetworkMethods & ThisType<NetworkThis>,
+
 		created(this: NetworkThis) {
 			this.startedAt = new Date();
+			this.collections = new SharedReads();
 		}
 	};
 }

@@ -136,6 +136,35 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		expect(status).toBe(0);
 	});
 
+	itWithPromtool("a node answering a bad or made-up metrics snapshot breaks and falsifies nothing: its own series carry its node, the rest is left out (a review)", async () => {
+		const rogue = gatewayOnTheBus(cluster, "metrics-liar");
+		const madeUp = { name: "scs_verifications_total", help: "made up", type: "counter", aggregator: "sum", values: [{ value: 1e9, labels: { outcome: "unrecorded" } }] };
+		let answer: unknown = [madeUp];
+		rogue.createService({ name: "metrics", actions: { snapshot: () => answer } });
+		await rogue.start();
+		const prometheus = async () => {
+			const response = await fetch(`${cluster.gateway.url}/metrics?format=prometheus`);
+			expect(response.status).toBe(200);
+			const text = await response.text();
+			const { status, output } = promtoolCheck(text);
+			expect([status, output]).toEqual([0, ""]);
+			return text;
+		};
+		try {
+			// Its own figures, under its own node: the JSON figures take only the receivers'.
+			await waitFor(async () => (await prometheus()).includes("metrics-liar"), 10_000, "the gateway to ask the rogue node", 100);
+			expect((await http("GET", "/metrics")).body.verification.unrecorded).toBeLessThan(1e9);
+			// No snapshot, a name or a type Prometheus refuses, a store figure's name: left out whole.
+			for (const lie of [null, [{ ...madeUp, name: "scs evil" }], [{ ...madeUp, type: "x" }], [{ ...madeUp, name: "scs_intents", values: [{ value: 1, labels: { state: "VERIFIED" } }] }]]) {
+				answer = lie;
+				expect(await prometheus()).not.toContain("metrics-liar");
+				expect((await http("GET", "/metrics")).status).toBe(200);
+			}
+		} finally {
+			await rogue.stop();
+		}
+	});
+
 	it("GET /openapi.json documents the parameters of actions other processes run, as they announced them", async () => {
 		const { status, body } = await http("GET", "/openapi.json");
 		expect(status).toBe(200);

@@ -9,7 +9,7 @@ import { loadConfig } from "../../lib/config";
 import { ServiceError } from "../../lib/errors";
 import { totalsFromTally } from "../../lib/intent-totals";
 import { INTENT_STATES, type IntentState } from "../../lib/intents";
-import { metricsService } from "../../services/metrics";
+import { isMetricSnapshot, metricsService } from "../../services/metrics";
 import { networkService } from "../../services/network.service";
 import { MINT } from "../helpers/fixtures";
 
@@ -94,4 +94,38 @@ test("metrics: the store's figures as JSON, and as Prometheus text with each pro
 	expect(text).toContain("scs_settled_intents_total 9");
 	expect(text).toContain('scs_crankers_online{role="settlement"} 2');
 	expect(text).toMatch(new RegExp(`process_start_time_seconds\\{node="${broker.nodeID}"\\}`));
+});
+
+test("metrics: requests that come while a collection is in flight share it: each process is asked once, not once per request (a review)", async () => {
+	let asked = 0;
+	const counting = jest.spyOn(broker, "call");
+	try {
+		const answers = await Promise.all(Array.from({ length: 20 }, () => broker.call<string, object>("network.metrics", {}, { meta: { metricsForm: "prometheus" } })));
+		asked = counting.mock.calls.filter(([action]) => action === "metrics.snapshot").length;
+		expect(new Set(answers).size).toBe(1);
+	} finally {
+		counting.mockRestore();
+	}
+	expect(asked).toBeLessThanOrEqual(1);
+});
+
+describe("isMetricSnapshot", () => {
+	const family = { name: "scs_verifications_total", help: "Verdicts.", type: "counter", aggregator: "sum", values: [{ value: 3, labels: { outcome: "verified" } }] };
+
+	test("takes what snapshot() sends, NaN and infinities as their text", async () => {
+		const sent = await broker.call("metrics.snapshot", {});
+		expect(isMetricSnapshot(sent)).toBe(true);
+		expect(isMetricSnapshot([{ ...family, values: [{ value: "NaN", labels: {} }, { value: "-Infinity", labels: { le: "+Inf" }, metricName: "scs_x_bucket" }] }])).toBe(true);
+	});
+
+	test.each([
+		["no array", null],
+		["a family that is null", [null]],
+		["a name Prometheus refuses", [{ ...family, name: "scs evil" }]],
+		["a type Prometheus does not know", [{ ...family, type: "x" }]],
+		["a label name Prometheus refuses", [{ ...family, values: [{ value: 1, labels: { "bad-label": "x" } }] }]],
+		["a value that is no number", [{ ...family, values: [{ value: { n: 1 }, labels: {} }] }]],
+		["a metric name Prometheus refuses", [{ ...family, values: [{ value: 1, labels: {}, metricName: "a b" }] }]],
+		["more series than any process of ours has", [{ ...family, values: Array.from({ length: 20_001 }, (_, i) => ({ value: i, labels: { i: String(i) } })) }]]
+	])("refuses %s", (_, answer) => expect(isMetricSnapshot(answer)).toBe(false));
 });

@@ -62,11 +62,17 @@ export const TAGS: { name: RouteContract["tag"]; description: string }[] = [
 
 export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 	// Answered by the gateway itself, without an action.
-	"api.live": { tag: "health", summary: "Liveness probe", answers: ok(LivenessSchema, "The process is live"), errors: [] },
+	"api.live": {
+		tag: "health",
+		summary: "Liveness probe",
+		description: "Live while the process runs; 503 once its bus client gave up for good (its credentials refused): only a restart can recover.",
+		answers: ok(LivenessSchema, "The process is live"),
+		errors: ["NOT_READY"]
+	},
 	"api.ready": {
 		tag: "health",
 		summary: "Readiness probe",
-		description: "Ready once every local service has started; 503 while starting and from SIGTERM on.",
+		description: "Ready once every local service has started; 503 while starting, while the bus connection is down, and from SIGTERM on.",
 		answers: ok(ReadinessSchema, "Ready to serve"),
 		errors: ["NOT_READY"]
 	},

@@ -55,10 +55,12 @@ export type Probe = "live" | "ready";
 
 /** What a probe route answers, the same from the gateway's routes and from the probes' own server. */
 export function probeAnswer(probe: Probe, broker: ServiceBroker): { status: number; body: object; headers: Record<string, string> } {
-	if (probe === "live" && busLost.get(broker) === "closed") return { status: 503, body: errorBody(new ServiceError("NOT_READY", "The bus connection is closed for good: the process must be restarted")), headers: {} };
+	const lost = busLost.get(broker);
+	const notReady = (message: string) => ({ status: 503, body: errorBody(new ServiceError("NOT_READY", message)), headers: { "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) } });
+	if (lost === "closed") return notReady("The bus connection is closed for good: the process must be restarted");
 	if (probe === "live") return { status: 200, body: { status: "live" }, headers: {} };
 	if (isReady(broker)) return { status: 200, body: { status: "ready" }, headers: {} };
-	return { status: 503, body: errorBody(new ServiceError("NOT_READY", "The service is starting or stopping")), headers: { "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) } };
+	return notReady(lost === "down" ? "The bus connection is down; it is being restored" : "The service is starting or stopping");
 }
 
 const PROBE_PATHS: Record<string, Probe> = { "/health/live": "live", "/health/ready": "ready" };

@@ -39,6 +39,7 @@ describeWithNats("the probes and the bus", () => {
 		expect([status("live"), status("ready")]).toEqual([200, 200]);
 		await nats.stop();
 		await waitFor(() => status("ready") === 503, 5000, "not ready without the bus", 20);
+		expect(probeAnswer("ready", broker)).toMatchObject({ body: { type: "NOT_READY", message: expect.stringContaining("bus connection is down") }, headers: { "retry-after": "1" } });
 		expect(status("live")).toBe(200);
 		await nats.start();
 		await waitFor(() => status("ready") === 200, 10_000, "ready with the bus back", 50);
@@ -47,6 +48,7 @@ describeWithNats("the probes and the bus", () => {
 		nats.rotatePasswords();
 		await nats.start();
 		await waitFor(() => status("live") === 503, 20_000, "not live once the client gave up", 100);
+		expect(probeAnswer("live", broker)).toMatchObject({ body: { type: "NOT_READY", message: expect.stringContaining("closed for good") }, headers: { "retry-after": "1" } });
 		expect(status("ready")).toBe(503);
 	});
 });

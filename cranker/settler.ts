@@ -129,6 +129,9 @@ export class Settler {
 			this.log.warn("the Node answered the lease with another intent or holder: left alone", { intent: intent.id });
 			return "lost";
 		}
+		// The payment chosen, whose mint and amount this Cranker offered to pay: another signed one
+		// under its id (in another mint the key holds, for more) is given back, not paid.
+		if (leased.transactionCommitment !== intent.transactionCommitment) return this.release(leased, "the Node answered the lease with another payment than the work item it listed");
 		this.metrics?.leases.inc();
 		this.log.info("leased", { intent: leased.id, amount: leased.amount, mint: leased.tokenMintAddress });
 		// Anyone may crowd a credit account's history: the search for an earlier settlement stops
@@ -436,6 +439,7 @@ export class Settler {
 		// Signed, but not as the Node takes it: an amount BigInt reads otherwise (0x64), a time Date.parse reads as NaN or in this machine's zone (never expiring).
 		else if (!isAmount(intent.amount) || !isIsoTime(intent.senderAuthorizationIssuedAt) || !isIsoTime(intent.senderAuthorizationExpiresAt) || !Number.isSafeInteger(intent.expiresAtSlot))
 			reason = "not a payment the Node could have accepted: malformed amount, time or slot";
+		else if (!(this.config.mints as readonly string[]).includes(intent.tokenMintAddress)) reason = "a payment in a mint this Cranker does not pay out in (CRANKER_MINTS)";
 		else {
 			const window = checkValidityWindow(intent.senderAuthorizationIssuedAt, intent.senderAuthorizationExpiresAt, Date.now());
 			if (!window.ok && window.reason === "INVALID_MESSAGE") reason = `not a payment the Node could have accepted: ${window.detail}`;

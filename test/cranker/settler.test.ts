@@ -24,7 +24,7 @@ import { decidedRecord } from "../../lib/intake";
 import { toWorkerView, type IntentRecord, type MempoolIntent } from "../../lib/intents";
 import { buildPayoutAuthorization } from "../../lib/payout";
 import { creditAccountAddress, DEFAULT_SETTLEMENT_PROGRAM_ID, signMemoTransaction } from "../../lib/settlement";
-import { iso, newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+import { iso, MINT, newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
 import { waitFor } from "./harness";
 
@@ -53,7 +53,7 @@ async function settlerWith(leaseAnswer: (intent: MempoolIntent) => MempoolIntent
 	const chain = new Proxy({}, { get: (_, name) => () => Promise.reject(new Error(`the chain was asked ${String(name)}`)) }) as Chain;
 	const lines: string[] = [];
 	const signer = await generateKeyPairSigner();
-	const settler = new Settler(node, chain, signer, {} as CrankerConfig, createLogger({}, line => lines.push(line)), () => false, await SettlementJournal.open(tempDir("scs-journal-"), signer.address));
+	const settler = new Settler(node, chain, signer, { mints: [MINT] } as unknown as CrankerConfig, createLogger({}, line => lines.push(line)), () => false, await SettlementJournal.open(tempDir("scs-journal-"), signer.address));
 	let current: MempoolIntent;
 	return {
 		calls,
@@ -102,6 +102,22 @@ test("a signed work item the Node changes in its lease answer is given back, not
 	const settler = await settlerWith(intent => ({ ...intent, amount: "999999999", receiverStatus: "CRANKER_LEASED", stateVersion: intent.stateVersion + 1 }));
 	expect(await settler.settle(signed)).toBe("released");
 	expect(settler.calls).toEqual(["CRANKER_LEASED", "VERIFIED"]);
+});
+
+test("a lease answer that is another signed payment under the work item's id (a mint it does not offer, a larger amount) is given back, not paid (a review)", async () => {
+	const signed = workItem(signedIntent(newWallet(), route));
+	const other = workItem(signedIntent(newWallet(), route, { tokenMintAddress: "So11111111111111111111111111111111111111112", amount: "999999999" }));
+	const settler = await settlerWith(intent => ({ ...other, id: intent.id, lease: intent.lease, receiverStatus: "CRANKER_LEASED", stateVersion: intent.stateVersion + 1 }));
+	expect(await settler.settle(signed)).toBe("released");
+	expect(settler.calls).toEqual(["CRANKER_LEASED", "VERIFIED"]);
+	expect(settler.lines.join("\n")).toMatch(/another payment than the work item it listed/);
+});
+
+test("a work item in a mint this Cranker does not pay out in (CRANKER_MINTS) is not leased (a review)", async () => {
+	const settler = await settlerWith(intent => intent);
+	expect(await settler.settle(workItem(signedIntent(newWallet(), route, { tokenMintAddress: "So11111111111111111111111111111111111111112" })))).toBe("unsigned");
+	expect(settler.calls).toEqual([]);
+	expect(settler.lines.join("\n")).toMatch(/does not pay out in \(CRANKER_MINTS\)/);
 });
 
 test("a lease answer that is another intent, or another holder's lease, is not paid (nor given back: it is not this lease)", async () => {
@@ -172,7 +188,7 @@ test("a credit account whose history is too long to search in half the lease: th
 		records.set(id, next);
 		return toWorkerView(next);
 	};
-	const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
+	const config = { mints: [MINT], settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
 	const journal = await SettlementJournal.open(tempDir("scs-journal-"), signer.address);
 	try {
 		const chain = new Chain(`http://127.0.0.1:${(history.address() as AddressInfo).port}`, 5000);
@@ -226,7 +242,7 @@ describe("a settlement signed before the Cranker restarted", () => {
 		const request = signedIntent(wallet, route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000, ...(nonce ? { senderAuthorizationNonce: nonce } : {}) });
 		let record = verifiedRecord(request);
 		let offered = toWorkerView(record);
-		const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50 } as unknown as CrankerConfig;
+		const config = { mints: [mint], settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50 } as unknown as CrankerConfig;
 		const { node, reported } = compromisedNode(() => record, signer.address, authority);
 		const stateDir = tempDir("scs-journal-");
 		const firstJournal = await openJournal(stateDir, signer.address);
@@ -412,7 +428,7 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		const authority = generateKeypair();
 		const offered = toWorkerView(record);
 		const { node, reported } = compromisedNode(() => record, signer.address, authority, leaseMs);
-		const config = { settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
+		const config = { mints: [mint], settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
 		const journal = await SettlementJournal.open(tempDir("scs-journal-"), signer.address);
 		journals.push(journal);
 		return { settler: new Settler(node, reading(new Chain(chain.url, 5000)), signer, config, createLogger({}, () => {}), () => false, journal), reported, journal, offered };

@@ -84,13 +84,6 @@ const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >=
 
 export class Settler {
 	private readonly me: string;
-	/**
-	 * Why this Cranker signs no more settlements: the Node refused as not this settlement a
-	 * transaction this Cranker read as exactly that, so the two do not agree on what a settlement
-	 * is (SETTLEMENT_PROGRAM_ID, most likely) or read different chains, and every payment more
-	 * would land where the Node never counts it. Until an operator restarts it.
-	 */
-	private halted: string | null = null;
 	/** Orphans left for an operator, by intent id: when to look at each again. */
 	private readonly leftForOperator = new Map<string, number>();
 	/**
@@ -117,7 +110,6 @@ export class Settler {
 
 	/** Leases `intent` (a VERIFIED work item) and settles it. "lost" when another Cranker got it first. */
 	async settle(intent: MempoolIntent): Promise<SettleResult> {
-		if (this.halted) return "unsigned";
 		// The Node's word is not the sender's: this Cranker pays out of its own liquidity.
 		if (this.notPayable(intent)) return "unsigned";
 		// Its recipient's credit account was too crowded to search as far back a moment ago: nor is it
@@ -509,13 +501,7 @@ export class Settler {
 			return updated;
 		} catch (err) {
 			if (!isRefusal(err) || (passLive && (err as NodeApiError).type === "SUBMISSION_LIVE")) throw err;
-			const { type } = err as NodeApiError;
-			this.log.warn(`the Node refused ${status}`, { intent: record.id, type });
-			// CONFIRMED is reported only for a transaction this Cranker read as exactly this settlement.
-			if (status === "CONFIRMED" && type === "SETTLEMENT_MISMATCH" && !this.halted) {
-				this.halted = `the Node refused as not this settlement transaction ${fields.transactionSignature}, which this Cranker read as exactly that`;
-				this.log.error(`${this.halted}: no more settlements are signed until a restart. Is SETTLEMENT_PROGRAM_ID the Node's, and SOLANA_RPC_URL on the Node's cluster?`, { intent: record.id });
-			}
+			this.log.warn(`the Node refused ${status}`, { intent: record.id, type: (err as NodeApiError).type });
 			return null;
 		}
 	}

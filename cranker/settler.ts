@@ -131,7 +131,10 @@ export class Settler {
 		}
 		// The payment chosen, whose mint and amount this Cranker offered to pay: another signed one
 		// under its id (in another mint the key holds, for more) is given back, not paid.
-		if (leased.transactionCommitment !== intent.transactionCommitment) return this.release(leased, "the Node answered the lease with another payment than the work item it listed");
+		if (leased.transactionCommitment !== intent.transactionCommitment) {
+			this.log.warn("the Node answered the lease with another payment than the work item it listed: given back", { intent: intent.id });
+			return this.release(leased, "the Node answered the lease with another payment than the work item it listed");
+		}
 		this.metrics?.leases.inc();
 		this.log.info("leased", { intent: leased.id, amount: leased.amount, mint: leased.tokenMintAddress });
 		// Anyone may crowd a credit account's history: the search for an earlier settlement stops

@@ -32,9 +32,9 @@ const VERIFICATION_DURATION = "scs_verification_duration_seconds";
  */
 async function processMetrics(ctx: Context, onBad: (nodeID: string) => void, names?: string[]): Promise<Map<string, MetricFamily[]>> {
 	const services = ctx.broker.registry.getServiceList({ onlyAvailable: true, withActions: false });
-	const nodesOf = (name: string) => new Set(services.filter(service => service.name === name).map(service => service.nodeID as string));
+	const nodesOf = (name: string) => new Set(services.filter(service => service.name === name).map(service => service.nodeID));
 	const receivers = names ? nodesOf("receiver") : null;
-	const nodes = [...nodesOf("metrics")].filter(nodeID => typeof nodeID === "string" && (!receivers || receivers.has(nodeID)));
+	const nodes = [...nodesOf("metrics")].filter((nodeID): nodeID is string => typeof nodeID === "string" && (!receivers || receivers.has(nodeID)));
 	const answers = await Promise.all(
 		nodes.map(nodeID =>
 			ctx.call<unknown, object>("metrics.snapshot", names ? { names } : {}, { nodeID, timeout: 2000 }).then(

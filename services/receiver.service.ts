@@ -211,7 +211,8 @@ export function receiverService(config: Config): ServiceSchema<ReceiverSettings,
 			},
 
 			/**
-			 * Each request's verdict, null where no verifier could answer in time: one call per
+			 * Each request's verdict, null where no verifier could answer in time or the one that
+			 * answered could not decide it now (verifier.verifyMany): one call per
 			 * verifier, with the requests the Shard strategy sends it (by sender), so that each sender
 			 * still meets one verifier and its key cache.
 			 */

@@ -104,13 +104,15 @@ test("a signed work item the Node changes in its lease answer is given back, not
 	expect(settler.calls).toEqual(["CRANKER_LEASED", "VERIFIED"]);
 });
 
-test("a lease answer that is another signed payment under the work item's id (a mint it does not offer, a larger amount) is given back, not paid (a review)", async () => {
+test("a lease answer that is another signed payment under the work item's id (a larger amount, another mint) is given back, not paid (a review)", async () => {
 	const signed = workItem(signedIntent(newWallet(), route));
-	const other = workItem(signedIntent(newWallet(), route, { tokenMintAddress: "So11111111111111111111111111111111111111112", amount: "999999999" }));
-	const settler = await settlerWith(intent => ({ ...other, id: intent.id, lease: intent.lease, receiverStatus: "CRANKER_LEASED", stateVersion: intent.stateVersion + 1 }));
-	expect(await settler.settle(signed)).toBe("released");
-	expect(settler.calls).toEqual(["CRANKER_LEASED", "VERIFIED"]);
-	expect(settler.lines.join("\n")).toMatch(/another payment than the work item it listed/);
+	for (const fields of [{ amount: "999999999" }, { tokenMintAddress: "So11111111111111111111111111111111111111112" }]) {
+		const other = workItem(signedIntent(newWallet(), route, fields));
+		const settler = await settlerWith(intent => ({ ...other, id: intent.id, lease: intent.lease, receiverStatus: "CRANKER_LEASED", stateVersion: intent.stateVersion + 1 }));
+		expect(await settler.settle(signed)).toBe("released");
+		expect(settler.calls).toEqual(["CRANKER_LEASED", "VERIFIED"]);
+		expect(settler.lines.join("\n")).toMatch(/another payment than the work item it listed/);
+	}
 });
 
 test("a work item in a mint this Cranker does not pay out in (CRANKER_MINTS) is not leased (a review)", async () => {

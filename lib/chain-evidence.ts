@@ -23,6 +23,8 @@ export interface SettlementReading {
 	mismatches: string[];
 	/** Whether it touches the settlement at all (its memo, or a transfer to its credit account). */
 	related: boolean;
+	/** The endpoint lists the signature but gave no transaction for it (yet): nothing was read. */
+	notGiven?: true;
 }
 
 export interface ChainObservation {
@@ -82,6 +84,7 @@ function judgeObservation(need: ChainEvidence, observation: ChainObservation, la
 		case "landed":
 			if (status === "failed") throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction failed on chain");
 			if (status !== "landed") throw new ServiceError("NOT_ON_CHAIN", "The transaction is not confirmed on chain");
+			if (content?.notGiven) throw new ServiceError("NOT_ON_CHAIN", "An RPC endpoint lists the transaction but gives none for it yet");
 			if (!content || content.mismatches.length) throw new ServiceError("SETTLEMENT_MISMATCH", "The transaction is not this settlement", { problems: content?.mismatches ?? [] });
 			return;
 		case "cannot-land":

@@ -199,14 +199,19 @@ export class ChainReader {
 		const status: SignatureStatus = (await this.signatureState(signature)).kind;
 		if (status === "unknown" && history) return { blockHeight, status, historyFrom: Number(await this.firstAvailableSlot()) };
 		if ((status !== "landed" && status !== "failed") || !read) return { blockHeight, status };
-		// Longer than the reader's bound, a transaction is crafted (a settlement is a few KB): it is
-		// the transaction that cannot be read, not the endpoint.
-		const contents = await this.transactionContents(signature, true).catch((err: unknown) => {
-			if (err instanceof AnswerTooLargeError) return null;
-			throw err;
-		});
-		// Unreadable: taken for this settlement, the answer that lets nothing go.
-		return { blockHeight, status, content: contents ? await read(contents) : { mismatches: ["the transaction could not be read"], related: true } };
+		// Unreadable or not given yet: taken for this settlement, the answer that lets nothing go.
+		let content: SettlementReading;
+		try {
+			const contents = await this.transactionContents(signature, true);
+			// Listed and no transaction given: a backend a moment behind its statuses (a CONFIRMED is then not on chain yet, not refused).
+			content = contents ? await read(contents) : { mismatches: ["the endpoint gives no transaction for it yet"], related: true, notGiven: true };
+		} catch (err) {
+			// Longer than the reader's bound, a transaction is crafted (a settlement is a few KB): it is
+			// the transaction that cannot be read, not the endpoint.
+			if (!(err instanceof AnswerTooLargeError)) throw err;
+			content = { mismatches: ["the transaction could not be read"], related: true };
+		}
+		return { blockHeight, status, content };
 	}
 
 	/**

@@ -35,6 +35,11 @@ describe("judgeChainEvidence", () => {
 		expect(answer("landed", seen("unknown", 900))).toBe("409 NOT_ON_CHAIN");
 		expect(answer("landed", seen("pending", 900))).toBe("409 NOT_ON_CHAIN");
 		expect(answer("landed", seen("unknown", 2000))).toBe("409 NOT_ON_CHAIN");
+		// Listed as landed, no transaction given yet (a backend a moment behind): not on chain yet, not refused for good (a review).
+		const notGiven: ChainObservation = { status: "landed", blockHeight: 900, content: { mismatches: ["the endpoint gives no transaction for it yet"], related: true, notGiven: true } };
+		expect(answer("landed", notGiven)).toBe("409 NOT_ON_CHAIN");
+		// Nor does it let a submission go: it may be this settlement.
+		expect(answer("cannot-land", { ...notGiven, blockHeight: 2000 })).toBe("409 SUBMISSION_LIVE");
 		// No chain configured: recorded on the signed Cranker's word, marked unchecked.
 		expect(answer("landed", null)).toBe("ok:false");
 	});

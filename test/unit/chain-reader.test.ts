@@ -93,6 +93,19 @@ describe("ChainReader: an RPC answer is read up to a bound", () => {
 		expect(read).not.toHaveBeenCalled();
 	});
 
+	it("tells a transaction listed but not given yet (a backend a moment behind) from one that cannot be read (a review)", async () => {
+		const results: Record<string, unknown> = {
+			getBlockHeight: 100,
+			getSignatureStatuses: { context: { slot: 5 }, value: [{ slot: 5, confirmations: null, err: null, confirmationStatus: "confirmed", status: { Ok: null } }] },
+			getTransaction: null
+		};
+		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: results[call.method] }));
+		const read = jest.fn(async () => ({ mismatches: [], related: true }));
+		const observation = await new ChainReader(url).observe(encodeBase58(randomBytes(64)), read);
+		expect(observation).toEqual({ blockHeight: 100, status: "landed", content: { mismatches: ["the endpoint gives no transaction for it yet"], related: true, notGiven: true } });
+		expect(read).not.toHaveBeenCalled();
+	});
+
 	it("keeps Solana's integers exact, as kit's own transport does", async () => {
 		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(`{"jsonrpc":"2.0","id":${JSON.stringify(call.id)},"result":9007199254740993}`);
 		await expect(new ChainReader(url).blockHeight()).resolves.toBe(9007199254740993n);

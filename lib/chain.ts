@@ -182,7 +182,8 @@ export class ChainReader {
 	async transactionContents(signature: string, includeFailed = false): Promise<SettlementContents | null> {
 		const read = await this.shownTransactions.get(signature, async () => {
 			const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
-			return fetched && { failed: !!fetched.meta?.err, contents: readFetchedSettlementTransaction(fetched.transaction[0], signature) };
+			// Any answer that is no transaction (null, or whatever a lying endpoint sends instead) is none.
+			return fetched ? { failed: !!fetched.meta?.err, contents: readFetchedSettlementTransaction(fetched.transaction[0], signature) } : null;
 		});
 		return read && (includeFailed || !read.failed) ? read.contents : null;
 	}

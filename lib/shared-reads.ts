@@ -22,8 +22,15 @@ export class SharedReads<T> {
 		if (this.reads.size >= this.maxKeys) this.makeRoom();
 		const entry = { answer: read(), until: Infinity };
 		this.reads.set(key, entry);
+		// Never throws: it runs beside the caller's own handling, and a throw here would be unhandled.
 		const settled = (answer?: T) => {
-			if (answer !== undefined && this.keepMs > 0 && this.keep(answer)) entry.until = performance.now() + this.keepMs;
+			let kept = false;
+			try {
+				kept = answer !== undefined && this.keepMs > 0 && this.keep(answer);
+			} catch {
+				// An answer `keep` cannot judge is not kept.
+			}
+			if (kept) entry.until = performance.now() + this.keepMs;
 			else if (this.reads.get(key) === entry) this.reads.delete(key);
 		};
 		entry.answer.then(settled, () => settled());

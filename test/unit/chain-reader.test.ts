@@ -101,8 +101,12 @@ describe("ChainReader: an RPC answer is read up to a bound", () => {
 		};
 		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: results[call.method] }));
 		const read = jest.fn(async () => ({ mismatches: [], related: true }));
-		const observation = await new ChainReader(url).observe(encodeBase58(randomBytes(64)), read);
+		const reader = new ChainReader(url);
+		const observation = await reader.observe(encodeBase58(randomBytes(64)), read);
 		expect(observation).toEqual({ blockHeight: 100, status: "landed", content: { mismatches: ["the endpoint gives no transaction for it yet"], related: true, notGiven: true } });
+		// Nor is an answer that is no transaction at all (a lying endpoint's 0) taken for one.
+		results.getTransaction = 0;
+		expect(await reader.observe(encodeBase58(randomBytes(64)), read)).toMatchObject({ content: { notGiven: true } });
 		expect(read).not.toHaveBeenCalled();
 	});
 

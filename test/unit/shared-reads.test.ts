@@ -20,6 +20,24 @@ describe("SharedReads", () => {
 		expect(await reads.get("down", async () => "back")).toBe("back");
 	});
 
+	it("an answer `keep` cannot judge is answered, not kept, and throws nowhere (a review: the throw was unhandled, and ended the process)", async () => {
+		const unhandled: unknown[] = [];
+		const onUnhandled = (reason: unknown) => unhandled.push(reason);
+		process.on("unhandledRejection", onUnhandled);
+		try {
+			const reads = new SharedReads<{ contents: { notShown?: true } } | null>(60_000, answer => answer !== null && !answer.contents.notShown);
+			let made = 0;
+			const lying = async () => (made++, 0 as unknown as null);
+			expect(await reads.get("sig", lying)).toBe(0);
+			expect(await reads.get("sig", lying)).toBe(0);
+			expect(made).toBe(2);
+			await new Promise(resolve => setImmediate(resolve));
+			expect(unhandled).toEqual([]);
+		} finally {
+			process.off("unhandledRejection", onUnhandled);
+		}
+	});
+
 	it("keeps at most maxKeys answers: the lapsed go first, then all", async () => {
 		const reads = new SharedReads<number>(60_000, () => true, 2);
 		let made = 0;

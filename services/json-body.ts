@@ -39,11 +39,10 @@ export function isJson(contentType: string | undefined): boolean {
 	return mediaType(contentType)?.type === "application/json";
 }
 
-/** What this reader takes itself: no content-encoding and no charset but UTF-8. */
-function isPlainUtf8(headers: IncomingHttpHeaders): boolean {
+/** What this reader takes itself: no content-encoding, and no charset but UTF-8 in the content-type read (`charset`). */
+function isPlainUtf8(headers: IncomingHttpHeaders, charset: string | undefined): boolean {
 	const encoding = headers["content-encoding"];
 	if (encoding !== undefined && encoding.toLowerCase() !== "identity") return false;
-	const charset = mediaType(headers["content-type"])?.charset;
 	return charset === undefined || charset === "utf-8";
 }
 
@@ -52,14 +51,16 @@ export function jsonBody(limit: number): (req: BodyRequest, res: ServerResponse,
 	const decoding = bodyParser.json({ limit, strict: true, verify: (req: BodyRequest, _res: ServerResponse, raw: Buffer) => void (req.rawBody = raw) });
 	return (req, res, next) => {
 		const hasBody = req.headers["transfer-encoding"] !== undefined || (req.headers["content-length"] !== undefined && !Number.isNaN(Number(req.headers["content-length"])));
-		if (!hasBody || !isJson(req.headers["content-type"])) return next();
+		// Parsed once: its media type decides whether to read the body, its charset how.
+		const media = mediaType(req.headers["content-type"]);
+		if (!hasBody || media?.type !== "application/json") return next();
 		let done = false;
 		const finish = (err?: unknown) => {
 			if (done) return;
 			done = true;
 			next(err);
 		};
-		if (!isPlainUtf8(req.headers)) {
+		if (!isPlainUtf8(req.headers, media.charset)) {
 			// body-parser holds the decoded body to the limit; the bytes sent are held to it here (a
 			// chunked body states no length): a few kilobytes of JSON behind megabytes of empty gzip
 			// members would otherwise be taken, decoded to the last byte.

@@ -101,6 +101,12 @@ export class Cranker {
 	/** The check of CRANKER_MINTS on chain (checkMints), in flight or done; null until one starts and after one fails. */
 	private mintCheck: Promise<void> | null = null;
 	private online = false;
+	/**
+	 * False while the Node's heartbeat answers name another settlement program than this Cranker's:
+	 * its settlements would pay credit accounts the Node never counts, so it leases nothing and
+	 * offers no liquidity. Never adopted from the Node: a hostile Node would name its own program.
+	 */
+	private sameProgram = true;
 	private stopping = false;
 	/** Heartbeats outlive the work loops, so a settlement finishing after SIGTERM is still accepted. */
 	private heartbeatsStopping = false;
@@ -220,14 +226,15 @@ export class Cranker {
 		const sentAt = new Date().toISOString();
 		const { roles } = this.config;
 		try {
-			await this.node.heartbeat({
+			const answer = await this.node.heartbeat({
 				crankerPubkey: this.pubkey,
 				roles,
-				liquidity: [...this.liquidity].map(([tokenMintAddress, available]) => ({ tokenMintAddress, available: available.toString() })),
+				liquidity: this.sameProgram ? [...this.liquidity].map(([tokenMintAddress, available]) => ({ tokenMintAddress, available: available.toString() })) : [],
 				version: CRANKER_VERSION,
 				sentAt,
 				signature: this.signHeartbeat(buildHeartbeatMessage({ crankerPubkey: this.pubkey, roles, sentAt }))
 			});
+			if (this.settler) this.compareProgram(answer);
 			if (!this.online) {
 				this.log.info("online", { crankerPubkey: this.pubkey });
 				this.online = true;
@@ -242,6 +249,18 @@ export class Cranker {
 		}
 	}
 
+	/** A Node that names no program (an older one) is taken to use this Cranker's. */
+	private compareProgram(answer: unknown): void {
+		const nodeProgram = (answer as { settlementProgramId?: unknown } | null)?.settlementProgramId;
+		const same = typeof nodeProgram !== "string" || nodeProgram === this.config.settlementProgramId;
+		if (same === this.sameProgram) return;
+		this.sameProgram = same;
+		if (same) {
+			this.log.info("the Node now settles with this Cranker's program: taking work again", { settlementProgramId: nodeProgram });
+			this.wakeSettlement();
+		} else this.log.error("the Node checks settlements against another program than SETTLEMENT_PROGRAM_ID: this Cranker takes no work until they are the same", { node: nodeProgram, own: this.config.settlementProgramId });
+	}
+
 	// --- settlement -------------------------------------------------------------------------------
 
 	private async settlementLoop(settler: Settler): Promise<void> {
@@ -250,7 +269,7 @@ export class Cranker {
 			this.workAnnounced = false;
 			try {
 				if (this.online) {
-					worked = await this.settleNext(settler);
+					worked = this.sameProgram && (await this.settleNext(settler));
 					if (Date.now() >= this.nextOrphanCheck) {
 						this.nextOrphanCheck = Date.now() + ORPHAN_CHECK_EVERY * this.config.pollIntervalMs;
 						await settler.finishOrphans();

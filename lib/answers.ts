@@ -154,6 +154,17 @@ export const CrankerHeartbeatRecordSchema = Type.Object(
 );
 export type CrankerHeartbeatRecord = Static<typeof CrankerHeartbeatRecordSchema>;
 
+/**
+ * The answer to a heartbeat: the record, and the settlement program this Node checks settlements
+ * against, so that a Cranker set to another one stops before it pays a credit account the Node
+ * never counts.
+ */
+export const CrankerHeartbeatAnswerSchema = Type.Object(
+	{ ...CrankerHeartbeatRecordSchema.properties, settlementProgramId: Address },
+	named("CrankerHeartbeatAnswer")
+);
+export type CrankerHeartbeatAnswer = Static<typeof CrankerHeartbeatAnswerSchema>;
+
 export const ThresholdAccessGrantSchema = Type.Object({ wallet: Address, nonce: Nonce, consumedAt: IsoTime }, named("ThresholdAccessGrant"));
 export type ThresholdAccessGrant = Static<typeof ThresholdAccessGrantSchema>;
 

@@ -6,7 +6,7 @@
  */
 import { Type, type TSchema } from "@sinclair/typebox";
 import {
-	CrankerHeartbeatRecordSchema,
+	CrankerHeartbeatAnswerSchema,
 	EpochCloseResultSchema,
 	EpochStatusSchema,
 	LivenessSchema,
@@ -150,7 +150,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		tag: "crankers",
 		summary: "Send a Cranker's signed heartbeat",
 		description: "A Cranker is online while its last heartbeat is younger than CRANKER_TTL_MS.",
-		answers: ok(CrankerHeartbeatRecordSchema),
+		answers: ok(CrankerHeartbeatAnswerSchema),
 		errors: ["INVALID_SIGNATURE", "CRANKER_NOT_ALLOWED", "STALE_HEARTBEAT"]
 	},
 

@@ -6,7 +6,7 @@
  */
 import type { Address } from "@solana/kit";
 import type { Context, Service, ServiceSchema } from "moleculer";
-import type { CrankerHeartbeatRecord } from "../lib/answers";
+import type { CrankerHeartbeatAnswer, CrankerHeartbeatRecord } from "../lib/answers";
 import { buildHeartbeatMessage } from "../lib/canonical";
 import { MAX_ACCOUNTS_PER_READ, type NodeChain } from "../lib/chain";
 import { associatedTokenAccount } from "../lib/settlement";
@@ -142,6 +142,8 @@ interface CrankersSettings {
 	crankerRetentionMs: number;
 	/** Replicas may share the store (a transporter): each look reads every heartbeat still counted (catchUp). */
 	replicated: boolean;
+	/** Told in every heartbeat's answer: a Cranker set to another program would pay credit accounts this Node never counts. */
+	settlementProgramId: string;
 }
 
 interface CrankersVars {
@@ -198,7 +200,7 @@ type CrankersThis = Service<CrankersSettings> & CrankersVars & CrankersMethods;
 export function crankersService(config: Config): ServiceSchema<CrankersSettings, CrankersMethods, CrankersVars, CrankersThis> {
 	return {
 		name: "crankers",
-		settings: { crankerTtlMs: config.crankerTtlMs, crankerRetentionMs: config.crankerRetentionMs, replicated: !!config.transporter },
+		settings: { crankerTtlMs: config.crankerTtlMs, crankerRetentionMs: config.crankerRetentionMs, replicated: !!config.transporter, settlementProgramId: config.settlementProgramId },
 		mixins: [
 			crankerSignedMixin(config.publicBaseUrl, ["heartbeat"]),
 			sweeperMixin<CrankersThis>("cranker liveness", config.sweepIntervalMs, function (this: CrankersThis) {
@@ -220,8 +222,8 @@ export function crankersService(config: Config): ServiceSchema<CrankersSettings,
 			/** POST /crankers/heartbeat (a signed Cranker request) */
 			heartbeat: workersOnly({
 				params: heartbeatParams,
-				handler(this: CrankersThis, ctx: Context<HeartbeatRequest>) {
-					return this.accept(ctx);
+				async handler(this: CrankersThis, ctx: Context<HeartbeatRequest>): Promise<CrankerHeartbeatAnswer> {
+					return { ...(await this.accept(ctx)), settlementProgramId: this.settings.settlementProgramId };
 				}
 			}),
 

@@ -254,6 +254,23 @@ describe("Cranker settling payments", () => {
 		await h.stopCranker(cranker);
 	});
 
+	it("takes no work while the Node checks settlements against another program than its SETTLEMENT_PROGRAM_ID, and offers no liquidity", async () => {
+		// Its settlements would pay credit accounts of another program's address, which the Node never counts.
+		const mint = h.chain.createMint(6);
+		const lines: string[] = [];
+		const otherProgram = newWallet().address;
+		const cranker = await h.cranker(await h.crankerKey(mint), ["settlement"], { SETTLEMENT_PROGRAM_ID: otherProgram }, line => lines.push(line));
+		await waitFor(() => lines.some(line => line.includes("another program than SETTLEMENT_PROGRAM_ID") && line.includes(otherProgram)), 10_000, "the Cranker told of the other program");
+		const intent = await h.pay(mint, "700");
+		// Ten of its work rounds (POLL_INTERVAL_MS 100) and two heartbeats.
+		await new Promise(resolve => setTimeout(resolve, 1_000));
+		const record = await h.record(intent.id);
+		expect(record.receiverStatus).toBe("VERIFIED");
+		expect(states(record)).not.toContain("CRANKER_LEASED");
+		expect((await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint)).toBe(false);
+		await h.stopCranker(cranker);
+	});
+
 	it("an orphan whose landed transaction is not its settlement is left for an operator, not read again at every orphan round", async () => {
 		const mint = h.chain.createMint(6);
 		// One that pays a wrong amount, reports it, and goes away.

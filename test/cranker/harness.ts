@@ -101,10 +101,10 @@ export class Harness {
 		};
 	}
 
-	/** A Cranker in this process (its log goes to the console only with TEST_LOG=1). */
-	async cranker(key: CrankerKey, roles = ["settlement"]): Promise<Cranker> {
-		const config = loadCrankerConfig(this.crankerEnv(key), ["--roles", roles.join(",")]);
-		const cranker = await Cranker.create(config, createLogger({ cranker: key.address.slice(0, 6) }, process.env.TEST_LOG ? console.log : () => {}));
+	/** A Cranker in this process (its log goes to `write`, or to the console with TEST_LOG=1). */
+	async cranker(key: CrankerKey, roles = ["settlement"], extraEnv: Record<string, string> = {}, write: (line: string) => void = process.env.TEST_LOG ? console.log : () => {}): Promise<Cranker> {
+		const config = loadCrankerConfig(this.crankerEnv(key, extraEnv), ["--roles", roles.join(",")]);
+		const cranker = await Cranker.create(config, createLogger({ cranker: key.address.slice(0, 6) }, write));
 		cranker.start();
 		this.running.push(cranker);
 		return cranker;

@@ -6,6 +6,7 @@ import { ed25519 } from "@noble/curves/ed25519.js";
 import { decodeBase58, encodeBase58 } from "../../lib/encoding";
 import { buildPayoutMessage, payoutNullifier } from "../../lib/canonical";
 import type { GenesisRoute } from "../../lib/registry";
+import { DEFAULT_SETTLEMENT_PROGRAM_ID } from "../../lib/settlement";
 import { iso, newRoute, newWallet, signedHeartbeat, signedIntent, walletOf, writeSeedFile, type Wallet } from "../helpers/fixtures";
 import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
 
@@ -59,12 +60,12 @@ beforeEach(async () => {
 afterAll(() => node?.stop());
 
 describe("POST /crankers/heartbeat", () => {
-	it("records a signed heartbeat and answers the CrankerHeartbeatRecord", async () => {
+	it("records a signed heartbeat and answers the CrankerHeartbeatRecord, with the settlement program the Node checks against", async () => {
 		const cranker = newWallet();
 		const hb = signedHeartbeat(cranker, ["settlement", "verifier"]);
 		const { status, body } = await node.as(cranker)("POST", "/crankers/heartbeat", hb);
 		expect(status).toBe(200);
-		expect(body).toEqual({ crankerPubkey: cranker.address, roles: ["settlement", "verifier"], liquidity: hb.liquidity, version: "test-1", lastSeenAt: expect.any(String), online: true });
+		expect(body).toEqual({ crankerPubkey: cranker.address, roles: ["settlement", "verifier"], liquidity: hb.liquidity, version: "test-1", lastSeenAt: expect.any(String), online: true, settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID });
 	});
 
 	it("refuses a bad signature (400), a stale or repeated sentAt (409) and bad shapes (422)", async () => {

@@ -237,6 +237,25 @@ describe("what the SDK takes from the service", () => {
 		}
 	});
 
+	it("waits at most 5 s before submitting again, whatever retry-after a 503 names (an hour here)", async () => {
+		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
+		const id = "int_0123456789abcdef0123456789abcdef";
+		const posts: number[] = [];
+		const service = await standInService((_req, res, body) => {
+			posts.push(Date.now());
+			if (posts.length === 1) return res.writeHead(503, { "content-type": "application/json", "retry-after": "3600" }).end(JSON.stringify({ code: 503, type: "NOT_READY", message: "later" }));
+			json(res, 201, { id, status: "pending", receiverStatus: "VERIFIED", ...JSON.parse(body) });
+		});
+		try {
+			expect((await new SettlementClient({ baseUrl: service.url }).submit(signed)).id).toBe(id);
+			expect(posts).toHaveLength(2);
+			expect(posts[1] - posts[0]).toBeGreaterThanOrEqual(4900);
+			expect(posts[1] - posts[0]).toBeLessThan(10_000);
+		} finally {
+			await service.close();
+		}
+	}, 15_000);
+
 	it("abandons a request whose answer never ends after requestTimeoutMs, and reads no answer past its bound", async () => {
 		const trickle = await standInService((_req, res) => {
 			res.writeHead(200, { "content-type": "application/json" });

@@ -103,7 +103,9 @@ export class Settler {
 		/** True once SIGTERM arrived: a lease not yet submitted is released instead of settled. */
 		private readonly stopping: () => boolean,
 		private readonly journal: SettlementJournal,
-		private readonly metrics: CrankerMetrics | null = null
+		private readonly metrics: CrankerMetrics | null = null,
+		/** Told the settlement program each payout answer names (worker.ts takes no more work while it is another). */
+		private readonly programNamed: (program: string) => void = () => {}
 	) {
 		this.me = signer.address;
 	}
@@ -265,6 +267,12 @@ export class Settler {
 		const { programId: _programId, ...settlement } = expectedSettlementOf(leased, this.config.settlementProgramId);
 		const problem = payoutAuthorizationProblem(authorization, { ...settlement, workId: leased.id, crankerPubkey: this.me }, this.config.nodeAuthorityPubkey, Date.now());
 		if (problem) return `payout authorization refused: ${problem}`;
+		// An older Node names none. The one that checks the settlement names its program here, just before it is signed.
+		const named = (authorization as { settlementProgramId?: unknown }).settlementProgramId;
+		if (typeof named === "string") {
+			this.programNamed(named);
+			if (named !== this.config.settlementProgramId) return `the Node checks settlements against program ${named}, not SETTLEMENT_PROGRAM_ID`;
+		}
 		return authorization;
 	}
 

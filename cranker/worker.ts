@@ -102,11 +102,16 @@ export class Cranker {
 	private mintCheck: Promise<void> | null = null;
 	private online = false;
 	/**
-	 * False while the Node's heartbeat answers name another settlement program than this Cranker's:
-	 * its settlements would pay credit accounts the Node never counts, so it leases nothing and
-	 * offers no liquidity. Never adopted from the Node: a hostile Node would name its own program.
+	 * The settlement program the Node's latest heartbeat answer named (null: none named one yet, as
+	 * an older Node's do not). While it is another than this Cranker's, its settlements would pay
+	 * credit accounts the Node never counts: it takes no work and offers no liquidity. Only ever
+	 * compared: a hostile Node would name a program of its own.
 	 */
-	private sameProgram = true;
+	private nodeProgram: string | null = null;
+	/** The Node's answer changed what the next heartbeat offers: it is sent at once. */
+	private heartbeatAgain = false;
+	/** The latest heartbeat's sentAt (ms): the next one is later, as the Node requires, even within the same millisecond. */
+	private lastSentAtMs = 0;
 	private stopping = false;
 	/** Heartbeats outlive the work loops, so a settlement finishing after SIGTERM is still accepted. */
 	private heartbeatsStopping = false;
@@ -144,7 +149,7 @@ export class Cranker {
 		this.pubkey = signer.address;
 		this.node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair), 30_000, (path, reason) => log.warn("Node unavailable, retrying", { path, reason }), this.metrics);
 		this.chain = new Chain(config.solanaRpcUrl, config.rpcTimeoutMs);
-		this.settler = journal && new Settler(this.node, this.chain, signer, config, log, () => this.stopping, journal, this.metrics);
+		this.settler = journal && new Settler(this.node, this.chain, signer, config, log, () => this.stopping, journal, this.metrics, program => this.programNamed(program));
 		this.signHeartbeat = createSigner(config.keypair);
 	}
 
@@ -165,7 +170,16 @@ export class Cranker {
 	start(): void {
 		// The origin only: a URL can carry credentials.
 		this.log.info("cranker starting", { crankerPubkey: this.pubkey, roles: this.config.roles, node: new URL(this.config.nodeUrl).origin });
-		this.heartbeatLoop = this.every(this.config.heartbeatIntervalMs, () => this.heartbeat(), () => this.heartbeatsStopping);
+		this.heartbeatLoop = this.every(
+			this.config.heartbeatIntervalMs,
+			async () => {
+				do {
+					this.heartbeatAgain = false;
+					await this.heartbeat();
+				} while (this.heartbeatAgain && !this.heartbeatsStopping);
+			},
+			() => this.heartbeatsStopping
+		);
 		if (this.settler) this.loops.push(this.settlementLoop(this.settler), this.followWorkEvents());
 		if (this.config.roles.some(role => role === "verifier" || role === "submitter")) this.loops.push(this.every(this.config.pollIntervalMs, () => this.tinRound(), () => this.stopping));
 	}
@@ -223,7 +237,8 @@ export class Cranker {
 				this.liquidity = new Map(balances);
 			}
 		}
-		const sentAt = new Date().toISOString();
+		this.lastSentAtMs = Math.max(Date.now(), this.lastSentAtMs + 1);
+		const sentAt = new Date(this.lastSentAtMs).toISOString();
 		const { roles } = this.config;
 		try {
 			const answer = await this.node.heartbeat({
@@ -234,7 +249,7 @@ export class Cranker {
 				sentAt,
 				signature: this.signHeartbeat(buildHeartbeatMessage({ crankerPubkey: this.pubkey, roles, sentAt }))
 			});
-			if (this.settler) this.compareProgram(answer);
+			if (this.settler) this.programNamed((answer as { settlementProgramId?: unknown } | null)?.settlementProgramId);
 			if (!this.online) {
 				this.log.info("online", { crankerPubkey: this.pubkey });
 				this.online = true;
@@ -249,16 +264,25 @@ export class Cranker {
 		}
 	}
 
-	/** A Node that names no program (an older one) is taken to use this Cranker's. */
-	private compareProgram(answer: unknown): void {
-		const nodeProgram = (answer as { settlementProgramId?: unknown } | null)?.settlementProgramId;
-		const same = typeof nodeProgram !== "string" || nodeProgram === this.config.settlementProgramId;
-		if (same === this.sameProgram) return;
-		this.sameProgram = same;
-		if (same) {
-			this.log.info("the Node now settles with this Cranker's program: taking work again", { settlementProgramId: nodeProgram });
+	private get sameProgram(): boolean {
+		return this.nodeProgram === null || this.nodeProgram === this.config.settlementProgramId;
+	}
+
+	/**
+	 * The program a heartbeat or payout answer named. One that names none (an older replica's, in a
+	 * rolling upgrade) changes nothing: it would otherwise let work in between two that name another.
+	 */
+	private programNamed(named: unknown): void {
+		if (typeof named !== "string" || named === this.nodeProgram) return;
+		const wasSame = this.sameProgram;
+		this.nodeProgram = named;
+		if (this.sameProgram === wasSame) return;
+		// What it offers changes: told at once, not a heartbeat interval later.
+		this.heartbeatAgain = true;
+		if (this.sameProgram) {
+			this.log.info("the Node now checks settlements against this Cranker's program: taking work again", { settlementProgramId: named });
 			this.wakeSettlement();
-		} else this.log.error("the Node checks settlements against another program than SETTLEMENT_PROGRAM_ID: this Cranker takes no work until they are the same", { node: nodeProgram, own: this.config.settlementProgramId });
+		} else this.log.error("the Node checks settlements against another program than SETTLEMENT_PROGRAM_ID: this Cranker takes no work until they are the same", { node: named, own: this.config.settlementProgramId });
 	}
 
 	// --- settlement -------------------------------------------------------------------------------
@@ -268,8 +292,8 @@ export class Cranker {
 			let worked = false;
 			this.workAnnounced = false;
 			try {
-				if (this.online) {
-					worked = this.sameProgram && (await this.settleNext(settler));
+				if (this.online && this.sameProgram) {
+					worked = await this.settleNext(settler);
 					if (Date.now() >= this.nextOrphanCheck) {
 						this.nextOrphanCheck = Date.now() + ORPHAN_CHECK_EVERY * this.config.pollIntervalMs;
 						await settler.finishOrphans();

@@ -77,6 +77,7 @@ export class LocalChain {
 	private readonly landed = new Map<string, Landed>();
 	private readonly byAccount = new Map<string, string[]>();
 	private readonly faults = new Map<string, Fault[]>();
+	private readonly delays = new Map<string, number[]>();
 	/** How many slots a landed transaction waits before getTransaction answers it at `finalized` (0: at once). */
 	finalitySlots = 0;
 	private dropped = 0;
@@ -141,8 +142,14 @@ export class LocalChain {
 		this.faults.set(method, [...(this.faults.get(method) ?? []), ...Array<Fault>(times).fill(fault)]);
 	}
 
+	/** The next `times` calls of `method` are answered `ms` late (a slow endpoint, within its reader's timeout). */
+	delayAnswers(method: string, ms: number, times = 1): void {
+		this.delays.set(method, [...(this.delays.get(method) ?? []), ...Array<number>(times).fill(ms)]);
+	}
+
 	clearFaults(): void {
 		this.faults.clear();
+		this.delays.clear();
 	}
 
 	/**
@@ -255,6 +262,8 @@ export class LocalChain {
 		const { id, method } = body;
 		this.calls.set(method, (this.calls.get(method) ?? 0) + 1);
 		this.lastParams.set(method, body.params ?? []);
+		const delay = this.delays.get(method)?.shift();
+		if (delay) await new Promise(resolve => setTimeout(resolve, delay));
 		const fault = this.faults.get(method)?.shift();
 		if (fault === "hang") return; // the client's timeout is what answers
 		if (fault === "http-500") return this.reply(res, 500, { jsonrpc: "2.0", id, error: { code: -32603, message: "Internal error (injected)" } });

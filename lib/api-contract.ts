@@ -22,7 +22,7 @@ import {
 import type { ErrorType } from "./errors";
 import { IntentWorkItemSchema, MempoolIntentSchema, PublicMempoolIntentSchema } from "./intents";
 import type { Answer } from "./openapi";
-import { PayoutAuthorizationSchema } from "./payout";
+import { PayoutAuthorizationAnswerSchema } from "./payout";
 import { RegistryRouteSchema } from "./registry";
 import { PublicTinOperationSchema, TinOperationViewSchema } from "./tin-operations";
 import { CreatedWebhookSubscriptionSchema, WebhookSubscriptionSchema } from "./webhooks";
@@ -136,7 +136,7 @@ export const ROUTE_CONTRACTS: Record<string, RouteContract> = {
 		tag: "intents",
 		summary: "Obtain the payout authorization of a leased intent",
 		description: "The same authorization again while it is valid; a fresh one (same payoutNullifier) once it has expired.",
-		answers: ok(PayoutAuthorizationSchema),
+		answers: ok(PayoutAuthorizationAnswerSchema),
 		errors: ["NOT_FOUND", "INVALID_TRANSITION", "NOT_LEASE_HOLDER", "LEASE_EXPIRED", "CRANKER_NOT_ALLOWED", "EVIDENCE_INCONSISTENT", "VERSION_CONFLICT"]
 	},
 	"receiver.wake": {

@@ -34,6 +34,16 @@ export const PayoutAuthorizationSchema = Type.Object(
 );
 export type PayoutAuthorization = Static<typeof PayoutAuthorizationSchema>;
 
+/**
+ * The answer to a payout request: the authorization, and the settlement program the Node checks
+ * the settlement against (outside the signed message), so that a Cranker set to another one gives
+ * the lease back before it signs a payment the Node would never count.
+ */
+export const PayoutAuthorizationAnswerSchema = Type.Object(
+	{ ...PayoutAuthorizationSchema.properties, settlementProgramId: Address },
+	named("PayoutAuthorizationAnswer")
+);
+
 export function buildPayoutAuthorization(
 	record: LeasedIntentRecord,
 	now: Date,

@@ -69,7 +69,7 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 							throw new ServiceError("CRANKER_NOT_ALLOWED", "The Cranker is not online with the settlement role", { crankerPubkey });
 						const { authorization, result } = await this.issue(record, ctx);
 						this.metrics.results.inc({ result });
-						return authorization;
+						return { ...authorization, settlementProgramId: config.settlementProgramId };
 					} catch (err) {
 						const code = Number((err as { code?: unknown }).code);
 						this.metrics.results.inc({ result: code >= 400 && code < 500 ? "refused" : "failed" });

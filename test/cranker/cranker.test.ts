@@ -50,16 +50,19 @@ const recordIn = (id: string, state: string) =>
  * A settlement Cranker of its own key (holding `mint`), online by one signed heartbeat, driven
  * step by step through its Settler instead of its loops; its log lines kept.
  */
-async function steppedCranker(mint: Address) {
+async function steppedCranker(mint: Address, extraEnv: Record<string, string> = {}) {
 	// No argv: by default it reads the process's, which is jest's own command line here.
-	const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint)), []);
+	const config = loadCrankerConfig(h.crankerEnv(await h.crankerKey(mint), extraEnv), []);
 	const node = new NodeClient(config.nodeUrl, config.workerApiKey, keypairSigningKey(config.keypair));
-	const heartbeat = { crankerPubkey: config.keypair.publicKey, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString() };
-	await node.heartbeat({ ...heartbeat, signature: createSigner(config.keypair)(buildHeartbeatMessage(heartbeat)) });
+	const heartbeat = async () => {
+		const fields = { crankerPubkey: config.keypair.publicKey, roles: ["settlement"], liquidity: [], sentAt: new Date().toISOString() };
+		await node.heartbeat({ ...fields, signature: createSigner(config.keypair)(buildHeartbeatMessage(fields)) });
+	};
+	await heartbeat();
 	const signer = await createKeyPairSignerFromBytes(config.keypair.secretKey);
 	const lines: string[] = [];
 	const settler = new Settler(node, new Chain(config.solanaRpcUrl), signer, config, createLogger({}, line => lines.push(line)), () => false, await SettlementJournal.open(config.stateDir, signer.address));
-	return { pubkey: config.keypair.publicKey, node, signer, lines, settler };
+	return { pubkey: config.keypair.publicKey, node, signer, lines, settler, heartbeat };
 }
 
 /** A new mint and a Cranker holding it, once its heartbeat has offered that liquidity (it then takes the mint's work). */
@@ -261,14 +264,49 @@ describe("Cranker settling payments", () => {
 		const otherProgram = newWallet().address;
 		const cranker = await h.cranker(await h.crankerKey(mint), ["settlement"], { SETTLEMENT_PROGRAM_ID: otherProgram }, line => lines.push(line));
 		await waitFor(() => lines.some(line => line.includes("another program than SETTLEMENT_PROGRAM_ID") && line.includes(otherProgram)), 10_000, "the Cranker told of the other program");
+		const offered = async () => (await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint);
+		await waitFor(async () => !(await offered()), 10_000, "its liquidity withdrawn");
 		const intent = await h.pay(mint, "700");
 		// Ten of its work rounds (POLL_INTERVAL_MS 100) and two heartbeats.
 		await new Promise(resolve => setTimeout(resolve, 1_000));
 		const record = await h.record(intent.id);
 		expect(record.receiverStatus).toBe("VERIFIED");
 		expect(states(record)).not.toContain("CRANKER_LEASED");
-		expect((await h.node.http("GET", "/settlement-networks")).body.some((n: { tokenMintAddress: string }) => n.tokenMintAddress === mint)).toBe(false);
+		expect(await offered()).toBe(false);
 		await h.stopCranker(cranker);
+	});
+
+	it("gives a lease back unsigned when the payout answer names another program than its SETTLEMENT_PROGRAM_ID (a Node redeployed with another one, before a heartbeat said so)", async () => {
+		const mint = h.chain.createMint(6);
+		const cranker = await steppedCranker(mint, { SETTLEMENT_PROGRAM_ID: newWallet().address });
+		const intent = await h.pay(mint, "900");
+		expect(await cranker.settler.settle(await h.record(intent.id))).toBe("released");
+		expect(cranker.lines.some(line => line.includes("not SETTLEMENT_PROGRAM_ID"))).toBe(true);
+		const record = await h.record(intent.id);
+		expect(record.receiverStatus).toBe("VERIFIED");
+		expect(states(record)).toContain("CRANKER_LEASED");
+		expect(await settlementsOf(intent.id)).toHaveLength(0);
+	});
+
+	it("a SUBMITTED report whose chain reads outlast the lease it was sent under, renewed meanwhile, is told VERSION_CONFLICT (read again), not LEASE_EXPIRED", async () => {
+		const mint = h.chain.createMint(6);
+		const cranker = await steppedCranker(mint);
+		const intent = await h.pay(mint, "800");
+		const leased = await cranker.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: cranker.pubkey, expectedVersion: 3 });
+		// Sent with about a second of the lease left; the Node's block height read takes two.
+		await new Promise(resolve => setTimeout(resolve, Date.parse(leased.lease!.expiresAt) - Date.now() - 1000));
+		const { value: lifetime } = await createSolanaRpc(h.chain.url).getLatestBlockhash().send();
+		// Online (CRANKER_TTL_MS is 3 s here) through the report and the renewal.
+		await cranker.heartbeat();
+		h.chain.delayAnswers("getBlockHeight", 2000);
+		const heightReads = h.chain.calls.get("getBlockHeight") ?? 0;
+		const report = cranker.node.updateStatus(intent.id, { status: "SUBMITTED", crankerPubkey: cranker.pubkey, expectedVersion: 4, transactionSignature: newWallet().sign("a transaction never sent"), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) });
+		const refusal = report.then(() => null, (err: unknown) => err);
+		await waitFor(async () => (h.chain.calls.get("getBlockHeight") ?? 0) > heightReads, 5_000, "the report reading the chain");
+		const renewed = await cranker.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: cranker.pubkey, expectedVersion: 4 });
+		expect(Date.parse(renewed.lease!.expiresAt)).toBeGreaterThan(Date.parse(leased.lease!.expiresAt));
+		expect(await refusal).toMatchObject({ type: "VERSION_CONFLICT" });
+		expect((await h.record(intent.id)).receiverStatus).toBe("CRANKER_LEASED");
 	});
 
 	it("an orphan whose landed transaction is not its settlement is left for an operator, not read again at every orphan round", async () => {

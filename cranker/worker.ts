@@ -108,10 +108,12 @@ export class Cranker {
 	 * compared: a hostile Node would name a program of its own.
 	 */
 	private nodeProgram: string | null = null;
-	/** The Node's answer changed what the next heartbeat offers: it is sent at once. */
+	/** A heartbeat answer named another program: its liquidity is withdrawn by a heartbeat sent at once. */
 	private heartbeatAgain = false;
-	/** The latest heartbeat's sentAt (ms): the next one is later, as the Node requires, even within the same millisecond. */
-	private lastSentAtMs = 0;
+	/** Ends the heartbeat loop's sleep (a payout answer named another program). */
+	private wakeHeartbeat: () => void = () => {};
+	/** The latest accepted heartbeat's sentAt (ms): the next one is later, as the Node requires, even within the same millisecond. */
+	private lastAcceptedAtMs = 0;
 	private stopping = false;
 	/** Heartbeats outlive the work loops, so a settlement finishing after SIGTERM is still accepted. */
 	private heartbeatsStopping = false;
@@ -173,12 +175,13 @@ export class Cranker {
 		this.heartbeatLoop = this.every(
 			this.config.heartbeatIntervalMs,
 			async () => {
-				do {
-					this.heartbeatAgain = false;
-					await this.heartbeat();
-				} while (this.heartbeatAgain && !this.heartbeatsStopping);
+				this.heartbeatAgain = false;
+				await this.heartbeat();
+				// Once per round at most: answers that keep changing their minds (a hostile Node, replicas set differently) wait for the interval.
+				if (this.heartbeatAgain && !this.heartbeatsStopping) await this.heartbeat();
 			},
-			() => this.heartbeatsStopping
+			() => this.heartbeatsStopping,
+			wake => (this.wakeHeartbeat = wake)
 		);
 		if (this.settler) this.loops.push(this.settlementLoop(this.settler), this.followWorkEvents());
 		if (this.config.roles.some(role => role === "verifier" || role === "submitter")) this.loops.push(this.every(this.config.pollIntervalMs, () => this.tinRound(), () => this.stopping));
@@ -237,8 +240,8 @@ export class Cranker {
 				this.liquidity = new Map(balances);
 			}
 		}
-		this.lastSentAtMs = Math.max(Date.now(), this.lastSentAtMs + 1);
-		const sentAt = new Date(this.lastSentAtMs).toISOString();
+		const sentAtMs = Math.max(Date.now(), this.lastAcceptedAtMs + 1);
+		const sentAt = new Date(sentAtMs).toISOString();
 		const { roles } = this.config;
 		try {
 			const answer = await this.node.heartbeat({
@@ -249,6 +252,7 @@ export class Cranker {
 				sentAt,
 				signature: this.signHeartbeat(buildHeartbeatMessage({ crankerPubkey: this.pubkey, roles, sentAt }))
 			});
+			this.lastAcceptedAtMs = sentAtMs;
 			if (this.settler) this.programNamed((answer as { settlementProgramId?: unknown } | null)?.settlementProgramId);
 			if (!this.online) {
 				this.log.info("online", { crankerPubkey: this.pubkey });
@@ -277,12 +281,15 @@ export class Cranker {
 		const wasSame = this.sameProgram;
 		this.nodeProgram = named;
 		if (this.sameProgram === wasSame) return;
-		// What it offers changes: told at once, not a heartbeat interval later.
-		this.heartbeatAgain = true;
 		if (this.sameProgram) {
 			this.log.info("the Node now checks settlements against this Cranker's program: taking work again", { settlementProgramId: named });
 			this.wakeSettlement();
-		} else this.log.error("the Node checks settlements against another program than SETTLEMENT_PROGRAM_ID: this Cranker takes no work until they are the same", { node: named, own: this.config.settlementProgramId });
+			return;
+		}
+		this.log.error("the Node checks settlements against another program than SETTLEMENT_PROGRAM_ID: this Cranker takes no work until they are the same", { node: named, own: this.config.settlementProgramId });
+		// Its liquidity withdrawn at once, not a heartbeat interval later: again in this round, or the sleeping loop woken.
+		this.heartbeatAgain = true;
+		this.wakeHeartbeat();
 	}
 
 	// --- settlement -------------------------------------------------------------------------------
@@ -294,7 +301,7 @@ export class Cranker {
 			try {
 				if (this.online && this.sameProgram) {
 					worked = await this.settleNext(settler);
-					if (Date.now() >= this.nextOrphanCheck) {
+					if (this.sameProgram && Date.now() >= this.nextOrphanCheck) {
 						this.nextOrphanCheck = Date.now() + ORPHAN_CHECK_EVERY * this.config.pollIntervalMs;
 						await settler.finishOrphans();
 					}
@@ -355,6 +362,11 @@ export class Cranker {
 		}
 	}
 
+	/** Stopping, or a payout answer of this round named another program: no more leases this round. */
+	private get leasingHalted(): boolean {
+		return this.stopping || !this.sameProgram;
+	}
+
 	/**
 	 * Settles the first work item this Cranker can pay: one the event stream announced first (it may
 	 * lie far past the cursor), then the pages from where the last round stopped; false when none.
@@ -363,7 +375,7 @@ export class Cranker {
 		const now = Date.now();
 		for (const [id, until] of this.skipUntil) if (until <= now) this.skipUntil.delete(id);
 		if (await this.settleAnnounced(settler)) return true;
-		for (let page = 0; page < WORK_PAGES_PER_ROUND && !this.stopping; page++) {
+		for (let page = 0; page < WORK_PAGES_PER_ROUND && !this.leasingHalted; page++) {
 			const outcome = await this.settleOnPage(settler);
 			if (outcome === "settled") return true;
 			if (outcome === "end") return false;
@@ -379,7 +391,7 @@ export class Cranker {
 		const newest = [...this.announced.keys()].slice(-ANNOUNCED_PER_ROUND).reverse();
 		for (const id of newest) this.announced.delete(id);
 		for (const id of newest) {
-			if (this.stopping) return false;
+			if (this.leasingHalted) return false;
 			if (this.skipUntil.has(id)) continue;
 			// No retries: one slow answer must not hold the round, nor a Node that is down stop() for long.
 			const intent = await this.node.intent(id, 0).catch(err => {
@@ -417,7 +429,7 @@ export class Cranker {
 			throw err;
 		}
 		for (const { intent } of work.filter(isWeighable)) {
-			if (this.stopping) return "end";
+			if (this.leasingHalted) return "end";
 			if (await this.trySettle(settler, intent)) return "settled";
 		}
 		const last = work[work.length - 1]?.intent?.id;
@@ -634,12 +646,12 @@ export class Cranker {
 
 	// --- plumbing ---------------------------------------------------------------------------------
 
-	private async every(intervalMs: number, round: () => Promise<void>, done: () => boolean): Promise<void> {
+	private async every(intervalMs: number, round: () => Promise<void>, done: () => boolean, onWake?: (wake: () => void) => void): Promise<void> {
 		while (!done()) {
 			const startedAt = Date.now();
 			await round().catch(err => this.log.warn("round failed; retrying", { error: (err as Error).message }));
 			// A fixed rate: a slow round does not push the next one later.
-			await this.sleep(Math.max(0, intervalMs - (Date.now() - startedAt)), done);
+			await this.sleep(Math.max(0, intervalMs - (Date.now() - startedAt)), done, onWake);
 		}
 	}
 

@@ -157,10 +157,10 @@ export type CrankerHeartbeatRecord = Static<typeof CrankerHeartbeatRecordSchema>
 /**
  * The answer to a heartbeat: the record, and the settlement program this Node checks settlements
  * against, so that a Cranker set to another one stops before it pays a credit account the Node
- * never counts.
+ * never counts. Optional: an owner of an earlier version, in a rolling update, answers without it.
  */
 export const CrankerHeartbeatAnswerSchema = Type.Object(
-	{ ...CrankerHeartbeatRecordSchema.properties, settlementProgramId: Address },
+	{ ...CrankerHeartbeatRecordSchema.properties, settlementProgramId: Type.Optional(Address) },
 	named("CrankerHeartbeatAnswer")
 );
 export type CrankerHeartbeatAnswer = Static<typeof CrankerHeartbeatAnswerSchema>;

@@ -37,10 +37,11 @@ export type PayoutAuthorization = Static<typeof PayoutAuthorizationSchema>;
 /**
  * The answer to a payout request: the authorization, and the settlement program the Node checks
  * the settlement against (outside the signed message), so that a Cranker set to another one gives
- * the lease back before it signs a payment the Node would never count.
+ * the lease back before it signs a payment the Node would never count. Optional: an owner of an
+ * earlier version, in a rolling update, answers without it.
  */
 export const PayoutAuthorizationAnswerSchema = Type.Object(
-	{ ...PayoutAuthorizationSchema.properties, settlementProgramId: Address },
+	{ ...PayoutAuthorizationSchema.properties, settlementProgramId: Type.Optional(Address) },
 	named("PayoutAuthorizationAnswer")
 );
 

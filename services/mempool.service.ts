@@ -448,10 +448,11 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 			 */
 			leaseForPayout: keyHoldersOnly({
 				params: { id: recordRef, crankerPubkey: address() },
-				async handler(this: MempoolThis, ctx: Context<{ id: string; crankerPubkey: string }>): Promise<IntentRecord> {
+				async handler(this: MempoolThis, ctx: Context<{ id: string; crankerPubkey: string }>): Promise<IntentRecord & { settlementProgramId: string }> {
 					const record = await this.mustGet(ctx.params.id);
 					leaseForPayout(record, ctx.params.crankerPubkey, Date.now(), this.slots.latest());
-					return record;
+					// The program this mempool will check the settlement against: payouts names it to the Cranker.
+					return { ...record, settlementProgramId: this.settings.settlementProgramId };
 				}
 			}),
 

@@ -60,7 +60,7 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 					try {
 						const { workId, crankerPubkey } = ctx.params;
 						const [record, standing] = await Promise.all([
-							ctx.call<LeasedIntentRecord, object>("mempool.leaseForPayout", { id: workId, crankerPubkey }),
+							ctx.call<LeasedIntentRecord & { settlementProgramId?: string }, object>("mempool.leaseForPayout", { id: workId, crankerPubkey }),
 							ctx.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey })
 						]);
 						// As for every move of a lease (mempool.updateStatus): a holder since gone offline, or
@@ -69,7 +69,8 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 							throw new ServiceError("CRANKER_NOT_ALLOWED", "The Cranker is not online with the settlement role", { crankerPubkey });
 						const { authorization, result } = await this.issue(record, ctx);
 						this.metrics.results.inc({ result });
-						return { ...authorization, settlementProgramId: config.settlementProgramId };
+						// The mempool's, which checks the settlement (this process's own from a mempool of an earlier version).
+						return { ...authorization, settlementProgramId: record.settlementProgramId ?? config.settlementProgramId };
 					} catch (err) {
 						const code = Number((err as { code?: unknown }).code);
 						this.metrics.results.inc({ result: code >= 400 && code < 500 ? "refused" : "failed" });

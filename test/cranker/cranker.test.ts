@@ -293,16 +293,17 @@ describe("Cranker settling payments", () => {
 		const cranker = await steppedCranker(mint);
 		const intent = await h.pay(mint, "800");
 		const leased = await cranker.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: cranker.pubkey, expectedVersion: 3 });
-		// Sent with about a second of the lease left; the Node's block height read takes two.
-		await new Promise(resolve => setTimeout(resolve, Date.parse(leased.lease!.expiresAt) - Date.now() - 1000));
 		const { value: lifetime } = await createSolanaRpc(h.chain.url).getLatestBlockhash().send();
+		// Sent with 1.3 s of the lease left; the Node's block height read takes 2.1 s (its reads time out at 2.5 s).
+		await new Promise(resolve => setTimeout(resolve, Date.parse(leased.lease!.expiresAt) - Date.now() - 1300));
 		// Online (CRANKER_TTL_MS is 3 s here) through the report and the renewal.
 		await cranker.heartbeat();
-		h.chain.delayAnswers("getBlockHeight", 2000);
+		h.chain.delayAnswers("getBlockHeight", 2100);
 		const heightReads = h.chain.calls.get("getBlockHeight") ?? 0;
 		const report = cranker.node.updateStatus(intent.id, { status: "SUBMITTED", crankerPubkey: cranker.pubkey, expectedVersion: 4, transactionSignature: newWallet().sign("a transaction never sent"), lastValidBlockHeight: Number(lifetime.lastValidBlockHeight) });
 		const refusal = report.then(() => null, (err: unknown) => err);
-		await waitFor(async () => (h.chain.calls.get("getBlockHeight") ?? 0) > heightReads, 5_000, "the report reading the chain");
+		// Renewed as soon as the report, its record read, waits for the chain.
+		await waitFor(() => (h.chain.calls.get("getBlockHeight") ?? 0) > heightReads, 5_000, "the report reading the chain", 5);
 		const renewed = await cranker.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: cranker.pubkey, expectedVersion: 4 });
 		expect(Date.parse(renewed.lease!.expiresAt)).toBeGreaterThan(Date.parse(leased.lease!.expiresAt));
 		expect(await refusal).toMatchObject({ type: "VERSION_CONFLICT" });

@@ -51,6 +51,7 @@ import {
 	type EventPage,
 	type EventQuery,
 	type FieldValue,
+	type IndexKey,
 	type ListQuery,
 	type OutboxEvent,
 	type Store,
@@ -230,8 +231,8 @@ class EventCounterBehindError extends Error {
 	}
 }
 
-/** The name of the plain index on `key` (an index group followed by id), as created and as hinted. */
-const indexName = (key: readonly string[]) => `i_${key.join("_")}`;
+/** The name of the plain ("i") or sparse ("s") index on `key` (an index group followed by id), as created and as hinted. */
+const indexName = ({ key, sparse }: Pick<IndexKey, "key" | "sparse">) => `${sparse ? "s" : "i"}_${key.join("_")}`;
 
 /** The indexes a collection needs: its unique groups, and each index group followed by _id (servingIndex's rule). */
 export function indexDescriptions(spec: CollectionSpec): IndexDescription[] {
@@ -245,7 +246,12 @@ export function indexDescriptions(spec: CollectionSpec): IndexDescription[] {
 			unique: true,
 			partialFilterExpression: Object.fromEntries(group.map(field => [field, PRESENT[spec.fields[field]]]))
 		})),
-		...(spec.indexes ?? []).map(group => ({ name: indexName([...group, "id"]), key: keys([...group, "id"]) }))
+		...(spec.indexes ?? []).map(group => ({ name: indexName({ key: [...group, "id"], sparse: false }), key: keys([...group, "id"]) })),
+		...(spec.sparseIndexes ?? []).map(group => ({
+			name: indexName({ key: [...group, "id"], sparse: true }),
+			key: keys([...group, "id"]),
+			partialFilterExpression: Object.fromEntries(group.map(field => [field, PRESENT[spec.fields[field]]]))
+		}))
 	];
 }
 
@@ -294,7 +300,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	/** Where each document keeps its views' texts (viewPlaces), in viewTexts' order. */
 	private readonly viewFields: string[];
 	/** The index serving each query shape met so far (servingIndex, checked once per shape). */
-	private readonly servingKeys = new Map<string, readonly string[]>();
+	private readonly servingKeys = new Map<string, IndexKey>();
 
 	constructor(
 		private readonly client: MongoClient,
@@ -344,7 +350,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	/** Checks once per query shape that an index serves it (servingIndex). */
-	private served(where: Where = {}, orderBy?: ListQuery["orderBy"]): readonly string[] {
+	private served(where: Where = {}, orderBy?: ListQuery["orderBy"]): IndexKey {
 		const shape = JSON.stringify([Object.entries(where).map(([field, c]) => [field, isComparison(c) ? Object.keys(c)[0] : "eq"]), orderBy?.[0]]);
 		let key = this.servingKeys.get(shape);
 		if (!key) this.servingKeys.set(shape, (key = servingIndex(this.spec, where, orderBy)));
@@ -571,7 +577,7 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 			cursor.sort({ [key(field)]: order, _id: order });
 			// The index servingIndex names, whatever the planner's trial would pick (an index on a
 			// range condition, then a blocking sort of every match).
-			if (served.length > 1) cursor.hint(indexName(served));
+			if (served.key.length > 1) cursor.hint(indexName(served));
 		}
 		if (limit !== undefined) cursor.limit(limit);
 		return cursor;
@@ -699,12 +705,12 @@ export class MongoStore implements Store {
 	}
 
 	async collection<T extends Doc>(spec: CollectionSpec<T>): Promise<Collection<T>> {
-		assertDeclared(spec, [...(spec.unique ?? []), ...(spec.indexes ?? [])].flat());
+		assertDeclared(spec, [...(spec.unique ?? []), ...(spec.indexes ?? []), ...(spec.sparseIndexes ?? [])].flat());
 		const collection = this.db.collection<Stored>(spec.name);
 		const descriptions = indexDescriptions(spec);
 		if (descriptions.length) await guarded(this.client, () => collection.createIndexes(descriptions));
-		// Plain indexes an earlier version declared (ours are named i_…) cost every write and serve
-		// nothing now. Unique ones (u_…) stay: one may belong to a newer version running beside this one.
+		// Plain and sparse indexes an earlier version declared (ours are named i_… and s_…) cost every write and
+		// serve nothing now. Unique ones (u_…) stay: one may belong to a newer version running beside this one.
 		const wanted = new Set(descriptions.map(description => description.name));
 		const existing = await guarded(this.client, () => collection.listIndexes().toArray()).catch(err => {
 			// A collection with no index of ours may not exist yet.
@@ -712,7 +718,7 @@ export class MongoStore implements Store {
 			throw err;
 		});
 		for (const { name } of existing)
-			if (typeof name === "string" && name.startsWith("i_") && !wanted.has(name))
+			if (typeof name === "string" && (name.startsWith("i_") || name.startsWith("s_")) && !wanted.has(name))
 				await guarded(this.client, () => collection.dropIndex(name)).catch(err => {
 					// Another replica dropped it first.
 					if (!(err instanceof MongoServerError && err.code === INDEX_NOT_FOUND)) throw err;

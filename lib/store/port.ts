@@ -43,6 +43,12 @@ export interface CollectionSpec<T extends Doc = any> {
 	 * `id`, the tie-break of every ordered list, so the index also serves the order (see servingIndex).
 	 */
 	indexes?: readonly (readonly string[])[];
+	/**
+	 * Field groups to index over only the documents in which every field of the group is set (not
+	 * null), each ended with `id` as above: the others are not in it, so their writes cost it
+	 * nothing. It serves only queries that match each of its fields to a value.
+	 */
+	sparseIndexes?: readonly (readonly string[])[];
 	/** What a document adds to the collection's tally (see Tally); keys absent count 0. */
 	tally?: (doc: T) => Tally;
 	/** The collection keeps an event log (an outbox): writes may carry an OutboxEvent (see insert, update). */
@@ -323,10 +329,12 @@ export function assertWhere(spec: CollectionSpec, where: Where): void {
 	}
 }
 
-interface IndexKey {
+export interface IndexKey {
 	key: readonly string[];
 	/** A unique key orders its documents fully without the `id` tie-break. */
 	unique: boolean;
+	/** It holds only the documents whose group fields are all set (CollectionSpec.sparseIndexes). */
+	sparse: boolean;
 }
 
 /**
@@ -335,7 +343,9 @@ interface IndexKey {
  * for equality lookups it can prove inside the filter, never for a range, a sort or a scan.
  */
 export function indexKeys(spec: CollectionSpec): IndexKey[] {
-	return [{ key: ["id"], unique: true }, ...(spec.indexes ?? []).map(group => ({ key: [...group, "id"], unique: false }))];
+	const plain = (spec.indexes ?? []).map(group => ({ key: [...group, "id"], unique: false, sparse: false }));
+	const sparse = (spec.sparseIndexes ?? []).map(group => ({ key: [...group, "id"], unique: false, sparse: true }));
+	return [{ key: ["id"], unique: true, sparse: false }, ...plain, ...sparse];
 }
 
 /**
@@ -345,21 +355,23 @@ export function indexKeys(spec: CollectionSpec): IndexKey[] {
  * checked along the index scan. Every adapter checks every query with this, so a query shape no
  * index serves fails in the tests instead of scanning a collection in production.
  */
-export function servingIndex(spec: CollectionSpec, where: Where = {}, orderBy?: ListQuery["orderBy"]): readonly string[] {
+export function servingIndex(spec: CollectionSpec, where: Where = {}, orderBy?: ListQuery["orderBy"]): IndexKey {
 	const equalities = Object.entries(where)
 		.filter(([, condition]) => !isComparison(condition) || "in" in condition)
 		.map(([field]) => field);
 	const ranges = Object.keys(where).filter(field => !equalities.includes(field));
 	const sort = orderBy?.[0];
-	if (equalities.includes("id")) return ["id"];
+	if (equalities.includes("id")) return indexKeys(spec)[0];
 	// A unique group the equalities cover holds at most one document per combination (scalar
 	// equalities only: the planner proves those inside the group's partial filter).
 	const scalars = Object.entries(where)
 		.filter(([, condition]) => !isComparison(condition) && condition !== null)
 		.map(([field]) => field);
 	const covered = (spec.unique ?? []).find(group => sort === undefined && group.every(field => scalars.includes(field)));
-	if (covered) return covered;
-	const serves = ({ key, unique }: IndexKey): boolean => {
+	if (covered) return { key: covered, unique: true, sparse: false };
+	const serves = ({ key, unique, sparse }: IndexKey): boolean => {
+		// A sparse index misses the documents without its fields: only a query that sets each by value stays inside it.
+		if (sparse && !key.slice(0, -1).every(field => scalars.includes(field))) return false;
 		const prefix = key.slice(0, equalities.length);
 		if (prefix.length !== equalities.length || !equalities.every(field => prefix.includes(field))) return false;
 		const [next, after] = key.slice(equalities.length);
@@ -369,7 +381,7 @@ export function servingIndex(spec: CollectionSpec, where: Where = {}, orderBy?: 
 	};
 	const found = indexKeys(spec).find(serves);
 	if (!found) throw new Error(`${spec.name}: no index serves ${JSON.stringify({ where: Object.keys(where), orderBy })}`);
-	return found.key;
+	return found;
 }
 
 /** Adds `delta` times `tally` to `sums`, keeping only nonzero keys. */

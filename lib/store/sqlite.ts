@@ -243,8 +243,8 @@ class GroupCommit {
 	}
 }
 
-/** The name of a collection's unique ("u") or plain ("i") index on `group`, as created and as named in INDEXED BY. */
-function indexName(collection: string, kind: "u" | "i", group: readonly string[]): string {
+/** The name of a collection's unique ("u"), plain ("i") or sparse ("s") index on `group`, as created and as named in INDEXED BY. */
+function indexName(collection: string, kind: "u" | "i" | "s", group: readonly string[]): string {
 	return `${collection}_${kind}_${group.join("_")}`;
 }
 
@@ -347,10 +347,16 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 			wanted.add(indexName(spec.name, "i", key));
 			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(indexName(spec.name, "i", key))} ON ${this.table} (${key.map(quote).join(", ")})`);
 		}
-		// Plain indexes an earlier version declared cost every write and serve nothing now. Unique
+		// Partial: a document without the fields is not in it. SQLite uses it for `field = ?`, which implies IS NOT NULL.
+		for (const group of spec.sparseIndexes ?? []) {
+			const key = [...group, "id"];
+			wanted.add(indexName(spec.name, "s", key));
+			db.exec(`CREATE INDEX IF NOT EXISTS ${quote(indexName(spec.name, "s", key))} ON ${this.table} (${key.map(quote).join(", ")}) WHERE ${group.map(field => `${quote(field)} IS NOT NULL`).join(" AND ")}`);
+		}
+		// Plain and sparse indexes an earlier version declared cost every write and serve nothing now. Unique
 		// ones stay: one may belong to a newer version (a rollback), and without it duplicates get in.
 		const existing = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL").all(spec.name) as { name: string }[];
-		for (const { name } of existing) if (name.startsWith(`${spec.name}_i_`) && !wanted.has(name)) db.exec(`DROP INDEX ${quote(name)}`);
+		for (const { name } of existing) if ((name.startsWith(`${spec.name}_i_`) || name.startsWith(`${spec.name}_s_`)) && !wanted.has(name)) db.exec(`DROP INDEX ${quote(name)}`);
 		if (spec.tally) db.exec(`CREATE TABLE IF NOT EXISTS ${this.tallyTable} (key TEXT PRIMARY KEY, value TEXT NOT NULL)`);
 		const all = ["id", ...this.columns, ...(spec.tally ? [TALLY_COLUMN] : []), "doc", ...this.viewColumns];
 		this.insertStmt = db.prepare(`INSERT OR IGNORE INTO ${this.table} (${all.map(quote).join(", ")}) VALUES (${all.map(() => "?").join(", ")})`);
@@ -513,8 +519,8 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		let stmt = this.lists.get(select + tail);
 		if (stmt) return stmt;
 		const { where = {}, orderBy } = query;
-		const key = servingIndex(this.spec, where, orderBy);
-		const indexed = orderBy && key.length > 1 && key[key.length - 1] === "id" ? ` INDEXED BY ${quote(indexName(this.spec.name, "i", key))}` : "";
+		const { key, sparse } = servingIndex(this.spec, where, orderBy);
+		const indexed = orderBy && key.length > 1 && key[key.length - 1] === "id" ? ` INDEXED BY ${quote(indexName(this.spec.name, sparse ? "s" : "i", key))}` : "";
 		const sql = `SELECT ${orderBy ? `${quote(orderBy[0])} AS sortValue, ` : ""}id, ${select} FROM ${this.table}${indexed}${tail}`;
 		const plan = (this.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...args) as { detail: string }[]).map(row => row.detail);
 		if (sortsOrScans(plan, this.spec.name, orderBy !== undefined)) throw new Error(`${this.spec.name}: SQLite would sort or scan for this list (${plan.join("; ")}): ${sql}`);

@@ -202,6 +202,26 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			expect(await newer.get("b")).toStrictEqual({ id: "b", status: "open", owner: { nested: 1 } });
 		});
 
+		test("a sparse index serves a field set to a value, in id order page by page, and holds only the documents that set it", async () => {
+			const name = `items_${++collections}`;
+			const items = await store.collection<Item>({ ...itemSpec(name), sparseIndexes: [["nonce"]] });
+			for (const [id, nonce] of [["d", 7], ["a", 7], ["x", null], ["c", 7], ["b", 8], ["y", null]] as const) await items.insert({ id, nonce });
+			const page = (after?: string) => items.list({ where: { nonce: 7 }, orderBy: ["id", "asc"], limit: 2, ...(after ? { after: { value: after, id: after } } : {}) });
+			expect(ids(await page())).toEqual(["a", "c"]);
+			expect(ids(await page("c"))).toEqual(["d"]);
+			// The documents without one are not in it: it serves no query for them.
+			await expect(items.list({ where: { nonce: null }, orderBy: ["id", "asc"] })).rejects.toThrow(/no index serves/);
+			if (store.kind === "sqlite") {
+				const db = new Database(path.join(sqliteDir, "contract.sqlite"), { readonly: true });
+				try {
+					const { sql } = db.prepare("SELECT sql FROM sqlite_master WHERE name = ?").get(`${name}_s_nonce_id`) as { sql: string };
+					expect(sql).toMatch(/WHERE "nonce" IS NOT NULL$/);
+				} finally {
+					db.close();
+				}
+			}
+		});
+
 		describe("tally", () => {
 			const tallied = (name: string): CollectionSpec<Item> => ({
 				...itemSpec(name),

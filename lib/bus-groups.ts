@@ -59,7 +59,7 @@ const SERVICE_INTERFACES: Readonly<Record<string, { actions: readonly string[]; 
 		actions: [
 			...["events", "taggedEvents", "eventPage", "taggedHead", "latestEvent"],
 			...["receive", "receiveMany", "view", "list", "workPage", "pendingVerification", "receivedHolder", "claimForVerification", "completeVerification", "returnToReceived"],
-			...["updateStatus", "leaseForPayout", "rejectReplacedRoute", "epochTotals", "archiveTerminal", "archiveSummary", "totals", "counts"]
+			...["updateStatus", "leaseForPayout", "rejectReplacedRoute", "epochTotals", "archiveTerminal", "archivedPage", "totals", "counts"]
 		]
 	},
 	payouts: { actions: ["authorize"] },

@@ -11,17 +11,41 @@ const NODE = Buffer.from([0x01]);
 
 const sha256 = (...parts: Buffer[]) => createHash("sha256").update(Buffer.concat(parts)).digest();
 
+/**
+ * The root built leaf by leaf, in leaf order, holding one subtree per level at most: an epoch of
+ * millions of leaves is read in pages, never held whole.
+ */
+export class MerkleRootBuilder {
+	/** The complete subtrees so far, of strictly decreasing height (the binary digits of the count). */
+	private readonly subtrees: { height: number; hash: Buffer }[] = [];
+
+	/** `commitment`: lowercase hex, the next leaf. */
+	push(commitment: string): void {
+		let node = { height: 0, hash: sha256(LEAF, Buffer.from(commitment, "hex")) };
+		for (let last = this.subtrees.at(-1); last && last.height === node.height; last = this.subtrees.at(-1)) {
+			this.subtrees.pop();
+			node = { height: node.height + 1, hash: sha256(NODE, last.hash, node.hash) };
+		}
+		this.subtrees.push(node);
+	}
+
+	/**
+	 * The subtrees joined from the right: a level's odd last node, carried up unchanged, meets the
+	 * next larger subtree exactly where the level-by-level construction pairs it.
+	 */
+	root(): string {
+		if (!this.subtrees.length) return EMPTY_ROOT;
+		let hash = this.subtrees[this.subtrees.length - 1].hash;
+		for (let i = this.subtrees.length - 2; i >= 0; i--) hash = sha256(NODE, this.subtrees[i].hash, hash);
+		return hash.toString("hex");
+	}
+}
+
 /** `commitments` are lowercase hex, already in leaf order. */
 export function merkleRoot(commitments: readonly string[]): string {
-	if (!commitments.length) return EMPTY_ROOT;
-	let level: Buffer[] = commitments.map(hex => sha256(LEAF, Buffer.from(hex, "hex")));
-	while (level.length > 1) {
-		const next: Buffer[] = [];
-		for (let i = 0; i + 1 < level.length; i += 2) next.push(sha256(NODE, level[i], level[i + 1]));
-		if (level.length % 2 === 1) next.push(level[level.length - 1]);
-		level = next;
-	}
-	return level[0].toString("hex");
+	const builder = new MerkleRootBuilder();
+	for (const commitment of commitments) builder.push(commitment);
+	return builder.root();
 }
 
 /** String order of `id`, as SPEC §8 sorts leaves (not locale order). */

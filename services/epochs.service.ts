@@ -10,10 +10,12 @@
  * every replica that finishes (or resumes) the same close archives the same set and computes the
  * same result and root; the first to store it wins, and the others answer the stored one.
  */
+import { setImmediate } from "node:timers/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { EpochCloseResult, EpochStatus } from "../lib/answers";
 import { ACTION_CALL_OPTIONS } from "../lib/bus-groups";
 import type { Config } from "../lib/config";
+import { EpochSummary, type ArchivedIntent, type EpochFigures } from "../lib/epoch-summary";
 import { ServiceError } from "../lib/errors";
 import type { Collection, CollectionSpec } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
@@ -32,6 +34,8 @@ export interface EpochDoc {
 	result: EpochCloseResult | null;
 	/** The call that began the close, so that a retry of it answers with this close (services/replay.ts). */
 	closeCall?: string | null;
+	/** While closing: when its finisher last said it was still at work. Another replica takes over a close only once this is old. */
+	renewedAt?: string | null;
 }
 
 export const EPOCHS_COLLECTION = {
@@ -43,10 +47,14 @@ export const EPOCHS_COLLECTION = {
 } satisfies CollectionSpec<EpochDoc>;
 
 const ARCHIVE_BATCH = 500;
+/** Archived intents per summary page: each page one bounded call, however large the epoch. */
+const SUMMARY_PAGE = 1000;
 /** SPEC §8: the age check runs at start and every minute. */
 const CHECK_INTERVAL_MS = 60_000;
-/** A close still `closing` this long after it began is taken for abandoned (its process died). */
+/** A close whose finisher has not renewed it for this long is taken for abandoned (its process died). */
 const RESUME_AFTER_MS = 10 * 60_000;
+/** A finisher at work renews its close this often, so that no replica takes over a close that is only long. */
+const RENEW_EVERY_MS = RESUME_AFTER_MS / 5;
 
 interface EpochsSettings {
 	epochDurationMs: number;
@@ -60,6 +68,8 @@ interface EpochsVars {
 	sweeps: ReturnType<typeof sweepMetrics>;
 	/** Closes this process is finishing now: the minute check, or a repeat of the call, joins them. */
 	inFlight: Map<number, Promise<EpochCloseResult>>;
+	/** The check begun at start, which started() does not wait for: stopped() does. */
+	startCheck: Promise<void>;
 }
 
 interface EpochsMethods {
@@ -67,10 +77,12 @@ interface EpochsMethods {
 	openEpochNumber(epoch: number, startedAt: string): Promise<void>;
 	finishClose(closing: EpochDoc): Promise<EpochCloseResult>;
 	runClose(closing: EpochDoc): Promise<EpochCloseResult>;
+	summarize(closing: EpochDoc, renew: () => Promise<void>): Promise<EpochFigures>;
 	closeEpoch(open: EpochDoc, closeCall?: string | null): Promise<EpochCloseResult>;
 	close(expectedEpoch?: number, closeCall?: string | null): Promise<EpochCloseResult>;
 	closeNumbered(epoch: number, closeCall: string | null): Promise<EpochCloseResult>;
 	maintain(atStart: boolean): Promise<void>;
+	ensureOpenEpoch(): Promise<void>;
 	counted(result: "closed" | "resumed"): void;
 }
 
@@ -159,11 +171,20 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				const cutoff = { epoch: closing.epoch, changedBefore: closing.closedAt!, limit: ARCHIVE_BATCH };
 				/** The result another replica stored meanwhile: from then on nobody may archive into this epoch. */
 				const storedResult = async () => (await this.epochs.get(closing.id))?.result ?? null;
+				let renewedAt = Date.now();
+				/** Says, every RENEW_EVERY_MS, that this close is still at work (the mark names what it archives, so only renewedAt moves). */
+				const renew = async () => {
+					if (Date.now() - renewedAt < RENEW_EVERY_MS) return;
+					renewedAt = Date.now();
+					const current = await this.epochs.get(closing.id);
+					if (current?.status === "closing") await this.epochs.update(closing.id, { status: "closing" }, { ...current, renewedAt: new Date(renewedAt).toISOString() });
+				};
 				const archiveAll = async (): Promise<EpochCloseResult | null> => {
 					for (;;) {
 						const stored = await storedResult();
 						if (stored) return stored;
 						if ((await this.broker.call<number, object>("mempool.archiveTerminal", cutoff)) === 0) return null;
+						await renew();
 					}
 				};
 				const early = await archiveAll();
@@ -176,11 +197,28 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 					const late = await archiveAll();
 					if (late) return late;
 				}
-				const summary = await this.broker.call<Pick<EpochCloseResult, "executed" | "canceled" | "volume" | "root">, object>("mempool.archiveSummary", { epoch: closing.epoch });
+				const summary = await this.summarize(closing, renew);
 				const closedAt = closing.closedAt ?? new Date().toISOString();
 				const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
 				await this.epochs.update(closing.id, { status: "closing" }, { ...closing, status: "closed", closedAt, result });
 				return (await storedResult()) ?? result;
+			},
+
+			/**
+			 * What the close archived, read in pages of SUMMARY_PAGE in id order: each call bounded,
+			 * nothing held but the sums, and the event loop free between pages (a SQLite read answers
+			 * at once, so without the pause one close would hold the loop for the whole epoch).
+			 */
+			async summarize(this: EpochsThis, closing, renew) {
+				const summary = new EpochSummary();
+				for (let after: string | undefined; ; ) {
+					const page = await this.broker.call<ArchivedIntent[], object>("mempool.archivedPage", { epoch: closing.epoch, limit: SUMMARY_PAGE, ...(after ? { after } : {}) });
+					for (const intent of page) summary.add(intent);
+					if (page.length < SUMMARY_PAGE) return summary.figures();
+					after = page[page.length - 1].id;
+					await renew();
+					await setImmediate();
+				}
 			},
 
 			/** Marks epoch `open` closing (one compare-and-set: one racing caller wins) and finishes the close. */
@@ -236,13 +274,11 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			 */
 			async maintain(this: EpochsThis, atStart) {
 				const closed = () => this.counted("closed");
-				// A close always opens its successor before it marks itself; a store that lacks one still gets one.
-				const [last] = await this.epochs.list({ orderBy: ["epoch", "desc"], limit: 1 });
-				if (last.status !== "open") await this.openEpochNumber(last.epoch + 1, new Date().toISOString());
+				await this.ensureOpenEpoch();
 				const newest = await this.openEpoch();
 				for (const stale of await this.epochs.list({ where: { status: "open", epoch: { lt: newest.epoch } } })) await this.closeEpoch(stale).then(closed, ignoreRace);
 				for (const closing of await this.epochs.list({ where: { status: "closing" } })) {
-					const abandoned = (atStart && this.settings.soleOwner) || Date.parse(closing.closedAt ?? "") + RESUME_AFTER_MS < Date.now();
+					const abandoned = (atStart && this.settings.soleOwner) || Date.parse(closing.renewedAt ?? closing.closedAt ?? "") + RESUME_AFTER_MS < Date.now();
 					if (!this.inFlight.has(closing.epoch) && abandoned) {
 						await this.finishClose(closing);
 						this.counted("resumed");
@@ -250,6 +286,12 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				}
 				const open = await this.openEpoch();
 				if (Date.parse(open.startedAt) + this.settings.epochDurationMs <= Date.now()) await this.close(open.epoch).then(closed, ignoreRace);
+			},
+
+			/** A close always opens its successor before it marks itself; a store that lacks one still gets one. */
+			async ensureOpenEpoch(this: EpochsThis) {
+				const [last] = await this.epochs.list({ orderBy: ["epoch", "desc"], limit: 1 });
+				if (last.status !== "open") await this.openEpochNumber(last.epoch + 1, new Date().toISOString());
 			},
 
 			counted(this: EpochsThis, result) {
@@ -263,7 +305,15 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 		},
 
 		async started(this: EpochsThis) {
-			await this.maintain(true);
+			// Intake and the status routes need an open epoch from the first request on.
+			await this.ensureOpenEpoch();
+			// The closes are not waited for: a close of a large epoch takes what it takes, and one that
+			// fails (a store error) is tried again at the next check; neither may keep this process from serving.
+			this.startCheck = this.maintain(true).catch(err => this.logger.warn(`The epoch check at start failed; the check every minute tries again: ${(err as Error).message}`));
+		},
+
+		async stopped(this: EpochsThis) {
+			await this.startCheck;
 		}
 	};
 }

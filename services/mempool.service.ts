@@ -51,7 +51,7 @@ import {
 	type PublicMempoolIntent,
 	type UpdateStatusRequest
 } from "../lib/intents";
-import { byId, merkleRoot } from "../lib/merkle";
+import type { ArchivedIntent } from "../lib/epoch-summary";
 import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-text";
 import { LIST_LIMIT_MAX, WORK_PAGE, WORK_PAGE_BYTES, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
@@ -90,8 +90,11 @@ export const INTENTS_COLLECTION = {
 	// (state, archivedIn, createdAt) serves the work list and the sweeps (the live intents of a state,
 	// oldest first: only terminal ones are ever archived), the public list by status and the epoch
 	// close (the live intents of some states, newest first); (archivedIn, createdAt) the public list
-	// without a status, and an epoch's archive; (state, expiresAt) the expiry sweep.
+	// without a status; (state, expiresAt) the expiry sweep.
 	indexes: [["state", "archivedIn", "createdAt"], ["state", "expiresAt"], ["archivedIn", "createdAt"]],
+	// An epoch's archive in id order, its Merkle leaves' (epoch close): only archived intents are in
+	// it, so intake and the moves of live intents never write to it.
+	sparseIndexes: [["archivedIn"]],
 	tally: intentTally,
 	// Each state change writes its event in the same write (intentEvent): SSE streams and webhooks read them.
 	outbox: true,
@@ -115,6 +118,8 @@ interface LegacyNonceDoc {
 }
 
 const SWEEP_BATCH = 500;
+/** The most archived intents one archivedPage answers: about 2 KB each to read and parse. */
+const ARCHIVED_PAGE_MAX = 1000;
 /** Archive writes in flight together: a commit group's worth on SQLite, a few per tally shard on MongoDB. */
 const ARCHIVE_WRITES_AT_ONCE = 64;
 const recordRef = { type: "string", max: 64 };
@@ -504,24 +509,16 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				}
 			}),
 
-			/** Internal: what epoch `epoch` archived: counts, volume and the Merkle root of its executed intents. */
-			archiveSummary: internal({
-				params: { epoch: { type: "number", integer: true, min: 1 } },
-				async handler(this: MempoolThis, ctx: Context<{ epoch: number }>) {
-					const byState = await this.intents.countBy("state", { archivedIn: ctx.params.epoch });
-					// In pages, keeping of each record only its leaf: an epoch may have archived millions.
-					const leaves: { id: string; transactionCommitment: string }[] = [];
-					const volume = new Map<string, bigint>();
-					for await (const { id, transactionCommitment, request } of listInPages(this.intents, { where: { archivedIn: ctx.params.epoch, state: "CONFIRMED" }, orderBy: ["createdAt", "asc"] }, SWEEP_BATCH)) {
-						leaves.push({ id, transactionCommitment });
-						volume.set(request.tokenMintAddress, (volume.get(request.tokenMintAddress) ?? 0n) + BigInt(request.amount));
-					}
-					return {
-						executed: byState.CONFIRMED ?? 0,
-						canceled: byState.REJECTED ?? 0,
-						volume: Object.fromEntries([...volume].map(([mint, sum]) => [mint, sum.toString()])),
-						root: merkleRoot(leaves.sort(byId).map(leaf => leaf.transactionCommitment))
-					};
+			/**
+			 * Internal: a page of what epoch `epoch` archived, in id order (its Merkle leaves' order), after
+			 * `after`: the epochs service sums an epoch of any size page by page (lib/epoch-summary.ts).
+			 */
+			archivedPage: internal({
+				params: { epoch: { type: "number", integer: true, min: 1 }, after: { ...recordRef, optional: true }, limit: { type: "number", integer: true, min: 1, max: ARCHIVED_PAGE_MAX } },
+				async handler(this: MempoolThis, ctx: Context<{ epoch: number; after?: string; limit: number }>): Promise<ArchivedIntent[]> {
+					const { epoch, after, limit: size } = ctx.params;
+					const page = await this.intents.list({ where: { archivedIn: epoch }, orderBy: ["id", "asc"], limit: size, ...(after ? { after: { value: after, id: after } } : {}) });
+					return page.map(({ id, state, transactionCommitment, request }) => ({ id, state, transactionCommitment, tokenMintAddress: request.tokenMintAddress, amount: request.amount }));
 				}
 			}),
 

@@ -8,6 +8,7 @@ import path from "node:path";
 import type { GenesisRoute } from "../../lib/registry";
 import { MINT, newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, worker, type TestNode } from "../helpers/node";
+import { waitFor } from "../../devkit/process";
 
 const SIG = "5".repeat(87);
 const sender = newWallet();
@@ -128,7 +129,8 @@ describe("epoch closes that happen by themselves", () => {
 		await new Promise(resolve => setTimeout(resolve, 1100));
 		const restarted = await startNode(env, dataDir);
 		try {
-			expect((await restarted.http("GET", "/epoch/status")).body.epoch).toBe(2);
+			// Closed right after the start, which does not wait for it.
+			await waitFor(async () => (await restarted.http("GET", "/epoch/status")).body.epoch === 2, 10_000, "epoch 1 closed");
 		} finally {
 			await restarted.stop();
 		}
@@ -160,9 +162,18 @@ describe("epoch closes that happen by themselves", () => {
 		db.prepare("UPDATE epochs SET status = 'closing', doc = ? WHERE id = '1'").run(JSON.stringify(doc));
 		db.close();
 
-		// Another process resumes it.
+		// Another process resumes it, right after its start.
 		first = await startNode(env, dataDir);
 		try {
+			const closedOne = () => {
+				const reader = new Database(path.join(dataDir, "epochs.sqlite"), { readonly: true });
+				try {
+					return JSON.parse((reader.prepare("SELECT doc FROM epochs WHERE id = '1'").get() as { doc: string }).doc).status === "closed";
+				} finally {
+					reader.close();
+				}
+			};
+			await waitFor(closedOne, 10_000, "epoch 1 closed");
 			const status = await first.http("GET", "/epoch/status");
 			expect(status.body).toMatchObject({ epoch: 2, intents: { received: 1, executed: 1, canceled: 0 }, volume: { [MINT]: "1000" } });
 			expect((await first.http("GET", `/intents/${executed[0].id}`)).body.status).toBe("executed");

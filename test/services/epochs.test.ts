@@ -4,15 +4,22 @@
  * racing closes wins, a retried call answers its own close, and a close a crash left half-done, or
  * an epoch past EPOCH_DURATION_MS, is finished at the next start.
  */
+import { createHash } from "node:crypto";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import { ServiceBroker, type Context } from "moleculer";
 import type { EpochCloseResult } from "../../lib/answers";
 import { loadConfig } from "../../lib/config";
 import { requestDigest } from "../../lib/digest";
+import { decidedRecord } from "../../lib/intake";
+import { newId } from "../../lib/ids";
+import type { IntentRecord } from "../../lib/intents";
+import { byId, merkleRoot } from "../../lib/merkle";
 import { openStore } from "../../lib/store";
 import { EPOCHS_COLLECTION, epochsService, type EpochDoc } from "../../services/epochs.service";
-import { mempoolService } from "../../services/mempool.service";
+import { INTENTS_COLLECTION, mempoolService } from "../../services/mempool.service";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { sleep, tempDir } from "../helpers/node";
+import { waitFor } from "../../devkit/process";
 
 async function startEpochs(dataDir: string, env: Record<string, string> = {}) {
 	const broker = new ServiceBroker({ logger: false });
@@ -94,8 +101,8 @@ test("a close a crash left marked closing is finished at the next start, with th
 
 	await withEpochs(dataDir, {}, async epochs => {
 		expect((await epochs.current()).epoch).toBe(2);
-		// Already closed: a retry of the call or another close finds epoch 2 open.
-		expect(await epochs.close()).toMatchObject({ epoch: 2, archived: 0 });
+		// Finished right after the start (which does not wait for it): then another close finds epoch 2 open.
+		expect(await waitFor(() => epochs.close().catch(() => null), 10_000, "epoch 1 closed")).toMatchObject({ epoch: 2, archived: 0 });
 	});
 	const reopened = await epochsStore(dataDir);
 	try {
@@ -109,5 +116,49 @@ test("an epoch older than EPOCH_DURATION_MS is closed at start", async () => {
 	const dataDir = tempDir();
 	await withEpochs(dataDir, { EPOCH_DURATION_MS: "300" }, async epochs => expect((await epochs.current()).epoch).toBe(1));
 	await sleep(350);
-	await withEpochs(dataDir, { EPOCH_DURATION_MS: "300" }, async epochs => expect((await epochs.current()).epoch).toBe(2));
+	await withEpochs(dataDir, { EPOCH_DURATION_MS: "300" }, async epochs => void (await waitFor(async () => (await epochs.current()).epoch === 2, 10_000, "epoch 1 closed")));
 });
+
+test("the close of an epoch of 60,000 intents never holds the event loop for long: its summary goes in bounded pages, and the start does not wait for it", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => expect((await epochs.current()).epoch).toBe(1));
+	// An epoch archived whole, then stopped before its summary (a crash): one in seven canceled.
+	const mempoolStore = await openStore({ kind: "sqlite", dataDir, mongoUrl: null, owner: "mempool" });
+	const intents = await mempoolStore.collection<IntentRecord>(INTENTS_COLLECTION);
+	const request = signedIntent(newWallet(), newRoute());
+	const at = new Date(Date.now() - 60_000).toISOString();
+	const executed: IntentRecord[] = [];
+	let canceled = 0;
+	for (let i = 0; i < 60_000; i += 1000)
+		await Promise.all(
+			Array.from({ length: 1000 }, async (_, j) => {
+				// One signature for all: what is summed is read, never verified.
+				const own = { ...request, paymentId: `p${i + j}`, amount: String(1 + ((i + j) % 97)), transactionCommitment: createHash("sha256").update(String(i + j)).digest("hex") };
+				const decided = decidedRecord({ id: newId("int"), request: own, requestDigest: requestDigest(own), transactionCommitment: own.transactionCommitment, epoch: 1, at, intakeCall: null }, { ok: true, verifiedBy: "verifier@test" });
+				const record: IntentRecord = { ...decided, state: (i + j) % 7 === 0 ? "REJECTED" : "CONFIRMED", nonceKey: null, stateVersion: 6, archivedIn: 1 };
+				expect(await intents.insert(record)).toBe(true);
+				if (record.state === "CONFIRMED") executed.push(record);
+				else canceled++;
+			})
+		);
+	await mempoolStore.close();
+	const { store, epochs: stored } = await epochsStore(dataDir);
+	try {
+		const one = (await stored.get("1"))!;
+		expect(await stored.update("1", { status: "open" }, { ...one, status: "closing", closedAt: at })).toBe(true);
+	} finally {
+		await store.close();
+	}
+
+	// SQLite answers a read at once: summed in one call, the whole epoch held the loop (about 0.7 s here, 12 s for a million).
+	const delay = monitorEventLoopDelay({ resolution: 5 });
+	delay.enable();
+	await withEpochs(dataDir, {}, async epochs => {
+		expect((await epochs.current()).epoch).toBe(2);
+		const result = await waitFor(() => epochs.broker.call<EpochCloseResult, object>("epochs.close", { epoch: 1 }).catch(() => null), 60_000, "epoch 1 closed");
+		delay.disable();
+		const volume = executed.reduce((sum, record) => sum + BigInt(record.request.amount), 0n).toString();
+		expect(result).toMatchObject({ epoch: 1, executed: executed.length, canceled, archived: 60_000, volume: { [request.tokenMintAddress]: volume }, root: merkleRoot([...executed].sort(byId).map(record => record.transactionCommitment)) });
+	});
+	expect(delay.max / 1e6).toBeLessThan(200);
+}, 120_000);

@@ -10,6 +10,7 @@ import { loadConfig } from "../../lib/config";
 import { requestDigest } from "../../lib/digest";
 import { decidedRecord, type Verdict } from "../../lib/intake";
 import { newId } from "../../lib/ids";
+import { EpochSummary, type ArchivedIntent } from "../../lib/epoch-summary";
 import { byId, merkleRoot } from "../../lib/merkle";
 import type { CreateIntentRequest, IntentRecord } from "../../lib/intents";
 import { WORK_PAGE } from "../../lib/schemas";
@@ -270,8 +271,18 @@ test("an epoch's archive of more intents than a page: every terminal one archive
 		do found.push(await mempool.broker.call<number, object>("mempool.archiveTerminal", cutoff));
 		while (found.at(-1) !== 0);
 		expect(found).toEqual([500, 500, 300, 0]);
-		const summary = await mempool.broker.call<{ executed: number; canceled: number; volume: Record<string, string>; root: string }, object>("mempool.archiveSummary", { epoch: 1 });
-		expect(summary).toEqual({
+		// In pages of 400: the last short, each page in id order after the one before.
+		const summed = new EpochSummary();
+		const pages: number[] = [];
+		for (let after: string | undefined; ; ) {
+			const page = await mempool.broker.call<ArchivedIntent[], object>("mempool.archivedPage", { epoch: 1, limit: 400, ...(after ? { after } : {}) });
+			pages.push(page.length);
+			for (const intent of page) summed.add(intent);
+			if (page.length < 400) break;
+			after = page[page.length - 1].id;
+		}
+		expect(pages).toEqual([400, 400, 400, 100]);
+		expect(summed.figures()).toEqual({
 			executed: executed.length,
 			canceled: 1300 - executed.length,
 			volume: { [executed[0].request.tokenMintAddress]: executed.reduce((sum, record) => sum + BigInt(record.request.amount), 0n).toString() },

@@ -1,4 +1,5 @@
 /** The epoch Merkle root (SPEC §8), against vectors computed outside the code (Python hashlib). */
+import { createHash } from "node:crypto";
 import { EMPTY_ROOT, byId, merkleRoot } from "../../lib/merkle";
 
 /** sha256("0") … sha256("4"), hex. */
@@ -23,6 +24,18 @@ describe("merkleRoot", () => {
 		[5, "4e23fb40d8876f1299cca9b3c28432a01b11d1a20126606914612892ff2e09a7"]
 	])("matches the known root of %i leaves (odd levels carry their last node up)", (count, root) => {
 		expect(merkleRoot(COMMITMENTS.slice(0, count))).toBe(root);
+	});
+
+	it("built leaf by leaf, equals the level-by-level construction of SPEC §8 for every count up to 300", () => {
+		const hash = (...parts: Buffer[]) => createHash("sha256").update(Buffer.concat(parts)).digest();
+		const levelByLevel = (commitments: string[]): string => {
+			if (!commitments.length) return EMPTY_ROOT;
+			let level = commitments.map(c => hash(Buffer.from([0]), Buffer.from(c, "hex")));
+			while (level.length > 1) level = Array.from({ length: Math.ceil(level.length / 2) }, (_, i) => (level[2 * i + 1] ? hash(Buffer.from([1]), level[2 * i], level[2 * i + 1]) : level[2 * i]));
+			return level[0].toString("hex");
+		};
+		const commitments = Array.from({ length: 300 }, (_, i) => hash(Buffer.from(String(i))).toString("hex"));
+		for (let count = 0; count <= 300; count++) expect(merkleRoot(commitments.slice(0, count))).toBe(levelByLevel(commitments.slice(0, count)));
 	});
 
 	it("depends on leaf order", () => {

@@ -7,7 +7,7 @@
 import { canonicalJson } from "./encoding";
 import { ServiceError } from "./errors";
 import { parseJsonBody } from "./json-body";
-import { verifyRequestSignature, type SignatureCheck } from "./http-signature";
+import { verifyRequestSignature, type SignatureCheck, type SignatureRefusalReason } from "./http-signature";
 
 /** The routes on which a Cranker acts as itself, each with the action that serves it. */
 export const CRANKER_ROUTES: Readonly<Record<string, string>> = Object.freeze({
@@ -50,16 +50,18 @@ export function crankerRequestOf(method: string, targetUri: string, headers: Rec
 	return { method, targetUri, headers: signed, body: body.toString("base64") };
 }
 
+/** The 401 of a Cranker route whose request carries no signature (SPEC §6.1). */
+export function unsignedRefusal(reason: SignatureRefusalReason = "missing"): ServiceError {
+	return new ServiceError("UNAUTHORIZED", "This route takes an HTTP message signature (RFC 9421) by the Cranker named in crankerPubkey (docs/signing.md §6)", { reason });
+}
+
 /**
  * Checks that `request` is signed (within the window) by the key `crankerPubkey` names, and
  * answers the signature's details; throws the refusal (401 without a signature, 403 otherwise).
  */
 export async function verifyCrankerRequest(request: CrankerRequest, crankerPubkey: unknown, nowMs: number): Promise<Extract<SignatureCheck, { ok: true }>> {
 	const check = await verifyRequestSignature({ method: request.method, targetUri: request.targetUri, headers: request.headers, body: Buffer.from(request.body, "base64") }, nowMs);
-	if (!check.ok)
-		throw check.status === 401
-			? new ServiceError("UNAUTHORIZED", "This route takes an HTTP message signature (RFC 9421) by the Cranker named in crankerPubkey (docs/signing.md §6)", { reason: check.reason })
-			: new ServiceError("FORBIDDEN", `The request signature is refused: ${check.detail}`, { reason: check.reason });
+	if (!check.ok) throw check.status === 401 ? unsignedRefusal(check.reason) : new ServiceError("FORBIDDEN", `The request signature is refused: ${check.detail}`, { reason: check.reason });
 	if (crankerPubkey !== check.keyid) throw new ServiceError("FORBIDDEN", "The request is signed by another key than crankerPubkey", { reason: "keyid-mismatch" });
 	return check;
 }

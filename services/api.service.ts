@@ -15,7 +15,7 @@ import type { Config } from "../lib/config";
 import { ConnectionsPerClient, RefusalNotice } from "../lib/connection-cap";
 import { corsPolicy, decideCors } from "../lib/cors";
 import { ERROR_STATUS, errorBody, isServiceError, isUnanswered, ServiceError, type ErrorType } from "../lib/errors";
-import { CRANKER_ROUTES, crankerRequestOf, verifyCrankerRequest, type CrankerRequest } from "../lib/cranker-call";
+import { CRANKER_ROUTES, crankerRequestOf, unsignedRefusal, verifyCrankerRequest, type CrankerRequest } from "../lib/cranker-call";
 import { ROUTE_CONTRACTS, TAGS } from "../lib/api-contract";
 import { buildOpenApiDocument, type OpenApiDocument, type Operation } from "../lib/openapi";
 import { INTAKE_BATCH_BYTES, INTAKE_BATCH_ENOUGH, INTAKE_BATCH_MAX, refusalOf, type Submission, type SubmissionAnswer } from "../lib/intake";
@@ -305,7 +305,7 @@ interface GatewayMethods {
 	server?: http.Server;
 	httpHandler: http.RequestListener;
 	sendError(req: IncomingMessage, res: ServerResponse, err: unknown): void;
-	resolveAlias(url: string, method?: string): { alias: { fullPath: string; route: { opts: { name?: string } } } } | false;
+	resolveAlias(url: string, method?: string): { alias: { fullPath: string; action?: string; route: { opts: { name?: string } } } } | false;
 	routes: { opts: { name?: string }; rateLimit?: { store?: PublicRateStore } }[];
 }
 
@@ -648,6 +648,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					this.assertNotThrottled(req, res);
 					const key = req.headers["x-api-key"];
 					if (typeof key !== "string" || !this.isWorkerKey(key)) return false;
+					// SPEC §6.1: a Cranker route without a request signature is refused before anything else is read.
+					if (found.alias.action && CRANKER_ACTIONS.has(found.alias.action) && req.headers.signature === undefined && req.headers["signature-input"] === undefined) {
+						this.authFailures.fail(this.clientKeyOf(req), Date.now());
+						throw unsignedRefusal();
+					}
 				}
 				// A body where none is taken (a GET's), or one that is not JSON: refused unread.
 				assertInputPlacement(req);

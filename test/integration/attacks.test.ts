@@ -148,6 +148,18 @@ describe("2. the worker key alone acts as no Cranker (SPEC §6.1)", () => {
 		expect((await node.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");
 	});
 
+	it("unsigned, is refused 401 before anything else is read: a body that is no JSON, a query string, a content-encoding", async () => {
+		const id = await verifiedIntent();
+		const refusals = [
+			await node.http("PATCH", `/intents/${id}/status`, "{ not json", worker),
+			await node.http("PATCH", `/intents/${id}/status?a=1`, { status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 }, worker),
+			await node.http("POST", "/crankers/heartbeat", "x", { ...worker, "content-type": "text/plain" }),
+			await node.http("POST", "/internal/settlement-authorizations/settlement", "gzipped?", { ...worker, "content-encoding": "gzip" })
+		];
+		for (const refusal of refusals) expect(refusal.body).toMatchObject({ code: 401, type: "UNAUTHORIZED", data: { reason: "missing" } });
+		expect((await node.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");
+	});
+
 	it("cannot get the victim's payout authorization, report SUBMITTED or CONFIRMED, or reject its live lease", async () => {
 		const id = await verifiedIntent();
 		expect((await node.as(victim)("PATCH", `/intents/${id}/status`, { status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 })).status).toBe(200);

@@ -40,7 +40,7 @@ export interface EpochDoc {
 
 export const EPOCHS_COLLECTION = {
 	name: "epochs",
-	fields: { epoch: "integer", status: "text", closeCall: "text" },
+	fields: { epoch: "integer", status: "text", closeCall: "text", renewedAt: "text" },
 	unique: [["epoch"], ["closeCall"]],
 	// (epoch) for the newest epoch: a unique group serves lookups, not orders.
 	indexes: [["status", "epoch"], ["epoch"]]
@@ -81,7 +81,7 @@ interface EpochsMethods {
 	closeEpoch(open: EpochDoc, closeCall?: string | null): Promise<EpochCloseResult>;
 	close(expectedEpoch?: number, closeCall?: string | null): Promise<EpochCloseResult>;
 	closeNumbered(epoch: number, closeCall: string | null): Promise<EpochCloseResult>;
-	maintain(atStart: boolean): Promise<void>;
+	maintain(): Promise<void>;
 	ensureOpenEpoch(): Promise<void>;
 	counted(result: "closed" | "resumed"): void;
 }
@@ -100,7 +100,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 		settings: { epochDurationMs: config.epochDurationMs, epochCloseSettleMs: config.epochCloseSettleMs, soleOwner: config.store === "sqlite" },
 		mixins: [
 			sweeperMixin<EpochsThis>("epoch", CHECK_INTERVAL_MS, function (this: EpochsThis) {
-				return this.maintain(false);
+				return this.maintain();
 			}),
 			// The store last: Moleculer starts a service's last mixin first and stops it last (store.mixin.ts).
 			storeMixin<EpochsThis>(config, "epochs", async function (this: EpochsThis, store) {
@@ -172,12 +172,19 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				/** The result another replica stored meanwhile: from then on nobody may archive into this epoch. */
 				const storedResult = async () => (await this.epochs.get(closing.id))?.result ?? null;
 				let renewedAt = Date.now();
-				/** Says, every RENEW_EVERY_MS, that this close is still at work (the mark names what it archives, so only renewedAt moves). */
+				/** The renewal this finisher holds the close by: a replica that took the close over has replaced it. */
+				let held = closing.renewedAt ?? null;
+				/** Every RENEW_EVERY_MS, says that this close is still at work; stops it if another replica took it over meanwhile. */
 				const renew = async () => {
 					if (Date.now() - renewedAt < RENEW_EVERY_MS) return;
 					renewedAt = Date.now();
 					const current = await this.epochs.get(closing.id);
-					if (current?.status === "closing") await this.epochs.update(closing.id, { status: "closing" }, { ...current, renewedAt: new Date(renewedAt).toISOString() });
+					// Closed by another finisher: the next look at the stored result ends this one.
+					if (current?.status !== "closing") return;
+					const renewal = new Date(renewedAt).toISOString();
+					if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: held }, { ...current, renewedAt: renewal })))
+						throw new ServiceError("NOT_READY", `Epoch ${closing.epoch} is being closed by another replica; retry later for its result`, { epoch: closing.epoch });
+					held = renewal;
 				};
 				const archiveAll = async (): Promise<EpochCloseResult | null> => {
 					for (;;) {
@@ -268,21 +275,27 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 
 			/**
 			 * At start and every minute: finish closes a crash interrupted, then close an epoch older than
-			 * EPOCH_DURATION_MS. A SQLite owner is the only one, so at its start every unfinished close is
-			 * abandoned; with replicas, another may be finishing it now (a rolling deploy), so only a close
-			 * nobody has finished for RESUME_AFTER_MS is taken over: two finishers are a race to avoid.
+			 * EPOCH_DURATION_MS. A SQLite owner is the only one, so a close it is not running is abandoned;
+			 * with replicas, another may be finishing it now (a rolling deploy), so only a close whose
+			 * finisher has not renewed it for RESUME_AFTER_MS is taken over, by one of the replicas.
 			 */
-			async maintain(this: EpochsThis, atStart) {
+			async maintain(this: EpochsThis) {
 				const closed = () => this.counted("closed");
 				await this.ensureOpenEpoch();
 				const newest = await this.openEpoch();
 				for (const stale of await this.epochs.list({ where: { status: "open", epoch: { lt: newest.epoch } } })) await this.closeEpoch(stale).then(closed, ignoreRace);
 				for (const closing of await this.epochs.list({ where: { status: "closing" } })) {
-					const abandoned = (atStart && this.settings.soleOwner) || Date.parse(closing.renewedAt ?? closing.closedAt ?? "") + RESUME_AFTER_MS < Date.now();
-					if (!this.inFlight.has(closing.epoch) && abandoned) {
-						await this.finishClose(closing);
-						this.counted("resumed");
+					if (this.inFlight.has(closing.epoch)) continue;
+					// Abandoned: a sole SQLite owner's that it does not run now; another replica's once not renewed for RESUME_AFTER_MS.
+					let resumed = closing;
+					if (!this.settings.soleOwner) {
+						if (Date.parse(closing.renewedAt ?? closing.closedAt ?? "") + RESUME_AFTER_MS >= Date.now()) continue;
+						// One compare-and-set on the renewal found stale: of replicas that found it together, one takes it over.
+						resumed = { ...closing, renewedAt: new Date().toISOString() };
+						if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: closing.renewedAt ?? null }, resumed))) continue;
 					}
+					await this.finishClose(resumed);
+					this.counted("resumed");
 				}
 				const open = await this.openEpoch();
 				if (Date.parse(open.startedAt) + this.settings.epochDurationMs <= Date.now()) await this.close(open.epoch).then(closed, ignoreRace);
@@ -309,7 +322,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			await this.ensureOpenEpoch();
 			// The closes are not waited for: a close of a large epoch takes what it takes, and one that
 			// fails (a store error) is tried again at the next check; neither may keep this process from serving.
-			this.startCheck = this.maintain(true).catch(err => this.logger.warn(`The epoch check at start failed; the check every minute tries again: ${(err as Error).message}`));
+			this.startCheck = this.maintain().catch(err => this.logger.warn(`The epoch check at start failed; the check every minute tries again: ${(err as Error).message}`));
 		},
 
 		async stopped(this: EpochsThis) {

@@ -351,7 +351,8 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 
 	/** Checks once per query shape that an index serves it (servingIndex). */
 	private served(where: Where = {}, orderBy?: ListQuery["orderBy"]): IndexKey {
-		const shape = JSON.stringify([Object.entries(where).map(([field, c]) => [field, isComparison(c) ? Object.keys(c)[0] : "eq"]), orderBy?.[0]]);
+		// A null is its own shape: no sparse index serves it, where one serves a value.
+		const shape = JSON.stringify([Object.entries(where).map(([field, c]) => [field, c === null ? "null" : isComparison(c) ? Object.keys(c)[0] : "eq"]), orderBy?.[0]]);
 		let key = this.servingKeys.get(shape);
 		if (!key) this.servingKeys.set(shape, (key = servingIndex(this.spec, where, orderBy)));
 		return key;

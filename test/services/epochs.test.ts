@@ -21,11 +21,13 @@ import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { sleep, tempDir } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
 
-async function startEpochs(dataDir: string, env: Record<string, string> = {}) {
+/** `replica`: as one of several owners of a shared store (MongoDB), which may not take over a close another is finishing. */
+async function startEpochs(dataDir: string, env: Record<string, string> = {}, replica = false) {
 	const broker = new ServiceBroker({ logger: false });
 	const config = loadConfig({ DATA_DIR: dataDir, SWEEP_INTERVAL_MS: "60000", ...env });
 	broker.createService(mempoolService(config));
-	broker.createService(epochsService(config));
+	const epochs = epochsService(config);
+	broker.createService(replica ? { ...epochs, settings: { ...epochs.settings!, soleOwner: false } } : epochs);
 	await broker.start();
 	return {
 		broker,
@@ -41,8 +43,8 @@ async function startEpochs(dataDir: string, env: Record<string, string> = {}) {
 }
 
 /** Runs `body` against epochs started on `dataDir`, and stops them after it, whatever happens. */
-async function withEpochs(dataDir: string, env: Record<string, string>, body: (epochs: Awaited<ReturnType<typeof startEpochs>>) => Promise<void>) {
-	const epochs = await startEpochs(dataDir, env);
+async function withEpochs(dataDir: string, env: Record<string, string>, body: (epochs: Awaited<ReturnType<typeof startEpochs>>) => Promise<void>, replica = false) {
+	const epochs = await startEpochs(dataDir, env, replica);
 	try {
 		await body(epochs);
 	} finally {
@@ -110,6 +112,42 @@ test("a close a crash left marked closing is finished at the next start, with th
 	} finally {
 		await reopened.store.close();
 	}
+});
+
+test("a replica takes over a close only once its finisher stopped renewing it, however old its mark", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
+	const minutesAgo = (minutes: number) => new Date(Date.now() - minutes * 60_000).toISOString();
+	const markClosing = async (closedAt: string, renewedAt: string) => {
+		const { store, epochs: stored } = await epochsStore(dataDir);
+		try {
+			const one = (await stored.get("1"))!;
+			expect(await stored.update("1", { epoch: 1 }, { ...one, status: "closing", closedAt, renewedAt })).toBe(true);
+		} finally {
+			await store.close();
+		}
+	};
+	const epochOne = async () => {
+		const { store, epochs: stored } = await epochsStore(dataDir);
+		try {
+			return (await stored.get("1"))!;
+		} finally {
+			await store.close();
+		}
+	};
+	// Marked half an hour ago, renewed a minute ago: another replica is at it. (A stop waits for the check begun at start.)
+	const renewal = minutesAgo(1);
+	await markClosing(minutesAgo(30), renewal);
+	await withEpochs(dataDir, {}, async epochs => {
+		expect((await epochs.current()).epoch).toBe(2);
+		await expect(epochs.broker.call("epochs.close", { epoch: 1 })).rejects.toMatchObject({ type: "NOT_READY" });
+	}, true);
+	expect(await epochOne()).toMatchObject({ status: "closing", renewedAt: renewal, result: null });
+	// Not renewed for eleven minutes: abandoned, taken over and finished (marked after the intent was refused, so it archives it).
+	await markClosing(new Date().toISOString(), minutesAgo(11));
+	await withEpochs(dataDir, {}, async epochs => {
+		expect(await waitFor(() => epochs.broker.call<EpochCloseResult, object>("epochs.close", { epoch: 1 }).catch(() => null), 10_000, "epoch 1 closed")).toMatchObject({ epoch: 1, canceled: 1 });
+	}, true);
 });
 
 test("an epoch older than EPOCH_DURATION_MS is closed at start", async () => {

@@ -4,16 +4,16 @@
  * lets a submission go (SPEC §2.4) and before it publishes a Cranker's liquidity; the Cranker
  * builds on the same reader. Every call has a deadline, so a hung RPC node cannot stall a caller.
  */
-import { createSolanaRpcFromTransport, isSolanaError, signature as toSignature, SolanaError, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, type Address, type Rpc, type RpcTransport, type SolanaRpcApi } from "@solana/kit";
+import { createSolanaRpcFromTransport, isSolanaError, signature as toSignature, SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, type Address, type Rpc, type SolanaRpcApi } from "@solana/kit";
 import { AccountState, getTokenDecoder, TOKEN_PROGRAM_ADDRESS } from "@solana-program/token";
-import { parseJsonWithBigInts, stringifyJsonWithBigInts } from "@solana/rpc-spec-types";
 import type { ChainObservation, SettlementReading, SignatureStatus } from "./chain-evidence";
 import { associatedTokenAccount, readFetchedSettlementTransaction, type SettlementContents } from "./settlement";
 import { ServiceError } from "./errors";
 import { isBase58OfLength } from "./encoding";
 import { ConditionStreaks, type ConditionLog } from "./failure-streak";
 import { endpointsOnCluster, PUBLIC_CLUSTERS, UNREADABLE } from "./clusters";
-import { AnswerTooLargeError, readTextAnswer } from "./json-answer";
+import { AnswerTooLargeError } from "./json-answer";
+import { cappedTransport } from "./rpc-transport";
 import { SharedReads } from "./shared-reads";
 
 /**
@@ -97,27 +97,6 @@ const MAX_RPC_ANSWER_BYTES = 8 * 1024 * 1024;
 const SHORT_ANSWER_BYTES = 16 * 1024;
 /** How long a transaction an endpoint showed is kept (it does not change; the bound is memory's). */
 const SHOWN_TRANSACTION_KEPT_MS = 10 * 60_000;
-
-/**
- * Kit's HTTP transport with a bound on the answer: kit's own reads an answer whole, however long an
- * endpoint makes it, so one endpoint could exhaust the memory of the process reading it. Solana's
- * integers stay exact (bigints), as with kit's.
- */
-function cappedTransport(url: string, maxBytes: number): RpcTransport {
-	return async ({ payload, signal }) => {
-		const response = await fetch(url, {
-			method: "POST",
-			headers: { accept: "application/json", "content-type": "application/json; charset=utf-8" },
-			body: stringifyJsonWithBigInts(payload),
-			signal
-		});
-		if (!response.ok) {
-			await response.body?.cancel().catch(() => {});
-			throw new SolanaError(SOLANA_ERROR__RPC__TRANSPORT_HTTP_ERROR, { headers: response.headers, message: response.statusText, statusCode: response.status });
-		}
-		return parseJsonWithBigInts(await readTextAnswer(response, maxBytes)) as never;
-	};
-}
 
 export const base64Bytes = (text: string) => new Uint8Array(Buffer.from(text, "base64"));
 

@@ -6,15 +6,16 @@
  * through a Signer.
  */
 import { ed25519 } from "@noble/curves/ed25519.js";
-import { address, createSolanaRpc, signature as toSignature, type Address, type Rpc, type SolanaRpcApi } from "@solana/kit";
+import { address, createSolanaRpcFromTransport, signature as toSignature, type Address, type Rpc, type SolanaRpcApi } from "@solana/kit";
 import { MAX_VALIDITY_MS, SUPPORTED_FUNDING_MODE, buildPaymentMessage, type PaymentAuthorizationFields } from "../lib/canonical";
 import { HEX64_PATTERN, IDENTIFIER_PATTERN, NONCE_PATTERN, decodeBase58, encodeBase58, isAmount, isBase58OfLength, isIsoTime } from "../lib/encoding";
 import type { CreateIntentRequest, PublicMempoolIntent } from "../lib/intents";
 import { AnswerTooLargeError, parseJson, readJsonAnswer } from "../lib/json-answer";
 import type { ActiveRoute } from "../lib/registry";
-import { DEFAULT_SETTLEMENT_PROGRAM_ID, expectedSettlementOf, readFetchedSettlementTransaction, settlementMismatches } from "../lib/settlement";
+import { DEFAULT_SETTLEMENT_PROGRAM_ID, expectedSettlementOf, readFetchedSettlementTransaction, settlementMemo, settlementMismatches } from "../lib/settlement";
 import { SilenceWatch, SseParser, readEvents } from "../lib/sse";
 import { isValidTin } from "../lib/tin";
+import { cappedTransport } from "../lib/rpc-transport";
 
 // The domain types an app handles through the SDK, so that it can name them.
 export type { PaymentAuthorizationFields } from "../lib/canonical";
@@ -127,6 +128,11 @@ export interface OnChainSettlement {
 
 /** The most of a service's answer the SDK reads: its answers are a record or a short list. */
 const MAX_ANSWER_BYTES = 4 * 1024 * 1024;
+/**
+ * How much of a Solana RPC answer is read: a settlement's getTransaction is a few KB. Kit parses an
+ * answer whole on the main thread, so a lying endpoint's hundreds of MB would hold the page.
+ */
+const MAX_RPC_ANSWER_BYTES = 1024 * 1024;
 const HEX64 = new RegExp(HEX64_PATTERN);
 const IDENTIFIER = new RegExp(IDENTIFIER_PATTERN);
 const NONCE = new RegExp(NONCE_PATTERN);
@@ -192,7 +198,7 @@ export class SettlementClient {
 		// At most 20: each is a request, and waits up to MAX_SUBMIT_WAIT_MS after a failure.
 		this.submitAttempts = counted("submitAttempts", options.submitAttempts ?? 3, 20);
 		this.streamSilenceMs = timerMs("streamSilenceMs", options.streamSilenceMs ?? 45_000);
-		this.rpc = options.solanaRpcUrl ? createSolanaRpc(options.solanaRpcUrl) : null;
+		this.rpc = options.solanaRpcUrl ? createSolanaRpcFromTransport(cappedTransport(options.solanaRpcUrl, MAX_RPC_ANSWER_BYTES)) : null;
 		this.programId = options.settlementProgramId ? address(options.settlementProgramId) : DEFAULT_SETTLEMENT_PROGRAM_ID;
 		this.requestTimeoutMs = timerMs("requestTimeoutMs", options.requestTimeoutMs ?? 30_000);
 	}
@@ -207,8 +213,9 @@ export class SettlementClient {
 		if (!(await this.request("GET", "/health/ready").catch(() => null))) return { canSubmit: false, canSettleNow: false };
 		const networks = await this.request<{ network: string; tokenMintAddress: string; liquidity: string; crankersOnline: number }[]>("GET", "/settlement-networks");
 		if (!Array.isArray(networks)) throw new SettlementError("the answer is not a list", "INVALID_ANSWER", null);
-		const network = tokenMintAddress === undefined ? networks[0] : networks.find(n => n.tokenMintAddress === tokenMintAddress);
-		if (!network) return { canSubmit: true, canSettleNow: false };
+		const network = tokenMintAddress === undefined ? networks[0] : networks.find(n => n?.tokenMintAddress === tokenMintAddress);
+		if (network === undefined) return { canSubmit: true, canSettleNow: false };
+		if (typeof network !== "object" || network === null) throw new SettlementError("a settlement network in the answer is not an object", "INVALID_ANSWER", null);
 		return { canSubmit: true, canSettleNow: true, network: { network: network.network, tokenMintAddress: network.tokenMintAddress, liquidity: network.liquidity, crankersOnline: network.crankersOnline } };
 	}
 
@@ -247,7 +254,7 @@ export class SettlementClient {
 			senderFundingMode: SUPPORTED_FUNDING_MODE,
 			senderAuthorizationNonce: params.nonce ?? `n_${randomToken(16)}`,
 			senderAuthorizationIssuedAt: issuedAt.toISOString(),
-			senderAuthorizationExpiresAt: (params.expiresAt ?? new Date(issuedAt.getTime() + 10 * 60_000)).toISOString(),
+			senderAuthorizationExpiresAt: isoTimeOf(params.expiresAt ?? new Date(issuedAt.getTime() + 10 * 60_000)),
 			expiresAtSlot: params.expiresAtSlot
 		};
 		const problem = paymentFieldsProblem(fields);
@@ -285,7 +292,7 @@ export class SettlementClient {
 				continue;
 			}
 			// The record is the one of this payment, or the app would follow another's.
-			if (!isRecordOf(record, intent)) throw new SettlementError(`the service answered a record of another payment than ${intent.paymentId}`, "ANSWER_MISMATCH", null);
+			if (!isIntentId(record?.id) || !isRecordOf(record, intent)) throw new SettlementError(`the service answered a record of another payment than ${intent.paymentId}`, "ANSWER_MISMATCH", null);
 			// One id for two payments would have a wait for the first take the second's views.
 			const kept = this.submissions.get(record.id);
 			if (kept && kept.paymentId !== intent.paymentId)
@@ -427,7 +434,7 @@ export class SettlementClient {
 		if (!this.rpc) throw new SettlementError("confirmOnChain needs the solanaRpcUrl client option", "CONFIGURATION_ERROR", null);
 		const commitment = options.commitment ?? "confirmed";
 		if (commitment !== "confirmed" && commitment !== "finalized") throw new SettlementError(`commitment must be confirmed or finalized, not ${String(commitment)}`, "VALIDATION_ERROR", null);
-		const problem = isBase58OfLength(signature, 64) ? paymentFieldsProblem(intent) : "the transaction signature is not base58 of 64 bytes";
+		const problem = typeof signature === "string" && isBase58OfLength(signature, 64) ? paymentFieldsProblem(intent) : "the transaction signature is not base58 of 64 bytes";
 		if (problem) throw new SettlementError(`not a signed payment: ${problem}`, "VALIDATION_ERROR", null);
 		const expected = expectedSettlementOf({ ...intent, transactionCommitment: buildPaymentMessage(intent).transactionCommitment }, this.programId);
 		const read = async (at: "confirmed" | "finalized") => {
@@ -437,11 +444,14 @@ export class SettlementClient {
 				try {
 					const found = await this.rpc!.getTransaction(toSignature(signature), { encoding: "base64", commitment: at, maxSupportedTransactionVersion: 0 }).send({ abortSignal: attempt.signal });
 					// Without its status (meta and its err), not shown on chain.
-					return found?.meta && "err" in found.meta ? found : null;
+					if (!found?.meta || !("err" in found.meta)) return null;
+					if (!Array.isArray(found.transaction) || typeof found.transaction[0] !== "string") throw new SettlementError(`the Solana RPC answered transaction ${signature} in another form than base64`, "INVALID_ANSWER", null);
+					return found;
 				} finally {
 					attempt.release();
 				}
 			} catch (err) {
+				if (err instanceof SettlementError) throw err;
 				throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
 			}
 		};
@@ -451,8 +461,8 @@ export class SettlementClient {
 			const contents = readFetchedSettlementTransaction(fetched.transaction[0], signature);
 			const problems = await settlementMismatches(contents, expected);
 			if (problems.length) throw new SettlementError(`transaction ${signature} is not this settlement: ${problems.join("; ")}`, "SETTLEMENT_MISMATCH", null, { problems });
-			const memo = contents.memos.find(m => m.includes(expected.transactionCommitment))!;
-			return { signature, slot: fetched.slot, memo };
+			// The settlement's own memo, which the checks found: not another that merely quotes the commitment.
+			return { signature, slot: fetched.slot, memo: settlementMemo(expected.transactionCommitment, expected.payoutNullifier) };
 		};
 		const fetched = await read(commitment);
 		if (fetched) return settled(fetched);
@@ -560,6 +570,17 @@ function signsFor(address: string, message: Uint8Array, signature: Uint8Array): 
 
 /** The public view's fields that say which payment it is: each must be the signed request's. */
 const PAYMENT_FIELDS = ["paymentId", "senderWallet", "recipientTin", "tokenMintAddress", "amount", "feeLimit", "expiresAtSlot"] as const;
+
+/** An intent id as the service makes them: anything else would be kept, and put in the paths of later requests. */
+function isIntentId(id: unknown): id is string {
+	return typeof id === "string" && /^int_[0-9a-f]{32}$/.test(id);
+}
+
+/** An ISO time, or VALIDATION_ERROR for a Date outside the range a Date can print. */
+function isoTimeOf(date: Date): string {
+	if (!Number.isFinite(date.getTime())) throw new SettlementError("the authorization's expiry is past the dates a Date holds", "VALIDATION_ERROR", null);
+	return date.toISOString();
+}
 
 /** Whether `record` (a public view) is the record of the payment `intent` signs for. */
 function isRecordOf(record: Partial<PublicMempoolIntent> | null | undefined, intent: CreateIntentRequest): boolean {

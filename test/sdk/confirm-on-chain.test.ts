@@ -163,6 +163,27 @@ describe("confirmOnChain", () => {
 		}
 	});
 
+	it("reads at most 1 MiB of an RPC answer, and answers of another shape are typed errors, not TypeErrors (a review's replays)", async () => {
+		const intent = await signedPayment("4350");
+		const settlement = await landSettlement(intent);
+		const rpc = await startLyingRpc(chain.url);
+		try {
+			const lied = new SettlementClient({ baseUrl: "http://127.0.0.1:9", solanaRpcUrl: rpc.url });
+			// The settlement itself, padded with 3 MB of log lines: kit would have read and parsed it all.
+			rpc.lie("getTransaction", (_params, truth) => truth && { ...(truth as { meta: object }), meta: { ...(truth as { meta: object }).meta, logMessages: Array(300_000).fill("0123456789") } });
+			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "NETWORK_ERROR", message: expect.stringContaining("passed 1048576 bytes") });
+			rpc.lie("getTransaction", (_params, truth) => truth && { ...(truth as object), transaction: null });
+			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "INVALID_ANSWER" });
+			rpc.honest();
+			await expect(lied.confirmOnChain(settlement, intent)).resolves.toMatchObject({ signature: settlement, memo: `scs:v1:${intent.transactionCommitment}:${payoutNullifier(intent.senderWallet, intent.senderAuthorizationNonce)}` });
+			// A service's view without its signature, passed on as the README does.
+			await expect(lied.confirmOnChain(undefined as unknown as string, intent)).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+			await expect(lied.confirmOnChain(5 as unknown as string, intent)).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+		} finally {
+			await rpc.close();
+		}
+	});
+
 	it("verifies the fee payer's signature strictly: a small-order key with its trivial signature, which lenient checks pass for any message, is no proof", async () => {
 		const intent = await signedPayment("4200");
 		// The identity point as the fee payer, and R = identity, S = 0 as its signature.

@@ -237,6 +237,27 @@ describe("what the SDK takes from the service", () => {
 		}
 	});
 
+	it("takes no record whose id is not an intent id (it would be kept, and put in later paths), and no settlement network that is not an object", async () => {
+		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
+		for (const id of ["..", "int_" + "0".repeat(4_000_000), { id: 1 }]) {
+			const service = await standInService((req, res, body) => (req.url === "/health/ready" ? json(res, 200, { ready: true }) : json(res, 201, { id, status: "pending", receiverStatus: "VERIFIED", ...JSON.parse(body) })));
+			try {
+				await expect(new SettlementClient({ baseUrl: service.url }).submit(signed)).rejects.toMatchObject({ type: "ANSWER_MISMATCH" });
+			} finally {
+				await service.close();
+			}
+		}
+		const networks = await standInService((req, res) => json(res, 200, req.url === "/health/ready" ? { ready: true } : [null]));
+		try {
+			await expect(new SettlementClient({ baseUrl: networks.url }).checkReadiness()).rejects.toMatchObject({ type: "INVALID_ANSWER" });
+			await expect(new SettlementClient({ baseUrl: networks.url }).checkReadiness(MINT)).resolves.toEqual({ canSubmit: true, canSettleNow: false });
+		} finally {
+			await networks.close();
+		}
+		// An issuedAt near the end of the Date range: its default expiry, ten minutes on, is past it.
+		await expect(offline.signPayment(LocalKeypairSigner.generate(), payment({ issuedAt: new Date(8.64e15) }))).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
+	});
+
 	it("waits at most 5 s before submitting again, whatever retry-after a 503 names (an hour here)", async () => {
 		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
 		const id = "int_0123456789abcdef0123456789abcdef";

@@ -19,16 +19,17 @@ const sdk = path.join(root, "sdk");
 const PACKAGE = "@settlement-coordination/sdk";
 
 /**
- * Budgets, with room over today's figures (the package's files ~233 KB unpacked, ESM bundle ~12 KB
- * gzip, 3 KB of it the checks of every field signed and every answer acted on; most of the files
+ * Budgets, with room over today's figures (the package's files ~240 KB unpacked, ESM bundle ~12.5 KB
+ * gzip, 3 KB of it the checks of every field signed and every answer acted on, and the bound on a
+ * Solana RPC answer (lib/rpc-transport.ts); most of the files
  * are the declarations, twice, .d.ts and .d.mts, lib/intents.ts's whole, its state machine's
  * documented functions included, which is why they grow with it): a jump means a dependency or a
  * lib/ module got inlined. The files are counted unpacked:
  * the tarball's own size jumps by kilobytes when a few bytes move its twin declaration files
  * (.d.ts and .d.mts) in or out of the compressor's reach of each other.
  */
-const PACKAGE_FILES_BUDGET = 236 * 1024;
-const ESM_GZIP_BUDGET = 12.5 * 1024;
+const PACKAGE_FILES_BUDGET = 244 * 1024;
+const ESM_GZIP_BUDGET = 13 * 1024;
 
 let scratch: string;
 let tarball: string;

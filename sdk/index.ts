@@ -506,7 +506,9 @@ export class SettlementClient {
 			}
 			const payload = (typeof answer === "object" ? answer : null) as { message?: unknown; type?: unknown; data?: unknown } | null;
 			const text = (value: unknown, fallback: string) => (typeof value === "string" ? value.slice(0, 500) : fallback);
-			throw new SettlementError(text(payload?.message, `HTTP ${response.status}`), text(payload?.type, "HTTP_ERROR"), response.status, payload?.data, retryAfterMs(response.headers.get("retry-after")));
+			// A type the SDK alone gives is its own finding, never the service's word: one a service sent would pass for it (a made-up CORS refusal, an error retried).
+			const type = text(payload?.type, "HTTP_ERROR");
+			throw new SettlementError(text(payload?.message, `HTTP ${response.status}`), SDK_OWN_TYPES.has(type) ? "HTTP_ERROR" : type, response.status, SDK_OWN_TYPES.has(type) ? undefined : payload?.data, retryAfterMs(response.headers.get("retry-after")));
 		} finally {
 			attempt.release();
 		}
@@ -570,6 +572,9 @@ function signsFor(address: string, message: Uint8Array, signature: Uint8Array): 
 
 /** The public view's fields that say which payment it is: each must be the signed request's. */
 const PAYMENT_FIELDS = ["paymentId", "senderWallet", "recipientTin", "tokenMintAddress", "amount", "feeLimit", "expiresAtSlot"] as const;
+
+/** The error types only the SDK gives (README, "Application SDK"); the service's catalogue has none of them. */
+const SDK_OWN_TYPES: ReadonlySet<string> = new Set(["NETWORK_ERROR", "TIMEOUT", "ANSWER_MISMATCH", "INVALID_ANSWER", "NOT_FINALIZED", "ONCHAIN_FAILED", "CONFIGURATION_ERROR"]);
 
 /** An intent id as the service makes them: anything else would be kept, and put in the paths of later requests. */
 function isIntentId(id: unknown): id is string {

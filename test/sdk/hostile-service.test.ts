@@ -258,6 +258,23 @@ describe("what the SDK takes from the service", () => {
 		await expect(offline.signPayment(LocalKeypairSigner.generate(), payment({ issuedAt: new Date(8.64e15) }))).rejects.toMatchObject({ type: "VALIDATION_ERROR" });
 	});
 
+	it("takes no error type of its own from the service: a made-up CORS refusal or network error is an HTTP_ERROR, not retried", async () => {
+		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
+		let posts = 0;
+		const service = await standInService((_req, res) => {
+			posts++;
+			json(res, 400, { code: 400, type: "NETWORK_ERROR", message: "add your origin to CORS_ORIGINS", data: { cors: true, origin: "https://x" } });
+		});
+		try {
+			const refused = await new SettlementClient({ baseUrl: service.url }).submit(signed).catch((err: unknown) => err);
+			expect(refused).toMatchObject({ type: "HTTP_ERROR", code: 400 });
+			expect((refused as { data?: unknown }).data).toBeUndefined();
+			expect(posts).toBe(1);
+		} finally {
+			await service.close();
+		}
+	});
+
 	it("waits at most 5 s before submitting again, whatever retry-after a 503 names (an hour here)", async () => {
 		const signed = await offline.signPayment(LocalKeypairSigner.generate(), payment());
 		const id = "int_0123456789abcdef0123456789abcdef";

@@ -568,9 +568,14 @@ export function advanced(record: WebhookRecord, stream: WebhookStream, seq: numb
 /**
  * Given up by its holder, due again at its retry if it has one. `deferMs`: the holder could not
  * make its attempt (no host lookup free), so the subscription is also due no sooner than that.
+ * `restMs`: its lease found nothing the subscription takes, so it is due no sooner than that.
  */
-export function released(record: WebhookRecord, now: Date, deferMs?: number): WebhookRecord {
+export function released(record: WebhookRecord, now: Date, deferMs?: number, restMs?: number): WebhookRecord {
 	const retryAt = record.retry?.nextAttemptAt ?? null;
+	if (!deferMs && restMs) {
+		const restedTo = new Date(now.getTime() + restMs).toISOString();
+		return { ...record, ...unleased(retryAt !== null && retryAt > restedTo ? retryAt : restedTo) };
+	}
 	if (!deferMs) return { ...record, ...unleased(retryAt) };
 	const deferredTo = new Date(now.getTime() + deferMs).toISOString();
 	return {

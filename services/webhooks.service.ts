@@ -266,14 +266,15 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 
 			/**
 			 * Internal, by a lease holder with nothing left to deliver (or stopping): gives the lease up.
-			 * `deferMs`: an attempt it could not make; the subscription is due again no sooner.
+			 * `deferMs`: an attempt it could not make; `restMs`: its lease found nothing the
+			 * subscription takes. Either way the subscription is due again no sooner.
 			 */
 			release: keyHoldersOnly({
-				params: { ...leaseParams, deferMs: { type: "number", integer: true, min: 1, max: 3_600_000, optional: true } },
-				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; deferMs?: number }>): Promise<boolean> {
+				params: { ...leaseParams, deferMs: { type: "number", integer: true, min: 1, max: 3_600_000, optional: true }, restMs: { type: "number", integer: true, min: 1, max: 60_000, optional: true } },
+				async handler(this: WebhooksThis, ctx: Context<{ id: string; version: number; deferMs?: number; restMs?: number }>): Promise<boolean> {
 					const record = await this.held(ctx.params.id, ctx.params.version);
 					if (!record) return false;
-					return !!(await this.commit(record, released(record, new Date(), ctx.params.deferMs)));
+					return !!(await this.commit(record, released(record, new Date(), ctx.params.deferMs, ctx.params.restMs)));
 				}
 			})
 		},

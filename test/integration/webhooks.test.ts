@@ -4,6 +4,8 @@
  * a 2xx, disabling past the retry window, a process killed (SIGKILL) during a delivery, two
  * delivery workers against one owner, and the SSRF rule at subscription and at delivery.
  */
+import Database from "better-sqlite3";
+import path from "node:path";
 import { randomBytes } from "node:crypto";
 import http, { type IncomingMessage } from "node:http";
 import net, { type AddressInfo } from "node:net";
@@ -207,6 +209,32 @@ describe("webhooks (one node, WEBHOOK_ALLOW_PRIVATE for a local receiver)", () =
 		const head = (await node.http("GET", `/webhooks/${bySender.id}`, undefined, worker)).body.cursors.intents;
 		expect(head).toBe(bySender.cursors.intents + 3);
 		expect((await node.http("GET", `/webhooks/${byTin.id}`, undefined, worker)).body.delivered).toBe(2);
+	});
+
+	it("a subscription whose filter takes none of the new events rests between leases: not leased, advanced and released at every event (a review's replay)", async () => {
+		const nobody = newWallet();
+		const idle = await subscribe(node.http, receiver, "/nobody", { eventTypes: [INTENT], filter: { senderWallet: nobody.address } });
+		const writes = () => {
+			const db = new Database(path.join(node.dataDir, "webhooks.sqlite"), { readonly: true });
+			try {
+				return (JSON.parse((db.prepare("SELECT doc FROM webhooks WHERE id = ?").get(idle.id) as { doc: string }).doc) as { version: number }).version;
+			} finally {
+				db.close();
+			}
+		};
+		const before = writes();
+		// Forty intents of others over about two seconds, one at a time.
+		for (let i = 0; i < 40; i++) {
+			await submitIntent(node.http, bob, route);
+			await new Promise(resolve => setTimeout(resolve, 50));
+		}
+		await new Promise(resolve => setTimeout(resolve, 1500));
+		// Three writes a lease (lease, advance, release): about one lease a second, where it was one an event.
+		expect(writes() - before).toBeLessThan(30);
+		const read = (await node.http("GET", `/webhooks/${idle.id}`, undefined, worker)).body;
+		expect(read).toMatchObject({ delivered: 0, deferred: 0 });
+		expect(read.cursors.intents).toBeGreaterThanOrEqual(idle.cursors.intents + 40);
+		expect(receiver.delivered("/nobody")).toHaveLength(0);
 	});
 
 	it("retries a failing receiver with backoff, the same webhook-id each time, then delivers every event once, in order", async () => {

@@ -452,6 +452,8 @@ export class SettlementClient {
 				}
 			} catch (err) {
 				if (err instanceof SettlementError) throw err;
+				// Longer than any transaction: an endpoint that lies, not one to ask again.
+				if (err instanceof AnswerTooLargeError) throw new SettlementError(`the Solana RPC's answer to getTransaction ${err.message}`, "INVALID_ANSWER", null);
 				throw new SettlementError(`Solana RPC getTransaction failed: ${(err as Error).message}`, "NETWORK_ERROR", null);
 			}
 		};
@@ -576,9 +578,9 @@ const PAYMENT_FIELDS = ["paymentId", "senderWallet", "recipientTin", "tokenMintA
 /** The error types only the SDK gives (README, "Application SDK"); the service's catalogue has none of them. */
 const SDK_OWN_TYPES: ReadonlySet<string> = new Set(["NETWORK_ERROR", "TIMEOUT", "ANSWER_MISMATCH", "INVALID_ANSWER", "NOT_FINALIZED", "ONCHAIN_FAILED", "CONFIGURATION_ERROR"]);
 
-/** An intent id as the service makes them: anything else would be kept, and put in the paths of later requests. */
+/** An intent id (SPEC §0: `int_` and an opaque rest), path-safe and bounded: anything else would be kept, and put in the paths of later requests. */
 function isIntentId(id: unknown): id is string {
-	return typeof id === "string" && /^int_[0-9a-f]{32}$/.test(id);
+	return typeof id === "string" && /^int_[A-Za-z0-9_-]{1,124}$/.test(id);
 }
 
 /** An ISO time, or VALIDATION_ERROR for a Date outside the range a Date can print. */

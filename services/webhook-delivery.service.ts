@@ -317,6 +317,8 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 
 				const sliceEnds = performance.now() + SLICE_MS;
 				let sent = 0;
+				/** Whether this lease passed over events the subscription does not take. */
+				let skipped = false;
 				const sliceOver = () => sent >= SLICE_EVENTS || performance.now() > sliceEnds;
 				outer: for (const stream of streamsOf(subscription)) {
 					// An owner away (down, or a TIN owner still starting): that stream waits, and the subscription
@@ -362,6 +364,7 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 							}
 							if (!takesEvent(subscription, event)) {
 								cursor = event.seq;
+								skipped = true;
 								continue;
 							}
 							// Never an attempt the lease might not outlast: its next holder could be sending the same event.
@@ -415,10 +418,12 @@ export function webhookDeliveryService(config: Config): ServiceSchema<DeliverySe
 						}
 					}
 				}
-				// A lease that sent nothing (a filter that takes none of the new events) rests the subscription a
-				// moment: leased again at once, at every event, each of up to WEBHOOKS_MAX such subscriptions cost
-				// the owner three writes per event. A matching event then waits up to IDLE_REST_MS more.
-				await write("release", { id, version, ...(sent === 0 ? { restMs: IDLE_REST_MS } : {}) });
+				// A lease that only passed over events (a filter that takes none of the new ones) rests the
+				// subscription a moment: leased again at once, at every event, each of up to WEBHOOKS_MAX such
+				// subscriptions cost the owner three writes per event. A matching event then waits up to
+				// IDLE_REST_MS more. The lease after the rest finds nothing new, or passes over more: a lease
+				// that read nothing gives the subscription back idle, so a quiet one is not leased again.
+				await write("release", { id, version, ...(sent === 0 && skipped ? { restMs: IDLE_REST_MS } : {}) });
 			}
 		} satisfies DeliveryMethods & ThisType<DeliveryThis>,
 

@@ -154,7 +154,9 @@ describe("2. the worker key alone acts as no Cranker (SPEC §6.1)", () => {
 			await node.http("PATCH", `/intents/${id}/status`, "{ not json", worker),
 			await node.http("PATCH", `/intents/${id}/status?a=1`, { status: "CRANKER_LEASED", crankerPubkey: victim.address, expectedVersion: 3 }, worker),
 			await node.http("POST", "/crankers/heartbeat", "x", { ...worker, "content-type": "text/plain" }),
-			await node.http("POST", "/internal/settlement-authorizations/settlement", "gzipped?", { ...worker, "content-encoding": "gzip" })
+			await node.http("POST", "/internal/settlement-authorizations/settlement", "gzipped?", { ...worker, "content-encoding": "gzip" }),
+			// Empty signature headers are none.
+			await node.http("PATCH", `/intents/${id}/status`, "{ not json", { ...worker, signature: "", "signature-input": " " })
 		];
 		for (const refusal of refusals) expect(refusal.body).toMatchObject({ code: 401, type: "UNAUTHORIZED", data: { reason: "missing" } });
 		expect((await node.http("GET", `/intents/${id}`)).body.receiverStatus).toBe("VERIFIED");

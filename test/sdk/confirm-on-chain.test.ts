@@ -171,7 +171,7 @@ describe("confirmOnChain", () => {
 			const lied = new SettlementClient({ baseUrl: "http://127.0.0.1:9", solanaRpcUrl: rpc.url });
 			// The settlement itself, padded with 3 MB of log lines: kit would have read and parsed it all.
 			rpc.lie("getTransaction", (_params, truth) => truth && { ...(truth as { meta: object }), meta: { ...(truth as { meta: object }).meta, logMessages: Array(300_000).fill("0123456789") } });
-			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "NETWORK_ERROR", message: expect.stringContaining("passed 1048576 bytes") });
+			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "INVALID_ANSWER", message: expect.stringContaining("passed 1048576 bytes") });
 			rpc.lie("getTransaction", (_params, truth) => truth && { ...(truth as object), transaction: null });
 			await expect(lied.confirmOnChain(settlement, intent)).rejects.toMatchObject({ type: "INVALID_ANSWER" });
 			rpc.honest();

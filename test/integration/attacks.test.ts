@@ -569,8 +569,11 @@ describe("5. hostile traffic against the running process", () => {
 			const declared = await rawRequest(port, "POST /intents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n", "{");
 			expect(declared.answer).toMatch(/^HTTP\/1\.1 413 [\s\S]*connection: close/i);
 			// A signed Cranker route takes no content-encoding: its signature covers the bytes as sent.
-			const signed = await http("POST", "/crankers/heartbeat", zlib.gzipSync("{}"), { ...worker, "content-encoding": "gzip" });
+			// (Unsigned, it is refused 401 before anything else, SPEC §6.1: the headers here say signed.)
+			const claimsSigned = { "signature-input": 'sig1=("@method" "@target-uri" "content-digest");created=1;keyid="x";alg="ed25519"', signature: "sig1=:AAAA:" };
+			const signed = await http("POST", "/crankers/heartbeat", zlib.gzipSync("{}"), { ...worker, ...claimsSigned, "content-encoding": "gzip" });
 			expect(signed.status).toBe(415);
+			expect((await http("POST", "/crankers/heartbeat", zlib.gzipSync("{}"), { ...worker, "content-encoding": "gzip" })).status).toBe(401);
 			expect(proc.output()).not.toMatch(/ERROR|\n\s+at /);
 		} finally {
 			proc.child.kill("SIGKILL");

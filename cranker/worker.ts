@@ -102,13 +102,13 @@ export class Cranker {
 	private mintCheck: Promise<void> | null = null;
 	private online = false;
 	/**
-	 * The settlement program the Node's latest heartbeat answer named (null: none named one yet, as
-	 * an older Node's do not). While it is another than this Cranker's, its settlements would pay
+	 * The settlement program the Node's latest heartbeat or payout answer named (null: none named
+	 * one yet, as an older Node's do not). While it is another than this Cranker's, its settlements would pay
 	 * credit accounts the Node never counts: it takes no work and offers no liquidity. Only ever
 	 * compared: a hostile Node would name a program of its own.
 	 */
 	private nodeProgram: string | null = null;
-	/** A heartbeat answer named another program: its liquidity is withdrawn by a heartbeat sent at once. */
+	/** An answer named another program: the liquidity is withdrawn by a heartbeat sent at once. */
 	private heartbeatAgain = false;
 	/** Ends the heartbeat loop's sleep (a payout answer named another program). */
 	private wakeHeartbeat: () => void = () => {};

@@ -93,6 +93,11 @@ const ignoreRace = (err: unknown) => {
 	if ((err as ServiceError).type !== "INVALID_TRANSITION") throw err;
 };
 
+/** A close another replica took over from this one (runClose's renewal) is theirs to finish. */
+const takenOver = (err: unknown) => {
+	if ((err as ServiceError).type !== "NOT_READY") throw err;
+};
+
 export function epochsService(config: Config): ServiceSchema<EpochsSettings, EpochsMethods, EpochsVars, EpochsThis> {
 	return {
 		name: "epochs",
@@ -294,8 +299,8 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 						resumed = { ...closing, renewedAt: new Date().toISOString() };
 						if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: closing.renewedAt ?? null }, resumed))) continue;
 					}
-					await this.finishClose(resumed);
-					this.counted("resumed");
+					// Taken over in turn (its renewal replaced): the check goes on to the open epoch's age.
+					await this.finishClose(resumed).then(() => this.counted("resumed"), takenOver);
 				}
 				const open = await this.openEpoch();
 				if (Date.parse(open.startedAt) + this.settings.epochDurationMs <= Date.now()) await this.close(open.epoch).then(closed, ignoreRace);

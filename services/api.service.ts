@@ -244,14 +244,17 @@ export function openApiDocument(paramsOf: (action: string) => Record<string, unk
 }
 
 /**
+ * A header sent with something in it, each of its lines apart (`headersDistinct`): an empty one is
+ * no signature to the verifier either (lib/http-signature.ts).
+ */
+function hasValue(lines: string[] | undefined): boolean {
+	return (lines ?? []).some(value => value.trim() !== "");
+}
+
+/**
  * The gateway merges query, body and path into one params object; each route takes its input from
  * one place only, so a query field can never override (or smuggle past the schema of) a body field.
  */
-/** A header sent with something in it: an empty one is no signature to the verifier either (lib/http-signature.ts). */
-function hasValue(header: string | string[] | undefined): boolean {
-	return (Array.isArray(header) ? header : [header ?? ""]).some(value => value.trim() !== "");
-}
-
 function assertInputPlacement(req: Request): void {
 	const hasQuery = Object.keys(req.query ?? {}).length > 0;
 	const hasBody = Number(req.headers["content-length"] ?? 0) > 0 || req.headers["transfer-encoding"] !== undefined;
@@ -654,7 +657,7 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					const key = req.headers["x-api-key"];
 					if (typeof key !== "string" || !this.isWorkerKey(key)) return false;
 					// SPEC §6.1: a Cranker route without a request signature is refused before anything else is read.
-					if (found.alias.action && CRANKER_ACTIONS.has(found.alias.action) && !hasValue(req.headers.signature) && !hasValue(req.headers["signature-input"])) {
+					if (found.alias.action && CRANKER_ACTIONS.has(found.alias.action) && !hasValue(req.headersDistinct.signature) && !hasValue(req.headersDistinct["signature-input"])) {
 						this.authFailures.fail(this.clientKeyOf(req), Date.now());
 						throw unsignedRefusal();
 					}

@@ -93,9 +93,9 @@ const ignoreRace = (err: unknown) => {
 	if ((err as ServiceError).type !== "INVALID_TRANSITION") throw err;
 };
 
-/** A close another replica took over from this one (runClose's renewal) is theirs to finish. */
+/** A close another replica took over from this one (runClose's renewal) is theirs to finish; any other failure stands. */
 const takenOver = (err: unknown) => {
-	if ((err as ServiceError).type !== "NOT_READY") throw err;
+	if (((err as ServiceError).data as { takenOver?: unknown } | undefined)?.takenOver !== true) throw err;
 };
 
 export function epochsService(config: Config): ServiceSchema<EpochsSettings, EpochsMethods, EpochsVars, EpochsThis> {
@@ -188,7 +188,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 					if (current?.status !== "closing") return;
 					const renewal = new Date(renewedAt).toISOString();
 					if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: held }, { ...current, renewedAt: renewal })))
-						throw new ServiceError("NOT_READY", `Epoch ${closing.epoch} is being closed by another replica; retry later for its result`, { epoch: closing.epoch });
+						throw new ServiceError("NOT_READY", `Epoch ${closing.epoch} is being closed by another replica; retry later for its result`, { epoch: closing.epoch, takenOver: true });
 					held = renewal;
 				};
 				const archiveAll = async (): Promise<EpochCloseResult | null> => {

@@ -3,6 +3,8 @@
  * server): settlement end to end, racing Crankers, a Cranker killed mid-lease or after submitting,
  * injected RPC failures, an expired blockhash, an expired intent, SIGTERM, and the TIN roles.
  */
+import Database from "better-sqlite3";
+import path from "node:path";
 import { createKeyPairSignerFromBytes, createSolanaRpc, getBase64EncodedWireTransaction, getSignatureFromTransaction, type Address } from "@solana/kit";
 import { Chain } from "../../cranker/chain";
 import { loadCrankerConfig } from "../../cranker/config";
@@ -273,6 +275,28 @@ describe("Cranker settling payments", () => {
 		expect(record.receiverStatus).toBe("VERIFIED");
 		expect(states(record)).not.toContain("CRANKER_LEASED");
 		expect(await offered()).toBe(false);
+		await h.stopCranker(cranker);
+	});
+
+	it("withdraws its liquidity at once when the Node names another program: a heartbeat without it goes at the answer, not an interval later", async () => {
+		const mint = h.chain.createMint(6);
+		const lines: string[] = [];
+		const key = await h.crankerKey(mint);
+		/** The liquidity of the Cranker's latest accepted heartbeat, as the Node stored it. */
+		const reported = () => {
+			const db = new Database(path.join(h.node.dataDir, "crankers.sqlite"), { readonly: true });
+			try {
+				const row = db.prepare("SELECT doc FROM crankers WHERE id = ?").get(key.address) as { doc: string } | undefined;
+				return row ? (JSON.parse(row.doc) as { liquidity: unknown[] }).liquidity : null;
+			} finally {
+				db.close();
+			}
+		};
+		// Heartbeats a minute apart: only the one sent at once takes the liquidity back within seconds.
+		const cranker = await h.cranker(key, ["settlement"], { SETTLEMENT_PROGRAM_ID: newWallet().address, HEARTBEAT_INTERVAL_MS: "60000" }, line => lines.push(line));
+		await waitFor(() => lines.some(line => line.includes("another program than SETTLEMENT_PROGRAM_ID")), 10_000, "the Cranker told of the other program");
+		await waitFor(() => reported()?.length === 0, 3_000, "a heartbeat without liquidity");
+		expect(lines.filter(line => line.includes("heartbeat not accepted"))).toEqual([]);
 		await h.stopCranker(cranker);
 	});
 

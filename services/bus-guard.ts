@@ -222,7 +222,14 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 			// answer those calls in the addressed node's name. Their digests keep what they are used for,
 			// telling one call's repeats (services/replay.ts), and tell nobody the ids.
 			if (packet.type === "REQ" || packet.type === "EVENT") packet.payload = { ...packet.payload, parentID: idDigest(packet.payload.parentID), requestID: idDigest(packet.payload.requestID) };
-			return next(packet);
+			// A publish that throws (NATS refuses a packet past its payload limit at once: an answer that
+			// carries back a caller's meta grown near it) rejects instead, where Moleculer catches and logs
+			// it; thrown, it escaped every catch and ended the process.
+			try {
+				return next(packet);
+			} catch (err) {
+				return Promise.reject(err);
+			}
 		},
 		// Before a packet is parsed: a signed one larger than any of ours is dropped unread, and so is
 		// any that nests deeper than ours do (its answer's serializer, or the validator, would overflow
@@ -230,7 +237,13 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 		transporterReceive: (next: Receive): Receive => (cmd, data, s) => {
 			if (SIGNED_PACKETS.has(cmd) && data.length > (cmd === "INFO" ? SIGNED_PACKET_MAX_BYTES.INFO : SIGNED_PACKET_MAX_BYTES.other)) return dropped("size", `A ${cmd} packet of ${data.length} bytes came over the bus: ignored.`);
 			if (nestsDeeperThan(data, BUS_PACKET_MAX_DEPTH)) return dropped("depth", `A ${cmd} packet nesting deeper than ${BUS_PACKET_MAX_DEPTH} levels came over the bus: ignored.`);
-			return next(cmd, data, s);
+			// Whatever handling a packet ends in, it ends here: the transporter's subscription drops what it
+			// is given back, so a rejection left in it would end the process.
+			try {
+				return Promise.resolve(next(cmd, data, s)).catch(err => dropped("failed", `A ${cmd} packet failed in its handling: ${(err as Error).message}`));
+			} catch (err) {
+				return dropped("failed", `A ${cmd} packet failed in its handling: ${(err as Error).message}`);
+			}
 		},
 		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {
 			const { payload } = packet;

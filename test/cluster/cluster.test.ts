@@ -413,6 +413,15 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		await ownersServeAfter(`MOL-${cluster.namespace}.REQ.${ownersNodeId(cluster)}`, call, 1500);
 	});
 
+	it("one call whose meta makes its answer pass NATS's payload limit, from the gateway's bus credentials, stops no process (the answer's publish threw where nothing caught it: a review's replay)", async () => {
+		// In the gateway's own name, which its credentials can take (docs/security.md): the owners believe it.
+		const head = `{"ver":"5","sender":"gateway.${os.hostname()}-${cluster.gateway.child.pid}","id":"big-1","action":"metrics.snapshot","params":{},"timeout":5000,"level":1,"tracing":null,"parentID":null,"requestID":"big-1","caller":null,"stream":false,"meta":{"p":"`;
+		const tail = '"}}';
+		// Just under the server's limit (NATS_MAX_PAYLOAD here): the answer carries the meta back, and the snapshot on top.
+		const call = head + "A".repeat(NATS_MAX_PAYLOAD - 256 - head.length - tail.length) + tail;
+		await ownersServeAfter(`MOL-${cluster.namespace}.REQ.${ownersNodeId(cluster)}`, call, 1500);
+	});
+
 	it("the gateway's bus credentials and signing key speak for no other group's node: an owner announced emptied, or gone, stays", async () => {
 		const sniffer = await gatewaySniffer(cluster);
 		try {

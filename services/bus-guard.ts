@@ -74,6 +74,24 @@ interface Packet {
 	payload: { sender?: unknown; services?: AnnouncedService[]; action?: unknown; id?: unknown; params?: unknown; meta?: unknown; stream?: unknown; seq?: unknown; parentID?: unknown; requestID?: unknown; [SIGNATURE_FIELD]?: unknown };
 }
 type AnnouncedService = { name?: unknown; fullName?: unknown; version?: unknown; actions?: Record<string, { name?: unknown } | undefined>; events?: unknown } | undefined;
+/** How often one node's discovery request is answered at most. */
+const DISCOVER_ANSWER_EVERY_MS = 5000;
+
+/** Senders answered within the last `windowMs`: one answer per window each (kept no longer than the window). */
+class AnswerWindow {
+	private readonly answeredAt = new Map<string, number>();
+	constructor(private readonly windowMs: number) {}
+
+	admit(sender: string, nowMs: number): boolean {
+		const last = this.answeredAt.get(sender);
+		if (last !== undefined && nowMs - last < this.windowMs) return false;
+		// The map holds the senders of one window: the older entries go as a new one comes.
+		for (const [known, at] of this.answeredAt) if (nowMs - at >= this.windowMs) this.answeredAt.delete(known);
+		this.answeredAt.set(sender, nowMs);
+		return true;
+	}
+}
+
 type Handler = (cmd: string, packet: Packet) => unknown;
 type Receive = (cmd: string, data: Buffer, s?: unknown) => unknown;
 type Publish = (packet: Packet) => unknown;
@@ -143,6 +161,7 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 	const workerKeys = workerApiKeys.map(workerCallKey);
 	const callKey = callKeys?.[0] ?? null;
 	const warnedAt = new Map<string, number>();
+	const discoveries = new AnswerWindow(DISCOVER_ANSWER_EVERY_MS);
 	/** A packet dropped for what it claims is worth a warning, once a minute for each kind: one flood, one line, and no flood hides another kind. */
 	const dropped = (kind: string, message: string) => {
 		if (Date.now() - (warnedAt.get(kind) ?? 0) > 60_000) {
@@ -259,6 +278,10 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 				if (refusal) return dropped(refusal, `A ${cmd} packet in the name of ${payload.sender} ${REFUSALS[refusal]}: ignored.`);
 				delete payload[SIGNATURE_FIELD];
 			}
+			// Each discovery has this node sign and send its whole announcement (about 26 KB) again: a
+			// group's key must not buy that at its own rate. A node that asks again within the window was
+			// answered already.
+			if (cmd === "DISCOVER" && !discoveries.admit(String(payload.sender), Date.now())) return dropped("discover", `${payload.sender} asked for this node's announcement again within ${DISCOVER_ANSWER_EVERY_MS} ms: ignored.`);
 			if (cmd === "INFO") {
 				if (!Array.isArray(payload.services)) return Promise.resolve(false);
 				const group = busGroupOf(payload.sender);

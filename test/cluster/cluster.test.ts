@@ -422,6 +422,31 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		await ownersServeAfter(`MOL-${cluster.namespace}.REQ.${ownersNodeId(cluster)}`, call, 1500);
 	});
 
+	it("a node's discovery request is answered once per window, however often the gateway's signing key sends it (each answer is a signed announcement of about 26 KB: a review's replay)", async () => {
+		const sniffer = await gatewaySniffer(cluster);
+		try {
+			const gatewayId = `gateway.${os.hostname()}-${cluster.gateway.child.pid}`;
+			const answers = sniffer.subscribe(`MOL-${cluster.namespace}.INFO.${gatewayId}`);
+			let fromOwners = 0;
+			void (async () => {
+				for await (const message of answers) if (JSON.parse(new TextDecoder().decode(message.data)).sender === ownersNodeId(cluster)) fromOwners++;
+			})();
+			const signing = cluster.nats.busKeys.keys("gateway").signing;
+			const startMs = Date.now();
+			for (let i = 0; i < 30; i++) {
+				const payload = {};
+				const signature = busSignature(signing, { namespace: cluster.namespace, cmd: "DISCOVER", sender: gatewayId, target: null, payload }, startMs + i);
+				sniffer.publish(`MOL-${cluster.namespace}.DISCOVER`, JSON.stringify({ ver: "5", sender: gatewayId, ...payload, busSignature: signature }));
+			}
+			await sniffer.flush();
+			await new Promise(resolve => setTimeout(resolve, 1500));
+			expect(fromOwners).toBeLessThanOrEqual(1);
+			expect((await submitAll(http, [signedIntent(newWallet(), route)], 1))[0].status).toBe(201);
+		} finally {
+			await sniffer.close();
+		}
+	});
+
 	it("the gateway's bus credentials and signing key speak for no other group's node: an owner announced emptied, or gone, stays", async () => {
 		const sniffer = await gatewaySniffer(cluster);
 		try {

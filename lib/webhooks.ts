@@ -572,18 +572,12 @@ export function advanced(record: WebhookRecord, stream: WebhookStream, seq: numb
  */
 export function released(record: WebhookRecord, now: Date, deferMs?: number, restMs?: number): WebhookRecord {
 	const retryAt = record.retry?.nextAttemptAt ?? null;
-	if (!deferMs && restMs) {
-		const restedTo = new Date(now.getTime() + restMs).toISOString();
-		return { ...record, ...unleased(retryAt !== null && retryAt > restedTo ? retryAt : restedTo) };
-	}
-	if (!deferMs) return { ...record, ...unleased(retryAt) };
-	const deferredTo = new Date(now.getTime() + deferMs).toISOString();
-	return {
-		...record,
-		...unleased(retryAt !== null && retryAt > deferredTo ? retryAt : deferredTo),
-		deferred: (record.deferred ?? 0) + 1,
-		lastDeferredAt: now.toISOString()
-	};
+	const waitMs = deferMs || restMs;
+	if (!waitMs) return { ...record, ...unleased(retryAt) };
+	const waitedTo = new Date(now.getTime() + waitMs).toISOString();
+	const given = { ...record, ...unleased(retryAt !== null && retryAt > waitedTo ? retryAt : waitedTo) };
+	// Only an attempt not made is a deferral (shown in the subscription's view); a rest is not.
+	return deferMs ? { ...given, deferred: (record.deferred ?? 0) + 1, lastDeferredAt: now.toISOString() } : given;
 }
 
 export interface FailedAttempt {

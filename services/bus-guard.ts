@@ -258,10 +258,11 @@ export function busGuard({ busKeys, callKeys, workerApiKeys, admitUngrouped, adm
 			if (nestsDeeperThan(data, BUS_PACKET_MAX_DEPTH)) return dropped("depth", `A ${cmd} packet nesting deeper than ${BUS_PACKET_MAX_DEPTH} levels came over the bus: ignored.`);
 			// Whatever handling a packet ends in, it ends here: the transporter's subscription drops what it
 			// is given back, so a rejection left in it would end the process.
+			const failed = (err: unknown) => dropped("failed", `A ${cmd} packet failed in its handling: ${(err as Error).message}`);
 			try {
-				return Promise.resolve(next(cmd, data, s)).catch(err => dropped("failed", `A ${cmd} packet failed in its handling: ${(err as Error).message}`));
+				return Promise.resolve(next(cmd, data, s)).catch(failed);
 			} catch (err) {
-				return dropped("failed", `A ${cmd} packet failed in its handling: ${(err as Error).message}`);
+				return failed(err);
 			}
 		},
 		transitMessageHandler: (next: Handler): Handler => (cmd, packet) => {

@@ -52,15 +52,17 @@ const SUMMARY_PAGE = 1000;
 /** SPEC §8: the age check runs at start and every minute. */
 const CHECK_INTERVAL_MS = 60_000;
 /** A close whose finisher has not renewed it for this long is taken for abandoned (its process died). */
-const RESUME_AFTER_MS = 10 * 60_000;
-/** A finisher at work renews its close this often, so that no replica takes over a close that is only long. */
-const RENEW_EVERY_MS = RESUME_AFTER_MS / 5;
+const ABANDONED_AFTER_MS = 10 * 60_000;
 
 interface EpochsSettings {
 	epochDurationMs: number;
 	epochCloseSettleMs: number;
 	/** A SQLite owner is the only one: at its start every unfinished close is abandoned. */
 	soleOwner: boolean;
+	/** With replicas: a close whose finisher has not renewed it for this long is taken over by one of the others. */
+	abandonedAfterMs: number;
+	/** A finisher at work renews its close this often, so that no replica takes over a close that is only long. */
+	renewEveryMs: number;
 }
 
 interface EpochsVars {
@@ -102,7 +104,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 	return {
 		name: "epochs",
 		dependencies: ["mempool"],
-		settings: { epochDurationMs: config.epochDurationMs, epochCloseSettleMs: config.epochCloseSettleMs, soleOwner: config.store === "sqlite" },
+		settings: { epochDurationMs: config.epochDurationMs, epochCloseSettleMs: config.epochCloseSettleMs, soleOwner: config.store === "sqlite", abandonedAfterMs: ABANDONED_AFTER_MS, renewEveryMs: ABANDONED_AFTER_MS / 5 },
 		mixins: [
 			sweeperMixin<EpochsThis>("epoch", CHECK_INTERVAL_MS, function (this: EpochsThis) {
 				return this.maintain();
@@ -179,9 +181,9 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				let renewedAt = Date.now();
 				/** The renewal this finisher holds the close by: a replica that took the close over has replaced it. */
 				let held = closing.renewedAt ?? null;
-				/** Every RENEW_EVERY_MS, says that this close is still at work; stops it if another replica took it over meanwhile. */
+				/** Every renewEveryMs, says that this close is still at work; stops it if another replica took it over meanwhile. */
 				const renew = async () => {
-					if (Date.now() - renewedAt < RENEW_EVERY_MS) return;
+					if (Date.now() - renewedAt < this.settings.renewEveryMs) return;
 					renewedAt = Date.now();
 					const current = await this.epochs.get(closing.id);
 					// Closed by another finisher: the next look at the stored result ends this one.
@@ -282,7 +284,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			 * At start and every minute: finish closes a crash interrupted, then close an epoch older than
 			 * EPOCH_DURATION_MS. A SQLite owner is the only one, so a close it is not running is abandoned;
 			 * with replicas, another may be finishing it now (a rolling deploy), so only a close whose
-			 * finisher has not renewed it for RESUME_AFTER_MS is taken over, by one of the replicas.
+			 * finisher has not renewed it for abandonedAfterMs is taken over, by one of the replicas.
 			 */
 			async maintain(this: EpochsThis) {
 				const closed = () => this.counted("closed");
@@ -291,10 +293,10 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				for (const stale of await this.epochs.list({ where: { status: "open", epoch: { lt: newest.epoch } } })) await this.closeEpoch(stale).then(closed, ignoreRace);
 				for (const closing of await this.epochs.list({ where: { status: "closing" } })) {
 					if (this.inFlight.has(closing.epoch)) continue;
-					// Abandoned: a sole SQLite owner's that it does not run now; another replica's once not renewed for RESUME_AFTER_MS.
+					// Abandoned: a sole SQLite owner's that it does not run now; another replica's once not renewed for abandonedAfterMs.
 					let resumed = closing;
 					if (!this.settings.soleOwner) {
-						if (Date.parse(closing.renewedAt ?? closing.closedAt ?? "") + RESUME_AFTER_MS >= Date.now()) continue;
+						if (Date.parse(closing.renewedAt ?? closing.closedAt ?? "") + this.settings.abandonedAfterMs >= Date.now()) continue;
 						// One compare-and-set on the renewal found stale: of replicas that found it together, one takes it over.
 						resumed = { ...closing, renewedAt: new Date().toISOString() };
 						if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: closing.renewedAt ?? null }, resumed))) continue;

@@ -6,9 +6,10 @@
  */
 import { createHash } from "node:crypto";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { ServiceBroker, type Context } from "moleculer";
+import { ServiceBroker, type ActionHandler, type ActionSchema, type Context, type Middleware, type Service } from "moleculer";
 import type { EpochCloseResult } from "../../lib/answers";
 import { loadConfig } from "../../lib/config";
+import { ServiceError } from "../../lib/errors";
 import { requestDigest } from "../../lib/digest";
 import { decidedRecord } from "../../lib/intake";
 import { newId } from "../../lib/ids";
@@ -21,16 +22,28 @@ import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { sleep, tempDir } from "../helpers/node";
 import { waitFor } from "../../devkit/process";
 
-/** `replica`: as one of several owners of a shared store (MongoDB), which may not take over a close another is finishing. */
-async function startEpochs(dataDir: string, env: Record<string, string> = {}, replica = false) {
-	const broker = new ServiceBroker({ logger: false });
+/** Owners of a shared store (MongoDB) are replicas: none may take over a close another is finishing. */
+const REPLICA = { soleOwner: false };
+
+interface EpochsOptions {
+	/** Over the service's own settings: REPLICA, or shorter renewal times. */
+	settings?: object;
+	/** Around the calls the epochs make (the mempool's archive and summary pages). */
+	middlewares?: Middleware[];
+}
+
+/** A broker with the epochs beside the mempool, not started; `warnings` collects what the epochs log as such. */
+function epochsOn(dataDir: string, env: Record<string, string> = {}, { settings = {}, middlewares = [] }: EpochsOptions = {}) {
+	const broker = new ServiceBroker({ logger: false, middlewares });
 	const config = loadConfig({ DATA_DIR: dataDir, SWEEP_INTERVAL_MS: "60000", ...env });
 	broker.createService(mempoolService(config));
 	const epochs = epochsService(config);
-	broker.createService(replica ? { ...epochs, settings: { ...epochs.settings!, soleOwner: false } } : epochs);
-	await broker.start();
+	const service = broker.createService({ ...epochs, settings: { ...epochs.settings!, ...settings } });
+	const warnings: string[] = [];
+	jest.spyOn(service.logger, "warn").mockImplementation((...args: unknown[]) => void warnings.push(args.join(" ")));
 	return {
 		broker,
+		warnings,
 		current: () => broker.call<{ epoch: number; startedAt: string }>("epochs.current"),
 		close: (parentCtx?: Context) => broker.call<EpochCloseResult, object>("epochs.close", {}, parentCtx ? { parentCtx } : {}),
 		/** An intent stored as its verifier decided: refused ones are REJECTED, a terminal state a close archives. */
@@ -42,9 +55,12 @@ async function startEpochs(dataDir: string, env: Record<string, string> = {}, re
 	};
 }
 
-/** Runs `body` against epochs started on `dataDir`, and stops them after it, whatever happens. */
-async function withEpochs(dataDir: string, env: Record<string, string>, body: (epochs: Awaited<ReturnType<typeof startEpochs>>) => Promise<void>, replica = false) {
-	const epochs = await startEpochs(dataDir, env, replica);
+type Epochs = ReturnType<typeof epochsOn>;
+
+/** Runs `body` against epochs started on `dataDir`, and stops them after it (which waits for the check begun at start), whatever happens. */
+async function withEpochs(dataDir: string, env: Record<string, string>, body: (epochs: Epochs) => Promise<void>, options: EpochsOptions = {}) {
+	const epochs = epochsOn(dataDir, env, options);
+	await epochs.broker.start();
 	try {
 		await body(epochs);
 	} finally {
@@ -57,6 +73,41 @@ async function epochsStore(dataDir: string) {
 	const store = await openStore({ kind: "sqlite", dataDir, mongoUrl: null, allowWeakDurability: false, owner: "epochs", commitWindowMs: 0 });
 	const epochs = await store.collection<EpochDoc>(EPOCHS_COLLECTION);
 	return { store, epochs };
+}
+
+const minutesAgo = (minutes: number) => new Date(Date.now() - minutes * 60_000).toISOString();
+
+/** Epoch 1 as a replica's close left it: marked closing at `closedAt`, last renewed at `renewedAt`. */
+async function markEpochOneClosing(dataDir: string, closedAt: string, renewedAt: string) {
+	const { store, epochs } = await epochsStore(dataDir);
+	try {
+		const one = (await epochs.get("1"))!;
+		expect(await epochs.update("1", { epoch: 1 }, { ...one, status: "closing", closedAt, renewedAt })).toBe(true);
+	} finally {
+		await store.close();
+	}
+}
+
+async function epochOneIn(dataDir: string) {
+	const { store, epochs } = await epochsStore(dataDir);
+	try {
+		return (await epochs.get("1"))!;
+	} finally {
+		await store.close();
+	}
+}
+
+/** A middleware that runs `before` ahead of each call of the local `action`. */
+function beforeCalls(action: string, before: () => Promise<void>): Middleware {
+	return {
+		localAction: (next: ActionHandler, schema: ActionSchema) =>
+			schema.name === action
+				? async (ctx: Context) => {
+						await before();
+						return next.call(ctx.service as Service, ctx);
+					}
+				: next
+	};
 }
 
 test("the first start opens epoch 1, and a restart opens no other", async () => {
@@ -117,37 +168,79 @@ test("a close a crash left marked closing is finished at the next start, with th
 test("a replica takes over a close only once its finisher stopped renewing it, however old its mark", async () => {
 	const dataDir = tempDir();
 	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
-	const minutesAgo = (minutes: number) => new Date(Date.now() - minutes * 60_000).toISOString();
-	const markClosing = async (closedAt: string, renewedAt: string) => {
-		const { store, epochs: stored } = await epochsStore(dataDir);
-		try {
-			const one = (await stored.get("1"))!;
-			expect(await stored.update("1", { epoch: 1 }, { ...one, status: "closing", closedAt, renewedAt })).toBe(true);
-		} finally {
-			await store.close();
-		}
-	};
-	const epochOne = async () => {
-		const { store, epochs: stored } = await epochsStore(dataDir);
-		try {
-			return (await stored.get("1"))!;
-		} finally {
-			await store.close();
-		}
-	};
+	const markClosing = (closedAt: string, renewedAt: string) => markEpochOneClosing(dataDir, closedAt, renewedAt);
+	const epochOne = () => epochOneIn(dataDir);
 	// Marked half an hour ago, renewed a minute ago: another replica is at it. (A stop waits for the check begun at start.)
 	const renewal = minutesAgo(1);
 	await markClosing(minutesAgo(30), renewal);
 	await withEpochs(dataDir, {}, async epochs => {
 		expect((await epochs.current()).epoch).toBe(2);
 		await expect(epochs.broker.call("epochs.close", { epoch: 1 })).rejects.toMatchObject({ type: "NOT_READY" });
-	}, true);
+	}, { settings: REPLICA });
 	expect(await epochOne()).toMatchObject({ status: "closing", renewedAt: renewal, result: null });
 	// Not renewed for eleven minutes: abandoned, taken over and finished (marked after the intent was refused, so it archives it).
 	await markClosing(new Date().toISOString(), minutesAgo(11));
 	await withEpochs(dataDir, {}, async epochs => {
 		expect(await waitFor(() => epochs.broker.call<EpochCloseResult, object>("epochs.close", { epoch: 1 }).catch(() => null), 10_000, "epoch 1 closed")).toMatchObject({ epoch: 1, canceled: 1 });
-	}, true);
+	}, { settings: REPLICA });
+});
+
+test("a finisher whose renewal another replica replaced stops quietly and leaves the close to it; a store outage still fails the check", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
+	await markEpochOneClosing(dataDir, new Date().toISOString(), minutesAgo(11));
+	// Taken over at start, then, before its first renewal (at every step here), taken over in turn by another replica.
+	const theirs = new Date(Date.now() + 60_000).toISOString();
+	let archives = 0;
+	const takeOverInTurn = beforeCalls("mempool.archiveTerminal", async () => {
+		if (archives++ > 0) return;
+		const { store, epochs } = await epochsStore(dataDir);
+		try {
+			const one = (await epochs.get("1"))!;
+			expect(await epochs.update("1", { status: "closing" }, { ...one, renewedAt: theirs })).toBe(true);
+		} finally {
+			await store.close();
+		}
+	});
+	let warnings: string[] = [];
+	await withEpochs(dataDir, {}, async epochs => void (warnings = epochs.warnings), { settings: { ...REPLICA, renewEveryMs: 0 }, middlewares: [takeOverInTurn] });
+	expect(archives).toBe(1);
+	expect(warnings).toEqual([]);
+	expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", renewedAt: theirs, result: null });
+
+	// The same close, not renewed for eleven minutes again, and the mempool failing its first archive call as a store outage does (also NOT_READY).
+	await markEpochOneClosing(dataDir, new Date().toISOString(), minutesAgo(11));
+	let failed = false;
+	const storeOutage = beforeCalls("mempool.archiveTerminal", async () => {
+		if (failed) return;
+		failed = true;
+		throw new ServiceError("NOT_READY", "The store is unavailable");
+	});
+	await withEpochs(dataDir, {}, async epochs => void (warnings = epochs.warnings), { settings: REPLICA, middlewares: [storeOutage] });
+	expect(warnings).toEqual([expect.stringMatching(/^The epoch check at start failed.*: The store is unavailable$/)]);
+});
+
+test("of replicas that find an abandoned close together, the first to take it over finishes it: the others' compare-and-set fails", async () => {
+	const dataDir = tempDir();
+	let summed = 0;
+	await withEpochs(dataDir, {}, async epochs => {
+		await epochs.receive(false);
+		await markEpochOneClosing(dataDir, new Date().toISOString(), minutesAgo(11));
+		// Another replica takes the close over between this one's read of it and its own compare-and-set.
+		const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { list(query: { where: { status?: string } }): Promise<EpochDoc[]> }; maintain(): Promise<void> };
+		const theirs = new Date().toISOString();
+		const list = service.epochs.list.bind(service.epochs);
+		jest.spyOn(service.epochs, "list").mockImplementation(async query => {
+			const found = await list(query);
+			if (query.where?.status === "closing" && found.length) await markEpochOneClosing(dataDir, found[0].closedAt!, theirs);
+			return found;
+		});
+		await service.maintain();
+		expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", renewedAt: theirs, result: null });
+		expect(epochs.warnings).toEqual([]);
+	}, { settings: REPLICA, middlewares: [beforeCalls("mempool.archivedPage", async () => void summed++)] });
+	// Only a finisher sums the close's archive.
+	expect(summed).toBe(0);
 });
 
 test("an epoch older than EPOCH_DURATION_MS is closed at start", async () => {

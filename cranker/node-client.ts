@@ -145,7 +145,7 @@ export class NodeClient {
 	 * gateway's 503 SHUTTING_DOWN. The next attempt takes a new connection, or another replica.
 	 */
 	private async request<T>(method: string, route: string, path: string, body?: unknown, retryForMs = this.retryForMs, signed = false): Promise<T> {
-		const deadline = Date.now() + retryForMs;
+		const deadline = performance.now() + retryForMs;
 		const url = this.baseUrl + path;
 		const text = body === undefined ? undefined : JSON.stringify(body);
 		let mayAskAgainAtOnce = method === "GET";
@@ -187,7 +187,7 @@ export class NodeClient {
 				this.onRetry(path, failure);
 				continue;
 			}
-			if (Date.now() + delay > deadline) throw new NodeApiError(`${method} ${path} failed: ${failure}`, 0, "NODE_UNAVAILABLE");
+			if (performance.now() + delay > deadline) throw new NodeApiError(`${method} ${path} failed: ${failure}`, 0, "NODE_UNAVAILABLE");
 			this.onRetry(path, failure);
 			await sleep(delay);
 			delay = Math.min(delay * 2, 3000);

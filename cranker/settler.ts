@@ -84,11 +84,11 @@ const isRefusal = (err: unknown) => err instanceof NodeApiError && err.status >=
 
 export class Settler {
 	private readonly me: string;
-	/** Orphans left for an operator, by intent id: when to look at each again. */
+	/** Orphans left for an operator, by intent id: when to look at each again (performance.now()). */
 	private readonly leftForOperator = new Map<string, number>();
 	/**
 	 * Credit accounts whose history was too long to search: until when they are left, how long the
-	 * last wait was, and the shortest search that failed (back to `since`, unix seconds).
+	 * last wait was (performance.now() and ms), and the shortest search that failed (back to `since`, unix seconds).
 	 */
 	private readonly crowded = new Map<string, { until: number; waitMs: number; since: number }>();
 	/** Per payment memo, the transactions carrying it that were read and are not its settlement. */
@@ -117,8 +117,8 @@ export class Settler {
 		// Its recipient's credit account was too crowded to search as far back a moment ago: nor is it
 		// leased now. One that needs a shorter search (signed later) is tried.
 		const crowded = this.crowded.get(await this.creditAccountOf(intent));
-		if (crowded && crowded.until > Date.now() && searchFromOf(intent) <= crowded.since) return "unsigned";
-		const askedAt = Date.now();
+		if (crowded && crowded.until > performance.now() && searchFromOf(intent) <= crowded.since) return "unsigned";
+		const askedAt = performance.now();
 		let leased: MempoolIntent;
 		try {
 			leased = await this.node.updateStatus(intent.id, { status: "CRANKER_LEASED", crankerPubkey: this.me, expectedVersion: intent.stateVersion });
@@ -284,8 +284,8 @@ export class Settler {
 		for (let poll = 0; ; poll++) {
 			if (this.stopping()) {
 				// Stopping: wait for the outcome a while, then leave it SUBMITTED for finishOrphans (safe either way).
-				stopDeadline ??= Date.now() + STOP_WAIT_MS;
-				if (Date.now() > stopDeadline) return "lost";
+				stopDeadline ??= performance.now() + STOP_WAIT_MS;
+				if (performance.now() > stopDeadline) return "lost";
 			}
 			if (poll % 4 === 0 && refusal === null) {
 				// Send, then re-broadcast the same signed bytes now and then: it can land at most once.
@@ -349,7 +349,7 @@ export class Settler {
 			return false;
 		};
 		for (let at = 0; at < candidates.length; at += CANDIDATE_READS_AT_ONCE) {
-			if (at > 0 && Date.now() > until) throw new CandidatesTooManyError(`more transactions carry this payment's memo than this Cranker can read in time (${at} read)`);
+			if (at > 0 && performance.now() > until) throw new CandidatesTooManyError(`more transactions carry this payment's memo than this Cranker can read in time (${at} read)`);
 			const part = candidates.slice(at, at + CANDIDATE_READS_AT_ONCE);
 			const verdicts = await Promise.all(part.map(isThisSettlement));
 			const found = part.find((_, i) => verdicts[i]);
@@ -406,7 +406,7 @@ export class Settler {
 	}
 
 	private async finishOrphan(id: string): Promise<void> {
-		if ((this.leftForOperator.get(id) ?? 0) > Date.now()) return;
+		if ((this.leftForOperator.get(id) ?? 0) > performance.now()) return;
 		const record = await this.node.intent(id);
 		if (record.receiverStatus !== "SUBMITTED" || !record.submission) return;
 		const mine = record.lease?.crankerPubkey === this.me;
@@ -466,11 +466,11 @@ export class Settler {
 	private leaveCrowded(creditAccount: string, since: number): void {
 		const last = this.crowded.get(creditAccount);
 		const waitMs = Math.min(2 * (last?.waitMs ?? CROWDED_FIRST_WAIT_MS / 2), CROWDED_MAX_WAIT_MS);
-		rememberLatest(this.crowded, creditAccount, { until: Date.now() + waitMs, waitMs, since: Math.max(since, last?.since ?? since) }, CROWDED_ACCOUNTS_MAX);
+		rememberLatest(this.crowded, creditAccount, { until: performance.now() + waitMs, waitMs, since: Math.max(since, last?.since ?? since) }, CROWDED_ACCOUNTS_MAX);
 	}
 
 	private leaveForOperator(id: string): void {
-		rememberLatest(this.leftForOperator, id, Date.now() + OPERATOR_RECHECK_MS, OPERATOR_CASES_MAX);
+		rememberLatest(this.leftForOperator, id, performance.now() + OPERATOR_RECHECK_MS, OPERATOR_CASES_MAX);
 	}
 
 	private release(leased: MempoolIntent, reason: string): Promise<SettleResult> {

@@ -117,7 +117,7 @@ export class Cranker {
 	private stopping = false;
 	/** Heartbeats outlive the work loops, so a settlement finishing after SIGTERM is still accepted. */
 	private heartbeatsStopping = false;
-	/** Intents this Cranker just gave back (expired evidence, preflight refusal): not leased again for a while. */
+	/** Intents this Cranker just gave back (expired evidence, preflight refusal): not leased again until when (performance.now()). */
 	private readonly skipUntil = new Map<string, number>();
 	/** Where the next settlement round reads on from: the last work item read (null: the oldest). */
 	private workCursor: string | null = null;
@@ -301,8 +301,8 @@ export class Cranker {
 			try {
 				if (this.online && this.sameProgram) {
 					worked = await this.settleNext(settler);
-					if (this.sameProgram && Date.now() >= this.nextOrphanCheck) {
-						this.nextOrphanCheck = Date.now() + ORPHAN_CHECK_EVERY * this.config.pollIntervalMs;
+					if (this.sameProgram && performance.now() >= this.nextOrphanCheck) {
+						this.nextOrphanCheck = performance.now() + ORPHAN_CHECK_EVERY * this.config.pollIntervalMs;
 						await settler.finishOrphans();
 					}
 				}
@@ -372,7 +372,7 @@ export class Cranker {
 	 * lie far past the cursor), then the pages from where the last round stopped; false when none.
 	 */
 	private async settleNext(settler: Settler): Promise<boolean> {
-		const now = Date.now();
+		const now = performance.now();
 		for (const [id, until] of this.skipUntil) if (until <= now) this.skipUntil.delete(id);
 		if (await this.settleAnnounced(settler)) return true;
 		for (let page = 0; page < WORK_PAGES_PER_ROUND && !this.leasingHalted; page++) {
@@ -451,7 +451,7 @@ export class Cranker {
 		}
 		if (result === "lost") return false; // another Cranker leased it first
 		if (result === "released" || result === "unsigned") {
-			this.skipUntil.set(intent.id, Date.now() + SKIP_RELEASED_MS);
+			this.skipUntil.set(intent.id, performance.now() + SKIP_RELEASED_MS);
 			return false;
 		}
 		if (result === "confirmed") {
@@ -648,10 +648,11 @@ export class Cranker {
 
 	private async every(intervalMs: number, round: () => Promise<void>, done: () => boolean, onWake?: (wake: () => void) => void): Promise<void> {
 		while (!done()) {
-			const startedAt = Date.now();
+			const startedAt = performance.now();
 			await round().catch(err => this.log.warn("round failed; retrying", { error: (err as Error).message }));
-			// A fixed rate: a slow round does not push the next one later.
-			await this.sleep(Math.max(0, intervalMs - (Date.now() - startedAt)), done, onWake);
+			// A fixed rate: a slow round does not push the next one later. Timed on the monotonic clock:
+			// by the wall clock, one set back during a round would hold the next (a heartbeat) for as long.
+			await this.sleep(Math.max(0, intervalMs - (performance.now() - startedAt)), done, onWake);
 		}
 	}
 

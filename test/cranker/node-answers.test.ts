@@ -13,10 +13,11 @@ import { createLogger } from "../../cranker/log";
 import { MAX_ANSWER_BYTES, NodeApiError, NodeClient } from "../../cranker/node-client";
 import { Cranker } from "../../cranker/worker";
 import { LocalChain } from "../../devkit/local-chain";
-import { generateKeypair } from "../../lib/ed25519";
+import { createSigner, generateKeypair } from "../../lib/ed25519";
 import { keypairSigningKey } from "../../lib/http-signature";
 import { buildTinOperationMessage } from "../../lib/canonical";
-import { toWorkerView, type MempoolIntent } from "../../lib/intents";
+import { toWorkerView, type LeasedIntentRecord, type MempoolIntent } from "../../lib/intents";
+import { buildPayoutAuthorization } from "../../lib/payout";
 import { decidedRecord } from "../../lib/intake";
 import { newRoute, newWallet, signedIntent } from "../helpers/fixtures";
 import { tempDir } from "../helpers/node";
@@ -155,13 +156,20 @@ describe("the Cranker's work loop", () => {
 		return toWorkerView(decidedRecord({ id, request, requestDigest: "0".repeat(64), transactionCommitment: request.transactionCommitment!, epoch: 1, at: new Date().toISOString(), intakeCall: null }, { ok: true }));
 	}
 
+	/** Beside the settlement role and the stand-in's yes to every heartbeat. */
+	interface Against {
+		roles?: string;
+		env?: Record<string, string>;
+		heartbeat?: (req: NodeRequest, res: http.ServerResponse) => void;
+	}
+
 	/**
 	 * A settlement Cranker against a stand-in Node answering `answer` (after its heartbeat and its
 	 * empty orphan list), until it sends the request `awaited` (or `awaited()` holds); the requests it sent.
 	 */
-	async function crankerAgainst(answer: (req: NodeRequest, res: http.ServerResponse) => void, awaited: string | (() => boolean), roles = "settlement") {
+	async function crankerAgainst(answer: (req: NodeRequest, res: http.ServerResponse) => void, awaited: string | (() => boolean), { roles = "settlement", env = {}, heartbeat = (_req, res) => json(res, 200, {}) }: Against = {}) {
 		const node = await standInNode((req, res) => {
-			if (req.url === "/crankers/heartbeat") return json(res, 200, {});
+			if (req.url === "/crankers/heartbeat") return heartbeat(req, res);
 			if (req.url?.startsWith("/intents?")) return json(res, 200, []);
 			answer(req, res);
 		});
@@ -169,7 +177,7 @@ describe("the Cranker's work loop", () => {
 		const keyFile = path.join(dir, "cranker.json");
 		fs.writeFileSync(keyFile, JSON.stringify([...keypair.secretKey]));
 		const config = loadCrankerConfig(
-			{ KEYPAIR_PATH: keyFile, CRANKER_MINTS: mint, NODE_URL: node.url, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: chain.url, POLL_INTERVAL_MS: "50", HEARTBEAT_INTERVAL_MS: "200", CRANKER_STATE_DIR: dir },
+			{ KEYPAIR_PATH: keyFile, CRANKER_MINTS: mint, NODE_URL: node.url, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: chain.url, POLL_INTERVAL_MS: "50", HEARTBEAT_INTERVAL_MS: "200", CRANKER_STATE_DIR: dir, ...env },
 			["--roles", roles]
 		);
 		const cranker = await Cranker.create(config, createLogger({}, () => {}));
@@ -226,6 +234,60 @@ describe("the Cranker's work loop", () => {
 		}, `PATCH /intents/${next.id}/status`);
 	});
 
+	test("a payout answer naming another settlement program ends the round at its item: that lease is given back unsigned, and no item behind it is leased", async () => {
+		// A Node redeployed with another program, whose heartbeat answers (an older replica's) name none.
+		const authority = generateKeypair();
+		const first = signedItem("int_cccccccccccccccccccccccccccccccc");
+		const second = signedItem("int_dddddddddddddddddddddddddddddddd");
+		const lease = { crankerPubkey: keypair.publicKey, leasedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 30_000).toISOString() };
+		const leased = { ...first, receiverStatus: "CRANKER_LEASED", stateVersion: first.stateVersion + 1, lease };
+		const authorization = buildPayoutAuthorization({ ...leased, request: first } as unknown as LeasedIntentRecord, new Date(), { publicKey: authority.publicKey, sign: createSigner(authority) });
+		const sends = chain.calls.get("sendTransaction") ?? 0;
+		let givenBackAt = 0;
+		const requests = await crankerAgainst(
+			(req, res) => {
+				if (req.url?.startsWith("/intent-work")) return json(res, 200, [first, second].map(intent => ({ intent, leaseTtlMs: 30_000 })));
+				if (req.url?.startsWith("/internal/settlement-authorizations")) return json(res, 200, { ...authorization, settlementProgramId: newWallet().address });
+				if (req.url === `/intents/${first.id}/status`) {
+					if (JSON.parse(req.body).status === "CRANKER_LEASED") return json(res, 200, leased);
+					givenBackAt ||= Date.now();
+					return json(res, 200, { ...first, stateVersion: first.stateVersion + 2 });
+				}
+				if (req.method === "PATCH") return lost(res);
+				json(res, 404, { type: "NOT_FOUND", message: "not here" });
+			},
+			// Ten of its rounds after the lease went back.
+			() => givenBackAt > 0 && Date.now() - givenBackAt > 500,
+			{ env: { NODE_AUTHORITY_PUBKEY: authority.publicKey } }
+		);
+		expect(requests.filter(line => line.startsWith("PATCH"))).toEqual([`PATCH /intents/${first.id}/status`, `PATCH /intents/${first.id}/status`]);
+		expect(chain.calls.get("sendTransaction") ?? 0).toBe(sends);
+	});
+
+	test("a heartbeat refused for a clock set ahead is not what the next ones count from: once the clock is set right, they are accepted again", async () => {
+		// The Node's clock: this process's, read past the Cranker's.
+		const nodeNow = () => performance.timeOrigin + performance.now();
+		const clock = jest.spyOn(Date, "now").mockImplementation(() => nodeNow() + 10 * 60_000);
+		const sentAts: string[] = [];
+		let accepted = 0;
+		await crankerAgainst(
+			(_req, res) => json(res, 404, { type: "NOT_FOUND", message: "not here" }),
+			() => accepted > 0,
+			{
+				heartbeat(req, res) {
+					const { sentAt } = JSON.parse(req.body) as { sentAt: string };
+					sentAts.push(sentAt);
+					// Set right after two refusals.
+					if (sentAts.length === 2) clock.mockRestore();
+					if (Math.abs(Date.parse(sentAt) - nodeNow()) > 60_000) return json(res, 422, { name: "ServiceError", type: "STALE_HEARTBEAT", message: "sentAt is more than 60 s away from the Node's clock" });
+					accepted++;
+					json(res, 200, {});
+				}
+			}
+		).finally(() => clock.mockRestore());
+		expect(sentAts.length).toBeGreaterThanOrEqual(3);
+	});
+
 	describe("as a submitter of TIN operations, on a Node's word (a review's replays)", () => {
 		const owner = newWallet();
 		/** A TIN operation in `status` as the Node lists it, its fee committed by this Cranker unless said. */
@@ -268,7 +330,7 @@ describe("the Cranker's work loop", () => {
 				if (req.url === `/tin-operations/${expired.id}/failed`) return json(res, 200, { ...expired, status: "FAILED" });
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
-			}, () => listed >= 3, "submitter");
+			}, () => listed >= 3, { roles: "submitter" });
 			expect(submittedSignatures(requests)).toEqual([]);
 			expect(sends()).toBe(before);
 			// The expired one is failed, so that it leaves the work list (nothing of it was sent); the others are left alone.
@@ -293,7 +355,7 @@ describe("the Cranker's work loop", () => {
 				}
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
-			}, () => reported.length >= 5, "submitter");
+			}, () => reported.length >= 5, { roles: "submitter" });
 			expect(advanced).toBe(true);
 			expect(new Set(reported).size).toBe(1);
 			expect(chain.landedWithMemoEnding(op.request.routeCommitment as string)).toHaveLength(1);
@@ -314,7 +376,7 @@ describe("the Cranker's work loop", () => {
 				}
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
-			}, () => reported.length >= 3, "submitter");
+			}, () => reported.length >= 3, { roles: "submitter" });
 			expect(new Set(reported).size).toBe(1);
 			expect(sends()).toBe(before);
 		});
@@ -333,7 +395,7 @@ describe("the Cranker's work loop", () => {
 				}
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
-			}, () => failed !== null, "submitter").finally(clock.restore);
+			}, () => failed !== null, { roles: "submitter" }).finally(clock.restore);
 			expect(failed).toMatchObject({ reason: expect.stringMatching(/^NOT_LANDED/) });
 			expect(listed).toBeGreaterThanOrEqual(3);
 		});
@@ -356,7 +418,7 @@ describe("the Cranker's work loop", () => {
 				if (req.url === `/tin-operations/${op.id}/failed`) return (failed = true), json(res, 200, { ...op, status: "FAILED" });
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
-			}, () => failed, "submitter").finally(clock.restore);
+			}, () => failed, { roles: "submitter" }).finally(clock.restore);
 			expect(reported).toBe(1);
 		});
 
@@ -380,7 +442,7 @@ describe("the Cranker's work loop", () => {
 				if (req.url === `/tin-operations/${op.id}/failed`) return (failed = true), json(res, 200, { ...op, status: "FAILED" });
 				if (req.url?.startsWith("/tin-operations/")) return json(res, 200, []);
 				json(res, 404, { type: "NOT_FOUND", message: "not here" });
-			}, () => listedAfter >= 6, "submitter").finally(clock.restore);
+			}, () => listedAfter >= 6, { roles: "submitter" }).finally(clock.restore);
 			expect(failed).toBe(false);
 		});
 	});

@@ -90,8 +90,10 @@ export const INTENTS_COLLECTION = {
 	// (state, archivedIn, createdAt) serves the work list and the sweeps (the live intents of a state,
 	// oldest first: only terminal ones are ever archived), the public list by status and the epoch
 	// close (the live intents of some states, newest first); (archivedIn, createdAt) the public list
-	// without a status; (state, expiresAt) the expiry sweep.
-	indexes: [["state", "archivedIn", "createdAt"], ["state", "expiresAt"], ["archivedIn", "createdAt"]],
+	// without a status; (state, expiresAt) and (state, expiresAtSlot) the expiry sweeps, each walking
+	// only the intents due (anyone may keep intents VERIFIED for a day: a sweep reading all of them
+	// every second would cost the event loop in proportion).
+	indexes: [["state", "archivedIn", "createdAt"], ["state", "expiresAt"], ["state", "expiresAtSlot"], ["archivedIn", "createdAt"]],
 	// An epoch's archive in id order, its Merkle leaves' (epoch close): only archived intents are in
 	// it, so intake and the moves of live intents never write to it.
 	sparseIndexes: [["archivedIn"]],
@@ -648,8 +650,9 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				const now = new Date();
 				const at = now.toISOString();
 				const latestSlot = this.slots.latest();
-				const due = await this.intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAt: { lte: at } }, limit: SWEEP_BATCH });
-				if (latestSlot !== null) due.push(...(await this.intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAtSlot: { lte: latestSlot } }, limit: SWEEP_BATCH })));
+				// Ordered by the field due, so each walks its index (state, field) only as far as the intents due.
+				const due = await this.intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAt: { lte: at } }, orderBy: ["expiresAt", "asc"], limit: SWEEP_BATCH });
+				if (latestSlot !== null) due.push(...(await this.intents.list({ where: { state: { in: EXPIRABLE_STATES }, expiresAtSlot: { lte: latestSlot } }, orderBy: ["expiresAtSlot", "asc"], limit: SWEEP_BATCH })));
 				let expired = 0;
 				for (const record of due) if (isExpired(record, now.getTime(), latestSlot) && (await this.commit(record, expire(record, at)))) expired++;
 				this.sweeps.inc({ sweep: "intent-expiry", result: "expired" }, expired);

@@ -89,6 +89,26 @@ test("a list over several states is one index walk per state, merged in order (n
 	expect(await ids({ where: { archivedIn: null }, orderBy: ["createdAt", "desc"], limit: 500 })).toEqual(reference(r => r.archivedIn === undefined, "createdAt", "desc", 500));
 });
 
+test("the expiry sweeps walk their index only as far as the intents due, by time and by slot", async () => {
+	const expirable = ["RECEIVED", "VERIFIED", "CRANKER_LEASED"];
+	const now = new Date(Date.UTC(2026, 10, 23, 0, 40)).toISOString();
+	const dueByTime = (r: IntentRecord) => expirable.includes(r.state) && r.expiresAt <= now;
+	const byTime = await intents.list({ where: { state: { in: expirable }, expiresAt: { lte: now } }, orderBy: ["expiresAt", "asc"], limit: 500 });
+	expect(byTime.map(r => r.id).sort()).toEqual(all.filter(dueByTime).map(r => r.id).sort());
+	const dueBySlot = (r: IntentRecord) => expirable.includes(r.state) && r.expiresAtSlot <= 100;
+	const bySlot = await intents.list({ where: { state: { in: expirable }, expiresAtSlot: { lte: 100 } }, orderBy: ["expiresAtSlot", "asc"], limit: 500 });
+	expect(bySlot.map(r => r.id)).toEqual(all.filter(dueBySlot).map(r => r.id));
+	// The same lists' plans: each state's walk starts in the index (state, field) and stops past the bound.
+	const db = new Database(`${dataDir}/mempool.sqlite`, { readonly: true });
+	try {
+		const plan = (field: string) => (db.prepare(`EXPLAIN QUERY PLAN SELECT id FROM intents WHERE state = 'VERIFIED' AND ${field} <= 1 ORDER BY ${field}, id`).all() as { detail: string }[]).map(row => row.detail).join(";");
+		expect(plan("expiresAt")).toMatch(/USING (COVERING )?INDEX \S*state_expiresAt_id \(state=\? AND expiresAt<\?\)/);
+		expect(plan("expiresAtSlot")).toMatch(/USING (COVERING )?INDEX \S*state_expiresAtSlot_id \(state=\? AND expiresAtSlot<\?\)/);
+	} finally {
+		db.close();
+	}
+});
+
 test("the plan check tells SQLite's sorting and scanning plans from index walks", () => {
 	const db = new Database(":memory:");
 	db.exec(`CREATE TABLE t (id TEXT PRIMARY KEY, state TEXT, createdAt TEXT, doc TEXT); CREATE INDEX t_i_state_createdAt_id ON t (state, createdAt, id)`);

@@ -33,12 +33,14 @@ import { EVENT_STREAM_PARAMS, INTENT_STREAM_PARAMS, LAST_EVENT_ID, eventStreams,
 import { markDraining, probeAnswer, RETRY_AFTER_UNAVAILABLE_S, type Probe } from "./health";
 import { isJson, jsonBody } from "./json-body";
 import { isServed, isServedHere, workersOnly } from "./internal";
-import { isResponding, onResponseGone } from "./response-gone";
+import { answersInProgress, onResponseGone } from "./response-gone";
 import { actForWorker } from "./bus-guard";
 import { httpMetrics, metricsForm } from "./metrics";
 
 /** SPEC §10: request bodies up to 65,536 bytes as sent, and as decoded. */
 const MAX_BODY_BYTES = 65_536;
+/** Answers one connection may have in progress (pipelined requests); a request past them closes it. */
+const MAX_ANSWERS_PER_CONNECTION = 16;
 /** On SIGTERM, how long requests already in flight may take to finish. */
 const DRAIN_TIMEOUT_MS = 30_000;
 
@@ -757,6 +759,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				this.server = http.createServer(
 					{ headersTimeout: config.headersTimeoutMs, requestTimeout: config.requestTimeoutMs, keepAliveTimeout: config.keepAliveTimeoutMs, connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs) },
 					(req, res) => {
+						// Closed for pipelining too deep (limitConnections): the requests read with it go unanswered.
+						if (req.socket.destroyed) return;
 						const isHealth = req.url?.startsWith("/health/");
 						accessLog(this.logger, req, res, isHealth ? "debug" : "info");
 						countRequest(metrics, request => this.routeOf(request), req, res);
@@ -814,13 +818,14 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				// A request still being served, its answer not begun (a slow owner), gets another period.
 				server.timeout = config.socketTimeoutMs;
 				server.on("timeout", (socket: Socket) => {
-					if (socket.writableLength > 0 || !isResponding(socket)) socket.destroy();
+					if (socket.writableLength > 0 || answersInProgress(socket) === 0) socket.destroy();
 					else socket.setTimeout(config.socketTimeoutMs);
 				});
 				const perClient = new ConnectionsPerClient(config.maxConnectionsPerClient, proxies);
 				const notices = {
 					process: new RefusalNotice(`Connections refused: this process holds MAX_CONNECTIONS (${config.maxConnections})`),
-					client: new RefusalNotice(`Connections refused: a client holds MAX_CONNECTIONS_PER_CLIENT (${config.maxConnectionsPerClient})`)
+					client: new RefusalNotice(`Connections refused: a client holds MAX_CONNECTIONS_PER_CLIENT (${config.maxConnectionsPerClient})`),
+					pipelined: new RefusalNotice(`Connections closed: a client pipelined more than ${MAX_ANSWERS_PER_CONNECTION} requests on one`)
 				};
 				const refused = (limit: keyof typeof notices) => {
 					metrics.refusedConnections.inc({ limit });
@@ -828,6 +833,14 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					if (line) this.logger.warn(line);
 				};
 				server.on("drop", () => refused("process"));
+				// Node reads every request a client pipelines at once and keeps each answer until the client
+				// has read those before it: one connection read slowly would hold hundreds of answers. A
+				// client pipelining deeper than browsers and HTTP libraries do loses the connection.
+				server.prependListener("request", (req: IncomingMessage) => {
+					if (req.socket.destroyed || answersInProgress(req.socket) < MAX_ANSWERS_PER_CONNECTION) return;
+					req.socket.destroy();
+					refused("pipelined");
+				});
 				server.on("connection", (socket: Socket) => {
 					if (!perClient.admit(socket)) {
 						socket.destroy();

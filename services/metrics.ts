@@ -120,9 +120,9 @@ export function httpMetrics(broker: ServiceBroker) {
 		refusedConnections: counter(
 			broker,
 			"scs_http_connections_refused_total",
-			"Connections the gateway closed unanswered, by the limit reached (process: MAX_CONNECTIONS, client: MAX_CONNECTIONS_PER_CLIENT).",
+			"Connections the gateway closed unanswered, by the limit reached (process: MAX_CONNECTIONS, client: MAX_CONNECTIONS_PER_CLIENT, pipelined: more requests pipelined on one than it answers at once).",
 			["limit"],
-			each("limit", ["process", "client"])
+			each("limit", ["process", "client", "pipelined"])
 		)
 	};
 }

@@ -9,9 +9,9 @@ import type { Socket } from "node:net";
 
 const waitingOnSocket = new WeakMap<Socket, Set<() => void>>();
 
-/** Whether a response on `socket` is still being served (registered with onResponseGone, not gone yet). */
-export function isResponding(socket: Socket): boolean {
-	return (waitingOnSocket.get(socket)?.size ?? 0) > 0;
+/** How many responses on `socket` are still being served or queued (registered with onResponseGone, not gone yet). */
+export function answersInProgress(socket: Socket): number {
+	return waitingOnSocket.get(socket)?.size ?? 0;
 }
 
 /** Calls `gone` once, when `res` closes or its socket does (at once if the socket is gone already). */

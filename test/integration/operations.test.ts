@@ -159,13 +159,36 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 		const connection = await rawConnection(node.url, "127.0.0.2");
 		try {
 			// A review's replay: each left its answer (about 110 KB) in the responses in flight, for
-			// good, and SIGTERM's drain waited its 30 s for them.
-			connection.socket.pause();
-			connection.socket.write("GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(200));
-			// Those the socket buffers took are answered: some 90 of 110 KB, on Linux's defaults.
-			await waitFor(() => api.inFlight.size > 50 || null, 5_000, "pipelined requests in flight");
+			// good, and SIGTERM's drain waited its 30 s for them. Queued behind an event stream, which
+			// never ends, as many as a connection may have in progress.
+			connection.socket.write(`GET /events HTTP/1.1\r\nHost: localhost\r\nx-api-key: ${API_KEY}\r\n\r\n` + "GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(15));
+			await waitFor(() => api.inFlight.size === 16 || null, 5_000, "pipelined requests in flight");
 			connection.socket.destroy();
 			await waitFor(() => api.inFlight.size === 0 || null, 5_000, "nothing in flight");
+		} finally {
+			connection.socket.destroy();
+			await node.stop();
+		}
+	}, 20_000);
+
+	it("closes a connection pipelining more requests than it may have answers in progress (16), instead of holding an answer for each", async () => {
+		const node = await startNode();
+		const api = node.broker.getLocalService("api") as unknown as { inFlight: { size: number } };
+		const connection = await rawConnection(node.url, "127.0.0.2");
+		try {
+			// A review's replay: 600 answers of about 110 KB each, held for a client that reads a few KB a second.
+			connection.socket.pause();
+			let mostInFlight = 0;
+			const watch = setInterval(() => (mostInFlight = Math.max(mostInFlight, api.inFlight.size)), 1);
+			connection.socket.write("GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(600));
+			connection.socket.resume();
+			await waitFor(() => connection.closed() || null, 5_000, "the connection closed");
+			clearInterval(watch);
+			expect(mostInFlight).toBeLessThanOrEqual(16);
+			await waitFor(() => api.inFlight.size === 0 || null, 5_000, "nothing in flight");
+			expect(await refusedCount(node, "pipelined")).toBe(1);
+			// Other connections are served as before.
+			expect((await node.http("GET", "/health/live")).status).toBe(200);
 		} finally {
 			connection.socket.destroy();
 			await node.stop();
@@ -180,8 +203,8 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 			// A review's replay: an event stream first, which never finishes, then health checks queued
 			// behind it. Each kept its call's context (its request and response in it) for good: the
 			// gateway's own answers never tell moleculer-web they are done, and a queued answer never closes.
-			connection.socket.write(`GET /events HTTP/1.1\r\nHost: localhost\r\nx-api-key: ${API_KEY}\r\n\r\n` + "GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(300));
-			await waitFor(() => api._trackedContexts.length > 200 || null, 5_000, "the pipelined requests taken");
+			connection.socket.write(`GET /events HTTP/1.1\r\nHost: localhost\r\nx-api-key: ${API_KEY}\r\n\r\n` + "GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(15));
+			await waitFor(() => api._trackedContexts.length >= 15 || null, 5_000, "the pipelined requests taken");
 			connection.socket.destroy();
 			await waitFor(() => (api.inFlight.size === 0 && api._trackedContexts.length === 0) || null, 5_000, "no call left");
 		} finally {
@@ -191,23 +214,28 @@ describe("MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and SOCKET_TIMEOUT_MS", ()
 	}, 20_000);
 
 	it("closes a connection whose client stopped reading its answers once they have not moved for SOCKET_TIMEOUT_MS", async () => {
-		const node = await startNode({ SOCKET_TIMEOUT_MS: "2000" });
+		const dataDir = tempDir();
+		const route = newRoute();
+		const node = await startNode({ SOCKET_TIMEOUT_MS: "2000", REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]) }, dataDir);
+		for (let i = 0; i < 25; i++) await Promise.all(Array.from({ length: 20 }, () => node.http("POST", "/intents", signedIntent(sender, route))));
 		// The gateway's end of the connection: the client's, paused, does not see the close.
 		const server = (node.broker.getLocalService("api") as unknown as { server: net.Server }).server;
 		const accepted: net.Socket[] = [];
 		server.on("connection", socket => accepted.push(socket));
 		const connection = await rawConnection(node.url, "127.0.0.2");
 		try {
-			// A review's replay: answers asked for and never read (each about 110 KB), their unsent
-			// rest held by the process; keep-alive's timer does not run while an answer is unsent.
+			// A review's replay: answers asked for and never read (pages of about a megabyte of work
+			// items, more than the kernel's buffers take), their unsent rest held by the process;
+			// keep-alive's timer does not run while an answer is unsent.
 			connection.socket.pause();
-			connection.socket.write("GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(1000));
+			connection.socket.write(`GET /intent-work?limit=500 HTTP/1.1\r\nHost: localhost\r\nx-api-key: ${API_KEY}\r\n\r\n`.repeat(16));
 			const gatewayEnd = await waitFor(() => accepted.find(socket => socket.remotePort === connection.socket.localPort), 5_000, "the gateway's end");
 			await waitFor(() => gatewayEnd.destroyed || null, 10_000, "the stalled connection closed by the gateway");
 			// A paused socket does not see its close: reading again, the client finds the answers cut off.
 			connection.socket.resume();
 			await waitFor(() => connection.closed() || null, 5_000, "the close seen");
-			expect(connection.received().match(/HTTP\/1\.1 200/g)?.length ?? 0).toBeLessThan(1000);
+			expect(connection.received().match(/HTTP\/1\.1 200/g)?.length ?? 0).toBeLessThan(16);
+			expect(await refusedCount(node, "pipelined")).toBe(0);
 		} finally {
 			connection.socket.destroy();
 			await node.stop();

@@ -66,9 +66,9 @@ const CROWDED_ACCOUNTS_MAX = 10_000;
 
 /** Transactions carrying a payment's memo are read this many at a time: anyone can write copies of it. */
 const CANDIDATE_READS_AT_ONCE = 8;
-/** The payments whose copies read are remembered, the latest ones, and how many copies of each at most (about 1 MB). */
-const PAYMENTS_WITH_COPIES_MAX = 1000;
-const COPIES_REMEMBERED_MAX = 10_000;
+/** The payments whose copies read are remembered, the latest ones, and how many copies of each at most (about 15 MB in all). */
+const PAYMENTS_WITH_COPIES_MAX = 100;
+const COPIES_REMEMBERED_MAX = 1_000;
 
 /** More copies of a payment's memo on its credit account than a Cranker can read within half a lease. */
 class CandidatesTooManyError extends Error {

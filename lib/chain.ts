@@ -95,6 +95,8 @@ const MAX_RPC_ANSWER_BYTES = 8 * 1024 * 1024;
 
 /** For answers of a fixed small size: a height, a slot, a genesis hash, one signature's status. */
 const SHORT_ANSWER_BYTES = 16 * 1024;
+/** For getTransaction: a transaction with its status and logs (the Node's own bound for every answer). */
+const TRANSACTION_ANSWER_BYTES = 256 * 1024;
 /** How long a transaction an endpoint showed is kept (it does not change; the bound is memory's). */
 const SHOWN_TRANSACTION_KEPT_MS = 10 * 60_000;
 
@@ -106,6 +108,8 @@ export class ChainReader {
 	protected readonly rpc: Rpc<SolanaRpcApi>;
 	/** The same endpoint, for the answers of a fixed small size (SHORT_ANSWER_BYTES). */
 	private readonly shortRpc: Rpc<SolanaRpcApi>;
+	/** The same endpoint, for one transaction (TRANSACTION_ANSWER_BYTES). */
+	private readonly transactionRpc: Rpc<SolanaRpcApi>;
 	/**
 	 * Transactions this endpoint showed to be the one their signature names, as read: a confirmed
 	 * transaction does not change, so a report repeated (one of up to 256 KB, say) is not fetched
@@ -120,6 +124,7 @@ export class ChainReader {
 	) {
 		this.rpc = createSolanaRpcFromTransport(cappedTransport(rpcUrl, maxAnswerBytes));
 		this.shortRpc = createSolanaRpcFromTransport(cappedTransport(rpcUrl, Math.min(SHORT_ANSWER_BYTES, maxAnswerBytes)));
+		this.transactionRpc = createSolanaRpcFromTransport(cappedTransport(rpcUrl, Math.min(TRANSACTION_ANSWER_BYTES, maxAnswerBytes)));
 	}
 
 	protected get deadline() {
@@ -160,7 +165,7 @@ export class ChainReader {
 	 */
 	async transactionContents(signature: string, includeFailed = false): Promise<SettlementContents | null> {
 		const read = await this.shownTransactions.get(signature, async () => {
-			const fetched = await this.rpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
+			const fetched = await this.transactionRpc.getTransaction(toSignature(signature), { encoding: "base64", commitment: "confirmed", maxSupportedTransactionVersion: 0 }).send(this.deadline);
 			// Any answer that is no transaction (null, or whatever a lying endpoint sends instead) is none.
 			return fetched ? { failed: !!fetched.meta?.err, contents: readFetchedSettlementTransaction(fetched.transaction[0], signature) } : null;
 		});

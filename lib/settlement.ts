@@ -231,12 +231,17 @@ export function readEncodedSettlementTransaction(base64: string): SettlementCont
  * An RPC that answers another transaction, or one made up under this signature, gets an
  * unreadable reading, which proves nothing.
  */
+/** The most a transaction's wire bytes can be: the network's packet size (PACKET_DATA_SIZE). */
+const MAX_TRANSACTION_BYTES = 1232;
+
 export function readFetchedSettlementTransaction(base64: string, signature: string): SettlementContents {
 	const notShown = (reason: string): SettlementContents => ({ ...unreadable(reason), notShown: true });
 	let decoded: ReturnType<typeof decodedTransaction>;
 	let wire: ReadonlyUint8Array;
 	try {
 		wire = getBase64Encoder().encode(base64);
+		// Its fee payer's signature proves nothing about size: a made-up transaction of megabytes would be kept as read.
+		if (wire.length > MAX_TRANSACTION_BYTES) return notShown(`${wire.length} bytes, more than a Solana transaction holds (${MAX_TRANSACTION_BYTES})`);
 		decoded = decodedTransaction(wire);
 	} catch (err) {
 		// Not base64, or not a transaction at all.

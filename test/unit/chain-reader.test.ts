@@ -7,8 +7,29 @@ import zlib from "node:zlib";
 import type { AddressInfo } from "node:net";
 import { ChainReader, readFailure } from "../../lib/chain";
 import { AnswerTooLargeError } from "../../lib/json-answer";
-import { encodeBase58 } from "../../lib/encoding";
-import { randomBytes } from "node:crypto";
+import { decodeBase58, encodeBase58 } from "../../lib/encoding";
+import { generateKeyPairSync, randomBytes, sign } from "node:crypto";
+
+/** Solana's compact-u16 length prefix. */
+function compactU16(n: number): number[] {
+	const bytes: number[] = [];
+	do {
+		const low = n & 0x7f;
+		n >>= 7;
+		bytes.push(n ? low | 0x80 : low);
+	} while (n);
+	return bytes;
+}
+
+/** A legacy transaction of one memo instruction carrying `memoBytes`, signed by its fee payer: what anyone can make. */
+function selfSignedMemoTransaction(memoBytes: number): Buffer {
+	const { publicKey, privateKey } = generateKeyPairSync("ed25519");
+	const payer = publicKey.export({ format: "der", type: "spki" }).subarray(-32);
+	const memoProgram = decodeBase58("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")!;
+	const data = Buffer.alloc(memoBytes, "a");
+	const message = Buffer.from([1, 0, 1, ...compactU16(2), ...payer, ...memoProgram, ...randomBytes(32), ...compactU16(1), 1, ...compactU16(0), ...compactU16(data.length), ...data]);
+	return Buffer.concat([Buffer.from(compactU16(1)), sign(null, message, privateKey), message]);
+}
 
 type Answer = (res: http.ServerResponse, call: { id: unknown; method: string }) => void;
 
@@ -108,6 +129,23 @@ describe("ChainReader: an RPC answer is read up to a bound", () => {
 		results.getTransaction = 0;
 		expect(await reader.observe(encodeBase58(randomBytes(64)), read)).toMatchObject({ content: { notGiven: true } });
 		expect(read).not.toHaveBeenCalled();
+	});
+
+	it("reads a transaction up to 256 KB, whatever the reader's bound (the Cranker's is 8 MB, for pages of signatures)", async () => {
+		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: { slot: 5, meta: { err: null }, transaction: ["A".repeat(300_000), "base64"] } }));
+		await expect(new ChainReader(url).transactionContents(encodeBase58(randomBytes(64)))).rejects.toBeInstanceOf(AnswerTooLargeError);
+	});
+
+	it("takes no transaction longer than Solana's 1,232 bytes for one shown, though its fee payer signed it (a review: a made-up one of megabytes was kept ten minutes)", async () => {
+		const wire = selfSignedMemoTransaction(5_000);
+		const signature = encodeBase58(wire.subarray(1, 65));
+		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: { slot: 5, meta: { err: null }, transaction: [wire.toString("base64"), "base64"] } }));
+		const contents = await new ChainReader(url).transactionContents(signature);
+		expect(contents).toMatchObject({ notShown: true, unreadable: expect.stringContaining("more than a Solana transaction holds") });
+		// The same transaction at a size Solana allows is shown: only its length was refused.
+		const small = selfSignedMemoTransaction(100);
+		answer = (res, call) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: call.id, result: { slot: 5, meta: { err: null }, transaction: [small.toString("base64"), "base64"] } }));
+		expect(await new ChainReader(url).transactionContents(encodeBase58(small.subarray(1, 65)))).not.toHaveProperty("notShown");
 	});
 
 	it("keeps Solana's integers exact, as kit's own transport does", async () => {

@@ -48,8 +48,12 @@ export class HistoryTooLongError extends Error {
 	override name = "HistoryTooLongError";
 }
 
+/** How long the time an endpoint's history starts at is taken as read (it moves only as the ledger is pruned). */
+const HISTORY_START_KEPT_MS = 60_000;
+
 export class Chain extends ChainReader {
 	private readonly decimals = new Map<string, number>();
+	private historyStart: { at: number; readAt: number } | null = null;
 
 	constructor(
 		rpcUrl: string,
@@ -100,6 +104,19 @@ export class Chain extends ChainReader {
 			before = oldest.signature;
 		}
 		throw new HistoryTooLongError(`the RPC lists more than ${this.settlementSearchMaxPages * 1000} transactions of ${account} since the intent was signed`);
+	}
+
+	/**
+	 * When the endpoint's history starts (unix seconds): the time of its first available block, read
+	 * at most once a minute. A search back past it finds nothing there, whatever landed.
+	 */
+	async historyStartsAt(): Promise<number> {
+		if (this.historyStart && performance.now() - this.historyStart.readAt < HISTORY_START_KEPT_MS) return this.historyStart.at;
+		const slot = await this.firstAvailableSlot();
+		const time = await this.rpc.getBlockTime(slot).send(this.deadline);
+		if (typeof time !== "bigint" && typeof time !== "number") throw new Error(`the RPC gives no time for its first available block (${slot})`);
+		this.historyStart = { at: Number(time), readAt: performance.now() };
+		return this.historyStart.at;
 	}
 
 	/**

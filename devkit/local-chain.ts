@@ -81,6 +81,9 @@ export class LocalChain {
 	/** How many slots a landed transaction waits before getTransaction answers it at `finalized` (0: at once). */
 	finalitySlots = 0;
 	private dropped = 0;
+	/** Its genesis: the slot it starts at, which getBlockTime places two days back (a ledger that reaches far enough). */
+	private readonly firstSlot: number;
+	private readonly startedAtMs = Date.now();
 	/** The first slot whose transactions it still shows (getFirstAvailableBlock); see keepHistoryFrom(). */
 	private historyFrom = 0;
 	private substitute: ((signature: string) => ReadonlyUint8Array | undefined) | null = null;
@@ -93,6 +96,7 @@ export class LocalChain {
 		this.slotMs = options.slotMs ?? 100;
 		this.validity = options.blockhashValiditySlots ?? 150;
 		this.slotNumber = Number(this.svm.getClock().slot);
+		this.firstSlot = this.slotNumber;
 		this.newBlockhash();
 	}
 
@@ -129,6 +133,12 @@ export class LocalChain {
 	 */
 	keepHistoryFrom(slot: number): void {
 		this.historyFrom = slot;
+	}
+
+	/** Unix seconds of `slot`: the first two days back, the others a slot's time apart from when the chain started, never ahead of now. */
+	private blockTime(slot: number): number {
+		const at = slot <= this.firstSlot ? this.startedAtMs - 2 * 86_400_000 : Math.min(Date.now(), this.startedAtMs + (slot - this.firstSlot) * this.slotMs);
+		return Math.floor(at / 1000);
 	}
 
 	/** A landed transaction, unless pruned. */
@@ -295,6 +305,8 @@ export class LocalChain {
 				return this.slotNumber;
 			case "getFirstAvailableBlock":
 				return this.historyFrom;
+			case "getBlockTime":
+				return this.blockTime(Number(params[0]));
 			case "getLatestBlockhash":
 				return { context: this.context(), value: { blockhash: this.latest, lastValidBlockHeight: this.blockhashes.get(this.latest) } };
 			case "sendTransaction":

@@ -469,6 +469,28 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
 	});
 
+	test("is not paid again by a Cranker whose RPC's history starts after the payment was signed: a pruned ledger shows no settlement made before it (a review's replay)", async () => {
+		const mint = chain.createMint(6);
+		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });
+		const record = verifiedRecord(request);
+		const creditAccount = await creditAccountAddress(request.recipientRouteCommitment, mint);
+		const first = await crankerFor(record, mint);
+		expect(await first.settler.settle(first.offered)).toBe("confirmed");
+		// The endpoint has pruned the slots the settlement landed in; the Node (restored from a backup) lists the intent again.
+		chain.advance(10);
+		chain.keepHistoryFrom(chain.slot);
+		try {
+			const second = await crankerFor(record, mint);
+			expect(await second.settler.settle(second.offered)).toBe("released");
+			expect(second.reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED"]);
+			expect(second.reported[1].reason).toMatch(/^SOLANA_RPC_URL's history starts at .+, after this payment was signed/);
+			expect(second.journal.size).toBe(0);
+		} finally {
+			chain.keepHistoryFrom(0);
+		}
+		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
+	});
+
 	test("copies of its memo on the credit account cost reads a few at a time within half the lease, then hold back this payment only (a review's replay)", async () => {
 		const mint = chain.createMint(6);
 		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });

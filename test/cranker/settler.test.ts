@@ -436,7 +436,8 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		return { settler: new Settler(node, reading(new Chain(chain.url, 5000)), signer, config, createLogger({}, () => {}), () => false, journal), reported, journal, offered };
 	}
 
-	test("is not paid a second time when the chain cannot show a transaction that carries its memo (an RPC error, a backend without it yet, bytes that are not it): a review's replay", async () => {
+	/** A payment in a new mint, settled once by a Cranker of its own: what the Node then offers again. */
+	async function paidOnce() {
 		const mint = chain.createMint(6);
 		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });
 		const record = verifiedRecord(request);
@@ -444,6 +445,11 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		const first = await crankerFor(record, mint);
 		expect(await first.settler.settle(first.offered)).toBe("confirmed");
 		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
+		return { mint, request, record, creditAccount };
+	}
+
+	test("is not paid a second time when the chain cannot show a transaction that carries its memo (an RPC error, a backend without it yet, bytes that are not it): a review's replay", async () => {
+		const { mint, request, record, creditAccount } = await paidOnce();
 
 		const withoutTransaction = (rpc: Chain) => Object.assign(Object.create(rpc) as Chain, { transactionContents: async () => null });
 		const failures: [string, (rpc: Chain) => Chain, () => void][] = [
@@ -470,12 +476,7 @@ describe("a settlement already on chain, offered again by the Node", () => {
 	});
 
 	test("is not paid again by a Cranker whose RPC's history starts after the payment was signed: a pruned ledger shows no settlement made before it (a review's replay)", async () => {
-		const mint = chain.createMint(6);
-		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });
-		const record = verifiedRecord(request);
-		const creditAccount = await creditAccountAddress(request.recipientRouteCommitment, mint);
-		const first = await crankerFor(record, mint);
-		expect(await first.settler.settle(first.offered)).toBe("confirmed");
+		const { mint, request, record, creditAccount } = await paidOnce();
 		// The endpoint has pruned the slots the settlement landed in; the Node (restored from a backup) lists the intent again.
 		chain.advance(10);
 		chain.keepHistoryFrom(chain.slot);

@@ -39,6 +39,18 @@ export type SettleResult = "confirmed" | "rejected" | "released" | "dropped" | "
 
 /** After SIGTERM, how long a sent settlement is watched before it is left SUBMITTED for another Cranker. */
 const STOP_WAIT_MS = 20_000;
+/**
+ * Blocks past its last landing height after which a settlement is no longer watched: the Node may
+ * take its drop for live a while (BLOCKHASH_LIFETIME_BLOCKS past its own reading), but not for good,
+ * and the round's other work waits meanwhile. Left SUBMITTED, the orphan rounds report it later.
+ */
+const WATCH_PAST_EXPIRY_BLOCKS = 600n;
+/**
+ * Blocks past its last landing height before a settlement this Cranker signed is taken for one that
+ * can no longer land, and another may be signed: one RPC answer (a height from a backend ahead of
+ * the one that answers the status) must not be enough to pay twice.
+ */
+const SIGN_AGAIN_AFTER_BLOCKS = 150n;
 /** Without a submission slot, slots are counted as at most this long (Solana's target is 400 ms). */
 const SLOT_MS_UPPER_BOUND = 1000;
 /** The Node keeps reasons up to 512 characters. */
@@ -233,7 +245,7 @@ export class Settler {
 	private async settleAgain(leased: MempoolIntent, earlier: SignedSettlementRecord): Promise<SettleResult | null> {
 		const samePayment = earlier.transactionCommitment === leased.transactionCommitment;
 		// Height first, then the signature: a transaction not seen after its blockhash expired can never land.
-		if ((await this.chain.blockHeight()) > earlier.lifetime.lastValidBlockHeight) {
+		if ((await this.chain.blockHeight()) > earlier.lifetime.lastValidBlockHeight + SIGN_AGAIN_AFTER_BLOCKS) {
 			const state = await this.chain.signatureState(earlier.signature);
 			if (state.kind === "unknown" || state.kind === "failed") return null;
 			// The nullifier is the payment's key on chain: spent by another payment, it pays no other.
@@ -307,6 +319,10 @@ export class Settler {
 			if (state?.kind === "landed") return this.finishLanded(submitted, signature);
 			if (state?.kind === "failed") return this.finish(submitted, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
 			const height = await this.chain.blockHeight().catch(() => null);
+			if (height !== null && height > lifetime.lastValidBlockHeight + WATCH_PAST_EXPIRY_BLOCKS) {
+				this.log.warn("a settlement its blockhash outlived long ago is still not ended (the Node takes its drop for live, or the RPC shows it pending): left SUBMITTED for the orphan rounds", { intent: submitted.id, signature });
+				return "lost";
+			}
 			if (height !== null && height > lifetime.lastValidBlockHeight) {
 				// The blockhash has expired: one last look, then the transaction can never land.
 				const last = await this.chain.signatureState(signature).catch(() => null);

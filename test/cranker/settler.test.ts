@@ -14,7 +14,7 @@ import { Chain } from "../../cranker/chain";
 import type { CrankerConfig } from "../../cranker/config";
 import { SettlementJournal } from "../../cranker/journal";
 import { createLogger } from "../../cranker/log";
-import type { NodeClient } from "../../cranker/node-client";
+import { NodeApiError, type NodeClient } from "../../cranker/node-client";
 import { Settler } from "../../cranker/settler";
 import { LocalChain } from "../../devkit/local-chain";
 import { payoutNullifier } from "../../lib/canonical";
@@ -313,14 +313,20 @@ describe("a settlement signed before the Cranker restarted", () => {
 		expect(first.reported.filter(report => report.status === "SUBMITTED").map(report => report.transactionSignature)).toEqual([submitted.transactionSignature, submitted.transactionSignature]);
 	});
 
-	test("is replaced by a new one only once its blockhash has expired, when it can no longer land", async () => {
+	test("is replaced by a new one only once its blockhash has expired, by a margin, when it can no longer land", async () => {
 		const first = await crashAfterFirstSend();
+		const { settler } = await first.restarted();
+		// Just past its last landing height: one height read from a backend ahead of the one that
+		// answers the status is no proof yet. Sent again and watched, the same bytes, then dropped.
 		chain.advance(301);
-		expect(await (await first.restarted()).settler.settle(first.offered)).toBe("confirmed");
+		expect(await settler.settle(first.offered)).toBe("dropped");
+		expect(new Set(first.reported.filter(report => report.status === "SUBMITTED").map(report => report.transactionSignature)).size).toBe(1);
+		chain.advance(150);
+		expect(await settler.settle(first.offered)).toBe("confirmed");
 		expect(chain.landDropped()).toBe(0);
 		const signatures = first.reported.filter(report => report.status === "SUBMITTED").map(report => report.transactionSignature);
 		expect(new Set(signatures).size).toBe(2);
-		expect(chain.landedWithMemoEnding(first.nullifier).map(tx => tx.signature)).toEqual([signatures[1]]);
+		expect(chain.landedWithMemoEnding(first.nullifier).map(tx => tx.signature)).toEqual([signatures.at(-1)]);
 		expect(chain.tokenBalance(first.creditAccount)).toBe(first.amount);
 	});
 
@@ -340,8 +346,8 @@ describe("a settlement signed before the Cranker restarted", () => {
 	test("a settlement whose journal entry could not be saved is not reported or sent, and is not in the journal", async () => {
 		const first = await crashAfterFirstSend();
 		const { settler, journal } = await first.restarted();
-		// The first settlement has expired, so a new one is signed; its save fails (a directory where the file goes).
-		chain.advance(301);
+		// The first settlement has expired (by the margin), so a new one is signed; its save fails (a directory where the file goes).
+		chain.advance(451);
 		fs.rmSync(journal.file);
 		fs.mkdirSync(journal.file);
 		const sends = chain.calls.get("sendTransaction") ?? 0;
@@ -433,7 +439,7 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		const config = { mints: [mint], settlementProgramId: DEFAULT_SETTLEMENT_PROGRAM_ID, nodeAuthorityPubkey: authority.publicKey, pollIntervalMs: 50, rpcTimeoutMs: 1000 } as unknown as CrankerConfig;
 		const journal = await SettlementJournal.open(tempDir("scs-journal-"), signer.address);
 		journals.push(journal);
-		return { settler: new Settler(node, reading(new Chain(chain.url, 5000)), signer, config, createLogger({}, () => {}), () => false, journal), reported, journal, offered };
+		return { settler: new Settler(node, reading(new Chain(chain.url, 5000)), signer, config, createLogger({}, () => {}), () => false, journal), node, reported, journal, offered };
 	}
 
 	/** A payment in a new mint, settled once by a Cranker of its own: what the Node then offers again. */
@@ -490,6 +496,35 @@ describe("a settlement already on chain, offered again by the Node", () => {
 			chain.keepHistoryFrom(0);
 		}
 		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
+	});
+
+	test("a settlement whose drop its Node keeps calling live is watched only so long past its blockhash, then left SUBMITTED for the orphan rounds: the round goes on (a review's replay)", async () => {
+		const mint = chain.createMint(6);
+		const request = signedIntent(newWallet(), route, { tokenMintAddress: mint, expiresAtSlot: chain.slot + 100_000 });
+		const cranker = await crankerFor(verifiedRecord(request), mint);
+		// Every send is lost on the way; the Node answers each drop 409 SUBMISSION_LIVE, for good.
+		chain.dropNextSends(1_000);
+		const report = cranker.node.updateStatus.bind(cranker.node);
+		let drops = 0;
+		cranker.node.updateStatus = async (id, update, ...rest) => {
+			if (update.status === "VERIFIED" && update.reason?.startsWith("DROPPED")) {
+				// Its blockhash long expired by the second refusal.
+				if (++drops === 2) chain.advance(700);
+				throw new NodeApiError("the Node's chain view has not passed the submission's lifetime", 409, "SUBMISSION_LIVE");
+			}
+			const answer = await report(id, update, ...rest);
+			// Past the blockhash's lifetime once submitted.
+			if (update.status === "SUBMITTED") chain.advance(301);
+			return answer;
+		};
+		try {
+			const outcome = cranker.settler.settle(cranker.offered);
+			expect(await Promise.race([outcome, new Promise(resolve => setTimeout(() => resolve("still watching"), 10_000))])).toBe("lost");
+			expect(drops).toBeGreaterThanOrEqual(2);
+			expect(cranker.reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "SUBMITTED"]);
+		} finally {
+			chain.dropNextSends(0);
+		}
 	});
 
 	test("copies of its memo on the credit account cost reads a few at a time within half the lease, then hold back this payment only (a review's replay)", async () => {

@@ -86,6 +86,11 @@ function isWeighable(item: IntentWorkItem | null): item is IntentWorkItem {
 	return typeof intent?.id === "string" && typeof intent.tokenMintAddress === "string" && typeof intent.amount === "string" && isAmount(intent.amount) && typeof intent.senderAuthorizationExpiresAt === "string";
 }
 
+/** Whether `hostname` (as URL gives it) is this machine: traffic to it never leaves it. */
+function isLoopbackHost(hostname: string): boolean {
+	return hostname === "localhost" || hostname === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(hostname);
+}
+
 export class Cranker {
 	readonly pubkey: string;
 	readonly metrics = new CrankerMetrics();
@@ -171,7 +176,10 @@ export class Cranker {
 
 	start(): void {
 		// The origin only: a URL can carry credentials.
-		this.log.info("cranker starting", { crankerPubkey: this.pubkey, roles: this.config.roles, node: new URL(this.config.nodeUrl).origin });
+		const node = new URL(this.config.nodeUrl);
+		this.log.info("cranker starting", { crankerPubkey: this.pubkey, roles: this.config.roles, node: node.origin });
+		// Request signatures hold a minute; the worker key, read on the way, admits its reader to every worker route.
+		if (node.protocol === "http:" && !isLoopbackHost(node.hostname)) this.log.warn("NODE_URL is plain http to another host: anyone on the way can read the worker API key (use https)", { node: node.origin });
 		this.heartbeatLoop = this.every(
 			this.config.heartbeatIntervalMs,
 			async () => {

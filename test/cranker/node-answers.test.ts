@@ -138,6 +138,24 @@ test("a read a gateway turned away unserved is asked once more at once; a write,
 	}
 });
 
+test("warns at start when NODE_URL is plain http to another host, where the worker key can be read on the way (a review)", async () => {
+	const dir = tempDir("scs-node-answers-");
+	const keyFile = path.join(dir, "cranker.json");
+	fs.writeFileSync(keyFile, JSON.stringify([...generateKeypair().secretKey]));
+	const warned = async (nodeUrl: string) => {
+		const lines: string[] = [];
+		const config = loadCrankerConfig({ KEYPAIR_PATH: keyFile, NODE_URL: nodeUrl, WORKER_API_KEY: "key", NODE_AUTHORITY_PUBKEY: generateKeypair().publicKey, SOLANA_RPC_URL: "http://127.0.0.1:9", CRANKER_STATE_DIR: dir }, ["--roles", "verifier"]);
+		const cranker = await Cranker.create(config, createLogger({}, line => lines.push(line)));
+		cranker.start();
+		await cranker.stop();
+		return lines.some(line => line.includes("NODE_URL is plain http to another host"));
+	};
+	expect(await warned("http://node.invalid:3000")).toBe(true);
+	expect(await warned("https://node.invalid")).toBe(false);
+	expect(await warned("http://127.0.0.1:9")).toBe(false);
+	expect(await warned("http://localhost:9")).toBe(false);
+});
+
 describe("the Cranker's work loop", () => {
 	const chain = new LocalChain();
 	let mint: Address;

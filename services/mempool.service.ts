@@ -56,7 +56,7 @@ import { answersJsonTexts, forCaller, type TakesJsonTexts } from "../lib/json-te
 import { LIST_LIMIT_MAX, WORK_PAGE, WORK_PAGE_BYTES, address, limit, updateStatusParams } from "../lib/schemas";
 import { expectedSettlementOf, readSettlement } from "../lib/settlement";
 import { SharedReads } from "../lib/shared-reads";
-import type { SlotObserver } from "../lib/slot-observer";
+import { agreedSlot, type SlotObserver } from "../lib/slot-observer";
 import { UniqueConflictError, listInPages, type Collection, type CollectionSpec, type Where } from "../lib/store";
 import { UNRECORDED_REJECTIONS, isSignedBody } from "../lib/verification";
 import { eventNotifier, outboxMixin } from "../mixins/outbox.mixin";
@@ -396,7 +396,12 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						this.mustGet(id),
 						ctx.call<{ online: boolean; roles: string[] }, object>("crankers.standing", { crankerPubkey: request.crankerPubkey })
 					]);
-					const decide = () => decideStatusUpdate(record, request, { now: new Date(), leaseTtlMs: this.settings.leaseTtlMs, crankerAllowed: maySettle(standing), latestSlot: this.slots.latest() });
+					/** `readSlot`: a slot the endpoints agreed on just now, which the one polled (every SLOT_POLL_INTERVAL_MS) may be behind. */
+					const decide = (readSlot: number | null = null) => {
+						const polled = this.slots.latest();
+						const latestSlot = readSlot === null ? polled : Math.max(readSlot, polled ?? readSlot);
+						return decideStatusUpdate(record, request, { now: new Date(), leaseTtlMs: this.settings.leaseTtlMs, crankerAllowed: maySettle(standing), latestSlot });
+					};
 					const decision = decide();
 					if (decision.kind === "replay") return toWorkerView(record);
 					const expired = () => new ServiceError("INVALID_TRANSITION", "The intent expired before it was submitted: it is REJECTED", { state: "REJECTED", rejectionReason: "EXPIRED" });
@@ -422,15 +427,17 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 						if (!isSignedRoute(route, record.request))
 							throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active: release or reject the intent, and send nothing", { reason: "ROUTE_MISMATCH" });
 						const chain = this.chain;
+						let readSlot: number | null = null;
 						if (chain) {
 							const [heights, slots] = await readChain(() => Promise.all([chain.blockHeights(), chain.slots()]));
 							next = withSubmissionReading(next, { heights, slots }, blockhashLifetimeBlocks);
+							readSlot = agreedSlot(slots);
 						}
 						// Those reads take up to seconds: the lease and the intent must still be live as it is
 						// written (SPEC §2.4), and no sweep may have run yet to say otherwise.
 						let late: ReturnType<typeof decide>;
 						try {
-							late = decide();
+							late = decide(readSlot);
 						} catch (err) {
 							// A lease renewed meanwhile is this record's no more: the write would have lost anyway.
 							const current = await this.mustGet(id);

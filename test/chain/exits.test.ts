@@ -104,6 +104,30 @@ async function pastLanding(id: string) {
 	await waitFor(() => chain.slot > height, 10_000, `the chain past height ${height}`, 20);
 }
 
+describe("CRANKER_LEASED → SUBMITTED: only while the intent has not expired", () => {
+	it("refuses a report after expiresAtSlot by the slot read with it, however old the slot last polled (a review: up to 6 s and 15 slots behind)", async () => {
+		const dataDir = tempDir();
+		// The slot polled at start only: the report's own reading is what tells.
+		const polledOnce = await startNode({ REGISTRY_SEED_FILE: writeSeedFile(dataDir, [route]), SOLANA_RPC_URL: chain.url, SOLANA_CLUSTER: LOCAL_CLUSTER, SLOT_POLL_INTERVAL_MS: "600000", BLOCKHASH_LIFETIME_BLOCKS: String(LIFETIME_BLOCKS) }, dataDir);
+		try {
+			expect((await polledOnce.as(holder)("POST", "/crankers/heartbeat", signedHeartbeat(holder, ["settlement"], { liquidity: [] }))).status).toBe(200);
+			const expiresAtSlot = chain.slot + 20;
+			const { status, body } = await polledOnce.http("POST", "/intents", signedIntent(sender, route, { tokenMintAddress: mint, amount: "1500", expiresAtSlot }));
+			expect(status).toBe(201);
+			expect((await patch(holder, body.id, { status: "CRANKER_LEASED", expectedVersion: 3 }, polledOnce)).status).toBe(200);
+			const authorization = await authorize(holder, body.id, polledOnce);
+			expect(authorization.status).toBe(200);
+			await waitFor(() => chain.slot > expiresAtSlot + 5, 10_000, `the chain past slot ${expiresAtSlot}`, 20);
+			const { signature, lastValidBlockHeight } = await settlement({ transactionCommitment: body.transactionCommitment, payoutNullifier: authorization.body.payoutNullifier }, 1500n, false);
+			const report = await patch(holder, body.id, { status: "SUBMITTED", expectedVersion: 4, transactionSignature: signature, lastValidBlockHeight }, polledOnce);
+			expect(report).toMatchObject({ status: 409, body: { type: "INVALID_TRANSITION", data: { state: "REJECTED", rejectionReason: "EXPIRED" } } });
+			expect((await workerView(body.id, polledOnce)).receiverStatus).toBe("REJECTED");
+		} finally {
+			await polledOnce.stop();
+		}
+	});
+});
+
 describe("SUBMITTED → VERIFIED (dropped): only once the transaction can no longer land", () => {
 	it("refuses a drop while the blockhash is valid (409 SUBMISSION_LIVE) and issues no second authorization; accepts it once expired", async () => {
 		const intent = await leased();

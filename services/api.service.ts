@@ -438,6 +438,11 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 							if (ctx.meta.metricsForm === "prometheus") this.assertMetricsKey(req, res);
 						}
 						ctx.meta.worker = this.workerKeyAttempt(req, res);
+						// The answer depends on the key: a shared cache keyed on the URL alone must neither keep a
+						// worker's view (signatures, nonces, route commitments) nor serve it to another caller.
+						const vary = res.getHeader("vary");
+						res.setHeader("vary", vary ? `${String(vary)}, X-Api-Key` : "X-Api-Key");
+						if (ctx.meta.worker) res.setHeader("cache-control", "private, no-store");
 						// An owner on the bus believes `worker` (the worker's view) only with the proof of the key.
 						if (ctx.meta.worker) actForWorker(ctx.meta, req.headers["x-api-key"] as string);
 					},

@@ -74,6 +74,10 @@ describe("POST /intents accepts a signed intent", () => {
 		expect(full.status).toBe(200);
 		expect(full.body).toMatchObject({ ...created, ...request, stateVersion: 3, lease: null, submission: null });
 		expect(full.body.history.map((h: { state: string }) => h.state)).toEqual(["RECEIVED", "NODE_VERIFYING", "VERIFIED"]);
+		// A shared cache in front (a CDN, a proxy's cache) keeps no worker's view, nor serves one view for the other (a review).
+		expect(full.headers.get("cache-control")).toBe("private, no-store");
+		for (const answer of [pub, full]) expect(answer.headers.get("vary")).toMatch(/\bX-Api-Key\b/i);
+		expect(pub.headers.get("cache-control")).toBeNull();
 	});
 
 	it("answers 404 NOT_FOUND for an unknown id", async () => {

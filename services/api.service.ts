@@ -296,6 +296,7 @@ interface ApiVars {
 
 interface ApiMethods {
 	clientIp(req: IncomingMessage): string;
+	workerKeyOf(req: IncomingMessage): string;
 	clientKeyOf(req: IncomingMessage): string;
 	serveIntake(req: Request, res: ServerResponse): Promise<void>;
 	serveStream(serve: "serveIntent" | "serveAll", req: Request, res: ServerResponse, next: Next): void;
@@ -574,11 +575,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			async authorize(this: ApiThis, ctx: Context<unknown, CrankerSignedMeta & { crankerPubkey?: string }>, _route: unknown, req: Request, res: ServerResponse, alias: { action?: string }) {
 				this.assertNotThrottled(req, res);
 				try {
-					const key = req.headers["x-api-key"];
-					if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
-					if (!this.isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
 					// The owners check the key too: the route's calls over the bus prove it.
-					actForWorker(ctx.meta, key);
+					actForWorker(ctx.meta, this.workerKeyOf(req));
 					if (alias.action && CRANKER_ACTIONS.has(alias.action)) {
 						ctx.meta.crankerRequest = await this.signedCrankerRequest(req);
 						// For owners of the previous version during a rolling update (gateways first): they
@@ -590,6 +588,14 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					if (type === "UNAUTHORIZED" || type === "FORBIDDEN") this.authFailures.fail(this.clientKeyOf(req), Date.now());
 					throw err;
 				}
+			},
+
+			/** The worker key a request carries; missing → 401, not one of WORKER_API_KEYS → 403 (the caller counts the failure). */
+			workerKeyOf(this: ApiThis, req: IncomingMessage): string {
+				const key = req.headers["x-api-key"];
+				if (typeof key !== "string" || key === "") throw new ServiceError("UNAUTHORIZED", "The x-api-key header is required");
+				if (!this.isWorkerKey(key)) throw new ServiceError("FORBIDDEN", "The API key is not valid");
+				return key;
 			},
 
 			clientIp(this: ApiThis, req: IncomingMessage): string {
@@ -646,8 +652,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 
 			/**
 			 * The checks that need no body, before it is read (they throw their refusals), and whether
-			 * it is to be read: not for a path no alias takes (404), nor on a worker route without a
-			 * valid key (authorize answers 401 or 403 and counts the failure). A public route's rate is
+			 * it is to be read: not for a path no alias takes (404); a worker route without a valid key
+			 * is refused here (401 or 403, the failure counted). A public route's rate is
 			 * counted here, once (a throttled client's 429 too); moleculer-web then skips its own count.
 			 * Where the input may be (assertInputPlacement) is checked here, for the public and worker routes.
 			 */
@@ -661,8 +667,14 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				}
 				if (route === "worker") {
 					this.assertNotThrottled(req, res);
-					const key = req.headers["x-api-key"];
-					if (typeof key !== "string" || !this.isWorkerKey(key)) return false;
+					// Before moleculer-web looks for the action's owner: a caller without a key is told 401, not
+					// that an owner is down (503), which would also tell anyone which owners are.
+					try {
+						this.workerKeyOf(req);
+					} catch (err) {
+						this.authFailures.fail(this.clientKeyOf(req), Date.now());
+						throw err;
+					}
 					// SPEC §6.1: a Cranker route without a request signature is refused before anything else is read.
 					if (found.alias.action && CRANKER_ACTIONS.has(found.alias.action) && !hasValue(req.headersDistinct.signature) && !hasValue(req.headersDistinct["signature-input"])) {
 						this.authFailures.fail(this.clientKeyOf(req), Date.now());

@@ -114,6 +114,18 @@ describe("epochs", () => {
 	it("needs the worker key to close", async () => {
 		expect((await node.http("POST", "/epoch/close")).status).toBe(401);
 	});
+
+	it("answers a caller without the worker key 401 (a wrong key 403) even while the epochs' owner is down, not the 503 that tells who is (a review)", async () => {
+		const alone = await startNode();
+		try {
+			await alone.broker.destroyService(alone.broker.getLocalService("epochs")!);
+			expect((await alone.http("POST", "/epoch/close")).body).toMatchObject({ code: 401, type: "UNAUTHORIZED" });
+			expect((await alone.http("POST", "/epoch/close", undefined, { "x-api-key": "not-the-key" })).body).toMatchObject({ code: 403, type: "FORBIDDEN" });
+			expect((await alone.http("POST", "/epoch/close", undefined, worker)).status).toBe(503);
+		} finally {
+			await alone.stop();
+		}
+	});
 });
 
 describe("epoch closes that happen by themselves", () => {

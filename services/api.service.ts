@@ -676,9 +676,13 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 						throw err;
 					}
 					// SPEC §6.1: a Cranker route without a request signature is refused before anything else is read.
-					if (found.alias.action && CRANKER_ACTIONS.has(found.alias.action) && !hasValue(req.headersDistinct.signature) && !hasValue(req.headersDistinct["signature-input"])) {
-						this.authFailures.fail(this.clientKeyOf(req), Date.now());
-						throw unsignedRefusal();
+					if (found.alias.action && CRANKER_ACTIONS.has(found.alias.action)) {
+						if (!hasValue(req.headersDistinct.signature) && !hasValue(req.headersDistinct["signature-input"])) {
+							this.authFailures.fail(this.clientKeyOf(req), Date.now());
+							throw unsignedRefusal();
+						}
+						// Its signature covers the exact body bytes: refused before any of them is decoded.
+						if (String(req.headers["content-encoding"] ?? "identity").toLowerCase() !== "identity") throw new ServiceError("UNSUPPORTED_MEDIA_TYPE", "Signed Cranker requests take no content-encoding");
 					}
 				}
 				// A body where none is taken (a GET's), or one that is not JSON: refused unread.
@@ -737,12 +741,10 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 			/**
 			 * SPEC §6.1: the signed parts of a Cranker's request, for its owner, which checks them again
 			 * (mixins/cranker-signed.mixin.ts) and admits each signature once. Checked here first, so
-			 * that a bad signature counts as a failed authentication and costs the owners nothing. Its
-			 * signature covers the exact body bytes, so a signed route takes no content-encoding.
+			 * that a bad signature counts as a failed authentication and costs the owners nothing (a
+			 * content-encoding was refused before the body was read: checkBeforeBody).
 			 */
 			async signedCrankerRequest(this: ApiThis, req: Request): Promise<CrankerRequest> {
-				const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
-				if (encoding !== "identity") throw new ServiceError("UNSUPPORTED_MEDIA_TYPE", "Signed Cranker requests take no content-encoding");
 				// The URI a Cranker signed (`@target-uri`): behind a proxy, rebuilt from PUBLIC_BASE_URL.
 				const targetUri = `${config.publicBaseUrl ?? `http://${req.headers.host ?? ""}`}${req.originalUrl ?? req.url ?? ""}`;
 				// headersDistinct: a signature header sent twice must be seen twice (and refused), not joined into one.

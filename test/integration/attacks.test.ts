@@ -532,6 +532,9 @@ describe("5b. a body is read only when nothing without it refuses the request (S
 			// Admitted, the body is read and refused as such.
 			const read = await send("POST", "/epoch/close", worker);
 			expect(read).toMatchObject({ status: 422, body: { type: "VALIDATION_ERROR" } });
+			// A Cranker route that says it is signed takes no content-encoding: refused unread (a review: it was inflated and parsed first, 422).
+			const signedLooking = { ...worker, signature: "sig1=:AA==:", "signature-input": 'sig1=("@method");created=1' };
+			expect(await send("PATCH", "/intents/int_none/status", signedLooking)).toMatchObject({ status: 415, body: { type: "UNSUPPORTED_MEDIA_TYPE", message: "Signed Cranker requests take no content-encoding" } });
 			// A public route: each request counted once, before its body; past the limit, not read.
 			const answers = [await send("POST", "/"), await send("POST", "/"), await send("POST", "/")];
 			expect(answers.map(a => [a.status, a.remaining])).toEqual([[422, "1"], [422, "0"], [429, "0"]]);

@@ -633,6 +633,9 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				if (current.status === "FINALIZED") return current;
 				// Marked already (a finalization under way, or left by a replica that died): finished alike.
 				if (current.status === "SUBMITTED" && current.finalizing !== undefined) return (await this.activate(current, finishedFinalization(current))).record;
+				// Unmarked and SUBMITTED still, though the mark lost: a read behind the write that won (MongoDB's
+				// majority reads lag the primary). That finisher holds the version: it stays, and this call retries.
+				if (current.status === "SUBMITTED") throw new ServiceError("NOT_READY", "The operation is being finalized by another call; retry for its outcome", { status: current.status });
 				// It moved (a racing stage failed it): it never takes the version; a gap is left at worst.
 				await this.routeVersions.remove(version.id);
 				throw new ServiceError("INVALID_TRANSITION", "The operation moved while this stage was applied", { status: current.status });

@@ -98,7 +98,7 @@ interface TinInternals {
 	allocateTin(): Promise<string>;
 	reconcile(markedBefore: Date): Promise<number>;
 	observeRegistrySubmission(record: TinOperationRecord): Promise<unknown>;
-	routeVersions: { remove(id: string): Promise<boolean> };
+	routeVersions: { get(id: string): Promise<{ routeVersion: number } | null>; remove(id: string): Promise<boolean> };
 	operations: { get(id: string): Promise<TinOperationRecord | null>; update(id: string, expected: object, next: TinOperationRecord): Promise<boolean> };
 }
 
@@ -324,6 +324,32 @@ describe("tin service", () => {
 		expect(await tin.stage("finalized", b.view.id, submitter, { transactionSignature: b.transactionSignature })).toMatchObject({ routeVersion: 3 });
 		expect(await tin.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
 		expect(await tin.broker.call("tin.resolve", { tin: created.view.tin })).toMatchObject({ routeVersion: 3, routeCommitment: second.routeCommitment });
+	});
+
+	test("a finisher whose mark lost to another's, and whose read of the operation comes back stale (a majority read behind), keeps the version claimed: 503, not a removal (a review)", async () => {
+		const owner = newWallet();
+		const created = await tin.submitted(signedTinOperation(owner, { intentType: "create" }));
+		await tin.stage("finalized", created.view.id, submitter, { transactionSignature: created.transactionSignature });
+		const a = await tin.submitted(signedTinOperation(owner, { intentType: "update", tin: created.view.tin }));
+		const { operations } = tin.service;
+		const [update, get] = [operations.update, operations.get];
+		const before = (await operations.get(a.view.id))!;
+		// Another finisher's mark lands just ahead of this one's; this one's read after it still shows the operation unmarked.
+		operations.update = async (id, expected, next) => {
+			if (id !== a.view.id || (expected as { finalizing?: unknown }).finalizing !== null || next.finalizing === undefined) return update.call(operations, id, expected, next);
+			operations.update = update;
+			operations.get = async readId => (readId === a.view.id ? ((operations.get = get), before) : get.call(operations, readId));
+			expect(await update.call(operations, id, expected, next)).toBe(true);
+			return false;
+		};
+		try {
+			await expect(tin.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature })).rejects.toMatchObject({ type: "NOT_READY" });
+		} finally {
+			[operations.update, operations.get] = [update, get];
+		}
+		expect(await tin.service.routeVersions.get(a.view.id)).toMatchObject({ routeVersion: 2 });
+		// The mark is finished as it began, at the version it claimed.
+		expect(await tin.stage("finalized", a.view.id, submitter, { transactionSignature: a.transactionSignature })).toMatchObject({ status: "FINALIZED", routeVersion: 2 });
 	});
 
 	test("a route the previous version wrote for a marked operation (no version record) keeps its version: a later update takes the next and stays live", async () => {

@@ -38,7 +38,7 @@ interface VerifierSettings {
 }
 
 interface VerifierVars {
-	routeCache: Map<string, { route: ActiveRoute | null; until: number }>;
+	routeCache: Map<string, { route: ActiveRoute; until: number }>;
 	slots: SlotObserver;
 	/** Null with VERIFY_THREADS=0: the equation is solved on the event loop. */
 	pool: VerifyPool | null;
@@ -55,7 +55,7 @@ const FALLBACK_LINES: Record<VerifyFallback, string> = {
 
 interface VerifierMethods {
 	answer(ctx: Context, request: CreateIntentRequest): Promise<VerifierAnswer>;
-	routeOf(ctx: Context, tin: string): Promise<ActiveRoute | null>;
+	routeOf(ctx: Context, tin: string, signedVersion: number): Promise<ActiveRoute | null>;
 	decide(request: CreateIntentRequest, context: () => Promise<VerificationContext>): Promise<VerificationResult & { transactionCommitment: string }>;
 }
 
@@ -115,17 +115,23 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 			async answer(this: VerifierThis, ctx, request) {
 				// The route once the signature holds: a forgery reads none (and fills no cache), even while the registry cannot be read.
 				const answer = await this.decide(request, async () => {
-					const route = await this.routeOf(ctx, request.recipientTin);
+					const route = await this.routeOf(ctx, request.recipientTin, request.recipientRouteVersion);
 					return { nowMs: Date.now(), latestSlot: this.slots.latest(), route };
 				});
 				this.metrics.checks.inc({ result: answer.ok ? "ok" : "refused" });
 				return { ...answer, verifiedBy: `verifier@${ctx.broker.nodeID}` };
 			},
 
-			async routeOf(this: VerifierThis, ctx, tin) {
+			/**
+			 * The TIN's active route, cached a few seconds; a TIN without one is not cached. A payment
+			 * signed for a version the cache has not seen reads it again: the route may have gone live an
+			 * instant ago, before its registry.routeChanged came, and its refusal would be for good.
+			 */
+			async routeOf(this: VerifierThis, ctx, tin, signedVersion) {
 				const cached = this.routeCache.get(tin);
-				if (cached && cached.until > Date.now()) return cached.route;
+				if (cached && cached.until > Date.now() && cached.route.routeVersion >= signedVersion) return cached.route;
 				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
+				if (!route) return null;
 				const now = Date.now();
 				if (this.routeCache.size >= ROUTE_CACHE_LIMIT && !this.routeCache.has(tin)) {
 					// With a 5 s life, the routes in use are few: the lapsed go first.

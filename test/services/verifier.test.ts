@@ -17,6 +17,8 @@ let routeVersion = route.routeVersion;
 let resolves = 0;
 /** TINs whose route the stand-in cannot read (its store down, say). */
 const unreadable = new Set<string>();
+/** Routes of TINs created since, which the stand-in answers besides `route`'s. */
+const createdRoutes = new Map<string, ActiveRoute>();
 
 async function startVerifier(threads: string) {
 	const broker = new ServiceBroker({ logger: false });
@@ -26,7 +28,8 @@ async function startVerifier(threads: string) {
 			resolve: (ctx: Context<{ tin: string }>): ActiveRoute | null => {
 				resolves++;
 				if (unreadable.has(ctx.params.tin)) throw new Error("the registry cannot be read");
-				return ctx.params.tin === route.tin ? { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion, policyCommitment: route.policyCommitment } : null;
+				if (ctx.params.tin === route.tin) return { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion, policyCommitment: route.policyCommitment };
+				return createdRoutes.get(ctx.params.tin) ?? null;
 			}
 		}
 	});
@@ -89,6 +92,30 @@ test("routes are cached, and a registry.routeChanged event drops the TIN's entry
 		expect(resolves).toBe(2);
 	} finally {
 		routeVersion = route.routeVersion;
+		await verifier.broker.stop();
+	}
+});
+
+test("a payment signed for a route newer than the one cached, or for a TIN cached as none, reads the route again: one that went live an instant ago is not refused for good (a review)", async () => {
+	const verifier = await startVerifier("1");
+	const created = newRoute();
+	try {
+		const wallet = newWallet();
+		resolves = 0;
+		expect((await verifier.verify(signedIntent(wallet, route))).ok).toBe(true);
+		expect(await verifier.verify(signedIntent(wallet, created))).toMatchObject({ ok: false, reason: "UNKNOWN_TIN" });
+		// Both change before the verifier hears of it (the event on its way, or a read begun before it came back after it).
+		routeVersion++;
+		createdRoutes.set(created.tin, created);
+		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
+		expect(await verifier.verify(signedIntent(wallet, created))).toMatchObject({ ok: true });
+		expect(resolves).toBe(4);
+		// A payment for the version cached reads nothing.
+		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
+		expect(resolves).toBe(4);
+	} finally {
+		routeVersion = route.routeVersion;
+		createdRoutes.clear();
 		await verifier.broker.stop();
 	}
 });

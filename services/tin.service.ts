@@ -428,7 +428,12 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				for (;;) {
 					const claim = await this.claims.get(value);
 					if (claim) return claim.by === "genesis";
-					if (await this.routes.get(value)) return true;
+					// Imported before claims were kept: claimed now, so that the replicas' seeded runs, read
+					// from the claims, hold it (a create would otherwise walk such a run one TIN at a time).
+					if (await this.routes.get(value)) {
+						await this.claims.insert({ id: value, by: "genesis" });
+						return true;
+					}
 					const next = (await this.sequence.get("tin"))?.next ?? FIRST_SEQUENCE;
 					if (Number(value.slice(0, 9)) < next) return false;
 					// Refused: an allocation claimed it first, since the counter was read.

@@ -529,6 +529,26 @@ describe("tin service", () => {
 			}
 		});
 
+		test("a seed imported before claims were kept is claimed at the next import, so that a replica without REGISTRY_SEED_FILE steps over it at once too (a review)", async () => {
+			const dataDir = tempDir();
+			const seedFile = writeSeedFile(dataDir, Array.from({ length: 500 }, (_, i) => newRoute({ tin: tinFromSequence(100_000_000 + i) })));
+			const older = await startTin({ DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile });
+			// As a version that kept no claims left it: the routes, and no claim of any.
+			for (let n = 100_000_000; n < 100_000_500; n++) expect(await older.service.claims.remove(tinFromSequence(n))).toBe(true);
+			await older.broker.stop();
+			// This version imports the same seed (its routes there already), then a replica without it creates.
+			const importer = await startTin({ DATA_DIR: dataDir, REGISTRY_SEED_FILE: seedFile });
+			await importer.broker.stop();
+			const other = await startTin({ DATA_DIR: dataDir });
+			try {
+				const moves = counterWrites(other.service);
+				expect((await other.submit(signedTinOperation(newWallet(), { intentType: "create" }))).view.tin).toBe(tinFromSequence(100_000_500));
+				expect(moves()).toBe(1);
+			} finally {
+				await other.broker.stop();
+			}
+		});
+
 		test("seeded TINs that cannot be read (an index an older replica dropped, say) cost a create a step each, not the create", async () => {
 			const other = await startTin();
 			try {

@@ -505,6 +505,11 @@ describe("k8s/ manifests: MongoDB is an authenticated replica set", () => {
 	it("runs three members of a pinned mongo image with --replSet rs0, --auth and a keyFile, on volumeClaimTemplates", () => {
 		expect(mongodb.spec!.replicas).toBe(3);
 		expect(mongod.image).toMatch(/^mongo:\d+\.\d+\.\d+$/);
+		// At least the 7.0 patch that closes CVE-2025-14847 (unauthenticated memory disclosure) and CVE-2026-6914.
+		const [major, minor, patch] = mongod.image!.slice("mongo:".length).split(".").map(Number);
+		expect(major > 7 || (major === 7 && (minor > 0 || patch >= 32))).toBe(true);
+		// And no zlib on the wire, where that disclosure was.
+		expect(argAfter("--networkMessageCompressors").split(",")).not.toContain("zlib");
 		expect(argv[0]).toBe("mongod");
 		expect(argAfter("--replSet")).toBe("rs0");
 		expect(argv).toEqual(expect.arrayContaining(["--auth", "--bind_ip_all", "--keyFile"]));
@@ -1011,7 +1016,7 @@ describe("k8s/ manifests: Pod Security restricted", () => {
 	it("the image check refuses latest and an untagged image (so a pass means something)", () => {
 		const pinned = /^[a-z0-9./-]+(:\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})$/;
 		expect(["mongo:latest", "mongo", "mongo:7", "nats:2.10-alpine"].filter(image => pinned.test(image))).toEqual([]);
-		expect(["mongo:7.0.14", "nats:2.10.22-alpine", IMAGE].every(image => pinned.test(image))).toBe(true);
+		expect(["mongo:7.0.32", "nats:2.10.22-alpine", IMAGE].every(image => pinned.test(image))).toBe(true);
 	});
 });
 

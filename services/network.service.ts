@@ -9,6 +9,7 @@ import type { EpochStatus, MempoolStatus, Metrics, NetworkOverview, SettlementNe
 import type { TotalsSnapshot } from "../lib/intent-totals";
 import { PUBLIC_STATUS, type IntentState, type PublicStatus } from "../lib/intents";
 import { AggregatorRegistry, Counter, Gauge, Registry } from "prom-client";
+import { FailureStreak } from "../lib/failure-streak";
 import { SharedReads } from "../lib/shared-reads";
 import { histogramQuantile, isMetricSnapshot, type MetricFamily, type MetricsForm } from "./metrics";
 
@@ -66,26 +67,58 @@ function verificationFigures(perNode: Map<string, MetricFamily[]>): { unrecorded
 	return { unrecorded, p50Ms: ms(p50), p99Ms: ms(p99) };
 }
 
-/** The store's figures, the same on every replica: in the Prometheus text once, without a node label. */
-async function clusterFamilies(totals: TotalsSnapshot, crankers: CrankerSummary): Promise<MetricFamily[]> {
+/** The store's figures, as the mempool and the crankers owner answer them. */
+interface StoreFigures {
+	totals: TotalsSnapshot;
+	crankers: CrankerSummary;
+}
+
+const STORE_FIGURES_UP = "scs_store_figures_up";
+
+/** The store's figures as Prometheus metrics, none set yet. */
+function storeMetrics() {
 	const registers = [new Registry()];
 	const gauge = (name: string, help: string, labelNames: string[] = []) => new Gauge({ name, help, labelNames, registers });
 	const counter = (name: string, help: string, labelNames: string[] = []) => new Counter({ name, help, labelNames, registers });
-	const intents = gauge("scs_intents", "Live payment intents per internal state.", ["state"]);
-	for (const [state, n] of Object.entries(totals.live)) intents.set({ state }, n);
-	counter("scs_settled_intents_total", "Payment intents settled (CONFIRMED).").inc(totals.settled.count);
-	// Per mint, as SPEC §8 has it: as many as Crankers settled (docs/security.md, settled mints).
-	const volume = counter("scs_settled_volume_base_units_total", "Settled amount per token mint, in base units.", ["mint"]);
-	for (const [mint, amount] of Object.entries(totals.settled.volume)) volume.inc({ mint }, Number(amount));
-	const verdicts = counter("scs_intent_verdicts_total", "Verification verdicts stored on intents, by verdict.", ["verdict"]);
-	verdicts.inc({ verdict: "verified" }, totals.verdicts.verified);
-	verdicts.inc({ verdict: "rejected" }, totals.verdicts.rejected);
-	gauge("scs_leases_active", "Leases held now.").set(totals.live.CRANKER_LEASED);
-	counter("scs_leases_expired_total", "Leases the expiry sweep returned.").inc(totals.lapsedLeases);
-	const online = gauge("scs_crankers_online", "Crankers online, by role.", ["role"]);
-	for (const [role, n] of Object.entries(crankers.byRole)) online.set({ role }, n);
-	gauge("scs_crankers_registered", "Cranker records stored, online or not.").set(crankers.total);
-	return (await registers[0].getMetricsAsJSON()) as unknown as MetricFamily[];
+	return {
+		registry: registers[0],
+		up: gauge(STORE_FIGURES_UP, "1 when this scrape read the store's figures (the scs_ series without a node label), 0 when it could not and left them out."),
+		intents: gauge("scs_intents", "Live payment intents per internal state.", ["state"]),
+		settled: counter("scs_settled_intents_total", "Payment intents settled (CONFIRMED)."),
+		volume: counter("scs_settled_volume_base_units_total", "Settled amount per token mint, in base units.", ["mint"]),
+		verdicts: counter("scs_intent_verdicts_total", "Verification verdicts stored on intents, by verdict.", ["verdict"]),
+		leasesActive: gauge("scs_leases_active", "Leases held now."),
+		leasesExpired: counter("scs_leases_expired_total", "Leases the expiry sweep returned."),
+		online: gauge("scs_crankers_online", "Crankers online, by role.", ["role"]),
+		registered: gauge("scs_crankers_registered", "Cranker records stored, online or not.")
+	};
+}
+
+/** The names of the store's families: a process's snapshot that names one is left out (prometheusText). */
+const STORE_FAMILY_NAMES: ReadonlySet<string> = new Set(storeMetrics().registry.getMetricsAsArray().map(metric => metric.name));
+
+/**
+ * The store's figures, the same on every replica: in the Prometheus text once, without a node label.
+ * Without them (the store or an owner down), only scs_store_figures_up 0: a zero would be a lie.
+ */
+async function clusterFamilies(figures: StoreFigures | null): Promise<MetricFamily[]> {
+	const metrics = storeMetrics();
+	metrics.up.set(figures ? 1 : 0);
+	if (figures) {
+		const { totals, crankers } = figures;
+		for (const [state, n] of Object.entries(totals.live)) metrics.intents.set({ state }, n);
+		metrics.settled.inc(totals.settled.count);
+		// Per mint, as SPEC §8 has it: as many as Crankers settled (docs/security.md, settled mints).
+		for (const [mint, amount] of Object.entries(totals.settled.volume)) metrics.volume.inc({ mint }, Number(amount));
+		metrics.verdicts.inc({ verdict: "verified" }, totals.verdicts.verified);
+		metrics.verdicts.inc({ verdict: "rejected" }, totals.verdicts.rejected);
+		metrics.leasesActive.set(totals.live.CRANKER_LEASED);
+		metrics.leasesExpired.inc(totals.lapsedLeases);
+		for (const [role, n] of Object.entries(crankers.byRole)) metrics.online.set({ role }, n);
+		metrics.registered.set(crankers.total);
+	}
+	const families = (await metrics.registry.getMetricsAsJSON()) as unknown as MetricFamily[];
+	return figures ? families : families.filter(family => family.name === STORE_FIGURES_UP);
 }
 
 /**
@@ -94,8 +127,7 @@ async function clusterFamilies(totals: TotalsSnapshot, crankers: CrankerSummary)
  * would change that family's type or add to it.
  */
 function prometheusText(perNode: Map<string, MetricFamily[]>, cluster: MetricFamily[]): Promise<string> {
-	const storeNames = new Set(cluster.map(family => family.name));
-	const labelled = [...perNode].filter(([, families]) => !families.some(family => storeNames.has(family.name))).map(([node, families]) =>
+	const labelled = [...perNode].filter(([, families]) => !families.some(family => STORE_FAMILY_NAMES.has(family.name))).map(([node, families]) =>
 		families.map(family => ({
 			...family,
 			// Distinct node labels keep every series apart; `first` also keeps those prom-client would
@@ -119,6 +151,8 @@ interface NetworkVars {
 	 * each asks every process over the bus, and many at once would ask as many times.
 	 */
 	collections: SharedReads<Metrics | string>;
+	/** Scrapes without the store's figures: told when they start, once a minute while they last, and when they end. */
+	storeFigures: FailureStreak;
 }
 
 interface NetworkMethods {
@@ -200,8 +234,26 @@ export function networkService(config: Config): ServiceSchema<NetworkSettings, N
 		methods: {
 			async collectMetrics(this: NetworkThis, ctx, prometheus) {
 				const onBad = (nodeID: string) => this.logger.warn(`The metrics of node ${nodeID} are no snapshot of this service's; left out of GET /metrics`);
-				const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, onBad, prometheus ? undefined : [VERIFICATIONS, VERIFICATION_DURATION])]);
-				if (prometheus) return prometheusText(perNode, await clusterFamilies(totals, await ctx.call<CrankerSummary>("crankers.summary")));
+				if (prometheus) {
+					// Each process's own figures whatever the store: an outage is when they are wanted most.
+					const [figures, perNode] = await Promise.all([
+						Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), ctx.call<CrankerSummary>("crankers.summary")]).then(
+							([totals, crankers]) => {
+								const recovered = this.storeFigures.succeeded();
+								if (recovered) this.logger.info(`GET /metrics: reading the store's figures ${recovered}`);
+								return { totals, crankers };
+							},
+							(err: Error) => {
+								const line = this.storeFigures.failed(`GET /metrics: the store's figures could not be read (${err.message}); served without them, scs_store_figures_up 0`);
+								if (line) this.logger.warn(line);
+								return null;
+							}
+						),
+						processMetrics(ctx, onBad)
+					]);
+					return prometheusText(perNode, await clusterFamilies(figures));
+				}
+				const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, onBad, [VERIFICATIONS, VERIFICATION_DURATION])]);
 				return {
 					uptimeSeconds: Math.floor((Date.now() - this.startedAt.getTime()) / 1000),
 					startedAt: this.startedAt.toISOString(),
@@ -216,6 +268,7 @@ export function networkService(config: Config): ServiceSchema<NetworkSettings, N
 		created(this: NetworkThis) {
 			this.startedAt = new Date();
 			this.collections = new SharedReads();
+			this.storeFigures = new FailureStreak();
 		}
 	};
 }

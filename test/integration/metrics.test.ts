@@ -10,7 +10,7 @@ import { bearerToken } from "../../services/api.service";
 import { histogramQuantile, metricsForm } from "../../services/metrics";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
 import { startNode, tempDir, type TestNode } from "../helpers/node";
-import { itWithPromtool, promtoolCheck } from "../helpers/promtool";
+import { itWithPromtool, promtoolAvailable, promtoolCheck } from "../helpers/promtool";
 
 const METRICS_KEY = "metrics-key-0123456789abcdef";
 const sender = newWallet();
@@ -98,9 +98,26 @@ describe("GET /metrics?format=prometheus", () => {
 		expect(text).toMatch(/^scs_leases_active 1$/m);
 		expect(text).toMatch(/^scs_crankers_online\{role="settlement"\} 1$/m);
 		expect(text).toMatch(/^scs_crankers_registered 1$/m);
+		expect(text).toMatch(/^scs_store_figures_up 1$/m);
 		// One HELP and one TYPE per family.
 		const types = text.split("\n").filter(line => line.startsWith("# TYPE "));
 		expect(new Set(types).size).toBe(types.length);
+	});
+
+	it("serves each process's own figures while the store's cannot be read, with scs_store_figures_up 0 and none of the store's (an operator's review)", async () => {
+		const alone = await startNode();
+		try {
+			// The Cranker records' owner gone (its store down, a rolling update): every scrape failed whole before.
+			await alone.broker.destroyService(alone.broker.getLocalService("crankers")!);
+			const text = await scrape(alone);
+			expect(text).toMatch(/^scs_store_figures_up 0$/m);
+			expect(sample(text, "process_cpu_user_seconds_total", { node: nodeLabel(text) })).toBeGreaterThan(0);
+			expect(text).not.toMatch(/^scs_intents/m);
+			expect(text).not.toMatch(/^scs_crankers_registered/m);
+			if (promtoolAvailable) expect(promtoolCheck(text)).toEqual({ status: 0, output: "" });
+		} finally {
+			await alone.stop();
+		}
 	});
 });
 

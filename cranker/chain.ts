@@ -108,14 +108,15 @@ export class Chain extends ChainReader {
 
 	/**
 	 * When the endpoint's history starts (unix seconds): the time of its first available block, read
-	 * at most once a minute. A search back past it finds nothing there, whatever landed.
+	 * at most once a minute. A search back past it finds nothing there, whatever landed. A block
+	 * without a time is from before Solana kept them (a full-history node's first is near genesis):
+	 * that history reaches back further than any payment, so 0.
 	 */
 	async historyStartsAt(): Promise<number> {
 		if (this.historyStart && performance.now() - this.historyStart.readAt < HISTORY_START_KEPT_MS) return this.historyStart.at;
 		const slot = await this.firstAvailableSlot();
 		const time = await this.rpc.getBlockTime(slot).send(this.deadline);
-		if (typeof time !== "bigint" && typeof time !== "number") throw new Error(`the RPC gives no time for its first available block (${slot})`);
-		this.historyStart = { at: Number(time), readAt: performance.now() };
+		this.historyStart = { at: time === null ? 0 : Number(time), readAt: performance.now() };
 		return this.historyStart.at;
 	}
 

@@ -130,6 +130,15 @@ export class Settler {
 		// leased now. One that needs a shorter search (signed later) is tried.
 		const crowded = this.crowded.get(await this.creditAccountOf(intent));
 		if (crowded && crowded.until > performance.now() && searchFromOf(intent) <= crowded.since) return "unsigned";
+		// The search for an earlier settlement finds nothing only as far back as the endpoint's history
+		// reaches: a pruned ledger shows none made before it starts (a Node restored from a backup may
+		// list a paid intent again, and the journal forgets a settlement ten minutes after it is
+		// signed). Such a payment is not leased; an endpoint that cannot tell fails the attempt, unleased.
+		const historyStart = await this.chain.historyStartsAt();
+		if (historyStart > searchFromOf(intent)) {
+			this.log.warn("not leased: SOLANA_RPC_URL's history starts after this payment was signed, so a settlement of it made before then would not show", { intent: intent.id, historyStartsAt: new Date(historyStart * 1000).toISOString() });
+			return "unsigned";
+		}
 		const askedAt = performance.now();
 		let leased: MempoolIntent;
 		try {
@@ -198,11 +207,6 @@ export class Settler {
 			this.log.warn("a settlement with this payout nullifier is already on chain: reporting it instead of sending another", { intent: leased.id, signature: landed.signature });
 			return this.reportLanded(leased, landed.signature, landed.slot);
 		}
-		// Nothing found means nothing only as far back as the endpoint's history reaches: a pruned
-		// ledger shows no settlement made before it starts (a Node restored from a backup may list a
-		// paid intent again, and the journal forgets a settlement ten minutes after it is signed).
-		const historyStart = await this.chain.historyStartsAt();
-		if (historyStart > searchFrom) return this.release(leased, `SOLANA_RPC_URL's history starts at ${new Date(historyStart * 1000).toISOString()}, after this payment was signed: a settlement of it made before then would not show`);
 		// Its own earlier settlement only now, never in place of the search: nothing on chain keeps two
 		// transfers apart by nullifier, and the search is what finds another Cranker's that landed.
 		const earlier = this.journal.signedFor(authorization.payoutNullifier);

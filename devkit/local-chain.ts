@@ -81,7 +81,7 @@ export class LocalChain {
 	/** How many slots a landed transaction waits before getTransaction answers it at `finalized` (0: at once). */
 	finalitySlots = 0;
 	private dropped = 0;
-	/** Its genesis: the slot it starts at, which getBlockTime places two days back (a ledger that reaches far enough). */
+	/** Its genesis: the slot it starts at, which has no time (getBlockTime: null), as a real cluster's first blocks. */
 	private readonly firstSlot: number;
 	private readonly startedAtMs = Date.now();
 	/** The first slot whose transactions it still shows (getFirstAvailableBlock); see keepHistoryFrom(). */
@@ -135,10 +135,9 @@ export class LocalChain {
 		this.historyFrom = slot;
 	}
 
-	/** Unix seconds of `slot`: the first two days back, the others a slot's time apart from when the chain started, never ahead of now. */
+	/** Unix seconds of `slot` (after the first): a slot's time apart from when the chain started, never ahead of now. */
 	private blockTime(slot: number): number {
-		const at = slot <= this.firstSlot ? this.startedAtMs - 2 * 86_400_000 : Math.min(Date.now(), this.startedAtMs + (slot - this.firstSlot) * this.slotMs);
-		return Math.floor(at / 1000);
+		return Math.floor(Math.min(Date.now(), this.startedAtMs + (slot - this.firstSlot) * this.slotMs) / 1000);
 	}
 
 	/** A landed transaction, unless pruned. */
@@ -306,7 +305,8 @@ export class LocalChain {
 			case "getFirstAvailableBlock":
 				return this.historyFrom;
 			case "getBlockTime":
-				return this.blockTime(Number(params[0]));
+				// The first blocks of a cluster predate block times: a full-history node answers null for them.
+				return Number(params[0]) <= this.firstSlot ? null : this.blockTime(Number(params[0]));
 			case "getLatestBlockhash":
 				return { context: this.context(), value: { blockhash: this.latest, lastValidBlockHeight: this.blockhashes.get(this.latest) } };
 			case "sendTransaction":

@@ -50,7 +50,8 @@ async function settlerWith(leaseAnswer: (intent: MempoolIntent) => MempoolIntent
 			throw new Error("a compromised Node would sign anything: never asked here");
 		}
 	} as unknown as NodeClient;
-	const chain = new Proxy({}, { get: (_, name) => () => Promise.reject(new Error(`the chain was asked ${String(name)}`)) }) as Chain;
+	// Only where its history starts (the genesis), before a lease: nothing of the payment.
+	const chain = new Proxy({}, { get: (_, name) => () => (name === "historyStartsAt" ? Promise.resolve(0) : Promise.reject(new Error(`the chain was asked ${String(name)}`))) }) as Chain;
 	const lines: string[] = [];
 	const signer = await generateKeyPairSigner();
 	const settler = new Settler(node, chain, signer, { mints: [MINT] } as unknown as CrankerConfig, createLogger({}, line => lines.push(line)), () => false, await SettlementJournal.open(tempDir("scs-journal-"), signer.address));
@@ -165,7 +166,10 @@ test("a credit account whose history is too long to search in half the lease: th
 		req.on("end", () => {
 			const blockTime = Math.floor(Date.now() / 1000);
 			const entries = Array.from({ length: 1000 }, (_, i) => ({ signature: encodeBase58(Buffer.alloc(64, (i % 250) + 1)), slot: 1000 - i, err: null, memo: null, blockTime, confirmationStatus: "finalized" }));
-			res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: JSON.parse(body).id, result: entries }));
+			const { id, method } = JSON.parse(body) as { id: unknown; method: string };
+			// Its history from the genesis (a block without a time); every page of signatures full.
+			const result = method === "getFirstAvailableBlock" ? 0 : method === "getBlockTime" ? null : entries;
+			res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id, result }));
 		});
 	});
 	await new Promise<void>(resolve => history.listen(0, "127.0.0.1", resolve));
@@ -481,18 +485,23 @@ describe("a settlement already on chain, offered again by the Node", () => {
 		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));
 	});
 
-	test("is not paid again by a Cranker whose RPC's history starts after the payment was signed: a pruned ledger shows no settlement made before it (a review's replay)", async () => {
+	test("is not leased again by a Cranker whose RPC's history starts after the payment was signed: a pruned ledger shows no settlement made before it (a review's replay)", async () => {
 		const { mint, request, record, creditAccount } = await paidOnce();
 		// The endpoint has pruned the slots the settlement landed in; the Node (restored from a backup) lists the intent again.
 		chain.advance(10);
 		chain.keepHistoryFrom(chain.slot);
 		try {
 			const second = await crankerFor(record, mint);
-			expect(await second.settler.settle(second.offered)).toBe("released");
-			expect(second.reported.map(update => update.status)).toEqual(["CRANKER_LEASED", "VERIFIED"]);
-			expect(second.reported[1].reason).toMatch(/^SOLANA_RPC_URL's history starts at .+, after this payment was signed/);
+			expect(await second.settler.settle(second.offered)).toBe("unsigned");
+			expect(second.reported).toEqual([]);
 			expect(second.journal.size).toBe(0);
+			// An endpoint that cannot tell where its history starts fails the attempt, unleased too.
+			const third = await crankerFor(record, mint);
+			chain.injectFault("getFirstAvailableBlock", "rpc-error", 1);
+			await expect(third.settler.settle(third.offered)).rejects.toThrow();
+			expect(third.reported).toEqual([]);
 		} finally {
+			chain.clearFaults();
 			chain.keepHistoryFrom(0);
 		}
 		expect(chain.tokenBalance(creditAccount)).toBe(BigInt(request.amount));

@@ -666,6 +666,8 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					req.rateCounted = true;
 				}
 				if (route === "worker") {
+					// A worker's answers (views with signatures, nonces, route commitments), errors too: no shared cache keeps them.
+					res.setHeader("cache-control", "private, no-store");
 					this.assertNotThrottled(req, res);
 					// Before moleculer-web looks for the action's owner: a caller without a key is told 401, not
 					// that an owner is down (503), which would also tell anyone which owners are.

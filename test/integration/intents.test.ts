@@ -78,6 +78,12 @@ describe("POST /intents accepts a signed intent", () => {
 		expect(full.headers.get("cache-control")).toBe("private, no-store");
 		for (const answer of [pub, full]) expect(answer.headers.get("vary")).toMatch(/\bX-Api-Key\b/i);
 		expect(pub.headers.get("cache-control")).toBeNull();
+		// Nor a worker route's answer, a refusal included.
+		for (const [key, status] of [[worker, 200], [{}, 401]] as const) {
+			const list = await node.http("GET", "/intent-work?limit=5", undefined, key);
+			expect(list.status).toBe(status);
+			expect(list.headers.get("cache-control")).toBe("private, no-store");
+		}
 	});
 
 	it("answers 404 NOT_FOUND for an unknown id", async () => {

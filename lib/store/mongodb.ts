@@ -68,6 +68,8 @@ const DUPLICATE_KEY = 11000;
 const NAMESPACE_EXISTS = 48;
 const INDEX_NOT_FOUND = 27;
 const NAMESPACE_NOT_FOUND = 26;
+/** MongoDB's refusal of a hint that names no index of the collection (BadValue, code 2). */
+const MISSING_HINTED_INDEX = /hint provided does not correspond to an existing index/i;
 const OPERATORS = { ne: "$ne", lt: "$lt", lte: "$lte", gt: "$gt", gte: "$gte" } as const;
 
 /**
@@ -530,11 +532,33 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	}
 
 	async list(query: ListQuery = {}): Promise<T[]> {
-		const cursor = this.listCursor(query);
-		return cursor ? (await guarded(this.client, () => cursor.toArray())).map(doc => this.fromStored(doc)) : [];
+		return this.withIndexes(async () => {
+			const cursor = this.listCursor(query);
+			return cursor ? (await guarded(this.client, () => cursor.toArray())).map(doc => this.fromStored(doc)) : [];
+		});
 	}
 
-	async listViews(name: string, query: ListQuery = {}): Promise<ViewRow[]> {
+	/**
+	 * `read`, a list hinted to the index servingIndex names; asked once more after the collection's
+	 * indexes are made again, when that index is gone. A replica of an earlier version that starts
+	 * during a rolling update drops the plain indexes it does not declare (MongoStore.collection), and
+	 * every list hinted to one of them would fail until this process restarted.
+	 */
+	private async withIndexes<R>(read: () => Promise<R>): Promise<R> {
+		try {
+			return await read();
+		} catch (err) {
+			if (!(err instanceof MongoServerError && MISSING_HINTED_INDEX.test(err.message))) throw err;
+			await guarded(this.client, () => this.collection.createIndexes(indexDescriptions(this.spec)));
+			return read();
+		}
+	}
+
+	listViews(name: string, query: ListQuery = {}): Promise<ViewRow[]> {
+		return this.withIndexes(() => this.listViewRows(name, query));
+	}
+
+	private async listViewRows(name: string, query: ListQuery): Promise<ViewRow[]> {
 		const view = viewOf(this.spec, name);
 		const field = viewKey(name, view);
 		const order = query.orderBy ? key(query.orderBy[0]) : null;

@@ -49,7 +49,11 @@ type LegacyUpdate = (collection: string, id: string, change: Record<string, unkn
  * owning process, and its group commit holds the write lock until the end of the event-loop turn),
  * so racing writers race inside it rather than across connections.
  */
-function describeStoreContract(name: string, open: () => Promise<Store>, cleanup: () => Promise<void>, legacyUpdate: LegacyUpdate, run = true, oneConnection = false): void {
+/**
+ * `dropIndex`: drops a plain index of a collection, as a replica of an earlier version that does not
+ * declare it does at its start (MongoDB only: a SQLite file has one owner process).
+ */
+function describeStoreContract(name: string, open: () => Promise<Store>, cleanup: () => Promise<void>, legacyUpdate: LegacyUpdate, run = true, oneConnection = false, dropIndex?: (collection: string, index: string) => Promise<void>): void {
 	(run ? describe : describe.skip)(`${name} store contract`, () => {
 		let store: Store;
 		let collections = 0;
@@ -85,6 +89,15 @@ function describeStoreContract(name: string, open: () => Promise<Store>, cleanup
 			expect(await items.get("a")).toStrictEqual({ id: "a", status: "open", rank: 1 });
 			expect(await items.get("missing")).toBeNull();
 			expect(await items.count()).toBe(1);
+		});
+
+		(dropIndex ? test : test.skip)("a list whose index a replica of an earlier version dropped makes the indexes again and answers", async () => {
+			const spec = itemSpec(`items_${++collections}`);
+			const items = await store.collection<Item>(spec);
+			for (const [id, rank] of [["a", 2], ["b", 1]] as const) expect(await items.insert({ id, status: "open", rank })).toBe(true);
+			await dropIndex!(spec.name, "i_status_rank_id");
+			expect(ids(await items.list({ where: { status: "open" }, orderBy: ["rank", "asc"] }))).toEqual(["b", "a"]);
+			expect(ids(await items.list({ where: { status: "open" }, orderBy: ["rank", "desc"] }))).toEqual(["a", "b"]);
 		});
 
 		test("insert refuses a taken unique group and writes nothing", async () => {
@@ -919,6 +932,17 @@ describeStoreContract(
 	true
 );
 
+function mongoDropIndex(url: () => Promise<string>, dbName: string) {
+	return async (collection: string, index: string) => {
+		const client = await MongoClient.connect(await url());
+		try {
+			await client.db(dbName).collection(collection).dropIndex(index);
+		} finally {
+			await client.close();
+		}
+	};
+}
+
 /** An older MongoDB adapter read the whole stored document (view texts too) and replaced it with its change. */
 function mongoLegacyUpdate(url: () => Promise<string>, dbName: string): LegacyUpdate {
 	return async (collection, id, change) => {
@@ -995,7 +1019,10 @@ if (mongoUrl) {
 				await client.close();
 			}
 		},
-		mongoLegacyUpdate(async () => mongoUrl, dbName)
+		mongoLegacyUpdate(async () => mongoUrl, dbName),
+		true,
+		false,
+		mongoDropIndex(async () => mongoUrl, dbName)
 	);
 } else {
 	const unavailable = memoryServerUnavailable();
@@ -1012,6 +1039,8 @@ if (mongoUrl) {
 			await (await server)?.stop();
 		},
 		mongoLegacyUpdate(async () => (await server!).getUri(), "scs_contract"),
-		!unavailable
+		!unavailable,
+		false,
+		mongoDropIndex(async () => (await server!).getUri(), "scs_contract")
 	);
 }

@@ -320,7 +320,8 @@ export function assertWhere(spec: CollectionSpec, where: Where): void {
 	for (const [field, condition] of Object.entries(where)) {
 		if (condition === undefined) throw new Error(`${spec.name}: condition on "${field}" is undefined`);
 		const values = !isComparison(condition) ? [condition] : "in" in condition ? condition.in : Object.values(condition);
-		if (isComparison(condition) && !("in" in condition) && Object.keys(condition).length !== 1) throw new Error(`${spec.name}: condition on "${field}" must have one operator`);
+		// `in` too: the adapters read an `in` alone, and would drop whatever operator came with it.
+		if (isComparison(condition) && Object.keys(condition).length !== 1) throw new Error(`${spec.name}: condition on "${field}" must have one operator`);
 		for (const value of values) {
 			if (value === null) continue;
 			if (typeof value !== JS_TYPE[typeOf(spec, field)] || (typeof value === "number" && !Number.isFinite(value)))

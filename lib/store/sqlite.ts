@@ -636,6 +636,8 @@ class SqliteCollection<T extends Doc> implements Collection<T>, GroupMember {
 		if (Object.values(query.where ?? {}).some(c => isComparison(c) && "in" in c && c.in.length === 0)) return [];
 		const split = query.orderBy && Object.entries(query.where ?? {}).find(([, c]) => isComparison(c) && "in" in c && c.in.length > 1);
 		if (!split) return this.listStatement(query, select);
+		// The shape as a whole, as MongoDB checks it: each value's part alone may be served where the whole is not (a sparse index).
+		servingIndex(this.spec, query.where, query.orderBy);
 		const [field, condition] = split as [string, { in: readonly FieldValue[] }];
 		// Each value once, as MongoDB's $in matches each document once.
 		const parts = [...new Set(condition.in)].map(value => this.listRows({ ...query, where: { ...query.where, [field]: value } }, select));

@@ -92,6 +92,7 @@ interface PodSpec {
 	hostIPC?: boolean;
 	securityContext?: SecurityContext;
 	volumes?: Volume[];
+	topologySpreadConstraints?: { topologyKey: string; maxSkew: number; whenUnsatisfiable: string; labelSelector?: LabelSelector }[];
 }
 
 interface LabelSelector {
@@ -492,6 +493,14 @@ describe("k8s/ manifests: NATS requires credentials", () => {
 		} finally {
 			fs.rmSync(dir, { recursive: true, force: true });
 		}
+	});
+});
+
+describe("k8s/ manifests: quorum members", () => {
+	it.each(["mongodb", "nats"])("%s puts one member on a node or none, so that one node's loss never takes two (an operator's review)", name => {
+		const spread = podSpec(get("apps/v1", "StatefulSet", name)).topologySpreadConstraints ?? [];
+		expect(spread).toContainEqual(expect.objectContaining({ topologyKey: "kubernetes.io/hostname", maxSkew: 1, whenUnsatisfiable: "DoNotSchedule", labelSelector: { matchLabels: { "app.kubernetes.io/name": name } } }));
+		expect(spread).toContainEqual(expect.objectContaining({ topologyKey: "topology.kubernetes.io/zone" }));
 	});
 });
 

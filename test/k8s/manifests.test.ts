@@ -509,6 +509,21 @@ describe("k8s/ manifests: quorum members", () => {
 	});
 });
 
+describe("k8s/ manifests: a NATS server that stops", () => {
+	it("goes into lame duck mode first, its clients moved over a while, within the grace period (an operator's review)", () => {
+		const nats = get("apps/v1", "StatefulSet", "nats");
+		const [server] = podSpec(nats).containers;
+		const conf = String((get("v1", "ConfigMap", "nats-config").data as Record<string, string>)["nats.conf"]);
+		const seconds = (name: string) => Number(new RegExp(`^\\s*${name}: "(\\d+)s"$`, "m").exec(conf)?.[1]);
+		const pidFile = /^\s*pid_file: "([^"]+)"$/m.exec(conf)?.[1];
+		expect(pidFile).toBeDefined();
+		expect((server as { lifecycle?: { preStop?: { exec?: { command?: string[] } } } }).lifecycle?.preStop?.exec?.command).toEqual(["nats-server", "--signal", `ldm=${pidFile}`]);
+		// The pid file's directory is writable (the root file system is not).
+		expect(server.volumeMounts?.some(mount => pidFile!.startsWith(`${mount.mountPath}/`) && !mount.readOnly)).toBe(true);
+		expect(seconds("lame_duck_grace_period") + seconds("lame_duck_duration")).toBeLessThan(podSpec(nats).terminationGracePeriodSeconds!);
+	});
+});
+
 describe("k8s/ manifests: MongoDB is an authenticated replica set", () => {
 	const mongodb = get("apps/v1", "StatefulSet", "mongodb");
 	const spec = podSpec(mongodb);

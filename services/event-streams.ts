@@ -167,7 +167,8 @@ export class SseConnection {
 	) {
 		res.writeHead(200, {
 			"content-type": "text/event-stream; charset=utf-8",
-			"cache-control": "no-cache, no-transform",
+			// A worker route's stream stays private (the gateway set that before): no shared cache keeps it.
+			"cache-control": String(res.getHeader("cache-control") ?? "").includes("private") ? "private, no-store, no-transform" : "no-cache, no-transform",
 			// nginx buffers responses unless told not to; a buffered stream is no stream.
 			"x-accel-buffering": "no"
 		});

@@ -74,6 +74,8 @@ interface StoreFigures {
 }
 
 const STORE_FIGURES_UP = "scs_store_figures_up";
+/** How long a scrape waits for the store's figures before it is served without them. */
+const STORE_FIGURES_TIMEOUT_MS = 3000;
 
 /** The store's figures as Prometheus metrics, none set yet. */
 function storeMetrics() {
@@ -237,7 +239,8 @@ export function networkService(config: Config): ServiceSchema<NetworkSettings, N
 				if (prometheus) {
 					// Each process's own figures whatever the store: an outage is when they are wanted most.
 					const [figures, perNode] = await Promise.all([
-						Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), ctx.call<CrankerSummary>("crankers.summary")]).then(
+						// Within a scrape's time (Prometheus waits 10 s by default), not the bus's 15 s: a store that hangs is one that fails.
+						Promise.all([ctx.call<TotalsSnapshot, object>("mempool.totals", {}, { timeout: STORE_FIGURES_TIMEOUT_MS }), ctx.call<CrankerSummary, object>("crankers.summary", {}, { timeout: STORE_FIGURES_TIMEOUT_MS })]).then(
 							([totals, crankers]) => {
 								const recovered = this.storeFigures.succeeded();
 								if (recovered) this.logger.info(`GET /metrics: reading the store's figures ${recovered}`);

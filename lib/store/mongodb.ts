@@ -70,6 +70,7 @@ const INDEX_NOT_FOUND = 27;
 const NAMESPACE_NOT_FOUND = 26;
 /** MongoDB's refusal of a hint that names no index of the collection (BadValue, code 2). */
 const MISSING_HINTED_INDEX = /hint provided does not correspond to an existing index/i;
+const BAD_VALUE = 2;
 const OPERATORS = { ne: "$ne", lt: "$lt", lte: "$lte", gt: "$gt", gte: "$gte" } as const;
 
 /**
@@ -303,6 +304,8 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 	private readonly viewFields: string[];
 	/** The index serving each query shape met so far (servingIndex, checked once per shape). */
 	private readonly servingKeys = new Map<string, IndexKey>();
+	/** The build of this collection's indexes under way after a hinted one was found gone (withIndexes). */
+	private rebuilding: Promise<unknown> | null = null;
 
 	constructor(
 		private readonly client: MongoClient,
@@ -548,8 +551,10 @@ class MongoStoreCollection<T extends Doc> implements Collection<T> {
 		try {
 			return await read();
 		} catch (err) {
-			if (!(err instanceof MongoServerError && MISSING_HINTED_INDEX.test(err.message))) throw err;
-			await guarded(this.client, () => this.collection.createIndexes(indexDescriptions(this.spec)));
+			if (!(err instanceof MongoServerError && err.code === BAD_VALUE && MISSING_HINTED_INDEX.test(err.message))) throw err;
+			// One build for every list that finds the index gone meanwhile (each would otherwise hold a connection on it).
+			this.rebuilding ??= guarded(this.client, () => this.collection.createIndexes(indexDescriptions(this.spec))).finally(() => (this.rebuilding = null));
+			await this.rebuilding;
 			return read();
 		}
 	}

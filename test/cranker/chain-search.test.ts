@@ -68,3 +68,28 @@ test("a history too long to read before `until` fails the search at the first pa
 		await rpc.close();
 	}
 });
+
+test("where the endpoint's history starts: its first block's time, from genesis when that block has none, and no answer when the time is no number (a review)", async () => {
+	let time: unknown = 1_700_000_000;
+	const server = http.createServer((req, res) => {
+		let body = "";
+		req.on("data", chunk => (body += chunk));
+		req.on("end", () => {
+			const { id, method } = JSON.parse(body) as { id: number; method: string };
+			res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id, result: method === "getFirstAvailableBlock" ? 5 : time }));
+		});
+	});
+	await new Promise<void>(resolve => server.listen(0, "127.0.0.1", resolve));
+	const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+	try {
+		expect(await new Chain(url).historyStartsAt()).toBe(1_700_000_000);
+		// A block from before Solana kept block times: history from the beginning.
+		time = null;
+		expect(await new Chain(url).historyStartsAt()).toBe(0);
+		// Anything else is no time, not a history that reaches back (NaN compares false with every time).
+		time = "yesterday";
+		await expect(new Chain(url).historyStartsAt()).rejects.toThrow(/no time for its first available block/);
+	} finally {
+		await new Promise(resolve => server.close(resolve));
+	}
+});

@@ -51,6 +51,7 @@ describe("GET /intents/{id}/events", () => {
 		const stream = await open(`/intents/${id}/events`);
 		expect(stream.status).toBe(200);
 		expect(stream.headers["content-type"]).toBe("text/event-stream; charset=utf-8");
+		expect(stream.headers["cache-control"]).toBe("no-cache, no-transform");
 		const [current] = await stream.waitFor(1);
 		expect(current).toMatchObject({ event: "status", data: { id, receiverStatus: "VERIFIED", status: "pending" } });
 		expect(current.id).toMatch(/^\d+$/);
@@ -134,6 +135,8 @@ describe("GET /events", () => {
 	it("streams every change from now, filtered by type and state, and resumes after Last-Event-ID without a gap", async () => {
 		const verified = await open("/events?types=intent.status_changed&states=VERIFIED", workerHeaders);
 		const everything = await open("/events", workerHeaders);
+		// A worker's stream: no shared cache keeps it (a review); an intent's public one as SSE is cached by none anyway.
+		expect(everything.headers["cache-control"]).toBe("private, no-store, no-transform");
 		const ids = [await submit(), await submit(), await submit()];
 		const operation = await node.http("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "create" }));
 		expect(operation.status).toBe(201);

@@ -93,6 +93,7 @@ interface PodSpec {
 	securityContext?: SecurityContext;
 	volumes?: Volume[];
 	topologySpreadConstraints?: { topologyKey: string; maxSkew: number; whenUnsatisfiable: string; labelSelector?: LabelSelector }[];
+	affinity?: { podAntiAffinity?: { requiredDuringSchedulingIgnoredDuringExecution?: { topologyKey: string; labelSelector?: LabelSelector }[] } };
 }
 
 interface LabelSelector {
@@ -503,9 +504,10 @@ describe("k8s/ manifests: NATS requires credentials", () => {
 
 describe("k8s/ manifests: quorum members", () => {
 	it.each(["mongodb", "nats"])("%s puts one member on a node or none, so that one node's loss never takes two (an operator's review)", name => {
-		const spread = podSpec(get("apps/v1", "StatefulSet", name)).topologySpreadConstraints ?? [];
-		expect(spread).toContainEqual(expect.objectContaining({ topologyKey: "kubernetes.io/hostname", maxSkew: 1, whenUnsatisfiable: "DoNotSchedule", labelSelector: { matchLabels: { "app.kubernetes.io/name": name } } }));
-		expect(spread).toContainEqual(expect.objectContaining({ topologyKey: "topology.kubernetes.io/zone" }));
+		const spec = podSpec(get("apps/v1", "StatefulSet", name));
+		// Required anti-affinity: a spread's skew lets two on one node once a node is gone.
+		expect(spec.affinity?.podAntiAffinity?.requiredDuringSchedulingIgnoredDuringExecution).toEqual([{ topologyKey: "kubernetes.io/hostname", labelSelector: { matchLabels: { "app.kubernetes.io/name": name } } }]);
+		expect(spec.topologySpreadConstraints ?? []).toContainEqual(expect.objectContaining({ topologyKey: "topology.kubernetes.io/zone" }));
 	});
 });
 
@@ -520,7 +522,9 @@ describe("k8s/ manifests: a NATS server that stops", () => {
 		expect((server as { lifecycle?: { preStop?: { exec?: { command?: string[] } } } }).lifecycle?.preStop?.exec?.command).toEqual(["nats-server", "--signal", `ldm=${pidFile}`]);
 		// The pid file's directory is writable (the root file system is not).
 		expect(server.volumeMounts?.some(mount => pidFile!.startsWith(`${mount.mountPath}/`) && !mount.readOnly)).toBe(true);
-		expect(seconds("lame_duck_grace_period") + seconds("lame_duck_duration")).toBeLessThan(podSpec(nats).terminationGracePeriodSeconds!);
+		// The grace period is part of the duration (nats-server closes its clients after the one, within the other).
+		expect(seconds("lame_duck_grace_period")).toBeLessThan(seconds("lame_duck_duration"));
+		expect(seconds("lame_duck_duration")).toBeLessThan(podSpec(nats).terminationGracePeriodSeconds!);
 	});
 });
 
@@ -534,9 +538,9 @@ describe("k8s/ manifests: MongoDB is an authenticated replica set", () => {
 	it("runs three members of a pinned mongo image with --replSet rs0, --auth and a keyFile, on volumeClaimTemplates", () => {
 		expect(mongodb.spec!.replicas).toBe(3);
 		expect(mongod.image).toMatch(/^mongo:\d+\.\d+\.\d+$/);
-		// At least the 7.0 patch that closes CVE-2025-14847 (unauthenticated memory disclosure) and CVE-2026-6914.
+		// At least the 7.0 patch that closes CVE-2025-14847 (an unauthenticated client reads server memory), CVE-2026-6914 and CVE-2026-9740 (an unauthenticated client crashes mongod).
 		const [major, minor, patch] = mongod.image!.slice("mongo:".length).split(".").map(Number);
-		expect(major > 7 || (major === 7 && (minor > 0 || patch >= 32))).toBe(true);
+		expect(major > 7 || (major === 7 && (minor > 0 || patch >= 35))).toBe(true);
 		// And no zlib on the wire, where that disclosure was.
 		expect(argAfter("--networkMessageCompressors").split(",")).not.toContain("zlib");
 		expect(argv[0]).toBe("mongod");
@@ -1045,7 +1049,7 @@ describe("k8s/ manifests: Pod Security restricted", () => {
 	it("the image check refuses latest and an untagged image (so a pass means something)", () => {
 		const pinned = /^[a-z0-9./-]+(:\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})$/;
 		expect(["mongo:latest", "mongo", "mongo:7", "nats:2.10-alpine"].filter(image => pinned.test(image))).toEqual([]);
-		expect(["mongo:7.0.32", "nats:2.10.22-alpine", IMAGE].every(image => pinned.test(image))).toBe(true);
+		expect(["mongo:7.0.35", "nats:2.10.22-alpine", IMAGE].every(image => pinned.test(image))).toBe(true);
 	});
 });
 

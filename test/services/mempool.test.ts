@@ -145,6 +145,20 @@ describe("intake: one insert, in the verdict's state", () => {
 	});
 });
 
+test("without a chain, the intents keep no index by slot: no slot is compared, and it would cost every intake", async () => {
+	const dataDir = tempDir();
+	const { broker } = await startMempool(dataDir);
+	await broker.stop();
+	const db = new Database(path.join(dataDir, "mempool.sqlite"), { readonly: true });
+	try {
+		const names = (db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'intents'").all() as { name: string }[]).map(row => row.name);
+		expect(names).toContainEqual(expect.stringContaining("state_expiresAt_id"));
+		expect(names.filter(name => name.includes("expiresAtSlot"))).toEqual([]);
+	} finally {
+		db.close();
+	}
+});
+
 test("once, at start: an unsigned body an earlier version expired before its verdict is removed (its paymentId free again), a signed one stays REJECTED EXPIRED", async () => {
 	const dataDir = tempDir();
 	const victim = newWallet();

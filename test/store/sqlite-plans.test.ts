@@ -9,7 +9,7 @@ import { LIVE_COUNTS, LIVE_FIGURES } from "../../lib/intent-totals";
 import type { IntentRecord, IntentState } from "../../lib/intents";
 import { openStore, type Collection, type ListQuery, type Store } from "../../lib/store";
 import { sortsOrScans } from "../../lib/store/sqlite";
-import { INTENTS_COLLECTION } from "../../services/mempool.service";
+import { INTENTS_COLLECTION, intentsCollection } from "../../services/mempool.service";
 import { tempDir } from "../helpers/node";
 
 const STATES: IntentState[] = ["RECEIVED", "VERIFIED", "CRANKER_LEASED", "CONFIRMED", "REJECTED"];
@@ -46,7 +46,8 @@ function record(i: number): IntentRecord {
 
 beforeAll(async () => {
 	store = await openStore({ kind: "sqlite", dataDir, mongoUrl: null, owner: "mempool" });
-	intents = await store.collection(INTENTS_COLLECTION);
+	// As a deployment with a chain keeps them: the slot sweep's index too.
+	intents = await store.collection(intentsCollection(true));
 	for (let i = 0; i < 3000; i++) {
 		all.push(record(i));
 		await intents.insert(all[i]);

@@ -110,8 +110,8 @@ export const INTENTS_COLLECTION = {
 /**
  * The intents' collection as this deployment needs it: with a chain (SOLANA_RPC_URL), expiry by slot
  * too, whose sweep walks a (state, expiresAtSlot) index as far as the intents due. Without one no
- * slot is ever compared, and the index would cost every intake for nothing (about 6 % of the rate
- * at full load here, in alternating runs).
+ * slot is ever compared, and the index would cost every intake for nothing (8–9 % of the rate at
+ * full load here, in alternating runs: docs/performance.md).
  */
 export function intentsCollection(withChain: boolean): CollectionSpec<IntentRecord> {
 	return withChain ? { ...INTENTS_COLLECTION, indexes: [...INTENTS_COLLECTION.indexes, ["state", "expiresAtSlot"]] } : INTENTS_COLLECTION;

@@ -115,10 +115,16 @@ describe("GET /metrics?format=prometheus", () => {
 			expect(text).not.toMatch(/^scs_intents/m);
 			expect(text).not.toMatch(/^scs_crankers_registered/m);
 			if (promtoolAvailable) expect(promtoolCheck(text)).toEqual({ status: 0, output: "" });
+			// An owner that hangs rather than fails: the scrape waits 3 s for it, within Prometheus's 10 s, not the bus's 15 s.
+			alone.broker.createService({ name: "crankers", actions: { summary: () => new Promise(() => {}) } });
+			await alone.broker.waitForServices(["crankers"]);
+			const startedAt = Date.now();
+			expect(await scrape(alone)).toMatch(/^scs_store_figures_up 0$/m);
+			expect(Date.now() - startedAt).toBeLessThan(5_000);
 		} finally {
 			await alone.stop();
 		}
-	});
+	}, 30_000);
 });
 
 /** The node label of this single-process node's series. */

@@ -90,14 +90,15 @@ export class Chain extends ChainReader {
 	 * paging back through the account's history down to `since` (unix seconds; a flood of other
 	 * transactions cannot hide one). An RPC that pages on past `settlementSearchMaxPages` is not
 	 * believed: the search fails rather than run forever. It fails too when a page would start
-	 * after `until` (performance.now()): the caller's lease would lapse before it ends.
+	 * after `until` (performance.now()): the caller's lease would lapse before it ends. With
+	 * `minContextSlot`, a backend that has not reached that slot refuses instead of answering from behind.
 	 */
-	async findSettlements(account: Address, memo: string, since: number, until = Infinity): Promise<{ signature: string; slot: number }[]> {
+	async findSettlements(account: Address, memo: string, since: number, until = Infinity, minContextSlot?: bigint): Promise<{ signature: string; slot: number }[]> {
 		const found: { signature: string; slot: number }[] = [];
 		let before: ReturnType<typeof toSignature> | undefined;
 		for (let pages = 0; pages < this.settlementSearchMaxPages; pages++) {
 			if (pages > 0 && performance.now() > until) throw new HistoryTooLongError(`the history of ${account} since the intent was signed is longer than this Cranker can read in time (${pages * 1000} transactions read)`);
-			const page = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed", ...(before ? { before } : {}) }).send(this.deadline);
+			const page = await this.rpc.getSignaturesForAddress(account, { limit: 1000, commitment: "confirmed", ...(before ? { before } : {}), ...(minContextSlot !== undefined ? { minContextSlot } : {}) }).send(this.deadline);
 			found.push(...page.filter(entry => !entry.err && memoFieldHolds(entry.memo, memo)).map(entry => ({ signature: entry.signature, slot: Number(entry.slot) })));
 			const oldest = page[page.length - 1];
 			if (page.length < 1000 || (oldest.blockTime !== null && Number(oldest.blockTime) < since)) return found;

@@ -191,9 +191,13 @@ export class Settler {
 
 		const creditAccount = await this.creditAccountOf(leased);
 		const searchFrom = searchFromOf(leased);
+		// Where the chain stands before anything is read of this payment: every later answer must come
+		// from at least there, so that a backend behind another (one URL, several backends) cannot hide
+		// a settlement that landed before, in the search or in a status.
+		const position = await this.chain.position();
 		let landed: { signature: string; slot: number } | null;
 		try {
-			landed = await this.settlementOnChain(leased, creditAccount, authorization.payoutNullifier, searchFrom, searchUntil);
+			landed = await this.settlementOnChain(leased, creditAccount, authorization.payoutNullifier, searchFrom, searchUntil, position.slot);
 		} catch (err) {
 			// Given back: the copies of this payment's memo hold back this payment only; a crowded
 			// history, every payment to the credit account, which is left for a while.
@@ -210,7 +214,7 @@ export class Settler {
 		// Its own earlier settlement only now, never in place of the search: nothing on chain keeps two
 		// transfers apart by nullifier, and the search is what finds another Cranker's that landed.
 		const earlier = this.journal.signedFor(authorization.payoutNullifier);
-		const again = earlier ? await this.settleAgain(leased, earlier) : null;
+		const again = earlier ? await this.settleAgain(leased, earlier, position) : null;
 		if (again) return again;
 
 		const decimals = await this.chain.mintDecimals(leased.tokenMintAddress);
@@ -246,11 +250,12 @@ export class Settler {
 	 * while it can still land: reported and sent again, the same bytes. Null once it can no longer
 	 * land and never did: then a new one may be signed.
 	 */
-	private async settleAgain(leased: MempoolIntent, earlier: SignedSettlementRecord): Promise<SettleResult | null> {
+	private async settleAgain(leased: MempoolIntent, earlier: SignedSettlementRecord, position: { height: bigint; slot: bigint }): Promise<SettleResult | null> {
 		const samePayment = earlier.transactionCommitment === leased.transactionCommitment;
-		// Height first, then the signature: a transaction not seen after its blockhash expired can never land.
-		if ((await this.chain.blockHeight()) > earlier.lifetime.lastValidBlockHeight + SIGN_AGAIN_AFTER_BLOCKS) {
-			const state = await this.chain.signatureState(earlier.signature);
+		// Height first, then the signature, as of that height's slot at least: a transaction not seen
+		// after its blockhash expired can never land.
+		if (position.height > earlier.lifetime.lastValidBlockHeight + SIGN_AGAIN_AFTER_BLOCKS) {
+			const state = await this.chain.signatureState(earlier.signature, position.slot);
 			if (state.kind === "unknown" || state.kind === "failed") return null;
 			// The nullifier is the payment's key on chain: spent by another payment, it pays no other.
 			if (state.kind === "landed") return samePayment ? this.reportLanded(leased, earlier.signature, Number(state.slot)) : this.release(leased, "this payout nullifier was spent by another payment");
@@ -356,13 +361,13 @@ export class Settler {
 	 * lists it but has no transaction to give yet, bytes that are not it) may be this settlement, and
 	 * paying beside it could pay twice: that throws, and the lease is given back.
 	 */
-	private async settlementOnChain(intent: MempoolIntent, creditAccount: Address, payoutNullifier: string, since: number, until: number): Promise<{ signature: string; slot: number } | null> {
+	private async settlementOnChain(intent: MempoolIntent, creditAccount: Address, payoutNullifier: string, since: number, until: number, seenSlot: bigint): Promise<{ signature: string; slot: number } | null> {
 		const expected = expectedSettlementOf(intent, this.config.settlementProgramId);
 		const memo = settlementMemo(intent.transactionCommitment, payoutNullifier);
 		// Copies read at an earlier lease of this payment are not read again: a landed transaction does not change.
 		let notIt = this.notTheSettlement.get(memo);
 		if (!notIt) rememberLatest(this.notTheSettlement, memo, (notIt = new Set()), PAYMENTS_WITH_COPIES_MAX);
-		const candidates = (await this.chain.findSettlements(creditAccount, memo, since, until)).filter(({ signature }) => !notIt.has(signature));
+		const candidates = (await this.chain.findSettlements(creditAccount, memo, since, until, seenSlot)).filter(({ signature }) => !notIt.has(signature));
 		const isThisSettlement = async ({ signature }: { signature: string }) => {
 			const contents = await this.chain.transactionContents(signature).catch((err: Error) => err);
 			if (contents instanceof Error || !contents || contents.notShown) {

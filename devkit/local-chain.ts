@@ -302,6 +302,9 @@ export class LocalChain {
 			case "getSlot":
 			case "getBlockHeight":
 				return this.slotNumber;
+			// Its height is its slot: one block a slot, none skipped.
+			case "getEpochInfo":
+				return { absoluteSlot: this.slotNumber, blockHeight: this.slotNumber, epoch: 0, slotIndex: this.slotNumber, slotsInEpoch: 432_000, transactionCount: null };
 			case "getFirstAvailableBlock":
 				return this.historyFrom;
 			case "getBlockTime":

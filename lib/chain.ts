@@ -148,9 +148,20 @@ export class ChainReader {
 		return this.shortRpc.getFirstAvailableBlock().send(this.deadline).then(counted);
 	}
 
-	/** Searches the whole history; `pending` is a transaction seen in a block not yet confirmed. */
-	async signatureState(signature: string): Promise<SignatureState> {
-		const { value } = await this.shortRpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
+	/** The block height and the slot it stood at, in one answer: what the endpoint's later answers must have seen. */
+	async position(): Promise<{ height: bigint; slot: bigint }> {
+		const { blockHeight, absoluteSlot } = await this.shortRpc.getEpochInfo({ commitment: "confirmed" }).send(this.deadline);
+		return { height: counted(blockHeight), slot: counted(absoluteSlot) };
+	}
+
+	/**
+	 * Searches the whole history; `pending` is a transaction seen in a block not yet confirmed. With
+	 * `seenSlot`, an answer from a backend that has not reached that slot is refused (one endpoint's
+	 * URL may lead to several backends, each as far as it got): it cannot tell what landed since.
+	 */
+	async signatureState(signature: string, seenSlot?: bigint): Promise<SignatureState> {
+		const { context, value } = await this.shortRpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
+		if (seenSlot !== undefined && !(typeof context?.slot === "bigint" && context.slot >= seenSlot)) throw new Error(`the RPC answered a signature's status as of slot ${String(context?.slot)}, before slot ${seenSlot}, which it had shown: a backend behind`);
 		const status = value[0];
 		if (!status) return { kind: "unknown" };
 		if (status.confirmationStatus === "processed") return { kind: "pending" };

@@ -25,6 +25,7 @@ import { toWorkerView, type IntentRecord, type MempoolIntent } from "../../lib/i
 import { buildPayoutAuthorization } from "../../lib/payout";
 import { creditAccountAddress, DEFAULT_SETTLEMENT_PROGRAM_ID, signMemoTransaction } from "../../lib/settlement";
 import { iso, MINT, newRoute, newWallet, signedIntent } from "../helpers/fixtures";
+import { startLyingRpc, RpcRefusal } from "../helpers/lying-rpc";
 import { tempDir } from "../helpers/node";
 import { waitFor } from "./harness";
 
@@ -168,7 +169,8 @@ test("a credit account whose history is too long to search in half the lease: th
 			const entries = Array.from({ length: 1000 }, (_, i) => ({ signature: encodeBase58(Buffer.alloc(64, (i % 250) + 1)), slot: 1000 - i, err: null, memo: null, blockTime, confirmationStatus: "finalized" }));
 			const { id, method } = JSON.parse(body) as { id: unknown; method: string };
 			// Its history from the genesis (a block without a time); every page of signatures full.
-			const result = method === "getFirstAvailableBlock" ? 0 : method === "getBlockTime" ? null : entries;
+			const position = { absoluteSlot: 1000, blockHeight: 1000, epoch: 0, slotIndex: 1000, slotsInEpoch: 432_000, transactionCount: null };
+			const result = method === "getFirstAvailableBlock" ? 0 : method === "getBlockTime" ? null : method === "getEpochInfo" ? position : entries;
 			res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id, result }));
 		});
 	});
@@ -291,10 +293,10 @@ describe("a settlement signed before the Cranker restarted", () => {
 				return offered;
 			},
 			/** The Cranker again, as after a restart: its lock given up (a killed process's goes stale), its journal read from disk. */
-			async restarted() {
+			async restarted(rpcUrl = chain.url) {
 				await firstJournal.close();
 				const journal = await openJournal(stateDir, signer.address);
-				return { settler: settlerOn(new Chain(chain.url, 5000), journal), journal };
+				return { settler: settlerOn(new Chain(rpcUrl, 5000), journal), journal };
 			},
 			stateDir,
 			signer,
@@ -332,6 +334,31 @@ describe("a settlement signed before the Cranker restarted", () => {
 		expect(new Set(signatures).size).toBe(2);
 		expect(chain.landedWithMemoEnding(first.nullifier).map(tx => tx.signature)).toEqual([signatures.at(-1)]);
 		expect(chain.tokenBalance(first.creditAccount)).toBe(first.amount);
+	});
+
+	test("is not signed again on the word of a backend behind the one that showed the height: a search and a status from before that slot are refused (a review)", async () => {
+		const first = await crashAfterFirstSend();
+		// The slow leader lands it after all; the chain goes on far past its last landing height.
+		expect(chain.landDropped()).toBe(1);
+		chain.advance(451);
+		// Another backend behind the same URL, which has not seen the slots since it was signed: it would
+		// list none of its history and know nothing of its signature.
+		const lagging = await startLyingRpc(chain.url);
+		const behind = BigInt(chain.slot - 460);
+		lagging.lie("getSignaturesForAddress", params => ((params[1] as { minContextSlot?: number } | undefined)?.minContextSlot ?? 0) > behind ? new RpcRefusal(-32016, "Minimum context slot has not been reached") : []);
+		lagging.lie("getSignatureStatuses", () => ({ context: { slot: Number(behind) }, value: [null] }));
+		try {
+			const { settler } = await first.restarted(lagging.url);
+			await expect(settler.settle(first.offered)).rejects.toThrow(/Minimum context slot|a backend behind/);
+			// Once it answers as of the slot it showed, the settlement that landed is reported: paid once.
+			lagging.honest();
+			expect(await settler.settle(first.offered)).toBe("confirmed");
+		} finally {
+			await lagging.close();
+		}
+		expect(chain.landedWithMemoEnding(first.nullifier)).toHaveLength(1);
+		expect(chain.tokenBalance(first.creditAccount)).toBe(first.amount);
+		expect(new Set(first.reported.filter(report => report.status === "SUBMITTED").map(report => report.transactionSignature)).size).toBe(1);
 	});
 
 	test("under the same payout nullifier, another payment is given back while the first may still land", async () => {

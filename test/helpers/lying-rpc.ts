@@ -6,8 +6,16 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
-/** Makes up a method's result from its params and the upstream's true result. */
+/** Makes up a method's result from its params and the upstream's true result (an RpcRefusal: an error answer instead). */
 export type Lie = (params: unknown[], truth: unknown) => unknown;
+
+/** A JSON-RPC error a lie answers with, as a backend refuses what it cannot answer (-32016: a minContextSlot it has not reached). */
+export class RpcRefusal {
+	constructor(
+		readonly code: number,
+		readonly message: string
+	) {}
+}
 
 export interface LyingRpc {
 	url: string;
@@ -42,7 +50,8 @@ export async function startLyingRpc(upstream: string): Promise<LyingRpc> {
 			let answer = upstreamAnswer;
 			if (lie) {
 				const truth = JSON.parse(upstreamAnswer) as { result?: unknown };
-				answer = JSON.stringify({ ...truth, result: lie(call.params ?? [], truth.result) });
+				const made = lie(call.params ?? [], truth.result);
+				answer = JSON.stringify(made instanceof RpcRefusal ? { jsonrpc: "2.0", id: (truth as { id?: unknown }).id, error: { code: made.code, message: made.message } } : { ...truth, result: made });
 			}
 			res.writeHead(200, { "content-type": "application/json" }).end(answer);
 		});

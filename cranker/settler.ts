@@ -327,14 +327,15 @@ export class Settler {
 			const state = await this.chain.signatureState(signature).catch(() => null);
 			if (state?.kind === "landed") return this.finishLanded(submitted, signature);
 			if (state?.kind === "failed") return this.finish(submitted, "REJECTED", { reason: `ONCHAIN_FAILED: ${state.detail}` });
-			const height = await this.chain.blockHeight().catch(() => null);
+			const position = await this.chain.position().catch(() => null);
+			const height = position?.height ?? null;
 			if (height !== null && height > lifetime.lastValidBlockHeight + WATCH_PAST_EXPIRY_BLOCKS) {
 				this.log.warn("a settlement its blockhash outlived long ago is still not ended (the Node takes its drop for live, or the RPC shows it pending): left SUBMITTED for the orphan rounds", { intent: submitted.id, signature });
 				return "lost";
 			}
 			if (height !== null && height > lifetime.lastValidBlockHeight) {
-				// The blockhash has expired: one last look, then the transaction can never land.
-				const last = await this.chain.signatureState(signature).catch(() => null);
+				// The blockhash has expired: one last look, as of that height's slot, then the transaction can never land.
+				const last = await this.chain.signatureState(signature, position!.slot).catch(() => null);
 				if (last === null) {
 					await sleep(this.config.pollIntervalMs / 2);
 					continue;
@@ -442,9 +443,10 @@ export class Settler {
 		const mine = record.lease?.crankerPubkey === this.me;
 		if (!mine && record.lease && Date.parse(record.lease.expiresAt) > Date.now()) return;
 		const { transactionSignature, slot: submittedSlot, submittedAt, lastValidBlockHeight } = record.submission;
-		// Height and slot first, then the signature: a transaction not seen after its blockhash expired can never land.
-		const [height, slot] = [await this.chain.blockHeight(), await this.chain.slot()];
-		const state = await this.chain.signatureState(transactionSignature);
+		// Height and slot first (one answer), then the signature as of that slot: a transaction not seen
+		// after its blockhash expired can never land.
+		const { height, slot } = await this.chain.position();
+		const state = await this.chain.signatureState(transactionSignature, slot);
 		// Left for an operator only when the transaction is not the settlement: a refused CONFIRMED (the
 		// Node's chain view a moment behind, say) is tried again at the next round.
 		if (state.kind === "landed") await this.finishLanded(record, transactionSignature, () => this.leaveForOperator(id));

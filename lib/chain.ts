@@ -115,6 +115,8 @@ export class ChainReader {
 	 * transaction does not change, so a report repeated (one of up to 256 KB, say) is not fetched
 	 * and parsed again. What was not shown (none yet, other bytes) is read afresh each time.
 	 */
+	/** The latest slot a position() answer stood at: the floor of the next one. */
+	private positionSeen = 0n;
 	private readonly shownTransactions = new SharedReads<{ failed: boolean; contents: SettlementContents } | null>(SHOWN_TRANSACTION_KEPT_MS, read => read !== null && !read.contents.notShown);
 
 	constructor(
@@ -148,10 +150,17 @@ export class ChainReader {
 		return this.shortRpc.getFirstAvailableBlock().send(this.deadline).then(counted);
 	}
 
-	/** The block height and the slot it stood at, in one answer: what the endpoint's later answers must have seen. */
+	/**
+	 * The block height and the slot it stood at, in one answer: what the endpoint's later answers
+	 * must have seen. Never behind a position this reader was shown before (minContextSlot): a
+	 * backend behind the one that answered last refuses instead.
+	 */
 	async position(): Promise<{ height: bigint; slot: bigint }> {
-		const { blockHeight, absoluteSlot } = await this.shortRpc.getEpochInfo({ commitment: "confirmed" }).send(this.deadline);
-		return { height: counted(blockHeight), slot: counted(absoluteSlot) };
+		const floor = this.positionSeen;
+		const { blockHeight, absoluteSlot } = await this.shortRpc.getEpochInfo({ commitment: "confirmed", ...(floor > 0n ? { minContextSlot: floor } : {}) }).send(this.deadline);
+		const position = { height: counted(blockHeight), slot: counted(absoluteSlot) };
+		if (position.slot > this.positionSeen) this.positionSeen = position.slot;
+		return position;
 	}
 
 	/**

@@ -25,7 +25,7 @@ import { toWorkerView, type IntentRecord, type MempoolIntent } from "../../lib/i
 import { buildPayoutAuthorization } from "../../lib/payout";
 import { creditAccountAddress, DEFAULT_SETTLEMENT_PROGRAM_ID, signMemoTransaction } from "../../lib/settlement";
 import { iso, MINT, newRoute, newWallet, signedIntent } from "../helpers/fixtures";
-import { startLyingRpc, RpcRefusal } from "../helpers/lying-rpc";
+import { startLyingRpc, RpcRefusal, type LyingRpc } from "../helpers/lying-rpc";
 import { tempDir } from "../helpers/node";
 import { waitFor } from "./harness";
 
@@ -336,21 +336,17 @@ describe("a settlement signed before the Cranker restarted", () => {
 		expect(chain.tokenBalance(first.creditAccount)).toBe(first.amount);
 	});
 
-	test("is not signed again on the word of a backend behind the one that showed the height: a search and a status from before that slot are refused (a review)", async () => {
-		const first = await crashAfterFirstSend();
-		// The slow leader lands it after all; the chain goes on far past its last landing height.
-		expect(chain.landDropped()).toBe(1);
-		chain.advance(451);
-		// Another backend behind the same URL, which has not seen the slots since it was signed: it would
-		// list none of its history and know nothing of its signature.
+	/**
+	 * `first`'s payment offered again to its Cranker restarted on a backend behind (`lies` of it):
+	 * refused, then, answered as of the slot it showed, settled; paid once in all.
+	 */
+	async function paidOnceThroughBackendBehind(first: Awaited<ReturnType<typeof crashAfterFirstSend>>, lies: (lagging: LyingRpc) => void, refusal: RegExp) {
 		const lagging = await startLyingRpc(chain.url);
-		const behind = BigInt(chain.slot - 460);
-		lagging.lie("getSignaturesForAddress", params => ((params[1] as { minContextSlot?: number } | undefined)?.minContextSlot ?? 0) > behind ? new RpcRefusal(-32016, "Minimum context slot has not been reached") : []);
-		lagging.lie("getSignatureStatuses", () => ({ context: { slot: Number(behind) }, value: [null] }));
+		lies(lagging);
 		try {
 			const { settler } = await first.restarted(lagging.url);
-			await expect(settler.settle(first.offered)).rejects.toThrow(/Minimum context slot|a backend behind/);
-			// Once it answers as of the slot it showed, the settlement that landed is reported: paid once.
+			await expect(settler.settle(first.offered)).rejects.toThrow(refusal);
+			expect(first.reported.filter(report => report.status === "SUBMITTED")).toHaveLength(1);
 			lagging.honest();
 			expect(await settler.settle(first.offered)).toBe("confirmed");
 		} finally {
@@ -358,7 +354,33 @@ describe("a settlement signed before the Cranker restarted", () => {
 		}
 		expect(chain.landedWithMemoEnding(first.nullifier)).toHaveLength(1);
 		expect(chain.tokenBalance(first.creditAccount)).toBe(first.amount);
+	}
+
+	test("is not signed again on the word of a backend behind the one that showed the height: a search and a status from before that slot are refused (a review)", async () => {
+		const first = await crashAfterFirstSend();
+		// The slow leader lands it after all; the chain goes on far past its last landing height.
+		expect(chain.landDropped()).toBe(1);
+		chain.advance(451);
+		// Another backend behind the same URL, which has not seen the slots since it was signed: it would
+		// list none of its history and know nothing of its signature.
+		const behind = BigInt(chain.slot - 460);
+		await paidOnceThroughBackendBehind(
+			first,
+			lagging => {
+				lagging.lie("getSignaturesForAddress", params => ((params[1] as { minContextSlot?: number } | undefined)?.minContextSlot ?? 0) > behind ? new RpcRefusal(-32016, "Minimum context slot has not been reached") : []);
+				lagging.lie("getSignatureStatuses", () => ({ context: { slot: Number(behind) }, value: [null] }));
+			},
+			/Minimum context slot|a backend behind/
+		);
+		// The one that landed was reported, not another signed.
 		expect(new Set(first.reported.filter(report => report.status === "SUBMITTED").map(report => report.transactionSignature)).size).toBe(1);
+	});
+
+	test("is not taken for one that can no longer land on a status from a backend behind the height it was read with (a review)", async () => {
+		const first = await crashAfterFirstSend();
+		// Never landed, and far past its last landing height: as of the slot shown, a new one may be signed.
+		chain.advance(451);
+		await paidOnceThroughBackendBehind(first, lagging => lagging.lie("getSignatureStatuses", (_params, truth) => ({ ...(truth as object), context: { slot: chain.slot - 460 } })), /a backend behind/);
 	});
 
 	test("under the same payout nullifier, another payment is given back while the first may still land", async () => {

@@ -14,7 +14,8 @@
  *   view too, and answers 409 SUBMISSION_LIVE while it cannot see it yet: the Cranker waits and
  *   asks again.
  */
-import { address, getSignatureFromTransaction, type Address, type KeyPairSigner, type Transaction } from "@solana/kit";
+import { address, getSignatureFromTransaction, isSolanaError, SOLANA_ERROR__JSON_RPC__SERVER_ERROR_MIN_CONTEXT_SLOT_NOT_REACHED, type Address, type KeyPairSigner, type Transaction } from "@solana/kit";
+import { BackendBehindError } from "../lib/chain";
 import { isAmount, isIsoTime } from "../lib/encoding";
 import type { IntentState, MempoolIntent } from "../lib/intents";
 import { payoutAuthorizationProblem, type PayoutAuthorization } from "../lib/payout";
@@ -173,6 +174,8 @@ export class Settler {
 			// Anything unexpected before the SUBMITTED report: give the lease back so another Cranker can try.
 			const current = await this.node.intent(leased.id).catch(() => null);
 			if (current?.receiverStatus === "CRANKER_LEASED" && current.lease?.crankerPubkey === this.me) await this.release(current, `cranker error: ${(err as Error).message}`);
+			// An endpoint behind itself: given back like any refusal to pay, so that it is left a while, not leased and searched again each round.
+			if (err instanceof BackendBehindError || isSolanaError(err, SOLANA_ERROR__JSON_RPC__SERVER_ERROR_MIN_CONTEXT_SLOT_NOT_REACHED)) return "released";
 			throw err;
 		}
 	}

@@ -102,6 +102,11 @@ const SHOWN_TRANSACTION_KEPT_MS = 10 * 60_000;
 
 export const base64Bytes = (text: string) => new Uint8Array(Buffer.from(text, "base64"));
 
+/** An answer from a backend behind a slot the same endpoint had shown: it cannot tell what landed since. */
+export class BackendBehindError extends Error {
+	override name = "BackendBehindError";
+}
+
 export type SignatureState = { kind: "landed"; slot: bigint } | { kind: "failed"; slot: bigint; detail: string } | { kind: "pending" } | { kind: "unknown" };
 
 export class ChainReader {
@@ -170,7 +175,7 @@ export class ChainReader {
 	 */
 	async signatureState(signature: string, seenSlot?: bigint): Promise<SignatureState> {
 		const { context, value } = await this.shortRpc.getSignatureStatuses([toSignature(signature)], { searchTransactionHistory: true }).send(this.deadline);
-		if (seenSlot !== undefined && !(typeof context?.slot === "bigint" && context.slot >= seenSlot)) throw new Error(`the RPC answered a signature's status as of slot ${String(context?.slot)}, before slot ${seenSlot}, which it had shown: a backend behind`);
+		if (seenSlot !== undefined && !(typeof context?.slot === "bigint" && context.slot >= seenSlot)) throw new BackendBehindError(`the RPC answered a signature's status as of slot ${String(context?.slot)}, before slot ${seenSlot}, which it had shown: a backend behind`);
 		const status = value[0];
 		if (!status) return { kind: "unknown" };
 		if (status.confirmationStatus === "processed") return { kind: "pending" };

@@ -116,7 +116,7 @@ export class Chain extends ChainReader {
 	async historyStartsAt(): Promise<number> {
 		if (this.historyStart && performance.now() - this.historyStart.readAt < HISTORY_START_KEPT_MS) return this.historyStart.at;
 		const slot = await this.firstAvailableSlot();
-		const time = await this.rpc.getBlockTime(slot).send(this.deadline);
+		const time: unknown = await this.blockTime(slot);
 		if (time !== null && typeof time !== "bigint" && typeof time !== "number") throw new Error(`the RPC answered no time for its first available block (${slot})`);
 		this.historyStart = { at: time === null ? 0 : Number(time), readAt: performance.now() };
 		return this.historyStart.at;

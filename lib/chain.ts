@@ -115,13 +115,13 @@ export class ChainReader {
 	private readonly shortRpc: Rpc<SolanaRpcApi>;
 	/** The same endpoint, for one transaction (TRANSACTION_ANSWER_BYTES). */
 	private readonly transactionRpc: Rpc<SolanaRpcApi>;
+	/** The latest slot a position() answer stood at: the floor of the next one. */
+	private positionSeen = 0n;
 	/**
 	 * Transactions this endpoint showed to be the one their signature names, as read: a confirmed
 	 * transaction does not change, so a report repeated (one of up to 256 KB, say) is not fetched
 	 * and parsed again. What was not shown (none yet, other bytes) is read afresh each time.
 	 */
-	/** The latest slot a position() answer stood at: the floor of the next one. */
-	private positionSeen = 0n;
 	private readonly shownTransactions = new SharedReads<{ failed: boolean; contents: SettlementContents } | null>(SHOWN_TRANSACTION_KEPT_MS, read => read !== null && !read.contents.notShown);
 
 	constructor(
@@ -148,6 +148,11 @@ export class ChainReader {
 
 	slot(): Promise<bigint> {
 		return this.shortRpc.getSlot({ commitment: "confirmed" }).send(this.deadline).then(counted);
+	}
+
+	/** Unix seconds of `slot`'s block; null for a block from before the cluster kept block times. */
+	blockTime(slot: bigint): Promise<bigint | null> {
+		return this.shortRpc.getBlockTime(slot).send(this.deadline);
 	}
 
 	/** The first slot whose transactions the endpoint still shows: its ledger, and long-term storage if it has one. */

@@ -158,6 +158,7 @@ interface NetworkVars {
 }
 
 interface NetworkMethods {
+	readStoreFigures(ctx: Context): Promise<StoreFigures | null>;
 	collectMetrics(ctx: Context, prometheus: boolean): Promise<Metrics | string>;
 }
 
@@ -238,22 +239,7 @@ export function networkService(config: Config): ServiceSchema<NetworkSettings, N
 				const onBad = (nodeID: string) => this.logger.warn(`The metrics of node ${nodeID} are no snapshot of this service's; left out of GET /metrics`);
 				if (prometheus) {
 					// Each process's own figures whatever the store: an outage is when they are wanted most.
-					const [figures, perNode] = await Promise.all([
-						// Within a scrape's time (Prometheus waits 10 s by default), not the bus's 15 s: a store that hangs is one that fails.
-						Promise.all([ctx.call<TotalsSnapshot, object>("mempool.totals", {}, { timeout: STORE_FIGURES_TIMEOUT_MS }), ctx.call<CrankerSummary, object>("crankers.summary", {}, { timeout: STORE_FIGURES_TIMEOUT_MS })]).then(
-							([totals, crankers]) => {
-								const recovered = this.storeFigures.succeeded();
-								if (recovered) this.logger.info(`GET /metrics: reading the store's figures ${recovered}`);
-								return { totals, crankers };
-							},
-							(err: Error) => {
-								const line = this.storeFigures.failed(`GET /metrics: the store's figures could not be read (${err.message}); served without them, scs_store_figures_up 0`);
-								if (line) this.logger.warn(line);
-								return null;
-							}
-						),
-						processMetrics(ctx, onBad)
-					]);
+					const [figures, perNode] = await Promise.all([this.readStoreFigures(ctx), processMetrics(ctx, onBad)]);
 					return prometheusText(perNode, await clusterFamilies(figures));
 				}
 				const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, onBad, [VERIFICATIONS, VERIFICATION_DURATION])]);
@@ -265,6 +251,24 @@ export function networkService(config: Config): ServiceSchema<NetworkSettings, N
 					verification: { ...totals.verdicts, ...verificationFigures(perNode) },
 					leases: { active: totals.live.CRANKER_LEASED, expired: totals.lapsedLeases }
 				};
+			},
+
+			/**
+			 * The store's figures for a scrape, or null when an owner cannot give them within a scrape's
+			 * time (Prometheus waits 10 s by default, not the bus's 15 s: a store that hangs is one that fails).
+			 */
+			async readStoreFigures(this: NetworkThis, ctx) {
+				const call = <T>(action: string) => ctx.call<T, object>(action, {}, { timeout: STORE_FIGURES_TIMEOUT_MS });
+				try {
+					const [totals, crankers] = await Promise.all([call<TotalsSnapshot>("mempool.totals"), call<CrankerSummary>("crankers.summary")]);
+					const recovered = this.storeFigures.succeeded();
+					if (recovered) this.logger.info(`GET /metrics: reading the store's figures ${recovered}`);
+					return { totals, crankers };
+				} catch (err) {
+					const line = this.storeFigures.failed(`GET /metrics: the store's figures could not be read (${(err as Error).message}); served without them, scs_store_figures_up 0`);
+					if (line) this.logger.warn(line);
+					return null;
+				}
 			}
 		} satisfies NetworkMethods & ThisType<NetworkThis>,
 

@@ -23,7 +23,12 @@ interface AuthorizationDoc {
 	/** The intent id: one authorization per intent, replaced only once it has expired. */
 	id: string;
 	issuedAt: string;
-	authorization: PayoutAuthorization;
+	/**
+	 * Null: the mark of an intent whose signed route was replaced before any authorization, set before
+	 * the mempool rejects it. Both take the id by insert, so an authorization and a rejection for a
+	 * replaced route exclude each other, however their requests interleave.
+	 */
+	authorization: PayoutAuthorization | null;
 }
 
 interface PayoutsVars {
@@ -39,6 +44,11 @@ interface PayoutsMethods {
 }
 
 type PayoutsThis = Service & PayoutsVars & PayoutsMethods;
+
+/** The refusal of an intent whose signed route is no longer live; `rejected`: this request ended it. */
+function routeReplaced(rejected: boolean): ServiceError {
+	return new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH", ...(rejected ? { state: "REJECTED" } : {}) });
+}
 
 export function payoutsService(config: Config): ServiceSchema<Record<string, never>, PayoutsMethods, PayoutsVars, PayoutsThis> {
 	return {
@@ -93,27 +103,32 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 				const now = new Date();
 				const route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin: record.request.recipientTin });
 				const existing = await this.authorizations.get(record.id);
+				const issued = existing?.authorization ?? null;
 				if (!isSignedRoute(route, record.request)) {
-					const rejected = route !== null && !existing && (await this.rejectReplacedRoute(record, route, ctx));
-					throw new ServiceError("EVIDENCE_INCONSISTENT", "The recipient route is no longer active", { reason: "ROUTE_MISMATCH", ...(rejected ? { state: "REJECTED" } : {}) });
+					const rejected = route !== null && !issued && (await this.rejectReplacedRoute(record, route, ctx));
+					throw routeReplaced(rejected);
 				}
+				// Marked replaced by a request that read a newer route: this one read the registry from behind.
+				if (existing && !issued) throw routeReplaced(false);
 
-				if (existing && Date.parse(existing.authorization.expiresAt) > now.getTime()) {
-					if (existing.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: existing.authorization, result: "repeated" };
+				if (issued && Date.parse(issued.expiresAt) > now.getTime()) {
+					if (issued.crankerPubkey === record.lease.crankerPubkey) return { authorization: issued, result: "repeated" };
 					throw new ServiceError("INVALID_TRANSITION", "A payout authorization issued under an earlier lease is still valid", {
-						authorizationExpiresAt: existing.authorization.expiresAt
+						authorizationExpiresAt: issued.expiresAt
 					});
 				}
 				// The authority key signs only for what a sender signed, whatever reached the mempool: a
 				// process that holds the bus credentials can mark any record verified (docs/security.md).
 				if (!isSenderSigned({ ...record.request, transactionCommitment: record.transactionCommitment }))
 					throw new ServiceError("EVIDENCE_INCONSISTENT", "The intent is not a payment its sender signed", { reason: "INVALID_SIGNATURE" });
-				const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization: buildPayoutAuthorization(record, now, this.signer) };
+				const authorization = buildPayoutAuthorization(record, now, this.signer);
+				const doc: AuthorizationDoc = { id: record.id, issuedAt: now.toISOString(), authorization };
 				const stored = existing ? await this.authorizations.update(record.id, { issuedAt: existing.issuedAt }, doc) : await this.authorizations.insert(doc);
-				if (stored) return { authorization: doc.authorization, result: "issued" };
+				if (stored) return { authorization, result: "issued" };
 				// A concurrent request of the same holder stored one first: answer with that one.
 				const winner = await this.authorizations.get(record.id);
-				if (winner && winner.authorization.crankerPubkey === record.lease.crankerPubkey) return { authorization: winner.authorization, result: "repeated" };
+				if (winner && !winner.authorization) throw routeReplaced(false);
+				if (winner?.authorization?.crankerPubkey === record.lease.crankerPubkey) return { authorization: winner.authorization, result: "repeated" };
 				throw new ServiceError("VERSION_CONFLICT", "The authorization changed concurrently; ask again");
 			},
 
@@ -125,6 +140,10 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 			async rejectReplacedRoute(this: PayoutsThis, record, route, ctx) {
 				// A mempool of an earlier version (a rolling update) has no such move: refused as before.
 				if (!isServed(this.broker, "mempool.rejectReplacedRoute")) return false;
+				// The mark first: an authorization that a request of the signed route is issuing right now
+				// then either was stored before it (no rejection) or will not be (no authorization).
+				const marked = (await this.authorizations.insert({ id: record.id, issuedAt: new Date().toISOString(), authorization: null })) || (await this.authorizations.get(record.id))?.authorization === null;
+				if (!marked) return false;
 				return ctx.call<boolean, object>("mempool.rejectReplacedRoute", { id: record.id, stateVersion: record.stateVersion, liveRouteVersion: route.routeVersion });
 			}
 		} satisfies PayoutsMethods & ThisType<PayoutsThis>,

@@ -27,8 +27,12 @@ let activeRoute: ActiveRoute | null = { ...route };
 const standings = new Map<string, { online: boolean; roles: string[] }>();
 /** Set: the stand-in TIN owner holds its answers until this many requests wait, then answers them all at once. */
 let gate: { size: number; waiting: (() => void)[] } | null = null;
+/** Set: the stand-in TIN owner's next answers, one per request in order, each when its promise settles. */
+let scriptedRoutes: Promise<ActiveRoute | null>[] = [];
 
 function resolveRoute(tin: string): ActiveRoute | null | Promise<ActiveRoute | null> {
+	const scripted = scriptedRoutes.shift();
+	if (scripted) return scripted;
 	const answer = tin === route.tin ? activeRoute : null;
 	if (!gate) return answer;
 	const held = gate;
@@ -83,6 +87,7 @@ afterAll(() => broker.stop());
 afterEach(() => {
 	activeRoute = { ...route };
 	gate = null;
+	scriptedRoutes = [];
 });
 
 test("the lease holder gets an authorization of its lease, signed by the Node authority key; asked again, the same one", async () => {
@@ -188,6 +193,25 @@ test("a route replaced by a newer version: refused, and the intent REJECTED (ROU
 	activeRoute = { ...route, routeVersion: route.routeVersion + 1 };
 	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH", state: "REJECTED" } });
 	expect(intents.get(record.id)).toMatchObject({ state: "REJECTED", rejectionReason: "ROUTE_MISMATCH" });
+});
+
+test("two requests of the holder, one that read the signed route and one the route that replaced it: the intent is REJECTED, and no authorization comes back for it", async () => {
+	const cranker = newWallet().address;
+	const record = leasedIntent(cranker);
+	// The first request reads the signed route, but its answer arrives only once the second, which read
+	// the newer route, has rejected the intent: it must not sign for a payment the Node canceled.
+	let answerFirst!: () => void;
+	const replaced = { ...route, routeVersion: route.routeVersion + 1 };
+	scriptedRoutes = [new Promise(resolve => (answerFirst = () => resolve({ ...route }))), Promise.resolve(replaced)];
+	const first = authorize(record.id, cranker).catch((err: unknown) => err);
+	while (scriptedRoutes.length === 2) await sleep(5);
+	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH", state: "REJECTED" } });
+	expect(intents.get(record.id)).toMatchObject({ state: "REJECTED", rejectionReason: "ROUTE_MISMATCH" });
+	answerFirst();
+	expect(await first).toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
+	// Nor later, on a registry read from behind: the mark stays.
+	intents.set(record.id, { ...record, stateVersion: record.stateVersion + 2 });
+	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
 });
 
 test("a route replaced after an authorization was issued for the intent: refused, but the intent is not ended, as a settlement sent under it may have landed", async () => {

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from "node:crypto";
 import os from "node:os";
-import { Validators, type BrokerOptions, type Errors } from "moleculer";
+import { Transporters, Validators, type BrokerOptions, type Errors } from "moleculer";
 import { busCallKey, busNodeId } from "./lib/bus-groups";
 import type { Config } from "./lib/config";
 import { ERROR_STATUS } from "./lib/errors";
@@ -36,10 +36,28 @@ function withNatsCredentials(urls: string, user: string | null, password: string
  * server's place without TLS would have been sent the credentials in clear (a review). The server's
  * certificate is checked against Node's CAs (NODE_EXTRA_CA_CERTS adds a cluster's own).
  */
-export function natsTransporter(urls: string, user: string | null, password: string | null): { type: "NATS"; options: { url: string; tls?: object } } {
+export function natsTransporter(urls: string, user: string | null, password: string | null): NatsBusTransporter {
 	// One tls:// URL makes TLS required of every server of the list: the client has one tls option.
 	const requiresTls = urls.split(",").some(url => /^tls:\/\//i.test(url.trim()));
-	return { type: "NATS", options: { url: withNatsCredentials(urls, user, password), ...(requiresTls ? { tls: {} } : {}) } };
+	return new NatsBusTransporter({ url: withNatsCredentials(urls, user, password), ...(requiresTls ? { tls: {} } : {}) });
+}
+
+/**
+ * Moleculer's NATS transporter, except that a subscription the bus refuses (its users' permissions
+ * name another NAMESPACE, say) is told by the client's status, which readiness follows
+ * (services/health.ts). Moleculer's callback reads the message that an error comes without: the
+ * TypeError ended the client's reader, and the process heard nothing more while it reported
+ * itself connected and ready.
+ */
+export class NatsBusTransporter extends Transporters.NATS {
+	override subscribe(cmd: string, nodeID?: string): Promise<void> {
+		this.client.subscribe(this.getTopicName(cmd, nodeID), {
+			callback: (err: Error | null, msg: { data: Uint8Array } | undefined) => {
+				if (!err && msg) void this.receive(cmd, Buffer.from(msg.data));
+			}
+		});
+		return Promise.resolve();
+	}
 }
 
 const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace"] as const;

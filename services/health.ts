@@ -23,11 +23,22 @@ export function markDraining(broker: ServiceBroker): void {
 const busLost = new WeakMap<ServiceBroker, "down" | "closed">();
 
 /**
+ * Brokers whose subjects the bus refused (its users' permissions name another NAMESPACE, say):
+ * connected, yet deaf to a subscription until the client reconnects, or mute on a subject it
+ * keeps publishing to (heartbeats every few seconds).
+ */
+const busRefused = new WeakMap<ServiceBroker, { subscription: boolean; publishedAt: number; subject: string }>();
+
+/** How long a refused publish keeps a process unready: longer than Moleculer's heartbeat interval, which repeats it. */
+const REFUSED_PUBLISH_HOLD_MS = 30_000;
+
+/**
  * Follows the NATS client of a started broker: Moleculer's transit says connected through an
  * outage (only its own stop clears that), so readiness would too, and a pod cut off from the bus
  * would keep its traffic. While the client reconnects the process is not ready; once it gave up
  * for good (nats.js does after repeated refusals of its credentials, a rotated password say) it
- * is not live either, so that Kubernetes restarts it.
+ * is not live either, so that Kubernetes restarts it. A connection whose subjects the bus refuses
+ * is not ready either: every call through it would fail while every probe passed.
  */
 export function watchBus(broker: ServiceBroker): void {
 	const client = (broker.transit?.tx as { client?: NatsConnection | null } | undefined)?.client;
@@ -35,7 +46,16 @@ export function watchBus(broker: ServiceBroker): void {
 	void (async () => {
 		for await (const status of client.status()) {
 			if (status.type === "disconnect") busLost.set(broker, "down");
-			else if (status.type === "reconnect") busLost.delete(broker);
+			else if (status.type === "reconnect") {
+				busLost.delete(broker);
+				busRefused.delete(broker);
+			} else if (status.type === "error" && status.data === "PERMISSIONS_VIOLATION") {
+				const context = (status as { permissionContext?: { operation: string; subject: string } }).permissionContext;
+				const earlier = busRefused.get(broker);
+				const subscription = context?.operation === "subscription";
+				busRefused.set(broker, { subscription: subscription || !!earlier?.subscription, publishedAt: subscription ? (earlier?.publishedAt ?? 0) : Date.now(), subject: context?.subject ?? "?" });
+				broker.logger.error(`The bus refused ${context ? `a ${context.operation} to ${context.subject}` : "a subject"}: check NAMESPACE against the bus's permissions (nats.conf)`);
+			}
 		}
 	})();
 	void client.closed().then(() => {
@@ -43,9 +63,14 @@ export function watchBus(broker: ServiceBroker): void {
 	});
 }
 
-/** Ready: the broker has started, is not stopping and, when distributed, is connected to the transporter. */
+/** Ready: the broker has started, is not stopping and, when distributed, is connected to the transporter, which takes its subjects. */
 export function isReady(broker: ServiceBroker): boolean {
-	return broker.started && !draining.has(broker) && (!broker.transit || broker.transit.connected) && !busLost.has(broker);
+	return broker.started && !draining.has(broker) && (!broker.transit || broker.transit.connected) && !busLost.has(broker) && !isRefused(broker);
+}
+
+function isRefused(broker: ServiceBroker): boolean {
+	const refused = busRefused.get(broker);
+	return !!refused && (refused.subscription || Date.now() - refused.publishedAt < REFUSED_PUBLISH_HOLD_MS);
 }
 
 /** How long a client should wait before retrying a 503: the store and the bus recover within seconds. */
@@ -60,7 +85,9 @@ export function probeAnswer(probe: Probe, broker: ServiceBroker): { status: numb
 	if (lost === "closed") return notReady("The bus connection is closed for good: the process must be restarted");
 	if (probe === "live") return { status: 200, body: { status: "live" }, headers: {} };
 	if (isReady(broker)) return { status: 200, body: { status: "ready" }, headers: {} };
-	return notReady(lost === "down" ? "The bus connection is down; it is being restored" : "The service is starting or stopping");
+	if (lost === "down") return notReady("The bus connection is down; it is being restored");
+	if (isRefused(broker)) return notReady("The bus refuses this process's subjects: its NAMESPACE or the bus's permissions are wrong");
+	return notReady("The service is starting or stopping");
 }
 
 const PROBE_PATHS: Record<string, Probe> = { "/health/live": "live", "/health/ready": "ready" };

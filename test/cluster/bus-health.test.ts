@@ -6,6 +6,7 @@
 import { ServiceBroker } from "moleculer";
 import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
 import { freePort, waitFor } from "../../devkit/process";
+import { natsTransporter } from "../../moleculer.config";
 import { probeAnswer, watchBus } from "../../services/health";
 
 const describeWithNats = natsServerAvailable || process.env.CI ? describe : describe.skip;
@@ -19,12 +20,9 @@ describeWithNats("the probes and the bus", () => {
 		nats = new NatsServer(await freePort(), { namespace });
 		await nats.start();
 		const { NATS_USER, NATS_PASSWORD } = nats.credentials("gateway");
-		broker = new ServiceBroker({
-			namespace,
-			nodeID: "gateway.probes",
-			logger: false,
-			transporter: { type: "NATS", options: { url: nats.url.replace("nats://", `nats://${NATS_USER}:${NATS_PASSWORD}@`), reconnectTimeWait: 200 } }
-		});
+		const transporter = natsTransporter(nats.url, NATS_USER, NATS_PASSWORD);
+		transporter.opts.reconnectTimeWait = 200;
+		broker = new ServiceBroker({ namespace, nodeID: "gateway.probes", logger: false, transporter });
 		await broker.start();
 		watchBus(broker);
 	});
@@ -51,4 +49,18 @@ describeWithNats("the probes and the bus", () => {
 		expect(probeAnswer("live", broker)).toMatchObject({ body: { type: "NOT_READY", message: expect.stringContaining("closed for good") }, headers: { "retry-after": "1" } });
 		expect(status("ready")).toBe(503);
 	});
+
+	it("not ready while the bus refuses its subjects: a NAMESPACE other than the one the bus's permissions name", async () => {
+		const { NATS_USER, NATS_PASSWORD } = nats.credentials("gateway");
+		const stray = new ServiceBroker({ namespace: `${namespace}x`, nodeID: "gateway.stray", logger: false, transporter: natsTransporter(nats.url, NATS_USER, NATS_PASSWORD) });
+		try {
+			await stray.start();
+			watchBus(stray);
+			await waitFor(() => probeAnswer("ready", stray).status === 503, 15_000, "not ready while every subject is refused", 50);
+			expect(probeAnswer("ready", stray)).toMatchObject({ body: { type: "NOT_READY", message: expect.stringContaining("refuses") } });
+			expect(probeAnswer("live", stray).status).toBe(200);
+		} finally {
+			await stray.stop();
+		}
+	}, 60_000);
 });

@@ -151,11 +151,11 @@ describe("indexes", () => {
 
 describe("NATS credentials", () => {
 	const bus = newBusKeyring().env("verifier");
-	const options = (env: Record<string, string>) => brokerOptions(loadConfig({ SERVICES: "verifier", ...bus, ...env })).transporter as { options: { url: string } };
+	const options = (env: Record<string, string>) => brokerOptions(loadConfig({ SERVICES: "verifier", ...bus, ...env })).transporter as unknown as { opts: { url: string } };
 
 	test("go into every transporter URL (Moleculer takes them from the URL only)", () => {
-		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p0-._~" }).options.url).toBe("nats://verifier:p0-._~@nats:4222");
-		expect(options({ TRANSPORTER: "nats://a:4222, nats://b:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).options.url).toBe("nats://verifier:p@a:4222,nats://verifier:p@b:4222");
+		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p0-._~" }).opts.url).toBe("nats://verifier:p0-._~@nats:4222");
+		expect(options({ TRANSPORTER: "nats://a:4222, nats://b:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).opts.url).toBe("nats://verifier:p@a:4222,nats://verifier:p@b:4222");
 	});
 
 	test("a tls:// TRANSPORTER requires TLS: a plaintext server in its place is refused before the credentials go out (a review)", async () => {
@@ -169,10 +169,10 @@ describe("NATS credentials", () => {
 		await new Promise<void>(resolve => posing.listen(0, "127.0.0.1", resolve));
 		const { port } = posing.address() as net.AddressInfo;
 		const transporter = options({ TRANSPORTER: `tls://127.0.0.1:${port}`, NATS_USER: "verifier", NATS_PASSWORD: "bus-password-0123" });
-		expect(transporter.options).toMatchObject({ tls: {} });
-		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).options).not.toHaveProperty("tls");
+		expect(transporter.opts).toMatchObject({ tls: {} });
+		expect(options({ TRANSPORTER: "nats://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).opts).not.toHaveProperty("tls");
 		// The scheme in any case (a URL's scheme is case-insensitive, and the config takes TLS://).
-		expect(options({ TRANSPORTER: "TLS://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).options).toMatchObject({ tls: {}, url: "TLS://verifier:p@nats:4222" });
+		expect(options({ TRANSPORTER: "TLS://nats:4222", NATS_USER: "verifier", NATS_PASSWORD: "p" }).opts).toMatchObject({ tls: {}, url: "TLS://verifier:p@nats:4222" });
 		// No reconnection: its timer would outlive the test.
 		const broker = new ServiceBroker({ nodeID: "tls-check", logger: false, transit: { disableReconnect: true }, transporter: natsTransporter(`tls://127.0.0.1:${port}`, "verifier", "bus-password-0123") });
 		const started = broker.start().then(

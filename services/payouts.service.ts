@@ -105,7 +105,8 @@ export function payoutsService(config: Config): ServiceSchema<Record<string, nev
 				const existing = await this.authorizations.get(record.id);
 				const issued = existing?.authorization ?? null;
 				if (!isSignedRoute(route, record.request)) {
-					const rejected = route !== null && !issued && (await this.rejectReplacedRoute(record, route, ctx));
+					// Only a newer route replaced the signed one; an older one is a registry read from behind.
+					const rejected = route !== null && route.routeVersion > record.request.recipientRouteVersion && !issued && (await this.rejectReplacedRoute(record, route, ctx));
 					throw routeReplaced(rejected);
 				}
 				// Marked replaced by a request that read a newer route: this one read the registry from behind.

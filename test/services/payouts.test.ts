@@ -64,8 +64,8 @@ const standIns: ServiceSchema[] = [
 ];
 
 /** An intent leased to `cranker` until `leaseMs` from now. */
-function leasedIntent(cranker: string, leaseMs = 60_000): LeasedIntentRecord {
-	const request = signedIntent(newWallet(), route);
+function leasedIntent(cranker: string, leaseMs = 60_000, signedFor: ActiveRoute = route): LeasedIntentRecord {
+	const request = signedIntent(newWallet(), signedFor);
 	const record = { id: uniqueId("int"), paymentId: request.paymentId, state: "CRANKER_LEASED", stateVersion: 4, history: [], request, transactionCommitment: request.transactionCommitment, expiresAt: request.senderAuthorizationExpiresAt, expiresAtSlot: request.expiresAtSlot, lease: { crankerPubkey: cranker, leasedAt: iso(0), expiresAt: iso(leaseMs) } };
 	intents.set(record.id, record as unknown as LeasedIntentRecord);
 	return intents.get(record.id)!;
@@ -212,6 +212,16 @@ test("two requests of the holder, one that read the signed route and one the rou
 	// Nor later, on a registry read from behind: the mark stays.
 	intents.set(record.id, { ...record, stateVersion: record.stateVersion + 2 });
 	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
+});
+
+test("a registry read from behind (an older route than the one signed): refused this time, and the intent neither ended nor marked, so it is paid once the read catches up (a review)", async () => {
+	const cranker = newWallet().address;
+	const newer = { ...route, routeVersion: route.routeVersion + 1 };
+	const record = leasedIntent(cranker, 60_000, newer);
+	await expect(authorize(record.id, cranker)).rejects.toMatchObject({ type: "EVIDENCE_INCONSISTENT", data: { reason: "ROUTE_MISMATCH" } });
+	expect(intents.get(record.id)?.state).toBe("CRANKER_LEASED");
+	activeRoute = newer;
+	await expect(authorize(record.id, cranker)).resolves.toMatchObject({ workId: record.id, recipientRouteVersion: newer.routeVersion });
 });
 
 test("a route replaced after an authorization was issued for the intent: refused, but the intent is not ended, as a settlement sent under it may have landed", async () => {

@@ -10,6 +10,7 @@ import type { Config } from "./lib/config";
 import { ERROR_STATUS } from "./lib/errors";
 import { VALIDATION_MESSAGES } from "./lib/schemas";
 import { busGuard } from "./services/bus-guard";
+import { subscriptionRefused } from "./services/health";
 
 /** A failure of the node that ran the action, as opposed to an answer of the SPEC §7 catalogue. */
 function isNodeFailure(err: Error): boolean {
@@ -44,16 +45,17 @@ export function natsTransporter(urls: string, user: string | null, password: str
 
 /**
  * Moleculer's NATS transporter, except that a subscription the bus refuses (its users' permissions
- * name another NAMESPACE, say) is told by the client's status, which readiness follows
- * (services/health.ts). Moleculer's callback reads the message that an error comes without: the
- * TypeError ended the client's reader, and the process heard nothing more while it reported
- * itself connected and ready.
+ * name another NAMESPACE, say) is told to the probes (services/health.ts). Moleculer's callback
+ * reads the message that an error comes without: the TypeError ended the client's reader, and the
+ * process heard nothing more while it reported itself connected, live and ready.
  */
 export class NatsBusTransporter extends Transporters.NATS {
 	override subscribe(cmd: string, nodeID?: string): Promise<void> {
-		this.client.subscribe(this.getTopicName(cmd, nodeID), {
+		const subject = this.getTopicName(cmd, nodeID);
+		this.client.subscribe(subject, {
 			callback: (err: Error | null, msg: { data: Uint8Array } | undefined) => {
-				if (!err && msg) void this.receive(cmd, Buffer.from(msg.data));
+				if (err) subscriptionRefused(this.broker, subject);
+				else if (msg) void this.receive(cmd, Buffer.from(msg.data));
 			}
 		});
 		return Promise.resolve();

@@ -165,7 +165,8 @@ export function busNodeId(group: BusGroup, name: string): string {
  * as its sender would reach NATS's protocol as a subject, where a space or a line break splits it.
  */
 export function isNodeId(value: unknown): value is string {
-	return typeof value === "string" && /^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$/.test(value);
+	// Dot-separated tokens, none empty: NATS matches no permission against a subject with an empty token.
+	return typeof value === "string" && value.length <= 200 && /^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*$/.test(value);
 }
 
 /** The group a node id claims, or null for an id of no group. */

@@ -19,42 +19,48 @@ export function markDraining(broker: ServiceBroker): void {
 	draining.add(broker);
 }
 
-/** Brokers whose bus connection is down (the client reconnecting) or closed for good. */
-const busLost = new WeakMap<ServiceBroker, "down" | "closed">();
-
 /**
- * Brokers whose subjects the bus refused (its users' permissions name another NAMESPACE, say):
- * connected, yet deaf to a subscription until the client reconnects, or mute on a subject it
- * keeps publishing to (heartbeats every few seconds).
+ * Brokers whose bus connection is down (the client reconnecting), closed for good, or deaf: the bus
+ * refused one of its subscriptions (its users' permissions name another NAMESPACE, say), which
+ * nats.js then drops for good, reconnections included; only a restart subscribes again.
  */
-const busRefused = new WeakMap<ServiceBroker, { subscription: boolean; publishedAt: number; subject: string }>();
+const busLost = new WeakMap<ServiceBroker, "down" | "closed" | "deaf">();
 
-/** How long a refused publish keeps a process unready: longer than Moleculer's heartbeat interval, which repeats it. */
-const REFUSED_PUBLISH_HOLD_MS = 30_000;
+/** Brokers whose heartbeat the bus refused, and when last: connected and hearing, but none of its broadcasts reach anyone. */
+const heartbeatRefusedAt = new WeakMap<ServiceBroker, number>();
+
+/** How long a refused heartbeat keeps a process unready: longer than Moleculer's heartbeat interval, which repeats it. */
+const REFUSED_HEARTBEAT_HOLD_MS = 30_000;
+
+/** Called by the transporter (moleculer.config.ts) when the bus refuses one of the broker's subscriptions. */
+export function subscriptionRefused(broker: ServiceBroker, subject: string): void {
+	busLost.set(broker, "deaf");
+	broker.logger.error(`The bus refused the subscription to ${subject}: check NAMESPACE against the bus's permissions (nats.conf); the process must be restarted`);
+}
 
 /**
  * Follows the NATS client of a started broker: Moleculer's transit says connected through an
  * outage (only its own stop clears that), so readiness would too, and a pod cut off from the bus
  * would keep its traffic. While the client reconnects the process is not ready; once it gave up
  * for good (nats.js does after repeated refusals of its credentials, a rotated password say) it
- * is not live either, so that Kubernetes restarts it. A connection whose subjects the bus refuses
- * is not ready either: every call through it would fail while every probe passed.
+ * is not live either, so that Kubernetes restarts it. A refused heartbeat makes it unready too.
+ * Refusals of other publishes do not count: a packet's sender names the subject of its answer,
+ * so another node could choose one the bus refuses and take this process out of service.
  */
 export function watchBus(broker: ServiceBroker): void {
-	const client = (broker.transit?.tx as { client?: NatsConnection | null } | undefined)?.client;
+	const transporter = broker.transit?.tx as { client?: NatsConnection | null; prefix?: string } | undefined;
+	const client = transporter?.client;
 	if (!client) return;
+	const heartbeatSubject = `${transporter.prefix}.HEARTBEAT`;
 	void (async () => {
 		for await (const status of client.status()) {
-			if (status.type === "disconnect") busLost.set(broker, "down");
-			else if (status.type === "reconnect") {
-				busLost.delete(broker);
-				busRefused.delete(broker);
-			} else if (status.type === "error" && status.data === "PERMISSIONS_VIOLATION") {
-				const context = (status as { permissionContext?: { operation: string; subject: string } }).permissionContext;
-				const earlier = busRefused.get(broker);
-				const subscription = context?.operation === "subscription";
-				busRefused.set(broker, { subscription: subscription || !!earlier?.subscription, publishedAt: subscription ? (earlier?.publishedAt ?? 0) : Date.now(), subject: context?.subject ?? "?" });
-				broker.logger.error(`The bus refused ${context ? `a ${context.operation} to ${context.subject}` : "a subject"}: check NAMESPACE against the bus's permissions (nats.conf)`);
+			if (status.type === "disconnect" && !busLost.has(broker)) busLost.set(broker, "down");
+			else if (status.type === "reconnect" && busLost.get(broker) === "down") busLost.delete(broker);
+			else if (status.type === "error" && status.data === "PERMISSIONS_VIOLATION") {
+				const refused = (status as { permissionContext?: { operation: string; subject: string } }).permissionContext;
+				if (refused?.operation !== "publish" || refused.subject !== heartbeatSubject) continue;
+				if (!heartbeatRefusedAt.has(broker)) broker.logger.error(`The bus refused this process's heartbeat (${heartbeatSubject}): check NAMESPACE against the bus's permissions (nats.conf)`);
+				heartbeatRefusedAt.set(broker, Date.now());
 			}
 		}
 	})();
@@ -65,12 +71,11 @@ export function watchBus(broker: ServiceBroker): void {
 
 /** Ready: the broker has started, is not stopping and, when distributed, is connected to the transporter, which takes its subjects. */
 export function isReady(broker: ServiceBroker): boolean {
-	return broker.started && !draining.has(broker) && (!broker.transit || broker.transit.connected) && !busLost.has(broker) && !isRefused(broker);
+	return broker.started && !draining.has(broker) && (!broker.transit || broker.transit.connected) && !busLost.has(broker) && !heartbeatRefused(broker);
 }
 
-function isRefused(broker: ServiceBroker): boolean {
-	const refused = busRefused.get(broker);
-	return !!refused && (refused.subscription || Date.now() - refused.publishedAt < REFUSED_PUBLISH_HOLD_MS);
+function heartbeatRefused(broker: ServiceBroker): boolean {
+	return Date.now() - (heartbeatRefusedAt.get(broker) ?? -Infinity) < REFUSED_HEARTBEAT_HOLD_MS;
 }
 
 /** How long a client should wait before retrying a 503: the store and the bus recover within seconds. */
@@ -83,10 +88,11 @@ export function probeAnswer(probe: Probe, broker: ServiceBroker): { status: numb
 	const lost = busLost.get(broker);
 	const notReady = (message: string) => ({ status: 503, body: errorBody(new ServiceError("NOT_READY", message)), headers: { "retry-after": String(RETRY_AFTER_UNAVAILABLE_S) } });
 	if (lost === "closed") return notReady("The bus connection is closed for good: the process must be restarted");
+	if (lost === "deaf") return notReady("The bus refused a subscription of this process (its NAMESPACE or the bus's permissions are wrong): it must be restarted");
 	if (probe === "live") return { status: 200, body: { status: "live" }, headers: {} };
 	if (isReady(broker)) return { status: 200, body: { status: "ready" }, headers: {} };
 	if (lost === "down") return notReady("The bus connection is down; it is being restored");
-	if (isRefused(broker)) return notReady("The bus refuses this process's subjects: its NAMESPACE or the bus's permissions are wrong");
+	if (heartbeatRefused(broker)) return notReady("The bus refuses this process's heartbeat: its NAMESPACE or the bus's permissions are wrong");
 	return notReady("The service is starting or stopping");
 }
 

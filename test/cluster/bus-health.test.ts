@@ -4,8 +4,10 @@
  * rotated passwords, which the client is refused with until it gives up for good.
  */
 import { ServiceBroker } from "moleculer";
+import { connect, type NatsConnection } from "nats";
 import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
 import { freePort, waitFor } from "../../devkit/process";
+import { sleep } from "../helpers/node";
 import { natsTransporter } from "../../moleculer.config";
 import { probeAnswer, watchBus } from "../../services/health";
 
@@ -50,17 +52,43 @@ describeWithNats("the probes and the bus", () => {
 		expect(status("ready")).toBe(503);
 	});
 
-	it("not ready while the bus refuses its subjects: a NAMESPACE other than the one the bus's permissions name", async () => {
+	it("a NAMESPACE other than the one the bus's permissions name: its subscriptions refused at start, it is not live (only a restart subscribes again)", async () => {
 		const { NATS_USER, NATS_PASSWORD } = nats.credentials("gateway");
 		const stray = new ServiceBroker({ namespace: `${namespace}x`, nodeID: "gateway.stray", logger: false, transporter: natsTransporter(nats.url, NATS_USER, NATS_PASSWORD) });
 		try {
 			await stray.start();
+			// As index.ts does: watched once started, after the refusals of its subscriptions came.
 			watchBus(stray);
-			await waitFor(() => probeAnswer("ready", stray).status === 503, 15_000, "not ready while every subject is refused", 50);
-			expect(probeAnswer("ready", stray)).toMatchObject({ body: { type: "NOT_READY", message: expect.stringContaining("refuses") } });
-			expect(probeAnswer("live", stray).status).toBe(200);
+			await waitFor(() => probeAnswer("live", stray).status === 503, 5000, "not live while its subscriptions are refused", 50);
+			expect(probeAnswer("live", stray)).toMatchObject({ body: { type: "NOT_READY", message: expect.stringContaining("refused") } });
+			expect(probeAnswer("ready", stray).status).toBe(503);
 		} finally {
 			await stray.stop();
+		}
+	}, 60_000);
+
+	it("a packet naming a sender whose subject the bus refuses this process (a review's replay) leaves it ready: another node cannot take it out of service", async () => {
+		const { NATS_USER, NATS_PASSWORD } = nats.credentials("owners");
+		const target = new ServiceBroker({ namespace, nodeID: "owners.target", logger: false, transporter: natsTransporter(nats.url, NATS_USER, NATS_PASSWORD) });
+		const gateway = nats.credentials("gateway");
+		const attacker = await connect({ servers: nats.url, user: gateway.NATS_USER, pass: gateway.NATS_PASSWORD });
+		try {
+			await target.start();
+			watchBus(target);
+			const refusals: string[] = [];
+			void (async () => {
+				for await (const status of (target.transit!.tx as unknown as { client: NatsConnection }).client.status()) if (status.data === "PERMISSIONS_VIOLATION") refusals.push(String(status.type));
+			})();
+			// A call from "gateway..x": the answer goes to MOL-<ns>.RES.gateway..x, which no permission matches.
+			const call = { ver: "5", sender: "gateway..x", id: "r1", action: "no.such", params: {}, meta: {}, timeout: 1000, level: 1, tracing: null, parentID: null, requestID: "r1", caller: null, stream: false };
+			attacker.publish(`MOL-${namespace}.REQ.owners.target`, JSON.stringify(call));
+			await attacker.flush();
+			await waitFor(() => refusals.length > 0, 5000, "the bus refused the answer's subject", 20);
+			await sleep(200);
+			expect([probeAnswer("live", target).status, probeAnswer("ready", target).status]).toEqual([200, 200]);
+		} finally {
+			await attacker.close();
+			await target.stop();
 		}
 	}, 60_000);
 });

@@ -14,7 +14,7 @@ describe("bus groups", () => {
 
 	test("a node id is of the deployment's form: nothing NATS's protocol would split", () => {
 		for (const id of ["owners.pod-1.local-7", "intake.x_1", "pod-1"]) expect(isNodeId(id)).toBe(true);
-		for (const id of [undefined, 1, "", ".owners", "owners.x 0\r\nUNSUB 1", "owners.x\tA", "owners.*", "owners.>", "a".repeat(201), "gateway.x\u2028"]) expect({ id, ok: isNodeId(id) }).toEqual({ id, ok: false });
+		for (const id of [undefined, 1, "", ".owners", "owners.x 0\r\nUNSUB 1", "owners.x\tA", "owners.*", "owners.>", "a".repeat(201), "gateway.x\u2028", "gateway..x", "gateway.x.", "gateway.x..y"]) expect({ id, ok: isNodeId(id) }).toEqual({ id, ok: false });
 	});
 
 	test("a node id claims the group before its first dot; an id of no known group claims none", () => {

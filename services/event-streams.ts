@@ -508,15 +508,16 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const resumeAt = lastEventId(req, /^\d{1,15}$/);
 			const client = clientKey(clientIp(req));
 			assertRoom(res, "public", client);
-			// The current state: the intent's newest event, or (not verified yet, or its events pruned) its view.
-			const latest = await callServed<StoredEvent | null>(broker, "mempool.latestEvent", { subject: id });
-			const view = latest ? null : await callServed<PublicMempoolIntent>(broker, "mempool.view", { id });
+			// The current state: the intent's newest event, or (not verified yet, or its events pruned) its
+			// view. The view is read either way: a record gone with its events kept (a migration removed
+			// it) is 404, as GET /intents/{id} answers, and its events are shown to no one.
+			const [latest, view] = await Promise.all([callServed<StoredEvent | null>(broker, "mempool.latestEvent", { subject: id }), callServed<PublicMempoolIntent>(broker, "mempool.view", { id })]);
 			const isTerminal = (state: unknown) => TERMINAL_STATES.includes(state as IntentState);
 			// Past the end of the log: no event of this stream has that id, and none would follow it.
 			if (resumeAt !== null && Number(resumeAt) > 0 && Number(resumeAt) > (latest ? latest.seq : await ownerHead("intents"))) throw badLastEventId();
 			// Resumed after its last change, a terminal one, or after the view of a terminal intent
 			// with no event (id 0): nothing will ever follow. 204 tells an EventSource to stop reconnecting.
-			if (resumeAt !== null && Number(resumeAt) === (latest ? latest.seq : 0) && isTerminal(latest ? latest.data.state : view!.receiverStatus))
+			if (resumeAt !== null && Number(resumeAt) === (latest ? latest.seq : 0) && isTerminal(latest ? latest.data.state : view.receiverStatus))
 				return void res.writeHead(204).end();
 			const connection = connect(res, "/intents/:id/events", "public", client);
 			let position = resumeAt !== null ? Number(resumeAt) : 0;
@@ -525,7 +526,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			// resumes an intent with no event (not verified yet, or its events pruned), whose state
 			// only the view tells, and whose stream ends at once if that state is terminal.
 			if (resumeAt === null || !latest) {
-				const state = latest ? latest.data.state : view!.receiverStatus;
+				const state = latest ? latest.data.state : view.receiverStatus;
 				if (latest) connection.send("status", viewOf(latest), String(latest.seq));
 				// A terminal view carries id 0, which no event has: resumed from it, the answer is the 204 above.
 				else connection.send("status", JSON.stringify(view), isTerminal(state) ? "0" : undefined);

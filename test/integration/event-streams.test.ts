@@ -3,6 +3,8 @@
  * stream (current state first, each change, closed after a terminal state, resumed with
  * Last-Event-ID), the worker stream of every change with its filters, and the limits.
  */
+import path from "node:path";
+import Database from "better-sqlite3";
 import { waitFor } from "../../devkit/process";
 import { mempoolService } from "../../services/mempool.service";
 import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, walletOf, writeSeedFile, type Wallet } from "../helpers/fixtures";
@@ -106,6 +108,19 @@ describe("GET /intents/{id}/events", () => {
 			const refused = await open(`/intents/int_00000000000000000000000000000000/events?${query}`);
 			expect(refused.status).toBe(query.startsWith("id=") ? 404 : 422);
 		}
+	});
+
+	it("shows nothing of an intent whose record is gone while its events are kept (a migration removed it: a review): 404, as GET /intents/{id}", async () => {
+		const id = await submit();
+		const db = new Database(path.join(node.dataDir, "mempool.sqlite"));
+		try {
+			expect(db.prepare("DELETE FROM intents WHERE id = ?").run(id).changes).toBe(1);
+		} finally {
+			db.close();
+		}
+		expect((await node.http("GET", `/intents/${id}`)).status).toBe(404);
+		expect(await open(`/intents/${id}/events`)).toMatchObject({ status: 404, body: { type: "NOT_FOUND" } });
+		expect(await open(`/intents/${id}/events`, { "last-event-id": "1" })).toMatchObject({ status: 404, body: { type: "NOT_FOUND" } });
 	});
 
 	it("limits streams per client IP: 429 past the limit, a slot again once one closes", async () => {

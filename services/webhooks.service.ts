@@ -7,7 +7,7 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
-import { listInPages, type Collection, type Where } from "../lib/store";
+import { listInPages, type Collection, type StoredEvent, type Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
 	MAX_ERROR_CHARS,
@@ -33,6 +33,7 @@ import {
 	sealedUnder,
 	sealSecret,
 	resolveTarget,
+	rewoundTo,
 	subscriptionLookup,
 	toWebhookView,
 	urlProblem,
@@ -51,7 +52,7 @@ import {
 } from "../lib/webhooks";
 import type { EventStream } from "../mixins/outbox.mixin";
 import { storeMixin } from "../mixins/store.mixin";
-import { internal, keyHoldersOnly, workersOnly } from "./internal";
+import { internal, isServed, keyHoldersOnly, workersOnly } from "./internal";
 import { loadWebhookKeys } from "./webhook-keys";
 
 /** The owner of each stream's events (mixins/outbox.mixin.ts), and its action names. */
@@ -73,6 +74,9 @@ const LEASE_ATTEMPTS = 3;
 const RESEAL_SWEEP_MS = 10 * 60_000;
 /** Subscriptions read at a time by that sweep. */
 const RESEAL_PAGE = 100;
+/** At start, how often and how many times the cursors' check looks for the logs' owners. */
+const REWIND_RETRY_MS = 1000;
+const REWIND_TRIES = 120;
 
 /**
  * What a delivery worker gets for a lease: the record (its secret sealed), how long the lease
@@ -98,6 +102,9 @@ interface WebhooksVars {
 	resealTimer?: NodeJS.Timeout;
 	/** The latest sweep of the stored secrets (resealStored), settled when done. */
 	sweeping?: Promise<void>;
+	/** The start's check of the cursors against the logs' ends (rewindPastLogEnds), until it runs. */
+	rewindTimer?: NodeJS.Timeout;
+	rewinding?: Promise<void>;
 	/** This process's creations, one at a time through the limit's count (storeWithinLimit). */
 	creations: Promise<unknown>;
 }
@@ -116,6 +123,8 @@ interface WebhooksMethods {
 	lease(candidates: WebhookRecord[], claim: { leasedBy: string; nonce: string }, nowMs: number, limit: number): Promise<WebhookLease[]>;
 	leaseExpiry(nowMs: number): string;
 	resealStored(): Promise<void>;
+	logHeads(): Promise<Record<WebhookStream, number>>;
+	rewindPastLogEnds(): Promise<void>;
 }
 
 type WebhooksThis = Service<WebhooksSettings> & WebhooksVars & WebhooksMethods;
@@ -442,6 +451,32 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 						`${counts.resealed} webhook signing secrets sealed again under ${current}; ${counts.left} under lease still wait (under an earlier key, or in the clear): their holders' next writes${this.keys.earlier ? ", or the next sweep," : ""} take them`
 					);
 				else if (this.keys.earlier && !unopened.length) this.logger.info(`Every stored webhook signing secret is sealed under ${current}. Once every owner runs this key list, a sweep that began after that and logs this line says the earlier keys may go.`);
+			},
+
+			/** Each stream's latest event, as its owner reads it now. */
+			async logHeads(this: WebhooksThis) {
+				const heads = { intents: 0, tin_operations: 0 };
+				for (const stream of Object.keys(EVENT_OWNER) as WebhookStream[]) heads[stream] = (await this.broker.call<StoredEvent | null, object>(`${EVENT_OWNER[stream]}.latestEvent`, {}))?.seq ?? 0;
+				return heads;
+			},
+
+			/**
+			 * Once at start: a subscription whose cursor is past its log's end, which only a restore makes
+			 * (the subscriptions copied later than the log: k8s/README.md, Backups), would wait unleased
+			 * until the log grew past it, and never be sent the new events numbered below it. Its cursor
+			 * goes back to the log's end. A cursor is compared with heads read after it, so one that a
+			 * delivery moved on meanwhile is never taken for such.
+			 */
+			async rewindPastLogEnds(this: WebhooksThis) {
+				const before = await this.logHeads();
+				let rewound = 0;
+				for await (const record of listInPages(this.webhooks, { orderBy: ["createdAt", "asc"] }, RESEAL_PAGE)) {
+					if (!rewoundTo(record, before)) continue;
+					const next = rewoundTo(record, await this.logHeads());
+					if (next && (await this.commit(record, next))) rewound++;
+				}
+				if (rewound)
+					this.logger.warn(`${rewound} webhook subscriptions had a cursor past their log's end (a store restored from a backup): moved back to it. Their receivers get again webhook-ids they may have handled before the restore, for new events.`);
 			}
 		} satisfies WebhooksMethods & ThisType<WebhooksThis>,
 
@@ -455,12 +490,24 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			const sweep = () => void (this.sweeping = this.resealStored().catch(err => this.logger.warn(`Checking the webhook signing secrets' keys failed; the next sweep tries again: ${(err as Error).message}`)));
 			sweep();
 			if (this.keys.earlier) this.resealTimer = setInterval(sweep, RESEAL_SWEEP_MS).unref();
+			// Once the logs' owners answer (they may start after this service, or elsewhere).
+			let tries = 0;
+			const rewind = () => {
+				if (!Object.values(EVENT_OWNER).every(owner => isServed(this.broker, `${owner}.latestEvent`))) {
+					if (++tries < REWIND_TRIES) this.rewindTimer = setTimeout(rewind, REWIND_RETRY_MS).unref();
+					else this.logger.warn("The event logs' owners did not answer: no webhook cursor was checked against their logs' ends");
+					return;
+				}
+				this.rewinding = this.rewindPastLogEnds().catch(err => this.logger.warn(`Checking the webhook cursors against the logs' ends failed: ${(err as Error).message}`));
+			};
+			rewind();
 		},
 
 		/** Before the store closes (its mixin stops after this): no sweep is cut short. */
 		async stopped(this: WebhooksThis) {
 			clearInterval(this.resealTimer);
-			await this.sweeping;
+			clearTimeout(this.rewindTimer);
+			await Promise.all([this.sweeping, this.rewinding]);
 		}
 	};
 }

@@ -482,6 +482,38 @@ describe("a receiver failing past WEBHOOK_RETRY_FOR_MS", () => {
 	});
 });
 
+describe("a store restored from a backup", () => {
+	it("a log restored behind a subscription's cursor (its subscriptions copied later than the log: a review): the cursor goes back to the log's end at start, and the new events are delivered", async () => {
+		const route = newRoute();
+		const dir = tempDir();
+		const seed = writeSeedFile(dir, [route]);
+		const receiver = await new Receiver().start();
+		let node: TestNode | null = await startNode({ REGISTRY_SEED_FILE: seed, WEBHOOK_ALLOW_PRIVATE: "true" }, dir);
+		try {
+			const sub = await subscribe(node.http, receiver, "/restored", { eventTypes: [INTENT] });
+			for (let i = 0; i < 3; i++) await submitIntent(node.http, newWallet(), route);
+			await waitFor(() => receiver.delivered("/restored").length === 3, 10_000, "three deliveries");
+			await node.stop();
+			node = null;
+			// The log as a backup had it: its events past the subscription's first are gone, its cursor kept.
+			const db = new Database(path.join(dir, "mempool.sqlite"));
+			try {
+				expect(db.prepare("DELETE FROM intents__events WHERE seq > ?").run(sub.cursors.intents).changes).toBe(3);
+			} finally {
+				db.close();
+			}
+			node = await startNode({ REGISTRY_SEED_FILE: seed, WEBHOOK_ALLOW_PRIVATE: "true" }, dir);
+			await waitFor(async () => (await node!.http("GET", `/webhooks/${sub.id}`, undefined, worker)).body.cursors.intents === sub.cursors.intents, 10_000, "the cursor back at the log's end");
+			const after = await submitIntent(node.http, newWallet(), route);
+			const delivered = await waitFor(() => receiver.delivered("/restored").find(d => d.body.data.view.id === after), 10_000, "the event after the restore");
+			expect(delivered.webhookId).toBe(`evt_intents_${sub.cursors.intents + 1}`);
+		} finally {
+			await node?.stop();
+			await receiver.stop();
+		}
+	});
+});
+
 describe("SSRF: without WEBHOOK_ALLOW_PRIVATE", () => {
 	let node: TestNode;
 	beforeAll(async () => {

@@ -525,19 +525,6 @@ export const leasedUntil = (leasedBy: string, leaseExpiresAt: string): Lease => 
 /** Held by nobody: idle (notBefore null), or waiting for a retry at `notBefore`. */
 export const unleased = (notBefore: string | null): Lease => ({ leasedBy: null, leaseExpiresAt: null, notBefore });
 
-/**
- * The record with each cursor past its log's end (`heads`) moved back to that end; null when none
- * is past it. Only a restore leaves a cursor there (the subscriptions copied later than the log).
- */
-export function rewoundTo(record: WebhookRecord, heads: Record<WebhookStream, number>): WebhookRecord | null {
-	let next: WebhookRecord | null = null;
-	for (const stream of Object.keys(CURSOR_FIELD) as WebhookStream[]) {
-		const cursor = record[CURSOR_FIELD[stream]];
-		if (cursor !== null && cursor > heads[stream]) next = { ...(next ?? record), [CURSOR_FIELD[stream]]: heads[stream] };
-	}
-	return next;
-}
-
 /** A new subscription, enabled and idle, delivering what its streams log after `cursors` (null: a stream it does not take). */
 export function newWebhookRecord(request: CreateWebhookRequest, cursors: StreamCursors, now: Date): WebhookRecord {
 	const { url, eventTypes, filter } = request;

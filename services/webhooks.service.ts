@@ -7,7 +7,7 @@
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { Config } from "../lib/config";
 import { ServiceError } from "../lib/errors";
-import { listInPages, type Collection, type StoredEvent, type Where } from "../lib/store";
+import { listInPages, type Collection, type EventPage, type EventQuery, type StoredEvent, type Where } from "../lib/store";
 import {
 	CURSOR_FIELD,
 	MAX_ERROR_CHARS,
@@ -33,7 +33,6 @@ import {
 	sealedUnder,
 	sealSecret,
 	resolveTarget,
-	rewoundTo,
 	subscriptionLookup,
 	toWebhookView,
 	urlProblem,
@@ -74,9 +73,8 @@ const LEASE_ATTEMPTS = 3;
 const RESEAL_SWEEP_MS = 10 * 60_000;
 /** Subscriptions read at a time by that sweep. */
 const RESEAL_PAGE = 100;
-/** At start, how often and how many times the cursors' check looks for the logs' owners. */
-const REWIND_RETRY_MS = 1000;
-const REWIND_TRIES = 120;
+/** At start, how often the cursors' check looks for the logs' owners, or tries again after a failure. */
+const REWIND_RETRY_MS = 2000;
 
 /**
  * What a delivery worker gets for a lease: the record (its secret sealed), how long the lease
@@ -105,6 +103,7 @@ interface WebhooksVars {
 	/** The start's check of the cursors against the logs' ends (rewindPastLogEnds), until it runs. */
 	rewindTimer?: NodeJS.Timeout;
 	rewinding?: Promise<void>;
+	stoppingRewind?: boolean;
 	/** This process's creations, one at a time through the limit's count (storeWithinLimit). */
 	creations: Promise<unknown>;
 }
@@ -124,6 +123,7 @@ interface WebhooksMethods {
 	leaseExpiry(nowMs: number): string;
 	resealStored(): Promise<void>;
 	logHeads(): Promise<Record<WebhookStream, number>>;
+	logEndAt(stream: WebhookStream, time: string, head: number): Promise<number>;
 	rewindPastLogEnds(): Promise<void>;
 }
 
@@ -461,22 +461,50 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			},
 
 			/**
-			 * Once at start: a subscription whose cursor is past its log's end, which only a restore makes
-			 * (the subscriptions copied later than the log: k8s/README.md, Backups), would wait unleased
-			 * until the log grew past it, and never be sent the new events numbered below it. Its cursor
-			 * goes back to the log's end. A cursor is compared with heads read after it, so one that a
-			 * delivery moved on meanwhile is never taken for such.
+			 * Where `stream`'s log stood at `time`: the number of its last event logged then or before,
+			 * every later one being logged after (a binary search, a page of one event per step).
+			 */
+			async logEndAt(this: WebhooksThis, stream, time, head) {
+				let [low, high] = [0, head];
+				while (low < high) {
+					const middle = Math.floor((low + high) / 2);
+					const [next] = (await this.broker.call<EventPage, EventQuery>(`${EVENT_OWNER[stream]}.eventPage`, { after: middle, limit: 1 })).events;
+					if (!next || next.at > time) high = middle;
+					else low = middle + 1;
+				}
+				return low;
+			},
+
+			/**
+			 * At start: a subscription whose cursor is past its log's end, which only a restore makes
+			 * (the subscriptions copied later than the log: k8s/README.md, Backups). It would wait,
+			 * unleased, until the log grew past its cursor, and never be sent the new events numbered
+			 * below it. Its cursor goes back to where the restored log ended: the last event logged
+			 * before the subscription was last leased (or made), since every event logged after the
+			 * restore came later than that. A cursor is compared with a head read after it, so one that a
+			 * delivery moved on meanwhile is not taken for such.
 			 */
 			async rewindPastLogEnds(this: WebhooksThis) {
-				const before = await this.logHeads();
 				let rewound = 0;
-				for await (const record of listInPages(this.webhooks, { orderBy: ["createdAt", "asc"] }, RESEAL_PAGE)) {
-					if (!rewoundTo(record, before)) continue;
-					const next = rewoundTo(record, await this.logHeads());
-					if (next && (await this.commit(record, next))) rewound++;
+				for await (const listed of listInPages(this.webhooks, { orderBy: ["createdAt", "asc"] }, RESEAL_PAGE)) {
+					let record: WebhookRecord | null = listed;
+					// A few rounds: a delivery may write the subscription meanwhile (its lease, a retry).
+					for (let round = 0; record && round < 3; round++) {
+						const heads = await this.logHeads();
+						const past = (Object.keys(CURSOR_FIELD) as WebhookStream[]).filter(stream => (record![CURSOR_FIELD[stream]] ?? 0) > heads[stream]);
+						if (!past.length) break;
+						const since = record.lastLeasedAt && record.lastLeasedAt > record.createdAt ? record.lastLeasedAt : record.createdAt;
+						let next: WebhookRecord = record;
+						for (const stream of past) next = { ...next, [CURSOR_FIELD[stream]]: await this.logEndAt(stream, since, heads[stream]) };
+						if (await this.commit(record, next)) {
+							rewound++;
+							break;
+						}
+						record = await this.webhooks.get(record.id);
+					}
 				}
 				if (rewound)
-					this.logger.warn(`${rewound} webhook subscriptions had a cursor past their log's end (a store restored from a backup): moved back to it. Their receivers get again webhook-ids they may have handled before the restore, for new events.`);
+					this.logger.warn(`${rewound} webhook subscriptions had a cursor past their log's end (a store restored from a backup): moved back to where the restored log ended. New events go out under webhook-ids their receivers may have handled before the restore.`);
 			}
 		} satisfies WebhooksMethods & ThisType<WebhooksThis>,
 
@@ -490,15 +518,14 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 			const sweep = () => void (this.sweeping = this.resealStored().catch(err => this.logger.warn(`Checking the webhook signing secrets' keys failed; the next sweep tries again: ${(err as Error).message}`)));
 			sweep();
 			if (this.keys.earlier) this.resealTimer = setInterval(sweep, RESEAL_SWEEP_MS).unref();
-			// Once the logs' owners answer (they may start after this service, or elsewhere).
-			let tries = 0;
+			// Once the logs' owners answer (they may start after this service, or elsewhere), and again after a failure, until done.
 			const rewind = () => {
-				if (!Object.values(EVENT_OWNER).every(owner => isServed(this.broker, `${owner}.latestEvent`))) {
-					if (++tries < REWIND_TRIES) this.rewindTimer = setTimeout(rewind, REWIND_RETRY_MS).unref();
-					else this.logger.warn("The event logs' owners did not answer: no webhook cursor was checked against their logs' ends");
-					return;
-				}
-				this.rewinding = this.rewindPastLogEnds().catch(err => this.logger.warn(`Checking the webhook cursors against the logs' ends failed: ${(err as Error).message}`));
+				if (this.stoppingRewind) return;
+				if (!Object.values(EVENT_OWNER).every(owner => isServed(this.broker, `${owner}.latestEvent`) && isServed(this.broker, `${owner}.eventPage`))) return void (this.rewindTimer = setTimeout(rewind, REWIND_RETRY_MS).unref());
+				this.rewinding = this.rewindPastLogEnds().catch(err => {
+					this.logger.warn(`Checking the webhook cursors against the logs' ends failed; trying again: ${(err as Error).message}`);
+					this.rewindTimer = setTimeout(rewind, REWIND_RETRY_MS).unref();
+				});
 			};
 			rewind();
 		},
@@ -506,6 +533,7 @@ export function webhooksService(config: Config): ServiceSchema<WebhooksSettings,
 		/** Before the store closes (its mixin stops after this): no sweep is cut short. */
 		async stopped(this: WebhooksThis) {
 			clearInterval(this.resealTimer);
+			this.stoppingRewind = true;
 			clearTimeout(this.rewindTimer);
 			await Promise.all([this.sweeping, this.rewinding]);
 		}

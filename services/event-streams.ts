@@ -567,12 +567,16 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			const positions: Record<EventStream, number> = resumeAt !== null ? { intents: Number(resumeAt.split("-")[0]), tin_operations: Number(resumeAt.split("-")[1]) } : { intents: 0, tin_operations: 0 };
 			// From now: where each log ends as the stream opens. Resumed: never past where a log ends
 			// (asked of the owner: this replica's reader may be a moment behind another's), a log the
-			// filter leaves out too, since its part of the id is sent back in every id.
+			// filter leaves out too, since its part of the id is sent back in every id; but an owner of
+			// such a log that cannot answer now does not hold the stream up.
 			if (resumeAt === null) {
 				for (const stream of streams) positions[stream] = await feeds[stream].head();
 			} else {
-				for (const stream of Object.keys(positions) as EventStream[])
-					if (positions[stream] > 0 && positions[stream] > (await ownerHead(stream))) throw badLastEventId();
+				for (const stream of Object.keys(positions) as EventStream[]) {
+					if (positions[stream] === 0) continue;
+					const head = await ownerHead(stream).catch((err: unknown) => (streams.includes(stream) ? Promise.reject(err) : Infinity));
+					if (positions[stream] > head) throw badLastEventId();
+				}
 				// A log numbers its events without a hole: a first event kept past the next number means
 				// those between were pruned, and a stream resumed there would skip them without a word. An
 				// owner that cannot be read now is left to the stream's own first read (which checks the same).

@@ -5,8 +5,12 @@
  * also count against the circuit breaker, so one Cranker could shut the route for everyone).
  */
 import { natsServerAvailable } from "../../devkit/cluster";
-import { newRoute, newWallet, signedHeartbeat, signedIntent, writeSeedFile } from "../helpers/fixtures";
-import { crankerClient, httpClient, tempDir } from "../helpers/node";
+import { waitFor } from "../../devkit/process";
+import { stopNode } from "../../services";
+import { isServed } from "../../services/internal";
+import { newRoute, newWallet, signedHeartbeat, signedIntent, signedTinOperation, writeSeedFile } from "../helpers/fixtures";
+import { API_KEY, crankerClient, httpClient, tempDir } from "../helpers/node";
+import { openStream } from "../helpers/sse";
 import { startSplitNodes, type SplitNodes } from "../helpers/split-nodes";
 
 // In CI a missing nats-server is a failure, not a skip (.ci/run installs it).
@@ -43,5 +47,38 @@ describeWithNats("owners in two processes", () => {
 		const refused = await crankerClient(url, other)("POST", "/internal/settlement-authorizations/settlement", { workId: intent.body.id, crankerPubkey: other.address });
 		expect(refused.status).toBe(403);
 		expect(refused.body.type).toBe("NOT_LEASE_HOLDER");
+	});
+});
+
+describeWithNats("the TIN owner in a process of its own, down", () => {
+	let nodes: SplitNodes;
+
+	beforeAll(async () => {
+		const dir = tempDir();
+		nodes = await startSplitNodes({
+			namespace: "splittin",
+			owners: { SERVICES: "mempool,crankers,epochs,access" },
+			others: [{ SERVICES: "tin", REGISTRY_SEED_FILE: writeSeedFile(dir, [newRoute()]) }],
+			gateway: { SERVICES: "api" },
+			waitFor: ["mempool", "tin"]
+		});
+	}, 40_000);
+	afterAll(() => nodes?.stop());
+
+	test("a worker stream of intent events resumes while the TIN owner is down: the log its filter leaves out is not asked of (a review)", async () => {
+		const operation = await httpClient(nodes.url)("POST", "/tin-operations", signedTinOperation(newWallet(), { intentType: "create" }));
+		expect(operation.status).toBe(201);
+		await stopNode(nodes.others[0]);
+		await waitFor(() => !isServed(nodes.gateway, "tin.latestEvent"), 5000, "the gateway seeing the TIN owner gone");
+		const stream = await openStream(`${nodes.url}/events?types=intent.status_changed`, { "x-api-key": API_KEY, "last-event-id": "0-1" });
+		try {
+			expect(stream.status).toBe(200);
+		} finally {
+			stream.close();
+		}
+		// A stream that takes TIN operations still needs their owner.
+		const both = await openStream(`${nodes.url}/events`, { "x-api-key": API_KEY, "last-event-id": "0-1" });
+		both.close();
+		expect(both.status).toBe(503);
 	});
 });

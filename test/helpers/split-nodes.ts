@@ -18,6 +18,8 @@ import { API_KEY, tempDir } from "./node";
 
 export interface SplitNodes {
 	owners: ServiceBroker;
+	/** The `others` nodes, in the order given. */
+	others: ServiceBroker[];
 	gateway: ServiceBroker;
 	/** The gateway's base URL. */
 	url: string;
@@ -43,7 +45,7 @@ export async function startSplitNodes(options: {
 	const others: ServiceBroker[] = [];
 	const stop = async () => {
 		await gateway?.stop().catch(() => undefined);
-		for (const other of others) await stopNode(other);
+		for (const other of others) if (other.started) await stopNode(other);
 		if (owners) await stopNode(owners);
 		await nats.stop();
 	};
@@ -67,7 +69,7 @@ export async function startSplitNodes(options: {
 		await gateway.start();
 		await gateway.waitForServices(options.waitFor, 15_000);
 		const api = gateway.getLocalService("api") as unknown as { server: { address(): { port: number } } };
-		return { owners, gateway, url: `http://127.0.0.1:${api.server.address().port}`, stop };
+		return { owners, others, gateway, url: `http://127.0.0.1:${api.server.address().port}`, stop };
 	} catch (err) {
 		await stop();
 		throw err;

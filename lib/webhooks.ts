@@ -644,13 +644,28 @@ const GLOBAL_UNICAST = new net.BlockList();
 GLOBAL_UNICAST.addSubnet("2000::", 3, "ipv6");
 const IPV4_MAPPED = new net.BlockList();
 IPV4_MAPPED.addSubnet("::ffff:0:0", 96, "ipv6");
+/** NAT64's well-known prefix (RFC 6052): DNS64 networks reach IPv4-only hosts at the IPv4 address in its last 32 bits. */
+const NAT64_WELL_KNOWN = new net.BlockList();
+NAT64_WELL_KNOWN.addSubnet("64:ff9b::", 96, "ipv6");
 
-/** Whether a delivery may connect to this IP address (anything that is not an address: no). */
+/** The IPv4 address in the last 32 bits of an IPv6 one. */
+function embeddedIpv4(ip: string): string {
+	const last = new net.SocketAddress({ address: ip, family: "ipv6" }).address.split(":").slice(-2);
+	const [high, low] = last.map(group => parseInt(group || "0", 16));
+	return [high >> 8, high & 255, low >> 8, low & 255].join(".");
+}
+
+/**
+ * Whether a delivery may connect to this IP address (anything that is not an address: no). A
+ * NAT64 prefix of a network's own (inside global unicast) is not known here: such a network
+ * blocks private destinations at its egress (docs/webhooks.md).
+ */
 export function isPublicAddress(ip: string): boolean {
 	const family = net.isIP(ip);
 	if (family === 4) return !SPECIAL.check(ip, "ipv4");
 	if (family !== 6 || ip.includes("%")) return false;
 	if (IPV4_MAPPED.check(ip, "ipv6")) return !SPECIAL.check(ip, "ipv6");
+	if (NAT64_WELL_KNOWN.check(ip, "ipv6")) return !SPECIAL.check(embeddedIpv4(ip), "ipv4");
 	return GLOBAL_UNICAST.check(ip, "ipv6") && !SPECIAL.check(ip, "ipv6");
 }
 

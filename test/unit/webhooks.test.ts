@@ -332,6 +332,10 @@ describe("addresses a delivery may reach", () => {
 		"::ffff:7f00:1",
 		"::127.0.0.1",
 		"64:ff9b::a00:1",
+		"64:ff9b::a9fe:a9fe",
+		"64:ff9b::7f00:1",
+		"64:ff9b::192.168.1.1",
+		"64:ff9b:1::808:808",
 		"fc00::1",
 		"fd12:3456::1",
 		"fe80::1",
@@ -349,7 +353,7 @@ describe("addresses a delivery may reach", () => {
 		expect(isPublicAddress(ip)).toBe(false);
 	});
 
-	it.each(["8.8.8.8", "1.1.1.1", "93.184.215.14", "172.32.0.1", "100.128.0.1", "::ffff:8.8.8.8", "2606:4700:4700::1111", "2a00:1450:4001:80b::200e"])("admits %s", ip => {
+	it.each(["8.8.8.8", "1.1.1.1", "93.184.215.14", "172.32.0.1", "100.128.0.1", "::ffff:8.8.8.8", "64:ff9b::808:808", "64:ff9b::8.8.8.8", "2606:4700:4700::1111", "2a00:1450:4001:80b::200e"])("admits %s (a public IPv4 address behind NAT64's well-known prefix too: DNS64 networks reach IPv4-only receivers through it)", ip => {
 		expect(isPublicAddress(ip)).toBe(true);
 	});
 });

@@ -196,6 +196,18 @@ function list(env: Env, key: string): string[] {
 		.filter(Boolean);
 }
 
+/**
+ * CRANKER_OPERATORS: Cranker public keys (base58 of 32 bytes). Set, it must name one at least: an
+ * empty list admits every key, so a value that lists none (",") is a mistake, not that choice.
+ */
+function crankerOperators(env: Env): string[] {
+	const keys = list(env, "CRANKER_OPERATORS");
+	if (text(env, "CRANKER_OPERATORS") !== null && !keys.length) throw new ConfigError("CRANKER_OPERATORS is set but names no key; unset it to admit every Cranker key");
+	const bad = keys.find(key => !isBase58OfLength(key, 32));
+	if (bad !== undefined) throw new ConfigError(`CRANKER_OPERATORS: "${bad.slice(0, 64)}" is not a Cranker public key (base58 of 32 bytes)`);
+	return keys;
+}
+
 function integer(env: Env, key: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
 	const raw = text(env, key);
 	if (raw == null) return fallback;
@@ -523,7 +535,7 @@ export function loadConfig(env: Env = process.env): Config {
 		leaseTtlMs: integer(env, "LEASE_TTL_MS", 60_000, 1),
 		crankerTtlMs: integer(env, "CRANKER_TTL_MS", 30_000, 1),
 		liquidityReadsPerSecond: integer(env, "LIQUIDITY_READS_PER_SECOND", 50, 1),
-		crankerOperators: list(env, "CRANKER_OPERATORS"),
+		crankerOperators: crankerOperators(env),
 		nodeAuthorityKeypairPath: text(env, "NODE_AUTHORITY_KEYPAIR_PATH"),
 		webhookSecretsKeys,
 		webhookSecretsNextKeys: nextKeys(env, webhookSecretsKeys),

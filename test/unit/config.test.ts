@@ -6,6 +6,7 @@ import path from "node:path";
 import type { BusGroup } from "../../lib/bus-groups";
 import { newBusKeyring } from "../../lib/bus-signatures";
 import { ConfigError, loadConfig } from "../../lib/config";
+import { newWallet } from "../helpers/fixtures";
 import { loadOrCreateWorkerKeys } from "../../lib/secrets";
 
 /** Signing keys for the processes on the bus (BUS_SIGNING_KEY, BUS_PUBLIC_KEYS). */
@@ -105,10 +106,18 @@ describe("loadConfig values", () => {
 
 	it("parses comma-separated lists, trimming and dropping empty items", () => {
 		const [k1, k2, k3] = ["worker-key-one-0001", "worker-key-two-0002", "worker-key-three-03"];
-		const config = loadConfig({ WORKER_API_KEYS: ` ${k1}, ${k2} ,,${k3} `, CRANKER_OPERATORS: "A,B", SERVICES: "api,mempool" });
+		const [a, b] = [newWallet().address, newWallet().address];
+		const config = loadConfig({ WORKER_API_KEYS: ` ${k1}, ${k2} ,,${k3} `, CRANKER_OPERATORS: ` ${a},,${b} `, SERVICES: "api,mempool" });
 		expect(config.workerApiKeys).toEqual([k1, k2, k3]);
-		expect(config.crankerOperators).toEqual(["A", "B"]);
+		expect(config.crankerOperators).toEqual([a, b]);
 		expect(config.services).toEqual(["api", "mempool"]);
+	});
+
+	it("refuses CRANKER_OPERATORS that names no key (which would admit every key: a review) or an entry that is no public key", () => {
+		expect(() => loadConfig({ CRANKER_OPERATORS: "," })).toThrow(/names no key/);
+		expect(() => loadConfig({ CRANKER_OPERATORS: ` , ,` })).toThrow(/names no key/);
+		expect(() => loadConfig({ CRANKER_OPERATORS: `${newWallet().address},not-a-key` })).toThrow(/"not-a-key" is not a Cranker public key/);
+		expect(loadConfig({ CRANKER_OPERATORS: "  " }).crankerOperators).toEqual([]);
 	});
 
 	it("refuses a worker key that is short or the example Secret's placeholder, in every process, without echoing it", () => {

@@ -135,12 +135,14 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, parser: SseP
  */
 export class SilenceWatch {
 	private timer: ReturnType<typeof setTimeout> | undefined;
+	/** Whether the connection sent anything at all: the service writes a line as it opens a stream. */
+	spoke = false;
 
 	constructor(
 		private readonly idleMs: number,
 		private readonly onSilent: () => void
 	) {
-		this.heard();
+		this.arm();
 	}
 
 	stop(): void {
@@ -149,6 +151,11 @@ export class SilenceWatch {
 
 	/** A sign of life: any chunk of the stream, an event or a heartbeat comment (readEvents calls it). */
 	heard(): void {
+		this.spoke = true;
+		this.arm();
+	}
+
+	private arm(): void {
 		clearTimeout(this.timer);
 		if (this.idleMs !== Infinity) this.timer = setTimeout(this.onSilent, this.idleMs);
 	}

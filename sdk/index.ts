@@ -374,8 +374,10 @@ export class SettlementClient {
 		// the service restarts; a refusal of the first request, or any other answer, means no stream.
 		// A failed reconnection is tried next without Last-Event-ID: a simple request, which a service
 		// that does not allow that header to this page still answers (with the current state first).
+		// Two connections in a row that sent nothing at all, not even the line the service writes as it
+		// opens one (a proxy that buffers the body), mean no stream: polling instead.
 		const parser = new SseParser();
-		for (let streamed = false, failed = 0; ; await pause(parser.retry ?? 1000, signal)) {
+		for (let streamed = false, failed = 0, mute = 0; ; await pause(parser.retry ?? 1000, signal)) {
 			if (signal.aborted) return null;
 			// This connection ends with the wait, or when it goes silent (dropped without a close).
 			const connection = abortsWith(signal);
@@ -416,6 +418,8 @@ export class SettlementClient {
 				connection.release();
 				connection.abort(); // whatever ended this connection, nothing of it stays open
 			}
+			mute = silence.spoke ? 0 : mute + 1;
+			if (mute === 2) return null;
 		}
 	}
 

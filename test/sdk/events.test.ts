@@ -192,6 +192,24 @@ describe("waitForStatus over the event stream", () => {
 		expect(calls[1]).toMatchObject({ path: `/intents/${intent.id}/events`, status: 200, lastEventId: expect.stringMatching(/^\d+$/) });
 	});
 
+	it("polls once its streams stay mute from their first byte on (a proxy that buffers the body: a review), instead of reopening them until the timeout", async () => {
+		const intent = await submitted();
+		const { calls, fetch: recording } = recordingFetch();
+		// Every stream's headers pass, and nothing of its body ever does.
+		const fetch: typeof globalThis.fetch = async (input, init) => {
+			const answer = await recording(input, init);
+			if (!String(input).endsWith("/events")) return answer;
+			void answer.body?.cancel();
+			const body = new ReadableStream<Uint8Array>({ start: controller => init?.signal?.addEventListener("abort", () => controller.error(new Error("aborted"))) });
+			return new Response(body, { status: answer.status, headers: answer.headers });
+		};
+		for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
+		const waited = await new SettlementClient({ baseUrl: node.url, fetch, streamSilenceMs: 300 }).waitForStatus(intent.id, { timeoutMs: 10_000 });
+		expect(waited).toMatchObject({ id: intent.id, status: "executed" });
+		expect(calls.filter(call => call.path.endsWith("/events"))).toHaveLength(2);
+		expect(calls.at(-1)).toMatchObject({ method: "GET", path: `/intents/${intent.id}`, status: 200 });
+	});
+
 	it("follows the intent across a Node restart on the same DATA_DIR: reconnects through the refused connections, resumes, resolves", async () => {
 		const intent = await submitted();
 		await move(intent.id, SETTLEMENT_MOVES[0]);

@@ -45,10 +45,13 @@ export class LocalKeypairSigner implements Signer {
 		return new LocalKeypairSigner(ed25519.utils.randomSecretKey());
 	}
 
-	/** From a 32-byte seed or a 64-byte Solana CLI secret key (seed ‖ public key). */
+	/** From a 32-byte seed or a 64-byte Solana CLI secret key (seed ‖ public key, which must be the seed's). */
 	static fromSecretKey(secretKey: Uint8Array): LocalKeypairSigner {
 		if (secretKey.length !== 32 && secretKey.length !== 64) throw new Error("a secret key is 32 bytes (seed) or 64 bytes (Solana CLI keypair)");
-		return new LocalKeypairSigner(secretKey.slice(0, 32));
+		const signer = new LocalKeypairSigner(secretKey.slice(0, 32));
+		// A keypair put together wrong would sign as another wallet than the one it names.
+		if (secretKey.length === 64 && encodeBase58(secretKey.subarray(32)) !== signer.address) throw new Error("the keypair's public key does not match its secret seed");
+		return signer;
 	}
 
 	async signMessage(message: Uint8Array): Promise<Uint8Array> {
@@ -198,7 +201,7 @@ export class SettlementClient {
 		// At most 20: each is a request, and waits up to MAX_SUBMIT_WAIT_MS after a failure.
 		this.submitAttempts = counted("submitAttempts", options.submitAttempts ?? 3, 20);
 		this.streamSilenceMs = timerMs("streamSilenceMs", options.streamSilenceMs ?? 45_000);
-		this.rpc = options.solanaRpcUrl ? createSolanaRpcFromTransport(cappedTransport(options.solanaRpcUrl, MAX_RPC_ANSWER_BYTES)) : null;
+		this.rpc = options.solanaRpcUrl ? createSolanaRpcFromTransport(cappedTransport(options.solanaRpcUrl, MAX_RPC_ANSWER_BYTES, this.fetch)) : null;
 		this.programId = options.settlementProgramId ? address(options.settlementProgramId) : DEFAULT_SETTLEMENT_PROGRAM_ID;
 		this.requestTimeoutMs = timerMs("requestTimeoutMs", options.requestTimeoutMs ?? 30_000);
 	}

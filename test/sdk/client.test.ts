@@ -153,6 +153,9 @@ describe("SettlementClient", () => {
 		const keypair = generateKeypair();
 		const signer = LocalKeypairSigner.fromSecretKey(keypair.secretKey);
 		expect(signer.address).toBe(keypair.publicKey);
+		// One put together from two keypairs would sign as another wallet than it names (a review).
+		const mixed = Uint8Array.from([...keypair.secretKey.subarray(0, 32), ...generateKeypair().secretKey.subarray(32)]);
+		expect(() => LocalKeypairSigner.fromSecretKey(mixed)).toThrow("the keypair's public key does not match its secret seed");
 		const record = await client.submit(await client.signPayment(signer, payment(await client.resolveTin(route.tin))));
 		await expect(client.waitForStatus(record.id, { timeoutMs: 300 })).rejects.toMatchObject({ type: "TIMEOUT" });
 

@@ -79,6 +79,19 @@ describe("confirmOnChain", () => {
 		expect(typeof confirmed.slot).toBe("bigint");
 	});
 
+	it("reads the chain through the client's own fetch, as it reaches the service (a proxy, an agent: a review)", async () => {
+		const intent = await signedPayment("4300");
+		const signature = await landSettlement(intent);
+		const asked: string[] = [];
+		const fetch: typeof globalThis.fetch = (input, init) => {
+			asked.push(String(input));
+			return globalThis.fetch(input, init);
+		};
+		await new SettlementClient({ baseUrl: "http://127.0.0.1:9", solanaRpcUrl: chain.url, fetch }).confirmOnChain(signature, intent);
+		expect(asked.length).toBeGreaterThan(0);
+		expect(new Set(asked)).toEqual(new Set([chain.url]));
+	});
+
 	it("refuses a landed transaction that is not this payment's settlement: another amount, route, payment or nullifier", async () => {
 		const intent = await signedPayment("4200");
 		for (const changes of [

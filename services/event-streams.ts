@@ -11,7 +11,7 @@ import { Errors, type ServiceBroker } from "moleculer";
 import { clientKey } from "../lib/client-key";
 import type { Config } from "../lib/config";
 import { OpenPerClient } from "../lib/connection-cap";
-import { ServiceError } from "../lib/errors";
+import { isUnanswered, ServiceError } from "../lib/errors";
 import { StreamFeed, type FeedSubscriber } from "../lib/event-feed";
 import { ConditionStreaks, FailureStreak } from "../lib/failure-streak";
 import { INTENT_EVENT_TYPE, INTENT_STATES, TERMINAL_STATES, type IntentState, type PublicMempoolIntent } from "../lib/intents";
@@ -574,7 +574,7 @@ export function eventStreams(broker: ServiceBroker, config: Config, clientIp: (r
 			} else {
 				for (const stream of Object.keys(positions) as EventStream[]) {
 					if (positions[stream] === 0) continue;
-					const head = await ownerHead(stream).catch((err: unknown) => (streams.includes(stream) ? Promise.reject(err) : Infinity));
+					const head = await ownerHead(stream).catch((err: unknown) => (!streams.includes(stream) && isUnanswered(err) ? Infinity : Promise.reject(err)));
 					if (positions[stream] > head) throw badLastEventId();
 				}
 				// A log numbers its events without a hole: a first event kept past the next number means

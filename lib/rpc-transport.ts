@@ -11,11 +11,10 @@ import { readTextAnswer } from "./json-answer";
  * every integer into a bigint on the event loop (about a second per MB of integers): one endpoint
  * could exhaust the memory, or hold the thread, of the process or page reading it. Past `maxBytes`
  * the read fails (AnswerTooLargeError). Solana's integers stay exact (bigints), as with kit's.
- * `fetchAnswer`: the client's own fetch (a proxy, an agent), the global one by default.
  */
-export function cappedTransport(url: string, maxBytes: number, fetchAnswer: typeof fetch = fetch): RpcTransport {
+export function cappedTransport(url: string, maxBytes: number): RpcTransport {
 	return async ({ payload, signal }) => {
-		const response = await fetchAnswer(url, {
+		const response = await fetch(url, {
 			method: "POST",
 			headers: { accept: "application/json", "content-type": "application/json; charset=utf-8" },
 			body: stringifyJsonWithBigInts(payload),

@@ -201,7 +201,7 @@ export class SettlementClient {
 		// At most 20: each is a request, and waits up to MAX_SUBMIT_WAIT_MS after a failure.
 		this.submitAttempts = counted("submitAttempts", options.submitAttempts ?? 3, 20);
 		this.streamSilenceMs = timerMs("streamSilenceMs", options.streamSilenceMs ?? 45_000);
-		this.rpc = options.solanaRpcUrl ? createSolanaRpcFromTransport(cappedTransport(options.solanaRpcUrl, MAX_RPC_ANSWER_BYTES, this.fetch)) : null;
+		this.rpc = options.solanaRpcUrl ? createSolanaRpcFromTransport(cappedTransport(options.solanaRpcUrl, MAX_RPC_ANSWER_BYTES)) : null;
 		this.programId = options.settlementProgramId ? address(options.settlementProgramId) : DEFAULT_SETTLEMENT_PROGRAM_ID;
 		this.requestTimeoutMs = timerMs("requestTimeoutMs", options.requestTimeoutMs ?? 30_000);
 	}

@@ -79,7 +79,7 @@ describe("confirmOnChain", () => {
 		expect(typeof confirmed.slot).toBe("bigint");
 	});
 
-	it("reads the chain through the client's own fetch, as it reaches the service (a proxy, an agent: a review)", async () => {
+	it("reads the chain with the global fetch, not the client's fetch option, which may carry what is meant for the service (a review)", async () => {
 		const intent = await signedPayment("4300");
 		const signature = await landSettlement(intent);
 		const asked: string[] = [];
@@ -88,8 +88,7 @@ describe("confirmOnChain", () => {
 			return globalThis.fetch(input, init);
 		};
 		await new SettlementClient({ baseUrl: "http://127.0.0.1:9", solanaRpcUrl: chain.url, fetch }).confirmOnChain(signature, intent);
-		expect(asked.length).toBeGreaterThan(0);
-		expect(new Set(asked)).toEqual(new Set([chain.url]));
+		expect(asked).toEqual([]);
 	});
 
 	it("refuses a landed transaction that is not this payment's settlement: another amount, route, payment or nullifier", async () => {

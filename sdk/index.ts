@@ -319,9 +319,10 @@ export class SettlementClient {
 	 * Resolves once the intent is executed or canceled, told by its event stream (GET /intents/{id}/events),
 	 * or by polling GET /intents/{id} where there is none. Past `timeoutMs`: TIMEOUT, the last record seen in `data.intent`.
 	 * Every view must be intent `id`'s, and that payment's when known: `intent` (what signPayment
-	 * returned), or one of this client's last 1,000 submits; else ANSWER_MISMATCH.
+	 * returned), or one of this client's last 1,000 submits; else ANSWER_MISMATCH. `signal`: the
+	 * caller's, whose abort ends the wait (ABORTED), its stream or poll with it.
 	 */
-	async waitForStatus(id: string, options: { timeoutMs: number; intent?: CreateIntentRequest }): Promise<PublicMempoolIntent> {
+	async waitForStatus(id: string, options: { timeoutMs: number; intent?: CreateIntentRequest; signal?: AbortSignal }): Promise<PublicMempoolIntent> {
 		const intent = options.intent ?? this.submissions.get(id);
 		const check = (answer: unknown) => checkedView(id, answer, intent);
 		// Where no stream can be had (a fetch without a streaming body, a service without the route,
@@ -329,16 +330,21 @@ export class SettlementClient {
 		const deadline = Date.now() + timerMs("timeoutMs", options.timeoutMs);
 		const stop = new AbortController();
 		const timer = options.timeoutMs === Infinity ? undefined : setTimeout(() => stop.abort(), options.timeoutMs);
+		const leave = () => stop.abort();
+		options.signal?.addEventListener("abort", leave, { once: true });
+		if (options.signal?.aborted) stop.abort();
 		let last: PublicMempoolIntent | undefined;
 		/** The last poll's failure, retried: told with the TIMEOUT (a wrong baseUrl, a service that stayed down). */
 		let failure: SettlementError | undefined;
 		const timeout = () =>
-			new SettlementError(
-				`intent ${id} is ${last ? `still ${last.receiverStatus}` : "not executed or canceled"} after ${options.timeoutMs} ms${failure ? ` (the last poll failed: ${failure.message})` : ""}`,
-				"TIMEOUT",
-				null,
-				last && { intent: last }
-			);
+			options.signal?.aborted
+				? new SettlementError(`waiting for intent ${id} was aborted`, "ABORTED", null, last && { intent: last })
+				: new SettlementError(
+						`intent ${id} is ${last ? `still ${last.receiverStatus}` : "not executed or canceled"} after ${options.timeoutMs} ms${failure ? ` (the last poll failed: ${failure.message})` : ""}`,
+						"TIMEOUT",
+						null,
+						last && { intent: last }
+					);
 		try {
 			const streamed = await this.streamStatus(id, check, stop.signal, view => (last = view));
 			if (streamed) return streamed;
@@ -366,6 +372,7 @@ export class SettlementClient {
 			}
 		} finally {
 			clearTimeout(timer);
+			options.signal?.removeEventListener("abort", leave);
 			stop.abort(); // the stream still open, if any
 		}
 	}
@@ -583,7 +590,7 @@ function signsFor(address: string, message: Uint8Array, signature: Uint8Array): 
 const PAYMENT_FIELDS = ["paymentId", "senderWallet", "recipientTin", "tokenMintAddress", "amount", "feeLimit", "expiresAtSlot"] as const;
 
 /** The error types only the SDK gives (README, "Application SDK"); the service's catalogue has none of them. */
-const SDK_OWN_TYPES: ReadonlySet<string> = new Set(["NETWORK_ERROR", "TIMEOUT", "ANSWER_MISMATCH", "INVALID_ANSWER", "NOT_FINALIZED", "ONCHAIN_FAILED", "CONFIGURATION_ERROR"]);
+const SDK_OWN_TYPES: ReadonlySet<string> = new Set(["NETWORK_ERROR", "TIMEOUT", "ABORTED", "ANSWER_MISMATCH", "INVALID_ANSWER", "NOT_FINALIZED", "ONCHAIN_FAILED", "CONFIGURATION_ERROR"]);
 
 /** An intent id (SPEC §0: `int_` and an opaque rest), path-safe and bounded: anything else would be kept, and put in the paths of later requests. */
 function isIntentId(id: unknown): id is string {

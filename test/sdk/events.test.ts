@@ -10,7 +10,7 @@ import type { AddressInfo } from "node:net";
 import { LocalKeypairSigner, SettlementClient, type PublicMempoolIntent } from "../../sdk";
 import type { GenesisRoute } from "../../lib/registry";
 import { MINT, newRoute, newWallet, uniqueId, writeSeedFile } from "../helpers/fixtures";
-import { SETTLEMENT_MOVES, settlementMove, startNode, tempDir, type TestNode } from "../helpers/node";
+import { SETTLEMENT_MOVES, settlementMove, sleep, startNode, tempDir, type TestNode } from "../helpers/node";
 
 let node: TestNode;
 const route: GenesisRoute = newRoute();
@@ -190,6 +190,23 @@ describe("waitForStatus over the event stream", () => {
 		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
 		expect(calls[0]).toMatchObject({ path: `/intents/${intent.id}/events`, status: 200, lastEventId: null });
 		expect(calls[1]).toMatchObject({ path: `/intents/${intent.id}/events`, status: 200, lastEventId: expect.stringMatching(/^\d+$/) });
+	});
+
+	it("ends when the caller's signal aborts (a page that unmounts: a review): ABORTED, its stream closed, and nothing asked with a signal aborted already", async () => {
+		const intent = await submitted();
+		const { calls, fetch } = recordingFetch();
+		const client = new SettlementClient({ baseUrl: node.url, fetch });
+		const leaving = new AbortController();
+		const waiting = client.waitForStatus(intent.id, { timeoutMs: Infinity, signal: leaving.signal });
+		await until(() => calls.length === 1, "the stream opened");
+		const abortedAt = Date.now();
+		leaving.abort();
+		await expect(waiting).rejects.toMatchObject({ type: "ABORTED" });
+		expect(Date.now() - abortedAt).toBeLessThan(1000);
+		await sleep(300);
+		expect(calls).toHaveLength(1);
+		await expect(client.waitForStatus(intent.id, { timeoutMs: 10_000, signal: leaving.signal })).rejects.toMatchObject({ type: "ABORTED" });
+		expect(calls).toHaveLength(1);
 	});
 
 	it("polls once its streams stay mute from their first byte on (a proxy that buffers the body: a review), instead of reopening them until the timeout", async () => {

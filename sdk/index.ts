@@ -329,16 +329,17 @@ export class SettlementClient {
 		// a network or CORS refusal, 429), it polls with backoff, 100 ms doubling to 2 s.
 		const deadline = Date.now() + timerMs("timeoutMs", options.timeoutMs);
 		const stop = new AbortController();
-		const timer = options.timeoutMs === Infinity ? undefined : setTimeout(() => stop.abort(), options.timeoutMs);
-		const leave = () => stop.abort();
+		// The caller's abort ends the wait as the timeout does; whichever came first is told.
+		const leave = () => stop.abort("aborted");
 		options.signal?.addEventListener("abort", leave, { once: true });
-		if (options.signal?.aborted) stop.abort();
+		if (options.signal?.aborted) leave();
+		const timer = options.timeoutMs === Infinity ? undefined : setTimeout(() => stop.abort("timeout"), options.timeoutMs);
 		let last: PublicMempoolIntent | undefined;
 		/** The last poll's failure, retried: told with the TIMEOUT (a wrong baseUrl, a service that stayed down). */
 		let failure: SettlementError | undefined;
 		const timeout = () =>
-			options.signal?.aborted
-				? new SettlementError(`waiting for intent ${id} was aborted`, "ABORTED", null, last && { intent: last })
+			stop.signal.reason === "aborted"
+				? new SettlementError(`waiting for intent ${id} was aborted: ${describeReason(options.signal!.reason)}`, "ABORTED", null, last && { intent: last })
 				: new SettlementError(
 						`intent ${id} is ${last ? `still ${last.receiverStatus}` : "not executed or canceled"} after ${options.timeoutMs} ms${failure ? ` (the last poll failed: ${failure.message})` : ""}`,
 						"TIMEOUT",
@@ -369,6 +370,7 @@ export class SettlementClient {
 				}
 				if (stop.signal.aborted || Date.now() + wait > deadline) throw timeout();
 				await pause(wait, stop.signal);
+				if (stop.signal.aborted) throw timeout();
 			}
 		} finally {
 			clearTimeout(timer);
@@ -649,6 +651,11 @@ function crossOriginPage(baseUrl: string): string | null {
 	if (document === undefined || typeof location?.origin !== "string") return null;
 	const target = new URL(baseUrl, location.href).origin;
 	return target === location.origin ? null : location.origin;
+}
+
+/** An abort's reason as a line of text: an Error's message, or the value itself. */
+function describeReason(reason: unknown): string {
+	return (reason instanceof Error ? reason.message : String(reason)).slice(0, 200);
 }
 
 /** Option `name`, an integer from 1 to `max` (`orInfinity`: or Infinity); else a CONFIGURATION_ERROR. */

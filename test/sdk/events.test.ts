@@ -198,12 +198,14 @@ describe("waitForStatus over the event stream", () => {
 		const client = new SettlementClient({ baseUrl: node.url, fetch });
 		const leaving = new AbortController();
 		const waiting = client.waitForStatus(intent.id, { timeoutMs: Infinity, signal: leaving.signal });
-		await until(() => calls.length === 1, "the stream opened");
+		await until(async () => (await openStreams()) === 1, "the SDK's stream");
+		await sleep(200); // its current state read
 		const abortedAt = Date.now();
-		leaving.abort();
-		await expect(waiting).rejects.toMatchObject({ type: "ABORTED" });
+		leaving.abort(new Error("the page went away"));
+		const aborted = await waiting.catch((err: unknown) => err);
+		expect(aborted).toMatchObject({ type: "ABORTED", message: expect.stringContaining("the page went away"), data: { intent: expect.objectContaining({ id: intent.id, status: "pending" }) } });
 		expect(Date.now() - abortedAt).toBeLessThan(1000);
-		await sleep(300);
+		await noStreamOpen();
 		expect(calls).toHaveLength(1);
 		await expect(client.waitForStatus(intent.id, { timeoutMs: 10_000, signal: leaving.signal })).rejects.toMatchObject({ type: "ABORTED" });
 		expect(calls).toHaveLength(1);

@@ -19,7 +19,7 @@ const sdk = path.join(root, "sdk");
 const PACKAGE = "@settlement-coordination/sdk";
 
 /**
- * Budgets, with room over today's figures (the package's files ~240 KB unpacked, ESM bundle ~12.5 KB
+ * Budgets, with room over today's figures (the package's files ~245 KB unpacked, ESM bundle ~13 KB
  * gzip, 3 KB of it the checks of every field signed and every answer acted on, and the bound on a
  * Solana RPC answer (lib/rpc-transport.ts); most of the files
  * are the declarations, twice, .d.ts and .d.mts, lib/intents.ts's whole, its state machine's
@@ -28,8 +28,8 @@ const PACKAGE = "@settlement-coordination/sdk";
  * the tarball's own size jumps by kilobytes when a few bytes move its twin declaration files
  * (.d.ts and .d.mts) in or out of the compressor's reach of each other.
  */
-const PACKAGE_FILES_BUDGET = 244 * 1024;
-const ESM_GZIP_BUDGET = 13 * 1024;
+const PACKAGE_FILES_BUDGET = 252 * 1024;
+const ESM_GZIP_BUDGET = 13.75 * 1024;
 
 let scratch: string;
 let tarball: string;

@@ -1,15 +1,17 @@
 /**
  * A process's probes follow its bus connection: Moleculer's transit says connected through an
  * outage, so readiness did too (a review). A real nats-server, stopped, then started again with
- * rotated passwords, which the client is refused with until it gives up for good.
+ * rotated passwords, which the client is refused with until it gives up for good. And the bus's
+ * permission refusals: of a process's own subjects (another NAMESPACE), and of an answer's subject
+ * that a packet's sender chose.
  */
 import { ServiceBroker } from "moleculer";
 import { connect, type NatsConnection } from "nats";
 import { NatsServer, natsServerAvailable } from "../../devkit/cluster";
 import { freePort, waitFor } from "../../devkit/process";
-import { sleep } from "../helpers/node";
 import { natsTransporter } from "../../moleculer.config";
 import { probeAnswer, watchBus } from "../../services/health";
+import { sleep } from "../helpers/node";
 
 const describeWithNats = natsServerAvailable || process.env.CI ? describe : describe.skip;
 

@@ -129,14 +129,15 @@ export class Settler {
 		if (this.notPayable(intent)) return "unsigned";
 		// Its recipient's credit account was too crowded to search as far back a moment ago: nor is it
 		// leased now. One that needs a shorter search (signed later) is tried.
+		const searchFrom = searchFromOf(intent);
 		const crowded = this.crowded.get(await this.creditAccountOf(intent));
-		if (crowded && crowded.until > performance.now() && searchFromOf(intent) <= crowded.since) return "unsigned";
+		if (crowded && crowded.until > performance.now() && searchFrom <= crowded.since) return "unsigned";
 		// The search for an earlier settlement finds nothing only as far back as the endpoint's history
 		// reaches: a pruned ledger shows none made before it starts (a Node restored from a backup may
 		// list a paid intent again, and the journal forgets a settlement ten minutes after it is
 		// signed). Such a payment is not leased; an endpoint that cannot tell fails the attempt, unleased.
 		const historyStart = await this.chain.historyStartsAt();
-		if (historyStart > searchFromOf(intent)) {
+		if (historyStart > searchFrom) {
 			this.log.warn("not leased: SOLANA_RPC_URL's history starts after this payment was signed, so a settlement of it made before then would not show", { intent: intent.id, historyStartsAt: new Date(historyStart * 1000).toISOString() });
 			return "unsigned";
 		}

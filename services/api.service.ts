@@ -669,23 +669,19 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 					// A worker's answers (views with signatures, nonces, route commitments), errors too: no shared cache keeps them.
 					res.setHeader("cache-control", "private, no-store");
 					this.assertNotThrottled(req, res);
-					// Before moleculer-web looks for the action's owner: a caller without a key is told 401, not
-					// that an owner is down (503), which would also tell anyone which owners are.
+					const signed = !!found.alias.action && CRANKER_ACTIONS.has(found.alias.action);
+					// Failed authentications, counted: a missing or wrong key, told 401 or 403 before moleculer-web
+					// looks for the action's owner (not 503 for an owner down, which would tell anyone which are);
+					// and SPEC §6.1, a Cranker route without a request signature, refused before anything else is read.
 					try {
 						this.workerKeyOf(req);
+						if (signed && !hasValue(req.headersDistinct.signature) && !hasValue(req.headersDistinct["signature-input"])) throw unsignedRefusal();
 					} catch (err) {
 						this.authFailures.fail(this.clientKeyOf(req), Date.now());
 						throw err;
 					}
-					// SPEC §6.1: a Cranker route without a request signature is refused before anything else is read.
-					if (found.alias.action && CRANKER_ACTIONS.has(found.alias.action)) {
-						if (!hasValue(req.headersDistinct.signature) && !hasValue(req.headersDistinct["signature-input"])) {
-							this.authFailures.fail(this.clientKeyOf(req), Date.now());
-							throw unsignedRefusal();
-						}
-						// Its signature covers the exact body bytes: refused before any of them is decoded.
-						if (String(req.headers["content-encoding"] ?? "identity").toLowerCase() !== "identity") throw new ServiceError("UNSUPPORTED_MEDIA_TYPE", "Signed Cranker requests take no content-encoding");
-					}
+					// Its signature covers the exact body bytes: refused before any of them is decoded.
+					if (signed && String(req.headers["content-encoding"] ?? "identity").toLowerCase() !== "identity") throw new ServiceError("UNSUPPORTED_MEDIA_TYPE", "Signed Cranker requests take no content-encoding");
 				}
 				// A body where none is taken (a GET's), or one that is not JSON: refused unread.
 				assertInputPlacement(req);

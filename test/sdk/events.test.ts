@@ -339,6 +339,28 @@ describe("waitForStatus without a stream: it polls", () => {
 		expect(refusal.retryAfterMs).toBeLessThanOrEqual(30_000);
 	});
 
+	it("waits out a poll's 503 for its retry-after, at most 5 s (a service starting or draining)", async () => {
+		const intent = await submitted();
+		const unavailable = (retryAfter: string) => new Response(JSON.stringify({ name: "ServiceError", type: "NOT_READY", code: 503, message: "Not ready" }), { status: 503, headers: { "retry-after": retryAfter } });
+		const pollTimes: number[] = [];
+		// The first 503 asks for 2 s; the second for an hour.
+		const fetch: typeof globalThis.fetch = async (input, init) => {
+			if (String(input).endsWith("/events")) return new Response("{}", { status: 429 });
+			pollTimes.push(Date.now());
+			return pollTimes.length <= 2 ? unavailable(pollTimes.length === 1 ? "2" : "3600") : globalThis.fetch(input, init);
+		};
+		const waiting = new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus(intent.id, { timeoutMs: 20_000 });
+		await until(() => pollTimes.length >= 2, "the poll after the first 503");
+		// Not the 100 ms backoff: the 2 s the service asked for.
+		expect(pollTimes[1] - pollTimes[0]).toBeGreaterThanOrEqual(1990);
+		// A retry-after of an hour waits the cap, not the hour (nor a TIMEOUT at once, as for a 429).
+		await until(() => pollTimes.length >= 3, "the poll after the second 503", 8000);
+		expect(pollTimes[2] - pollTimes[1]).toBeGreaterThanOrEqual(4990);
+		expect(pollTimes[2] - pollTimes[1]).toBeLessThan(6000);
+		for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
+		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
+	}, 30_000);
+
 	it("for an unknown intent: the stream's 404, then the poll's NOT_FOUND, as without streams", async () => {
 		const { calls, fetch } = recordingFetch();
 		const error = await new SettlementClient({ baseUrl: node.url, fetch }).waitForStatus("no_such_intent", { timeoutMs: 5000 }).catch(err => err);

@@ -95,10 +95,16 @@ const ignoreRace = (err: unknown) => {
 	if ((err as ServiceError).type !== "INVALID_TRANSITION") throw err;
 };
 
-/** A close another replica took over from this one (runClose's renewal) is theirs to finish; any other failure stands. */
+/** Whether another replica took a close over from this one (runClose's renewal). */
+const isTakenOver = (err: unknown) => ((err as ServiceError).data as { takenOver?: unknown } | undefined)?.takenOver === true;
+
+/** A close another replica took over is theirs to finish; any other failure stands. */
 const takenOver = (err: unknown) => {
-	if (((err as ServiceError).data as { takenOver?: unknown } | undefined)?.takenOver !== true) throw err;
+	if (!isTakenOver(err)) throw err;
 };
+
+/** The renewal of a close its finisher let go of: abandoned from the start, so the next check takes it over. */
+const LET_GO = new Date(0).toISOString();
 
 export function epochsService(config: Config): ServiceSchema<EpochsSettings, EpochsMethods, EpochsVars, EpochsThis> {
 	return {
@@ -189,8 +195,11 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 					// Closed by another finisher: the next look at the stored result ends this one.
 					if (current?.status !== "closing") return;
 					const renewal = new Date(renewedAt).toISOString();
-					if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: held }, { ...current, renewedAt: renewal })))
+					if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: held }, { ...current, renewedAt: renewal }))) {
+						// Closed between the read and the write: as above, not a close taken over.
+						if ((await this.epochs.get(closing.id))?.status !== "closing") return;
 						throw new ServiceError("NOT_READY", `Epoch ${closing.epoch} is being closed by another replica; retry later for its result`, { epoch: closing.epoch, takenOver: true });
+					}
 					held = renewal;
 				};
 				const archiveAll = async (): Promise<EpochCloseResult | null> => {
@@ -201,21 +210,37 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 						await renew();
 					}
 				};
-				const early = await archiveAll();
-				if (early) return early;
-				// Moves stamped before the mark that were still being stored: once they have landed, every
-				// replica finishing this close has archived the same set, and sums the same figures.
-				const settled = Date.parse(closing.closedAt!) + this.settings.epochCloseSettleMs;
-				if (Date.now() < settled) {
-					await new Promise(resolve => setTimeout(resolve, settled - Date.now()));
-					const late = await archiveAll();
-					if (late) return late;
+				/**
+				 * A finisher that fails (a store error) lets go of its close, so that the next check, this
+				 * replica's or another's, takes it over within a minute, not abandonedAfterMs later. A sole
+				 * SQLite owner needs not: its check resumes any close it is not running.
+				 */
+				const letGo = async () => {
+					if (this.settings.soleOwner) return;
+					const current = await this.epochs.get(closing.id).catch(() => null);
+					if (current?.status === "closing" && (current.renewedAt ?? null) === held)
+						await this.epochs.update(closing.id, { status: "closing", renewedAt: held }, { ...current, renewedAt: LET_GO }).catch(() => false);
+				};
+				try {
+					const early = await archiveAll();
+					if (early) return early;
+					// Moves stamped before the mark that were still being stored: once they have landed, every
+					// replica finishing this close has archived the same set, and sums the same figures.
+					const settled = Date.parse(closing.closedAt!) + this.settings.epochCloseSettleMs;
+					if (Date.now() < settled) {
+						await new Promise(resolve => setTimeout(resolve, settled - Date.now()));
+						const late = await archiveAll();
+						if (late) return late;
+					}
+					const summary = await this.summarize(closing, renew);
+					const closedAt = closing.closedAt ?? new Date().toISOString();
+					const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
+					await this.epochs.update(closing.id, { status: "closing" }, { ...closing, status: "closed", closedAt, result });
+					return (await storedResult()) ?? result;
+				} catch (err) {
+					if (!isTakenOver(err)) await letGo();
+					throw err;
 				}
-				const summary = await this.summarize(closing, renew);
-				const closedAt = closing.closedAt ?? new Date().toISOString();
-				const result: EpochCloseResult = { epoch: closing.epoch, startedAt: closing.startedAt, closedAt, ...summary, archived: summary.executed + summary.canceled };
-				await this.epochs.update(closing.id, { status: "closing" }, { ...closing, status: "closed", closedAt, result });
-				return (await storedResult()) ?? result;
 			},
 
 			/**

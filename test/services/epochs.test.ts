@@ -185,7 +185,7 @@ test("a replica takes over a close only once its finisher stopped renewing it, h
 	}, { settings: REPLICA });
 });
 
-test("a finisher whose renewal another replica replaced stops quietly and leaves the close to it; a store outage still fails the check", async () => {
+test("a finisher whose renewal another replica replaced stops quietly and leaves the close to it; a store outage still fails the check, and lets go of the close for the next check", async () => {
 	const dataDir = tempDir();
 	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
 	await markEpochOneClosing(dataDir, new Date().toISOString(), minutesAgo(11));
@@ -218,6 +218,40 @@ test("a finisher whose renewal another replica replaced stops quietly and leaves
 	});
 	await withEpochs(dataDir, {}, async epochs => void (warnings = epochs.warnings), { settings: REPLICA, middlewares: [storeOutage] });
 	expect(warnings).toEqual([expect.stringMatching(/^The epoch check at start failed.*: The store is unavailable$/)]);
+	// The failed finisher let go of the close: the next check takes it over at once, not ten minutes later.
+	expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", renewedAt: new Date(0).toISOString(), result: null });
+	await withEpochs(dataDir, {}, async epochs => {
+		expect(await waitFor(() => epochs.broker.call<EpochCloseResult, object>("epochs.close", { epoch: 1 }).catch(() => null), 10_000, "epoch 1 closed")).toMatchObject({ epoch: 1, canceled: 1 });
+	}, { settings: REPLICA });
+});
+
+test("a finisher whose renewal fails because another replica closed the epoch meanwhile answers that close, not 503", async () => {
+	const dataDir = tempDir();
+	let armed = false;
+	await withEpochs(dataDir, {}, async epochs => {
+		await epochs.receive(false);
+		// Between this finisher's read of its close (to renew it) and its compare-and-set, another replica stores the result.
+		const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { get(id: string): Promise<EpochDoc | null> } };
+		const get = service.epochs.get.bind(service.epochs);
+		let theirs: EpochCloseResult | null = null;
+		jest.spyOn(service.epochs, "get").mockImplementation(async id => {
+			const found = await get(id);
+			if (armed && found?.status === "closing") {
+				armed = false;
+				const { store, epochs: other } = await epochsStore(dataDir);
+				try {
+					theirs = { epoch: 1, startedAt: found.startedAt, closedAt: found.closedAt!, archived: 1, canceled: 1 } as unknown as EpochCloseResult;
+					expect(await other.update("1", { status: "closing" }, { ...found, status: "closed", result: theirs })).toBe(true);
+				} finally {
+					await store.close();
+				}
+			}
+			return found;
+		});
+		expect(await epochs.broker.call("epochs.close", { epoch: 1 })).toEqual(theirs);
+		expect(theirs).not.toBeNull();
+		expect(epochs.warnings).toEqual([]);
+	}, { settings: { ...REPLICA, renewEveryMs: 0 }, middlewares: [beforeCalls("mempool.archiveTerminal", async () => void (armed = true))] });
 });
 
 test("of replicas that find an abandoned close together, the first to take it over finishes it: the others' compare-and-set fails", async () => {

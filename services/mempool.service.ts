@@ -211,6 +211,7 @@ interface MempoolMethods {
 	releaseLapsedLeases(): Promise<number>;
 	observeChain(record: IntentRecord, check: PendingChainCheck): Promise<ChainObservation[] | null>;
 	migrateLegacyNonces(): Promise<number>;
+	moveLegacyNonce(id: string, intentId: string): Promise<boolean>;
 	removeUnsignedExpired(): Promise<number>;
 }
 
@@ -523,7 +524,8 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 					// commit (about 5 ms), and a close of a few thousand intents outlasted its HTTP answer. Not
 					// all 500: on MongoDB each is a transaction on the tally's shards, which intake writes too.
 					for (let i = 0; i < due.length; i += ARCHIVE_WRITES_AT_ONCE)
-						await Promise.all(due.slice(i, i + ARCHIVE_WRITES_AT_ONCE).map(record => this.intents.update(record.id, { archivedIn: null, state: record.state, stateVersion: record.stateVersion }, { ...record, archivedIn: epoch })));
+						// nonceKey too: a legacy nonce moved onto the record meanwhile (migrateLegacyNonces) is not written away.
+						await Promise.all(due.slice(i, i + ARCHIVE_WRITES_AT_ONCE).map(record => this.intents.update(record.id, { archivedIn: null, state: record.state, stateVersion: record.stateVersion, nonceKey: record.nonceKey ?? null }, { ...record, archivedIn: epoch })));
 					return due.length;
 				}
 			}),
@@ -718,21 +720,33 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 				let moved = 0;
 				for (let batch = await this.legacyNonces.list({ limit: SWEEP_BATCH }); batch.length; batch = await this.legacyNonces.list({ limit: SWEEP_BATCH })) {
 					for (const { id, intentId } of batch) {
-						const holder = await this.intents.get(intentId);
-						if (holder && holder.state !== "REJECTED" && holder.nonceKey !== id)
-							try {
-								// The whole compare-and-set of a move (commit): a renewal keeps stateVersion, an archive sets archivedIn.
-								const expected = { state: holder.state, stateVersion: holder.stateVersion, leaseExpiresAt: holder.leaseExpiresAt, archivedIn: holder.archivedIn ?? null };
-								if (await this.intents.update(holder.id, expected, { ...holder, nonceKey: id })) moved++;
-							} catch (err) {
-								// Taken meanwhile by an intent this version verified: only while an older replica still ran (k8s/README.md, first upgrade).
-								if (!(err instanceof UniqueConflictError)) throw err;
-								this.logger.warn(`The nonce of intent ${holder.id} was taken by another intent before it moved.`);
-							}
+						if (await this.moveLegacyNonce(id, intentId)) moved++;
 						await this.legacyNonces.remove(id);
 					}
 				}
 				return moved;
+			},
+
+			/**
+			 * One legacy nonce onto its holder; true once moved. A compare-and-set lost to a write
+			 * meanwhile (another replica's move or archive) reads the holder again: its entry is dropped
+			 * only once the holder has the nonce, or no longer needs it.
+			 */
+			async moveLegacyNonce(this: MempoolThis, id, intentId) {
+				for (;;) {
+					const holder = await this.intents.get(intentId);
+					if (!holder || holder.state === "REJECTED" || holder.nonceKey === id) return false;
+					try {
+						// The whole compare-and-set of a move (commit): a renewal keeps stateVersion, an archive sets archivedIn.
+						const expected = { state: holder.state, stateVersion: holder.stateVersion, leaseExpiresAt: holder.leaseExpiresAt, archivedIn: holder.archivedIn ?? null };
+						if (await this.intents.update(holder.id, expected, { ...holder, nonceKey: id })) return true;
+					} catch (err) {
+						// Taken meanwhile by an intent this version verified: only while an older replica still ran (k8s/README.md, first upgrade).
+						if (!(err instanceof UniqueConflictError)) throw err;
+						this.logger.warn(`The nonce of intent ${holder.id} was taken by another intent before it moved.`);
+						return false;
+					}
+				}
 			},
 
 			/**

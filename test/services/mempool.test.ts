@@ -227,6 +227,76 @@ test("nonces consumed before they were a field of the intent move onto their hol
 	}
 });
 
+/**
+ * A running mempool holding one CONFIRMED intent of epoch 1 as the previous version left it (no
+ * nonceKey), its nonce in consumed_nonces, and a second handle on its store: another replica's.
+ */
+async function withLegacyConfirmed(body: (context: { mempool: Awaited<ReturnType<typeof startMempool>>; service: { intents: { list: (...args: never[]) => Promise<IntentRecord[]>; get(id: string): Promise<IntentRecord | null> }; migrateLegacyNonces(): Promise<number> }; record: IntentRecord; nonceKey: string; otherReplica: (write: (record: IntentRecord) => IntentRecord) => Promise<void> }) => Promise<void>) {
+	const mempool = await startMempool();
+	const sender = newWallet();
+	const holder = signedIntent(sender, route);
+	await mempool.receive(holder, VERIFIED);
+	const store = await openStore({ kind: "sqlite", dataDir: mempool.dataDir, mongoUrl: null, owner: "mempool" });
+	try {
+		const intents = await store.collection<IntentRecord>(INTENTS_COLLECTION);
+		const [verified] = mempool.rows();
+		const record = { ...verified, state: "CONFIRMED" as const, stateVersion: verified.stateVersion + 3, nonceKey: undefined };
+		expect(await intents.update(record.id, { stateVersion: verified.stateVersion }, record)).toBe(true);
+		const nonceKey = `${sender.address}:${holder.senderAuthorizationNonce}`;
+		const legacy = await store.collection<{ id: string; intentId: string }>({ name: "consumed_nonces", fields: { intentId: "text" } });
+		await legacy.insert({ id: nonceKey, intentId: record.id });
+		const otherReplica = async (write: (record: IntentRecord) => IntentRecord) => {
+			const current = (await intents.get(record.id))!;
+			expect(await intents.update(record.id, { stateVersion: current.stateVersion, archivedIn: current.archivedIn ?? null }, write(current))).toBe(true);
+		};
+		const service = mempool.broker.getLocalService("mempool") as unknown as Parameters<typeof body>[0]["service"];
+		await body({ mempool, service, record, nonceKey, otherReplica });
+	} finally {
+		await store.close();
+		await mempool.broker.stop();
+	}
+}
+
+test("an archive that read an intent before another replica moved a legacy nonce onto it does not write the nonce away", async () => {
+	await withLegacyConfirmed(async ({ mempool, service, nonceKey, otherReplica }) => {
+		const list = service.intents.list.bind(service.intents);
+		let interleaved = false;
+		jest.spyOn(service.intents, "list").mockImplementation(async (...args) => {
+			const found = await list(...args);
+			if (!interleaved && found.length) {
+				interleaved = true;
+				await otherReplica(current => ({ ...current, nonceKey }));
+			}
+			return found;
+		});
+		const archive = () => mempool.broker.call<number, object>("mempool.archiveTerminal", { epoch: 1, changedBefore: new Date(Date.now() + 1000).toISOString(), limit: 10 });
+		while ((await archive()) > 0);
+		expect(interleaved).toBe(true);
+		expect(mempool.rows()[0]).toMatchObject({ state: "CONFIRMED", archivedIn: 1, nonceKey });
+	});
+});
+
+test("a legacy nonce whose move loses its compare-and-set to another replica's archive is moved on a second read, not dropped", async () => {
+	await withLegacyConfirmed(async ({ mempool, service, record, nonceKey, otherReplica }) => {
+		const get = service.intents.get.bind(service.intents);
+		let interleaved = false;
+		jest.spyOn(service.intents, "get").mockImplementation(async id => {
+			const found = await get(id);
+			if (!interleaved && id === record.id) {
+				interleaved = true;
+				await otherReplica(current => ({ ...current, archivedIn: 1 }));
+			}
+			return found;
+		});
+		expect(await service.migrateLegacyNonces()).toBe(1);
+		expect(interleaved).toBe(true);
+		expect(mempool.rows()[0]).toMatchObject({ archivedIn: 1, nonceKey });
+		const db = new Database(path.join(mempool.dataDir, "mempool.sqlite"), { readonly: true });
+		expect(db.prepare("SELECT COUNT(*) AS n FROM consumed_nonces").get()).toEqual({ n: 0 });
+		db.close();
+	});
+});
+
 test("a work page larger than the bus carries is only for a caller in this process", async () => {
 	const namespace = `work-page-${process.pid}-${Date.now()}`;
 	const owner = new ServiceBroker({ nodeID: "owner", namespace, transporter: "Fake", logger: false });

@@ -83,6 +83,7 @@ interface EpochsMethods {
 	closeEpoch(open: EpochDoc, closeCall?: string | null): Promise<EpochCloseResult>;
 	close(expectedEpoch?: number, closeCall?: string | null): Promise<EpochCloseResult>;
 	closeNumbered(epoch: number, closeCall: string | null): Promise<EpochCloseResult>;
+	joinClose(doc: EpochDoc): Promise<EpochCloseResult>;
 	maintain(): Promise<void>;
 	ensureOpenEpoch(): Promise<void>;
 	counted(result: "closed" | "resumed"): void;
@@ -211,9 +212,10 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 					}
 				};
 				/**
-				 * A finisher that fails (a store error) lets go of its close, so that the next check, this
-				 * replica's or another's, takes it over within a minute, not abandonedAfterMs later. A sole
-				 * SQLite owner needs not: its check resumes any close it is not running.
+				 * A finisher that fails (a store error, a call that timed out, any other) lets go of its
+				 * close, so that the next check, this replica's or another's, tries it again within a
+				 * minute, not abandonedAfterMs later, as a sole SQLite owner's check resumes any close it
+				 * is not running. Only a finisher that holds the close runs here (joinClose).
 				 */
 				const letGo = async () => {
 					if (this.settings.soleOwner) return;
@@ -278,7 +280,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				if (closeCall) {
 					// A retry of a close that began answers with that close, instead of closing the next epoch.
 					const began = await this.epochs.findOne({ closeCall });
-					if (began) return began.result ?? this.finishClose(began);
+					if (began) return this.joinClose(began);
 				}
 				const open = await this.openEpoch();
 				if (expectedEpoch !== undefined && open.epoch !== expectedEpoch) throw new ServiceError("INVALID_TRANSITION", `Epoch ${expectedEpoch} is not open`);
@@ -293,16 +295,22 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			 */
 			async closeNumbered(this: EpochsThis, epoch, closeCall) {
 				const doc = await this.epochs.get(String(epoch));
-				if (doc?.result) return doc.result;
-				if (doc?.status === "closing") {
-					const running = this.inFlight.get(epoch);
-					if (running) return running;
-					// A sole SQLite owner is the only finisher there can be: one that stopped (a store error) is resumed.
-					if (this.settings.soleOwner) return this.finishClose(doc);
-					// Another replica finishes it, or takes it over once abandoned: a retry, not a refusal.
-					throw new ServiceError("NOT_READY", `Epoch ${epoch} is still being closed; retry later for its result`, { epoch });
-				}
+				if (doc && doc.status !== "open") return this.joinClose(doc);
 				return this.close(epoch, closeCall);
+			},
+
+			/**
+			 * A close begun already: its result once stored; its run in this process, joined. A sole
+			 * SQLite owner is the only finisher there can be, so one that stopped (a store error) is
+			 * resumed; with replicas only the one holding the close finishes it (or one that takes it
+			 * over once abandoned, at its check): a retry, not a refusal.
+			 */
+			async joinClose(this: EpochsThis, doc) {
+				if (doc.result) return doc.result;
+				const running = this.inFlight.get(doc.epoch);
+				if (running) return running;
+				if (this.settings.soleOwner) return this.finishClose(doc);
+				throw new ServiceError("NOT_READY", `Epoch ${doc.epoch} is still being closed; retry later for its result`, { epoch: doc.epoch });
 			},
 
 			/**

@@ -140,6 +140,27 @@ test("a retry of the same close call answers that close and closes nothing more;
 	});
 });
 
+test("with replicas, a retry of a close call that another replica is finishing is 503, and starts no second finisher", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
+	let archives = 0;
+	await withEpochs(dataDir, {}, async epochs => {
+		const call = epochs.broker.ContextFactory.create(epochs.broker, null as never, {}, {}) as Context;
+		// Begun by that call on another replica, which renewed it a moment ago.
+		const { store, epochs: stored } = await epochsStore(dataDir);
+		try {
+			const one = (await stored.get("1"))!;
+			const now = new Date().toISOString();
+			expect(await stored.update("1", { status: "open" }, { ...one, status: "closing", closedAt: now, renewedAt: now, closeCall: `${call.id}/epochs.close` })).toBe(true);
+		} finally {
+			await store.close();
+		}
+		await expect(epochs.close(call)).rejects.toMatchObject({ type: "NOT_READY", data: { epoch: 1 } });
+	}, { settings: REPLICA, middlewares: [beforeCalls("mempool.archiveTerminal", async () => void archives++)] });
+	expect(archives).toBe(0);
+	expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", result: null });
+});
+
 test("a close a crash left marked closing is finished at the next start, with the next epoch open", async () => {
 	const dataDir = tempDir();
 	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));

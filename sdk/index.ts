@@ -363,12 +363,16 @@ export class SettlementClient {
 					if (stop.signal.aborted) throw timeout();
 					const refused = err as SettlementError;
 					if (refused.type === "ANSWER_MISMATCH") throw refused;
-					// Too many requests from this client (429): asked again once the service said to. A service
-					// starting or draining (503) is asked again no sooner than it said either, but within
-					// MAX_SUBMIT_WAIT_MS, as submit() does: another instance may answer before it.
+					// Too many requests from this client (429): asked again once the service said to.
 					if (refused.code === 429) wait = Math.max(delay, refused.retryAfterMs ?? 0);
 					else if (!isRetryable(refused)) throw err;
-					else if (refused.code === 503) wait = Math.max(delay, Math.min(refused.retryAfterMs ?? 0, MAX_SUBMIT_WAIT_MS));
+					else if (refused.code === 503) {
+						// A service starting or draining: asked again no sooner than it said either, up to
+						// MAX_SUBMIT_WAIT_MS as submit() waits, where the timeout leaves time for it; else at
+						// the next step of the backoff, as another instance may answer sooner.
+						const asked = Math.min(refused.retryAfterMs ?? 0, MAX_SUBMIT_WAIT_MS);
+						if (Date.now() + asked <= deadline) wait = Math.max(delay, asked);
+					}
 					failure = refused;
 				}
 				if (stop.signal.aborted || Date.now() + wait > deadline) throw timeout();

@@ -356,9 +356,19 @@ describe("waitForStatus without a stream: it polls", () => {
 		// A retry-after of an hour waits the cap, not the hour (nor a TIMEOUT at once, as for a 429).
 		await until(() => pollTimes.length >= 3, "the poll after the second 503", 8000);
 		expect(pollTimes[2] - pollTimes[1]).toBeGreaterThanOrEqual(4990);
-		expect(pollTimes[2] - pollTimes[1]).toBeLessThan(6000);
+		expect(pollTimes[2] - pollTimes[1]).toBeLessThan(7000);
 		for (const step of SETTLEMENT_MOVES) await move(intent.id, step);
 		expect(await waiting).toMatchObject({ id: intent.id, status: "executed" });
+
+		// A retry-after past the timeout: polled again at the backoff's pace, not given up at once.
+		const shortTimes: number[] = [];
+		const short: typeof globalThis.fetch = async (input, init) => {
+			if (String(input).endsWith("/events")) return new Response("{}", { status: 429 });
+			shortTimes.push(Date.now());
+			return shortTimes.length === 1 ? unavailable("5") : globalThis.fetch(input, init);
+		};
+		expect(await new SettlementClient({ baseUrl: node.url, fetch: short }).waitForStatus(intent.id, { timeoutMs: 3000 })).toMatchObject({ status: "executed" });
+		expect(shortTimes[1] - shortTimes[0]).toBeLessThan(1000);
 	}, 30_000);
 
 	it("for an unknown intent: the stream's 404, then the poll's NOT_FOUND, as without streams", async () => {

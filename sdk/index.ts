@@ -368,10 +368,10 @@ export class SettlementClient {
 					else if (!isRetryable(refused)) throw err;
 					else if (refused.code === 503) {
 						// A service starting or draining: asked again no sooner than it said either, up to
-						// MAX_SUBMIT_WAIT_MS as submit() waits, where the timeout leaves time for it; else at
-						// the next step of the backoff, as another instance may answer sooner.
+						// MAX_SUBMIT_WAIT_MS as submit() waits, where the timeout leaves time for that and a
+						// step of the backoff; else at the next step, as another instance may answer sooner.
 						const asked = Math.min(refused.retryAfterMs ?? 0, MAX_SUBMIT_WAIT_MS);
-						if (Date.now() + asked <= deadline) wait = Math.max(delay, asked);
+						if (Date.now() + asked + delay <= deadline) wait = Math.max(delay, asked);
 					}
 					failure = refused;
 				}

@@ -188,6 +188,8 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				let renewedAt = Date.now();
 				/** The renewal this finisher holds the close by: a replica that took the close over has replaced it. */
 				let held = closing.renewedAt ?? null;
+				/** The renewal last written, which may have landed though its write failed (a write concern's timeout). */
+				let attempted = held;
 				/** Every renewEveryMs, says that this close is still at work; stops it if another replica took it over meanwhile. */
 				const renew = async () => {
 					if (Date.now() - renewedAt < this.settings.renewEveryMs) return;
@@ -196,6 +198,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 					// Closed by another finisher: the next look at the stored result ends this one.
 					if (current?.status !== "closing") return;
 					const renewal = new Date(renewedAt).toISOString();
+					attempted = renewal;
 					if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: held }, { ...current, renewedAt: renewal }))) {
 						// Closed between the read and the write: as above, not a close taken over.
 						if ((await this.epochs.get(closing.id))?.status !== "closing") return;
@@ -220,8 +223,9 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				const letGo = async () => {
 					if (this.settings.soleOwner) return;
 					const current = await this.epochs.get(closing.id).catch(() => null);
-					if (current?.status === "closing" && (current.renewedAt ?? null) === held)
-						await this.epochs.update(closing.id, { status: "closing", renewedAt: held }, { ...current, renewedAt: LET_GO }).catch(() => false);
+					const renewal = current?.renewedAt ?? null;
+					if (current?.status === "closing" && (renewal === held || renewal === attempted))
+						await this.epochs.update(closing.id, { status: "closing", renewedAt: renewal }, { ...current, renewedAt: LET_GO }).catch(() => false);
 				};
 				try {
 					const early = await archiveAll();

@@ -7,6 +7,7 @@
  * once, in its verdict's state. Moves out of SUBMITTED are checked against the chain first
  * (SPEC §2.4).
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { EpochStatus } from "../lib/answers";
 import { buildPaymentMessage } from "../lib/canonical";
@@ -134,6 +135,9 @@ const SWEEP_BATCH = 500;
 const ARCHIVED_PAGE_MAX = 1000;
 /** Archive writes in flight together: a commit group's worth on SQLite, a few per tally shard on MongoDB. */
 const ARCHIVE_WRITES_AT_ONCE = 64;
+/** Tries of a legacy nonce's move whose compare-and-set keeps losing, and the pause between two. */
+const LEGACY_NONCE_TRIES = 10;
+const LEGACY_NONCE_PAUSE_MS = 50;
 const recordRef = { type: "string", max: 64 };
 const version = { type: "number", integer: true, min: 1 };
 /**
@@ -729,11 +733,14 @@ export function mempoolService(config: Config): ServiceSchema<MempoolSettings, M
 
 			/**
 			 * One legacy nonce onto its holder; true once moved. A compare-and-set lost to a write
-			 * meanwhile (another replica's move or archive) reads the holder again: its entry is dropped
-			 * only once the holder has the nonce, or no longer needs it.
+			 * meanwhile (an older replica's move or archive, while the first upgrade rolls) reads the
+			 * holder again: its entry is dropped only once the holder has the nonce, or no longer needs
+			 * it. A few tries, then the start fails and is tried again (a lagging read, say).
 			 */
 			async moveLegacyNonce(this: MempoolThis, id, intentId) {
-				for (;;) {
+				for (let attempt = 1; ; attempt++) {
+					if (attempt > LEGACY_NONCE_TRIES) throw new Error(`The nonce of intent ${intentId} could not be moved onto it in ${LEGACY_NONCE_TRIES} tries`);
+					if (attempt > 1) await sleep(LEGACY_NONCE_PAUSE_MS);
 					const holder = await this.intents.get(intentId);
 					if (!holder || holder.state === "REJECTED" || holder.nonceKey === id) return false;
 					try {

@@ -246,6 +246,26 @@ test("a finisher whose renewal another replica replaced stops quietly and leaves
 	}, { settings: REPLICA });
 });
 
+test("a finisher whose renewal landed though its write failed (a write concern's timeout) still lets go of the close", async () => {
+	const dataDir = tempDir();
+	let armed = false;
+	await withEpochs(dataDir, {}, async epochs => {
+		await epochs.receive(false);
+		const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { update(id: string, expected: object, next: EpochDoc): Promise<boolean> } };
+		const update = service.epochs.update.bind(service.epochs);
+		jest.spyOn(service.epochs, "update").mockImplementation(async (id, expected, next) => {
+			const written = await update(id, expected, next);
+			if (armed && "renewedAt" in expected && next.renewedAt !== new Date(0).toISOString()) {
+				armed = false;
+				throw new ServiceError("NOT_READY", "The write concern timed out");
+			}
+			return written;
+		});
+		await expect(epochs.broker.call("epochs.close", { epoch: 1 })).rejects.toMatchObject({ message: "The write concern timed out" });
+	}, { settings: { ...REPLICA, renewEveryMs: 0 }, middlewares: [beforeCalls("mempool.archiveTerminal", async () => void (armed = true))] });
+	expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", renewedAt: new Date(0).toISOString(), result: null });
+});
+
 test("a finisher whose renewal fails because another replica closed the epoch meanwhile answers that close, not 503", async () => {
 	const dataDir = tempDir();
 	let armed = false;

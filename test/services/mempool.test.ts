@@ -297,6 +297,17 @@ test("a legacy nonce whose move loses its compare-and-set to another replica's a
 	});
 });
 
+test("a legacy nonce whose every compare-and-set loses (a read that lags the writes) fails the migration after a few tries, keeping its entry", async () => {
+	await withLegacyConfirmed(async ({ mempool, service }) => {
+		const update = jest.spyOn(service.intents as unknown as { update(): Promise<boolean> }, "update").mockResolvedValue(false);
+		await expect(service.migrateLegacyNonces()).rejects.toThrow(/could not be moved onto it in 10 tries/);
+		expect(update).toHaveBeenCalledTimes(10);
+		const db = new Database(path.join(mempool.dataDir, "mempool.sqlite"), { readonly: true });
+		expect(db.prepare("SELECT COUNT(*) AS n FROM consumed_nonces").get()).toEqual({ n: 1 });
+		db.close();
+	});
+});
+
 test("a work page larger than the bus carries is only for a caller in this process", async () => {
 	const namespace = `work-page-${process.pid}-${Date.now()}`;
 	const owner = new ServiceBroker({ nodeID: "owner", namespace, transporter: "Fake", logger: false });

@@ -72,6 +72,8 @@ interface EpochsVars {
 	inFlight: Map<number, Promise<EpochCloseResult>>;
 	/** The check begun at start, which started() does not wait for: stopped() does. */
 	startCheck: Promise<void>;
+	/** Set by stopped(): a close at work stops at its next step and lets go of the close. */
+	stopping: boolean;
 }
 
 interface EpochsMethods {
@@ -192,6 +194,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				let attempted = held;
 				/** Every renewEveryMs, says that this close is still at work; stops it if another replica took it over meanwhile. */
 				const renew = async () => {
+					if (this.stopping) throw new ServiceError("NOT_READY", `This process is stopping; epoch ${closing.epoch} is closed by the next check, here or on another replica`, { epoch: closing.epoch });
 					if (Date.now() - renewedAt < this.settings.renewEveryMs) return;
 					renewedAt = Date.now();
 					const current = await this.epochs.get(closing.id);
@@ -359,6 +362,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 		created(this: EpochsThis) {
 			this.sweeps = sweepMetrics(this.broker);
 			this.inFlight = new Map();
+			this.stopping = false;
 		},
 
 		async started(this: EpochsThis) {
@@ -369,8 +373,14 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			this.startCheck = this.maintain().catch(err => this.logger.warn(`The epoch check at start failed; the check every minute tries again: ${(err as Error).message}`));
 		},
 
+		/**
+		 * A close at work stops at its next step (an archive batch or a summary page), and lets go of
+		 * the close while the store is still open (it stops after this): the next check takes it
+		 * over at once, where a rolling restart left it held until abandonedAfterMs.
+		 */
 		async stopped(this: EpochsThis) {
-			await this.startCheck;
+			this.stopping = true;
+			await Promise.allSettled([this.startCheck, ...this.inFlight.values()]);
 		}
 	};
 }

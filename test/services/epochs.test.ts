@@ -266,6 +266,32 @@ test("a finisher whose renewal landed though its write failed (a write concern's
 	expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", renewedAt: new Date(0).toISOString(), result: null });
 });
 
+test("a replica stopped while it finishes a close stops at the next step and lets go of the close, for the next check to take over", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
+	let stopping: Promise<void> | null = null;
+	const epochs = epochsOn(dataDir, {}, {
+		settings: REPLICA,
+		// The stop begins while the close archives its first batch, which goes on once the services are stopping.
+		middlewares: [
+			beforeCalls("mempool.archiveTerminal", async () => {
+				stopping ??= epochs.broker.stop();
+				await sleep(200);
+			})
+		]
+	});
+	await epochs.broker.start();
+	const closing = epochs.broker.call("epochs.close", { epoch: 1 }).catch(err => err);
+	await waitFor(() => stopping, 10_000, "the stop");
+	await stopping;
+	// Stopped at its next step (or failed by the mempool's stop): either way not closed, and let go of.
+	expect(await closing).toBeInstanceOf(Error);
+	expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", renewedAt: new Date(0).toISOString(), result: null });
+	await withEpochs(dataDir, {}, async next => {
+		expect(await waitFor(() => next.broker.call<EpochCloseResult, object>("epochs.close", { epoch: 1 }).catch(() => null), 10_000, "epoch 1 closed")).toMatchObject({ epoch: 1, canceled: 1 });
+	}, { settings: REPLICA });
+});
+
 test("a finisher whose renewal fails because another replica closed the epoch meanwhile answers that close, not 503", async () => {
 	const dataDir = tempDir();
 	let armed = false;

@@ -140,6 +140,12 @@ interface RouteVersionRecord {
 
 /** A finalization marked this long ago is abandoned (its replica crashed): a live one takes milliseconds, 8 s at worst on MongoDB. */
 const FINALIZATION_ABANDONED_MS = 60_000;
+/**
+ * How long after its expiresAt a submitted operation may be finalized: its transaction, sent
+ * before then on a recent blockhash, lands within a couple of minutes or never; the rest is room
+ * for a Node that was down when its submitter came to report it.
+ */
+const FINALIZE_WITHIN_MS = 60 * 60_000;
 
 /**
  * Abandoned finalizations read at a time: each read stays bounded, though a sweep reads on until
@@ -180,6 +186,8 @@ interface TinSettings {
 	/** Who may take a stage, and the fees (SPEC §5). */
 	policy: StagePolicy;
 	registrySeedFile: Config["registrySeedFile"];
+	/** How long after the owner's expiresAt a submitted operation may still be finalized. */
+	finalizeWithinMs: number;
 }
 
 interface TinVars {
@@ -252,7 +260,8 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 		dependencies: ["crankers"],
 		settings: {
 			policy: { allowSingleCrankerTins: config.allowSingleCrankerTins, createFee: config.tinCreateFee, updateFee: config.tinUpdateFee },
-			registrySeedFile: config.registrySeedFile
+			registrySeedFile: config.registrySeedFile,
+			finalizeWithinMs: FINALIZE_WITHIN_MS
 		},
 		mixins: [
 			crankerSignedMixin(config.publicBaseUrl, TIN_STAGES.map(stageAction)),
@@ -535,6 +544,11 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				// The owner's signature holds until its expiresAt: no stage before the registry transaction moves it on after that.
 				if ((stage === "verified" || stage === "fee-committed" || stage === "submitted") && Date.parse(record.request.expiresAt) <= now.getTime())
 					return this.failOperation(record, `EXPIRED: the owner's signature expired at ${record.request.expiresAt}`, "The operation's signed expiresAt has passed");
+				// Its registry transaction went out before expiresAt and landed within minutes, or never: a
+				// submitter that held `finalized` back would choose when the route goes live, weeks later.
+				// One whose finalization began (marked) is finished whenever it is reported.
+				if (stage === "finalized" && !record.finalizing && Date.parse(record.request.expiresAt) + this.settings.finalizeWithinMs <= now.getTime())
+					return this.failOperation(record, `EXPIRED: not finalized within ${this.settings.finalizeWithinMs / 60_000} min of the owner's expiresAt ${record.request.expiresAt}`, "The operation was not finalized in time");
 				// Before its fee is paid, not only at its finalization: an update already superseded ends here.
 				if (stage === "fee-committed" && record.intentType === "update") {
 					const later = await this.supersedingOperation(record, await this.newestRoutes(record.tin));

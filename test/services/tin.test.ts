@@ -10,8 +10,8 @@ import { tinFromSequence } from "../../lib/tin";
 import type { CrankerStanding, PublicTinOperation, TinOperationRecord, TinOperationView } from "../../lib/tin-operations";
 import type { ActiveRoute, RouteRecord } from "../../lib/registry";
 import { tinService } from "../../services/tin.service";
-import { crankerCallMeta, newRoute, newWallet, signedTinOperation, uniqueId, walletOf, writeSeedFile } from "../helpers/fixtures";
-import { tempDir } from "../helpers/node";
+import { crankerCallMeta, iso, newRoute, newWallet, signedTinOperation, uniqueId, walletOf, writeSeedFile } from "../helpers/fixtures";
+import { sleep, tempDir } from "../helpers/node";
 
 const FEE = "50000";
 const verifier = newWallet().address;
@@ -28,7 +28,7 @@ function counterWrites(service: TinInternals): () => number {
 	return () => writes;
 }
 
-async function startTin(env: Record<string, string> = {}) {
+async function startTin(env: Record<string, string> = {}, settings: object = {}) {
 	const broker = new ServiceBroker({ logger: false });
 	const standings = new Map<string, CrankerStanding>([
 		[verifier, { online: true, roles: ["verifier"] }],
@@ -41,7 +41,8 @@ async function startTin(env: Record<string, string> = {}) {
 			admitSignature: () => true
 		}
 	});
-	const service = broker.createService(tinService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", TIN_CREATE_FEE: FEE, TIN_UPDATE_FEE: FEE, ...env }))) as unknown as TinInternals;
+	const schema = tinService(loadConfig({ DATA_DIR: tempDir(), SWEEP_INTERVAL_MS: "60000", TIN_CREATE_FEE: FEE, TIN_UPDATE_FEE: FEE, ...env }));
+	const service = broker.createService({ ...schema, settings: { ...schema.settings!, ...settings } }) as unknown as TinInternals;
 	await broker.start();
 	const submit = (body: object) => {
 		const meta: { $statusCode?: number } = {};
@@ -184,6 +185,28 @@ describe("tin service", () => {
 		expect(await inList("registryWork", { operator_pubkey: submitter })).toBe(false);
 		const [newest] = await tin.list("listOperations", { status: "FINALIZED" });
 		expect(newest).toMatchObject({ id, status: "FINALIZED" });
+	});
+
+	test("a submitted operation not finalized in time after its expiresAt ends FAILED (EXPIRED): its submitter cannot choose, weeks later, when its route goes live (a review's attack)", async () => {
+		const late = await startTin({}, { finalizeWithinMs: 2000 });
+		try {
+			const owner = newWallet();
+			const expiresAt = iso(3000);
+			const live = await late.submitted(signedTinOperation(owner, { intentType: "create", issuedAt: iso(-1000), expiresAt }));
+			const held = await late.submitted(signedTinOperation(owner, { intentType: "create", issuedAt: iso(-1000), expiresAt }));
+			await sleep(Date.parse(expiresAt) - Date.now() + 100);
+			// Past expiresAt, within the window: finalized, as a transaction sent before it may land after it.
+			expect(await late.stage("finalized", live.view.id, submitter, { transactionSignature: live.transactionSignature })).toMatchObject({ status: "FINALIZED" });
+			await sleep(2000);
+			// Past the window: failed, and its TIN has no route.
+			await expect(late.stage("finalized", held.view.id, submitter, { transactionSignature: held.transactionSignature })).rejects.toMatchObject({
+				type: "INVALID_TRANSITION",
+				data: { status: "FAILED", failureReason: expect.stringMatching(/^EXPIRED: not finalized within/) }
+			});
+			expect(await late.broker.call("tin.resolve", { tin: held.view.tin })).toBeNull();
+		} finally {
+			await late.broker.stop();
+		}
 	});
 
 	test("a finalization left after its mark (its replica died) is finished by the sweep once abandoned, as its own would have ended: chain evidence included", async () => {

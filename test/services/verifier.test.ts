@@ -19,6 +19,8 @@ let resolves = 0;
 const unreadable = new Set<string>();
 /** Routes of TINs created since, which the stand-in answers besides `route`'s. */
 const createdRoutes = new Map<string, ActiveRoute>();
+/** Run once by the next read of `route`, after it read the route and before it answers (a change landing meanwhile). */
+let duringNextRead: (() => void) | null = null;
 
 async function startVerifier(threads: string) {
 	const broker = new ServiceBroker({ logger: false });
@@ -28,7 +30,13 @@ async function startVerifier(threads: string) {
 			resolve: (ctx: Context<{ tin: string }>): ActiveRoute | null => {
 				resolves++;
 				if (unreadable.has(ctx.params.tin)) throw new Error("the registry cannot be read");
-				if (ctx.params.tin === route.tin) return { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion, policyCommitment: route.policyCommitment };
+				if (ctx.params.tin === route.tin) {
+					const read = { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion, policyCommitment: route.policyCommitment };
+					const during = duringNextRead;
+					duringNextRead = null;
+					during?.();
+					return read;
+				}
 				return createdRoutes.get(ctx.params.tin) ?? null;
 			}
 		}
@@ -92,6 +100,26 @@ test("routes are cached, and a registry.routeChanged event drops the TIN's entry
 		expect(resolves).toBe(2);
 	} finally {
 		routeVersion = route.routeVersion;
+		await verifier.broker.stop();
+	}
+});
+
+test("a route change announced while the verifier's read of the route was out is read again, not hidden by that read for the cache's life (a review's race)", async () => {
+	const verifier = await startVerifier("1");
+	try {
+		const wallet = newWallet();
+		resolves = 0;
+		duringNextRead = () => {
+			routeVersion++;
+			verifier.broker.broadcastLocal("registry.routeChanged", { tin: route.tin });
+		};
+		expect(await verifier.verify(signedIntent(wallet, route))).toMatchObject({ ok: false, reason: "ROUTE_MISMATCH" });
+		expect(await verifier.verify(signedIntent(wallet, route))).toMatchObject({ ok: false, reason: "ROUTE_MISMATCH" });
+		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
+		expect(resolves).toBe(2);
+	} finally {
+		routeVersion = route.routeVersion;
+		duringNextRead = null;
 		await verifier.broker.stop();
 	}
 });

@@ -29,9 +29,10 @@ const VERIFICATION_DURATION = "scs_verification_duration_seconds";
 /**
  * Every process's own metric families (services/metrics.ts), by node; with `names` (the JSON
  * figures' families, which only receivers keep), the receivers' only. A process that cannot answer
- * in 2 s is left out, and so is one whose answer is no snapshot (`onBad` is told its node).
+ * in 2 s is left out, and so is one whose answer is no snapshot (`onBad` is told its node); `asked`
+ * names every node asked, so that the scrape can say which were left out (scs_metrics_node_up).
  */
-async function processMetrics(ctx: Context, onBad: (nodeID: string) => void, names?: string[]): Promise<Map<string, MetricFamily[]>> {
+async function processMetrics(ctx: Context, onBad: (nodeID: string) => void, names?: string[]): Promise<{ perNode: Map<string, MetricFamily[]>; asked: string[] }> {
 	const services = ctx.broker.registry.getServiceList({ onlyAvailable: true, withActions: false });
 	const nodesOf = (name: string) => new Set(services.filter(service => service.name === name).map(service => service.nodeID));
 	const receivers = names ? nodesOf("receiver") : null;
@@ -44,7 +45,7 @@ async function processMetrics(ctx: Context, onBad: (nodeID: string) => void, nam
 			)
 		)
 	);
-	return new Map(answers.filter(answer => answer !== null));
+	return { perNode: new Map(answers.filter(answer => answer !== null)), asked: nodes };
 }
 
 /** The receivers' own verification figures: unrecorded bodies summed, and the slowest receiver's latency quantiles in ms. */
@@ -74,6 +75,7 @@ interface StoreFigures {
 }
 
 const STORE_FIGURES_UP = "scs_store_figures_up";
+const NODE_UP = "scs_metrics_node_up";
 /** How long a scrape waits for the store's figures before it is served without them. */
 const STORE_FIGURES_TIMEOUT_MS = 3000;
 
@@ -128,8 +130,15 @@ async function clusterFamilies(figures: StoreFigures | null): Promise<MetricFami
  * store's figures once. A node's answer that names a store figure is left out whole: merged, it
  * would change that family's type or add to it.
  */
-function prometheusText(perNode: Map<string, MetricFamily[]>, cluster: MetricFamily[]): Promise<string> {
-	const labelled = [...perNode].filter(([, families]) => !families.some(family => STORE_FAMILY_NAMES.has(family.name))).map(([node, families]) =>
+async function prometheusText({ perNode, asked }: { perNode: Map<string, MetricFamily[]>; asked: string[] }, cluster: MetricFamily[]): Promise<string> {
+	const included = [...perNode].filter(([, families]) => !families.some(family => STORE_FAMILY_NAMES.has(family.name) || family.name === NODE_UP));
+	// Which processes this scrape holds: one left out shows as 0, not as series that vanished.
+	const registry = new Registry();
+	const nodeUp = new Gauge({ name: NODE_UP, help: "1 when this scrape holds the node's own figures (its node-labelled series), 0 when the node was asked and did not answer them in 2 s, or answered no snapshot.", labelNames: ["node"], registers: [registry] });
+	for (const node of asked) nodeUp.set({ node }, 0);
+	for (const [node] of included) nodeUp.set({ node }, 1);
+	const nodeUpFamilies = (await registry.getMetricsAsJSON()) as unknown as MetricFamily[];
+	const labelled = included.map(([node, families]) =>
 		families.map(family => ({
 			...family,
 			// Distinct node labels keep every series apart; `first` also keeps those prom-client would
@@ -138,7 +147,7 @@ function prometheusText(perNode: Map<string, MetricFamily[]>, cluster: MetricFam
 			values: family.values.map(value => ({ ...value, value: Number(value.value), labels: { ...value.labels, node } }))
 		}))
 	);
-	return AggregatorRegistry.aggregate([...labelled, cluster]).metrics();
+	return AggregatorRegistry.aggregate([...labelled, cluster, nodeUpFamilies]).metrics();
 }
 
 interface NetworkSettings {
@@ -239,10 +248,10 @@ export function networkService(config: Config): ServiceSchema<NetworkSettings, N
 				const onBad = (nodeID: string) => this.logger.warn(`The metrics of node ${nodeID} are no snapshot of this service's; left out of GET /metrics`);
 				if (prometheus) {
 					// Each process's own figures whatever the store: an outage is when they are wanted most.
-					const [figures, perNode] = await Promise.all([this.readStoreFigures(ctx), processMetrics(ctx, onBad)]);
-					return prometheusText(perNode, await clusterFamilies(figures));
+					const [figures, processes] = await Promise.all([this.readStoreFigures(ctx), processMetrics(ctx, onBad)]);
+					return prometheusText(processes, await clusterFamilies(figures));
 				}
-				const [totals, perNode] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, onBad, [VERIFICATIONS, VERIFICATION_DURATION])]);
+				const [totals, { perNode }] = await Promise.all([ctx.call<TotalsSnapshot>("mempool.totals"), processMetrics(ctx, onBad, [VERIFICATIONS, VERIFICATION_DURATION])]);
 				return {
 					uptimeSeconds: Math.floor((Date.now() - this.startedAt.getTime()) / 1000),
 					startedAt: this.startedAt.toISOString(),

@@ -11,6 +11,7 @@ import { totalsFromTally } from "../../lib/intent-totals";
 import { INTENT_STATES, type IntentState } from "../../lib/intents";
 import { isMetricSnapshot, metricsService } from "../../services/metrics";
 import { networkService } from "../../services/network.service";
+import { waitFor } from "../../devkit/process";
 import { MINT } from "../helpers/fixtures";
 
 const OTHER_MINT = "So11111111111111111111111111111111111111112";
@@ -107,6 +108,29 @@ test("metrics: requests that come while a collection is in flight share it: each
 		counting.mockRestore();
 	}
 	expect(asked).toBe(1);
+});
+
+test("metrics: each process asked is told in scs_metrics_node_up, 0 for one that answered no snapshot or too late (an operator's review)", async () => {
+	const namespace = `node-up-${process.pid}-${Date.now()}`;
+	const gateway = new ServiceBroker({ nodeID: "gateway", namespace, transporter: "Fake", logger: false });
+	for (const standIn of standIns) gateway.createService(standIn);
+	gateway.createService(metricsService());
+	gateway.createService(networkService(loadConfig({ SOLANA_CLUSTER: "solana-localnet" })));
+	const odd = new ServiceBroker({ nodeID: "odd", namespace, transporter: "Fake", logger: false });
+	odd.createService({ name: "metrics", actions: { snapshot: () => [{ name: "not a family" }] } });
+	const slow = new ServiceBroker({ nodeID: "slow", namespace, transporter: "Fake", logger: false });
+	slow.createService({ name: "metrics", actions: { snapshot: () => new Promise(resolve => setTimeout(() => resolve([]), 2500)) } });
+	try {
+		await Promise.all([gateway.start(), odd.start(), slow.start()]);
+		const metricsNodes = () => new Set(gateway.registry.getServiceList({ onlyAvailable: true }).filter(service => service.name === "metrics").map(service => service.nodeID)).size;
+		await waitFor(() => metricsNodes() === 3, 5000, "the three processes' metrics services");
+		const text = await gateway.call<string, object>("network.metrics", {}, { meta: { metricsForm: "prometheus" } });
+		expect(text).toContain('scs_metrics_node_up{node="gateway"} 1');
+		expect(text).toContain('scs_metrics_node_up{node="odd"} 0');
+		expect(text).toContain('scs_metrics_node_up{node="slow"} 0');
+	} finally {
+		await Promise.all([gateway.stop(), odd.stop(), slow.stop()]);
+	}
 });
 
 describe("isMetricSnapshot", () => {

@@ -141,9 +141,9 @@ interface RouteVersionRecord {
 /** A finalization marked this long ago is abandoned (its replica crashed): a live one takes milliseconds, 8 s at worst on MongoDB. */
 const FINALIZATION_ABANDONED_MS = 60_000;
 /**
- * How long after its expiresAt a submitted operation may be finalized: its transaction, sent
- * before then on a recent blockhash, lands within a couple of minutes or never; the rest is room
- * for a Node that was down when its submitter came to report it.
+ * How long after its `submitted` report a submitted operation may be finalized: its transaction,
+ * sent then on a recent blockhash, lands within a couple of minutes or never; the rest is room for
+ * a Node, its chain endpoint or the submitter that was down when the report was due.
  */
 const FINALIZE_WITHIN_MS = 60 * 60_000;
 
@@ -186,7 +186,7 @@ interface TinSettings {
 	/** Who may take a stage, and the fees (SPEC §5). */
 	policy: StagePolicy;
 	registrySeedFile: Config["registrySeedFile"];
-	/** How long after the owner's expiresAt a submitted operation may still be finalized. */
+	/** How long after its submission (or its expiresAt, if sooner) a submitted operation may still be finalized. */
 	finalizeWithinMs: number;
 }
 
@@ -544,11 +544,14 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				// The owner's signature holds until its expiresAt: no stage before the registry transaction moves it on after that.
 				if ((stage === "verified" || stage === "fee-committed" || stage === "submitted") && Date.parse(record.request.expiresAt) <= now.getTime())
 					return this.failOperation(record, `EXPIRED: the owner's signature expired at ${record.request.expiresAt}`, "The operation's signed expiresAt has passed");
-				// Its registry transaction went out before expiresAt and landed within minutes, or never: a
-				// submitter that held `finalized` back would choose when the route goes live, weeks later.
-				// One whose finalization began (marked) is finished whenever it is reported.
-				if (stage === "finalized" && !record.finalizing && Date.parse(record.request.expiresAt) + this.settings.finalizeWithinMs <= now.getTime())
-					return this.failOperation(record, `EXPIRED: not finalized within ${this.settings.finalizeWithinMs / 60_000} min of the owner's expiresAt ${record.request.expiresAt}`, "The operation was not finalized in time");
+				// Its registry transaction went out at its `submitted` report, before expiresAt, and landed
+				// within minutes or never: a submitter that held `finalized` back would choose when the route
+				// goes live, hours or weeks later. One whose finalization began (marked) is finished whenever.
+				if (stage === "finalized" && !record.finalizing) {
+					const sentAt = Math.min(Date.parse(record.request.expiresAt), Date.parse(record.history.find(entry => entry.status === "SUBMITTED")?.at ?? record.updatedAt));
+					if (sentAt + this.settings.finalizeWithinMs <= now.getTime())
+						return this.failOperation(record, `EXPIRED: not finalized within ${Math.round(this.settings.finalizeWithinMs / 1000)} s of its submission`, "The operation was not finalized in time");
+				}
 				// Before its fee is paid, not only at its finalization: an update already superseded ends here.
 				if (stage === "fee-committed" && record.intentType === "update") {
 					const later = await this.supersedingOperation(record, await this.newestRoutes(record.tin));

@@ -39,8 +39,8 @@ interface VerifierSettings {
 
 interface VerifierVars {
 	routeCache: Map<string, { route: ActiveRoute; until: number }>;
-	/** registry.routeChanged events heard so far: a read of a route that one overtook is read again. */
-	routeChanges: number;
+	/** registry.routeChanged events heard, per TIN: a read of a route that one overtook is read again. */
+	routeChanges: Map<string, number>;
 	slots: SlotObserver;
 	/** Null with VERIFY_THREADS=0: the equation is solved on the event loop. */
 	pool: VerifyPool | null;
@@ -108,8 +108,11 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 			"registry.routeChanged": {
 				params: { tin: "string" },
 				handler(this: VerifierThis, ctx: Context<{ tin: string }>) {
-					this.routeChanges++;
-					this.routeCache.delete(ctx.params.tin);
+					const { tin } = ctx.params;
+					// Bounded as the cache is; a read in flight across the clear reads again, as for a change.
+					if (this.routeChanges.size >= ROUTE_CACHE_LIMIT && !this.routeChanges.has(tin)) this.routeChanges.clear();
+					this.routeChanges.set(tin, (this.routeChanges.get(tin) ?? 0) + 1);
+					this.routeCache.delete(tin);
 				}
 			}
 		},
@@ -133,11 +136,18 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 			async routeOf(this: VerifierThis, ctx, tin, signedVersion) {
 				const cached = this.routeCache.get(tin);
 				if (cached && cached.until > Date.now() && cached.route.routeVersion >= signedVersion) return cached.route;
-				const changes = this.routeChanges;
-				let route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
-				// A change announced while the read was out may be newer than what it read: read again,
-				// else the replaced route would be cached (and payments signed for it verified) for the TTL.
-				if (this.routeChanges !== changes) route = await ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
+				const changes = () => this.routeChanges.get(tin) ?? 0;
+				const read = () => ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
+				let before = changes();
+				let route = await read();
+				if (changes() !== before) {
+					// A change of this TIN announced while the read was out may be newer than what it read:
+					// read again, else the replaced route would be cached (and payments signed for it
+					// verified) for the TTL; and another change during that read leaves it uncached.
+					before = changes();
+					route = await read();
+					if (changes() !== before) return route;
+				}
 				if (!route) return null;
 				const now = Date.now();
 				if (this.routeCache.size >= ROUTE_CACHE_LIMIT && !this.routeCache.has(tin)) {
@@ -157,7 +167,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 
 		created(this: VerifierThis) {
 			this.routeCache = new Map();
-			this.routeChanges = 0;
+			this.routeChanges = new Map();
 			this.undecided = new FailureStreak();
 			this.metrics = verifierMetrics(this.broker);
 			this.slots = processChain(this.broker, config).slots;

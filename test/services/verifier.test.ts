@@ -117,6 +117,22 @@ test("a route change announced while the verifier's read of the route was out is
 		expect(await verifier.verify(signedIntent(wallet, route))).toMatchObject({ ok: false, reason: "ROUTE_MISMATCH" });
 		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
 		expect(resolves).toBe(2);
+
+		// A change of another TIN during the read costs this one nothing; a change during the second read leaves it uncached.
+		const other = newRoute();
+		verifier.broker.broadcastLocal("registry.routeChanged", { tin: route.tin });
+		resolves = 0;
+		duringNextRead = () => verifier.broker.broadcastLocal("registry.routeChanged", { tin: other.tin });
+		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
+		expect(resolves).toBe(1);
+		verifier.broker.broadcastLocal("registry.routeChanged", { tin: route.tin });
+		resolves = 0;
+		const changeTwice = () => verifier.broker.broadcastLocal("registry.routeChanged", { tin: route.tin });
+		duringNextRead = () => ((duringNextRead = changeTwice), changeTwice());
+		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
+		expect(resolves).toBe(2);
+		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
+		expect(resolves).toBe(3);
 	} finally {
 		routeVersion = route.routeVersion;
 		duringNextRead = null;

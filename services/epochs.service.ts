@@ -10,7 +10,7 @@
  * every replica that finishes (or resumes) the same close archives the same set and computes the
  * same result and root; the first to store it wins, and the others answer the stored one.
  */
-import { setImmediate } from "node:timers/promises";
+import { setImmediate, setTimeout as sleep } from "node:timers/promises";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import type { EpochCloseResult, EpochStatus } from "../lib/answers";
 import { ACTION_CALL_OPTIONS } from "../lib/bus-groups";
@@ -108,6 +108,10 @@ const takenOver = (err: unknown) => {
 
 /** The renewal of a close its finisher let go of: abandoned from the start, so the next check takes it over. */
 const LET_GO = new Date(0).toISOString();
+/** How long a stop waits for the closes at work to reach their next step and let go. */
+const STOP_WAIT_MS = 15_000;
+
+const stoppingRefusal = (epoch: number) => new ServiceError("NOT_READY", `This process is stopping; epoch ${epoch} is closed by the next check, here or on another replica`, { epoch });
 
 export function epochsService(config: Config): ServiceSchema<EpochsSettings, EpochsMethods, EpochsVars, EpochsThis> {
 	return {
@@ -177,6 +181,8 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			finishClose(this: EpochsThis, closing) {
 				let running = this.inFlight.get(closing.epoch);
 				if (!running) {
+					// None begins once the stop has begun: stopped() waits only for those it finds.
+					if (this.stopping) return Promise.reject(stoppingRefusal(closing.epoch));
 					running = this.runClose(closing).finally(() => this.inFlight.delete(closing.epoch));
 					this.inFlight.set(closing.epoch, running);
 				}
@@ -194,7 +200,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				let attempted = held;
 				/** Every renewEveryMs, says that this close is still at work; stops it if another replica took it over meanwhile. */
 				const renew = async () => {
-					if (this.stopping) throw new ServiceError("NOT_READY", `This process is stopping; epoch ${closing.epoch} is closed by the next check, here or on another replica`, { epoch: closing.epoch });
+					if (this.stopping) throw stoppingRefusal(closing.epoch);
 					if (Date.now() - renewedAt < this.settings.renewEveryMs) return;
 					renewedAt = Date.now();
 					const current = await this.epochs.get(closing.id);
@@ -271,6 +277,8 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 
 			/** Marks epoch `open` closing (one compare-and-set: one racing caller wins) and finishes the close. */
 			async closeEpoch(this: EpochsThis, open, closeCall = null) {
+				// Not marked by a process that cannot finish it: its mark would be held, unrenewed, until abandoned.
+				if (this.stopping) throw stoppingRefusal(open.epoch);
 				const closedAt = new Date().toISOString();
 				// E + 1 opens first, so new intents and the status routes always find an open epoch.
 				await this.openEpochNumber(open.epoch + 1, closedAt);
@@ -327,6 +335,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			 * finisher has not renewed it for abandonedAfterMs is taken over, by one of the replicas.
 			 */
 			async maintain(this: EpochsThis) {
+				if (this.stopping) return;
 				const closed = () => this.counted("closed");
 				await this.ensureOpenEpoch();
 				const newest = await this.openEpoch();
@@ -335,6 +344,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 					if (this.inFlight.has(closing.epoch)) continue;
 					// Abandoned: a sole SQLite owner's that it does not run now; another replica's once not renewed for abandonedAfterMs.
 					let resumed = closing;
+					if (this.stopping) return;
 					if (!this.settings.soleOwner) {
 						if (Date.parse(closing.renewedAt ?? closing.closedAt ?? "") + this.settings.abandonedAfterMs >= Date.now()) continue;
 						// One compare-and-set on the renewal found stale: of replicas that found it together, one takes it over.
@@ -380,7 +390,11 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 		 */
 		async stopped(this: EpochsThis) {
 			this.stopping = true;
-			await Promise.allSettled([this.startCheck, ...this.inFlight.values()]);
+			await this.startCheck;
+			// Those begun meanwhile too; a close stuck on an unanswered call is left to the abandonment rule.
+			const deadline = Date.now() + STOP_WAIT_MS;
+			while (this.inFlight.size && Date.now() < deadline)
+				await Promise.race([Promise.allSettled([...this.inFlight.values()]), sleep(deadline - Date.now(), undefined, { ref: false })]);
 		}
 	};
 }

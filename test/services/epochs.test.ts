@@ -292,6 +292,33 @@ test("a replica stopped while it finishes a close stops at the next step and let
 	}, { settings: REPLICA });
 });
 
+test("once its stop has begun, a replica marks no close and takes none over: it could not finish them, and its mark would be held for 10 minutes (a review)", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
+	await markEpochOneClosing(dataDir, new Date().toISOString(), minutesAgo(11));
+	await withEpochs(dataDir, {}, async epochs => {
+		// As stopped() leaves it while the broker's stop goes on (its tracker waits for calls in flight).
+		const service = epochs.broker.getLocalService("epochs") as unknown as { stopping: boolean; maintain(): Promise<void> };
+		// The start's check took epoch 1 over and finished it; epoch 2 is open.
+		await waitFor(async () => (await epochOneIn(dataDir)).status === "closed", 10_000, "epoch 1 closed");
+		service.stopping = true;
+		await expect(epochs.broker.call("epochs.close", {})).rejects.toMatchObject({ type: "NOT_READY", message: expect.stringMatching(/stopping/) });
+		await expect(epochs.broker.call("epochs.close", { epoch: 2 })).rejects.toMatchObject({ type: "NOT_READY" });
+		const { store, epochs: stored } = await epochsStore(dataDir);
+		try {
+			expect(await stored.get("2")).toMatchObject({ status: "open", closedAt: null });
+			// Another replica's close of epoch 2, abandoned: not taken over by this one.
+			const stale = minutesAgo(11);
+			expect(await stored.update("2", { status: "open" }, { ...(await stored.get("2"))!, status: "closing", closedAt: stale, renewedAt: stale })).toBe(true);
+			await service.maintain();
+			expect(await stored.get("2")).toMatchObject({ status: "closing", renewedAt: stale });
+		} finally {
+			await store.close();
+		}
+		expect(epochs.warnings).toEqual([]);
+	}, { settings: REPLICA });
+});
+
 test("a finisher whose renewal fails because another replica closed the epoch meanwhile answers that close, not 503", async () => {
 	const dataDir = tempDir();
 	let armed = false;

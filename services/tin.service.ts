@@ -186,7 +186,7 @@ interface TinSettings {
 	/** Who may take a stage, and the fees (SPEC §5). */
 	policy: StagePolicy;
 	registrySeedFile: Config["registrySeedFile"];
-	/** How long after its submission (or its expiresAt, if sooner) a submitted operation may still be finalized. */
+	/** How long after its `submitted` report a submitted operation may still be finalized. */
 	finalizeWithinMs: number;
 }
 
@@ -544,12 +544,14 @@ export function tinService(config: Config): ServiceSchema<TinSettings, TinMethod
 				// The owner's signature holds until its expiresAt: no stage before the registry transaction moves it on after that.
 				if ((stage === "verified" || stage === "fee-committed" || stage === "submitted") && Date.parse(record.request.expiresAt) <= now.getTime())
 					return this.failOperation(record, `EXPIRED: the owner's signature expired at ${record.request.expiresAt}`, "The operation's signed expiresAt has passed");
-				// Its registry transaction went out at its `submitted` report, before expiresAt, and landed
-				// within minutes or never: a submitter that held `finalized` back would choose when the route
-				// goes live, hours or weeks later. One whose finalization began (marked) is finished whenever.
+				// A submitter that held `finalized` back would choose when the route goes live, weeks later:
+				// it must come within the window of the `submitted` report, itself before expiresAt. (One
+				// that sends its transaction long before reporting it still chooses, until expiresAt plus
+				// the window: the owner's signed expiry bounds it.) One whose finalization began (marked)
+				// is finished whenever.
 				if (stage === "finalized" && !record.finalizing) {
-					const sentAt = Math.min(Date.parse(record.request.expiresAt), Date.parse(record.history.find(entry => entry.status === "SUBMITTED")?.at ?? record.updatedAt));
-					if (sentAt + this.settings.finalizeWithinMs <= now.getTime())
+					const reportedAt = Date.parse(record.history.find(entry => entry.status === "SUBMITTED")?.at ?? record.updatedAt);
+					if (reportedAt + this.settings.finalizeWithinMs <= now.getTime())
 						return this.failOperation(record, `EXPIRED: not finalized within ${Math.round(this.settings.finalizeWithinMs / 1000)} s of its submission`, "The operation was not finalized in time");
 				}
 				// Before its fee is paid, not only at its finalization: an update already superseded ends here.

@@ -187,7 +187,7 @@ describe("tin service", () => {
 		expect(newest).toMatchObject({ id, status: "FINALIZED" });
 	});
 
-	test("a submitted operation not finalized in time after its submission ends FAILED (EXPIRED): its submitter cannot choose, hours or weeks later, when its route goes live (a review's attack)", async () => {
+	test("a submitted operation not finalized in time after its submission ends FAILED (EXPIRED): its submitter cannot hold the route back past the window after its report, itself before expiresAt (a review's attack)", async () => {
 		const late = await startTin({}, { finalizeWithinMs: 4000 });
 		try {
 			const owner = newWallet();

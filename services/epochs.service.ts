@@ -74,12 +74,15 @@ interface EpochsVars {
 	startCheck: Promise<void>;
 	/** Set by stopped(): a close at work stops at its next step and lets go of the close. */
 	stopping: boolean;
+	/** Marks and takeovers under way, each until its close runs (inFlight): stopped() waits for them too. */
+	marking: Set<Promise<unknown>>;
 }
 
 interface EpochsMethods {
 	openEpoch(): Promise<EpochDoc>;
 	openEpochNumber(epoch: number, startedAt: string): Promise<void>;
-	finishClose(closing: EpochDoc): Promise<EpochCloseResult>;
+	finishClose(closing: EpochDoc, held?: boolean): Promise<EpochCloseResult>;
+	tracked<T>(step: () => Promise<T>): Promise<T>;
 	runClose(closing: EpochDoc): Promise<EpochCloseResult>;
 	summarize(closing: EpochDoc, renew: () => Promise<void>): Promise<EpochFigures>;
 	closeEpoch(open: EpochDoc, closeCall?: string | null): Promise<EpochCloseResult>;
@@ -87,6 +90,7 @@ interface EpochsMethods {
 	closeNumbered(epoch: number, closeCall: string | null): Promise<EpochCloseResult>;
 	joinClose(doc: EpochDoc): Promise<EpochCloseResult>;
 	maintain(): Promise<void>;
+	maintainEpochs(): Promise<void>;
 	ensureOpenEpoch(): Promise<void>;
 	counted(result: "closed" | "resumed"): void;
 }
@@ -111,7 +115,8 @@ const LET_GO = new Date(0).toISOString();
 /** How long a stop waits for the closes at work to reach their next step and let go. */
 const STOP_WAIT_MS = 15_000;
 
-const stoppingRefusal = (epoch: number) => new ServiceError("NOT_READY", `This process is stopping; epoch ${epoch} is closed by the next check, here or on another replica`, { epoch });
+const stoppingRefusal = (epoch: number) => new ServiceError("NOT_READY", `This process is stopping; epoch ${epoch} is closed by the next check, here or on another replica`, { epoch, stopping: true });
+const isStoppingRefusal = (err: unknown) => ((err as ServiceError).data as { stopping?: unknown } | undefined)?.stopping === true;
 
 export function epochsService(config: Config): ServiceSchema<EpochsSettings, EpochsMethods, EpochsVars, EpochsThis> {
 	return {
@@ -177,12 +182,14 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				if (await this.epochs.insert({ id: String(epoch), epoch, status: "open", startedAt, closedAt: null, result: null })) this.broker.broadcast("epochs.opened", { epoch });
 			},
 
-			/** Steps after the `closing` mark; each is idempotent, so a resumed close repeats them safely. */
-			finishClose(this: EpochsThis, closing) {
+			/**
+			 * Steps after the `closing` mark; each is idempotent, so a resumed close repeats them safely.
+			 * Once the stop has begun, only a close this call `held` (marked or took over) runs, to let go.
+			 */
+			finishClose(this: EpochsThis, closing, held = false) {
 				let running = this.inFlight.get(closing.epoch);
 				if (!running) {
-					// None begins once the stop has begun: stopped() waits only for those it finds.
-					if (this.stopping) return Promise.reject(stoppingRefusal(closing.epoch));
+					if (this.stopping && !held) return Promise.reject(stoppingRefusal(closing.epoch));
 					running = this.runClose(closing).finally(() => this.inFlight.delete(closing.epoch));
 					this.inFlight.set(closing.epoch, running);
 				}
@@ -237,13 +244,18 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 						await this.epochs.update(closing.id, { status: "closing", renewedAt: renewal }, { ...current, renewedAt: LET_GO }).catch(() => false);
 				};
 				try {
+					if (this.stopping) throw stoppingRefusal(closing.epoch);
 					const early = await archiveAll();
 					if (early) return early;
 					// Moves stamped before the mark that were still being stored: once they have landed, every
 					// replica finishing this close has archived the same set, and sums the same figures.
 					const settled = Date.parse(closing.closedAt!) + this.settings.epochCloseSettleMs;
 					if (Date.now() < settled) {
-						await new Promise(resolve => setTimeout(resolve, settled - Date.now()));
+						// In steps, so that a stop meanwhile lets go at once (the wait is 10 s on MongoDB).
+						while (Date.now() < settled) {
+							if (this.stopping) throw stoppingRefusal(closing.epoch);
+							await sleep(Math.min(250, settled - Date.now()));
+						}
 						const late = await archiveAll();
 						if (late) return late;
 					}
@@ -279,12 +291,27 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			async closeEpoch(this: EpochsThis, open, closeCall = null) {
 				// Not marked by a process that cannot finish it: its mark would be held, unrenewed, until abandoned.
 				if (this.stopping) throw stoppingRefusal(open.epoch);
-				const closedAt = new Date().toISOString();
-				// E + 1 opens first, so new intents and the status routes always find an open epoch.
-				await this.openEpochNumber(open.epoch + 1, closedAt);
-				const closing: EpochDoc = { ...open, status: "closing", closedAt, closeCall };
-				if (!(await this.epochs.update(open.id, { status: "open" }, closing))) throw new ServiceError("INVALID_TRANSITION", `Epoch ${open.epoch} is already being closed`, { epoch: open.epoch });
-				return this.finishClose(closing);
+				return this.tracked(async () => {
+					const closedAt = new Date().toISOString();
+					// E + 1 opens first, so new intents and the status routes always find an open epoch.
+					await this.openEpochNumber(open.epoch + 1, closedAt);
+					const closing: EpochDoc = { ...open, status: "closing", closedAt, closeCall };
+					if (!(await this.epochs.update(open.id, { status: "open" }, closing))) throw new ServiceError("INVALID_TRANSITION", `Epoch ${open.epoch} is already being closed`, { epoch: open.epoch });
+					// Marked, though the stop may have begun meanwhile: it runs, to let go of the mark.
+					return this.finishClose(closing, true);
+				});
+			},
+
+			/** Runs a mark or a takeover, to the start of its close's run, where stopped() can wait for it. */
+			tracked(this: EpochsThis, step) {
+				const running = step();
+				const settled = running.then(
+					() => {},
+					() => {}
+				);
+				this.marking.add(settled);
+				void settled.then(() => this.marking.delete(settled));
+				return running;
 			},
 
 			/**
@@ -336,6 +363,15 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			 */
 			async maintain(this: EpochsThis) {
 				if (this.stopping) return;
+				try {
+					await this.maintainEpochs();
+				} catch (err) {
+					// A close the stop ended: the next check, here or on another replica, goes on with it.
+					if (!isStoppingRefusal(err)) throw err;
+				}
+			},
+
+			async maintainEpochs(this: EpochsThis) {
 				const closed = () => this.counted("closed");
 				await this.ensureOpenEpoch();
 				const newest = await this.openEpoch();
@@ -343,16 +379,20 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				for (const closing of await this.epochs.list({ where: { status: "closing" } })) {
 					if (this.inFlight.has(closing.epoch)) continue;
 					// Abandoned: a sole SQLite owner's that it does not run now; another replica's once not renewed for abandonedAfterMs.
-					let resumed = closing;
 					if (this.stopping) return;
-					if (!this.settings.soleOwner) {
-						if (Date.parse(closing.renewedAt ?? closing.closedAt ?? "") + this.settings.abandonedAfterMs >= Date.now()) continue;
-						// One compare-and-set on the renewal found stale: of replicas that found it together, one takes it over.
-						resumed = { ...closing, renewedAt: new Date().toISOString() };
-						if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: closing.renewedAt ?? null }, resumed))) continue;
-					}
+					if (!this.settings.soleOwner && Date.parse(closing.renewedAt ?? closing.closedAt ?? "") + this.settings.abandonedAfterMs >= Date.now()) continue;
+					const resume = this.tracked(async () => {
+						let resumed = closing;
+						if (!this.settings.soleOwner) {
+							// One compare-and-set on the renewal found stale: of replicas that found it together, one takes it over.
+							resumed = { ...closing, renewedAt: new Date().toISOString() };
+							if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: closing.renewedAt ?? null }, resumed))) return false;
+						}
+						await this.finishClose(resumed, !this.settings.soleOwner);
+						return true;
+					});
 					// Taken over in turn (its renewal replaced): the check goes on to the open epoch's age.
-					await this.finishClose(resumed).then(() => this.counted("resumed"), takenOver);
+					await resume.then(resumed => resumed && this.counted("resumed"), takenOver);
 				}
 				const open = await this.openEpoch();
 				if (Date.parse(open.startedAt) + this.settings.epochDurationMs <= Date.now()) await this.close(open.epoch).then(closed, ignoreRace);
@@ -373,6 +413,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			this.sweeps = sweepMetrics(this.broker);
 			this.inFlight = new Map();
 			this.stopping = false;
+			this.marking = new Set();
 		},
 
 		async started(this: EpochsThis) {
@@ -390,11 +431,14 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 		 */
 		async stopped(this: EpochsThis) {
 			this.stopping = true;
-			await this.startCheck;
-			// Those begun meanwhile too; a close stuck on an unanswered call is left to the abandonment rule.
+			// The check begun at start, the marks and closes at work, and those begun meanwhile; a close
+			// stuck on an unanswered call is left to the abandonment rule.
 			const deadline = Date.now() + STOP_WAIT_MS;
-			while (this.inFlight.size && Date.now() < deadline)
-				await Promise.race([Promise.allSettled([...this.inFlight.values()]), sleep(deadline - Date.now(), undefined, { ref: false })]);
+			while (Date.now() < deadline) {
+				const busy = [this.startCheck, ...this.marking, ...this.inFlight.values()];
+				if (!(await Promise.race([Promise.allSettled(busy).then(() => true), sleep(deadline - Date.now(), false, { ref: false })]))) return;
+				if (!this.marking.size && !this.inFlight.size) return;
+			}
 		}
 	};
 }

@@ -292,6 +292,27 @@ test("a replica stopped while it finishes a close stops at the next step and let
 	}, { settings: REPLICA });
 });
 
+test("a close whose mark was under way as the stop began is let go of, not left marked for 10 minutes (a review)", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
+	const epochs = epochsOn(dataDir, {}, { settings: REPLICA });
+	await epochs.broker.start();
+	const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { insert(doc: EpochDoc): Promise<boolean> } };
+	const insert = service.epochs.insert.bind(service.epochs);
+	let stopping: Promise<void> | null = null;
+	// The close opens epoch 2 (before its mark), and the stop begins then.
+	jest.spyOn(service.epochs, "insert").mockImplementation(async doc => {
+		stopping ??= epochs.broker.stop();
+		await sleep(100);
+		return insert(doc);
+	});
+	const closing = epochs.broker.call("epochs.close", { epoch: 1 }).catch(err => err);
+	await waitFor(() => stopping, 10_000, "the stop");
+	await stopping;
+	expect(await closing).toMatchObject({ type: "NOT_READY", message: expect.stringMatching(/stopping/) });
+	expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", renewedAt: new Date(0).toISOString(), result: null });
+});
+
 test("once its stop has begun, a replica marks no close and takes none over: it could not finish them, and its mark would be held for 10 minutes (a review)", async () => {
 	const dataDir = tempDir();
 	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));

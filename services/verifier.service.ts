@@ -39,8 +39,11 @@ interface VerifierSettings {
 
 interface VerifierVars {
 	routeCache: Map<string, { route: ActiveRoute; until: number }>;
-	/** registry.routeChanged events heard, per TIN: a read of a route that one overtook is read again. */
-	routeChanges: Map<string, number>;
+	/**
+	 * registry.routeChanged events heard, numbered: per TIN the number of its last, and that of the
+	 * map's last clear. A read of a route that a change of its TIN overtook is read again.
+	 */
+	routeChanges: { last: number; byTin: Map<string, number>; clearedAt: number };
 	slots: SlotObserver;
 	/** Null with VERIFY_THREADS=0: the equation is solved on the event loop. */
 	pool: VerifyPool | null;
@@ -109,9 +112,14 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 				params: { tin: "string" },
 				handler(this: VerifierThis, ctx: Context<{ tin: string }>) {
 					const { tin } = ctx.params;
+					const changes = this.routeChanges;
+					changes.last++;
 					// Bounded as the cache is; a read in flight across the clear reads again, as for a change.
-					if (this.routeChanges.size >= ROUTE_CACHE_LIMIT && !this.routeChanges.has(tin)) this.routeChanges.clear();
-					this.routeChanges.set(tin, (this.routeChanges.get(tin) ?? 0) + 1);
+					if (changes.byTin.size >= ROUTE_CACHE_LIMIT && !changes.byTin.has(tin)) {
+						changes.byTin.clear();
+						changes.clearedAt = changes.last;
+					}
+					changes.byTin.set(tin, changes.last);
 					this.routeCache.delete(tin);
 				}
 			}
@@ -136,17 +144,18 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 			async routeOf(this: VerifierThis, ctx, tin, signedVersion) {
 				const cached = this.routeCache.get(tin);
 				if (cached && cached.until > Date.now() && cached.route.routeVersion >= signedVersion) return cached.route;
-				const changes = () => this.routeChanges.get(tin) ?? 0;
+				const changes = this.routeChanges;
+				const changedSince = (seen: number) => Math.max(changes.byTin.get(tin) ?? 0, changes.clearedAt) > seen;
 				const read = () => ctx.call<ActiveRoute | null, object>("tin.resolve", { tin });
-				let before = changes();
+				let seen = changes.last;
 				let route = await read();
-				if (changes() !== before) {
+				if (changedSince(seen)) {
 					// A change of this TIN announced while the read was out may be newer than what it read:
 					// read again, else the replaced route would be cached (and payments signed for it
 					// verified) for the TTL; and another change during that read leaves it uncached.
-					before = changes();
+					seen = changes.last;
 					route = await read();
-					if (changes() !== before) return route;
+					if (changedSince(seen)) return route;
 				}
 				if (!route) return null;
 				const now = Date.now();
@@ -167,7 +176,7 @@ export function verifierService(config: Config): ServiceSchema<VerifierSettings,
 
 		created(this: VerifierThis) {
 			this.routeCache = new Map();
-			this.routeChanges = new Map();
+			this.routeChanges = { last: 0, byTin: new Map(), clearedAt: 0 };
 			this.undecided = new FailureStreak();
 			this.metrics = verifierMetrics(this.broker);
 			this.slots = processChain(this.broker, config).slots;

@@ -20,21 +20,21 @@ const unreadable = new Set<string>();
 /** Routes of TINs created since, which the stand-in answers besides `route`'s. */
 const createdRoutes = new Map<string, ActiveRoute>();
 /** Run once by the next read of `route`, after it read the route and before it answers (a change landing meanwhile). */
-let duringNextRead: (() => void) | null = null;
+let duringNextRead: (() => void | Promise<void>) | null = null;
 
 async function startVerifier(threads: string) {
 	const broker = new ServiceBroker({ logger: false });
 	broker.createService({
 		name: "tin",
 		actions: {
-			resolve: (ctx: Context<{ tin: string }>): ActiveRoute | null => {
+			resolve: async (ctx: Context<{ tin: string }>): Promise<ActiveRoute | null> => {
 				resolves++;
 				if (unreadable.has(ctx.params.tin)) throw new Error("the registry cannot be read");
 				if (ctx.params.tin === route.tin) {
 					const read = { tin: route.tin, routeCommitment: route.routeCommitment, routeVersion, policyCommitment: route.policyCommitment };
 					const during = duringNextRead;
 					duringNextRead = null;
-					during?.();
+					await during?.();
 					return read;
 				}
 				return createdRoutes.get(ctx.params.tin) ?? null;
@@ -104,15 +104,22 @@ test("routes are cached, and a registry.routeChanged event drops the TIN's entry
 	}
 });
 
+/** Has the next read of `route` answer the route it read, though it was replaced and announced meanwhile, with the changes of `others`. */
+function replacedDuringNextRead(broker: ServiceBroker, others: string[] = []) {
+	duringNextRead = async () => {
+		routeVersion++;
+		for (const tin of [route.tin, ...others]) broker.broadcastLocal("registry.routeChanged", { tin });
+		// Every one handled before the read answers.
+		await new Promise(resolve => setTimeout(resolve, 50));
+	};
+}
+
 test("a route change announced while the verifier's read of the route was out is read again, not hidden by that read for the cache's life (a review's race)", async () => {
 	const verifier = await startVerifier("1");
 	try {
 		const wallet = newWallet();
 		resolves = 0;
-		duringNextRead = () => {
-			routeVersion++;
-			verifier.broker.broadcastLocal("registry.routeChanged", { tin: route.tin });
-		};
+		replacedDuringNextRead(verifier.broker);
 		expect(await verifier.verify(signedIntent(wallet, route))).toMatchObject({ ok: false, reason: "ROUTE_MISMATCH" });
 		expect(await verifier.verify(signedIntent(wallet, route))).toMatchObject({ ok: false, reason: "ROUTE_MISMATCH" });
 		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
@@ -133,6 +140,21 @@ test("a route change announced while the verifier's read of the route was out is
 		expect(resolves).toBe(2);
 		expect(await verifier.verify(signedIntent(wallet, { ...route, routeVersion }))).toMatchObject({ ok: true });
 		expect(resolves).toBe(3);
+	} finally {
+		routeVersion = route.routeVersion;
+		duringNextRead = null;
+		await verifier.broker.stop();
+	}
+});
+
+test("a route read overtaken by its TIN's change is read again also when the changes heard are forgotten meanwhile (their bound reached)", async () => {
+	const verifier = await startVerifier("1");
+	try {
+		resolves = 0;
+		// With changes of 10,000 other TINs: the changes heard so far are forgotten, this TIN's too.
+		replacedDuringNextRead(verifier.broker, Array.from({ length: 10_000 }, (_, i) => `7${String(i).padStart(9, "0")}`));
+		expect(await verifier.verify(signedIntent(newWallet(), route))).toMatchObject({ ok: false, reason: "ROUTE_MISMATCH" });
+		expect(resolves).toBe(2);
 	} finally {
 		routeVersion = route.routeVersion;
 		duringNextRead = null;

@@ -17,7 +17,7 @@ import { ACTION_CALL_OPTIONS } from "../lib/bus-groups";
 import type { Config } from "../lib/config";
 import { EpochSummary, type ArchivedIntent, type EpochFigures } from "../lib/epoch-summary";
 import { ServiceError } from "../lib/errors";
-import type { Collection, CollectionSpec } from "../lib/store";
+import type { Collection, CollectionSpec, Where } from "../lib/store";
 import { storeMixin } from "../mixins/store.mixin";
 import { sweepMetrics } from "./metrics";
 import { callKey } from "./replay";
@@ -74,7 +74,7 @@ interface EpochsVars {
 	startCheck: Promise<void>;
 	/** Set by stopped(): a close at work stops at its next step and lets go of the close. */
 	stopping: boolean;
-	/** Marks and takeovers under way, each until its close runs (inFlight): stopped() waits for them too. */
+	/** Marks and takeovers under way, each until its close's run ends: stopped() waits for them too. */
 	marking: Set<Promise<unknown>>;
 }
 
@@ -83,6 +83,7 @@ interface EpochsMethods {
 	openEpochNumber(epoch: number, startedAt: string): Promise<void>;
 	finishClose(closing: EpochDoc, held?: boolean): Promise<EpochCloseResult>;
 	tracked<T>(step: () => Promise<T>): Promise<T>;
+	markClose(expected: Where, next: EpochDoc): Promise<boolean>;
 	runClose(closing: EpochDoc): Promise<EpochCloseResult>;
 	summarize(closing: EpochDoc, renew: () => Promise<void>): Promise<EpochFigures>;
 	closeEpoch(open: EpochDoc, closeCall?: string | null): Promise<EpochCloseResult>;
@@ -103,7 +104,7 @@ const ignoreRace = (err: unknown) => {
 };
 
 /** Whether another replica took a close over from this one (runClose's renewal). */
-const isTakenOver = (err: unknown) => ((err as ServiceError).data as { takenOver?: unknown } | undefined)?.takenOver === true;
+const isTakenOver = (err: unknown) => ((err as ServiceError | undefined)?.data as { takenOver?: unknown } | undefined)?.takenOver === true;
 
 /** A close another replica took over is theirs to finish; any other failure stands. */
 const takenOver = (err: unknown) => {
@@ -116,7 +117,7 @@ const LET_GO = new Date(0).toISOString();
 const STOP_WAIT_MS = 15_000;
 
 const stoppingRefusal = (epoch: number) => new ServiceError("NOT_READY", `This process is stopping; epoch ${epoch} is closed by the next check, here or on another replica`, { epoch, stopping: true });
-const isStoppingRefusal = (err: unknown) => ((err as ServiceError).data as { stopping?: unknown } | undefined)?.stopping === true;
+const isStoppingRefusal = (err: unknown) => ((err as ServiceError | undefined)?.data as { stopping?: unknown } | undefined)?.stopping === true;
 
 export function epochsService(config: Config): ServiceSchema<EpochsSettings, EpochsMethods, EpochsVars, EpochsThis> {
 	return {
@@ -290,19 +291,34 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			/** Marks epoch `open` closing (one compare-and-set: one racing caller wins) and finishes the close. */
 			async closeEpoch(this: EpochsThis, open, closeCall = null) {
 				// Not marked by a process that cannot finish it: its mark would be held, unrenewed, until abandoned.
-				if (this.stopping) throw stoppingRefusal(open.epoch);
+				if (this.stopping) throw new ServiceError("NOT_READY", "This process is stopping; retry on another replica", { epoch: open.epoch, stopping: true });
 				return this.tracked(async () => {
 					const closedAt = new Date().toISOString();
 					// E + 1 opens first, so new intents and the status routes always find an open epoch.
 					await this.openEpochNumber(open.epoch + 1, closedAt);
 					const closing: EpochDoc = { ...open, status: "closing", closedAt, closeCall };
-					if (!(await this.epochs.update(open.id, { status: "open" }, closing))) throw new ServiceError("INVALID_TRANSITION", `Epoch ${open.epoch} is already being closed`, { epoch: open.epoch });
+					if (!(await this.markClose({ status: "open" }, closing))) throw new ServiceError("INVALID_TRANSITION", `Epoch ${open.epoch} is already being closed`, { epoch: open.epoch });
 					// Marked, though the stop may have begun meanwhile: it runs, to let go of the mark.
 					return this.finishClose(closing, true);
 				});
 			},
 
-			/** Runs a mark or a takeover, to the start of its close's run, where stopped() can wait for it. */
+			/**
+			 * The compare-and-set of a mark or a takeover. Its write may land though it reports a failure
+			 * (a write concern's timeout): the close is then read back, and held when it bears this mark
+			 * (else its mark, unrenewed, would wait out abandonedAfterMs).
+			 */
+			async markClose(this: EpochsThis, expected, next) {
+				try {
+					return await this.epochs.update(next.id, expected, next);
+				} catch (err) {
+					const stored = await this.epochs.get(next.id).catch(() => null);
+					if (stored?.status === "closing" && stored.closedAt === next.closedAt && (stored.renewedAt ?? null) === (next.renewedAt ?? null)) return true;
+					throw err;
+				}
+			},
+
+			/** Runs a mark or a takeover until its close's run ends, so that stopped() can wait for it. */
 			tracked(this: EpochsThis, step) {
 				const running = step();
 				const settled = running.then(
@@ -386,7 +402,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 						if (!this.settings.soleOwner) {
 							// One compare-and-set on the renewal found stale: of replicas that found it together, one takes it over.
 							resumed = { ...closing, renewedAt: new Date().toISOString() };
-							if (!(await this.epochs.update(closing.id, { status: "closing", renewedAt: closing.renewedAt ?? null }, resumed))) return false;
+							if (!(await this.markClose({ status: "closing", renewedAt: closing.renewedAt ?? null }, resumed))) return false;
 						}
 						await this.finishClose(resumed, !this.settings.soleOwner);
 						return true;
@@ -412,11 +428,11 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 		created(this: EpochsThis) {
 			this.sweeps = sweepMetrics(this.broker);
 			this.inFlight = new Map();
-			this.stopping = false;
 			this.marking = new Set();
 		},
 
 		async started(this: EpochsThis) {
+			this.stopping = false;
 			// Intake and the status routes need an open epoch from the first request on.
 			await this.ensureOpenEpoch();
 			// The closes are not waited for: a close of a large epoch takes what it takes, and one that

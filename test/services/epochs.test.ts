@@ -297,13 +297,13 @@ test("a close whose mark was under way as the stop began is let go of, not left 
 	await withEpochs(dataDir, {}, async epochs => void (await epochs.receive(false)));
 	const epochs = epochsOn(dataDir, {}, { settings: REPLICA });
 	await epochs.broker.start();
-	const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { insert(doc: EpochDoc): Promise<boolean> } };
+	const service = epochs.broker.getLocalService("epochs") as unknown as { stopping: boolean; epochs: { insert(doc: EpochDoc): Promise<boolean> } };
 	const insert = service.epochs.insert.bind(service.epochs);
 	let stopping: Promise<void> | null = null;
 	// The close opens epoch 2 (before its mark), and the stop begins then.
 	jest.spyOn(service.epochs, "insert").mockImplementation(async doc => {
 		stopping ??= epochs.broker.stop();
-		await sleep(100);
+		await waitFor(() => service.stopping, 10_000, "the epochs stopping");
 		return insert(doc);
 	});
 	const closing = epochs.broker.call("epochs.close", { epoch: 1 }).catch(err => err);
@@ -337,6 +337,26 @@ test("once its stop has begun, a replica marks no close and takes none over: it 
 			await store.close();
 		}
 		expect(epochs.warnings).toEqual([]);
+	}, { settings: REPLICA });
+});
+
+test("a mark whose write landed though it reported a failure (a write concern's timeout) is read back and its close finished, not left marked for 10 minutes (a review)", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => {
+		await epochs.receive(false);
+		const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { update(id: string, expected: object, next: EpochDoc): Promise<boolean> } };
+		const update = service.epochs.update.bind(service.epochs);
+		let failed = false;
+		jest.spyOn(service.epochs, "update").mockImplementation(async (id, expected, next) => {
+			const written = await update(id, expected, next);
+			if (!failed && (expected as { status?: string }).status === "open") {
+				failed = true;
+				throw new ServiceError("NOT_READY", "The write concern timed out");
+			}
+			return written;
+		});
+		expect(await epochs.broker.call("epochs.close", { epoch: 1 })).toMatchObject({ epoch: 1, canceled: 1 });
+		expect(failed).toBe(true);
 	}, { settings: REPLICA });
 });
 

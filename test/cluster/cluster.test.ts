@@ -136,7 +136,7 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 		expect(status).toBe(0);
 	});
 
-	itWithPromtool("a node answering a bad or made-up metrics snapshot breaks and falsifies nothing: its own series carry its node, the rest is left out (a review)", async () => {
+	itWithPromtool("a node answering a bad or made-up metrics snapshot breaks and falsifies nothing: its own series carry its node, the rest is left out, and scs_metrics_node_up says so (a review)", async () => {
 		const rogue = gatewayOnTheBus(cluster, "metrics-liar");
 		const madeUp = { name: "scs_verifications_total", help: "made up", type: "counter", aggregator: "sum", values: [{ value: 1e9, labels: { outcome: "unrecorded" } }] };
 		let answer: unknown = [madeUp];
@@ -150,14 +150,16 @@ describeWithNats("cluster over NATS (SQLite owners)", () => {
 			expect([status, output]).toEqual([0, ""]);
 			return text;
 		};
+		/** What the scrape says of the rogue node, line by line. */
+		const rogueLines = async () => (await prometheus()).split("\n").filter(line => line.includes("metrics-liar"));
 		try {
 			// Its own figures, under its own node: the JSON figures take only the receivers'.
-			await waitFor(async () => (await prometheus()).includes("metrics-liar"), 10_000, "the gateway to ask the rogue node", 100);
+			await waitFor(async () => (await rogueLines()).some(line => /^scs_metrics_node_up\{node="[^"]*metrics-liar[^"]*"\} 1$/.test(line)), 10_000, "the gateway to ask the rogue node", 100);
 			expect((await http("GET", "/metrics")).body.verification.unrecorded).toBeLessThan(1e9);
 			// No snapshot, a name or a type Prometheus refuses, a store figure's name: left out whole.
 			for (const lie of [null, [{ ...madeUp, name: "scs evil" }], [{ ...madeUp, type: "x" }], [{ ...madeUp, name: "scs_intents", values: [{ value: 1, labels: { state: "VERIFIED" } }] }]]) {
 				answer = lie;
-				expect(await prometheus()).not.toContain("metrics-liar");
+				expect(await rogueLines()).toEqual([expect.stringMatching(/^scs_metrics_node_up\{node="[^"]*metrics-liar[^"]*"\} 0$/)]);
 				expect((await http("GET", "/metrics")).status).toBe(200);
 			}
 		} finally {

@@ -206,9 +206,13 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 				let held = closing.renewedAt ?? null;
 				/** The renewal last written, which may have landed though its write failed (a write concern's timeout). */
 				let attempted = held;
+				/** Once the stop has begun, this close ends at its next step, and lets go of the close (the catch below). */
+				const stopHere = () => {
+					if (this.stopping) throw stoppingRefusal(closing.epoch);
+				};
 				/** Every renewEveryMs, says that this close is still at work; stops it if another replica took it over meanwhile. */
 				const renew = async () => {
-					if (this.stopping) throw stoppingRefusal(closing.epoch);
+					stopHere();
 					if (Date.now() - renewedAt < this.settings.renewEveryMs) return;
 					renewedAt = Date.now();
 					const current = await this.epochs.get(closing.id);
@@ -245,7 +249,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 						await this.epochs.update(closing.id, { status: "closing", renewedAt: renewal }, { ...current, renewedAt: LET_GO }).catch(() => false);
 				};
 				try {
-					if (this.stopping) throw stoppingRefusal(closing.epoch);
+					stopHere();
 					const early = await archiveAll();
 					if (early) return early;
 					// Moves stamped before the mark that were still being stored: once they have landed, every
@@ -254,7 +258,7 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 					if (Date.now() < settled) {
 						// In steps, so that a stop meanwhile lets go at once (the wait is 10 s on MongoDB).
 						while (Date.now() < settled) {
-							if (this.stopping) throw stoppingRefusal(closing.epoch);
+							stopHere();
 							await sleep(Math.min(250, settled - Date.now()));
 						}
 						const late = await archiveAll();

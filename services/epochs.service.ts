@@ -310,14 +310,17 @@ export function epochsService(config: Config): ServiceSchema<EpochsSettings, Epo
 			/**
 			 * The compare-and-set of a mark or a takeover. Its write may land though it reports a failure
 			 * (a write concern's timeout): the close is then read back, and held when it bears this mark
-			 * (else its mark, unrenewed, would wait out abandonedAfterMs).
+			 * (else its mark, unrenewed, would wait out abandonedAfterMs). Another replica's mark of the
+			 * same millisecond passes only with the same call (none, or the same retry): then both
+			 * finishers end alike, and the first to store the result wins.
 			 */
 			async markClose(this: EpochsThis, expected, next) {
 				try {
 					return await this.epochs.update(next.id, expected, next);
 				} catch (err) {
 					const stored = await this.epochs.get(next.id).catch(() => null);
-					if (stored?.status === "closing" && stored.closedAt === next.closedAt && (stored.renewedAt ?? null) === (next.renewedAt ?? null)) return true;
+					const same = (field: "closedAt" | "renewedAt" | "closeCall") => (stored?.[field] ?? null) === (next[field] ?? null);
+					if (stored?.status === "closing" && same("closedAt") && same("renewedAt") && same("closeCall")) return true;
 					throw err;
 				}
 			},

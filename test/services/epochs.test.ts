@@ -360,6 +360,22 @@ test("a mark whose write landed though it reported a failure (a write concern's 
 	}, { settings: REPLICA });
 });
 
+test("a mark whose write failed is not taken for one that landed when the close bears another call's mark of the same millisecond: that call's retry must find it (a review)", async () => {
+	const dataDir = tempDir();
+	await withEpochs(dataDir, {}, async epochs => {
+		await epochs.receive(false);
+		const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { update(id: string, expected: object, next: EpochDoc): Promise<boolean> } };
+		const update = service.epochs.update.bind(service.epochs);
+		jest.spyOn(service.epochs, "update").mockImplementationOnce(async (id, expected, next) => {
+			// Another replica's close, begun by an operator's call, marked in the same millisecond; this one's write fails.
+			expect(await update(id, expected, { ...next, closeCall: "another-call/epochs.close" })).toBe(true);
+			throw new ServiceError("NOT_READY", "The write concern timed out");
+		});
+		await expect(epochs.broker.call("epochs.close", { epoch: 1 })).rejects.toMatchObject({ message: "The write concern timed out" });
+		expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", closeCall: "another-call/epochs.close" });
+	}, { settings: REPLICA });
+});
+
 test("a finisher whose renewal fails because another replica closed the epoch meanwhile answers that close, not 503", async () => {
 	const dataDir = tempDir();
 	let armed = false;

@@ -115,32 +115,41 @@ function toWireError(err: WireError): ServiceError {
 }
 
 /**
- * One line per request when its answer is sent: method, path (without the query), status,
- * duration and the request id (the client's x-request-id, or the one generated and returned in
- * that header). Health probes only at debug: a probe every few seconds is not traffic.
+ * The status a request is logged and counted with once its connection is done with it: its
+ * answer's, or 499 (nginx's number for it) when the connection closed before the answer was sent
+ * whole: a request its client gave up on, an event stream it left (or that was cut for reading
+ * too slowly).
+ */
+const statusAtClose = (res: ServerResponse) => (res.writableFinished ? res.statusCode : 499);
+
+/**
+ * One line per request when its answer is sent, or the client left: method, path (without the
+ * query), status (statusAtClose), duration and the request id (the client's x-request-id, or the
+ * one generated and returned in that header). Health probes only at debug: a probe every few
+ * seconds is not traffic.
  */
 function accessLog(logger: Service["logger"], req: Request, res: ServerResponse, level: "info" | "debug"): void {
 	const started = process.hrtime.bigint();
-	res.once("finish", () => {
+	res.once("close", () => {
 		const ms = Number(process.hrtime.bigint() - started) / 1e6;
 		// moleculer-web rewrites req.url relative to the route (/health/live → /live); originalUrl is the request's.
 		const path = (req.originalUrl ?? req.url ?? "").split("?")[0];
 		const requestId = res.getHeader("x-request-id") ?? "-";
-		logger[level](`${req.method} ${path} ${res.statusCode} ${ms.toFixed(1)}ms request=${requestId}`);
+		logger[level](`${req.method} ${path} ${statusAtClose(res)} ${ms.toFixed(1)}ms request=${requestId}`);
 	});
 }
 
 /**
- * Per-route request counts and durations when the answer is sent. `route` is the template the
- * request matched (`/intents/:id`), never the raw URL, so the series stay few: a path no route
- * has is `unmatched`.
+ * Per-route request counts and durations when the answer is sent, or the client left (status
+ * 499). `route` is the template the request matched (`/intents/:id`), never the raw URL, so the
+ * series stay few: a path no route has is `unmatched`.
  */
 function countRequest(metrics: ReturnType<typeof httpMetrics>, routeOf: (req: IncomingMessage) => string, req: IncomingMessage, res: ServerResponse): void {
 	const endTimer = metrics.duration.startTimer();
-	res.once("finish", () => {
+	res.once("close", () => {
 		const labels = { method: req.method ?? "", route: routeOf(req) };
 		endTimer(labels);
-		metrics.requests.inc({ ...labels, status: String(res.statusCode) });
+		metrics.requests.inc({ ...labels, status: String(statusAtClose(res)) });
 	});
 }
 

@@ -41,6 +41,19 @@ test("one access line per request at info, with the client's x-request-id, which
 	expect(proc.output()).not.toMatch(/GET \/health\/ready 200/);
 });
 
+test("a request the client leaves before its answer is whole (an event stream it closes) is logged and counted, as 499", async () => {
+	const { proc, url } = await start({});
+	const leave = new AbortController();
+	const stream = await fetch(`${url}/events`, { headers: { "x-api-key": API_KEY, "x-request-id": "req-log-left" }, signal: leave.signal });
+	expect(stream.status).toBe(200);
+	await stream.body!.getReader().read();
+	leave.abort();
+	const line = await waitFor(() => proc.output().split("\n").find(l => l.includes("GET /events")), 5000, "the access line");
+	expect(line).toMatch(/INFO .*GET \/events 499 \d+\.\dms request=req-log-left$/);
+	const metrics = await (await fetch(`${url}/metrics?format=prometheus`)).text();
+	expect(metrics).toMatch(/^scs_http_requests_total\{[^}]*route="\/events"[^}]*status="499"[^}]*\} 1$/m);
+});
+
 test("access lines name the path as requested, also on routes moleculer-web rewrites (the health routes, at debug)", async () => {
 	const { proc, url } = await start({ LOG_LEVEL: "debug" });
 	expect((await fetch(`${url}/health/live?probe=1`)).status).toBe(200);

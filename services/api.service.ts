@@ -120,7 +120,7 @@ function toWireError(err: WireError): ServiceError {
  * whole: a request its client gave up on, an event stream it left (or that was cut for reading
  * too slowly).
  */
-const statusAtClose = (res: ServerResponse) => (res.writableFinished ? res.statusCode : 499);
+const statusAtClose = (res: ServerResponse) => (res.writableFinished ? res.statusCode : (answeredRaw.get(res) ?? 499));
 
 /**
  * One line per request when its answer is sent, or the client left: method, path (without the
@@ -358,18 +358,26 @@ const asClientError = ({ message, code, type, data }: { message: string; code: n
  * request object exists yet: the status Node itself would send, with SPEC §7's body, and the
  * connection closed.
  */
-function parserRefusal(code: string | undefined): string {
-	const error =
+function parserRefusal(code: string | undefined): ServiceError {
+	return (
 		code === "HPE_HEADER_OVERFLOW"
 			? new ServiceError("HEADERS_TOO_LARGE", "The request headers are too large")
 			: code === "HPE_CHUNK_EXTENSIONS_OVERFLOW"
 				? new ServiceError("PAYLOAD_TOO_LARGE", "The chunk extensions are too large")
 				: code === "ERR_HTTP_REQUEST_TIMEOUT"
 					? new ServiceError("REQUEST_TOO_SLOW", "The request did not arrive within the time limits")
-					: new ServiceError("BAD_REQUEST", "The request is not valid HTTP/1.1");
+					: new ServiceError("BAD_REQUEST", "The request is not valid HTTP/1.1")
+	);
+}
+
+/** `error` as a whole HTTP/1.1 answer, written to the socket itself, and the connection closed. */
+function rawAnswer(error: ServiceError): string {
 	const body = JSON.stringify(errorBody(error));
 	return `HTTP/1.1 ${error.code} ${http.STATUS_CODES[error.code]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }
+
+/** Requests the parser cut off mid-body, answered on their socket (parserRefusal): the status they were logged and counted with. */
+const answeredRaw = new WeakMap<ServerResponse, number>();
 
 /** A stream route's alias: the request is answered by the service's event streams. */
 const streamAlias = (serve: "serveIntent" | "serveAll") =>
@@ -826,7 +834,13 @@ export function apiService(config: Config): ServiceSchema<ApiSettingsSchema, Api
 				this.limitConnections(metrics);
 				// As Node's own handler, with SPEC §7's body: nothing is written once an answer on the connection has begun.
 				this.server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket & { _httpMessage?: ServerResponse | null }) => {
-					if (socket.writable && !socket._httpMessage?.headersSent) socket.write(parserRefusal(err.code));
+					const inProgress = socket._httpMessage;
+					if (socket.writable && !inProgress?.headersSent) {
+						const refusal = parserRefusal(err.code);
+						socket.write(rawAnswer(refusal));
+						// A request cut off mid-body was answered so: its access line and count say this status, not 499.
+						if (inProgress) answeredRaw.set(inProgress, refusal.code);
+					}
 					socket.destroy(err);
 				});
 			},

@@ -642,6 +642,9 @@ describe("5. hostile traffic against the running process", () => {
 				expect(cut.closedAfterMs).toBeLessThan(6000);
 			}
 			expect(body.closedAfterMs).toBeGreaterThanOrEqual(2000);
+			// The body cut off was answered 408 on its socket: its access line says so, not 499 (a client that left).
+			await waitFor(() => / POST \/intents 408 /.test(proc.output()), 5000, "the access line of the cut-off body");
+			expect(proc.output()).not.toMatch(/ POST \/intents 499 /);
 		} finally {
 			proc.child.kill("SIGKILL");
 		}

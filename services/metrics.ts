@@ -114,8 +114,8 @@ const each = <L extends string>(label: L, values: readonly string[]) => values.m
 /** The gateway's requests, by route template (never the raw URL: `unmatched` for a path no route has). */
 export function httpMetrics(broker: ServiceBroker) {
 	return {
-		requests: counter(broker, "scs_http_requests_total", "HTTP requests answered by the gateway.", ["method", "route", "status"]),
-		duration: histogram(broker, "scs_http_request_duration_seconds", "Time from a request's arrival to its answer.", ["method", "route"]),
+		requests: counter(broker, "scs_http_requests_total", "HTTP requests the gateway is done with, by the status answered; 499 when the connection closed before the answer was sent whole.", ["method", "route", "status"]),
+		duration: histogram(broker, "scs_http_request_duration_seconds", "Time from a request's arrival to its answer sent whole or its connection's close (an event stream's life).", ["method", "route"]),
 		openConnections: liveGauge(broker, "scs_http_connections_open", "Connections open on this gateway (event streams included).", []),
 		refusedConnections: counter(
 			broker,

@@ -110,6 +110,23 @@ function beforeCalls(action: string, before: () => Promise<void>): Middleware {
 	};
 }
 
+/**
+ * Has the epochs' store write the first write `when` picks (as `landed` makes it: what lands) and
+ * then report a failure, as a write concern's timeout does; `failed()` says whether it came.
+ */
+function writeLandsButFails(epochs: Epochs, when: (expected: object, next: EpochDoc) => boolean, landed = (next: EpochDoc) => next): () => boolean {
+	const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { update(id: string, expected: object, next: EpochDoc): Promise<boolean> } };
+	const update = service.epochs.update.bind(service.epochs);
+	let failed = false;
+	jest.spyOn(service.epochs, "update").mockImplementation(async (id, expected, next) => {
+		if (failed || !when(expected, next)) return update(id, expected, next);
+		failed = true;
+		expect(await update(id, expected, landed(next))).toBe(true);
+		throw new ServiceError("NOT_READY", "The write concern timed out");
+	});
+	return () => failed;
+}
+
 test("the first start opens epoch 1, and a restart opens no other", async () => {
 	const dataDir = tempDir();
 	await withEpochs(dataDir, {}, async epochs => expect((await epochs.current()).epoch).toBe(1));
@@ -251,16 +268,7 @@ test("a finisher whose renewal landed though its write failed (a write concern's
 	let armed = false;
 	await withEpochs(dataDir, {}, async epochs => {
 		await epochs.receive(false);
-		const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { update(id: string, expected: object, next: EpochDoc): Promise<boolean> } };
-		const update = service.epochs.update.bind(service.epochs);
-		jest.spyOn(service.epochs, "update").mockImplementation(async (id, expected, next) => {
-			const written = await update(id, expected, next);
-			if (armed && "renewedAt" in expected && next.renewedAt !== new Date(0).toISOString()) {
-				armed = false;
-				throw new ServiceError("NOT_READY", "The write concern timed out");
-			}
-			return written;
-		});
+		writeLandsButFails(epochs, (expected, next) => armed && "renewedAt" in expected && next.renewedAt !== new Date(0).toISOString());
 		await expect(epochs.broker.call("epochs.close", { epoch: 1 })).rejects.toMatchObject({ message: "The write concern timed out" });
 	}, { settings: { ...REPLICA, renewEveryMs: 0 }, middlewares: [beforeCalls("mempool.archiveTerminal", async () => void (armed = true))] });
 	expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", renewedAt: new Date(0).toISOString(), result: null });
@@ -344,19 +352,9 @@ test("a mark whose write landed though it reported a failure (a write concern's 
 	const dataDir = tempDir();
 	await withEpochs(dataDir, {}, async epochs => {
 		await epochs.receive(false);
-		const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { update(id: string, expected: object, next: EpochDoc): Promise<boolean> } };
-		const update = service.epochs.update.bind(service.epochs);
-		let failed = false;
-		jest.spyOn(service.epochs, "update").mockImplementation(async (id, expected, next) => {
-			const written = await update(id, expected, next);
-			if (!failed && (expected as { status?: string }).status === "open") {
-				failed = true;
-				throw new ServiceError("NOT_READY", "The write concern timed out");
-			}
-			return written;
-		});
+		const failed = writeLandsButFails(epochs, expected => (expected as { status?: string }).status === "open");
 		expect(await epochs.broker.call("epochs.close", { epoch: 1 })).toMatchObject({ epoch: 1, canceled: 1 });
-		expect(failed).toBe(true);
+		expect(failed()).toBe(true);
 	}, { settings: REPLICA });
 });
 
@@ -364,13 +362,8 @@ test("a mark whose write failed is not taken for one that landed when the close 
 	const dataDir = tempDir();
 	await withEpochs(dataDir, {}, async epochs => {
 		await epochs.receive(false);
-		const service = epochs.broker.getLocalService("epochs") as unknown as { epochs: { update(id: string, expected: object, next: EpochDoc): Promise<boolean> } };
-		const update = service.epochs.update.bind(service.epochs);
-		jest.spyOn(service.epochs, "update").mockImplementationOnce(async (id, expected, next) => {
-			// Another replica's close, begun by an operator's call, marked in the same millisecond; this one's write fails.
-			expect(await update(id, expected, { ...next, closeCall: "another-call/epochs.close" })).toBe(true);
-			throw new ServiceError("NOT_READY", "The write concern timed out");
-		});
+		// Another replica's close, begun by an operator's call, marked in the same millisecond; this one's write fails.
+		writeLandsButFails(epochs, () => true, next => ({ ...next, closeCall: "another-call/epochs.close" }));
 		await expect(epochs.broker.call("epochs.close", { epoch: 1 })).rejects.toMatchObject({ message: "The write concern timed out" });
 		expect(await epochOneIn(dataDir)).toMatchObject({ status: "closing", closeCall: "another-call/epochs.close" });
 	}, { settings: REPLICA });
